@@ -1,0 +1,167 @@
+"""Every exception raf raises, each saying what went wrong and where."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = [
+    "AgentError",
+    "AuthenticationError",
+    "BadRequestError",
+    "ChatClientError",
+    "ChatConnectionError",
+    "ChatTimeoutError",
+    "ConfigError",
+    "ContextResultError",
+    "ProviderError",
+    "RateLimitError",
+    "ServerError",
+    "SessionStoreError",
+    "ToolArgumentsError",
+    "ToolConflictError",
+    "ToolLoopError",
+]
+
+Stage = Literal["on_invoking", "on_invoked"]
+
+
+class AgentError(Exception):
+    """Base class of every error raf raises on purpose."""
+
+
+class ProviderError(AgentError):
+    """A context provider failed in one of its stages.
+
+    ``provider`` is the provider's name, ``stage`` is ``"on_invoking"`` or
+    ``"on_invoked"``; the provider's own exception is ``__cause__``.
+    ``field`` names the offending ``ContextResult`` field when the provider
+    returned a malformed result.
+    """
+
+    def __init__(
+        self, provider: str, stage: Stage, detail: str, *, field: str | None = None
+    ) -> None:
+        self.provider = provider
+        self.stage = stage
+        self.field = field
+        self.detail = detail
+        where = f"{provider}.{stage}" + (f" (field {field!r})" if field else "")
+        super().__init__(f"context provider {where} failed: {detail}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_provider_error, (self.provider, self.stage, self.detail, self.field))
+
+
+def _rebuild_provider_error(
+    provider: str, stage: Stage, detail: str, field: str | None
+) -> ProviderError:
+    return ProviderError(provider, stage, detail, field=field)
+
+
+class ContextResultError(AgentError, TypeError):
+    """A ``ContextResult`` (or what stood in its place) has a wrong type.
+
+    Raised by :func:`raf.merge`; the provider layer turns it into a
+    :class:`ProviderError` that also names the provider.
+    """
+
+    def __init__(self, field: str, expected: str, got: object) -> None:
+        self.field = field
+        self.expected = expected
+        self.got = got
+        super().__init__(f"{field}: expected {expected}, got {_describe(got)}")
+
+
+class ToolConflictError(AgentError):
+    """Two tools offered to the model in one run share a name."""
+
+    def __init__(self, name: str, first: str, second: str) -> None:
+        self.name = name
+        super().__init__(
+            f"two tools are named {name!r}: one from {first}, one from {second}; "
+            "tool names must be unique within a run"
+        )
+
+
+class ToolLoopError(AgentError):
+    """The model still asked for tools after ``max_tool_iterations`` calls."""
+
+    def __init__(self, max_tool_iterations: int, pending: tuple[str, ...]) -> None:
+        self.max_tool_iterations = max_tool_iterations
+        self.pending = pending
+        super().__init__(
+            f"the model still asked for tools ({', '.join(pending)}) after "
+            f"{max_tool_iterations} model calls (AgentRunOptions.max_tool_iterations)"
+        )
+
+
+class ToolArgumentsError(AgentError):
+    """The arguments of a tool call do not fit the tool's JSON Schema."""
+
+    def __init__(self, tool: str, path: str, problem: str) -> None:
+        self.tool = tool
+        self.path = path
+        self.problem = problem
+        super().__init__(f"invalid arguments for tool {tool!r} at {path}: {problem}")
+
+
+class ConfigError(AgentError):
+    """A declaration or a configuration file is wrong; the message says where."""
+
+
+class SessionStoreError(AgentError):
+    """A session store cannot be opened or read (corrupt or foreign data)."""
+
+
+class ChatClientError(AgentError):
+    """The chat model could not answer.
+
+    ``retryable`` says whether sending the same request again can help
+    (rate limits, timeouts, server errors) or not (bad request, auth).
+    ``status_code`` is the HTTP status when there was one.
+    """
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        self.status_code = status_code
+        super().__init__(message)
+
+
+class RateLimitError(ChatClientError):
+    """The provider asked us to slow down (HTTP 429)."""
+
+    retryable = True
+
+
+class ChatTimeoutError(ChatClientError):
+    """The request timed out (HTTP 408 or a client-side timeout)."""
+
+    retryable = True
+
+
+class ChatConnectionError(ChatClientError):
+    """The server could not be reached."""
+
+    retryable = True
+
+
+class ServerError(ChatClientError):
+    """The server failed (HTTP 5xx) or reported a conflict (HTTP 409)."""
+
+    retryable = True
+
+
+class BadRequestError(ChatClientError):
+    """The request was refused as malformed or not allowed (other 4xx)."""
+
+
+class AuthenticationError(BadRequestError):
+    """The credentials were missing or refused (HTTP 401/403)."""
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"

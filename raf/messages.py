@@ -1,0 +1,238 @@
+"""The messages a model reads and writes: ChatMessage, ToolCall, Usage, AgentResponse."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal
+
+import attrs
+
+__all__ = [
+    "AgentResponse",
+    "ChatMessage",
+    "Messages",
+    "Role",
+    "ToolCall",
+    "Usage",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
+
+
+def _check_role(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in ROLES:
+        raise ValueError(f"ChatMessage.role must be one of {sorted(ROLES)}, got {value!r}")
+
+
+def _check_optional_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and type(value) is not str:
+        raise TypeError(
+            f"{type(instance).__name__}.{attribute.name} must be a str or None, "
+            f"got {type(value).__name__}"
+        )
+
+
+def _check_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) is not str:
+        raise TypeError(
+            f"{type(instance).__name__}.{attribute.name} must be a str, got {type(value).__name__}"
+        )
+
+
+@attrs.frozen(slots=True)
+class ToolCall:
+    """One tool call the model asked for.
+
+    ``arguments`` is the raw JSON text the model sent, kept verbatim so a
+    transcript round-trips exactly; :attr:`parsed_arguments` is the decoded
+    view.
+
+    >>> ToolCall("call_1", "add", '{"a": 1}').parsed_arguments
+    {'a': 1}
+    """
+
+    id: str = attrs.field(validator=_check_str)
+    name: str = attrs.field(validator=_check_str)
+    arguments: str = attrs.field(default="{}", validator=_check_str)
+
+    @property
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded from JSON (raises ``ValueError`` if they are not JSON)."""
+        return json.loads(self.arguments) if self.arguments.strip() else {}
+
+    def to_dict(self) -> dict[str, str]:
+        """A plain-JSON form, used for hashing and storage."""
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
+        """The inverse of :meth:`to_dict`."""
+        return cls(data["id"], data["name"], data.get("arguments", "{}"))
+
+
+def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    calls = tuple(value)
+    for index, call in enumerate(calls):
+        if type(call) is not ToolCall:
+            raise TypeError(
+                f"ChatMessage.tool_calls[{index}] must be a ToolCall, got {type(call).__name__}"
+            )
+    return calls
+
+
+@attrs.frozen(slots=True)
+class ChatMessage:
+    """One message of a conversation.
+
+    Build them with the role constructors:
+
+    >>> ChatMessage.user("hi")
+    ChatMessage(role='user', content='hi', name=None, tool_calls=(), tool_call_id=None)
+    """
+
+    role: Role = attrs.field(validator=_check_role)
+    content: str | None = attrs.field(default=None, validator=_check_optional_str)
+    name: str | None = attrs.field(default=None, validator=_check_optional_str, kw_only=True)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(
+        default=(), converter=_to_tool_calls, kw_only=True
+    )
+    tool_call_id: str | None = attrs.field(
+        default=None, validator=_check_optional_str, kw_only=True
+    )
+
+    @classmethod
+    def user(cls, text: str, *, name: str | None = None) -> ChatMessage:
+        """A message from the user."""
+        return cls("user", text, name=name)
+
+    @classmethod
+    def system(cls, text: str) -> ChatMessage:
+        """A system (instructions) message."""
+        return cls("system", text)
+
+    @classmethod
+    def assistant(
+        cls, text: str | None = None, *, tool_calls: Iterable[ToolCall] = ()
+    ) -> ChatMessage:
+        """A model turn: text, tool calls, or both."""
+        return cls("assistant", text, tool_calls=tuple(tool_calls))
+
+    @classmethod
+    def tool(cls, call_id: str, content: str, *, name: str | None = None) -> ChatMessage:
+        """The result of the tool call ``call_id``."""
+        return cls("tool", content, tool_call_id=call_id, name=name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain-JSON form with only the fields that are set; stable key order."""
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name is not None:
+            data["name"] = self.name
+        if self.tool_calls:
+            data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChatMessage:
+        """The inverse of :meth:`to_dict`."""
+        return cls(
+            data["role"],
+            data.get("content"),
+            name=data.get("name"),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls", ())),
+            tool_call_id=data.get("tool_call_id"),
+        )
+
+
+class Messages(tuple[ChatMessage, ...]):
+    """An immutable sequence whose items are known to be ``ChatMessage``.
+
+    Building one checks every item once; after that raf trusts it, so a
+    session's history of ten thousand messages is passed through a run
+    without being looked at again. Sessions return ``Messages``.
+
+    >>> Messages([ChatMessage.user("hi")])[0].content
+    'hi'
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, items: Iterable[ChatMessage] = ()) -> Messages:
+        self = super().__new__(cls, items)
+        for index, item in enumerate(self):
+            if type(item) is not ChatMessage:
+                raise TypeError(
+                    f"Messages[{index}] must be a ChatMessage, got {type(item).__name__}"
+                )
+        return self
+
+    def __repr__(self) -> str:
+        return f"Messages({tuple.__repr__(self)})"
+
+
+def trusted_messages(items: Iterable[ChatMessage]) -> Messages:
+    """Wrap items that raf itself built or checked, without checking again."""
+    return tuple.__new__(Messages, items)
+
+
+def messages_to_json(messages: Iterable[ChatMessage]) -> str:
+    """Canonical JSON of messages: sorted keys, no spaces, UTF-8 kept."""
+    return json.dumps(
+        [m.to_dict() for m in messages], sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+
+
+def _message_tuple(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
+    return messages if type(messages) is tuple else tuple(messages)
+
+
+@attrs.frozen(slots=True)
+class Usage:
+    """Token counts of one or more model calls; ``+`` adds them up."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input and output tokens together."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+@attrs.frozen(slots=True)
+class AgentResponse:
+    """What a model call, or a whole run, produced.
+
+    ``messages`` holds every message the run added: assistant turns with
+    tool calls, tool results, and the final answer. ``usage`` sums the
+    calls; ``raw`` is the last call's raw response, when the client has one.
+    """
+
+    messages: tuple[ChatMessage, ...] = attrs.field(default=(), converter=_message_tuple)
+    usage: Usage | None = None
+    raw: Any = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def text(self) -> str:
+        """The last assistant message's text; ``""`` if there is none."""
+        for message in reversed(self.messages):
+            if message.role == "assistant":
+                return message.content or ""
+        return ""
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls the model asked for in these messages, in order."""
+        calls: tuple[ToolCall, ...] = ()
+        for message in self.messages:
+            if message.tool_calls:
+                calls += message.tool_calls
+        return calls

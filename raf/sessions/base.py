@@ -1,0 +1,41 @@
+"""The Session protocol and the request hash every session records."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+from raf.messages import ChatMessage, messages_to_json
+
+__all__ = ["Session", "request_hash"]
+
+
+@runtime_checkable
+class Session(Protocol):
+    """Where a conversation lives between runs.
+
+    ``get_messages`` returns the stored history, oldest first (raf's stores
+    return :class:`raf.Messages`, which a run passes on without copying);
+    ``add_messages`` appends messages in one step, all or nothing;
+    ``touch_request_hash`` records the hash of a run's request messages with
+    the time, and returns it.
+    """
+
+    @property
+    def id(self) -> str: ...
+
+    async def get_messages(self) -> Sequence[ChatMessage]: ...
+
+    async def add_messages(self, messages: Iterable[ChatMessage]) -> None: ...
+
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> str: ...
+
+
+def request_hash(messages: Iterable[ChatMessage]) -> str:
+    """SHA-256 hex digest of the messages' canonical JSON (stable across processes).
+
+    >>> request_hash([]) == request_hash(())
+    True
+    """
+    return hashlib.sha256(messages_to_json(messages).encode()).hexdigest()
