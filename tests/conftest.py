@@ -5,6 +5,6 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(params=["asyncio", "trio"])
+@pytest.fixture(params=["asyncio", "trio"], scope="module")
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)

@@ -1,0 +1,386 @@
+"""The laws of the provider layer: order, exactly-once post stages, error delivery."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given, settings
+
+from raf import (
+    Agent,
+    AgentResponse,
+    ChatMessage,
+    ChatOptions,
+    ContextProvider,
+    ContextResult,
+    ProviderError,
+    ScriptedChatClient,
+)
+from tests.strategies import (
+    JournalingProvider,
+    ModelFailure,
+    PostFailure,
+    PreFailure,
+    ProviderSpec,
+    Scenario,
+    expected_journal,
+    expected_prompt,
+    scenarios,
+)
+
+pytestmark = pytest.mark.anyio
+
+ANSWER = AgentResponse((ChatMessage.assistant("answer"),))
+
+
+class JournalModel:
+    """A chat client that journals its call and ends the way the scenario says."""
+
+    def __init__(self, scenario: Scenario, journal: list[tuple[Any, ...]]) -> None:
+        self.scenario = scenario
+        self.journal = journal
+        self.error = ModelFailure("model down")
+        self.scope: anyio.CancelScope | None = None
+        self.seen: tuple[tuple[ChatMessage, ...], tuple[str, ...]] | None = None
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse:
+        self.journal.append(("model",))
+        self.seen = (tuple(messages), tuple(t.name for t in options.tools))
+        if self.scenario.ending == "model_error":
+            raise self.error
+        if self.scenario.ending == "cancel":
+            assert self.scope is not None
+            self.scope.cancel()
+            await anyio.sleep(5)
+        return ANSWER
+
+
+def outcome_kind(response: AgentResponse | None, error: BaseException | None) -> str:
+    if error is None:
+        assert response is not None
+        return "response"
+    assert response is None
+    if isinstance(error, anyio.get_cancelled_exc_class()):
+        return "cancel"
+    if isinstance(error, ProviderError) and isinstance(error.__cause__, PreFailure):
+        return "pre_error"
+    if isinstance(error, ModelFailure):
+        return "model_error"
+    return f"unexpected {error!r}"
+
+
+async def run_scenario(
+    scenario: Scenario,
+) -> tuple[list[tuple[Any, ...]], JournalModel, AgentResponse | None, BaseException | None, bool]:
+    journal: list[tuple[Any, ...]] = []
+    model = JournalModel(scenario, journal)
+    agent = Agent(
+        model,
+        instructions=scenario.agent_instructions,
+        stack=[JournalingProvider(spec, journal) for spec in scenario.providers],
+    )
+    response: AgentResponse | None = None
+    raised: BaseException | None = None
+    with anyio.CancelScope() as scope:
+        model.scope = scope
+        try:
+            response = await agent.run(scenario.request)
+        except BaseException as exc:
+            raised = exc
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+    return journal, model, response, raised, scope.cancelled_caught
+
+
+@settings(max_examples=120, deadline=None)
+@given(scenarios())
+async def test_the_journal_matches_the_model(scenario: Scenario) -> None:
+    journal, model, response, raised, cancelled = await run_scenario(scenario)
+
+    # Pre stages in registration order, post stages in reverse, exactly once each.
+    simplified = [
+        entry if entry[0] != "post" else ("post", entry[1], outcome_kind(entry[2], entry[3]))
+        for entry in journal
+    ]
+    assert simplified == expected_journal(scenario)
+
+    # Every post stage saw the same outcome object: the run's response or its error.
+    outcomes = {id(e[2]) if e[3] is None else id(e[3]) for e in journal if e[0] == "post"}
+    assert len(outcomes) <= 1
+
+    # The model saw the merged prompt.
+    if scenario.failing_pre is None:
+        assert model.seen == expected_prompt(scenario)
+
+    post_failures = [spec for spec in scenario.entered if spec.fail_post]
+    k = scenario.failing_pre
+    if k is not None:
+        assert isinstance(raised, ProviderError)
+        assert (raised.provider, raised.stage) == (f"p{k}", "on_invoking")
+        assert isinstance(raised.__cause__, PreFailure)
+    elif scenario.ending == "model_error":
+        assert raised is model.error
+    elif scenario.ending == "cancel":
+        assert cancelled
+        assert isinstance(raised, anyio.get_cancelled_exc_class())
+    elif post_failures:
+        # On success the innermost post failure is raised, the others are notes.
+        assert isinstance(raised, ProviderError)
+        assert (raised.provider, raised.stage) == (post_failures[-1].name, "on_invoked")
+        assert isinstance(raised.__cause__, PostFailure)
+        notes = getattr(raised, "__notes__", [])
+        assert len(notes) == len(post_failures) - 1
+        for spec, note in zip(reversed(post_failures[:-1]), notes, strict=True):
+            assert spec.name in note
+    else:
+        assert raised is None
+        assert response is not None
+        assert response.text == "answer"
+
+    if raised is not None and not (scenario.ending == "ok" and k is None):
+        # A failed run re-raises the original error, post failures attached as notes.
+        notes = getattr(raised, "__notes__", [])
+        assert len(notes) == len(post_failures)
+        for spec, note in zip(reversed(post_failures), notes, strict=True):
+            assert f"{spec.name}.on_invoked" in note
+
+
+class Recorder(ContextProvider):
+    """Records its post stage; optionally sleeps in it."""
+
+    def __init__(self, name: str, log: list[tuple[str, str]], *, post_sleep: float = 0.0) -> None:
+        self.name = name
+        self.log = log
+        self.post_sleep = post_sleep
+
+    async def on_invoked(
+        self,
+        agent: Any,
+        session: Any,
+        request_messages: Sequence[ChatMessage],
+        response: AgentResponse | None,
+        error: BaseException | None,
+    ) -> None:
+        if self.post_sleep:
+            await anyio.sleep(self.post_sleep)
+        kind = "response" if error is None else type(error).__name__
+        self.log.append((self.name, kind))
+
+
+def cancelling_model(scope_box: list[anyio.CancelScope]) -> ScriptedChatClient:
+    async def answer(messages: Sequence[ChatMessage], options: ChatOptions) -> str:
+        scope_box[0].cancel()
+        await anyio.sleep(5)
+        return "unreachable"
+
+    return ScriptedChatClient([answer])
+
+
+async def test_post_stages_of_a_cancelled_run_run_shielded() -> None:
+    log: list[tuple[str, str]] = []
+    box: list[anyio.CancelScope] = []
+    agent = Agent(
+        cancelling_model(box),
+        stack=[Recorder("outer", log, post_sleep=0.01), Recorder("inner", log, post_sleep=0.01)],
+    )
+    with anyio.CancelScope() as scope:
+        box.append(scope)
+        await agent.run("hi")
+    assert scope.cancelled_caught
+    cancelled = anyio.get_cancelled_exc_class().__name__
+    # Both post stages awaited a checkpoint while cancelled, and both finished.
+    assert log == [("inner", cancelled), ("outer", cancelled)]
+
+
+async def test_a_hung_post_stage_of_a_cancelled_run_is_bounded_by_post_timeout() -> None:
+    log: list[tuple[str, str]] = []
+    box: list[anyio.CancelScope] = []
+    agent = Agent(
+        cancelling_model(box),
+        stack=[Recorder("outer", log), Recorder("hung", log, post_sleep=60)],
+        post_timeout=0.05,
+    )
+    notes: list[str] = []
+    with anyio.CancelScope() as scope:
+        box.append(scope)
+        try:
+            await agent.run("hi")
+        except anyio.get_cancelled_exc_class() as exc:
+            notes = list(getattr(exc, "__notes__", []))
+            raise
+    assert scope.cancelled_caught
+    assert log == [("outer", anyio.get_cancelled_exc_class().__name__)]
+    assert len(notes) == 1
+    assert "hung.on_invoked" in notes[0]
+    assert "post_timeout=0.05" in notes[0]
+    assert "TimeoutError" in notes[0]
+
+
+async def test_a_hung_post_stage_alone_is_a_timeout_provider_error() -> None:
+    """The ProviderError itself carries TimeoutError as its cause."""
+    from raf.providers import _post_failures
+
+    log: list[tuple[str, str]] = []
+    box: list[anyio.CancelScope] = []
+    captured: list[ProviderError] = []
+    agent = Agent(
+        cancelling_model(box), stack=[Recorder("hung", log, post_sleep=60)], post_timeout=0.02
+    )
+
+    class Spy:
+        async def __call__(self, request: Any, call_next: Any) -> AgentResponse:
+            try:
+                return await call_next(request)  # type: ignore[no-any-return]
+            finally:
+                failures = _post_failures.get()
+                assert failures is not None
+                captured.extend(failures)
+
+    agent = Agent(agent.chat_client, stack=[Spy(), *agent.stack], post_timeout=0.02)
+    with anyio.CancelScope() as scope:
+        box.append(scope)
+        await agent.run("hi")
+    assert len(captured) == 1
+    assert captured[0].stage == "on_invoked"
+    assert isinstance(captured[0].__cause__, TimeoutError)
+
+
+async def test_a_cancellation_during_a_post_stage_shields_the_remaining_ones() -> None:
+    log: list[tuple[str, str]] = []
+    box: list[anyio.CancelScope] = []
+
+    class CancelsInPost(ContextProvider):
+        async def on_invoked(self, *args: Any) -> None:
+            log.append(("canceller", "start"))
+            box[0].cancel()
+            await anyio.sleep(5)
+
+    agent = Agent(
+        ScriptedChatClient(["fine"]),
+        stack=[Recorder("outer", log, post_sleep=0.01), CancelsInPost()],
+    )
+    with anyio.CancelScope() as scope:
+        box.append(scope)
+        await agent.run("hi")
+    assert scope.cancelled_caught
+    assert log == [("canceller", "start"), ("outer", anyio.get_cancelled_exc_class().__name__)]
+
+
+async def test_post_stages_of_a_live_run_obey_the_callers_deadline() -> None:
+    """No cancel scope on the fast path: the caller's own deadline reaches a post stage."""
+    log: list[tuple[str, str]] = []
+    agent = Agent(
+        ScriptedChatClient(["fine"]),
+        stack=[Recorder("outer", log), Recorder("slow", log, post_sleep=60)],
+    )
+    with anyio.move_on_after(0.05) as scope:
+        await agent.run("hi")
+    assert scope.cancelled_caught
+    assert log == [("outer", anyio.get_cancelled_exc_class().__name__)]
+
+
+class Fatal(BaseException):
+    """A BaseException that is not an Exception."""
+
+
+async def test_a_base_exception_is_never_wrapped_and_posts_still_run() -> None:
+    log: list[tuple[str, str]] = []
+    fatal = Fatal("stop")
+    agent = Agent(ScriptedChatClient([fatal]), stack=[Recorder("a", log), Recorder("b", log)])
+    with pytest.raises(Fatal) as info:
+        await agent.run("hi")
+    assert info.value is fatal
+    assert log == [("b", "Fatal"), ("a", "Fatal")]
+
+
+@pytest.mark.parametrize(
+    ("result", "field"),
+    [
+        (None, "result"),
+        ("text", "result"),
+        (ContextResult(instructions=3), "instructions"),  # type: ignore[arg-type]
+        (ContextResult(messages="hello"), "messages"),  # type: ignore[arg-type]
+        (ContextResult(messages=[ChatMessage.user("a"), "b"]), "messages[1]"),  # type: ignore[list-item]
+        (ContextResult(tools=[object()]), "tools[0]"),  # type: ignore[list-item]
+        (ContextResult(tools=None), "tools"),  # type: ignore[arg-type]
+        (ContextResult(replace_messages=1), "replace_messages"),  # type: ignore[arg-type]
+    ],
+)
+async def test_a_malformed_result_names_the_provider_and_the_field(
+    result: object, field: str
+) -> None:
+    log: list[tuple[str, str]] = []
+
+    class Broken(ContextProvider):
+        name = "broken"
+
+        async def on_invoking(self, *args: Any) -> Any:
+            return result
+
+        async def on_invoked(self, *args: Any) -> None:
+            log.append(("broken", "post"))
+
+    client = ScriptedChatClient(["never"])
+    agent = Agent(client, stack=[Recorder("outer", log), Broken()])
+    with pytest.raises(ProviderError) as info:
+        await agent.run("hi")
+    error = info.value
+    assert (error.provider, error.stage, error.field) == ("broken", "on_invoking", field)
+    assert field in str(error)
+    assert "broken" in str(error)
+    # Its pre stage did not return a usable result: no post stage for it; outer ones get the error.
+    assert log == [("outer", "ProviderError")]
+    assert client.requests == []
+
+
+async def test_a_provider_without_on_invoked_has_no_post_stage() -> None:
+    class PreOnly:
+        name = "pre-only"
+
+        async def on_invoking(self, *args: Any) -> ContextResult:
+            return ContextResult(instructions="from a duck")
+
+    client = ScriptedChatClient(["ok"])
+    response = await Agent(client, stack=[PreOnly()]).run("hi")
+    assert response.text == "ok"
+    assert client.requests[0].messages[0] == ChatMessage.system("from a duck")
+
+
+async def test_post_failure_does_not_change_what_outer_layers_see() -> None:
+    seen: list[tuple[str, str]] = []
+
+    class Outer(ContextProvider):
+        async def on_invoked(
+            self, agent: Any, session: Any, req: Any, response: Any, error: Any
+        ) -> None:
+            seen.append(("outer", response.text if response else repr(error)))
+
+    class Failing(ContextProvider):
+        async def on_invoked(self, *args: Any) -> None:
+            raise PostFailure("disk full")
+
+    agent = Agent(ScriptedChatClient(["fine"]), stack=[Outer(), Failing()])
+    with pytest.raises(ProviderError) as info:
+        await agent.run("hi")
+    assert seen == [("outer", "fine")]
+    assert (info.value.provider, info.value.stage) == ("Failing", "on_invoked")
+    assert isinstance(info.value.__cause__, PostFailure)
+
+
+@settings(max_examples=30, deadline=None)
+@given(scenarios(max_providers=3))
+async def test_an_agent_is_reusable_and_runs_are_independent(scenario: Scenario) -> None:
+    """Running the same scenario twice gives the same journal (no state leaks between runs)."""
+    first, *_ = await run_scenario(scenario)
+    second, *_ = await run_scenario(scenario)
+    simplify = [e[:2] for e in first]
+    assert simplify == [e[:2] for e in second]
+
+
+def test_provider_spec_is_hashable() -> None:
+    assert ProviderSpec("p", ContextResult()) == ProviderSpec("p", ContextResult())
