@@ -1,0 +1,52 @@
+"""Tracing reports every stage in the order it ran, with the provider's own name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from raf import Agent, ContextProvider, ContextResult, ProviderError, ScriptedChatClient
+from raf.tracing import StageEvent, trace_model, traced_stack
+
+pytestmark = pytest.mark.anyio
+
+
+class Named(ContextProvider):
+    kind = "test"
+
+    def __init__(self, name: str, *, fail: bool = False) -> None:
+        self.name = name
+        self.fail = fail
+
+    async def on_invoking(self, *args: Any) -> ContextResult:
+        if self.fail:
+            raise RuntimeError("boom")
+        return ContextResult(instructions=self.name)
+
+
+async def test_trace_lists_stages_in_run_order() -> None:
+    events: list[StageEvent] = []
+    stack = traced_stack([Named("a"), Named("b")], events.append)
+    agent = Agent(ScriptedChatClient(["ok"]), stack=stack, chat_stack=[trace_model(events.append)])
+    await agent.run("hi")
+    assert [(e.provider, e.stage, e.outcome) for e in events] == [
+        ("a", "on_invoking", "ok"),
+        ("b", "on_invoking", "ok"),
+        ("model", "complete", "ok"),
+        ("b", "on_invoked", "ok"),
+        ("a", "on_invoked", "ok"),
+    ]
+    assert all(e.duration_ms >= 0 for e in events)
+    assert str(events[0]).startswith("a [test] on_invoking ")
+
+
+async def test_a_traced_failure_still_names_the_real_provider() -> None:
+    events: list[StageEvent] = []
+    agent = Agent(
+        ScriptedChatClient([]), stack=traced_stack([Named("x", fail=True)], events.append)
+    )
+    with pytest.raises(ProviderError) as info:
+        await agent.run("hi")
+    assert info.value.provider == "x"
+    assert [(e.provider, e.outcome) for e in events] == [("x", "raised RuntimeError")]
