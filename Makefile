@@ -21,7 +21,7 @@ demo: $(VENV)/.base
 test: $(VENV)/.test
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(PY) -m mypy
-	$(PY) -m ruff check raf tests benchmarks examples
+	$(PY) -m ruff check .
 
 bench: $(VENV)/.base
 	$(PY) benchmarks/bench_pipeline.py
