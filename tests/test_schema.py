@@ -148,7 +148,7 @@ def test_star_args_and_positional_only_are_type_errors(signature: str) -> None:
 
 
 def test_non_json_default_is_a_type_error() -> None:
-    def f(x: int = object()) -> None: ...  # type: ignore[assignment]  # noqa: B008
+    def f(x: int = object()) -> None: ...  # type: ignore[assignment]
 
     with pytest.raises(TypeError, match=r"default of 'x' is not JSON"):
         schema_for_function(f)

@@ -7,6 +7,7 @@ import threading
 from typing import Annotated, Literal
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from raf import FunctionTool, Tool, tool
@@ -33,7 +34,7 @@ def add(a: int, b: int = 1) -> int:
 @tool
 async def fetch(url: str, retries: int = 0) -> str:
     """Fetch a page."""
-    await anyio.sleep(0)
+    await anyio.lowlevel.checkpoint()
     return f"{url} after {retries} retries"
 
 
