@@ -345,3 +345,24 @@ def test_integer_accepts_exactly_the_integral_floats(number: float) -> None:
     else:
         with pytest.raises(SchemaError):
             check_arguments({"type": "integer"}, number)
+
+
+@pytest.mark.parametrize(
+    ("schema", "value"),
+    [
+        (schema_for_type(Level), True),  # true is not 1 in JSON
+        (schema_for_type(Literal[0, "a"]), False),
+        ({"const": 1}, True),
+        ({"enum": [[1, 0]]}, [True, False]),
+        ({"enum": [True]}, 1),
+    ],
+)
+def test_enum_and_const_tell_booleans_from_numbers(schema: dict[str, Any], value: Any) -> None:
+    with pytest.raises(SchemaError):
+        check_arguments(schema, value)
+
+
+def test_enum_and_const_compare_numbers_by_value() -> None:
+    check_arguments(schema_for_type(Level), 1.0)
+    check_arguments({"const": 2.0}, 2)
+    check_arguments({"enum": [{"a": [1, "x"]}]}, {"a": [1, "x"]})
