@@ -6,6 +6,8 @@ import json
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raf import (
     Agent,
@@ -232,3 +234,28 @@ async def test_the_default_is_ten_model_calls() -> None:
     with pytest.raises(ToolLoopError):
         await Agent(client, tools=[add]).run("go")
     assert len(client.requests) == 10
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda n: st.permutations(range(n))))
+async def test_results_come_back_in_call_order_whatever_order_tools_finish(
+    finish_order: list[int],
+) -> None:
+    done = [anyio.Event() for _ in finish_order]
+
+    @tool
+    async def step(i: int) -> str:
+        """Finishes in its place of finish_order."""
+        place = finish_order.index(i)
+        if place:
+            await done[place - 1].wait()
+        done[place].set()
+        return f"result {i}"
+
+    calls = [ToolCall(f"c{i}", "step", json.dumps({"i": i})) for i in range(len(finish_order))]
+    client = ScriptedChatClient([turn(*calls), "done"])
+    with anyio.fail_after(5):
+        response = await Agent(client, tools=[step]).run("go")
+    results = [m for m in response.messages if m.role == "tool"]
+    assert [m.tool_call_id for m in results] == [c.id for c in calls]
+    assert [m.content for m in results] == [f"result {i}" for i in range(len(calls))]
