@@ -215,3 +215,16 @@ async def test_in_thread_is_refused_for_async_functions() -> None:
         @tool(in_thread=True)
         async def fetch_page(url: str) -> str:
             return url
+
+
+async def test_unresolvable_hints_name_the_tool() -> None:
+    # under `from __future__ import annotations` (as in this module) hints are
+    # strings, and a class defined inside a function cannot be found again
+    class Local(enum.Enum):
+        A = "a"
+
+    with pytest.raises(TypeError, match=r"tool pick_local: cannot resolve .*'Local'"):
+
+        @tool
+        def pick_local(mode: Local) -> str:
+            return str(mode)
