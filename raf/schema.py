@@ -38,7 +38,14 @@ def schema_for_function(fn: Callable[..., Any]) -> tuple[JsonSchema, dict[str, s
     ``TypeError`` naming the function and the parameter.
     """
     signature = inspect.signature(fn)
-    hints = typing.get_type_hints(fn, include_extras=True)
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except NameError as exc:
+        raise TypeError(
+            f"tool {fn.__name__}: cannot resolve its type hints ({exc}); the types must be "
+            "importable from the function's module (under `from __future__ import "
+            "annotations`, a class defined inside a function is not)"
+        ) from exc
     documented = _docstring_args(inspect.getdoc(fn) or "")
     properties: dict[str, JsonSchema] = {}
     required: list[str] = []
