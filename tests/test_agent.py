@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from raf import (
@@ -421,8 +422,6 @@ async def test_run_middleware_calling_twice_runs_inner_providers_twice() -> None
 
 
 async def test_run_middleware_can_change_the_invocation() -> None:
-    import attrs
-
     async def force_model(request: Invocation, call_next: Any) -> AgentResponse:
         options = attrs.evolve(request.options, model="forced")
         return await call_next(attrs.evolve(request, options=options))  # type: ignore[no-any-return]
