@@ -38,7 +38,14 @@ def schema_for_function(fn: Callable[..., Any]) -> tuple[JsonSchema, dict[str, s
     ``TypeError`` naming the function and the parameter.
     """
     signature = inspect.signature(fn)
-    hints = typing.get_type_hints(fn, include_extras=True)
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except NameError as exc:
+        raise TypeError(
+            f"tool {fn.__name__}: cannot resolve its type hints ({exc}); the types must be "
+            "importable from the function's module (under `from __future__ import "
+            "annotations`, a class defined inside a function is not)"
+        ) from exc
     documented = _docstring_args(inspect.getdoc(fn) or "")
     properties: dict[str, JsonSchema] = {}
     required: list[str] = []
@@ -192,9 +199,9 @@ def check_arguments(schema: Mapping[str, Any], value: Any, path: str = "$") -> N
         names = [expected] if isinstance(expected, str) else list(expected)
         if not any(_JSON_TYPES.get(name, lambda v: True)(value) for name in names):
             raise SchemaError(path, f"expected {' or '.join(names)}, got {_json_type(value)}")
-    if "enum" in schema and value not in schema["enum"]:
+    if "enum" in schema and not any(_same_json(value, option) for option in schema["enum"]):
         raise SchemaError(path, f"expected one of {schema['enum']!r}, got {value!r}")
-    if "const" in schema and value != schema["const"]:
+    if "const" in schema and not _same_json(value, schema["const"]):
         raise SchemaError(path, f"expected {schema['const']!r}, got {value!r}")
     for keyword in ("anyOf", "oneOf"):
         if keyword in schema:
@@ -223,6 +230,17 @@ def check_arguments(schema: Mapping[str, Any], value: Any, path: str = "$") -> N
             raise SchemaError(path, f"{value} is less than the minimum {schema['minimum']}")
         if "maximum" in schema and value > schema["maximum"]:
             raise SchemaError(path, f"{value} is more than the maximum {schema['maximum']}")
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality: like ``==``, except that ``true`` is not ``1`` nor ``false`` ``0``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(map(_same_json, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[key], b[key]) for key in a)
+    return bool(a == b)
 
 
 def _check_object(schema: Mapping[str, Any], value: dict[str, Any], path: str) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import enum
 import inspect
+import types
 import typing
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, Protocol, get_args, get_origin, overload, runtime_checkable
 
 import anyio.to_thread
@@ -47,14 +49,14 @@ class FunctionTool:
     description: str
     parameters: Mapping[str, Any]
     in_thread: bool = False
-    _enums: Mapping[str, type[enum.Enum]] = attrs.field(factory=dict, repr=False)
+    _converters: Mapping[str, Callable[[Any], Any]] = attrs.field(factory=dict, repr=False)
 
     async def invoke(self, arguments: Mapping[str, Any]) -> Any:
         """Call the function with ``arguments`` as keyword arguments."""
         kwargs = dict(arguments)
-        for name, enum_type in self._enums.items():
+        for name, convert in self._converters.items():
             if name in kwargs and kwargs[name] is not None:
-                kwargs[name] = enum_type(kwargs[name])
+                kwargs[name] = convert(kwargs[name])
         if self.in_thread:
             return await anyio.to_thread.run_sync(lambda: self.fn(**kwargs))
         result = self.fn(**kwargs)
@@ -101,6 +103,11 @@ def tool(
     def make(function: Callable[..., Any]) -> FunctionTool:
         if not callable(function):
             raise TypeError(f"@tool needs a function, got {function!r}")
+        if in_thread and inspect.iscoroutinefunction(function):
+            raise TypeError(
+                f"@tool(in_thread=True) is for blocking sync functions; "
+                f"{function.__name__} is async and runs on the event loop already"
+            )
         parameters, _ = schema_for_function(function)
         text = description if description is not None else description_from_docstring(function)
         return FunctionTool(
@@ -109,17 +116,53 @@ def tool(
             text,
             parameters,
             in_thread,
-            _enum_parameters(function),
+            _enum_converters(function),
         )
 
     return make if fn is None else make(fn)
 
 
-def _enum_parameters(fn: Callable[..., Any]) -> dict[str, type[enum.Enum]]:
-    found: dict[str, type[enum.Enum]] = {}
+def _enum_converters(fn: Callable[..., Any]) -> dict[str, Callable[[Any], Any]]:
+    """For each parameter whose hint holds an enum, how to turn JSON into members."""
+    found: dict[str, Callable[[Any], Any]] = {}
     for name, hint in typing.get_type_hints(fn).items():
-        candidates = get_args(hint) if get_origin(hint) is not None else (hint,)
-        for candidate in candidates:
-            if isinstance(candidate, type) and issubclass(candidate, enum.Enum):
-                found[name] = candidate
+        convert = _enum_converter(hint)
+        if convert is not None and name != "return":
+            found[name] = convert
     return found
+
+
+def _enum_converter(hint: Any) -> Callable[[Any], Any] | None:
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [c for c in map(_enum_converter, args) if c is not None]
+        return partial(_first_fit, options) if options else None
+    if origin in (dict, Mapping) and len(args) == 2:
+        value = _enum_converter(args[1])
+        return None if value is None else partial(_convert_values, value)
+    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        return None  # fixed-length tuples of enums are too rare to be worth a converter
+    if origin is not None and args and origin not in (dict, Mapping, typing.Literal):
+        # list[E], set[E], tuple[E, ...]: the model sends a JSON array of values
+        item = _enum_converter(args[0])
+        return None if item is None else partial(_convert_items, item)
+    return None
+
+
+def _first_fit(options: list[Callable[[Any], Any]], value: Any) -> Any:
+    for convert in options:
+        try:
+            return convert(value)
+        except (ValueError, TypeError):
+            continue
+    return value  # another member of the union (None, int, ...): leave it as sent
+
+
+def _convert_items(convert: Callable[[Any], Any], value: Any) -> Any:
+    return [None if item is None else convert(item) for item in value]
+
+
+def _convert_values(convert: Callable[[Any], Any], value: Any) -> Any:
+    return {key: None if item is None else convert(item) for key, item in value.items()}

@@ -1,0 +1,97 @@
+"""InMemorySession: history, snapshots, ids and request hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from raf import ChatMessage, InMemorySession, Messages, Session
+from raf.sessions import request_hash
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_new_session_is_empty() -> None:
+    session = InMemorySession()
+    history = await session.get_messages()
+    assert history == ()
+    assert type(history) is Messages
+    assert session.request_hashes == {}
+
+
+async def test_add_then_get_keeps_order_across_calls() -> None:
+    session = InMemorySession()
+    first = [ChatMessage.user("a"), ChatMessage.assistant("b")]
+    await session.add_messages(first)
+    await session.add_messages((ChatMessage.user("c"),))
+    history = await session.get_messages()
+    assert [m.content for m in history] == ["a", "b", "c"]
+    assert type(history) is Messages
+
+
+async def test_add_accepts_a_generator_and_messages() -> None:
+    session = InMemorySession()
+    await session.add_messages(ChatMessage.user(str(i)) for i in range(2))
+    await session.add_messages(Messages([ChatMessage.user("2")]))
+    assert [m.content for m in await session.get_messages()] == ["0", "1", "2"]
+
+
+async def test_a_bad_item_rejects_the_whole_call() -> None:
+    session = InMemorySession()
+    await session.add_messages([ChatMessage.user("kept")])
+    with pytest.raises(TypeError, match=r"Messages\[1\] must be a ChatMessage, got str"):
+        await session.add_messages([ChatMessage.user("lost?"), "not a message"])  # type: ignore[list-item]
+    assert [m.content for m in await session.get_messages()] == ["kept"]
+
+
+async def test_snapshot_is_shared_until_the_next_add() -> None:
+    session = InMemorySession()
+    await session.add_messages([ChatMessage.user("a")])
+    first = await session.get_messages()
+    assert await session.get_messages() is first
+    await session.add_messages([])  # adding nothing changes nothing
+    assert await session.get_messages() is first
+    await session.add_messages([ChatMessage.user("b")])
+    second = await session.get_messages()
+    assert second is not first
+    assert len(first) == 1  # the old snapshot is immutable, not a view
+    assert len(second) == 2
+    assert await session.get_messages() is second
+
+
+async def test_ids() -> None:
+    assert InMemorySession("s1").id == "s1"
+    one, two = InMemorySession(), InMemorySession()
+    assert one.id != two.id
+    assert len(one.id) == 32
+    int(one.id, 16)  # a uuid4 hex
+    assert "s1" in repr(InMemorySession("s1"))
+
+
+async def test_is_a_session() -> None:
+    assert isinstance(InMemorySession(), Session)
+
+
+async def test_touch_request_hash_records_and_returns_the_digest() -> None:
+    session = InMemorySession()
+    messages = [ChatMessage.user("hi"), ChatMessage.assistant("hello")]
+    digest = await session.touch_request_hash(messages)
+    canonical = json.dumps(
+        [{"content": "hi", "role": "user"}, {"content": "hello", "role": "assistant"}],
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    assert digest == hashlib.sha256(canonical.encode()).hexdigest()
+    assert digest == request_hash(messages)
+    assert list(session.request_hashes) == [digest]
+    assert isinstance(session.request_hashes[digest], float)
+    # the same request again is recognised, not recorded twice
+    assert await session.touch_request_hash(tuple(messages)) == digest
+    assert list(session.request_hashes) == [digest]
+    other = await session.touch_request_hash([ChatMessage.user("bye")])
+    assert other != digest
+    assert set(session.request_hashes) == {digest, other}
+    # touching a hash does not add history
+    assert await session.get_messages() == ()
