@@ -17,7 +17,7 @@ from raf.middleware import LoggingMiddleware, RetryMiddleware
 from raf.options import AgentRunOptions, ChatOptions
 from raf.pipeline import ChatRequest, Complete, Middleware, compose
 from raf.providers import ContextProvider
-from raf.sessions import InMemorySession, Session
+from raf.sessions import InMemorySession, Session, SqliteSessionStore
 from raf.tools import FunctionTool, Tool, tool
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "RetryMiddleware",
     "ScriptedChatClient",
     "Session",
+    "SqliteSessionStore",
     "Tool",
     "ToolArgumentsError",
     "ToolCall",
