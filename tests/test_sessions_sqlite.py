@@ -36,7 +36,8 @@ def raw_db(path: Path) -> Iterator[sqlite3.Connection]:
         with db:
             yield db
     finally:
-    
+        db.close()
+
 
 def texts(messages: object) -> list[str | None]:
     return [m.content for m in messages]  # type: ignore[attr-defined]
@@ -136,7 +137,7 @@ async def test_foreign_database_is_refused_and_left_alone(db_path: Path) -> None
         db.execute("INSERT INTO users VALUES ('ann')")
     before = db_path.read_bytes()
     async with SqliteSessionStore(db_path) as store:
-        with pytest.raises(SessionStoreError, match=r"sessions\.db.*not a raf session store.*users"):
+        with pytest.raises(SessionStoreError, match=r"sessions\.db.*not a raf session.*users"):
             await store.get("s")
     assert db_path.read_bytes() == before
 
