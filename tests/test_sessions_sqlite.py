@@ -123,23 +123,23 @@ async def test_history_is_loaded_incrementally(store: SqliteSessionStore, db_pat
 
 async def test_corrupt_file_is_a_clear_error_and_left_alone(db_path: Path) -> None:
     garbage = b"this is not a database, just some bytes " * 200
-    db_path.write_bytes(garbage)
+    await anyio.Path(db_path).write_bytes(garbage)
     store = SqliteSessionStore(db_path)
     with pytest.raises(SessionStoreError, match=r"sessions\.db.*not a usable SQLite database"):
         await store.get("s")
     await store.aclose()
-    assert db_path.read_bytes() == garbage
+    assert await anyio.Path(db_path).read_bytes() == garbage
 
 
 async def test_foreign_database_is_refused_and_left_alone(db_path: Path) -> None:
     with raw_db(db_path) as db:
         db.execute("CREATE TABLE users (name TEXT)")
         db.execute("INSERT INTO users VALUES ('ann')")
-    before = db_path.read_bytes()
+    before = await anyio.Path(db_path).read_bytes()
     async with SqliteSessionStore(db_path) as store:
         with pytest.raises(SessionStoreError, match=r"sessions\.db.*not a raf session.*users"):
             await store.get("s")
-    assert db_path.read_bytes() == before
+    assert await anyio.Path(db_path).read_bytes() == before
 
 
 async def test_unknown_schema_version_is_refused(db_path: Path) -> None:
@@ -148,7 +148,7 @@ async def test_unknown_schema_version_is_refused(db_path: Path) -> None:
     with raw_db(db_path) as db:
         db.execute("UPDATE raf_meta SET value = 'raf.sessions/99' WHERE key = 'schema'")
     async with SqliteSessionStore(db_path) as store:
-        with pytest.raises(SessionStoreError, match="raf.sessions/99"):
+        with pytest.raises(SessionStoreError, match=r"raf\.sessions/99"):
             await store.get("s")
 
 
