@@ -160,7 +160,8 @@ class SqliteSession:
         self._id = id
         self._history: list[ChatMessage] = []
         self._last_seq = 0
-        self._snapshot: Messages = trusted_messages(())
+        # Built on the next read, so several appends between reads copy the history once.
+        self._snapshot: Messages | None = trusted_messages(())
 
     @property
     def id(self) -> str:
@@ -216,6 +217,8 @@ class SqliteSession:
         if rows:
             self._history.extend([self._decode(seq, text) for seq, text in rows])
             self._last_seq = rows[-1][0]
+            self._snapshot = None
+        if self._snapshot is None:
             self._snapshot = trusted_messages(self._history)
         return self._snapshot
 
@@ -236,7 +239,7 @@ class SqliteSession:
             # Nobody else appended since our last read: extend the cache without reading back.
             self._history.extend(messages)
             self._last_seq = last
-            self._snapshot = trusted_messages(self._history)
+            self._snapshot = None
 
     def _decode(self, seq: int, text: str) -> ChatMessage:
         try:
