@@ -86,18 +86,18 @@ class SqliteSessionStore:
             raise ValueError(f"session id must be a non-empty str, got {session_id!r}")
         session = self._sessions.get(session_id)
         if session is None:
-            await self.run(lambda db: _create_session(db, session_id))
+            await self.with_connection(lambda db: _create_session(db, session_id))
             session = self._sessions.setdefault(session_id, SqliteSession(self, session_id))
         return session
 
     async def session_ids(self) -> list[str]:
         """The ids of every stored session, oldest first."""
-        rows = await self.run(
+        rows = await self.with_connection(
             lambda db: db.execute("SELECT id FROM raf_sessions ORDER BY created_at, id").fetchall()
         )
         return [row[0] for row in rows]
 
-    async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def with_connection(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work(connection)`` in a worker thread, holding the store's lock.
 
         Sessions use it for every database call; it opens the file on first use.
@@ -175,13 +175,13 @@ class SqliteSession:
 
     async def get_messages(self) -> Messages:
         """The history, oldest first."""
-        return await self._store.run(self._refresh)
+        return await self._store.with_connection(self._refresh)
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages`` in one transaction; a bad item rejects the whole call."""
         new = messages if type(messages) is Messages else Messages(messages)
         if new:
-            await self._store.run(lambda db: self._append(db, new))
+            await self._store.with_connection(lambda db: self._append(db, new))
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> str:
         """Record the request messages' hash with the time, and return it."""
@@ -196,12 +196,12 @@ class SqliteSession:
                     (self._id, digest, seen_at),
                 )
 
-        await self._store.run(touch)
+        await self._store.with_connection(touch)
         return digest
 
     async def request_hashes(self) -> dict[str, float]:
         """Every request hash recorded on this session, with the time it was last seen."""
-        rows = await self._store.run(
+        rows = await self._store.with_connection(
             lambda db: db.execute(
                 "SELECT hash, seen_at FROM raf_request_hashes WHERE session_id = ?", (self._id,)
             ).fetchall()
