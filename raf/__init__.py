@@ -1,7 +1,7 @@
 """raf: the context pipeline of LLM agents, built as an ASGI-style onion."""
 
 from raf.agent import Agent, ChatClient
-from raf.clients import EchoChatClient, ScriptedChatClient
+from raf.clients import EchoChatClient, OpenAIChatClient, ScriptedChatClient
 from raf.context import EMPTY_RESULT, ContextResult, Invocation, merge
 from raf.errors import (
     AgentError,
@@ -13,10 +13,11 @@ from raf.errors import (
     ToolLoopError,
 )
 from raf.messages import AgentResponse, ChatMessage, Messages, ToolCall, Usage
+from raf.middleware import LoggingMiddleware, RetryMiddleware
 from raf.options import AgentRunOptions, ChatOptions
 from raf.pipeline import ChatRequest, Complete, Middleware, compose
 from raf.providers import ContextProvider
-from raf.sessions import InMemorySession, Session
+from raf.sessions import InMemorySession, Session, SqliteSessionStore
 from raf.tools import FunctionTool, Tool, tool
 
 __all__ = [
@@ -38,11 +39,15 @@ __all__ = [
     "FunctionTool",
     "InMemorySession",
     "Invocation",
+    "LoggingMiddleware",
     "Messages",
     "Middleware",
+    "OpenAIChatClient",
     "ProviderError",
+    "RetryMiddleware",
     "ScriptedChatClient",
     "Session",
+    "SqliteSessionStore",
     "Tool",
     "ToolArgumentsError",
     "ToolCall",

@@ -1,0 +1,104 @@
+"""LoggingMiddleware: a structlog start and end event, with timings, for each call."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import structlog
+
+from raf.context import Invocation
+from raf.messages import AgentResponse
+from raf.pipeline import ChatRequest
+
+__all__ = ["LoggingMiddleware"]
+
+
+class LoggingMiddleware:
+    """Log each run (in ``stack``) or each model call (in ``chat_stack``) with structlog.
+
+    Around a run it binds a ``run_id`` to structlog's context variables
+    (``structlog.contextvars``), so every event logged inside the run, by raf
+    or by your providers and tools, carries it; a model call inside a run
+    reuses the run's id, and binds a fresh one when there is none. It emits
+    ``run.start`` / ``run.end`` (or ``model.start`` / ``model.end``); the end
+    event carries ``duration_ms``, ``outcome`` (``"ok"``, ``"error"`` or
+    ``"cancelled"``), the error type on failure, the message and tool call
+    counts of the response and its token usage.
+
+    raf never configures structlog: the events go wherever your application
+    sends them (see ``docs/middleware.md``). ``logger`` replaces the default
+    ``structlog.get_logger("raf")``.
+
+    >>> from raf import Agent, EchoChatClient
+    >>> agent = Agent(EchoChatClient(), stack=[LoggingMiddleware()])
+    """
+
+    __slots__ = ("_logger",)
+
+    def __init__(self, *, logger: Any = None) -> None:
+        self._logger = logger
+
+    async def __call__(
+        self, request: Any, call_next: Callable[[Any], Awaitable[AgentResponse]]
+    ) -> AgentResponse:
+        """Run the rest of the stack between a start and an end event."""
+        log = self._logger if self._logger is not None else structlog.get_logger("raf")
+        if isinstance(request, ChatRequest):
+            level = "model"
+            fields: dict[str, Any] = {
+                "model": request.options.model,
+                "messages": len(request.messages),
+                "tools": len(request.options.tools),
+            }
+        elif isinstance(request, Invocation):
+            level = "run"
+            agent = request.agent
+            fields = {
+                "agent": agent.name if agent is not None else None,
+                "session_id": request.session.id,
+                "request_messages": len(request.request_messages),
+                "tools": len(request.tools) + (len(agent.tools) if agent is not None else 0),
+            }
+        else:
+            level = "call"
+            fields = {"request_type": type(request).__name__}
+        run_id = structlog.contextvars.get_contextvars().get("run_id") or uuid.uuid4().hex[:16]
+        with structlog.contextvars.bound_contextvars(run_id=run_id):
+            log.info(f"{level}.start", **fields)
+            started = time.perf_counter()
+            try:
+                response = await call_next(request)
+            except anyio.get_cancelled_exc_class():
+                log.warning(f"{level}.end", duration_ms=_since(started), outcome="cancelled")
+                raise
+            except BaseException as error:
+                log.error(
+                    f"{level}.end",
+                    duration_ms=_since(started),
+                    outcome="error",
+                    error_type=type(error).__name__,
+                    error=str(error),
+                )
+                raise
+            usage = response.usage
+            log.info(
+                f"{level}.end",
+                duration_ms=_since(started),
+                outcome="ok",
+                messages=len(response.messages),
+                tool_calls=len(response.tool_calls),
+                input_tokens=usage.input_tokens if usage is not None else None,
+                output_tokens=usage.output_tokens if usage is not None else None,
+            )
+            return response
+
+    def __repr__(self) -> str:
+        return "LoggingMiddleware()"
+
+
+def _since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

@@ -1,0 +1,130 @@
+"""RetryMiddleware: call the rest of the stack again when it fails with a retryable error."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import structlog
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from raf.errors import ChatClientError
+from raf.messages import AgentResponse
+from raf.pipeline import ChatRequest
+
+__all__ = ["RetryMiddleware"]
+
+_log = structlog.get_logger("raf")
+
+
+class RetryMiddleware:
+    """Retry the rest of the stack with exponential backoff and jitter (tenacity).
+
+    In ``Agent(chat_stack=[...])`` it retries single model calls: the tool
+    calls already made are not repeated. In ``Agent(stack=[...])`` it reruns
+    everything inside it, providers included. Set the chat client's own
+    retries off (``OpenAIChatClient(..., max_retries=0)``) so the two do not
+    multiply.
+
+    ``attempts`` counts calls, the first included. ``retry_on`` is a tuple of
+    exception types to retry; ``None`` retries a :class:`raf.ChatClientError`
+    whose ``retryable`` is true (rate limits, timeouts, connection and
+    server errors). The wait before retry *n* is
+    ``wait_initial * 2**(n-1)`` plus up to ``wait_initial`` of random jitter,
+    at most ``wait_max`` seconds. Each retry is logged (``"retry"`` event);
+    when the attempts run out, the last error is raised unchanged.
+    Cancellation, and any ``BaseException`` that is not an ``Exception``, is
+    never retried.
+
+    >>> from raf import Agent, EchoChatClient
+    >>> agent = Agent(EchoChatClient(), chat_stack=[RetryMiddleware(attempts=4)])
+    """
+
+    __slots__ = ("_retrying", "attempts", "retry_on", "wait_initial", "wait_max")
+
+    def __init__(
+        self,
+        *,
+        attempts: int = 3,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        wait_initial: float = 0.5,
+        wait_max: float = 8.0,
+    ) -> None:
+        if type(attempts) is not int or attempts < 1:
+            raise ValueError(f"RetryMiddleware: attempts must be an int >= 1, got {attempts!r}")
+        if retry_on is not None and (
+            not isinstance(retry_on, tuple)
+            or not all(isinstance(t, type) and issubclass(t, BaseException) for t in retry_on)
+        ):
+            raise TypeError(
+                f"RetryMiddleware: retry_on must be a tuple of exception types or None, "
+                f"got {retry_on!r}"
+            )
+        if not (wait_initial >= 0 and wait_max >= 0):
+            raise ValueError(
+                f"RetryMiddleware: waits must be >= 0, got wait_initial={wait_initial!r}, "
+                f"wait_max={wait_max!r}"
+            )
+        self.attempts = attempts
+        self.retry_on = retry_on
+        self.wait_initial = wait_initial
+        self.wait_max = wait_max
+        self._retrying = AsyncRetrying(
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential_jitter(
+                multiplier=wait_initial, max=wait_max, jitter=wait_initial
+            ),
+            retry=retry_if_exception(self.should_retry),
+            sleep=anyio.sleep,
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+
+    def should_retry(self, error: BaseException) -> bool:
+        """Whether ``error`` is worth another attempt."""
+        if not isinstance(error, Exception):
+            return False
+        if self.retry_on is None:
+            return isinstance(error, ChatClientError) and error.retryable
+        return isinstance(error, self.retry_on)
+
+    async def __call__(
+        self, request: Any, call_next: Callable[[Any], Awaitable[AgentResponse]]
+    ) -> AgentResponse:
+        """Call ``call_next(request)`` until it succeeds or the attempts run out."""
+        if self.attempts == 1:
+            return await call_next(request)
+
+        # tenacity awaits only what it sees as a coroutine function (call_next is a lambda).
+        async def attempt(request: Any) -> AgentResponse:
+            return await call_next(request)
+
+        # A copy per call: tenacity keeps per-run statistics on the object.
+        response: AgentResponse = await self._retrying.copy()(attempt, request)
+        return response
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        request = state.args[0] if state.args else None
+        _log.warning(
+            "retry",
+            level="model" if isinstance(request, ChatRequest) else "run",
+            attempt=state.attempt_number,
+            attempts=self.attempts,
+            wait_s=round(state.upcoming_sleep, 3),
+            error_type=type(error).__name__,
+            error=str(error),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryMiddleware(attempts={self.attempts}, retry_on={self.retry_on!r}, "
+            f"wait_initial={self.wait_initial}, wait_max={self.wait_max})"
+        )

@@ -1,0 +1,171 @@
+"""A scripted HTTP server on 127.0.0.1 that speaks the OpenAI chat completions protocol.
+
+Tests queue replies with :meth:`OpenAIServer.reply` (or the helpers) and read
+what the real SDK sent from :attr:`OpenAIServer.requests`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class Reply:
+    """One scripted answer: a status and JSON body, or a dropped connection, maybe late."""
+
+    status: int = 200
+    body: Any = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    delay: float = 0.0
+    drop: bool = False
+
+
+@attrs.frozen
+class Received:
+    """One request the server got."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: Any
+
+
+def completion(
+    content: str | None = "ok",
+    *,
+    tool_calls: Iterable[tuple[str, str, str]] = (),
+    usage: tuple[int, int] | None = (5, 2),
+    model: str = "test-model",
+    refusal: str | None = None,
+) -> dict[str, Any]:
+    """A chat.completion body; ``tool_calls`` are ``(id, name, arguments)`` triples."""
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+    calls = [
+        {"id": id_, "type": "function", "function": {"name": name, "arguments": arguments}}
+        for id_, name, arguments in tool_calls
+    ]
+    if calls:
+        message["tool_calls"] = calls
+    body: dict[str, Any] = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if calls else "stop",
+                "logprobs": None,
+            }
+        ],
+    }
+    if usage is not None:
+        body["usage"] = {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": sum(usage),
+        }
+    return body
+
+
+def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    """An OpenAI error body."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+class OpenAIServer:
+    """A ThreadingHTTPServer in a background thread that plays scripted replies.
+
+    With no reply queued it answers 500, so a test that forgot one fails loudly.
+    Retryable error replies carry ``retry-after-ms: 1`` so the SDK's own
+    retries wait a millisecond instead of half a second.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[Received] = []
+        self._replies: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        """The ``/v1`` URL of the server."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def reply(self, *replies: Reply) -> None:
+        """Queue replies, answered in order."""
+        with self._lock:
+            self._replies.extend(replies)
+
+    def answer(self, body: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        """Queue one 200 reply: ``body``, or ``completion(**kwargs)``."""
+        self.reply(Reply(200, dict(body) if body is not None else completion(**kwargs)))
+
+    def fail(self, status: int, message: str = "scripted failure", **kwargs: Any) -> None:
+        """Queue one error reply with an OpenAI error body."""
+        headers = {"retry-after-ms": "1"} if status in (408, 409, 429) or status >= 500 else {}
+        self.reply(Reply(status, error_body(message), headers=headers, **kwargs))
+
+    def close(self) -> None:
+        """Stop serving and release the port (also wakes delayed handlers)."""
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+    def _next_reply(self) -> Reply:
+        with self._lock:
+            if self._replies:
+                return self._replies.popleft()
+        return Reply(500, error_body("no scripted reply left", "server_error"))
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                raw = self.rfile.read(length)
+                body = json.loads(raw) if raw else None
+                headers = {key.lower(): value for key, value in self.headers.items()}
+                with server._lock:
+                    server.requests.append(Received("POST", self.path, headers, body))
+                reply = server._next_reply()
+                if reply.delay and server._stopping.wait(reply.delay):
+                    return
+                if reply.drop:
+                    # No status line at all: the client sees the connection end.
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                data = json.dumps(reply.body).encode()
+                self.send_response(reply.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for key, value in reply.headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler

@@ -1,0 +1,179 @@
+"""RetryMiddleware: which errors are retried, how often, how long it waits, and where."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from raf import (
+    Agent,
+    AgentResponse,
+    ChatMessage,
+    ChatOptions,
+    ContextProvider,
+    ContextResult,
+    RetryMiddleware,
+    ScriptedChatClient,
+    ToolCall,
+    tool,
+)
+from raf.errors import BadRequestError, ChatConnectionError, RateLimitError, ServerError
+
+pytestmark = pytest.mark.anyio
+
+FAST = {"wait_initial": 0.0}
+
+
+def retries(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [entry for entry in logs if entry["event"] == "retry"]
+
+
+async def test_retryable_errors_are_retried_in_the_chat_stack() -> None:
+    model = ScriptedChatClient([RateLimitError("slow down"), ServerError("oops"), "finally"])
+    agent = Agent(model, chat_stack=[RetryMiddleware(attempts=3, **FAST)])
+    with capture_logs() as logs:
+        response = await agent.run("hi")
+    assert response.text == "finally"
+    assert len(model.requests) == 3
+    logged = retries(logs)
+    assert [(e["attempt"], e["attempts"], e["level"]) for e in logged] == [
+        (1, 3, "model"),
+        (2, 3, "model"),
+    ]
+    assert [e["error_type"] for e in logged] == ["RateLimitError", "ServerError"]
+    assert all(e["log_level"] == "warning" for e in logged)
+
+
+async def test_a_non_retryable_error_is_raised_at_once() -> None:
+    error = BadRequestError("bad field", status_code=400)
+    model = ScriptedChatClient([error, "never"])
+    agent = Agent(model, chat_stack=[RetryMiddleware(**FAST)])
+    with capture_logs() as logs, pytest.raises(BadRequestError) as caught:
+        await agent.run("hi")
+    assert caught.value is error
+    assert len(model.requests) == 1
+    assert retries(logs) == []
+
+
+async def test_when_attempts_run_out_the_last_error_is_raised_unchanged() -> None:
+    errors = [ChatConnectionError(f"down {n}") for n in range(3)]
+    model = ScriptedChatClient(errors)
+    agent = Agent(model, chat_stack=[RetryMiddleware(attempts=3, **FAST)])
+    with pytest.raises(ChatConnectionError) as caught:
+        await agent.run("hi")
+    assert caught.value is errors[-1]
+    assert len(model.requests) == 3
+
+
+async def test_one_attempt_means_no_retry() -> None:
+    model = ScriptedChatClient([RateLimitError("x"), "unused"])
+    agent = Agent(model, chat_stack=[RetryMiddleware(attempts=1)])
+    with pytest.raises(RateLimitError):
+        await agent.run("hi")
+    assert len(model.requests) == 1
+
+
+async def test_retry_on_names_the_exception_types() -> None:
+    model = ScriptedChatClient([ValueError("flaky"), "ok"])
+    agent = Agent(model, chat_stack=[RetryMiddleware(retry_on=(ValueError,), **FAST)])
+    assert (await agent.run("hi")).text == "ok"
+    # With an explicit retry_on, even a retryable ChatClientError is not retried.
+    model = ScriptedChatClient([RateLimitError("x"), "ok"])
+    agent = Agent(model, chat_stack=[RetryMiddleware(retry_on=(ValueError,), **FAST)])
+    with pytest.raises(RateLimitError):
+        await agent.run("hi")
+
+
+async def test_cancellation_is_never_retried() -> None:
+    calls = 0
+
+    with anyio.CancelScope() as scope:
+
+        async def hang(messages: Sequence[ChatMessage], options: ChatOptions) -> str:
+            nonlocal calls
+            calls += 1
+            scope.cancel()
+            await anyio.sleep_forever()
+            return "unreachable"
+
+        retry = RetryMiddleware(retry_on=(BaseException,), **FAST)
+        agent = Agent(ScriptedChatClient([hang, hang, hang]), chat_stack=[retry])
+        await agent.run("hi")
+    assert scope.cancelled_caught
+    assert calls == 1
+
+
+async def test_in_the_chat_stack_tool_calls_are_not_repeated() -> None:
+    used: list[int] = []
+
+    @tool
+    def count() -> int:
+        """Count a call."""
+        used.append(1)
+        return len(used)
+
+    model = ScriptedChatClient(
+        [ScriptedChatClient.tool_turn(ToolCall("c1", "count")), RateLimitError("x"), "done"]
+    )
+    agent = Agent(model, tools=[count], chat_stack=[RetryMiddleware(**FAST)])
+    assert (await agent.run("go")).text == "done"
+    assert len(used) == 1
+    assert len(model.requests) == 3
+
+
+class Counting(ContextProvider):
+    def __init__(self) -> None:
+        self.pre = 0
+        self.errors: list[BaseException | None] = []
+
+    async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+        self.pre += 1
+        return ContextResult(instructions="counted")
+
+    async def on_invoked(
+        self,
+        agent: Any,
+        session: Any,
+        request_messages: Any,
+        response: AgentResponse | None,
+        error: BaseException | None,
+    ) -> None:
+        self.errors.append(error)
+
+
+async def test_in_the_run_stack_the_whole_inner_run_is_retried() -> None:
+    inner = Counting()
+    model = ScriptedChatClient([ServerError("boom"), "recovered"])
+    agent = Agent(model, stack=[RetryMiddleware(**FAST), inner])
+    with capture_logs() as logs:
+        assert (await agent.run("hi")).text == "recovered"
+    assert inner.pre == 2
+    assert [type(e).__name__ for e in inner.errors] == ["ServerError", "NoneType"]
+    assert [e["level"] for e in retries(logs)] == ["run"]
+
+
+async def test_waits_grow_exponentially_within_bounds() -> None:
+    model = ScriptedChatClient([RateLimitError(str(n)) for n in range(4)] + ["ok"])
+    retry = RetryMiddleware(attempts=5, wait_initial=0.001, wait_max=0.005)
+    with capture_logs() as logs:
+        await Agent(model, chat_stack=[retry]).run("hi")
+    waits = [e["wait_s"] for e in retries(logs)]
+    assert len(waits) == 4
+    for attempt, wait in enumerate(waits, start=1):
+        low = min(0.001 * 2 ** (attempt - 1), 0.005)
+        assert low - 1e-9 <= wait <= min(low + 0.001, 0.005) + 1e-9
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="attempts"):
+        RetryMiddleware(attempts=0)
+    with pytest.raises(TypeError, match="retry_on"):
+        RetryMiddleware(retry_on=ValueError)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="retry_on"):
+        RetryMiddleware(retry_on=("ValueError",))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="wait"):
+        RetryMiddleware(wait_initial=-1)

@@ -1,0 +1,180 @@
+"""SqliteSessionStore: what a durable store adds to the Session conformance suite."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from raf import ChatMessage, SqliteSessionStore
+from raf.errors import SessionStoreError
+from raf.sessions import request_hash
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "sessions.db"
+
+
+@pytest.fixture
+async def store(db_path: Path) -> AsyncIterator[SqliteSessionStore]:
+    async with SqliteSessionStore(db_path) as opened:
+        yield opened
+
+
+@contextmanager
+def raw_db(path: Path) -> Iterator[sqlite3.Connection]:
+    """A plain sqlite3 connection, committed and closed at the end."""
+    db = sqlite3.connect(path)
+    try:
+        with db:
+            yield db
+    finally:
+        db.close()
+
+
+def texts(messages: object) -> list[str | None]:
+    return [m.content for m in messages]  # type: ignore[attr-defined]
+
+
+async def test_file_is_created_in_wal_mode(store: SqliteSessionStore, db_path: Path) -> None:
+    await store.get("s")
+    with raw_db(db_path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_sessions_are_created_on_first_use_and_listed(
+    store: SqliteSessionStore, db_path: Path
+) -> None:
+    assert await store.session_ids() == []
+    first = await store.get("alice")
+    assert await store.get("alice") is first
+    await store.get("bob")
+    async with SqliteSessionStore(db_path) as again:
+        assert sorted(await again.session_ids()) == ["alice", "bob"]
+
+
+async def test_request_hashes_are_persisted_with_the_time(
+    store: SqliteSessionStore, db_path: Path
+) -> None:
+    session = await store.get("s")
+    request = [ChatMessage.user("hello")]
+    digest = await session.touch_request_hash(request)
+    assert digest == request_hash(request)
+    async with SqliteSessionStore(db_path) as again:
+        recorded = await (await again.get("s")).request_hashes()
+    assert list(recorded) == [digest]
+    first_seen = recorded[digest]
+    await session.touch_request_hash(request)
+    assert (await session.request_hashes())[digest] >= first_seen
+
+
+async def test_another_store_sees_appends_from_this_one(db_path: Path) -> None:
+    async with SqliteSessionStore(db_path) as one, SqliteSessionStore(db_path) as two:
+        mine = await one.get("shared")
+        theirs = await two.get("shared")
+        await mine.add_messages([ChatMessage.user("a")])
+        assert texts(await theirs.get_messages()) == ["a"]
+        await theirs.add_messages([ChatMessage.assistant("b")])
+        await mine.add_messages([ChatMessage.user("c")])
+        assert texts(await mine.get_messages()) == ["a", "b", "c"]
+        assert texts(await theirs.get_messages()) == ["a", "b", "c"]
+
+
+async def test_two_stores_writing_at_once_lose_nothing(db_path: Path) -> None:
+    async with SqliteSessionStore(db_path) as one, SqliteSessionStore(db_path) as two:
+        sessions = [await one.get("busy"), await two.get("busy")]
+
+        async def write(writer: int) -> None:
+            batch = [ChatMessage.user(f"{writer}:{i}") for i in range(3)]
+            await sessions[writer % 2].add_messages(batch)
+
+        async with anyio.create_task_group() as group:
+            for writer in range(30):
+                group.start_soon(write, writer)
+        stored = texts(await sessions[0].get_messages())
+    assert len(stored) == 90
+    for start in range(0, 90, 3):
+        writer = str(stored[start]).split(":")[0]
+        assert stored[start : start + 3] == [f"{writer}:{i}" for i in range(3)]
+
+
+async def test_history_is_loaded_incrementally(store: SqliteSessionStore, db_path: Path) -> None:
+    session = await store.get("s")
+    await session.add_messages([ChatMessage.user("one"), ChatMessage.assistant("two")])
+    loaded = await session.get_messages()
+    assert await session.get_messages() is loaded
+    # Spoil a row that is already loaded: only rows appended since are read again.
+    with raw_db(db_path) as db:
+        db.execute("UPDATE raf_messages SET message = 'garbage' WHERE seq = 1")
+    await session.add_messages([ChatMessage.user("three")])
+    assert texts(await session.get_messages()) == ["one", "two", "three"]
+    # A store that has to read the spoiled row says which row of which file is bad.
+    async with SqliteSessionStore(db_path) as fresh:
+        with pytest.raises(SessionStoreError, match=r"sessions\.db.*row 1 of session 's'"):
+            await (await fresh.get("s")).get_messages()
+
+
+async def test_corrupt_file_is_a_clear_error_and_left_alone(db_path: Path) -> None:
+    garbage = b"this is not a database, just some bytes " * 200
+    await anyio.Path(db_path).write_bytes(garbage)
+    store = SqliteSessionStore(db_path)
+    with pytest.raises(SessionStoreError, match=r"sessions\.db.*not a usable SQLite database"):
+        await store.get("s")
+    await store.aclose()
+    assert await anyio.Path(db_path).read_bytes() == garbage
+
+
+async def test_foreign_database_is_refused_and_left_alone(db_path: Path) -> None:
+    with raw_db(db_path) as db:
+        db.execute("CREATE TABLE users (name TEXT)")
+        db.execute("INSERT INTO users VALUES ('ann')")
+    before = await anyio.Path(db_path).read_bytes()
+    async with SqliteSessionStore(db_path) as store:
+        with pytest.raises(SessionStoreError, match=r"sessions\.db.*not a raf session.*users"):
+            await store.get("s")
+    assert await anyio.Path(db_path).read_bytes() == before
+
+
+async def test_unknown_schema_version_is_refused(db_path: Path) -> None:
+    async with SqliteSessionStore(db_path) as store:
+        await store.get("s")
+    with raw_db(db_path) as db:
+        db.execute("UPDATE raf_meta SET value = 'raf.sessions/99' WHERE key = 'schema'")
+    async with SqliteSessionStore(db_path) as store:
+        with pytest.raises(SessionStoreError, match=r"raf\.sessions/99"):
+            await store.get("s")
+
+
+async def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "no" / "such" / "dir" / "sessions.db"
+    async with SqliteSessionStore(path) as store:
+        with pytest.raises(SessionStoreError, match="cannot open"):
+            await store.get("s")
+    assert not path.parent.exists()
+
+
+async def test_closed_store_refuses_work(db_path: Path) -> None:
+    store = SqliteSessionStore(db_path)
+    session = await store.get("s")
+    await store.aclose()
+    with pytest.raises(SessionStoreError, match="closed"):
+        await session.get_messages()
+
+
+async def test_bad_session_id_is_refused(store: SqliteSessionStore) -> None:
+    with pytest.raises(ValueError, match="session id"):
+        await store.get("")
+
+
+async def test_in_memory_database_works(anyio_backend: str) -> None:
+    async with SqliteSessionStore(":memory:") as store:
+        session = await store.get("s")
+        await session.add_messages([ChatMessage.user("x")])
+        assert texts(await session.get_messages()) == ["x"]
