@@ -9,7 +9,6 @@ from typing import Any
 
 import openai
 import pytest
-from openai_server import OpenAIServer, Reply, completion
 
 from raf import Agent, AgentRunOptions, ChatMessage, ChatOptions, ToolCall, Usage, tool
 from raf.clients.openai import OpenAIChatClient, message_to_wire, tool_to_wire
@@ -23,6 +22,7 @@ from raf.errors import (
     ServerError,
 )
 from raf.middleware import RetryMiddleware
+from tests.openai_server import OpenAIServer, Reply, completion
 
 pytestmark = pytest.mark.anyio
 

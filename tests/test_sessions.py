@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from session_conformance import *  # noqa: F403
 
 from raf import InMemorySession, Session, SqliteSessionStore
+from tests.session_conformance import *  # noqa: F403
 
 pytestmark = pytest.mark.anyio
 
