@@ -209,7 +209,7 @@ async def test_compression_with_history_sends_the_newest_and_stores_everything()
     seen = client.requests[3].messages
     assert [m.role for m in seen] == ["assistant", "tool", "assistant", "user"]
     assert [m.content for m in seen[2:]] == ["a2", "q3"]
-    assert len(await session.get_messages()) == 9
+    assert len(await session.get_messages()) == 8
 
 
 async def test_tool_group_kept_whole_in_a_run() -> None:
