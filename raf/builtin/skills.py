@@ -64,16 +64,18 @@ def parse_skill_file(text: str, source: str) -> tuple[dict[str, str], str]:
         raise ConfigError(f"{source}: the front matter has no closing '---' line") from None
     fields: dict[str, str] = {}
     key: str | None = None
-    nested = False
+    mode = "plain"  # how indented lines continue the value: plain, folded, literal, nested
     for number in range(1, end):
         line = lines[number]
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        if line[:1] in (" ", "\t"):
+        if line[:1] in (" ", "\t") and line.strip():
             if key is None:
                 raise ConfigError(f"{source}: line {number + 1}: indented line without a key")
-            if not nested:
+            if mode == "literal":
+                fields[key] = f"{fields[key]}\n{line.strip()}" if fields[key] else line.strip()
+            elif mode != "nested":
                 fields[key] = f"{fields[key]} {line.strip()}".strip()
+            continue
+        if not line.strip() or line.lstrip().startswith("#"):
             continue
         name, colon, value = line.partition(":")
         name = name.strip()
@@ -86,8 +88,15 @@ def parse_skill_file(text: str, source: str) -> tuple[dict[str, str], str]:
             raise ConfigError(f"{source}: line {number + 1}: {name!r} is given twice")
         key = name
         value = value.strip()
-        nested = value == ""
-        fields[name] = _unquote(value, source, number + 1)
+        if value in ("", ">", ">-", ">+", "|", "|-", "|+"):
+            mode = {"": "nested", "|": "literal"}.get(value[:1], "folded")
+            fields[name] = ""
+        elif name in ("name", "description"):
+            mode = "plain"
+            fields[name] = _unquote(value, source, number + 1)
+        else:
+            mode = "plain"
+            fields[name] = value  # other keys (license, allowed-tools, ...) are kept raw
     for required in ("name", "description"):
         if not fields.get(required):
             raise ConfigError(f"{source}: the front matter needs a non-empty {required!r}")
@@ -107,11 +116,8 @@ def _unquote(value: str, source: str, line: int) -> str:
         if len(value) < 2 or value[-1] != "'":
             raise ConfigError(f"{source}: line {line}: badly quoted value {value}")
         return value[1:-1].replace("''", "'")
-    if value[:1] in ("|", ">", "[", "{"):
-        raise ConfigError(
-            f"{source}: line {line}: block and flow values are not supported here; "
-            "write the value on one line"
-        )
+    if value[:1] in ("[", "{", "&", "*", "!"):
+        raise ConfigError(f"{source}: line {line}: this value must be text, got {value!r}")
     return value
 
 
