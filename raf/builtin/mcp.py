@@ -148,7 +148,7 @@ class McpToolsProvider(ContextProvider):
                 yield session
         except OSError as exc:
             raise McpError(
-                f"{self.name}: cannot start the MCP server {self.command!r}: {exc}"
+                f"{self.name}: cannot start the MCP server {self.command!r}: {exc.strerror or exc}"
             ) from exc
 
     @asynccontextmanager
@@ -175,9 +175,20 @@ class McpToolsProvider(ContextProvider):
         return self._tools
 
     async def _list_tools(self) -> tuple[McpTool, ...]:
+        found: list[McpTool] = []
+        try:
+            await self._list_pages(found)
+        except (McpError, ToolError):
+            raise
+        except Exception as exc:
+            raise McpError(
+                f"{self.name}: listing the tools of {self.command!r} failed: {_innermost(exc)}"
+            ) from exc
+        return tuple(found)
+
+    async def _list_pages(self, found: list[McpTool]) -> None:
         from mcp.types import PaginatedRequestParams
 
-        found: list[McpTool] = []
         async with self._use() as session:
             result = await session.list_tools()
             while True:
@@ -196,14 +207,18 @@ class McpToolsProvider(ContextProvider):
                 result = await session.list_tools(
                     params=PaginatedRequestParams(cursor=result.next_cursor)
                 )
-        return tuple(found)
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         """Run the server's tool ``name``; its content as text, or :class:`ToolError`."""
-        async with self._use() as session:
-            result = await session.call_tool(
-                name, dict(arguments), read_timeout_seconds=self.timeout
-            )
+        try:
+            async with self._use() as session:
+                result = await session.call_tool(
+                    name, dict(arguments), read_timeout_seconds=self.timeout
+                )
+        except McpError:
+            raise
+        except Exception as exc:
+            raise McpError(f"the MCP server failed to run {name!r}: {_innermost(exc)}") from exc
         text = _result_text(result)
         if result.is_error:
             raise ToolError(text or f"the MCP tool {name!r} failed without a message")
@@ -219,6 +234,13 @@ class McpToolsProvider(ContextProvider):
         """The server's tools."""
         tools = await self.tools()
         return ContextResult(tools=tools) if tools else EMPTY_RESULT
+
+
+def _innermost(error: BaseException) -> str:
+    """The message of the first leaf of nested exception groups (the SDK wraps errors)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}"
 
 
 def _result_text(result: Any) -> str:
