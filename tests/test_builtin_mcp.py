@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from raf import Agent, McpToolsProvider, ScriptedChatClient, ToolCall  # noqa: E402
-from raf.config import ContextProviderDecl, build_provider  # noqa: E402
-from raf.errors import ConfigError, McpError, ProviderError  # noqa: E402
+from raf import Agent, McpToolsProvider, ScriptedChatClient, ToolCall
+from raf.config import ContextProviderDecl, build_provider
+from raf.errors import ConfigError, McpError, ProviderError
 
 pytestmark = pytest.mark.anyio
 

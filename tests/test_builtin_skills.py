@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from raf import AgentSkillsProvider, Agent, ScriptedChatClient, ToolCall
+from raf import Agent, AgentSkillsProvider, ScriptedChatClient, ToolCall
 from raf.builtin.skills import parse_skill_file
 from raf.errors import ConfigError, ProviderError
 
@@ -141,7 +141,7 @@ async def test_resource_size_limit(root: Path) -> None:
     ],
 )
 def test_malformed_front_matter_is_a_clear_error(text: str, expected: str) -> None:
-    with pytest.raises(ConfigError, match="demo/SKILL.md") as caught:
+    with pytest.raises(ConfigError, match=r"demo/SKILL\.md") as caught:
         parse_skill_file(text, "demo/SKILL.md")
     assert expected in str(caught.value)
 
