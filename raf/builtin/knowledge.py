@@ -162,7 +162,11 @@ class BM25Index:
 
     def search(self, query: str, top_k: int) -> list[Passage]:
         """The ``top_k`` best passages with a positive score, best first."""
-        ranked = sorted(self.scores(query).items(), key=lambda item: (-item[1], item[0]))
+        return self.ranked(self.scores(query), top_k)
+
+    def ranked(self, scores: dict[int, float], top_k: int) -> list[Passage]:
+        """The ``top_k`` best of ``scores`` (from :meth:`scores`) as passages."""
+        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
         return [attrs.evolve(self.passages[i], score=s) for i, s in ranked[:top_k] if s > 0]
 
 
@@ -307,8 +311,8 @@ class WikiRetriever:
                 if self._wiki is None:
                     self._wiki = await anyio.to_thread.run_sync(self._build)
         wiki = self._wiki
-        hits = wiki.index.search(query, top_k)
         scores = wiki.index.scores(query)
+        hits = wiki.index.ranked(scores, top_k)
         shown = {p.source for p in hits}
         seen_pages = {p.source.rsplit(":", 1)[0] for p in hits}
         linked: list[Passage] = []

@@ -182,7 +182,9 @@ class AgentSkillsProvider(ContextProvider):
         skills = await self.skills()
         if not skills:
             return ContextResult()
-        listing = "\n".join(f"- {s.name}: {s.description}" for s in skills.values())
+        listing = "\n".join(
+            f"- {s.name}: {' '.join(s.description.split())}" for s in skills.values()
+        )
         instructions = (
             "You have skills: packaged instructions for particular tasks. When a task "
             "matches a skill, call load_skill with its name before you start, and "
