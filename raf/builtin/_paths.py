@@ -8,7 +8,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from raf.errors import PathError
 
-__all__ = ["confined_path", "display_path", "is_within", "os_error_text", "read_confined_text"]
+__all__ = ["confined_path", "display_path", "os_error_text", "read_confined_text"]
 
 
 def confined_path(root: Path, path: str, *, where: str) -> Path:
@@ -93,8 +93,3 @@ def _shown(path: str) -> str:
     if len(text) > 200:
         text = text[:197] + "..."
     return repr(text)
-
-
-def is_within(root: Path, candidate: Path) -> bool:
-    """Whether ``candidate`` (resolved) is ``root`` or inside it."""
-    return candidate == root or candidate.is_relative_to(root)
