@@ -238,3 +238,13 @@ async def test_a_fifo_is_not_read(root: Path) -> None:
     os.mkfifo(root / "pipe")
     [result] = await call_tools(WorkspaceContextProvider(root), ("read_file", {"path": "pipe"}))
     assert "'pipe' is not a regular file" in result
+
+
+async def test_os_errors_are_reduced_to_their_reason(root: Path) -> None:
+    [result] = await call_tools(
+        WorkspaceContextProvider(root),
+        ("write_file", {"path": "notes.md/inside.txt", "content": "x"}),
+    )
+    assert result.startswith("Error: tool 'write_file' failed: PathError: cannot write ")
+    assert "'notes.md/inside.txt'" in result
+    assert str(root) not in result
