@@ -11,14 +11,18 @@ __all__ = [
     "ChatClientError",
     "ChatConnectionError",
     "ChatTimeoutError",
+    "CompressionError",
     "ConfigError",
     "ContextResultError",
+    "McpError",
+    "PathError",
     "ProviderError",
     "RateLimitError",
     "ServerError",
     "SessionStoreError",
     "ToolArgumentsError",
     "ToolConflictError",
+    "ToolError",
     "ToolLoopError",
 ]
 
@@ -107,6 +111,27 @@ class ToolArgumentsError(AgentError):
 
 class ConfigError(AgentError):
     """A declaration or a configuration file is wrong; the message says where."""
+
+
+class CompressionError(AgentError):
+    """A compression strategy could not compress (its summary call failed) or
+    returned a history that splits a tool call from its results."""
+
+
+class ToolError(AgentError):
+    """A tool reports that it failed; the message is written for the model to read."""
+
+
+class McpError(AgentError):
+    """An MCP server could not be started or spoken to."""
+
+
+class PathError(AgentError):
+    """A file tool refused a path (outside its folder, absolute, too big, ...).
+
+    The message names the path as the model gave it and never the folder's
+    absolute location, so it can be shown to the model as it is.
+    """
 
 
 class SessionStoreError(AgentError):

@@ -1,0 +1,265 @@
+"""McpToolsProvider: the tools of an MCP server (over stdio) offered to the model."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TextIO
+
+import anyio
+import attrs
+
+from raf.context import EMPTY_RESULT, ContextResult
+from raf.errors import ConfigError, McpError, ToolError
+from raf.messages import ChatMessage
+from raf.options import AgentRunOptions
+from raf.providers import ContextProvider
+from raf.sessions.base import Session
+
+if TYPE_CHECKING:
+    from raf.agent import Agent
+
+__all__ = ["McpTool", "McpToolsProvider"]
+
+_MISSING = (
+    "McpToolsProvider needs the optional 'mcp' package; install it with: pip install 'raf[mcp]'"
+)
+
+
+def _require_mcp() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(_MISSING) from exc
+
+
+@attrs.frozen(slots=True)
+class McpTool:
+    """One tool of an MCP server, as a raf :class:`raf.Tool`.
+
+    ``name`` is what the model sees (``tool_prefix`` + the server's name);
+    ``remote_name`` is what the server is asked to run.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    remote_name: str
+    provider: McpToolsProvider = attrs.field(repr=False, eq=False)
+
+    async def invoke(self, arguments: Mapping[str, Any]) -> str:
+        """Call the tool on the server; a result flagged as an error raises :class:`ToolError`."""
+        return await self.provider.call_tool(self.remote_name, arguments)
+
+
+class McpToolsProvider(ContextProvider):
+    """The tools of an MCP server started as ``command args...`` and spoken to over stdio.
+
+    The server's tools are listed on first use and offered to the model on
+    every run (``tool_prefix`` is put in front of each name, to keep them
+    apart from other tools). Needs the optional ``mcp`` package
+    (``pip install 'raf[mcp]'``).
+
+    Two ways to run it:
+
+    * ``async with McpToolsProvider(...) as mcp:`` keeps one server process
+      for the whole block; every run and tool call inside it uses it. This
+      is the way for anything but a one-off run.
+    * Without ``async with``, each use starts the server, does its work
+      (list the tools, or call one) and stops it: slower, but nothing to
+      manage, and nothing outlives the call.
+    """
+
+    kind = "mcp"
+
+    def __init__(
+        self,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        tool_prefix: str = "",
+        timeout: float | None = 60.0,
+        errlog: TextIO | None = None,
+        name: str | None = None,
+    ) -> None:
+        _require_mcp()
+        if not isinstance(command, str) or not command:
+            raise ValueError(f"command must be a non-empty str, got {command!r}")
+        if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+            raise ValueError(f"args must be a list of str, got {args!r}")
+        if name is not None:
+            self.name = name
+        self.command = command
+        self.args = tuple(args)
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.tool_prefix = tool_prefix
+        self.timeout = timeout
+        self.errlog = errlog
+        self._tools: tuple[McpTool, ...] | None = None
+        self._session: Any = None
+        self._exit_stack: AsyncExitStack | None = None
+        self._lock = anyio.Lock()
+
+    async def __aenter__(self) -> McpToolsProvider:
+        if self._exit_stack is not None:
+            raise RuntimeError(f"{self.name}: the MCP connection is already open")
+        stack = AsyncExitStack()
+        try:
+            self._session = await stack.enter_async_context(self._connect())
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._exit_stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        stack, self._exit_stack, self._session = self._exit_stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    @asynccontextmanager
+    async def _connect(self) -> AsyncIterator[Any]:
+        from mcp import ClientSession, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        parameters = StdioServerParameters(
+            command=self.command,
+            args=list(self.args),
+            env=self.env,
+            cwd=os.fspath(self.cwd) if self.cwd is not None else None,
+        )
+        try:
+            async with (
+                stdio_client(parameters, errlog=self.errlog or sys.stderr) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                yield session
+        except OSError as exc:
+            raise McpError(
+                f"{self.name}: cannot start the MCP server {self.command!r}: {exc.strerror or exc}"
+            ) from exc
+
+    @asynccontextmanager
+    async def _use(self) -> AsyncIterator[Any]:
+        """The open session, or a connection just for this use."""
+        if self._session is not None:
+            yield self._session
+            return
+        async with self._connect() as session:
+            yield session
+
+    async def tools(self) -> tuple[McpTool, ...]:
+        """The server's tools (listed once, then kept)."""
+        if self._tools is None:
+            async with self._lock:
+                if self._tools is None:
+                    self._tools = await self._list_tools()
+        return self._tools
+
+    async def refresh_tools(self) -> tuple[McpTool, ...]:
+        """List the server's tools again."""
+        async with self._lock:
+            self._tools = await self._list_tools()
+        return self._tools
+
+    async def _list_tools(self) -> tuple[McpTool, ...]:
+        found: list[McpTool] = []
+        try:
+            await self._list_pages(found)
+        except (McpError, ToolError):
+            raise
+        except Exception as exc:
+            raise McpError(
+                f"{self.name}: listing the tools of {self.command!r} failed: {_innermost(exc)}"
+            ) from exc
+        return tuple(found)
+
+    async def _list_pages(self, found: list[McpTool]) -> None:
+        from mcp.types import PaginatedRequestParams
+
+        async with self._use() as session:
+            result = await session.list_tools()
+            while True:
+                for remote in result.tools:
+                    found.append(
+                        McpTool(
+                            self.tool_prefix + remote.name,
+                            remote.description or "",
+                            dict(remote.input_schema or {"type": "object"}),
+                            remote.name,
+                            self,
+                        )
+                    )
+                if not result.next_cursor:
+                    break
+                result = await session.list_tools(
+                    params=PaginatedRequestParams(cursor=result.next_cursor)
+                )
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """Run the server's tool ``name``; its content as text, or :class:`ToolError`."""
+        try:
+            async with self._use() as session:
+                result = await session.call_tool(
+                    name, dict(arguments), read_timeout_seconds=self.timeout
+                )
+        except McpError:
+            raise
+        except Exception as exc:
+            raise McpError(f"the MCP server failed to run {name!r}: {_innermost(exc)}") from exc
+        text = _result_text(result)
+        if result.is_error:
+            raise ToolError(text or f"the MCP tool {name!r} failed without a message")
+        return text
+
+    async def on_invoking(
+        self,
+        agent: Agent | None,
+        session: Session,
+        messages: Sequence[ChatMessage],
+        options: AgentRunOptions,
+    ) -> ContextResult:
+        """The server's tools."""
+        tools = await self.tools()
+        return ContextResult(tools=tools) if tools else EMPTY_RESULT
+
+
+def _innermost(error: BaseException) -> str:
+    """The message of the first leaf of nested exception groups (the SDK wraps errors)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}"
+
+
+def _result_text(result: Any) -> str:
+    """The content blocks of a tool result as text; other media are named, not inlined."""
+    import json
+
+    parts: list[str] = []
+    for block in result.content:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind == "resource":
+            resource = block.resource
+            text = getattr(resource, "text", None)
+            parts.append(text if text is not None else f"[resource {resource.uri}]")
+        elif kind == "resource_link":
+            parts.append(f"[resource link {block.uri}]")
+        else:
+            parts.append(f"[{kind or 'content'}: {getattr(block, 'mime_type', '')}]".strip())
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False, default=str))
+    return "\n".join(parts)

@@ -1,0 +1,169 @@
+"""KnowledgeProvider (folder BM25 and wiki) through real Agent runs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raf import Agent, ChatMessage, KnowledgeProvider, Passage, ScriptedChatClient
+from raf.builtin.knowledge import (
+    BM25Index,
+    FolderRetriever,
+    WikiRetriever,
+    split_passages,
+    tokenize,
+)
+from raf.errors import ConfigError
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    (folder / "network").mkdir(parents=True)
+    (folder / "network" / "router.md").write_text(
+        "# Router\n\nTo reset the router, hold the reset button for ten seconds.\n\n"
+        "# Wi-Fi\n\nThe Wi-Fi password is on the sticker under the router.\n"
+    )
+    (folder / "kitchen.txt").write_text("The coffee machine needs descaling every month.\n")
+    (folder / "image.png").write_bytes(b"\x89PNG reset router")
+    (folder / "latin1.md").write_bytes("caf\xe9 reset".encode("latin-1"))
+    (folder / ".hidden.md").write_text("reset router secret")
+    return folder
+
+
+async def test_passages_for_the_last_user_message_are_injected_with_sources(docs: Path) -> None:
+    client = ScriptedChatClient(["Hold the button."])
+    agent = Agent(client, stack=[KnowledgeProvider.folder(docs, top_k=2)])
+    await agent.run(
+        [ChatMessage.user("tell me about coffee"), ChatMessage.user("How do I reset the router?")]
+    )
+    system = client.requests[0].messages[0].content or ""
+    assert "[1] source: network/router.md:1" in system
+    assert "hold the reset button for ten seconds" in system
+    assert "coffee" not in system  # only the last user message is the query
+    for skipped in ("secret", "PNG", "café"):  # hidden, binary, not UTF-8
+        assert skipped not in system
+
+
+async def test_nothing_matches_nothing_injected(docs: Path) -> None:
+    client = ScriptedChatClient(["?", "?"])
+    agent = Agent(client, stack=[KnowledgeProvider.folder(docs)])
+    await agent.run("quantum chromodynamics")
+    await agent.run("what is the")  # stopwords only
+    assert all(m.role == "user" for m in client.requests[0].messages)
+    assert all(m.role == "user" for m in client.requests[1].messages)
+
+
+async def test_a_custom_retriever_plugs_in() -> None:
+    class Fixed:
+        async def retrieve(self, query: str, top_k: int) -> list[Passage]:
+            return [Passage(f"about {query}", "memo", 1.0)][:top_k]
+
+    client = ScriptedChatClient(["ok"])
+    provider = KnowledgeProvider(Fixed(), top_k=1, name="memo")
+    await Agent(client, stack=[provider]).run("llamas")
+    assert "[1] source: memo\nabout llamas" in (client.requests[0].messages[0].content or "")
+    assert provider.kind == "knowledge"
+
+
+async def test_refresh_sees_new_files(docs: Path) -> None:
+    retriever = FolderRetriever(docs)
+    assert await retriever.retrieve("zebra", 3) == []
+    (docs / "zoo.md").write_text("A zebra has stripes.")
+    assert await retriever.retrieve("zebra", 3) == []  # the index is kept ...
+    await retriever.refresh()
+    assert [p.source for p in await retriever.retrieve("zebra", 3)] == ["zoo.md:1"]
+
+
+def test_bm25_prefers_rarer_terms_and_shorter_passages() -> None:
+    index = BM25Index(
+        [
+            Passage("router router router manual", "a"),
+            Passage("router reset", "b"),
+            Passage("router " + "filler " * 40 + "reset", "c"),
+        ]
+    )
+    ranked = index.search("reset router", 3)
+    assert [p.source for p in ranked] == ["b", "c", "a"]
+    assert all(p.score > 0 for p in ranked)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.text(alphabet="abc \n", max_size=40), min_size=1, max_size=8), st.text("abc "))
+def test_bm25_scores_are_finite_ranked_and_only_for_shared_terms(
+    texts: list[str], query: str
+) -> None:
+    index = BM25Index(Passage(t, str(i)) for i, t in enumerate(texts))
+    results = index.search(query, len(texts))
+    scores = [p.score for p in results]
+    assert scores == sorted(scores, reverse=True)
+    assert all(math.isfinite(s) and s > 0 for s in scores)
+    terms = set(tokenize(query))
+    for passage in results:
+        assert terms & set(tokenize(passage.text))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.text(alphabet="ab #\n", max_size=300), st.integers(5, 80))
+def test_split_passages_keeps_every_word(text: str, chunk_chars: int) -> None:
+    passages = split_passages(text, "f", chunk_chars)
+    assert " ".join(p.text for p in passages).split() == text.split()
+    lines = text.splitlines()
+    for passage in passages:
+        first = int(passage.source.rsplit(":", 1)[1]) - 1
+        assert lines[first] == passage.text.splitlines()[0]
+
+
+@pytest.fixture
+def wiki(tmp_path: Path) -> Path:
+    folder = tmp_path / "wiki"
+    folder.mkdir()
+    (folder / "Espresso.md").write_text(
+        "# Espresso\n\nEspresso is brewed under pressure. See [[Grinder Settings|the grinder]] "
+        "and [[milk-frothing#steam]] and [[Missing Page]].\n"
+    )
+    (folder / "grinder_settings.md").write_text("# Grinder\n\nUse a fine grind, setting 3.\n")
+    (folder / "Milk Frothing.md").write_text("# Milk\n\nSteam the milk to 60 degrees.\n")
+    (folder / "Tea.md").write_text("# Tea\n\nSteep green tea for two minutes. [[Espresso]]\n")
+    return folder
+
+
+async def test_wiki_follows_links_one_hop(wiki: Path) -> None:
+    client = ScriptedChatClient(["ok"])
+    provider = KnowledgeProvider.wiki(wiki, top_k=1)
+    assert provider.kind == "wiki"
+    await Agent(client, stack=[provider]).run("how is espresso brewed")
+    system = client.requests[0].messages[0].content or ""
+    assert "[1] source: Espresso.md:1" in system
+    assert "[2] source: grinder_settings.md:1 (linked from Espresso.md)" in system
+    assert "fine grind" in system
+    # only top_k linked passages are added, and links of linked pages are not followed
+    assert "Steam the milk" not in system
+    assert "Tea" not in system
+
+
+async def test_wiki_links_resolve_names_loosely_and_skip_missing_pages(wiki: Path) -> None:
+    passages = await WikiRetriever(wiki).retrieve("espresso pressure", 3)
+    sources = [p.source for p in passages]
+    assert sources[0] == "Espresso.md:1"
+    assert "grinder_settings.md:1 (linked from Espresso.md)" in sources
+    assert "Milk Frothing.md:1 (linked from Espresso.md)" in sources
+    assert not any("Missing" in s for s in sources)
+    assert len(sources) == len(set(sources))
+
+
+def test_roots_and_arguments_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="knowledge root"):
+        KnowledgeProvider.folder(tmp_path / "missing")
+    with pytest.raises(ConfigError, match="wiki root"):
+        KnowledgeProvider.wiki(tmp_path / "missing")
+    with pytest.raises(ValueError, match="top_k"):
+        KnowledgeProvider.folder(tmp_path, top_k=0)
+    with pytest.raises(TypeError, match="retrieve"):
+        KnowledgeProvider(object())  # type: ignore[arg-type]

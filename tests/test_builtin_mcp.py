@@ -1,0 +1,218 @@
+"""McpToolsProvider against real MCP stdio servers, on both backends.
+
+Most tests use a tiny MCP server written here with the standard library
+(newline-delimited JSON-RPC over stdio, as the protocol specifies): it
+starts in milliseconds. One test uses the ``mcp`` SDK's own server.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from raf import Agent, McpToolsProvider, ScriptedChatClient, ToolCall
+from raf.config import ContextProviderDecl, build_provider
+from raf.errors import ConfigError, McpError, ProviderError
+
+pytestmark = pytest.mark.anyio
+
+TINY_SERVER = textwrap.dedent(
+    """
+    import json, os, sys
+
+    LOG = sys.argv[1]
+    ADD = {"name": "add", "description": "Add two integers.",
+           "inputSchema": {"type": "object", "required": ["a", "b"],
+                           "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}
+    OTHERS = [
+        {"name": "fail", "description": "Always fails.",
+         "inputSchema": {"type": "object", "properties": {"reason": {"type": "string"}}}},
+        {"name": "picture", "inputSchema": {"type": "object"}},
+        {"name": "crash", "description": "Exits.", "inputSchema": {"type": "object"}},
+    ]
+
+    def send(message):
+        sys.stdout.write(json.dumps(message) + "\\n")
+        sys.stdout.flush()
+
+    with open(LOG, "a") as log:
+        log.write(f"start {os.getpid()}\\n")
+    for line in sys.stdin:
+        message = json.loads(line)
+        method, ident = message.get("method"), message.get("id")
+        with open(LOG, "a") as log:
+            log.write(f"{method}\\n")
+        if ident is None:
+            continue
+        params = message.get("params") or {}
+        if method == "initialize":
+            result = {"protocolVersion": params["protocolVersion"],
+                      "capabilities": {"tools": {}},
+                      "serverInfo": {"name": "tiny", "version": "1"}}
+        elif method == "tools/list":
+            # two pages, to exercise the cursor
+            if params.get("cursor") == "page2":
+                result = {"tools": OTHERS}
+            else:
+                result = {"tools": [ADD], "nextCursor": "page2"}
+        elif method == "tools/call":
+            name, arguments = params["name"], params.get("arguments") or {}
+            if name == "add":
+                total = arguments["a"] + arguments["b"]
+                result = {"content": [{"type": "text", "text": str(total)}], "isError": False}
+            elif name == "fail":
+                text = "cannot do that: " + arguments.get("reason", "")
+                result = {"content": [{"type": "text", "text": text}], "isError": True}
+            elif name == "picture":
+                result = {"content": [{"type": "text", "text": "a cat"},
+                                      {"type": "image", "data": "AAAA", "mimeType": "image/png"}]}
+            elif name == "crash":
+                sys.exit(3)
+            else:
+                send({"jsonrpc": "2.0", "id": ident,
+                      "error": {"code": -32602, "message": f"unknown tool {name}"}})
+                continue
+        else:
+            send({"jsonrpc": "2.0", "id": ident,
+                  "error": {"code": -32601, "message": f"no method {method}"}})
+            continue
+        send({"jsonrpc": "2.0", "id": ident, "result": result})
+    """
+)
+
+SDK_SERVER = textwrap.dedent(
+    '''
+    from mcp.server import MCPServer
+
+    server = MCPServer("sdk")
+
+    @server.tool()
+    def shout(text: str) -> str:
+        """Upper-case a text."""
+        return text.upper()
+
+    server.run("stdio")
+    '''
+)
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> tuple[list[str], Path]:
+    script = tmp_path / "tiny_server.py"
+    script.write_text(TINY_SERVER)
+    log = tmp_path / "server.log"
+    return [str(script), str(log)], log
+
+
+def started(log: Path) -> int:
+    return sum(line.startswith("start") for line in log.read_text().splitlines())
+
+
+async def test_model_calls_server_tools_over_one_connection(tiny: tuple[list[str], Path]) -> None:
+    args, log = tiny
+    client = ScriptedChatClient(
+        [
+            ScriptedChatClient.tool_turn(
+                ToolCall("1", "m_add", '{"a": 2, "b": 40}'),
+                ToolCall("2", "m_fail", '{"reason": "no"}'),
+                ToolCall("3", "m_picture", "{}"),
+            ),
+            "done",
+            "again",
+        ]
+    )
+    async with McpToolsProvider(sys.executable, args, tool_prefix="m_", name="tiny") as mcp:
+        agent = Agent(client, stack=[mcp])
+        response = await agent.run("go")
+        await agent.run("once more")
+    tools = {t.name: t for t in client.requests[0].options.tools}
+    assert list(tools) == ["m_add", "m_fail", "m_picture", "m_crash"]
+    assert tools["m_add"].description == "Add two integers."
+    assert tools["m_add"].parameters["required"] == ["a", "b"]
+    results = [m.content for m in response.messages if m.role == "tool"]
+    assert results == [
+        "42",
+        "Error: tool 'm_fail' failed: ToolError: cannot do that: no",
+        "a cat\n[image: image/png]",
+    ]
+    assert started(log) == 1  # one process for both runs and all calls
+    assert log.read_text().count("tools/list") == 2  # two pages, listed once
+
+
+async def test_arguments_are_checked_against_the_server_schema(
+    tiny: tuple[list[str], Path],
+) -> None:
+    args, _ = tiny
+    client = ScriptedChatClient(
+        [ScriptedChatClient.tool_turn(ToolCall("1", "add", '{"a": "two"}')), "done"]
+    )
+    async with McpToolsProvider(sys.executable, args) as mcp:
+        response = await Agent(client, stack=[mcp]).run("go")
+    assert response.messages[1].content is not None
+    assert response.messages[1].content.startswith("Error: invalid arguments for 'add'")
+
+
+async def test_without_async_with_each_use_starts_the_server(
+    tiny: tuple[list[str], Path],
+) -> None:
+    args, log = tiny
+    client = ScriptedChatClient(
+        [ScriptedChatClient.tool_turn(ToolCall("1", "add", '{"a": 1, "b": 2}')), "3"]
+    )
+    response = await Agent(client, stack=[McpToolsProvider(sys.executable, args)]).run("go")
+    assert response.messages[1].content == "3"
+    assert started(log) == 2  # one to list the tools, one for the call
+
+
+async def test_a_crashing_server_is_a_tool_error_not_a_hang(tiny: tuple[list[str], Path]) -> None:
+    args, _ = tiny
+    client = ScriptedChatClient(
+        [ScriptedChatClient.tool_turn(ToolCall("1", "crash", "{}")), "sorry"]
+    )
+    response = await Agent(client, stack=[McpToolsProvider(sys.executable, args)]).run("go")
+    content = response.messages[1].content or ""
+    assert content.startswith("Error: tool 'crash' failed: McpError: the MCP server failed")
+    assert response.text == "sorry"
+
+
+async def test_a_server_that_cannot_start_fails_the_run_clearly(tmp_path: Path) -> None:
+    provider = McpToolsProvider(str(tmp_path / "no-such-server"), name="ghost")
+    with pytest.raises(ProviderError) as caught:
+        await Agent(ScriptedChatClient(["never"]), stack=[provider]).run("go")
+    assert caught.value.provider == "ghost"
+    assert isinstance(caught.value.__cause__, McpError)
+    assert "no-such-server" in str(caught.value.__cause__)
+
+
+async def test_the_sdk_server_works_too(tmp_path: Path) -> None:
+    script = tmp_path / "sdk_server.py"
+    script.write_text(SDK_SERVER)
+    client = ScriptedChatClient(
+        [ScriptedChatClient.tool_turn(ToolCall("1", "shout", '{"text": "hi"}')), "done"]
+    )
+    async with McpToolsProvider(sys.executable, [str(script)]) as mcp:
+        response = await Agent(client, stack=[mcp]).run("go")
+    assert response.messages[1].content == "HI"
+
+
+def test_declared_from_data(tiny: tuple[list[str], Path]) -> None:
+    args, _ = tiny
+    decl = ContextProviderDecl(
+        "mcp", "tools", {"command": sys.executable, "args": args, "tool_prefix": "t_"}
+    )
+    provider = build_provider(decl)
+    assert isinstance(provider, McpToolsProvider)
+    assert (provider.name, provider.kind, provider.tool_prefix) == ("tools", "mcp", "t_")
+    with pytest.raises(ConfigError, match="option 'args' must be a list of strings"):
+        build_provider(ContextProviderDecl("mcp", options={"command": "x", "args": "a b"}))
+
+
+def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    with pytest.raises(ConfigError, match=r"pip install 'raf\[mcp\]'"):
+        McpToolsProvider("server")

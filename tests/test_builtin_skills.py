@@ -1,0 +1,197 @@
+"""AgentSkillsProvider through real Agent runs: discovery, load_skill, read_skill_resource."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from raf import Agent, AgentSkillsProvider, ScriptedChatClient, ToolCall
+from raf.builtin.skills import parse_skill_file
+from raf.errors import ConfigError, ProviderError
+
+pytestmark = pytest.mark.anyio
+
+PDF_SKILL = """---
+name: pdf-forms
+description: "Fill in PDF forms: find the fields, then write them"
+license: MIT
+metadata:
+  owner: docs team
+---
+# Filling PDF forms
+
+1. Read `reference/fields.md`.
+"""
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    (folder / "secret.txt").write_text("top secret")
+    return folder
+
+
+@pytest.fixture
+def root(tmp_path: Path, outside: Path) -> Path:
+    folder = tmp_path / "skills"
+    (folder / "pdf").mkdir(parents=True)
+    (folder / "pdf" / "SKILL.md").write_text(PDF_SKILL)
+    (folder / "pdf" / "reference").mkdir()
+    (folder / "pdf" / "reference" / "fields.md").write_text("Field list: name, date.")
+    (folder / "pdf" / "escape.txt").symlink_to(outside / "secret.txt")
+    (folder / "pdf" / "out").symlink_to(outside, target_is_directory=True)
+    (folder / "commits").mkdir()
+    (folder / "commits" / "SKILL.md").write_text(
+        "---\nname: commit-messages\ndescription: Write good commit messages\n---\nBe brief."
+    )
+    (folder / "not-a-skill").mkdir()
+    (folder / "README.md").write_text("not a skill either")
+    return folder
+
+
+async def call_tools(
+    provider: AgentSkillsProvider, *calls: tuple[str, dict[str, str]]
+) -> list[str]:
+    turns = [
+        ScriptedChatClient.tool_turn(ToolCall(f"c{i}", name, json.dumps(arguments)))
+        for i, (name, arguments) in enumerate(calls)
+    ]
+    client = ScriptedChatClient([*turns, "done"])
+    response = await Agent(client, stack=[provider]).run("go")
+    return [m.content or "" for m in response.messages if m.role == "tool"]
+
+
+async def test_instructions_list_every_skill(root: Path) -> None:
+    client = ScriptedChatClient(["ok"])
+    await Agent(client, stack=[AgentSkillsProvider(root)]).run("hi")
+    system = client.requests[0].messages[0].content or ""
+    assert "- commit-messages: Write good commit messages" in system
+    assert "- pdf-forms: Fill in PDF forms: find the fields, then write them" in system
+    assert "not-a-skill" not in system
+    tools = [t.name for t in client.requests[0].options.tools]
+    assert tools == ["load_skill", "read_skill_resource"]
+
+
+async def test_model_loads_a_skill_and_reads_its_resource(root: Path) -> None:
+    results = await call_tools(
+        AgentSkillsProvider(root),
+        ("load_skill", {"name": "pdf-forms"}),
+        ("read_skill_resource", {"skill": "pdf-forms", "path": "reference/fields.md"}),
+    )
+    assert results[0].startswith("# Filling PDF forms\n\n1. Read `reference/fields.md`.")
+    assert "reference/fields.md" in results[0].split("Files of this skill")[1]
+    assert results[1] == "Field list: name, date."
+
+
+async def test_unknown_skill_lists_the_known_ones(root: Path) -> None:
+    [result] = await call_tools(AgentSkillsProvider(root), ("load_skill", {"name": "excel"}))
+    assert "there is no skill named 'excel' (skills: 'commit-messages', 'pdf-forms')" in result
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("../commits/SKILL.md", "uses '..'"),
+        ("escape.txt", "leads outside skill 'pdf-forms'"),
+        ("out/secret.txt", "leads outside skill 'pdf-forms'"),
+        ("/etc/passwd", "is absolute"),
+        ("fields\x00.md", "NUL byte"),
+        ("reference", "is a folder"),
+        ("nope.md", "there is no file 'nope.md' in skill 'pdf-forms'"),
+    ],
+)
+async def test_resource_reads_stay_in_the_skill_folder(
+    root: Path, outside: Path, path: str, expected: str
+) -> None:
+    [result] = await call_tools(
+        AgentSkillsProvider(root), ("read_skill_resource", {"skill": "pdf-forms", "path": path})
+    )
+    assert result.startswith("Error: tool 'read_skill_resource' failed: PathError:")
+    assert expected in result
+    assert "top secret" not in result
+    assert str(root) not in result
+    assert str(outside) not in result
+
+
+async def test_resource_size_limit(root: Path) -> None:
+    (root / "pdf" / "big.txt").write_text("x" * 50)
+    [result] = await call_tools(
+        AgentSkillsProvider(root, max_bytes=10),
+        ("read_skill_resource", {"skill": "pdf-forms", "path": "big.txt"}),
+    )
+    assert "more than the limit of 10 bytes" in result
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: x\ndescription: y\n", "must start with a '---'"),
+        ("---\nname: x\ndescription: y\n", "no closing '---'"),
+        ("---\nname x\ndescription: y\n---\n", "line 2: expected 'key: value'"),
+        ("---\nname: x\n---\n", "needs a non-empty 'description'"),
+        ("---\nname: ''\ndescription: y\n---\n", "needs a non-empty 'name'"),
+        ('---\nname: "x\ndescription: y\n---\n', "line 2: badly quoted"),
+        ("---\nname: x\nname: z\ndescription: y\n---\n", "line 3: 'name' is given twice"),
+        ("---\nname: x\ndescription: |-\n---\n", "needs a non-empty 'description'"),
+        ("---\nname: [x]\ndescription: y\n---\n", "line 2: this value must be text"),
+        ("---\n  name: x\n---\n", "line 2: indented line without a key"),
+    ],
+)
+def test_malformed_front_matter_is_a_clear_error(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match=r"demo/SKILL\.md") as caught:
+        parse_skill_file(text, "demo/SKILL.md")
+    assert expected in str(caught.value)
+
+
+def test_front_matter_values() -> None:
+    fields, body = parse_skill_file(
+        "\ufeff---\nname: 'it''s'\n# comment\ndescription: one\n  two\n"
+        "allowed-tools: [Read, Write]\n---\n\nBody\n",
+        "f",
+    )
+    assert fields == {"name": "it's", "description": "one two", "allowed-tools": "[Read, Write]"}
+    assert body == "Body"
+
+
+def test_block_values() -> None:
+    folded, _ = parse_skill_file("---\nname: x\ndescription: >\n  one\n  two\n---\n", "f")
+    literal, _ = parse_skill_file("---\nname: x\ndescription: |\n  one\n  two\n---\n", "f")
+    assert folded["description"] == "one two"
+    assert literal["description"] == "one\ntwo"
+
+
+async def test_malformed_skill_fails_the_run_naming_the_file(root: Path) -> None:
+    (root / "broken").mkdir()
+    (root / "broken" / "SKILL.md").write_text("no front matter")
+    agent = Agent(ScriptedChatClient(["never"]), stack=[AgentSkillsProvider(root, name="skills")])
+    with pytest.raises(ProviderError) as caught:
+        await agent.run("hi")
+    assert caught.value.provider == "skills"
+    assert isinstance(caught.value.__cause__, ConfigError)
+    assert str(root / "broken" / "SKILL.md") in str(caught.value.__cause__)
+
+
+async def test_duplicate_names_are_refused(root: Path) -> None:
+    (root / "pdf2").mkdir()
+    (root / "pdf2" / "SKILL.md").write_text(PDF_SKILL)
+    with pytest.raises(ConfigError, match="skill name 'pdf-forms' is taken"):
+        await AgentSkillsProvider(root).skills()
+
+
+async def test_refresh_sees_new_skills_and_empty_root_adds_nothing(tmp_path: Path) -> None:
+    provider = AgentSkillsProvider(tmp_path)
+    result = await provider.on_invoking(None, None, (), None)  # type: ignore[arg-type]
+    assert result.instructions is None
+    assert result.tools == ()
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "SKILL.md").write_text("---\nname: new\ndescription: d\n---\nB")
+    assert list(await provider.skills()) == []  # cached until refreshed
+    assert list(await provider.refresh()) == ["new"]
+
+
+def test_root_must_be_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a directory"):
+        AgentSkillsProvider(tmp_path / "missing")

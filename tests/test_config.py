@@ -1,0 +1,279 @@
+"""Providers declared as data: declarations, the registry, TOML loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from raf import (
+    Agent,
+    AgentSkillsProvider,
+    CompressionProvider,
+    ContextProvider,
+    InMemoryHistoryProvider,
+    InMemorySession,
+    KnowledgeProvider,
+    ScriptedChatClient,
+    SummaryStrategy,
+    TokenBudgetStrategy,
+    ToolCall,
+    TruncationStrategy,
+    WorkspaceContextProvider,
+)
+from raf.config import (
+    PROVIDER_KINDS,
+    ContextProviderDecl,
+    ProviderOptions,
+    build_provider,
+    build_providers,
+    load_provider_decls,
+    parse_provider_decls,
+    register_provider_kind,
+)
+from raf.errors import AgentError, ConfigError
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+[agent]
+name = "helper"
+
+[[providers]]
+kind = "memory"
+name = "history"
+
+[[providers]]
+kind = "compression"
+strategy = "token_budget"
+max_tokens = 2000
+
+[[providers]]
+kind = "workspace"
+root = "ws"
+writable = false
+max_bytes = 5000
+
+[[providers]]
+kind = "skills"
+root = "skills"
+
+[[providers]]
+kind = "knowledge"
+name = "docs"
+root = "docs"
+top_k = 2
+
+[[providers]]
+kind = "wiki"
+root = "/ABSOLUTE/wiki"
+"""
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "project"
+    for name in ("ws", "skills", "docs", "wiki"):
+        (folder / name).mkdir(parents=True)
+    (folder / "ws" / "hello.txt").write_text("hello from the workspace")
+    text = CONFIG.replace("/ABSOLUTE/wiki", str(folder / "wiki"))
+    (folder / "raf.toml").write_text(text)
+    return folder
+
+
+def test_declaration_is_frozen_data() -> None:
+    decl = ContextProviderDecl("memory")
+    assert decl == ContextProviderDecl("memory", None, {})
+    assert decl.options == {}
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        decl.kind = "skills"  # type: ignore[misc]
+    options = {"root": "."}
+    decl = ContextProviderDecl("workspace", options=options)
+    options["root"] = "/"
+    assert decl.options == {"root": "."}
+    with pytest.raises(TypeError):
+        decl.options["root"] = "/"  # type: ignore[index]
+    with pytest.raises(TypeError, match="kind"):
+        ContextProviderDecl("")
+
+
+def test_every_builtin_kind_is_registered() -> None:
+    assert set(PROVIDER_KINDS) >= {
+        "memory",
+        "compression",
+        "skills",
+        "workspace",
+        "knowledge",
+        "wiki",
+        "mcp",
+    }
+
+
+def test_load_and_build_from_toml(config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(config_dir.parent)  # relative roots must not depend on the cwd
+    decls = load_provider_decls(config_dir / "raf.toml")
+    assert [d.kind for d in decls] == [
+        "memory",
+        "compression",
+        "workspace",
+        "skills",
+        "knowledge",
+        "wiki",
+    ]
+    assert decls[4].name == "docs"
+    assert dict(decls[4].options) == {"root": "docs", "top_k": 2}
+    providers = build_providers(decls)
+    history, compression, workspace, skills, knowledge, wiki = providers
+    assert isinstance(history, InMemoryHistoryProvider)
+    assert history.name == "history"
+    assert isinstance(compression, CompressionProvider)
+    assert isinstance(compression.strategy, TokenBudgetStrategy)
+    assert compression.strategy.max_tokens == 2000
+    assert isinstance(workspace, WorkspaceContextProvider)
+    assert workspace.root == (config_dir / "ws").resolve()
+    assert (workspace.writable, workspace.max_bytes) == (False, 5000)
+    assert isinstance(skills, AgentSkillsProvider)
+    assert skills.root == (config_dir / "skills").resolve()
+    assert isinstance(knowledge, KnowledgeProvider)
+    assert (knowledge.name, knowledge.kind, knowledge.top_k) == ("docs", "knowledge", 2)
+    assert wiki.kind == "wiki"
+    assert wiki.name == "KnowledgeProvider"
+
+
+async def test_declared_providers_run(config_dir: Path) -> None:
+    providers = build_providers(load_provider_decls(config_dir / "raf.toml"))
+    client = ScriptedChatClient(
+        [
+            ScriptedChatClient.tool_turn(ToolCall("1", "read_file", '{"path": "hello.txt"}')),
+            "It says hello.",
+        ]
+    )
+    session = InMemorySession()
+    response = await Agent(client, stack=providers).run("what is in hello.txt?", session=session)
+    assert response.messages[1].content == "hello from the workspace"
+    assert len(await session.get_messages()) == 4
+
+
+def test_unknown_kind_lists_the_known_ones() -> None:
+    with pytest.raises(AgentError) as caught:
+        build_provider(ContextProviderDecl("memroy"))
+    assert isinstance(caught.value, ConfigError)
+    message = str(caught.value)
+    assert "unknown provider kind 'memroy'" in message
+    assert "compression, knowledge, mcp, memory, skills, wiki, workspace" in message
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "expected"),
+    [
+        ("workspace", {}, "provider kind 'workspace': option 'root' is required: a path"),
+        ("workspace", {"root": 3}, "option 'root' must be a path (a non-empty string), got 3"),
+        ("workspace", {"root": ".", "writable": "no"}, "option 'writable' must be true or false"),
+        ("workspace", {"root": ".", "max_bytes": 0}, "option 'max_bytes' must be an integer >= 1"),
+        ("workspace", {"root": ".", "rot": "."}, "unknown option(s) 'rot'"),
+        ("knowledge", {"root": ".", "top_k": True}, "option 'top_k' must be an integer >= 1"),
+        ("compression", {"strategy": "zip"}, "option 'strategy' must be one of 'truncation'"),
+        ("compression", {"strategy": "token_budget"}, "option 'max_tokens' is required"),
+        ("compression", {"keep_last": "all"}, "option 'keep_last' must be an integer"),
+        ("compression", {"max_tokens": 10}, "unknown option(s) 'max_tokens'"),
+        ("compression", {"strategy": "summary"}, "strategy 'summary' needs a chat client"),
+        ("memory", {"inject": 1}, "option 'inject' must be true or false, got 1"),
+        ("mcp", {}, "provider kind 'mcp': option 'command' is required"),
+        ("mcp", {"command": "x", "env": {"A": 1}}, "option 'env' must be a table of strings"),
+        ("skills", {"root": "missing-folder"}, "skills root"),
+    ],
+)
+def test_wrong_or_missing_options_name_kind_option_and_expectation(
+    tmp_path: Path, kind: str, options: dict[str, Any], expected: str
+) -> None:
+    decl = ContextProviderDecl(kind, options=options, base_dir=tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        build_provider(decl)
+    assert expected in str(caught.value)
+
+
+def test_error_names_the_declared_name() -> None:
+    with pytest.raises(ConfigError, match=r"provider kind 'workspace' \(name 'files'\)"):
+        build_provider(ContextProviderDecl("workspace", "files"))
+
+
+def test_summary_strategy_from_data_uses_the_given_client() -> None:
+    client = ScriptedChatClient()
+    decl = ContextProviderDecl(
+        "compression", options={"strategy": "summary", "keep_last": 4, "on_failure": "raise"}
+    )
+    provider = build_provider(decl, chat_client=client)
+    assert isinstance(provider.strategy, SummaryStrategy)
+    assert provider.strategy.chat_client is client
+    assert (provider.strategy.keep_last, provider.strategy.on_failure) == (4, "raise")
+    default = build_provider(ContextProviderDecl("compression"))
+    assert isinstance(default.strategy, TruncationStrategy)
+
+
+class Clock(ContextProvider):
+    kind = "clock"
+
+    def __init__(self, zone: str) -> None:
+        self.zone = zone
+
+
+def test_register_a_kind_in_a_private_registry() -> None:
+    registry = dict(PROVIDER_KINDS)
+    register_provider_kind("clock", lambda o: Clock(o.text("zone", "UTC")), registry=registry)
+    clock = build_provider(ContextProviderDecl("clock", "tick", {"zone": "CET"}), registry)
+    assert (clock.name, clock.zone) == ("tick", "CET")
+    assert "clock" not in PROVIDER_KINDS
+    with pytest.raises(ConfigError, match="unknown provider kind 'clock'"):
+        build_provider(ContextProviderDecl("clock"))
+    with pytest.raises(ValueError, match="already registered"):
+        register_provider_kind("clock", lambda o: Clock("UTC"), registry=registry)
+    register_provider_kind("clock", lambda o: Clock("UTC"), registry=registry, replace=True)
+
+
+def test_register_in_the_default_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("raf.config.PROVIDER_KINDS", dict(PROVIDER_KINDS))
+    import raf.config
+
+    def make(options: ProviderOptions) -> Clock:
+        return Clock(options.text("zone"))
+
+    register_provider_kind("clock", make)
+    assert "clock" in raf.config.PROVIDER_KINDS
+    assert build_provider(ContextProviderDecl("clock", options={"zone": "UTC"})).zone == "UTC"
+
+
+def test_a_factory_type_error_becomes_a_config_error() -> None:
+    def broken(options: ProviderOptions) -> object:
+        raise TypeError("zone must be a str")
+
+    with pytest.raises(ConfigError, match="provider kind 'clock': zone must be a str"):
+        build_provider(ContextProviderDecl("clock"), {"clock": broken})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("providers = 3", "'providers' must be an array of tables"),
+        ("providers = [1]", "providers[0] must be a table"),
+        ("[[providers]]\nname = 'x'", "providers[0]: 'kind' is required"),
+        ("[[providers]]\nkind = 'memory'\nname = 3", "providers[0]: 'name' must be a non-empty"),
+        ("[[providers]\nkind = 'memory'", "not valid TOML"),
+    ],
+)
+def test_bad_files_are_clear_errors(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_provider_decls(path)
+    assert str(path) in str(caught.value)
+    assert expected in str(caught.value)
+
+
+def test_missing_file_and_no_providers(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_provider_decls(tmp_path / "missing.toml")
+    (tmp_path / "empty.toml").write_text("[agent]\nname = 'x'\n")
+    assert load_provider_decls(tmp_path / "empty.toml") == []
+    assert parse_provider_decls({}) == []
