@@ -16,7 +16,15 @@ $(VENV)/.test: $(VENV)/.base
 	touch $@
 
 demo: $(VENV)/.base
-	$(PY) examples/stages.py
+	@rm -f .raf/demo.db .raf/demo.db-wal .raf/demo.db-shm
+	@echo '$$ raf run examples/agent.toml "hello" --session demo --db .raf/demo.db --trace'
+	@$(VENV)/bin/raf run examples/agent.toml "hello" --session demo --db .raf/demo.db --trace
+	@echo
+	@echo '$$ raf run examples/agent.toml "and again" --session demo --db .raf/demo.db --trace'
+	@$(VENV)/bin/raf run examples/agent.toml "and again" --session demo --db .raf/demo.db --trace
+	@echo
+	@echo '$$ python examples/stages.py   # the order of the stages, and what the model sees'
+	@$(PY) examples/stages.py
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import attrs
 
+from raf.context import ContextResult
 from raf.errors import Stage
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
@@ -27,11 +28,13 @@ class StageEvent:
     stage: Stage | Literal["complete"]
     duration_ms: float
     outcome: str
+    detail: str = ""
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"{self.provider} [{self.kind}] {self.stage} {self.duration_ms:.2f} ms {self.outcome}"
         )
+        return f"{text} ({self.detail})" if self.detail else text
 
 
 Emit = Callable[[StageEvent], None]
@@ -64,13 +67,15 @@ class TracedProvider:
         """The wrapped pre stage, timed."""
         started = time.perf_counter()
         error: BaseException | None = None
+        result: Any = None
         try:
-            return await self.provider.on_invoking(agent, session, messages, options)
+            result = await self.provider.on_invoking(agent, session, messages, options)
+            return result
         except BaseException as exc:
             error = exc
             raise
         finally:
-            self._report("on_invoking", started, error)
+            self._report("on_invoking", started, error, _describe_result(result))
 
     async def on_invoked(
         self,
@@ -93,9 +98,26 @@ class TracedProvider:
         finally:
             self._report("on_invoked", started, failure)
 
-    def _report(self, stage: Stage, started: float, error: BaseException | None) -> None:
+    def _report(
+        self, stage: Stage, started: float, error: BaseException | None, detail: str = ""
+    ) -> None:
         elapsed = (time.perf_counter() - started) * 1000
-        self._emit(StageEvent(self.name, self.kind, stage, elapsed, _outcome(error)))
+        self._emit(StageEvent(self.name, self.kind, stage, elapsed, _outcome(error), detail))
+
+
+def _describe_result(result: Any) -> str:
+    if not isinstance(result, ContextResult):
+        return ""
+    parts = []
+    if result.instructions:
+        parts.append(f"+{len(result.instructions.splitlines())} instruction lines")
+    if result.replace_messages:
+        parts.append(f"replaced messages with {len(result.messages)}")
+    elif result.messages:
+        parts.append(f"+{len(result.messages)} messages")
+    if result.tools:
+        parts.append("+tools " + ", ".join(getattr(t, "name", "?") for t in result.tools))
+    return "; ".join(parts) or "nothing added"
 
 
 def traced_stack(stack: Sequence[Any], emit: Emit) -> list[Any]:
@@ -116,6 +138,7 @@ def trace_model(emit: Emit) -> Callable[[ChatRequest, Complete[ChatRequest]], An
             raise
         finally:
             elapsed = (time.perf_counter() - started) * 1000
-            emit(StageEvent("model", "chat", "complete", elapsed, _outcome(error)))
+            detail = f"{len(request.messages)} messages, {len(request.options.tools)} tools"
+            emit(StageEvent("model", "chat", "complete", elapsed, _outcome(error), detail))
 
     return middleware

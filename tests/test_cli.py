@@ -1,0 +1,147 @@
+"""The raf command: one turn from a TOML config, clear errors, sessions on disk."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from raf.cli import load_agent, main
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "agent.toml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "agent.toml"
+    path.write_text(text)
+    return path
+
+
+def test_run_prints_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(EXAMPLE), "hello there"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "hello there\n"
+    assert err == ""
+
+
+def test_trace_prints_each_stage_in_order(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(EXAMPLE), "hi", "--trace"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    stages = [" ".join(line.split()[1:4:2]) for line in err]
+    assert stages == [
+        "InMemoryHistoryProvider on_invoking",
+        "AgentSkillsProvider on_invoking",
+        "WorkspaceContextProvider on_invoking",
+        "model complete",
+        "WorkspaceContextProvider on_invoked",
+        "AgentSkillsProvider on_invoked",
+        "InMemoryHistoryProvider on_invoked",
+    ]
+    assert "+tools load_skill, read_skill_resource" in err[1]
+
+
+def test_a_session_keeps_history_in_the_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "s.db"
+    args = ["--session", "s1", "--db", str(db), "--trace"]
+    assert main(["run", str(EXAMPLE), "first", *args]) == 0
+    capsys.readouterr()
+    assert main(["run", str(EXAMPLE), "second", *args]) == 0
+    out, err = capsys.readouterr()
+    assert out == "second\n"
+    # The second turn's model call saw the first turn's two messages too.
+    assert "(+2 messages)" in err
+    assert "(4 messages, 4 tools)" in err
+    assert db.exists()
+
+
+def test_without_a_session_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(EXAMPLE), "x"]) == 0
+    assert not (tmp_path / ".raf").exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("[agent\nname = 1", "not valid TOML"),
+        ("[agent]\nnam = 'x'", "[agent] has unknown keys ['nam']"),
+        ("[agent]\ninstructions = 3", "[agent] instructions must be a string"),
+        ("[model]\nclient = 'gpt'", '[model] client must be "echo" or "openai"'),
+        (
+            "[[providers]]\nkind = 'nope'",
+            "providers[0]: unknown provider kind 'nope'; known kinds:",
+        ),
+        ("[[providers]]\nkind = 'workspace'", "providers[0]: provider kind 'workspace'"),
+        ("providers = 3", "'providers' must be an array of tables"),
+    ],
+)
+def test_a_bad_config_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, message: str
+) -> None:
+    path = write(tmp_path, config)
+    assert main(["run", str(path), "hi"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"raf: {path}")
+    assert message in err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1
+
+
+def test_a_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(tmp_path / "missing.toml"), "hi"]) == 2
+    assert "no such config file" in capsys.readouterr().err
+
+
+def test_openai_needs_a_model_and_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    path = write(tmp_path, "[model]\nclient = 'openai'\nmodel = 'gpt-4o-mini'")
+    assert main(["run", str(path), "hi"]) == 2
+    assert "needs OPENAI_API_KEY" in capsys.readouterr().err
+    path = write(tmp_path, "[model]\nclient = 'openai'")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert main(["run", str(path), "hi"]) == 2
+    assert 'needs model = "<model name>"' in capsys.readouterr().err
+
+
+def test_relative_roots_are_resolved_against_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ws").mkdir()
+    path = write(tmp_path, "[[providers]]\nkind = 'workspace'\nroot = 'ws'\nname = 'files'")
+    monkeypatch.chdir("/")
+    agent = load_agent(path)
+    [provider] = agent.providers
+    assert provider.name == "files"
+
+
+def test_chat_reads_lines_until_an_empty_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = iter(["one", "two", ""])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    db = tmp_path / "chat.db"
+    assert main(["chat", str(EXAMPLE), "--session", "c", "--db", str(db)]) == 0
+    assert capsys.readouterr().out == "one\ntwo\n"
+
+
+def test_python_dash_m_raf_runs_the_command() -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    done = subprocess.run(
+        [sys.executable, "-m", "raf", "run", str(EXAMPLE), "via -m"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "via -m\n", "")
