@@ -8,6 +8,7 @@ could cost. Every row reads as a ratio to it.
     python benchmarks/bench_pipeline.py              # every scenario
     python benchmarks/bench_pipeline.py --only run/  # scenarios whose name starts so
     python benchmarks/bench_pipeline.py --repeats 9 --backend trio
+    RAF_SOURCE=../other-checkout python benchmarks/bench_pipeline.py  # measure another raf
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from typing import Any
 import anyio
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# RAF_SOURCE=/path/to/other/checkout measures that raf instead (to compare two versions).
+sys.path.insert(0, os.environ.get("RAF_SOURCE", str(ROOT)))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import NotBuilt, Samples, fmt, per_op, ratio, run_isolated, table, wall  # noqa: E402
