@@ -14,6 +14,7 @@ from raf.errors import (
 )
 from raf.messages import AgentResponse, ChatMessage, Messages, ToolCall, Usage
 from raf.options import AgentRunOptions, ChatOptions
+from raf.parallel import ProviderGroup, parallel
 from raf.pipeline import ChatRequest, Complete, Middleware, compose
 from raf.providers import ContextProvider
 from raf.sessions import InMemorySession, Session
@@ -41,6 +42,7 @@ __all__ = [
     "Messages",
     "Middleware",
     "ProviderError",
+    "ProviderGroup",
     "ScriptedChatClient",
     "Session",
     "Tool",
@@ -51,5 +53,6 @@ __all__ = [
     "Usage",
     "compose",
     "merge",
+    "parallel",
     "tool",
 ]
