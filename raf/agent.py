@@ -125,9 +125,14 @@ class Agent:
         instructions = invocation.instructions
         if self.instructions is not None:
             instructions = (self.instructions, *instructions)
-        messages = invocation.messages + invocation.request_messages
+        # One copy of a long injected history at most, not one per step.
         if instructions:
-            messages = (ChatMessage("system", "\n".join(instructions)), *messages)
+            system = ChatMessage("system", "\n".join(instructions))
+            messages = (system, *invocation.messages, *invocation.request_messages)
+        elif invocation.messages:
+            messages = invocation.messages + invocation.request_messages
+        else:
+            messages = invocation.request_messages
         options = invocation.options
         if invocation.tools:
             tool_index = index_tools(invocation.tools, self._tool_index)
