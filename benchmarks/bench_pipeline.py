@@ -185,11 +185,11 @@ def _history_provider() -> Any:
 
 
 def history_turn_scenario(stored: int) -> Scenario:
-    """One turn of a conversation with ``stored`` messages in an InMemorySession.
+    """Turns of a conversation that has ``stored`` messages in an InMemorySession.
 
-    Every timed turn gets its own session, filled beforehand and left as the
-    previous turn leaves it (just appended to), so each turn pays exactly
-    what turn ``stored/2 + 1`` of a real conversation pays.
+    Each repeat starts a fresh session holding ``stored`` messages and times
+    the next 100 turns on it (each turn stores two more messages), so the
+    figure is the cost of a turn at ``stored`` to ``stored + 200`` messages.
     """
 
     async def scenario(args: argparse.Namespace) -> Figures:
@@ -197,34 +197,24 @@ def history_turn_scenario(stored: int) -> Scenario:
         model = FakeModel()
         agent = raf.Agent(model, stack=[provider])
         past = history(stored)
-        turns = 200
-        sessions: list[raf.InMemorySession] = []
-        floor_stores: list[list[ChatMessage]] = []
-
-        async def prepare() -> None:
-            sessions.clear()
-            floor_stores.clear()
-            for _ in range(turns):
-                session = raf.InMemorySession()
-                await session.add_messages(past)
-                sessions.append(session)
-                floor_stores.append(list(past))
-
-        async def raf_turn() -> None:
-            await agent.run("next question", session=sessions.pop())
-
-        async def floor_turn() -> None:
-            store = floor_stores.pop()
-            request = (ChatMessage("user", "next question"),)
-            response = await model.complete((*store, *request), None)
-            store.extend((*request, *response.messages))
-
+        turns = 100
         raf_samples: Samples = []
         floor_samples: Samples = []
         for _ in range(args.repeats):
-            await prepare()
-            raf_samples += await per_op(raf_turn, ops=turns - 20, repeats=1, warmup=20)
-            floor_samples += await per_op(floor_turn, ops=turns - 20, repeats=1, warmup=20)
+            session = raf.InMemorySession()
+            await session.add_messages(past)
+            store = list(past)
+
+            async def raf_turn(session: raf.InMemorySession = session) -> None:
+                await agent.run("next question", session=session)
+
+            async def floor_turn(store: list[ChatMessage] = store) -> None:
+                request = (ChatMessage("user", "next question"),)
+                response = await model.complete((*store, *request), None)
+                store.extend((*request, *response.messages))
+
+            raf_samples += await per_op(raf_turn, ops=turns, repeats=1, warmup=0)
+            floor_samples += await per_op(floor_turn, ops=turns, repeats=1, warmup=0)
         return {"raf": raf_samples, "floor": floor_samples}
 
     return scenario
