@@ -34,5 +34,16 @@ test: $(VENV)/.test
 bench: $(VENV)/.base
 	$(PY) benchmarks/bench_pipeline.py
 
+# Peers live in their own virtualenv: they are never dependencies of raf.
+PEERS_VENV := benchmarks/.peers-venv
+$(PEERS_VENV)/.ready: pyproject.toml
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install -q -e . agent-framework-core langchain pydantic-ai-slim
+	touch $@
+
+bench-peers: $(PEERS_VENV)/.ready
+	$(PEERS_VENV)/bin/python benchmarks/bench_peers.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

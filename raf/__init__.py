@@ -42,6 +42,7 @@ from raf.errors import (
 from raf.messages import AgentResponse, ChatMessage, Messages, ToolCall, Usage
 from raf.middleware import LoggingMiddleware, RetryMiddleware
 from raf.options import AgentRunOptions, ChatOptions
+from raf.parallel import ProviderGroup, parallel
 from raf.pipeline import ChatRequest, Complete, Middleware, compose
 from raf.providers import ContextProvider
 from raf.sessions import InMemorySession, Session, SqliteSessionStore
@@ -85,6 +86,7 @@ __all__ = [
     "ProviderError",
     "Retriever",
     "RetryMiddleware",
+    "ProviderGroup",
     "ScriptedChatClient",
     "Session",
     "SqliteSessionStore",
@@ -106,5 +108,6 @@ __all__ = [
     "load_provider_decls",
     "merge",
     "register_provider_kind",
+    "parallel",
     "tool",
 ]

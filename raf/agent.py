@@ -85,7 +85,12 @@ class Agent:
                 )
         self.post_timeout = post_timeout
         self._run = compose(self._core, self.stack, post_timeout=post_timeout)
-        self._chat: Complete[ChatRequest] = compose(self._call_model, self.chat_stack)
+        self._chat: Complete[ChatRequest] | None = (
+            compose(self._call_model, self.chat_stack) if self.chat_stack else None
+        )
+        # The chat options of the last run that added no tools, by its run options:
+        # most runs of an agent share one options object, and so share these.
+        self._chat_options: tuple[AgentRunOptions, ChatOptions] | None = None
 
     @property
     def providers(self) -> tuple[Any, ...]:
@@ -120,23 +125,33 @@ class Agent:
         instructions = invocation.instructions
         if self.instructions is not None:
             instructions = (self.instructions, *instructions)
-        messages = invocation.messages + invocation.request_messages
+        # One copy of a long injected history at most, not one per step.
         if instructions:
-            messages = (ChatMessage("system", "\n".join(instructions)), *messages)
-        tools = self.tools
-        tool_index = self._tool_index
+            system = ChatMessage("system", "\n".join(instructions))
+            messages = (system, *invocation.messages, *invocation.request_messages)
+        elif invocation.messages:
+            messages = invocation.messages + invocation.request_messages
+        else:
+            messages = invocation.request_messages
+        options = invocation.options
         if invocation.tools:
-            tools = tools + invocation.tools
-            tool_index = index_tools(invocation.tools, tool_index)
+            tool_index = index_tools(invocation.tools, self._tool_index)
+            chat_options = ChatOptions.from_run(options, self.tools + invocation.tools)
+        else:
+            tool_index = self._tool_index
+            cached = self._chat_options
+            if cached is not None and cached[0] is options:
+                chat_options = cached[1]
+            else:
+                chat_options = ChatOptions.from_run(options, self.tools)
+                self._chat_options = (options, chat_options)
         return await run_tool_loop(
-            self._chat_call,
-            messages,
-            ChatOptions.from_run(invocation.options, tools),
-            tool_index,
-            invocation.options.max_tool_iterations,
+            self._chat_call, messages, chat_options, tool_index, options.max_tool_iterations
         )
 
     def _chat_call(self, messages: Sequence[ChatMessage], options: ChatOptions) -> Any:
+        if self._chat is None:  # no chat middleware: no ChatRequest to build and unpack
+            return self.chat_client.complete(messages, options)
         return self._chat(ChatRequest(messages, options))
 
     def _call_model(self, request: ChatRequest) -> Any:

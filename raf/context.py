@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -16,7 +17,7 @@ from raf.tools import Tool
 if TYPE_CHECKING:
     from raf.agent import Agent
 
-__all__ = ["EMPTY_RESULT", "ContextResult", "Invocation", "merge"]
+__all__ = ["EMPTY_RESULT", "CheckedResult", "ContextResult", "Invocation", "merge", "merge_all"]
 
 
 @attrs.frozen(slots=True)
@@ -78,21 +79,7 @@ def merge(invocation: Invocation, result: ContextResult) -> Invocation:
     >>> merge(start, ContextResult(instructions="Be brief.")).instructions
     ('Be brief.',)
     """
-    if type(result) is not ContextResult and not isinstance(result, ContextResult):
-        hint = " (did on_invoking forget to return?)" if result is None else ""
-        raise ContextResultError("result", "a ContextResult" + hint, result)
-    instructions = result.instructions
-    messages: Any = result.messages
-    tools: Any = result.tools
-    replace = result.replace_messages
-    if instructions is not None and type(instructions) is not str:
-        raise ContextResultError("instructions", "str or None", instructions)
-    if replace is not False and replace is not True:
-        raise ContextResultError("replace_messages", "bool", replace)
-    if messages != () and type(messages) is not Messages:
-        messages = _checked_messages(messages)
-    if tools != ():
-        tools = _checked_tools(tools)
+    instructions, messages, tools, replace = checked_result(result)
     if not (instructions or messages or tools or replace):
         return invocation
     if replace:
@@ -112,6 +99,82 @@ def merge(invocation: Invocation, result: ContextResult) -> Invocation:
         injected,
         invocation.tools + tools if tools else invocation.tools,
     )
+
+
+#: ``(instructions, messages, tools, replace_messages)`` of a result that passed the checks.
+CheckedResult = tuple[str | None, Any, tuple[Tool, ...], bool]
+
+
+def merge_all(invocation: Invocation, results: Sequence[CheckedResult]) -> Invocation:
+    """Apply several checked results in order, building one invocation instead of one each.
+
+    Equal to folding :func:`merge` over the results (and, like it, returns
+    ``invocation`` itself when they add nothing); the provider layer uses
+    it for consecutive providers, which see the same arguments anyway.
+
+    >>> from raf import InMemorySession, AgentRunOptions
+    >>> start = Invocation(None, InMemorySession(), (), AgentRunOptions())
+    >>> parts = [checked_result(ContextResult(instructions=t)) for t in ("A.", "B.")]
+    >>> merge_all(start, parts).instructions
+    ('A.', 'B.')
+    """
+    instructions: list[str] = []
+    base = invocation.messages
+    chunks: list[tuple[ChatMessage, ...]] = []
+    tools: list[Tool] = []
+    replaced = False
+    for text, messages, more_tools, replace in results:
+        if text:
+            instructions.append(text)
+        if replace:
+            base, replaced = messages, True
+            chunks.clear()
+        elif messages:
+            chunks.append(messages)
+        if more_tools:
+            tools.extend(more_tools)
+    if not (instructions or chunks or tools or replaced):
+        return invocation
+    if not chunks:
+        injected = base
+    elif not base and len(chunks) == 1:
+        injected = chunks[0]
+    else:
+        injected = tuple(chain(base, *chunks))
+    return Invocation(
+        invocation.agent,
+        invocation.session,
+        invocation.request_messages,
+        invocation.options,
+        invocation.instructions + tuple(instructions) if instructions else invocation.instructions,
+        injected,
+        invocation.tools + tuple(tools) if tools else invocation.tools,
+    )
+
+
+def checked_result(result: object) -> CheckedResult:
+    """A result's ``(instructions, messages, tools, replace_messages)``, each type-checked.
+
+    Raises :class:`raf.errors.ContextResultError` naming the first wrong
+    field. ``messages`` comes back as given when it is already
+    :class:`raf.Messages` (checked when it was built), else as a checked tuple.
+    """
+    if type(result) is not ContextResult and not isinstance(result, ContextResult):
+        hint = " (did on_invoking forget to return?)" if result is None else ""
+        raise ContextResultError("result", "a ContextResult" + hint, result)
+    instructions = result.instructions
+    messages: Any = result.messages
+    tools: Any = result.tools
+    replace = result.replace_messages
+    if instructions is not None and type(instructions) is not str:
+        raise ContextResultError("instructions", "str or None", instructions)
+    if replace is not False and replace is not True:
+        raise ContextResultError("replace_messages", "bool", replace)
+    if messages != () and type(messages) is not Messages:
+        messages = _checked_messages(messages)
+    if tools != ():
+        tools = _checked_tools(tools)
+    return instructions, messages, tools, replace
 
 
 def _checked_messages(value: object) -> tuple[ChatMessage, ...]:

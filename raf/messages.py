@@ -178,11 +178,13 @@ def trusted_messages(items: Iterable[ChatMessage]) -> Messages:
     return tuple.__new__(Messages, items)
 
 
+# One encoder for every call: json.dumps with options builds a new one each time.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def messages_to_json(messages: Iterable[ChatMessage]) -> str:
     """Canonical JSON of messages: sorted keys, no spaces, UTF-8 kept."""
-    return json.dumps(
-        [m.to_dict() for m in messages], sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+    return _CANONICAL.encode([m.to_dict() for m in messages])
 
 
 def _message_tuple(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:

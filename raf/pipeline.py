@@ -9,7 +9,8 @@ import attrs
 
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import ChatOptions
-from raf.providers import collect_post_failures, provider_layer
+from raf.parallel import ProviderGroup
+from raf.providers import collect_post_failures, providers_layer
 
 __all__ = ["ChatRequest", "Complete", "Middleware", "compose", "is_provider"]
 
@@ -46,8 +47,11 @@ class ChatRequest:
 
 
 def is_provider(item: object) -> bool:
-    """A stack item with ``on_invoking`` is a provider; other callables are middleware."""
-    return callable(getattr(item, "on_invoking", None))
+    """A stack item with ``on_invoking`` (or a :func:`raf.parallel` group) is a provider.
+
+    Other callables are middleware.
+    """
+    return isinstance(item, ProviderGroup) or callable(getattr(item, "on_invoking", None))
 
 
 def compose(
@@ -68,18 +72,24 @@ def compose(
     """
     complete: Complete[Any] = core
     has_providers = False
+    providers: list[Any] = []  # consecutive providers, innermost first: they share one layer
     for index in range(len(stack) - 1, -1, -1):
         item = stack[index]
         if is_provider(item):
             has_providers = True
-            complete = provider_layer(item, complete, post_timeout=post_timeout)
-        elif callable(item):
-            complete = _bind(item, complete)
-        else:
+            providers.append(item)
+            continue
+        if not callable(item):
             raise TypeError(
                 f"stack[{index}] is neither a context provider (no on_invoking) nor a "
                 f"middleware callable: {item!r}"
             )
+        if providers:
+            complete = providers_layer(providers[::-1], complete, post_timeout=post_timeout)
+            providers = []
+        complete = _bind(item, complete)
+    if providers:
+        complete = providers_layer(providers[::-1], complete, post_timeout=post_timeout)
     return collect_post_failures(complete) if has_providers else complete  # type: ignore[return-value]
 
 

@@ -8,10 +8,18 @@ from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
 import anyio
 
-from raf.context import EMPTY_RESULT, ContextResult, Invocation, merge
+from raf.context import (
+    EMPTY_RESULT,
+    CheckedResult,
+    ContextResult,
+    Invocation,
+    checked_result,
+    merge_all,
+)
 from raf.errors import ContextResultError, ProviderError, Stage
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
+from raf.parallel import ProviderGroup
 from raf.sessions.base import Session
 
 if TYPE_CHECKING:
@@ -108,56 +116,174 @@ _post_failures: ContextVar[list[ProviderError] | None] = ContextVar(
 )
 
 
-def provider_layer(
-    provider: Any, call_next: CompleteInvocation, *, post_timeout: float
-) -> CompleteInvocation:
-    """Wrap ``provider`` around ``call_next``: pre stage in, post stage out.
+#: One provider as the layer runs it: the provider, its ``on_invoking``, and
+#: its ``on_invoked`` (``None`` when it has none or inherits the no-op).
+_Member = tuple[Any, Callable[..., Awaitable[Any]], Callable[..., Awaitable[None]] | None]
 
-    The post stage runs for every pre stage that returned, whatever
-    happened further in. It runs directly on the normal path; when the run
-    is being cancelled it runs shielded and bounded by ``post_timeout``.
-    """
-    on_invoking = provider.on_invoking
+#: A step of a layer: one provider (``group`` is ``None``) or a parallel group.
+_Step = tuple[ProviderGroup | None, tuple[_Member, ...]]
+
+#: A provider whose pre stage returned, with the post stage it is owed.
+_Entered = tuple[Any, Callable[..., Awaitable[None]]]
+
+
+def _member(provider: Any) -> _Member:
     on_invoked = getattr(provider, "on_invoked", None)
     if getattr(type(provider), "on_invoked", None) is ContextProvider.on_invoked:
         on_invoked = None  # the inherited no-op: skip the post stage's frames entirely
+    return (provider, provider.on_invoking, on_invoked)
+
+
+def provider_layer(
+    provider: Any, call_next: CompleteInvocation, *, post_timeout: float
+) -> CompleteInvocation:
+    """Wrap ``provider`` around ``call_next``: pre stage in, post stage out."""
+    return providers_layer((provider,), call_next, post_timeout=post_timeout)
+
+
+def providers_layer(
+    providers: Sequence[Any], call_next: CompleteInvocation, *, post_timeout: float
+) -> CompleteInvocation:
+    """Wrap consecutive providers (or parallel groups) around ``call_next`` as one layer.
+
+    It behaves exactly like one nested layer per provider: pre stages
+    outermost first, then ``call_next``, then a post stage for every pre
+    stage that returned, innermost first, whatever happened further in.
+    Post stages run directly on the normal path; when the run is being
+    cancelled they run shielded and bounded by ``post_timeout``. Pre stages
+    only see the run's agent, session, request messages and options, which
+    no provider changes, so the layer can build the inner invocation once
+    for all of them (:func:`raf.context.merge_all`) instead of once each.
+    """
+    steps: tuple[_Step, ...] = tuple(
+        (item, tuple(_member(m) for m in item.members))
+        if isinstance(item, ProviderGroup)
+        else (None, (_member(item),))
+        for item in providers
+    )
 
     async def layer(invocation: Invocation) -> AgentResponse:
+        args = (invocation.agent, invocation.session, invocation.request_messages)
+        options = invocation.options
+        results: list[CheckedResult] = []
+        entered: list[_Entered] = []
         try:
-            result = await on_invoking(
-                invocation.agent,
-                invocation.session,
-                invocation.request_messages,
-                invocation.options,
-            )
-        except Exception as exc:
-            raise _provider_error(provider, "on_invoking", exc) from exc
-        try:
-            inner = merge(invocation, result)
-        except ContextResultError as exc:
-            raise ProviderError(
-                provider_name(provider), "on_invoking", str(exc), field=exc.field
-            ) from exc
-        if on_invoked is None:
-            return await call_next(inner)
-        try:
-            response = await call_next(inner)
+            for group, members in steps:
+                if group is not None:
+                    await _group_pre(members, (*args, options), results, entered)
+                    continue
+                member = members[0]
+                try:
+                    result = await member[1](*args, options)
+                except Exception as exc:
+                    raise _provider_error(member[0], "on_invoking", exc) from exc
+                results.append(_checked(member[0], result))
+                if member[2] is not None:
+                    entered.append((member[0], member[2]))
+            response = await call_next(merge_all(invocation, results) if results else invocation)
         except BaseException as error:
-            await _post_stage(provider, on_invoked, invocation, None, error, post_timeout)
-            raise
-        try:
-            await on_invoked(
-                invocation.agent,
-                invocation.session,
-                invocation.request_messages,
-                response,
-                None,
-            )
-        except Exception as exc:
-            _record(_provider_error(provider, "on_invoked", exc), exc)
+            final = await _unwind(entered, invocation, None, error, post_timeout)
+            if final is error or final is None:
+                raise
+            raise final from error
+        if entered:
+            final = await _unwind(entered, invocation, response, None, post_timeout)
+            if final is not None:
+                raise final
         return response
 
     return layer
+
+
+def _checked(provider: Any, result: object) -> CheckedResult:
+    try:
+        return checked_result(result)
+    except ContextResultError as exc:
+        raise ProviderError(
+            provider_name(provider), "on_invoking", str(exc), field=exc.field
+        ) from exc
+
+
+_NOT_RETURNED: Any = object()
+
+
+async def _group_pre(
+    members: tuple[_Member, ...],
+    args: tuple[Any, ...],
+    results: list[CheckedResult],
+    entered: list[_Entered],
+) -> None:
+    """A group's pre stages in one task group; results and entered members in declaration order.
+
+    The first member that fails cancels the others and its ProviderError is
+    raised; every member whose pre stage returned a valid result is entered
+    all the same, so the layer gives it its post stage with the error.
+    """
+    outcomes: list[Any] = [_NOT_RETURNED] * len(members)
+    failures: list[ProviderError] = []
+
+    async def run(index: int, member: _Member, scope: anyio.CancelScope) -> None:
+        try:
+            outcomes[index] = await member[1](*args)
+        except Exception as exc:
+            failure = _provider_error(member[0], "on_invoking", exc)
+            failure.__cause__ = exc
+            failures.append(failure)
+            scope.cancel()
+
+    try:
+        async with anyio.create_task_group() as group:
+            for index, member in enumerate(members):
+                group.start_soon(run, index, member, group.cancel_scope)
+    finally:
+        for member, outcome in zip(members, outcomes, strict=True):
+            if outcome is _NOT_RETURNED:
+                continue
+            try:
+                results.append(_checked(member[0], outcome))
+            except ProviderError as failure:
+                failures.append(failure)
+                continue
+            if member[2] is not None:
+                entered.append((member[0], member[2]))
+    if failures:
+        first, *others = failures
+        for other in others:
+            first.add_note(f"raf: in the same group, {other} (cause: {other.__cause__!r})")
+        raise first from first.__cause__
+
+
+async def _unwind(
+    entered: list[_Entered],
+    invocation: Invocation,
+    response: AgentResponse | None,
+    error: BaseException | None,
+    post_timeout: float,
+) -> BaseException | None:
+    """The post stages of ``entered``, innermost first; returns what the layer must raise.
+
+    A post stage that raises an ``Exception`` is recorded and changes
+    nothing for the others. One that raises a ``BaseException`` (a
+    cancellation arriving now) becomes the error the remaining post stages
+    see and the one raised, as it would between nested layers.
+    """
+    for provider, on_invoked in reversed(entered):
+        try:
+            if error is None:
+                await on_invoked(
+                    invocation.agent,
+                    invocation.session,
+                    invocation.request_messages,
+                    response,
+                    None,
+                )
+            else:
+                await _post_stage(provider, on_invoked, invocation, None, error, post_timeout)
+        except Exception as exc:
+            _record(_provider_error(provider, "on_invoked", exc), exc)
+        except BaseException as exc:
+            error, response = exc, None
+    return error
 
 
 async def _post_stage(

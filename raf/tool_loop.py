@@ -53,6 +53,8 @@ async def run_tool_loop(
             usage = response.usage if usage is None else usage + response.usage
         calls = response.tool_calls
         if not calls:
+            if call_number == 1 and type(response) is AgentResponse:
+                return response  # one call, no tools: it already is the run's response
             return AgentResponse(tuple(produced), usage, response.raw)
         if call_number == max_model_calls:
             raise ToolLoopError(max_model_calls, tuple(call.name for call in calls))

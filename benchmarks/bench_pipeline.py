@@ -1,0 +1,495 @@
+"""raf against the floor: one process per scenario, a table of medians (min-max).
+
+The *floor* of a scenario is a hand-written async onion that makes the same
+awaits as raf (the same providers' ``on_invoking``, the same fake model) with
+none of raf's checks, sessions or error handling: the least any framework
+could cost. Every row reads as a ratio to it.
+
+    python benchmarks/bench_pipeline.py              # every scenario
+    python benchmarks/bench_pipeline.py --only run/  # scenarios whose name starts so
+    python benchmarks/bench_pipeline.py --repeats 9 --backend trio
+    RAF_SOURCE=../other-checkout python benchmarks/bench_pipeline.py  # measure another raf
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+# RAF_SOURCE=/path/to/other/checkout measures that raf instead (to compare two versions).
+sys.path.insert(0, os.environ.get("RAF_SOURCE", str(ROOT)))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import NotBuilt, Samples, fmt, per_op, ratio, run_isolated, table, wall  # noqa: E402
+
+import raf  # noqa: E402
+from raf import AgentResponse, ChatMessage, ContextProvider, ContextResult  # noqa: E402
+from raf.messages import trusted_messages  # noqa: E402
+
+REPLY = AgentResponse((ChatMessage.assistant("ok"),))
+HISTORY_SIZES = (1_000, 10_000)
+
+
+class FakeModel:
+    """A chat client that answers at once (or after ``latency`` seconds) without looking."""
+
+    def __init__(self, latency: float = 0.0) -> None:
+        self.latency = latency
+
+    async def complete(self, messages: Sequence[ChatMessage], options: Any) -> AgentResponse:
+        if self.latency:
+            await anyio.sleep(self.latency)
+        return REPLY
+
+
+class Line(ContextProvider):
+    """A trivial provider: one instruction line, no post stage."""
+
+    kind = "bench"
+
+    def __init__(self, index: int) -> None:
+        self.name = f"line{index}"
+        self.line = f"Rule {index}: be precise."
+
+    async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+        return ContextResult(instructions=self.line)
+
+
+class Inject(ContextProvider):
+    """Injects a fixed history, as a history provider with a warm cache would."""
+
+    kind = "bench"
+
+    def __init__(self, history: Sequence[ChatMessage]) -> None:
+        self.history = history
+
+    async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+        return ContextResult(messages=self.history)
+
+
+class Sleepy(ContextProvider):
+    """A provider whose pre stage waits ``delay`` seconds, like a retrieval call."""
+
+    kind = "bench"
+
+    def __init__(self, index: int, delay: float) -> None:
+        self.name = f"io{index}"
+        self.delay = delay
+
+    async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+        await anyio.sleep(self.delay)
+        return ContextResult(instructions=f"Fact {self.name}.")
+
+
+def history(size: int) -> raf.Messages:
+    """``size`` alternating user/assistant messages."""
+    return trusted_messages(
+        ChatMessage("user" if i % 2 == 0 else "assistant", f"message {i}") for i in range(size)
+    )
+
+
+# The floor: the same awaits, by hand -------------------------------------------------------
+
+FloorCall = Callable[[tuple[str, ...], tuple[ChatMessage, ...], tuple[ChatMessage, ...]], Any]
+
+
+def floor_onion(providers: Sequence[Any], model: FakeModel) -> FloorCall:
+    """Nested coroutines: each awaits its provider, folds the result in, awaits the next."""
+
+    async def core(
+        instructions: tuple[str, ...],
+        injected: tuple[ChatMessage, ...],
+        request: tuple[ChatMessage, ...],
+    ) -> AgentResponse:
+        if instructions:
+            messages = (ChatMessage("system", "\n".join(instructions)), *injected, *request)
+        else:
+            messages = (*injected, *request)
+        return await model.complete(messages, None)
+
+    def layer(provider: Any, call_next: FloorCall) -> FloorCall:
+        async def call(
+            instructions: tuple[str, ...],
+            injected: tuple[ChatMessage, ...],
+            request: tuple[ChatMessage, ...],
+        ) -> AgentResponse:
+            result = await provider.on_invoking(None, None, request, None)
+            if result.instructions:
+                instructions = (*instructions, result.instructions)
+            if result.messages:
+                injected = (*injected, *result.messages) if injected else result.messages
+            return await call_next(instructions, injected, request)
+
+        return call
+
+    call: FloorCall = core
+    for provider in reversed(providers):
+        call = layer(provider, call)
+    return call
+
+
+# Scenarios ---------------------------------------------------------------------------------
+
+Figures = dict[str, Samples | str]
+Scenario = Callable[[argparse.Namespace], Awaitable[Figures]]
+
+
+async def _runs(providers: Sequence[Any], args: argparse.Namespace, ops: int) -> Figures:
+    model = FakeModel()
+    agent = raf.Agent(model, stack=providers)
+    floor = floor_onion(providers, model)
+
+    async def raf_run() -> None:
+        await agent.run("hi")
+
+    async def floor_run() -> None:
+        await floor((), (), (ChatMessage("user", "hi"),))
+
+    return {
+        "raf": await per_op(raf_run, ops=ops, repeats=args.repeats),
+        "floor": await per_op(floor_run, ops=ops, repeats=args.repeats),
+    }
+
+
+def providers_scenario(count: int) -> Scenario:
+    async def scenario(args: argparse.Namespace) -> Figures:
+        return await _runs([Line(i) for i in range(count)], args, ops=max(200, 4000 // (count + 1)))
+
+    return scenario
+
+
+def history_scenario(size: int, lines: int = 0) -> Scenario:
+    async def scenario(args: argparse.Namespace) -> Figures:
+        stack = [Inject(history(size)), *(Line(i) for i in range(lines))]
+        return await _runs(stack, args, ops=400)
+
+    return scenario
+
+
+def _history_provider() -> Any:
+    try:
+        module = importlib.import_module("raf.builtin.history")
+    except ImportError as exc:
+        raise NotBuilt(str(exc)) from exc
+    return module.InMemoryHistoryProvider()
+
+
+def history_turn_scenario(stored: int) -> Scenario:
+    """Turns of a conversation that has ``stored`` messages in an InMemorySession.
+
+    Each repeat starts a fresh session holding ``stored`` messages and times
+    the next 100 turns on it (each turn stores two more messages), so the
+    figure is the cost of a turn at ``stored`` to ``stored + 200`` messages.
+    """
+
+    async def scenario(args: argparse.Namespace) -> Figures:
+        provider = _history_provider()
+        model = FakeModel()
+        agent = raf.Agent(model, stack=[provider])
+        past = history(stored)
+        turns = 100
+        raf_samples: Samples = []
+        floor_samples: Samples = []
+        for _ in range(args.repeats):
+            session = raf.InMemorySession()
+            await session.add_messages(past)
+            store = list(past)
+
+            async def raf_turn(session: raf.InMemorySession = session) -> None:
+                await agent.run("next question", session=session)
+
+            async def floor_turn(store: list[ChatMessage] = store) -> None:
+                request = (ChatMessage("user", "next question"),)
+                response = await model.complete((*store, *request), None)
+                store.extend((*request, *response.messages))
+
+            raf_samples += await per_op(raf_turn, ops=turns, repeats=1, warmup=0)
+            floor_samples += await per_op(floor_turn, ops=turns, repeats=1, warmup=0)
+        return {"raf": raf_samples, "floor": floor_samples}
+
+    return scenario
+
+
+def _sqlite_store(path: str) -> Any:
+    try:
+        module = importlib.import_module("raf.sessions.sqlite")
+    except ImportError as exc:
+        raise NotBuilt(str(exc)) from exc
+    return module.SqliteSessionStore(path)
+
+
+async def _close(store: Any) -> None:
+    for name in ("aclose", "close"):
+        closer = getattr(store, name, None)
+        if callable(closer):
+            result = closer()
+            if hasattr(result, "__await__"):
+                await result
+            return
+
+
+class FloorSqlite:
+    """The floor of a durable store: the same statements, by hand, one connection, WAL."""
+
+    def __init__(self, path: str) -> None:
+        import sqlite3
+
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS messages (session TEXT, seq INTEGER, body TEXT, "
+            "PRIMARY KEY (session, seq))"
+        )
+        self.count = 0
+
+    async def append(self, session: str, messages: Sequence[ChatMessage]) -> None:
+        rows = []
+        for message in messages:
+            rows.append((session, self.count, json.dumps(message.to_dict())))
+            self.count += 1
+
+        def write() -> None:
+            with self.db:
+                self.db.executemany("INSERT INTO messages VALUES (?, ?, ?)", rows)
+
+        await anyio.to_thread.run_sync(write)
+
+    async def load(self, session: str) -> list[ChatMessage]:
+        def read() -> list[Any]:
+            return self.db.execute(
+                "SELECT body FROM messages WHERE session = ? ORDER BY seq", (session,)
+            ).fetchall()
+
+        rows = await anyio.to_thread.run_sync(read)
+        return [ChatMessage.from_dict(json.loads(body)) for (body,) in rows]
+
+
+async def sqlite_append(args: argparse.Namespace) -> Figures:
+    """One ``add_messages`` of a turn (two messages), durable, through a worker thread."""
+    turn = (ChatMessage.user("a question"), ChatMessage.assistant("an answer"))
+    with tempfile.TemporaryDirectory() as folder:
+        store = _sqlite_store(os.path.join(folder, "raf.db"))
+        try:
+            session = await store.get("bench")
+
+            async def raf_append() -> None:
+                await session.add_messages(turn)
+
+            raf_samples = await per_op(raf_append, ops=300, repeats=args.repeats)
+        finally:
+            await _close(store)
+        floor = FloorSqlite(os.path.join(folder, "floor.db"))
+
+        async def floor_append() -> None:
+            await floor.append("bench", turn)
+
+        floor_samples = await per_op(floor_append, ops=300, repeats=args.repeats)
+        floor.db.close()
+    return {"raf": raf_samples, "floor": floor_samples}
+
+
+async def sqlite_load(args: argparse.Namespace) -> Figures:
+    """Loading a 1,000-message history from a store opened afresh (no warm cache)."""
+    past = history(1_000)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "raf.db")
+        store = _sqlite_store(path)
+        try:
+            await (await store.get("bench")).add_messages(past)
+        finally:
+            await _close(store)
+
+        async def raf_load() -> None:
+            fresh = _sqlite_store(path)
+            try:
+                loaded = await (await fresh.get("bench")).get_messages()
+            finally:
+                await _close(fresh)
+            assert len(loaded) == len(past)
+
+        raf_samples = await per_op(raf_load, ops=30, repeats=args.repeats, warmup=3)
+        floor_path = os.path.join(folder, "floor.db")
+        FloorSqlite(floor_path).db.close()
+        seed = FloorSqlite(floor_path)
+        await seed.append("bench", past)
+        seed.db.close()
+
+        async def floor_load() -> None:
+            fresh = FloorSqlite(floor_path)
+            try:
+                loaded = await fresh.load("bench")
+            finally:
+                fresh.db.close()
+            assert len(loaded) == len(past)
+
+        floor_samples = await per_op(floor_load, ops=30, repeats=args.repeats, warmup=3)
+    return {"raf": raf_samples, "floor": floor_samples}
+
+
+async def concurrent_runs(args: argparse.Namespace) -> Figures:
+    """300 runs at once, 10 providers each, a model that takes 0.3 s: wall time in ms."""
+    model = FakeModel(latency=0.3)
+    providers = [Line(i) for i in range(10)]
+    agent = raf.Agent(model, stack=providers)
+    floor = floor_onion(providers, model)
+
+    async def raf_all() -> None:
+        async with anyio.create_task_group() as group:
+            for _ in range(300):
+                group.start_soon(agent.run, "hi")
+
+    async def floor_all() -> None:
+        request = (ChatMessage("user", "hi"),)
+        async with anyio.create_task_group() as group:
+            for _ in range(300):
+                group.start_soon(floor, (), (), request)
+
+    return {
+        "raf": await wall(raf_all, repeats=args.repeats, scale=1e3),
+        "floor": await wall(floor_all, repeats=args.repeats, scale=1e3),
+    }
+
+
+def io_group_scenario(grouped: bool) -> Scenario:
+    """Three providers with 50 ms of I/O each, in sequence or as one parallel group (ms)."""
+
+    async def scenario(args: argparse.Namespace) -> Figures:
+        members = [Sleepy(i, 0.05) for i in range(3)]
+        if grouped:
+            parallel = getattr(raf, "parallel", None)
+            if parallel is None:
+                raise NotBuilt("raf.parallel")
+            stack: list[Any] = [parallel(*members)]
+        else:
+            stack = list(members)
+        agent = raf.Agent(FakeModel(), stack=stack)
+
+        async def raf_run() -> None:
+            await agent.run("hi")
+
+        async def floor_run() -> None:
+            if grouped:
+                async with anyio.create_task_group() as group:
+                    for member in members:
+                        group.start_soon(member.on_invoking, None, None, (), None)
+            else:
+                for member in members:
+                    await member.on_invoking(None, None, (), None)
+
+        return {
+            "raf": await wall(raf_run, repeats=args.repeats, scale=1e3),
+            "floor": await wall(floor_run, repeats=args.repeats, scale=1e3),
+        }
+
+    return scenario
+
+
+#: name -> (unit, scenario). The names are what ``--only`` matches.
+SCENARIOS: dict[str, tuple[str, Scenario]] = {
+    "run/0 providers": ("us/run", providers_scenario(0)),
+    "run/1 provider": ("us/run", providers_scenario(1)),
+    "run/10 providers": ("us/run", providers_scenario(10)),
+    "run/50 providers": ("us/run", providers_scenario(50)),
+    **{f"history/{size:,} injected": ("us/run", history_scenario(size)) for size in HISTORY_SIZES},
+    "history/10,000 injected + 50 providers": ("us/run", history_scenario(10_000, lines=50)),
+    "turn/InMemoryHistoryProvider, 10 stored": ("us/turn", history_turn_scenario(10)),
+    "turn/InMemoryHistoryProvider, 10,000 stored": ("us/turn", history_turn_scenario(10_000)),
+    "sqlite/append a turn (2 messages)": ("us/call", sqlite_append),
+    "sqlite/load 1,000 messages, fresh store": ("us/call", sqlite_load),
+    "concurrency/300 runs, 0.3 s model, 10 providers": ("ms total", concurrent_runs),
+    "group/3 x 50 ms I/O in sequence": ("ms/run", io_group_scenario(grouped=False)),
+    "group/3 x 50 ms I/O in raf.parallel": ("ms/run", io_group_scenario(grouped=True)),
+}
+
+
+def measure_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Run one scenario in this process; JSON-ready figures or the reason there are none."""
+    _, scenario = SCENARIOS[name]
+    try:
+        figures = anyio.run(scenario, args, backend=args.backend)
+    except NotBuilt:
+        return {"raf": "n/a (not built yet)", "floor": "-"}
+    return dict(figures)
+
+
+def _median(value: Samples | str) -> float | None:
+    return None if isinstance(value, str) else sorted(value)[len(value) // 2]
+
+
+def targets(results: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """The issue's targets, each computed from the rows and marked met or missed."""
+
+    def raf_of(name: str) -> float | None:
+        value = results.get(name, {}).get("raf")
+        return None if value is None else _median(value)
+
+    def check(label: str, figure: float | None, limit: float, unit: str) -> list[str]:
+        if figure is None:
+            return [label, "n/a", f"<= {limit:g} {unit}", "not measured"]
+        return [label, f"{figure:.2f} {unit}", f"<= {limit:g} {unit}", _verdict(figure, limit)]
+
+    rows = []
+    zero, fifty = raf_of("run/0 providers"), raf_of("run/50 providers")
+    rows.append(check("fixed cost of a run", zero, 15, "us"))
+    per = None if zero is None or fifty is None else (fifty - zero) / 50
+    rows.append(check("cost per trivial provider", per, 1.5, "us"))
+    big = raf_of("history/10,000 injected")
+    rows.append(check("10,000 injected history messages", big, 200, "us"))
+    over = raf_of("history/10,000 injected + 50 providers")
+    per_over = None if over is None or big is None else (over - big) / 50
+    rows.append(check("per provider over a 10,000 history", per_over, 3, "us"))
+    small_turn = raf_of("turn/InMemoryHistoryProvider, 10 stored")
+    big_turn = raf_of("turn/InMemoryHistoryProvider, 10,000 stored")
+    growth = None if small_turn is None or big_turn is None else big_turn / small_turn
+    rows.append(check("history turn, 10,000 / 10 stored", growth, 2, "x"))
+    crowd = raf_of("concurrency/300 runs, 0.3 s model, 10 providers")
+    rows.append(check("300 concurrent runs", None if crowd is None else crowd / 1e3, 0.5, "s"))
+    return rows
+
+
+def _verdict(figure: float, limit: float) -> str:
+    return "met" if figure <= limit else "MISSED"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="run the scenarios whose name starts so")
+    parser.add_argument("--repeats", type=int, default=7, help="samples per figure")
+    parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(measure_one(args.one, args)))
+        return
+    chosen = [name for name in SCENARIOS if name.startswith(args.only)]
+    extra = ["--repeats", str(args.repeats), "--backend", args.backend]
+    results: dict[str, dict[str, Any]] = {}
+    rows = []
+    for name in chosen:
+        result = results[name] = run_isolated(__file__, name, extra)
+        raf_fig, floor_fig = result.get("raf", result.get("error", "?")), result.get("floor", "-")
+        unit = SCENARIOS[name][0]
+        rows.append([name, unit, fmt(raf_fig), fmt(floor_fig), ratio(raf_fig, floor_fig)])
+        print(f"  measured {name}", file=sys.stderr, flush=True)
+    print(
+        f"raf on Python {sys.version.split()[0]}, {args.backend}, "
+        f"{os.cpu_count()} cores; median (min-max) of {args.repeats} repeats\n"
+    )
+    print(table(["scenario", "unit", "raf", "floor", "raf/floor"], rows))
+    print()
+    print(table(["target", "raf", "target", "verdict"], targets(results)))
+
+
+if __name__ == "__main__":
+    main()
