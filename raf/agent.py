@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
 from raf.context import Invocation
-from raf.messages import AgentResponse, ChatMessage, Messages
+from raf.messages import AgentResponse, ChatMessage, Messages, join_messages
 from raf.options import AgentRunOptions, ChatOptions
 from raf.pipeline import ChatRequest, Complete, compose, is_provider
 from raf.sessions.base import Session
@@ -125,12 +125,13 @@ class Agent:
         instructions = invocation.instructions
         if self.instructions is not None:
             instructions = (self.instructions, *instructions)
-        # One copy of a long injected history at most, not one per step.
+        # Joined, not copied: a long injected history is shared as it is (raf.Messages).
+        messages: Sequence[ChatMessage]
         if instructions:
             system = ChatMessage("system", "\n".join(instructions))
-            messages = (system, *invocation.messages, *invocation.request_messages)
+            messages = join_messages((system,), invocation.messages, invocation.request_messages)
         elif invocation.messages:
-            messages = invocation.messages + invocation.request_messages
+            messages = join_messages(invocation.messages, invocation.request_messages)
         else:
             messages = invocation.request_messages
         options = invocation.options
@@ -172,10 +173,10 @@ def _request_messages(
     if type(messages) is ChatMessage:
         return (messages,)
     if type(messages) is Messages:
-        return messages
+        return tuple(messages)
     if isinstance(messages, Sequence):
         try:
-            return Messages(cast("Sequence[ChatMessage]", messages))
+            return tuple(Messages(cast("Sequence[ChatMessage]", messages)))
         except TypeError as exc:
             raise TypeError(f"run(messages): {exc}") from None
     raise TypeError(

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from raf.errors import ContextResultError
-from raf.messages import ChatMessage, Messages
+from raf.messages import ChatMessage, Messages, join_messages
 from raf.options import AgentRunOptions
 from raf.sessions.base import Session
 from raf.tools import Tool
@@ -58,7 +57,7 @@ class Invocation:
     request_messages: tuple[ChatMessage, ...]
     options: AgentRunOptions
     instructions: tuple[str, ...] = ()
-    messages: tuple[ChatMessage, ...] = ()
+    messages: Sequence[ChatMessage] = ()
     tools: tuple[Tool, ...] = ()
 
 
@@ -87,7 +86,7 @@ def merge(invocation: Invocation, result: ContextResult) -> Invocation:
     elif not messages:
         injected = invocation.messages
     elif invocation.messages:
-        injected = invocation.messages + messages
+        injected = join_messages(invocation.messages, messages)
     else:
         injected = messages
     return Invocation(
@@ -140,7 +139,7 @@ def merge_all(invocation: Invocation, results: Sequence[CheckedResult]) -> Invoc
     elif not base and len(chunks) == 1:
         injected = chunks[0]
     else:
-        injected = tuple(chain(base, *chunks))
+        injected = join_messages(base, *chunks)
     return Invocation(
         invocation.agent,
         invocation.session,

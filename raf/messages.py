@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any, Final, Literal
+import operator
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import accumulate, chain
+from typing import Any, Final, Literal, overload
 
 import attrs
 
@@ -147,35 +150,160 @@ class ChatMessage:
         )
 
 
-class Messages(tuple[ChatMessage, ...]):
+_Chunk = tuple[ChatMessage, ...]
+
+
+class Messages(Sequence[ChatMessage]):
     """An immutable sequence whose items are known to be ``ChatMessage``.
 
     Building one checks every item once; after that raf trusts it, so a
     session's history of ten thousand messages is passed through a run
     without being looked at again. Sessions return ``Messages``.
 
-    >>> Messages([ChatMessage.user("hi")])[0].content
-    'hi'
+    Appending does not copy what is already there: a ``Messages`` is a short
+    list of shared immutable chunks (at most about log2(n) of them, small
+    ones merged as they come), so ``history + new_turn`` costs the new
+    turn, and what the model sees, ``system + history + request``, is built
+    without copying the history. Indexing, slicing and iterating work as on
+    a tuple, and a ``Messages`` equals the tuple of the same messages.
+
+    >>> history = Messages([ChatMessage.user("hi")])
+    >>> longer = history + (ChatMessage.assistant("hello"),)
+    >>> [m.content for m in longer], len(history)
+    (['hi', 'hello'], 1)
     """
 
-    __slots__ = ()
+    __slots__ = ("_chunks", "_ends", "_len")
 
-    def __new__(cls, items: Iterable[ChatMessage] = ()) -> Messages:
-        self = super().__new__(cls, items)
-        for index, item in enumerate(self):
+    _chunks: tuple[_Chunk, ...]
+    _ends: tuple[int, ...]
+    _len: int
+
+    def __init__(self, items: Iterable[ChatMessage] = ()) -> None:
+        chunk = tuple(items)
+        for index, item in enumerate(chunk):
             if type(item) is not ChatMessage:
                 raise TypeError(
                     f"Messages[{index}] must be a ChatMessage, got {type(item).__name__}"
                 )
-        return self
+        self._chunks = (chunk,) if chunk else ()
+        self._ends = (len(chunk),) if chunk else ()
+        self._len = len(chunk)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[ChatMessage]:
+        return chain.from_iterable(self._chunks)
+
+    def __reversed__(self) -> Iterator[ChatMessage]:
+        return chain.from_iterable(map(reversed, reversed(self._chunks)))
+
+    @overload
+    def __getitem__(self, index: int) -> ChatMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> Messages: ...
+    def __getitem__(self, index: int | slice) -> ChatMessage | Messages:
+        if isinstance(index, slice):
+            return self._slice(index)
+        position = operator.index(index)
+        if position < 0:
+            position += self._len
+        if not 0 <= position < self._len:
+            raise IndexError("Messages index out of range")
+        chunks = self._chunks
+        if len(chunks) == 1:
+            return chunks[0][position]
+        found = bisect_right(self._ends, position)
+        return chunks[found][position - (self._ends[found - 1] if found else 0)]
+
+    def _slice(self, index: slice) -> Messages:
+        start, stop, step = index.indices(self._len)
+        if step != 1:
+            return _from_chunks((tuple(self)[index],))
+        if start >= stop:
+            return EMPTY_MESSAGES
+        parts: list[_Chunk] = []
+        found = bisect_right(self._ends, start)
+        chunk_start = self._ends[found - 1] if found else 0
+        while chunk_start < stop:
+            chunk = self._chunks[found]
+            part = chunk[max(start - chunk_start, 0) : stop - chunk_start]
+            if part:
+                parts.append(part)
+            chunk_start = self._ends[found]
+            found += 1
+        return _from_chunks(tuple(parts))
+
+    def __add__(self, other: object) -> Messages:
+        if isinstance(other, Messages):
+            return join_messages(self, other)
+        if isinstance(other, (tuple, list)):
+            return join_messages(self, Messages(other))
+        return NotImplemented
+
+    def __radd__(self, other: object) -> Messages:
+        if isinstance(other, (tuple, list)):
+            return join_messages(Messages(other), self)
+        return NotImplemented
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Messages):
+            return self._len == other._len and (
+                self._chunks == other._chunks or all(map(operator.eq, self, other))
+            )
+        if isinstance(other, tuple):
+            return self._len == len(other) and all(map(operator.eq, self, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Messages, (tuple(self),))
 
     def __repr__(self) -> str:
-        return f"Messages({tuple.__repr__(self)})"
+        return f"Messages({list(self)!r})"
+
+
+def _from_chunks(chunks: tuple[_Chunk, ...]) -> Messages:
+    """A Messages over non-empty, already checked chunks (no copy)."""
+    self = object.__new__(Messages)
+    self._chunks = chunks
+    self._ends = tuple(accumulate(map(len, chunks)))
+    self._len = self._ends[-1] if chunks else 0
+    return self
+
+
+EMPTY_MESSAGES: Final = _from_chunks(())
 
 
 def trusted_messages(items: Iterable[ChatMessage]) -> Messages:
     """Wrap items that raf itself built or checked, without checking again."""
-    return tuple.__new__(Messages, items)
+    if type(items) is Messages:
+        return items
+    chunk = tuple(items)
+    return _from_chunks((chunk,)) if chunk else EMPTY_MESSAGES
+
+
+def join_messages(*parts: Sequence[ChatMessage]) -> Messages:
+    """Concatenate checked sequences (``Messages`` or tuples raf built) without copying them.
+
+    Small chunks at the end are merged as they come, so repeated appends
+    keep the chunk count near log2(n) and copy each message about log2(n)
+    times in all, never the whole history per append.
+    """
+    chunks: list[_Chunk] = []
+    for part in parts:
+        if type(part) is Messages:
+            chunks.extend(part._chunks)
+        elif part:
+            chunks.append(part if type(part) is tuple else tuple(part))
+    # Keep chunk sizes falling by more than half towards the end.
+    while len(chunks) >= 2 and len(chunks[-2]) <= 2 * len(chunks[-1]):
+        last = chunks.pop()
+        chunks[-1] = chunks[-1] + last
+    return _from_chunks(tuple(chunks))
 
 
 # One encoder for every call: json.dumps with options builds a new one each time.
@@ -188,7 +316,13 @@ def messages_to_json(messages: Iterable[ChatMessage]) -> str:
 
 
 def _message_tuple(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
-    return messages if type(messages) is tuple else tuple(messages)
+    items = messages if type(messages) is tuple else tuple(messages)
+    for index, item in enumerate(items):
+        if type(item) is not ChatMessage:
+            raise TypeError(
+                f"AgentResponse.messages[{index}] must be a ChatMessage, got {type(item).__name__}"
+            )
+    return items
 
 
 @attrs.frozen(slots=True)

@@ -1,4 +1,4 @@
-"""InMemorySession: the default session, a list in this process."""
+"""InMemorySession: the default session, kept in this process."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 
-from raf.messages import ChatMessage, Messages, trusted_messages
+from raf.messages import EMPTY_MESSAGES, ChatMessage, Messages, join_messages
 from raf.sessions.base import request_hash
 
 __all__ = ["InMemorySession"]
@@ -15,9 +15,10 @@ __all__ = ["InMemorySession"]
 class InMemorySession:
     """A session kept in memory; what ``Agent.run(session=None)`` uses.
 
-    History is append-only, so ``get_messages`` hands out one shared
-    immutable snapshot until the next ``add_messages``: reading the history
-    of a long conversation every turn copies it at most once per turn.
+    The history is one immutable :class:`raf.Messages`: ``get_messages``
+    hands it out as it is, and ``add_messages`` builds the next one without
+    copying the old, so a turn costs what it adds, not the conversation's
+    length. A snapshot never changes after it was handed out.
 
     >>> import anyio
     >>> session = InMemorySession("demo")
@@ -26,12 +27,11 @@ class InMemorySession:
     1
     """
 
-    __slots__ = ("_id", "_messages", "_snapshot", "request_hashes")
+    __slots__ = ("_id", "_messages", "request_hashes")
 
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
-        self._messages: list[ChatMessage] = []
-        self._snapshot: Messages | None = trusted_messages(())
+        self._messages: Messages = EMPTY_MESSAGES
         #: Each request hash recorded, with the wall-clock time it was last seen.
         self.request_hashes: dict[str, float] = {}
 
@@ -44,17 +44,13 @@ class InMemorySession:
 
     async def get_messages(self) -> Messages:
         """The history, oldest first."""
-        snapshot = self._snapshot
-        if snapshot is None:
-            snapshot = self._snapshot = trusted_messages(self._messages)
-        return snapshot
+        return self._messages
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages``; a non-``ChatMessage`` item rejects the whole call."""
         new = messages if type(messages) is Messages else Messages(messages)
         if new:
-            self._messages.extend(new)
-            self._snapshot = None
+            self._messages = join_messages(self._messages, new)
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> str:
         """Record and return the request messages' hash."""

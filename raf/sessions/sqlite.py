@@ -16,7 +16,7 @@ from typing import Final, TypeVar
 import anyio.to_thread
 
 from raf.errors import SessionStoreError
-from raf.messages import ChatMessage, Messages, trusted_messages
+from raf.messages import EMPTY_MESSAGES, ChatMessage, Messages, join_messages, trusted_messages
 from raf.sessions.base import request_hash
 
 __all__ = ["SqliteSession", "SqliteSessionStore"]
@@ -153,15 +153,14 @@ class SqliteSession:
     messages written by another process or store still show up.
     """
 
-    __slots__ = ("__weakref__", "_history", "_id", "_last_seq", "_snapshot", "_store")
+    __slots__ = ("__weakref__", "_history", "_id", "_last_seq", "_store")
 
     def __init__(self, store: SqliteSessionStore, id: str) -> None:
         self._store = store
         self._id = id
-        self._history: list[ChatMessage] = []
+        # Immutable, appended without copying (see raf.Messages).
+        self._history: Messages = EMPTY_MESSAGES
         self._last_seq = 0
-        # Built on the next read, so several appends between reads copy the history once.
-        self._snapshot: Messages | None = trusted_messages(())
 
     @property
     def id(self) -> str:
@@ -215,12 +214,10 @@ class SqliteSession:
             (self._id, self._last_seq),
         ).fetchall()
         if rows:
-            self._history.extend([self._decode(seq, text) for seq, text in rows])
+            loaded = trusted_messages([self._decode(seq, text) for seq, text in rows])
+            self._history = join_messages(self._history, loaded)
             self._last_seq = rows[-1][0]
-            self._snapshot = None
-        if self._snapshot is None:
-            self._snapshot = trusted_messages(self._history)
-        return self._snapshot
+        return self._history
 
     def _append(self, db: sqlite3.Connection, messages: Messages) -> None:
         encoded = [(self._id, _encode(message)) for message in messages]
@@ -237,9 +234,8 @@ class SqliteSession:
             raise
         if newest == self._last_seq:
             # Nobody else appended since our last read: extend the cache without reading back.
-            self._history.extend(messages)
+            self._history = join_messages(self._history, messages)
             self._last_seq = last
-            self._snapshot = None
 
     def _decode(self, seq: int, text: str) -> ChatMessage:
         try:
