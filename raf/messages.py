@@ -140,7 +140,9 @@ class ChatMessage:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChatMessage:
-        """The inverse of :meth:`to_dict`."""
+        """The inverse of :meth:`to_dict`; a missing ``role`` is a ``ValueError``."""
+        if "role" not in data:
+            raise ValueError(f"ChatMessage.from_dict: no 'role' in {sorted(data)!r}")
         return cls(
             data["role"],
             data.get("content"),

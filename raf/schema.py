@@ -1,8 +1,9 @@
 """JSON Schema for tools: derived from type hints, and checked against arguments.
 
 The checker covers the keywords models are given in practice (types,
-properties, required, additionalProperties, items, enum, const, anyOf,
-oneOf, allOf, bounds); keywords it does not know are accepted, not refused.
+properties, required, additionalProperties, items, prefixItems, enum,
+const, anyOf, oneOf (exactly one), allOf, bounds); keywords it does not know
+are accepted, not refused.
 """
 
 from __future__ import annotations
@@ -206,14 +207,20 @@ def check_arguments(schema: Mapping[str, Any], value: Any, path: str = "$") -> N
     for keyword in ("anyOf", "oneOf"):
         if keyword in schema:
             problems = []
+            matched = 0
             for option in schema[keyword]:
                 try:
                     check_arguments(option, value, path)
-                    break
                 except SchemaError as exc:
                     problems.append(exc.problem)
-            else:
+                else:
+                    matched += 1
+                    if keyword == "anyOf":
+                        break
+            if not matched:
                 raise SchemaError(path, "matches none of: " + "; ".join(problems))
+            if matched > 1 and keyword == "oneOf":
+                raise SchemaError(path, f"matches {matched} of the oneOf schemas, not exactly one")
     for option in schema.get("allOf", ()):
         check_arguments(option, value, path)
     if isinstance(value, dict):

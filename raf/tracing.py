@@ -12,6 +12,7 @@ from raf.context import ContextResult
 from raf.errors import Stage
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
+from raf.parallel import ProviderGroup
 from raf.pipeline import ChatRequest, Complete, is_provider
 from raf.providers import provider_name
 from raf.sessions.base import Session
@@ -121,8 +122,17 @@ def _describe_result(result: Any) -> str:
 
 
 def traced_stack(stack: Sequence[Any], emit: Emit) -> list[Any]:
-    """The same stack with every provider wrapped in a :class:`TracedProvider`."""
-    return [TracedProvider(item, emit) if is_provider(item) else item for item in stack]
+    """The same stack with each provider and group member in a :class:`TracedProvider`."""
+    traced: list[Any] = []
+    for item in stack:
+        if isinstance(item, ProviderGroup):
+            members = tuple(TracedProvider(member, emit) for member in item.members)
+            traced.append(attrs.evolve(item, members=members))
+        elif is_provider(item):
+            traced.append(TracedProvider(item, emit))
+        else:
+            traced.append(item)
+    return traced
 
 
 def trace_model(emit: Emit) -> Callable[[ChatRequest, Complete[ChatRequest]], Any]:

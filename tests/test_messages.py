@@ -310,3 +310,8 @@ def test_raw_is_not_part_of_equality() -> None:
     one = AgentResponse((ChatMessage.assistant("a"),), Usage(1, 1), raw={"id": 1})
     two = AgentResponse((ChatMessage.assistant("a"),), Usage(1, 1), raw={"id": 2})
     assert one == two
+
+
+def test_from_dict_without_a_role_says_so() -> None:
+    with pytest.raises(ValueError, match="no 'role'"):
+        ChatMessage.from_dict({"content": "hi"})

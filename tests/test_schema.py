@@ -366,3 +366,12 @@ def test_enum_and_const_compare_numbers_by_value() -> None:
     check_arguments(schema_for_type(Level), 1.0)
     check_arguments({"const": 2.0}, 2)
     check_arguments({"enum": [{"a": [1, "x"]}]}, {"a": [1, "x"]})
+
+
+def test_one_of_means_exactly_one() -> None:
+    schema = {"oneOf": [{"type": "integer"}, {"type": "number"}]}
+    check_arguments(schema, 1.5)  # a number, not an integer: exactly one
+    with pytest.raises(SchemaError, match="matches 2 of the oneOf schemas"):
+        check_arguments(schema, 2)
+    with pytest.raises(SchemaError, match="matches none of"):
+        check_arguments(schema, "two")

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from raf import Agent, ContextProvider, ContextResult, ProviderError, ScriptedChatClient
+from raf import Agent, ContextProvider, ContextResult, ProviderError, ScriptedChatClient, parallel
 from raf.tracing import StageEvent, trace_model, traced_stack
 
 pytestmark = pytest.mark.anyio
@@ -50,3 +50,12 @@ async def test_a_traced_failure_still_names_the_real_provider() -> None:
         await agent.run("hi")
     assert info.value.provider == "x"
     assert [(e.provider, e.outcome) for e in events] == [("x", "raised RuntimeError")]
+
+
+async def test_members_of_a_parallel_group_are_traced_one_by_one() -> None:
+    events: list[StageEvent] = []
+    stack = traced_stack([parallel(Named("a"), Named("b")), Named("c")], events.append)
+    client = ScriptedChatClient(["ok"])
+    await Agent(client, stack=stack).run("hi")
+    assert sorted(e.provider for e in events if e.stage == "on_invoking") == ["a", "b", "c"]
+    assert client.requests[0].messages[0].content == "a\nb\nc"

@@ -35,7 +35,8 @@ class EchoChatClient:
             if message.role == "user":
                 text = message.content or ""
                 break
-        words = sum(len((m.content or "").split()) for m in messages[-1:])
+        answer = self.prefix + text
+        # A rough usage, in words: what was echoed in, what was said back.
         return AgentResponse(
-            (ChatMessage("assistant", self.prefix + text),), Usage(words, len(text.split()))
+            (ChatMessage("assistant", answer),), Usage(len(text.split()), len(answer.split()))
         )
