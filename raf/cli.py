@@ -107,7 +107,13 @@ class _open_session:
         from raf.sessions.sqlite import SqliteSessionStore
 
         path: Path = self._args.db or DEFAULT_DB
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise ConfigError(
+                f"--db {path}: cannot create the folder {path.parent}: {reason}"
+            ) from None
         self._store = SqliteSessionStore(path)
         session: Session = await self._store.get(self._args.session)
         return session
@@ -148,6 +154,11 @@ def read_config(path: Path) -> dict[str, Any]:
             return tomllib.load(file)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"{path}: cannot read the config file: {reason}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
@@ -163,6 +174,9 @@ def _table(data: dict[str, Any], key: str, path: Path, allowed: frozenset[str]) 
 
 
 def _chat_client(model: dict[str, Any], path: Path) -> ChatClient:
+    for key in ("model", "base_url"):
+        if key in model and not isinstance(model[key], str):
+            raise ConfigError(f"{path}: [model] {key} must be a string, got {model[key]!r}")
     kind = model.get("client", "echo")
     if kind == "echo":
         return EchoChatClient()

@@ -397,6 +397,8 @@ def load_provider_decls(path: str | os.PathLike[str]) -> list[ContextProviderDec
             data = tomllib.load(handle)
     except OSError as exc:
         raise ConfigError(f"{file}: cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
     return parse_provider_decls(data, base_dir=file.resolve().parent, source=str(file))

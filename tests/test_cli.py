@@ -145,3 +145,54 @@ def test_python_dash_m_raf_runs_the_command() -> None:
         timeout=60,
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "via -m\n", "")
+
+
+def one_clear_line(capsys: pytest.CaptureFixture[str]) -> str:
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("raf: ")
+    assert "Traceback" not in err
+    assert err.count("\n") == 1
+    return err
+
+
+def test_a_config_that_is_not_utf8_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "agent.toml"
+    path.write_bytes(b"[agent]\nname = '\xff\xfe'\n")
+    assert main(["run", str(path), "hi"]) == 2
+    err = one_clear_line(capsys)
+    assert str(path) in err
+    assert "UTF-8" in err
+
+
+def test_a_config_path_that_is_a_folder_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", str(tmp_path), "hi"]) == 2
+    err = one_clear_line(capsys)
+    assert f"raf: {tmp_path}: cannot read the config file" in err
+
+
+def test_a_db_whose_folder_cannot_be_created_names_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the folder should be")
+    db = blocker / "sessions.db"
+    assert main(["run", str(EXAMPLE), "hi", "--session", "s", "--db", str(db)]) == 2
+    err = one_clear_line(capsys)
+    assert f"--db {db}" in err
+    assert f"cannot create the folder {blocker}" in err
+
+
+def test_model_options_of_the_wrong_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, "[model]\nclient = 'echo'\nbase_url = 3\n")
+    assert main(["run", str(path), "hi"]) == 2
+    assert "[model] base_url must be a string, got 3" in one_clear_line(capsys)
+    path = write(tmp_path, "[model]\nmodel = ['a']\n")
+    assert main(["run", str(path), "hi"]) == 2
+    assert "[model] model must be a string" in one_clear_line(capsys)

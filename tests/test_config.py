@@ -277,3 +277,10 @@ def test_missing_file_and_no_providers(tmp_path: Path) -> None:
     (tmp_path / "empty.toml").write_text("[agent]\nname = 'x'\n")
     assert load_provider_decls(tmp_path / "empty.toml") == []
     assert parse_provider_decls({}) == []
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "raf.toml"
+    path.write_bytes(b"[[providers]]\nkind = '\xff'\n")
+    with pytest.raises(ConfigError, match="not valid TOML: not UTF-8"):
+        load_provider_decls(path)
