@@ -167,3 +167,18 @@ def test_roots_and_arguments_are_checked(tmp_path: Path) -> None:
         KnowledgeProvider.folder(tmp_path, top_k=0)
     with pytest.raises(TypeError, match="retrieve"):
         KnowledgeProvider(object())  # type: ignore[arg-type]
+
+
+def test_a_comment_in_a_code_block_is_not_a_heading() -> None:
+    text = "# Setup\nRun this:\n```sh\n# wipe the cache\nmake clean\n```\nThen start it.\n"
+    passages = split_passages(text, "setup.md", chunk_chars=1000)
+    assert [p.source for p in passages] == ["setup.md:1"]
+    assert passages[0].text == text.strip()
+
+
+def test_only_hashes_followed_by_a_space_start_a_heading() -> None:
+    text = "# Tags\nfirst\n\n#hashtag and #42 are words\n\n## Next\nsecond"
+    assert [p.source for p in split_passages(text, "t.md", chunk_chars=1000)] == [
+        "t.md:1",
+        "t.md:6",
+    ]

@@ -47,6 +47,8 @@ _STOPWORDS = frozenset(
     + ("this", "to", "was", "what", "when", "where", "which", "who", "why", "will", "with")
     + ("you", "your")
 )
+_HEADING = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _LINK = re.compile(r"\[\[([^\[\]|#]+)(?:#[^\[\]|]*)?(?:\|[^\[\]]*)?\]\]")
 
 
@@ -79,8 +81,8 @@ def split_passages(text: str, source: str, chunk_chars: int = DEFAULT_CHUNK_CHAR
     """Cut a document into passages of about ``chunk_chars``.
 
     Paragraphs (blank-line separated) are joined until the size is reached;
-    a Markdown heading starts a new passage. Each passage's source is
-    ``source:line`` of its first line.
+    a Markdown heading (``# `` to ``###### ``, outside code blocks) starts a
+    new passage. Each passage's source is ``source:line`` of its first line.
 
     >>> [p.source for p in split_passages("# A\\ntext\\n\\n# B\\nmore", "doc.md")]
     ['doc.md:1', 'doc.md:4']
@@ -88,18 +90,26 @@ def split_passages(text: str, source: str, chunk_chars: int = DEFAULT_CHUNK_CHAR
     # Paragraphs as (first line number, lines, starts with a heading).
     paragraphs: list[tuple[int, list[str], bool]] = []
     lines: list[str] = []
+    starts_with_heading = False
+    fence: str | None = None  # the opening ``` or ~~~ while inside a fenced code block
     for number, line in enumerate(text.splitlines()):
-        heading = line.startswith("#")
+        # A '#' line inside a code block is a comment, not a heading.
+        heading = fence is None and _HEADING.match(line) is not None
+        marker = _FENCE.match(line)
+        if marker is not None and (fence is None or marker.group(1).startswith(fence)):
+            fence = marker.group(1)[:3] if fence is None else None
         if (not line.strip() or heading) and lines:
-            paragraphs.append((number - len(lines), lines, lines[0].startswith("#")))
+            paragraphs.append((number - len(lines), lines, starts_with_heading))
             lines = []
         if line.strip():
+            if not lines:
+                starts_with_heading = heading
             lines.append(line)
         if lines and sum(len(x) + 1 for x in lines) > 2 * chunk_chars:
-            paragraphs.append((number + 1 - len(lines), lines, lines[0].startswith("#")))
+            paragraphs.append((number + 1 - len(lines), lines, starts_with_heading))
             lines = []  # a paragraph much longer than a passage is cut
     if lines:
-        paragraphs.append((len(text.splitlines()) - len(lines), lines, lines[0].startswith("#")))
+        paragraphs.append((len(text.splitlines()) - len(lines), lines, starts_with_heading))
 
     passages: list[Passage] = []
     start, size = 0, 0
