@@ -195,3 +195,16 @@ async def test_refresh_sees_new_skills_and_empty_root_adds_nothing(tmp_path: Pat
 def test_root_must_be_a_folder(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a directory"):
         AgentSkillsProvider(tmp_path / "missing")
+
+
+def test_a_comment_after_a_plain_value_is_not_part_of_it() -> None:
+    text = (
+        "---\nname: pdf-forms  # the folder's name\n"
+        "description: Fill in C# forms # TODO: say more\n"
+        "license: MIT # see LICENSE\n---\nbody"
+    )
+    fields, _ = parse_skill_file(text, "S")
+    assert fields["name"] == "pdf-forms"
+    assert fields["description"] == "Fill in C# forms"
+    quoted, _ = parse_skill_file("---\nname: 'a # b'\ndescription: \"c # d\"\n---\n", "S")
+    assert (quoted["name"], quoted["description"]) == ("a # b", "c # d")

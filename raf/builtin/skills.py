@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -29,6 +30,7 @@ __all__ = ["AgentSkillsProvider", "Skill", "parse_skill_file"]
 SKILL_FILE = "SKILL.md"
 DEFAULT_MAX_BYTES = 1_000_000
 _RESOURCE_LISTING = 50
+_COMMENT = re.compile(r"(?:^|\s+)#.*$")
 
 
 @attrs.frozen(slots=True)
@@ -45,7 +47,8 @@ def parse_skill_file(text: str, source: str) -> tuple[dict[str, str], str]:
     """Split a SKILL.md into its front matter fields and its body.
 
     The front matter is the block between a first line ``---`` and the next
-    ``---``; each entry is ``key: value`` (values may be quoted; indented
+    ``---``; each entry is ``key: value`` (values may be quoted; `` #`` after a plain value starts a
+    comment; indented
     lines continue the previous value; nested blocks under a key with no
     value are skipped). Anything else is a :class:`ConfigError` naming
     ``source`` and the line.
@@ -88,6 +91,9 @@ def parse_skill_file(text: str, source: str) -> tuple[dict[str, str], str]:
             raise ConfigError(f"{source}: line {number + 1}: {name!r} is given twice")
         key = name
         value = value.strip()
+        if value[:1] not in ("'", '"'):
+            # As in YAML, " #" starts a comment after a plain value ("C#" stays).
+            value = _COMMENT.sub("", value)
         if value in ("", ">", ">-", ">+", "|", "|-", "|+"):
             mode = {"": "nested", "|": "literal"}.get(value[:1], "folded")
             fields[name] = ""
