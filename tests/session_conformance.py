@@ -3,7 +3,7 @@
 A test module runs it for its store by importing the tests and providing a
 ``harness`` fixture that yields a :class:`Harness` (see ``test_sessions.py``)::
 
-    from session_conformance import *  # noqa: F403
+    from tests.session_conformance import *  # noqa: F403
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from raf import (
@@ -40,7 +41,7 @@ async def test_retryable_errors_are_retried_in_the_chat_stack() -> None:
     assert response.text == "finally"
     assert len(model.requests) == 3
     logged = retries(logs)
-    assert [(e["attempt"], e["attempts"], e["level"]) for e in logged] == [
+    assert [(e["attempt"], e["attempts"], e["retrying"]) for e in logged] == [
         (1, 3, "model"),
         (2, 3, "model"),
     ]
@@ -153,7 +154,7 @@ async def test_in_the_run_stack_the_whole_inner_run_is_retried() -> None:
         assert (await agent.run("hi")).text == "recovered"
     assert inner.pre == 2
     assert [type(e).__name__ for e in inner.errors] == ["ServerError", "NoneType"]
-    assert [e["level"] for e in retries(logs)] == ["run"]
+    assert [e["retrying"] for e in retries(logs)] == ["run"]
 
 
 async def test_waits_grow_exponentially_within_bounds() -> None:
@@ -177,3 +178,13 @@ def test_bad_arguments_are_refused() -> None:
         RetryMiddleware(retry_on=("ValueError",))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="wait"):
         RetryMiddleware(wait_initial=-1)
+
+
+async def test_what_is_retried_survives_the_usual_log_level_processor() -> None:
+    # add_log_level writes the event's "level" field: the retry must not use that key.
+    model = ScriptedChatClient([RateLimitError("slow down"), "ok"])
+    agent = Agent(model, chat_stack=[RetryMiddleware(**FAST)])
+    with capture_logs(processors=[structlog.processors.add_log_level]) as logs:
+        await agent.run("hi")
+    [retry] = retries(logs)
+    assert (retry["retrying"], retry["level"]) == ("model", "warning")

@@ -49,8 +49,8 @@ def parse_skill_file(text: str, source: str) -> tuple[dict[str, str], str]:
     The front matter is the block between a first line ``---`` and the next
     ``---``; each entry is ``key: value`` (values may be quoted; `` #`` after
     a plain value starts a comment; indented lines continue the previous
-    value; nested blocks under a key with no value are skipped). Anything else is a :class:`ConfigError` naming
-    ``source`` and the line.
+    value; nested blocks under a key with no value are skipped). Anything
+    else is a :class:`ConfigError` naming ``source`` and the line.
 
     >>> text = "---\\nname: pdf\\ndescription: 'PDF forms'\\n---\\nUse it."
     >>> fields, body = parse_skill_file(text, "x")

@@ -115,7 +115,7 @@ class RetryMiddleware:
         request = state.args[0] if state.args else None
         _log.warning(
             "retry",
-            level="model" if isinstance(request, ChatRequest) else "run",
+            retrying="model" if isinstance(request, ChatRequest) else "run",
             attempt=state.attempt_number,
             attempts=self.attempts,
             wait_s=round(state.upcoming_sleep, 3),
