@@ -341,3 +341,13 @@ def test_wire_format_of_every_role() -> None:
     }
     wire = tool_to_wire(add)
     assert json.loads(json.dumps(wire)) == wire
+
+
+async def test_streaming_through_extra_is_refused_before_sending(server: OpenAIServer) -> None:
+    async with client_for(server) as model:
+        with pytest.raises(BadRequestError, match="'stream'") as caught:
+            await model.complete([ChatMessage.user("x")], ChatOptions(extra={"stream": True}))
+        with pytest.raises(BadRequestError, match="'extra_body' must be a mapping"):
+            await model.complete([ChatMessage.user("x")], ChatOptions(extra={"extra_body": 3}))
+    assert not caught.value.retryable
+    assert server.requests == []

@@ -28,6 +28,8 @@ __all__ = ["OpenAIChatClient", "error_from_sdk", "message_to_wire", "tool_to_wir
 
 # The SDK takes ~0.6 s to import; raf imports it only when a client is built.
 _TOOL_CHOICE_WORDS: Final = frozenset({"auto", "none", "required"})
+# Options that would make the SDK return a stream, which complete() cannot read.
+_REFUSED_EXTRA: Final = frozenset({"stream", "stream_options"})
 
 
 class OpenAIChatClient:
@@ -127,9 +129,19 @@ class OpenAIChatClient:
             request["tool_choice"] = _tool_choice(options.tool_choice)
         body: dict[str, Any] = {}
         for key, value in options.extra.items():
+            if key in _REFUSED_EXTRA and value:
+                raise BadRequestError(
+                    f"OpenAIChatClient: extra option {key!r} is not supported; "
+                    "raf reads whole chat completions, not streams"
+                )
             if key in self._known_parameters and key != "extra_body":
                 request[key] = value
             elif key == "extra_body":
+                if not isinstance(value, Mapping):
+                    raise BadRequestError(
+                        f"OpenAIChatClient: extra option 'extra_body' must be a mapping, "
+                        f"got {type(value).__name__}"
+                    )
                 body.update(value)
             else:
                 body[key] = value
