@@ -83,10 +83,14 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 async def _chat(agent: Agent, session: Session) -> int:
     print("raf chat — an empty line or Ctrl-D ends the conversation.", file=sys.stderr)
+    # A prompt is for a person: piped input gets just the answers on stdout.
+    interactive = sys.stdin.isatty()
     while True:
         try:
-            line = await anyio.to_thread.run_sync(input, "> ")
+            line = await anyio.to_thread.run_sync(input, "> " if interactive else "")
         except EOFError:
+            if interactive:
+                print()  # Ctrl-D leaves the cursor after the prompt
             return 0
         if not line.strip():
             return 0

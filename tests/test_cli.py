@@ -196,3 +196,17 @@ def test_model_options_of_the_wrong_type(
     path = write(tmp_path, "[model]\nmodel = ['a']\n")
     assert main(["run", str(path), "hi"]) == 2
     assert "[model] model must be a string" in one_clear_line(capsys)
+
+
+def test_chat_from_a_pipe_prints_only_the_answers(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "raf", "chat", str(EXAMPLE)],
+        input="one\ntwo\n",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert done.stdout == "one\ntwo\n"
