@@ -110,6 +110,8 @@ class _open_session:
             return InMemorySession()
         from raf.sessions.sqlite import SqliteSessionStore
 
+        if not self._args.session:
+            raise ConfigError("--session: the session id must not be empty")
         path: Path = self._args.db or DEFAULT_DB
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

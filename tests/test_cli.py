@@ -210,3 +210,11 @@ def test_chat_from_a_pipe_prints_only_the_answers(tmp_path: Path) -> None:
     )
     assert done.returncode == 0
     assert done.stdout == "one\ntwo\n"
+
+
+def test_an_empty_session_id_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "s.db"
+    assert main(["run", str(EXAMPLE), "hi", "--session", "", "--db", str(db)]) == 2
+    assert "--session: the session id must not be empty" in one_clear_line(capsys)
