@@ -182,3 +182,11 @@ def test_only_hashes_followed_by_a_space_start_a_heading() -> None:
         "t.md:1",
         "t.md:6",
     ]
+
+
+def test_singular_and_plural_match() -> None:
+    index = BM25Index(
+        [Passage("Refunds take five business days.", "billing.md:6"), Passage("cats", "c")]
+    )
+    assert [p.source for p in index.search("How do I get a refund?", 3)] == ["billing.md:6"]
+    assert tokenize("queries boxes refunds glass bus") == tokenize("query boxe refund glass bus")

@@ -53,12 +53,25 @@ _LINK = re.compile(r"\[\[([^\[\]|#]+)(?:#[^\[\]|]*)?(?:\|[^\[\]]*)?\]\]")
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-case word tokens without stopwords.
+    """Lower-case word tokens without stopwords, plurals folded to the singular.
 
-    >>> tokenize("How do I reset the Router?")
+    >>> tokenize("How do I reset the Routers?")
     ['reset', 'router']
     """
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    return [_singular(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+
+
+def _singular(word: str) -> str:
+    # Harman's S-stemmer: "refunds" finds "refund" without the errors of a full stemmer.
+    if len(word) < 4:
+        return word
+    if word.endswith("ies") and not word.endswith(("eies", "aies")):
+        return word[:-3] + "y"
+    if word.endswith("es") and not word.endswith(("aes", "ees", "oes")):
+        return word[:-1]
+    if word.endswith("s") and not word.endswith(("us", "ss")):
+        return word[:-1]
+    return word
 
 
 @attrs.frozen(slots=True)
