@@ -178,3 +178,38 @@ async def test_in_memory_database_works(anyio_backend: str) -> None:
         session = await store.get("s")
         await session.add_messages([ChatMessage.user("x")])
         assert texts(await session.get_messages()) == ["x"]
+
+
+async def test_a_write_cancelled_midway_finishes_and_the_cache_agrees(
+    store: SqliteSessionStore, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import raf.sessions.sqlite as sqlite_module
+
+    session = await store.get("s")
+    await session.add_messages([ChatMessage.user("before")])
+    started, release = threading.Event(), threading.Event()
+    encode = sqlite_module._encode
+
+    def slow_encode(message: ChatMessage) -> str:
+        started.set()
+        release.wait(10)
+        return encode(message)
+
+    monkeypatch.setattr(sqlite_module, "_encode", slow_encode)
+    scope = anyio.CancelScope()
+
+    async def write() -> None:
+        with scope:
+            await session.add_messages([ChatMessage.user("during"), ChatMessage.assistant("ok")])
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(write)
+        await anyio.to_thread.run_sync(started.wait, 10)
+        scope.cancel()  # delivered only once the write in the worker thread is done
+        release.set()
+    monkeypatch.setattr(sqlite_module, "_encode", encode)
+    assert texts(await session.get_messages()) == ["before", "during", "ok"]
+    async with SqliteSessionStore(db_path) as other:
+        assert texts(await (await other.get("s")).get_messages()) == ["before", "during", "ok"]
