@@ -106,16 +106,20 @@ class TracedProvider:
         self._emit(StageEvent(self.name, self.kind, stage, elapsed, _outcome(error), detail))
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _describe_result(result: Any) -> str:
     if not isinstance(result, ContextResult):
         return ""
     parts = []
     if result.instructions:
-        parts.append(f"+{len(result.instructions.splitlines())} instruction lines")
+        parts.append("+" + _count(len(result.instructions.splitlines()), "instruction line"))
     if result.replace_messages:
         parts.append(f"replaced messages with {len(result.messages)}")
     elif result.messages:
-        parts.append(f"+{len(result.messages)} messages")
+        parts.append("+" + _count(len(result.messages), "message"))
     if result.tools:
         parts.append("+tools " + ", ".join(getattr(t, "name", "?") for t in result.tools))
     return "; ".join(parts) or "nothing added"
@@ -148,7 +152,10 @@ def trace_model(emit: Emit) -> Callable[[ChatRequest, Complete[ChatRequest]], An
             raise
         finally:
             elapsed = (time.perf_counter() - started) * 1000
-            detail = f"{len(request.messages)} messages, {len(request.options.tools)} tools"
+            detail = (
+                f"{_count(len(request.messages), 'message')}, "
+                f"{_count(len(request.options.tools), 'tool')}"
+            )
             emit(StageEvent("model", "chat", "complete", elapsed, _outcome(error), detail))
 
     return middleware
