@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-GUIDES = ("providers.md", "declaring-providers.md")
+GUIDES = (
+    "providers.md",
+    "declaring-providers.md",
+    *sorted(str(page.relative_to(DOCS)) for page in (DOCS / "providers").glob("*.md")),
+)
 FENCE = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
