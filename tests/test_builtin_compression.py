@@ -316,3 +316,11 @@ async def test_a_custom_strategy_plugs_in() -> None:
         "u2", session=session
     )
     assert [m.content for m in client.requests[0].messages] == ["u1", "u2"]
+
+
+@settings(max_examples=120, deadline=None)
+@given(any_history())
+def test_units_read_from_the_end_are_the_units_reversed(history: list[ChatMessage]) -> None:
+    from raf.builtin.compression import _units_from_the_end
+
+    assert list(_units_from_the_end(history)) == message_units(history)[::-1]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from raf.context import ContextResult
@@ -58,6 +58,8 @@ def message_units(messages: Sequence[ChatMessage]) -> list[Unit]:
     >>> [len(unit) for unit in units]
     [1, 2]
     """
+    if not isinstance(messages, (list, tuple)):
+        messages = list(messages)  # one pass at C speed; indexing a chunked history costs more
     units: list[Unit] = []
     index, count = 0, len(messages)
     while index < count:
@@ -110,16 +112,43 @@ def _flatten(units: Sequence[Unit]) -> Messages:
     return trusted_messages(message for unit in units for message in unit)
 
 
-def _newest_units(units: Sequence[Unit], budget: int, cost: Callable[[Unit], int]) -> int:
-    """Index of the first unit of the longest suffix whose total cost fits ``budget``."""
-    start = len(units)
+def _units_from_the_end(messages: Sequence[ChatMessage]) -> Iterator[Unit]:
+    """The units of :func:`message_units`, newest first, read lazily from the end.
+
+    Units are delimited by the messages that are not tool results, so
+    reading backwards finds the same units: a run of tool results belongs
+    to the calling turn just before it, or is dropped with it.
+    """
+    results: list[ChatMessage] = []
+    for message in reversed(messages):
+        if message.role == "tool":
+            results.append(message)
+            continue
+        if message.role == "assistant" and message.tool_calls:
+            wanted = {call.id for call in message.tool_calls}
+            answers = [r for r in reversed(results) if r.tool_call_id in wanted]
+            if wanted <= {answer.tool_call_id for answer in answers}:
+                yield (message, *answers)
+        else:
+            yield (message,)
+        results = []  # results after a turn that does not call tools are orphans
+
+
+def _newest(messages: Sequence[ChatMessage], budget: int, cost: Callable[[Unit], int]) -> Messages:
+    """The longest run of newest whole units whose total cost fits ``budget``.
+
+    Reads from the end and stops at the first unit that does not fit, so a
+    turn costs what is kept, not the length of the stored history.
+    """
+    kept: list[Unit] = []
     spent = 0
-    while start > 0:
-        spent += cost(units[start - 1])
+    for unit in _units_from_the_end(messages):
+        spent += cost(unit)
         if spent > budget:
             break
-        start -= 1
-    return start
+        kept.append(unit)
+    kept.reverse()
+    return _flatten(kept)
 
 
 def _check_positive(name: str, value: object) -> None:
@@ -146,8 +175,7 @@ class TruncationStrategy:
 
     async def compress(self, messages: Sequence[ChatMessage]) -> Messages:
         """The newest whole units, at most ``keep_last`` messages."""
-        units = message_units(messages)
-        return _flatten(units[_newest_units(units, self.keep_last, len) :])
+        return _newest(messages, self.keep_last, len)
 
     def __repr__(self) -> str:
         return f"TruncationStrategy(keep_last={self.keep_last})"
@@ -184,13 +212,12 @@ class TokenBudgetStrategy:
 
     async def compress(self, messages: Sequence[ChatMessage]) -> Messages:
         """The newest whole units whose tokens add up to at most ``max_tokens``."""
-        units = message_units(messages)
         counter = self.counter
 
         def cost(unit: Unit) -> int:
             return sum(counter(message) for message in unit)
 
-        return _flatten(units[_newest_units(units, self.max_tokens, cost) :])
+        return _newest(messages, self.max_tokens, cost)
 
     def __repr__(self) -> str:
         return f"TokenBudgetStrategy(max_tokens={self.max_tokens})"
@@ -246,7 +273,10 @@ class SummaryStrategy:
     async def compress(self, messages: Sequence[ChatMessage]) -> Messages:
         """A summary of the older messages, then the newest ``keep_last``."""
         units = message_units(messages)
-        start = _newest_units(units, self.keep_last, len)
+        start, spent = len(units), 0
+        while start > 0 and spent + len(units[start - 1]) <= self.keep_last:
+            spent += len(units[start - 1])
+            start -= 1
         kept = _flatten(units[start:])
         if start == 0:
             return kept
