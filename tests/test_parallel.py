@@ -322,3 +322,39 @@ def test_a_group_is_a_provider_of_the_stack() -> None:
     agent = Agent(ScriptedChatClient(), stack=[group])
     assert agent.providers == (group,)
     assert raf.parallel is parallel
+
+
+class Fatal(BaseException):
+    """A BaseException that is not an Exception (like KeyboardInterrupt)."""
+
+
+async def test_a_base_exception_in_a_member_pre_stage_propagates_unwrapped() -> None:
+    fatal = Fatal("stop")
+    log: list[Any] = []
+    outer_log: list[Any] = []
+
+    class Raises(ContextProvider):
+        name = "raises"
+
+        async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+            for _ in range(3):  # let the quick member return first
+                await anyio.lowlevel.checkpoint()
+            raise fatal
+
+    class Hangs(ContextProvider):
+        name = "hangs"
+
+        async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+            await anyio.sleep_forever()
+
+    quick = Scripted("quick", ContextResult(instructions="q"), 0, log)
+    outer = Scripted("outer", ContextResult(), 0, outer_log)
+    client = ScriptedChatClient(["never"])
+    agent = Agent(client, stack=[outer, parallel(quick, Raises(), Hangs())])
+    with anyio.fail_after(5), pytest.raises(Fatal) as caught:  # fail_after: a deadlock guard
+        await agent.run("hi")
+    # Never wrapped in an exception group, and every post stage saw the very same error.
+    assert caught.value is fatal
+    assert client.requests == []
+    assert [e for e in log if e[0] == "post"] == [("post", "quick", False, fatal)]
+    assert outer_log[-1] == ("post", "outer", False, fatal)

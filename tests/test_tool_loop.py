@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -259,3 +260,37 @@ async def test_results_come_back_in_call_order_whatever_order_tools_finish(
     results = [m for m in response.messages if m.role == "tool"]
     assert [m.tool_call_id for m in results] == [c.id for c in calls]
     assert [m.content for m in results] == [f"result {i}" for i in range(len(calls))]
+
+
+class Fatal(BaseException):
+    """A BaseException that is not an Exception (like KeyboardInterrupt)."""
+
+
+async def test_a_base_exception_in_one_of_concurrent_tools_propagates_unwrapped() -> None:
+    fatal = Fatal("stop")
+    cancelled: list[str] = []
+
+    @tool
+    async def fatal_tool() -> str:
+        """Raises a BaseException."""
+        await anyio.lowlevel.checkpoint()
+        raise fatal
+
+    @tool
+    async def slow_tool() -> str:
+        """Waits until cancelled."""
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            cancelled.append("slow_tool")
+            raise
+        return "unreachable"  # pragma: no cover
+
+    calls = (ToolCall("1", "slow_tool"), ToolCall("2", "fatal_tool"))
+    client = ScriptedChatClient([turn(*calls), "never"])
+    agent = Agent(client, tools=[fatal_tool, slow_tool])
+    with anyio.fail_after(5), pytest.raises(Fatal) as caught:  # fail_after: a deadlock guard
+        await agent.run("go")
+    # Never wrapped in an exception group; the other call was cancelled, not left running.
+    assert caught.value is fatal
+    assert cancelled == ["slow_tool"]
