@@ -216,11 +216,14 @@ async def _group_pre(
     """A group's pre stages in one task group; results and entered members in declaration order.
 
     The first member that fails cancels the others and its ProviderError is
-    raised; every member whose pre stage returned a valid result is entered
-    all the same, so the layer gives it its post stage with the error.
+    raised (a BaseException that is not an Exception is raised unchanged,
+    never in an exception group); every member whose pre stage returned a
+    valid result is entered all the same, so the layer gives it its post
+    stage with the error.
     """
     outcomes: list[Any] = [_NOT_RETURNED] * len(members)
     failures: list[ProviderError] = []
+    fatal: list[BaseException] = []  # a BaseException that is neither an Exception nor a cancel
 
     async def run(index: int, member: _Member, scope: anyio.CancelScope) -> None:
         try:
@@ -229,6 +232,12 @@ async def _group_pre(
             failure = _provider_error(member[0], "on_invoking", exc)
             failure.__cause__ = exc
             failures.append(failure)
+            scope.cancel()
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+            # Kept out of the task group, which would wrap it in an exception group.
+            fatal.append(exc)
             scope.cancel()
 
     try:
@@ -246,6 +255,8 @@ async def _group_pre(
                 continue
             if member[2] is not None:
                 entered.append((member[0], member[2]))
+    if fatal:
+        raise fatal[0]
     if failures:
         first, *others = failures
         for other in others:
