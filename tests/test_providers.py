@@ -398,3 +398,37 @@ async def test_an_agent_is_reusable_and_runs_are_independent(scenario: Scenario)
 
 def test_provider_spec_is_hashable() -> None:
     assert ProviderSpec("p", ContextResult()) == ProviderSpec("p", ContextResult())
+
+
+async def test_a_cancellation_arriving_in_a_post_stage_of_a_failed_run_propagates_unchanged() -> (
+    None
+):
+    """raf attaches nothing to the cancellation: no ``__cause__``, as between nested layers."""
+    box: list[anyio.CancelScope] = []
+    seen: list[BaseException | None] = []
+
+    class CancelsInPost(ContextProvider):
+        async def on_invoked(self, *args: Any) -> None:
+            box[0].cancel()
+            await anyio.sleep(5)
+
+    class Outer(ContextProvider):
+        async def on_invoked(self, *args: Any) -> None:
+            seen.append(args[-1])
+
+    failure = ModelFailure("model down")
+    agent = Agent(ScriptedChatClient([failure]), stack=[Outer(), CancelsInPost()])
+    raised: list[BaseException] = []
+    with anyio.CancelScope() as scope:
+        box.append(scope)
+        try:
+            await agent.run("hi")
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+    assert scope.cancelled_caught
+    (cancelled,) = raised
+    assert isinstance(cancelled, anyio.get_cancelled_exc_class())
+    assert seen == [cancelled]
+    assert cancelled.__cause__ is None
+    assert cancelled.__context__ is failure  # Python's implicit chaining, as between layers
