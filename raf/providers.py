@@ -185,7 +185,9 @@ def providers_layer(
             final = await _unwind(entered, invocation, None, error, post_timeout)
             if final is error or final is None:
                 raise
-            raise final from error
+            # A cancellation (or other BaseException) that arrived in a post stage: raised
+            # as it is, ``error`` only as its implicit ``__context__``, as between layers.
+            raise final  # noqa: B904
         if entered:
             final = await _unwind(entered, invocation, response, None, post_timeout)
             if final is not None:
