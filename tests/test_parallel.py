@@ -358,3 +358,60 @@ async def test_a_base_exception_in_a_member_pre_stage_propagates_unwrapped() -> 
     assert client.requests == []
     assert [e for e in log if e[0] == "post"] == [("post", "quick", False, fatal)]
     assert outer_log[-1] == ("post", "outer", False, fatal)
+
+
+@pytest.mark.parametrize("on_cancel", ["exception", "fatal"])
+async def test_a_member_failing_while_the_group_is_cancelled_from_outside_is_not_lost(
+    on_cancel: str,
+) -> None:
+    """An Exception is attached to the cancellation as a note; a fatal BaseException wins."""
+    log: list[Any] = []
+    started = anyio.Event()
+    fatal = Fatal("stop")
+
+    class FailsOnCancel(ContextProvider):
+        name = "fails-on-cancel"
+
+        async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+            started.set()
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class():
+                if on_cancel == "fatal":
+                    raise fatal from None
+                raise RuntimeError("cleanup failed") from None
+
+    class Hangs(ContextProvider):
+        name = "hangs"
+
+        async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+            await anyio.sleep_forever()
+
+    quick = Scripted("quick", ContextResult(instructions="q"), 0, log)
+    agent = Agent(ScriptedChatClient(["never"]), stack=[parallel(quick, FailsOnCancel(), Hangs())])
+    raised: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await agent.run("hi")
+        except BaseException as exc:
+            raised.append(exc)
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+
+    with anyio.fail_after(5):  # a deadlock guard
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await started.wait()
+            group.cancel_scope.cancel()
+    (error,) = raised
+    (post,) = [e for e in log if e[0] == "post"]
+    assert post[3] is error  # the member that returned got the very error that propagated
+    if on_cancel == "fatal":
+        assert error is fatal
+    else:
+        assert isinstance(error, anyio.get_cancelled_exc_class())
+        notes = getattr(error, "__notes__", [])
+        assert len(notes) == 1
+        assert "fails-on-cancel.on_invoking" in notes[0]
+        assert "cleanup failed" in notes[0]
