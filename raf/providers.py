@@ -246,6 +246,12 @@ async def _group_pre(
         async with anyio.create_task_group() as group:
             for index, member in enumerate(members):
                 group.start_soon(run, index, member, group.cancel_scope)
+    except BaseException as error:  # cancelled from outside: what failed meanwhile is not lost
+        if fatal:
+            raise fatal[0]  # noqa: B904  (a BaseException beats the cancellation, unchanged)
+        for failure in failures:
+            error.add_note(f"raf: in the cancelled group, {failure} (cause: {failure.__cause__!r})")
+        raise
     finally:
         for member, outcome in zip(members, outcomes, strict=True):
             if outcome is _NOT_RETURNED:
