@@ -415,3 +415,40 @@ async def test_a_member_failing_while_the_group_is_cancelled_from_outside_is_not
         assert len(notes) == 1
         assert "fails-on-cancel.on_invoking" in notes[0]
         assert "cleanup failed" in notes[0]
+
+
+async def test_a_hung_member_post_stage_of_a_cancelled_run_is_bounded_by_post_timeout() -> None:
+    log: list[Any] = []
+    box: list[anyio.CancelScope] = []
+
+    class HungPost(ContextProvider):
+        name = "hung"
+
+        async def on_invoked(self, *args: Any) -> None:
+            await anyio.sleep(60)
+
+    async def model(messages: Any, options: Any) -> str:
+        box[0].cancel()
+        await anyio.sleep(5)
+        return "unreachable"
+
+    fine = Scripted("fine", ContextResult(), 0, log)
+    outer = Scripted("outer", ContextResult(), 0, log)
+    agent = Agent(
+        ScriptedChatClient([model]),
+        stack=[outer, parallel(HungPost(), fine)],
+        post_timeout=0.05,
+    )
+    notes: list[str] = []
+    with anyio.fail_after(5), anyio.CancelScope() as scope:  # fail_after: a deadlock guard
+        box.append(scope)
+        try:
+            await agent.run("hi")
+        except anyio.get_cancelled_exc_class() as exc:
+            notes = list(getattr(exc, "__notes__", []))
+            raise
+    assert scope.cancelled_caught
+    assert [e[1] for e in log if e[0] == "post"] == ["fine", "outer"]
+    assert len(notes) == 1
+    assert "hung.on_invoked" in notes[0]
+    assert "post_timeout=0.05" in notes[0]

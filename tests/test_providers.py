@@ -432,3 +432,47 @@ async def test_a_cancellation_arriving_in_a_post_stage_of_a_failed_run_propagate
     assert seen == [cancelled]
     assert cancelled.__cause__ is None
     assert cancelled.__context__ is failure  # Python's implicit chaining, as between layers
+
+
+@pytest.mark.parametrize("where", ["pre", "post", "model"])
+async def test_a_base_exception_from_any_stage_of_a_mixed_stack_propagates_unchanged(
+    where: str,
+) -> None:
+    """Fused layers, a group and middleware in between: the same object comes out."""
+    from raf import parallel
+
+    fatal = Fatal("stop")
+    log: list[tuple[str, object]] = []
+
+    class Stage(ContextProvider):
+        def __init__(self, name: str, *, pre: bool = False, post: bool = False) -> None:
+            self.name, self.pre, self.post = name, pre, post
+
+        async def on_invoking(self, *args: Any) -> ContextResult:
+            if self.pre:
+                raise fatal
+            return ContextResult()
+
+        async def on_invoked(self, *args: Any) -> None:
+            error = args[-1]
+            log.append((self.name, "ok" if error is None else error))
+            if self.post:
+                raise fatal
+
+    async def middleware(request: Any, call_next: Any) -> AgentResponse:
+        response: AgentResponse = await call_next(request)
+        return response
+
+    stack = [
+        Stage("a"),
+        middleware,
+        parallel(Stage("g1"), Stage("g2")),
+        Stage("b", pre=where == "pre", post=where == "post"),
+        Stage("c"),
+    ]
+    agent = Agent(ScriptedChatClient([fatal if where == "model" else "fine"]), stack=stack)
+    with pytest.raises(Fatal) as caught:
+        await agent.run("hi")
+    assert caught.value is fatal
+    inner = {"pre": [], "post": [("c", "ok"), ("b", "ok")], "model": [("c", fatal), ("b", fatal)]}
+    assert log == [*inner[where], ("g2", fatal), ("g1", fatal), ("a", fatal)]
