@@ -294,3 +294,59 @@ async def test_a_base_exception_in_one_of_concurrent_tools_propagates_unwrapped(
     # Never wrapped in an exception group; the other call was cancelled, not left running.
     assert caught.value is fatal
     assert cancelled == ["slow_tool"]
+
+
+async def test_cancelling_the_run_while_tools_run_cancels_them_and_propagates_unwrapped() -> None:
+    from raf import ContextProvider, FunctionTool
+
+    started: list[str] = []
+    cancelled: list[str] = []
+    both = anyio.Event()
+    posts: list[BaseException | None] = []
+
+    def waiter(name: str) -> FunctionTool:
+        async def wait() -> str:
+            started.append(name)
+            if len(started) == 2:
+                both.set()
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class():
+                cancelled.append(name)
+                raise
+            return "unreachable"  # pragma: no cover
+
+        wait.__name__ = name
+        wait.__doc__ = f"Waits ({name})."
+        return tool(wait)
+
+    class Post(ContextProvider):
+        async def on_invoked(self, *args: object) -> None:
+            error = args[-1]
+            assert error is None or isinstance(error, BaseException)
+            posts.append(error)
+
+    calls = (ToolCall("1", "first"), ToolCall("2", "second"))
+    agent = Agent(
+        ScriptedChatClient([turn(*calls), "never"]),
+        tools=[waiter("first"), waiter("second")],
+        stack=[Post()],
+    )
+    raised: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await agent.run("go")
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    with anyio.fail_after(5):  # a deadlock guard
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await both.wait()
+            group.cancel_scope.cancel()
+    (error,) = raised
+    assert isinstance(error, anyio.get_cancelled_exc_class())
+    assert sorted(cancelled) == ["first", "second"]
+    assert posts == [error]
