@@ -163,8 +163,8 @@ class Messages(Sequence[ChatMessage]):
     without being looked at again. Sessions return ``Messages``.
 
     Appending does not copy what is already there: a ``Messages`` is a short
-    list of shared immutable chunks (at most about log2(n) of them, small
-    ones merged as they come), so ``history + new_turn`` costs the new
+    list of shared immutable chunks (about log2(n) of them, small ones
+    merged as they come), so ``history + new_turn`` costs the new
     turn, and what the model sees, ``system + history + request``, is built
     without copying the history. Indexing, slicing and iterating work as on
     a tuple, and a ``Messages`` equals the tuple of the same messages.
@@ -222,7 +222,8 @@ class Messages(Sequence[ChatMessage]):
     def _slice(self, index: slice) -> Messages:
         start, stop, step = index.indices(self._len)
         if step != 1:
-            return _from_chunks((tuple(self)[index],))
+            part = tuple(self)[index]
+            return _from_chunks((part,)) if part else EMPTY_MESSAGES
         if start >= stop:
             return EMPTY_MESSAGES
         parts: list[_Chunk] = []
@@ -301,8 +302,15 @@ def join_messages(*parts: Sequence[ChatMessage]) -> Messages:
             chunks.extend(part._chunks)
         elif part:
             chunks.append(part if type(part) is tuple else tuple(part))
-    # Keep chunk sizes falling by more than half towards the end.
+    # Keep chunk sizes falling by more than half towards the end; but never copy a last
+    # chunk that holds most of the messages (a history after a few injected ones) just
+    # to absorb small ones before it: that costs one chunk more, and only when n doubles.
+    total = -1
     while len(chunks) >= 2 and len(chunks[-2]) <= 2 * len(chunks[-1]):
+        if total < 0:
+            total = sum(map(len, chunks))  # only when a merge is due: merging keeps it
+        if 2 * len(chunks[-1]) > total:
+            break
         last = chunks.pop()
         chunks[-1] = chunks[-1] + last
     return _from_chunks(tuple(chunks))

@@ -185,7 +185,9 @@ def providers_layer(
             final = await _unwind(entered, invocation, None, error, post_timeout)
             if final is error or final is None:
                 raise
-            raise final from error
+            # A cancellation (or other BaseException) that arrived in a post stage: raised
+            # as it is, ``error`` only as its implicit ``__context__``, as between layers.
+            raise final  # noqa: B904
         if entered:
             final = await _unwind(entered, invocation, response, None, post_timeout)
             if final is not None:
@@ -216,11 +218,14 @@ async def _group_pre(
     """A group's pre stages in one task group; results and entered members in declaration order.
 
     The first member that fails cancels the others and its ProviderError is
-    raised; every member whose pre stage returned a valid result is entered
-    all the same, so the layer gives it its post stage with the error.
+    raised (a BaseException that is not an Exception is raised unchanged,
+    never in an exception group); every member whose pre stage returned a
+    valid result is entered all the same, so the layer gives it its post
+    stage with the error.
     """
     outcomes: list[Any] = [_NOT_RETURNED] * len(members)
     failures: list[ProviderError] = []
+    fatal: list[BaseException] = []  # a BaseException that is neither an Exception nor a cancel
 
     async def run(index: int, member: _Member, scope: anyio.CancelScope) -> None:
         try:
@@ -230,11 +235,23 @@ async def _group_pre(
             failure.__cause__ = exc
             failures.append(failure)
             scope.cancel()
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+            # Kept out of the task group, which would wrap it in an exception group.
+            fatal.append(exc)
+            scope.cancel()
 
     try:
         async with anyio.create_task_group() as group:
             for index, member in enumerate(members):
                 group.start_soon(run, index, member, group.cancel_scope)
+    except BaseException as error:  # cancelled from outside: what failed meanwhile is not lost
+        if fatal:
+            raise fatal[0]  # noqa: B904  (a BaseException beats the cancellation, unchanged)
+        for failure in failures:
+            error.add_note(f"raf: in the cancelled group, {failure} (cause: {failure.__cause__!r})")
+        raise
     finally:
         for member, outcome in zip(members, outcomes, strict=True):
             if outcome is _NOT_RETURNED:
@@ -246,6 +263,8 @@ async def _group_pre(
                 continue
             if member[2] is not None:
                 entered.append((member[0], member[2]))
+    if fatal:
+        raise fatal[0]
     if failures:
         first, *others = failures
         for other in others:

@@ -71,13 +71,23 @@ async def run_tool_calls(
     if len(calls) == 1:
         return (await _run_one(calls[0], tools),)
     results: list[ChatMessage | None] = [None] * len(calls)
+    escaped: list[BaseException] = []
 
-    async def run(index: int, call: ToolCall) -> None:
-        results[index] = await _run_one(call, tools)
+    async def run(index: int, call: ToolCall, scope: anyio.CancelScope) -> None:
+        try:
+            results[index] = await _run_one(call, tools)
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+            # What ends the run propagates unchanged, not wrapped in an exception group.
+            escaped.append(exc)
+            scope.cancel()
 
     async with anyio.create_task_group() as group:
         for index, call in enumerate(calls):
-            group.start_soon(run, index, call)
+            group.start_soon(run, index, call, group.cancel_scope)
+    if escaped:
+        raise escaped[0]
     return tuple(result for result in results if result is not None)
 
 

@@ -1,8 +1,9 @@
 """Hypothesis strategies for raf: messages, context results, and whole run scenarios.
 
-A :class:`Scenario` is a random stack of journaling providers plus a random
-way for the run to end (success, a failing pre stage, a failing model, a
-cancellation, failing post stages). :func:`expected_journal` is the simple
+A :class:`Scenario` is a random stack of journaling providers, parallel
+groups and run middleware plus a random way for the run to end (success, a
+failing pre stage, a failing model, a cancellation, a BaseException from the
+model, failing post stages). :func:`expected_journal` is the simple
 model the real pipeline is checked against, in the style of pluggy's
 journal tests.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import anyio
+import anyio.lowlevel
 import attrs
 from hypothesis import strategies as st
 
@@ -21,7 +24,9 @@ from raf import (
     ContextProvider,
     ContextResult,
     FunctionTool,
+    Invocation,
     ToolCall,
+    parallel,
     tool,
 )
 
@@ -58,7 +63,7 @@ def context_results(draw: st.DrawFn, tool_prefix: str = "t") -> ContextResult:
     )
 
 
-Ending = Literal["ok", "model_error", "cancel"]
+Ending = Literal["ok", "model_error", "cancel", "fatal"]
 
 
 @attrs.frozen
@@ -72,13 +77,48 @@ class ProviderSpec:
 
 
 @attrs.frozen
+class StackItem:
+    """One item of a scenario's stack: a provider, a parallel group, or a run middleware.
+
+    ``members`` are indices into ``Scenario.providers`` (one for a provider,
+    one or more for a group); a middleware has none, only a ``name``.
+    """
+
+    kind: Literal["provider", "group", "middleware"]
+    members: tuple[int, ...] = ()
+    name: str = ""
+
+
+@attrs.frozen
 class Scenario:
-    """A random run: the stack, the agent's instructions and how the run ends."""
+    """A random run: the stack, the agent's instructions and how the run ends.
+
+    ``providers`` lists every provider in registration order (group members
+    in declaration order); ``stack`` says how they are laid out: alone, in
+    :func:`raf.parallel` groups, with run middleware between them. An empty
+    ``stack`` means every provider alone, in order.
+    """
 
     providers: tuple[ProviderSpec, ...]
     agent_instructions: str | None
     ending: Ending
     request: tuple[ChatMessage, ...]
+    stack: tuple[StackItem, ...] = ()
+
+    @property
+    def items(self) -> tuple[StackItem, ...]:
+        """The stack items, outermost first."""
+        if self.stack:
+            return self.stack
+        return tuple(StackItem("provider", (i,)) for i in range(len(self.providers)))
+
+    @property
+    def failing_item(self) -> int | None:
+        """Index (into ``items``) of the first item with a failing pre stage, if any."""
+        for index, item in enumerate(self.items):
+            if any(self.providers[m].fail_pre for m in item.members):
+                return index
+        return None
 
     @property
     def failing_pre(self) -> int | None:
@@ -89,15 +129,39 @@ class Scenario:
         return None
 
     @property
+    def failing_names(self) -> frozenset[str]:
+        """The providers one of which the run's ProviderError may name (several in a group)."""
+        k = self.failing_item
+        if k is None:
+            return frozenset()
+        return frozenset(
+            self.providers[m].name for m in self.items[k].members if self.providers[m].fail_pre
+        )
+
+    @property
+    def reached(self) -> tuple[StackItem, ...]:
+        """The items whose pre stage (or middleware) ran: up to the failing item."""
+        k = self.failing_item
+        return self.items if k is None else self.items[: k + 1]
+
+    @property
     def entered(self) -> tuple[ProviderSpec, ...]:
-        """The providers whose pre stage returned."""
-        k = self.failing_pre
-        return self.providers if k is None else self.providers[:k]
+        """The providers whose pre stage returned, in registration order.
+
+        In a group with a failing member, every other member has returned
+        too: a failing pre stage passes a checkpoint before it raises.
+        """
+        return tuple(
+            self.providers[m]
+            for item in self.reached
+            for m in item.members
+            if not self.providers[m].fail_pre
+        )
 
 
 @st.composite
 def scenarios(draw: st.DrawFn, max_providers: int = 6) -> Scenario:
-    """A random stack of 0..max_providers providers and a random ending."""
+    """A random stack of 0..max_providers providers, groups and middleware, and an ending."""
     n = draw(st.integers(0, max_providers))
     specs = []
     for i in range(n):
@@ -109,11 +173,24 @@ def scenarios(draw: st.DrawFn, max_providers: int = 6) -> Scenario:
                 fail_post=draw(st.integers(0, 3)) == 0,
             )
         )
+    items: list[StackItem] = []
+    i = 0
+    while True:
+        if draw(st.integers(0, 3)) == 0:
+            items.append(StackItem("middleware", name=f"m{len(items)}"))
+        if i == n:
+            break
+        size = draw(st.integers(1, min(3, n - i)))
+        grouped = size > 1 or draw(st.integers(0, 4)) == 0
+        members = tuple(range(i, i + size))
+        items.append(StackItem("group" if grouped else "provider", members))
+        i += size
     return Scenario(
         providers=tuple(specs),
         agent_instructions=draw(st.none() | texts),
-        ending=draw(st.sampled_from(["ok", "ok", "model_error", "cancel"])),
+        ending=draw(st.sampled_from(["ok", "ok", "model_error", "cancel", "fatal"])),
         request=(ChatMessage.user(draw(texts)),),
+        stack=tuple(items),
     )
 
 
@@ -129,6 +206,10 @@ class ModelFailure(Exception):
     """What the model raises when the scenario says so."""
 
 
+class ModelFatal(BaseException):
+    """What the model raises for the ending "fatal": a BaseException, not an Exception."""
+
+
 class JournalingProvider(ContextProvider):
     """A provider that writes each stage it runs into a shared journal."""
 
@@ -142,6 +223,8 @@ class JournalingProvider(ContextProvider):
     ) -> ContextResult:
         self.journal.append(("pre", self.name))
         if self.spec.fail_pre:
+            # In a group, this lets every other member start (and return) first.
+            await anyio.lowlevel.checkpoint()
             raise PreFailure(self.name)
         return self.spec.result
 
@@ -156,6 +239,36 @@ class JournalingProvider(ContextProvider):
         self.journal.append(("post", self.name, response, error))
         if self.spec.fail_post:
             raise PostFailure(self.name)
+
+
+class JournalingMiddleware:
+    """Run middleware that journals the way in (with the instructions so far) and out."""
+
+    def __init__(self, name: str, journal: list[tuple[Any, ...]]) -> None:
+        self.name = name
+        self.journal = journal
+
+    async def __call__(self, invocation: Invocation, call_next: Any) -> AgentResponse:
+        self.journal.append(("mw", self.name, invocation.instructions))
+        try:
+            response: AgentResponse = await call_next(invocation)
+        except BaseException as error:
+            self.journal.append(("mw-out", self.name, None, error))
+            raise
+        self.journal.append(("mw-out", self.name, response, None))
+        return response
+
+
+def build_stack(scenario: Scenario, journal: list[tuple[Any, ...]]) -> list[Any]:
+    """The scenario's stack of journaling providers, groups and middleware."""
+    stack: list[Any] = []
+    for item in scenario.items:
+        if item.kind == "middleware":
+            stack.append(JournalingMiddleware(item.name, journal))
+            continue
+        members = [JournalingProvider(scenario.providers[m], journal) for m in item.members]
+        stack.append(parallel(*members) if item.kind == "group" else members[0])
+    return stack
 
 
 def expected_prompt(scenario: Scenario) -> tuple[tuple[ChatMessage, ...], tuple[str, ...]]:
@@ -176,23 +289,68 @@ def expected_prompt(scenario: Scenario) -> tuple[tuple[ChatMessage, ...], tuple[
     return system + tuple(injected) + scenario.request, tuple(tools)
 
 
-def expected_journal(scenario: Scenario) -> list[tuple[str, ...]]:
-    """The stages in the order they must run, with each post stage's outcome kind."""
-    journal: list[tuple[str, ...]] = []
-    k = scenario.failing_pre
-    for spec in scenario.providers[: len(scenario.providers) if k is None else k + 1]:
-        journal.append(("pre", spec.name))
+def expected_journal(scenario: Scenario) -> list[tuple[Any, ...]]:
+    """The stages in the order they must run, with each outcome's kind.
+
+    The pre stages of a group run concurrently, in no fixed order: a group
+    is one entry ``("pre-group", frozenset(names))`` (see
+    :func:`collapse_groups`). A middleware's entry on the way in carries the
+    instructions the providers outside it contributed.
+    """
+    journal: list[tuple[Any, ...]] = []
+    instructions: list[str] = []
+    for item in scenario.reached:
+        names = [scenario.providers[m].name for m in item.members]
+        if item.kind == "middleware":
+            journal.append(("mw", item.name, tuple(instructions)))
+        elif item.kind == "group":
+            journal.append(("pre-group", frozenset(names)))
+        else:
+            journal.append(("pre", names[0]))
+        for m in item.members:
+            text = scenario.providers[m].result.instructions
+            if text:
+                instructions.append(text)
+    k = scenario.failing_item
+    outcome: str
     if k is None:
         journal.append(("model",))
-    if k is not None:
-        outcome = "pre_error"
-    elif scenario.ending == "ok":
-        outcome = "response"
+        outcome = "response" if scenario.ending == "ok" else scenario.ending
     else:
-        outcome = scenario.ending
-    for spec in reversed(scenario.entered):
-        journal.append(("post", spec.name, outcome))
+        outcome = "pre_error"
+    for item in reversed(scenario.reached):
+        if item.kind == "middleware":
+            journal.append(("mw-out", item.name, outcome))
+            continue
+        for m in reversed(item.members):
+            spec = scenario.providers[m]
+            if not spec.fail_pre:
+                journal.append(("post", spec.name, outcome))
     return journal
+
+
+def collapse_groups(scenario: Scenario, journal: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``journal`` with the pre stages of each group collapsed into one order-free entry."""
+    group_of = {
+        scenario.providers[m].name: index
+        for index, item in enumerate(scenario.items)
+        if item.kind == "group"
+        for m in item.members
+    }
+    collapsed: list[tuple[Any, ...]] = []
+    current: tuple[int, set[str]] | None = None
+    for entry in journal:
+        group = group_of.get(entry[1]) if entry[0] == "pre" else None
+        if group is None:
+            current = None
+            collapsed.append(entry)
+        elif current is not None and current[0] == group:
+            current[1].add(entry[1])
+            collapsed[-1] = ("pre-group", frozenset(current[1]))
+        else:
+            current = (group, {entry[1]})
+            collapsed.append(("pre-group", frozenset(current[1])))
+    return collapsed
 
 
 def tool_call(name: str, arguments: str = "{}", call_id: str = "c1") -> ToolCall:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Sequence
+from itertools import accumulate
 
 import attrs
 import pytest
@@ -222,6 +223,28 @@ def test_joining_shares_the_history_instead_of_copying_it() -> None:
     seen = join_messages((ChatMessage.system("sys"),), history, request)
     assert seen == (ChatMessage.system("sys"), *message_pool[:300], *request)
     assert any(chunk is history._chunks[0] for chunk in seen._chunks)
+
+
+def test_a_few_messages_before_a_long_history_do_not_copy_it() -> None:
+    """A provider injecting one message before a history provider: the history is shared."""
+    history = Messages(message_pool[:300])
+    first = (ChatMessage.system("retrieved"),)
+    for joined in (join_messages(first, history), join_messages((), first, history)):
+        assert joined == (*first, *message_pool[:300])
+        assert any(chunk is history._chunks[0] for chunk in joined._chunks)
+
+
+@settings(max_examples=150)
+@given(chunk_sizes, st.data())
+def test_every_slice_keeps_the_chunks_non_empty(sizes: list[int], data: st.DataObject) -> None:
+    rope, model = build(sizes)
+    start = data.draw(st.integers(-450, 450) | st.none())
+    stop = data.draw(st.integers(-450, 450) | st.none())
+    step = data.draw(st.sampled_from([None, 1, 2, -1, -2, 3]))
+    piece = rope[start:stop:step]
+    assert piece == model[start:stop:step]
+    assert all(piece._chunks)
+    assert piece._ends == tuple(accumulate(map(len, piece._chunks)))
 
 
 def test_adding_a_non_message_is_refused() -> None:

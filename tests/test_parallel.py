@@ -322,3 +322,133 @@ def test_a_group_is_a_provider_of_the_stack() -> None:
     agent = Agent(ScriptedChatClient(), stack=[group])
     assert agent.providers == (group,)
     assert raf.parallel is parallel
+
+
+class Fatal(BaseException):
+    """A BaseException that is not an Exception (like KeyboardInterrupt)."""
+
+
+async def test_a_base_exception_in_a_member_pre_stage_propagates_unwrapped() -> None:
+    fatal = Fatal("stop")
+    log: list[Any] = []
+    outer_log: list[Any] = []
+
+    class Raises(ContextProvider):
+        name = "raises"
+
+        async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+            for _ in range(3):  # let the quick member return first
+                await anyio.lowlevel.checkpoint()
+            raise fatal
+
+    class Hangs(ContextProvider):
+        name = "hangs"
+
+        async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+            await anyio.sleep_forever()
+
+    quick = Scripted("quick", ContextResult(instructions="q"), 0, log)
+    outer = Scripted("outer", ContextResult(), 0, outer_log)
+    client = ScriptedChatClient(["never"])
+    agent = Agent(client, stack=[outer, parallel(quick, Raises(), Hangs())])
+    with anyio.fail_after(5), pytest.raises(Fatal) as caught:  # fail_after: a deadlock guard
+        await agent.run("hi")
+    # Never wrapped in an exception group, and every post stage saw the very same error.
+    assert caught.value is fatal
+    assert client.requests == []
+    assert [e for e in log if e[0] == "post"] == [("post", "quick", False, fatal)]
+    assert outer_log[-1] == ("post", "outer", False, fatal)
+
+
+@pytest.mark.parametrize("on_cancel", ["exception", "fatal"])
+async def test_a_member_failing_while_the_group_is_cancelled_from_outside_is_not_lost(
+    on_cancel: str,
+) -> None:
+    """An Exception is attached to the cancellation as a note; a fatal BaseException wins."""
+    log: list[Any] = []
+    started = anyio.Event()
+    fatal = Fatal("stop")
+
+    class FailsOnCancel(ContextProvider):
+        name = "fails-on-cancel"
+
+        async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+            started.set()
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class():
+                if on_cancel == "fatal":
+                    raise fatal from None
+                raise RuntimeError("cleanup failed") from None
+
+    class Hangs(ContextProvider):
+        name = "hangs"
+
+        async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+            await anyio.sleep_forever()
+
+    quick = Scripted("quick", ContextResult(instructions="q"), 0, log)
+    agent = Agent(ScriptedChatClient(["never"]), stack=[parallel(quick, FailsOnCancel(), Hangs())])
+    raised: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await agent.run("hi")
+        except BaseException as exc:
+            raised.append(exc)
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+
+    with anyio.fail_after(5):  # a deadlock guard
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await started.wait()
+            group.cancel_scope.cancel()
+    (error,) = raised
+    (post,) = [e for e in log if e[0] == "post"]
+    assert post[3] is error  # the member that returned got the very error that propagated
+    if on_cancel == "fatal":
+        assert error is fatal
+    else:
+        assert isinstance(error, anyio.get_cancelled_exc_class())
+        notes = getattr(error, "__notes__", [])
+        assert len(notes) == 1
+        assert "fails-on-cancel.on_invoking" in notes[0]
+        assert "cleanup failed" in notes[0]
+
+
+async def test_a_hung_member_post_stage_of_a_cancelled_run_is_bounded_by_post_timeout() -> None:
+    log: list[Any] = []
+    box: list[anyio.CancelScope] = []
+
+    class HungPost(ContextProvider):
+        name = "hung"
+
+        async def on_invoked(self, *args: Any) -> None:
+            await anyio.sleep(60)
+
+    async def model(messages: Any, options: Any) -> str:
+        box[0].cancel()
+        await anyio.sleep(5)
+        return "unreachable"
+
+    fine = Scripted("fine", ContextResult(), 0, log)
+    outer = Scripted("outer", ContextResult(), 0, log)
+    agent = Agent(
+        ScriptedChatClient([model]),
+        stack=[outer, parallel(HungPost(), fine)],
+        post_timeout=0.05,
+    )
+    notes: list[str] = []
+    with anyio.fail_after(5), anyio.CancelScope() as scope:  # fail_after: a deadlock guard
+        box.append(scope)
+        try:
+            await agent.run("hi")
+        except anyio.get_cancelled_exc_class() as exc:
+            notes = list(getattr(exc, "__notes__", []))
+            raise
+    assert scope.cancelled_caught
+    assert [e[1] for e in log if e[0] == "post"] == ["fine", "outer"]
+    assert len(notes) == 1
+    assert "hung.on_invoked" in notes[0]
+    assert "post_timeout=0.05" in notes[0]

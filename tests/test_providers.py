@@ -20,12 +20,14 @@ from raf import (
     ScriptedChatClient,
 )
 from tests.strategies import (
-    JournalingProvider,
     ModelFailure,
+    ModelFatal,
     PostFailure,
     PreFailure,
     ProviderSpec,
     Scenario,
+    build_stack,
+    collapse_groups,
     expected_journal,
     expected_prompt,
     scenarios,
@@ -43,6 +45,7 @@ class JournalModel:
         self.scenario = scenario
         self.journal = journal
         self.error = ModelFailure("model down")
+        self.fatal = ModelFatal("stop")
         self.scope: anyio.CancelScope | None = None
         self.seen: tuple[tuple[ChatMessage, ...], tuple[str, ...]] | None = None
 
@@ -53,6 +56,8 @@ class JournalModel:
         self.seen = (tuple(messages), tuple(t.name for t in options.tools))
         if self.scenario.ending == "model_error":
             raise self.error
+        if self.scenario.ending == "fatal":
+            raise self.fatal
         if self.scenario.ending == "cancel":
             assert self.scope is not None
             self.scope.cancel()
@@ -71,6 +76,8 @@ def outcome_kind(response: AgentResponse | None, error: BaseException | None) ->
         return "pre_error"
     if isinstance(error, ModelFailure):
         return "model_error"
+    if isinstance(error, ModelFatal):
+        return "fatal"
     return f"unexpected {error!r}"
 
 
@@ -82,7 +89,7 @@ async def run_scenario(
     agent = Agent(
         model,
         instructions=scenario.agent_instructions,
-        stack=[JournalingProvider(spec, journal) for spec in scenario.providers],
+        stack=build_stack(scenario, journal),
     )
     response: AgentResponse | None = None
     raised: BaseException | None = None
@@ -102,15 +109,18 @@ async def run_scenario(
 async def test_the_journal_matches_the_model(scenario: Scenario) -> None:
     journal, model, response, raised, cancelled = await run_scenario(scenario)
 
-    # Pre stages in registration order, post stages in reverse, exactly once each.
+    # Pre stages in registration order (a group's in any order), post stages in reverse
+    # (a group's innermost first), exactly once each; middleware in between, as declared.
     simplified = [
-        entry if entry[0] != "post" else ("post", entry[1], outcome_kind(entry[2], entry[3]))
+        entry
+        if entry[0] not in ("post", "mw-out")
+        else (entry[0], entry[1], outcome_kind(entry[2], entry[3]))
         for entry in journal
     ]
-    assert simplified == expected_journal(scenario)
+    assert collapse_groups(scenario, simplified) == expected_journal(scenario)
 
-    # Every post stage saw the same outcome object: the run's response or its error.
-    outcomes = {id(e[2]) if e[3] is None else id(e[3]) for e in journal if e[0] == "post"}
+    # Every post stage and middleware saw the same outcome object: the response or the error.
+    outcomes = {id(e[2]) if e[3] is None else id(e[3]) for e in journal if len(e) == 4}
     assert len(outcomes) <= 1
 
     # The model saw the merged prompt.
@@ -118,13 +128,16 @@ async def test_the_journal_matches_the_model(scenario: Scenario) -> None:
         assert model.seen == expected_prompt(scenario)
 
     post_failures = [spec for spec in scenario.entered if spec.fail_post]
-    k = scenario.failing_pre
+    k = scenario.failing_item
     if k is not None:
         assert isinstance(raised, ProviderError)
-        assert (raised.provider, raised.stage) == (f"p{k}", "on_invoking")
+        assert raised.provider in scenario.failing_names
+        assert raised.stage == "on_invoking"
         assert isinstance(raised.__cause__, PreFailure)
     elif scenario.ending == "model_error":
         assert raised is model.error
+    elif scenario.ending == "fatal":
+        assert raised is model.fatal
     elif scenario.ending == "cancel":
         assert cancelled
         assert isinstance(raised, anyio.get_cancelled_exc_class())
@@ -144,7 +157,7 @@ async def test_the_journal_matches_the_model(scenario: Scenario) -> None:
 
     if raised is not None and not (scenario.ending == "ok" and k is None):
         # A failed run re-raises the original error, post failures attached as notes.
-        notes = getattr(raised, "__notes__", [])
+        notes = [n for n in getattr(raised, "__notes__", []) if "on_invoked" in n]
         assert len(notes) == len(post_failures)
         for spec, note in zip(reversed(post_failures), notes, strict=True):
             assert f"{spec.name}.on_invoked" in note
@@ -378,9 +391,88 @@ async def test_an_agent_is_reusable_and_runs_are_independent(scenario: Scenario)
     """Running the same scenario twice gives the same journal (no state leaks between runs)."""
     first, *_ = await run_scenario(scenario)
     second, *_ = await run_scenario(scenario)
-    simplify = [e[:2] for e in first]
-    assert simplify == [e[:2] for e in second]
+    # A group's pre stages run in no fixed order (trio even shuffles them on purpose).
+    simplify = collapse_groups(scenario, [e[:2] for e in first])
+    assert simplify == collapse_groups(scenario, [e[:2] for e in second])
 
 
 def test_provider_spec_is_hashable() -> None:
     assert ProviderSpec("p", ContextResult()) == ProviderSpec("p", ContextResult())
+
+
+async def test_a_cancellation_arriving_in_a_post_stage_of_a_failed_run_propagates_unchanged() -> (
+    None
+):
+    """raf attaches nothing to the cancellation: no ``__cause__``, as between nested layers."""
+    box: list[anyio.CancelScope] = []
+    seen: list[BaseException | None] = []
+
+    class CancelsInPost(ContextProvider):
+        async def on_invoked(self, *args: Any) -> None:
+            box[0].cancel()
+            await anyio.sleep(5)
+
+    class Outer(ContextProvider):
+        async def on_invoked(self, *args: Any) -> None:
+            seen.append(args[-1])
+
+    failure = ModelFailure("model down")
+    agent = Agent(ScriptedChatClient([failure]), stack=[Outer(), CancelsInPost()])
+    raised: list[BaseException] = []
+    with anyio.CancelScope() as scope:
+        box.append(scope)
+        try:
+            await agent.run("hi")
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+    assert scope.cancelled_caught
+    (cancelled,) = raised
+    assert isinstance(cancelled, anyio.get_cancelled_exc_class())
+    assert seen == [cancelled]
+    assert cancelled.__cause__ is None
+    assert cancelled.__context__ is failure  # Python's implicit chaining, as between layers
+
+
+@pytest.mark.parametrize("where", ["pre", "post", "model"])
+async def test_a_base_exception_from_any_stage_of_a_mixed_stack_propagates_unchanged(
+    where: str,
+) -> None:
+    """Fused layers, a group and middleware in between: the same object comes out."""
+    from raf import parallel
+
+    fatal = Fatal("stop")
+    log: list[tuple[str, object]] = []
+
+    class Stage(ContextProvider):
+        def __init__(self, name: str, *, pre: bool = False, post: bool = False) -> None:
+            self.name, self.pre, self.post = name, pre, post
+
+        async def on_invoking(self, *args: Any) -> ContextResult:
+            if self.pre:
+                raise fatal
+            return ContextResult()
+
+        async def on_invoked(self, *args: Any) -> None:
+            error = args[-1]
+            log.append((self.name, "ok" if error is None else error))
+            if self.post:
+                raise fatal
+
+    async def middleware(request: Any, call_next: Any) -> AgentResponse:
+        response: AgentResponse = await call_next(request)
+        return response
+
+    stack = [
+        Stage("a"),
+        middleware,
+        parallel(Stage("g1"), Stage("g2")),
+        Stage("b", pre=where == "pre", post=where == "post"),
+        Stage("c"),
+    ]
+    agent = Agent(ScriptedChatClient([fatal if where == "model" else "fine"]), stack=stack)
+    with pytest.raises(Fatal) as caught:
+        await agent.run("hi")
+    assert caught.value is fatal
+    inner = {"pre": [], "post": [("c", "ok"), ("b", "ok")], "model": [("c", fatal), ("b", fatal)]}
+    assert log == [*inner[where], ("g2", fatal), ("g1", fatal), ("a", fatal)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -259,3 +260,93 @@ async def test_results_come_back_in_call_order_whatever_order_tools_finish(
     results = [m for m in response.messages if m.role == "tool"]
     assert [m.tool_call_id for m in results] == [c.id for c in calls]
     assert [m.content for m in results] == [f"result {i}" for i in range(len(calls))]
+
+
+class Fatal(BaseException):
+    """A BaseException that is not an Exception (like KeyboardInterrupt)."""
+
+
+async def test_a_base_exception_in_one_of_concurrent_tools_propagates_unwrapped() -> None:
+    fatal = Fatal("stop")
+    cancelled: list[str] = []
+
+    @tool
+    async def fatal_tool() -> str:
+        """Raises a BaseException."""
+        await anyio.lowlevel.checkpoint()
+        raise fatal
+
+    @tool
+    async def slow_tool() -> str:
+        """Waits until cancelled."""
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            cancelled.append("slow_tool")
+            raise
+        return "unreachable"  # pragma: no cover
+
+    calls = (ToolCall("1", "slow_tool"), ToolCall("2", "fatal_tool"))
+    client = ScriptedChatClient([turn(*calls), "never"])
+    agent = Agent(client, tools=[fatal_tool, slow_tool])
+    with anyio.fail_after(5), pytest.raises(Fatal) as caught:  # fail_after: a deadlock guard
+        await agent.run("go")
+    # Never wrapped in an exception group; the other call was cancelled, not left running.
+    assert caught.value is fatal
+    assert cancelled == ["slow_tool"]
+
+
+async def test_cancelling_the_run_while_tools_run_cancels_them_and_propagates_unwrapped() -> None:
+    from raf import ContextProvider, FunctionTool
+
+    started: list[str] = []
+    cancelled: list[str] = []
+    both = anyio.Event()
+    posts: list[BaseException | None] = []
+
+    def waiter(name: str) -> FunctionTool:
+        async def wait() -> str:
+            started.append(name)
+            if len(started) == 2:
+                both.set()
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class():
+                cancelled.append(name)
+                raise
+            return "unreachable"  # pragma: no cover
+
+        wait.__name__ = name
+        wait.__doc__ = f"Waits ({name})."
+        return tool(wait)
+
+    class Post(ContextProvider):
+        async def on_invoked(self, *args: object) -> None:
+            error = args[-1]
+            assert error is None or isinstance(error, BaseException)
+            posts.append(error)
+
+    calls = (ToolCall("1", "first"), ToolCall("2", "second"))
+    agent = Agent(
+        ScriptedChatClient([turn(*calls), "never"]),
+        tools=[waiter("first"), waiter("second")],
+        stack=[Post()],
+    )
+    raised: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await agent.run("go")
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    with anyio.fail_after(5):  # a deadlock guard
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await both.wait()
+            group.cancel_scope.cancel()
+    (error,) = raised
+    assert isinstance(error, anyio.get_cancelled_exc_class())
+    assert sorted(cancelled) == ["first", "second"]
+    assert posts == [error]
