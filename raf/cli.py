@@ -16,7 +16,7 @@ import anyio
 from raf.agent import Agent, ChatClient
 from raf.clients.echo import EchoChatClient
 from raf.config import build_provider, parse_provider_decls
-from raf.errors import AgentError, ConfigError
+from raf.errors import AgentError, ChatClientError, ConfigError
 from raf.sessions.base import Session
 from raf.sessions.memory import InMemorySession
 from raf.tracing import StageEvent, trace_model, traced_stack
@@ -94,7 +94,13 @@ async def _chat(agent: Agent, session: Session) -> int:
             return 0
         if not line.strip():
             return 0
-        response = await agent.run(line, session=session)
+        try:
+            response = await agent.run(line, session=session)
+        except ChatClientError as exc:
+            # The model failed this turn (rate limit, timeout...): nothing was stored,
+            # so the conversation can go on; a broken config or provider still ends it.
+            print(f"raf: this turn failed: {exc}", file=sys.stderr)
+            continue
         print(response.text)
 
 

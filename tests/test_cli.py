@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -218,3 +219,27 @@ def test_an_empty_session_id_is_one_clear_line(
     db = tmp_path / "s.db"
     assert main(["run", str(EXAMPLE), "hi", "--session", "", "--db", str(db)]) == 2
     assert "--session: the session id must not be empty" in one_clear_line(capsys)
+
+
+def test_a_failed_model_call_does_not_end_the_chat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from raf.clients.echo import EchoChatClient
+    from raf.errors import RateLimitError
+
+    calls = {"n": 0}
+    original = EchoChatClient.complete
+
+    async def flaky(self: EchoChatClient, messages: Any, options: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RateLimitError("slow down", status_code=429)
+        return await original(self, messages, options)
+
+    monkeypatch.setattr(EchoChatClient, "complete", flaky)
+    lines = iter(["one", "two", ""])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    assert main(["chat", str(EXAMPLE)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "two\n"
+    assert "raf: this turn failed: slow down" in err
