@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from raf import Agent, AgentSkillsProvider, ScriptedChatClient, ToolCall
+from raf import Agent, AgentSkillsProvider, ScriptedChatClient
 from raf.builtin.skills import parse_skill_file
 from raf.errors import ConfigError, ProviderError
+from tests.scripting import call_tools
 
 pytestmark = pytest.mark.anyio
 
@@ -50,18 +50,6 @@ def root(tmp_path: Path, outside: Path) -> Path:
     (folder / "not-a-skill").mkdir()
     (folder / "README.md").write_text("not a skill either")
     return folder
-
-
-async def call_tools(
-    provider: AgentSkillsProvider, *calls: tuple[str, dict[str, str]]
-) -> list[str]:
-    turns = [
-        ScriptedChatClient.tool_turn(ToolCall(f"c{i}", name, json.dumps(arguments)))
-        for i, (name, arguments) in enumerate(calls)
-    ]
-    client = ScriptedChatClient([*turns, "done"])
-    response = await Agent(client, stack=[provider]).run("go")
-    return [m.content or "" for m in response.messages if m.role == "tool"]
 
 
 async def test_instructions_list_every_skill(root: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 
 from raf import Agent, ScriptedChatClient, ToolCall, WorkspaceContextProvider
 from raf.errors import ConfigError
+from tests.scripting import call_tools
 
 pytestmark = pytest.mark.anyio
 
@@ -33,19 +33,6 @@ def root(tmp_path: Path, outside: Path) -> Path:
     (folder / "dir_out").symlink_to(outside, target_is_directory=True)
     (folder / "link_in.md").symlink_to(folder / "notes.md")
     return folder
-
-
-async def call_tools(
-    provider: WorkspaceContextProvider, *calls: tuple[str, dict[str, object]]
-) -> list[str]:
-    """The model calls ``calls`` one turn after another; the tool results in order."""
-    turns = [
-        ScriptedChatClient.tool_turn(ToolCall(f"c{i}", name, json.dumps(arguments)))
-        for i, (name, arguments) in enumerate(calls)
-    ]
-    client = ScriptedChatClient([*turns, "done"])
-    response = await Agent(client, stack=[provider]).run("go")
-    return [m.content or "" for m in response.messages if m.role == "tool"]
 
 
 def assert_no_leak(text: str, *folders: Path) -> None:
