@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
 from raf.context import Invocation
-from raf.messages import AgentResponse, ChatMessage, Messages, join_messages
+from raf.messages import AgentResponse, ChatMessage, Messages, checked_messages, join_messages
 from raf.options import AgentRunOptions, ChatOptions
 from raf.pipeline import ChatRequest, Complete, compose, is_provider
 from raf.sessions.base import Session
@@ -175,10 +175,7 @@ def _request_messages(
     if type(messages) is Messages:
         return tuple(messages)
     if isinstance(messages, Sequence):
-        try:
-            return tuple(Messages(cast("Sequence[ChatMessage]", messages)))
-        except TypeError as exc:
-            raise TypeError(f"run(messages): {exc}") from None
+        return checked_messages(cast("Sequence[ChatMessage]", messages), "run(messages): Messages")
     raise TypeError(
         "run(messages) takes a str, a ChatMessage or a sequence of ChatMessage, "
         f"got {type(messages).__name__}"

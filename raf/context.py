@@ -78,26 +78,7 @@ def merge(invocation: Invocation, result: ContextResult) -> Invocation:
     >>> merge(start, ContextResult(instructions="Be brief.")).instructions
     ('Be brief.',)
     """
-    instructions, messages, tools, replace = checked_result(result)
-    if not (instructions or messages or tools or replace):
-        return invocation
-    if replace:
-        injected = messages
-    elif not messages:
-        injected = invocation.messages
-    elif invocation.messages:
-        injected = join_messages(invocation.messages, messages)
-    else:
-        injected = messages
-    return Invocation(
-        invocation.agent,
-        invocation.session,
-        invocation.request_messages,
-        invocation.options,
-        invocation.instructions + (instructions,) if instructions else invocation.instructions,
-        injected,
-        invocation.tools + tools if tools else invocation.tools,
-    )
+    return merge_all(invocation, (checked_result(result),))
 
 
 #: ``(instructions, messages, tools, replace_messages)`` of a result that passed the checks.

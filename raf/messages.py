@@ -155,6 +155,16 @@ class ChatMessage:
 _Chunk = tuple[ChatMessage, ...]
 
 
+def checked_messages(items: Iterable[ChatMessage], where: str) -> tuple[ChatMessage, ...]:
+    """``items`` as a tuple, each checked to be a ``ChatMessage``; a ``TypeError`` names
+    the first that is not, as ``where[index]``."""
+    chunk = items if type(items) is tuple else tuple(items)
+    for index, item in enumerate(chunk):
+        if type(item) is not ChatMessage:
+            raise TypeError(f"{where}[{index}] must be a ChatMessage, got {type(item).__name__}")
+    return chunk
+
+
 class Messages(Sequence[ChatMessage]):
     """An immutable sequence whose items are known to be ``ChatMessage``.
 
@@ -182,12 +192,7 @@ class Messages(Sequence[ChatMessage]):
     _len: int
 
     def __init__(self, items: Iterable[ChatMessage] = ()) -> None:
-        chunk = tuple(items)
-        for index, item in enumerate(chunk):
-            if type(item) is not ChatMessage:
-                raise TypeError(
-                    f"Messages[{index}] must be a ChatMessage, got {type(item).__name__}"
-                )
+        chunk = checked_messages(items, "Messages")
         self._chunks = (chunk,) if chunk else ()
         self._ends = (len(chunk),) if chunk else ()
         self._len = len(chunk)
@@ -326,13 +331,7 @@ def messages_to_json(messages: Iterable[ChatMessage]) -> str:
 
 
 def _message_tuple(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
-    items = messages if type(messages) is tuple else tuple(messages)
-    for index, item in enumerate(items):
-        if type(item) is not ChatMessage:
-            raise TypeError(
-                f"AgentResponse.messages[{index}] must be a ChatMessage, got {type(item).__name__}"
-            )
-    return items
+    return checked_messages(messages, "AgentResponse.messages")
 
 
 @attrs.frozen(slots=True)

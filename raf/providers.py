@@ -134,13 +134,6 @@ def _member(provider: Any) -> _Member:
     return (provider, provider.on_invoking, on_invoked)
 
 
-def provider_layer(
-    provider: Any, call_next: CompleteInvocation, *, post_timeout: float
-) -> CompleteInvocation:
-    """Wrap ``provider`` around ``call_next``: pre stage in, post stage out."""
-    return providers_layer((provider,), call_next, post_timeout=post_timeout)
-
-
 def providers_layer(
     providers: Sequence[Any], call_next: CompleteInvocation, *, post_timeout: float
 ) -> CompleteInvocation:
