@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
 @pytest.fixture(params=["asyncio", "trio"], scope="module")
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A folder next to a file-tool root, holding what must never leak: ``secret.txt``."""
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    (folder / "secret.txt").write_text("top secret")
+    return folder

@@ -27,14 +27,6 @@ metadata:
 
 
 @pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    folder = tmp_path / "outside"
-    folder.mkdir()
-    (folder / "secret.txt").write_text("top secret")
-    return folder
-
-
-@pytest.fixture
 def root(tmp_path: Path, outside: Path) -> Path:
     folder = tmp_path / "skills"
     (folder / "pdf").mkdir(parents=True)

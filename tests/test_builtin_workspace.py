@@ -15,14 +15,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    folder = tmp_path / "outside"
-    folder.mkdir()
-    (folder / "secret.txt").write_text("top secret")
-    return folder
-
-
-@pytest.fixture
 def root(tmp_path: Path, outside: Path) -> Path:
     folder = tmp_path / "ws"
     folder.mkdir()
