@@ -273,20 +273,29 @@ def build_stack(scenario: Scenario, journal: list[tuple[Any, ...]]) -> list[Any]
 
 def expected_prompt(scenario: Scenario) -> tuple[tuple[ChatMessage, ...], tuple[str, ...]]:
     """The messages and tool names the model must see, by the merge rules."""
+    instructions, injected, tools = merge_model([spec.result for spec in scenario.providers])
     lines = [scenario.agent_instructions] if scenario.agent_instructions else []
+    lines.extend(instructions)
+    system = (ChatMessage.system("\n".join(lines)),) if lines else ()
+    return system + injected + scenario.request, tools
+
+
+def merge_model(
+    results: Sequence[ContextResult],
+) -> tuple[tuple[str, ...], tuple[ChatMessage, ...], tuple[str, ...]]:
+    """The merge rules on plain lists: instructions, injected messages, tool names."""
+    instructions: list[str] = []
     injected: list[ChatMessage] = []
     tools: list[str] = []
-    for spec in scenario.providers:
-        result = spec.result
+    for result in results:
         if result.instructions:
-            lines.append(result.instructions)
+            instructions.append(result.instructions)
         if result.replace_messages:
             injected = list(result.messages)
         else:
             injected.extend(result.messages)
         tools.extend(t.name for t in result.tools)
-    system = (ChatMessage.system("\n".join(lines)),) if lines else ()
-    return system + tuple(injected) + scenario.request, tuple(tools)
+    return tuple(instructions), tuple(injected), tuple(tools)
 
 
 def expected_journal(scenario: Scenario) -> list[tuple[Any, ...]]:

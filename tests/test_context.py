@@ -10,7 +10,7 @@ from raf import AgentRunOptions, ChatMessage, ContextResult, InMemorySession, In
 from raf.context import EMPTY_RESULT, checked_result, merge_all
 from raf.errors import ContextResultError
 from raf.messages import Messages
-from tests.strategies import chat_messages, context_results, make_tool
+from tests.strategies import chat_messages, context_results, make_tool, merge_model
 
 
 def start(request: tuple[ChatMessage, ...] = (ChatMessage.user("hi"),)) -> Invocation:
@@ -36,21 +36,11 @@ def test_merge_folds_like_the_list_model(
     first = start(tuple(request))
     merged = fold(first, results)
 
-    instructions: list[str] = []
-    injected: list[ChatMessage] = []
-    tools: list[str] = []
-    for result in results:
-        if result.instructions:
-            instructions.append(result.instructions)
-        if result.replace_messages:
-            injected = list(result.messages)
-        else:
-            injected.extend(result.messages)
-        tools.extend(t.name for t in result.tools)
+    instructions, injected, tools = merge_model(results)
 
     assert merged.instructions == tuple(instructions)
     assert merged.messages == tuple(injected)
-    assert [t.name for t in merged.tools] == tools
+    assert tuple(t.name for t in merged.tools) == tools
     # The request messages and the run's identity are never touched.
     assert merged.request_messages is first.request_messages
     assert (merged.agent, merged.session, merged.options) == (
