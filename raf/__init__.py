@@ -1,6 +1,6 @@
 """raf: the context pipeline of LLM agents, built as an ASGI-style onion."""
 
-from raf.agent import Agent, ChatClient
+from raf.agent import Agent
 from raf.builtin import (
     AgentSkillsProvider,
     CompressionProvider,
@@ -18,6 +18,7 @@ from raf.builtin import (
     WorkspaceContextProvider,
 )
 from raf.clients import EchoChatClient, OpenAIChatClient, ScriptedChatClient
+from raf.clients.base import ChatClient
 from raf.config import (
     ContextProviderDecl,
     build_provider,

@@ -199,11 +199,14 @@ async def test_concurrent_appends_lose_nothing_and_stay_together(harness: Harnes
 async def test_request_hash_is_the_canonical_sha256(harness: Harness) -> None:
     session = await harness.new(fresh_id())
     request = conversation()[:2]
-    digest = await session.touch_request_hash(request)
+    touched = await session.touch_request_hash(request)
+    digest = touched.digest
     assert digest == request_hash(request)
     assert len(digest) == 64
-    assert await session.touch_request_hash(list(request)) == digest
-    assert await session.touch_request_hash(request[:1]) != digest
+    assert not touched.repeated
+    again = await session.touch_request_hash(list(request))
+    assert (again.digest, again.repeated) == (digest, True)
+    assert (await session.touch_request_hash(request[:1])).digest != digest
     # Hashing records, it does not add to the history.
     assert await session.get_messages() == ()
 

@@ -35,6 +35,7 @@ from raf import (
     tool,
 )
 from raf.sessions import request_hash
+from raf.sessions.base import RequestHash
 
 pytestmark = pytest.mark.anyio
 
@@ -120,8 +121,8 @@ async def test_tool_conflicts_with_providers_are_raised_before_the_model_is_call
     with pytest.raises(ToolConflictError, match="'search'") as caught:
         await agent.run("go")
     assert caught.value.name == "search"
-    first = "the agent" if agent_tools else "providers"
-    assert f"one from {first}, one from providers" in str(caught.value)
+    first, second = ("the agent", "docs") if agent_tools else ("provider 'docs'", "web")
+    assert f"one from {first}, one from provider '{second}'" in str(caught.value)
     assert client.requests == []
 
 
@@ -309,7 +310,7 @@ async def test_touch_request_hash_is_called_with_the_request_messages() -> None:
     touched: list[tuple[ChatMessage, ...]] = []
 
     class Recording(InMemorySession):
-        async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> str:
+        async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
             touched.append(tuple(messages))
             return await super().touch_request_hash(messages)
 
@@ -321,7 +322,7 @@ async def test_touch_request_hash_is_called_with_the_request_messages() -> None:
     )
     await agent.run(REQUEST, session=session)
     assert touched == [tuple(REQUEST)]  # not the instructions, not what was injected
-    assert list(session.request_hashes) == [independent_digest(REQUEST)]
+    assert list(await session.request_hashes()) == [independent_digest(REQUEST)]
 
 
 def test_request_hash_is_stable_across_processes() -> None:

@@ -7,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raf import AgentRunOptions, ChatMessage, ContextResult, InMemorySession, Invocation, merge
-from raf.context import EMPTY_RESULT, checked_result, merge_all
 from raf.errors import ContextResultError
 from raf.messages import Messages
 from tests.strategies import chat_messages, context_results, make_tool, merge_model
@@ -61,7 +60,6 @@ def test_merge_never_mutates_its_input(result: ContextResult) -> None:
 @pytest.mark.parametrize(
     "empty",
     [
-        EMPTY_RESULT,
         ContextResult(),
         ContextResult(instructions=""),
         ContextResult(instructions=None, messages=[], tools=[]),
@@ -134,16 +132,3 @@ def test_wrong_types_name_the_field(result: object, field: str) -> None:
 def test_none_result_hints_at_a_missing_return() -> None:
     with pytest.raises(ContextResultError, match="forget to return"):
         merge(start(), None)  # type: ignore[arg-type]
-
-
-@settings(max_examples=200)
-@given(results_lists, st.lists(chat_messages(), max_size=3))
-def test_merge_all_equals_folding_merge(
-    results: list[ContextResult], seed: list[ChatMessage]
-) -> None:
-    first = merge(start(), ContextResult(messages=seed)) if seed else start()
-    together = merge_all(first, [checked_result(r) for r in results])
-    folded = fold(first, results)
-    assert together == folded
-    if folded is first:
-        assert together is first

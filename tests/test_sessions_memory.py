@@ -18,7 +18,7 @@ async def test_a_new_session_is_empty() -> None:
     history = await session.get_messages()
     assert history == ()
     assert type(history) is Messages
-    assert session.request_hashes == {}
+    assert await session.request_hashes() == {}
 
 
 async def test_add_then_get_keeps_order_across_calls() -> None:
@@ -77,7 +77,7 @@ async def test_is_a_session() -> None:
 async def test_touch_request_hash_records_and_returns_the_digest() -> None:
     session = InMemorySession()
     messages = [ChatMessage.user("hi"), ChatMessage.assistant("hello")]
-    digest = await session.touch_request_hash(messages)
+    digest = (await session.touch_request_hash(messages)).digest
     canonical = json.dumps(
         [{"content": "hi", "role": "user"}, {"content": "hello", "role": "assistant"}],
         sort_keys=True,
@@ -85,13 +85,13 @@ async def test_touch_request_hash_records_and_returns_the_digest() -> None:
     )
     assert digest == hashlib.sha256(canonical.encode()).hexdigest()
     assert digest == request_hash(messages)
-    assert list(session.request_hashes) == [digest]
-    assert isinstance(session.request_hashes[digest], float)
+    assert list(await session.request_hashes()) == [digest]
+    assert isinstance((await session.request_hashes())[digest], float)
     # the same request again is recognised, not recorded twice
-    assert await session.touch_request_hash(tuple(messages)) == digest
-    assert list(session.request_hashes) == [digest]
-    other = await session.touch_request_hash([ChatMessage.user("bye")])
+    assert (await session.touch_request_hash(tuple(messages))).digest == digest
+    assert list(await session.request_hashes()) == [digest]
+    other = (await session.touch_request_hash([ChatMessage.user("bye")])).digest
     assert other != digest
-    assert set(session.request_hashes) == {digest, other}
+    assert set(await session.request_hashes()) == {digest, other}
     # touching a hash does not add history
     assert await session.get_messages() == ()

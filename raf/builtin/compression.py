@@ -13,7 +13,8 @@ from raf.providers import ContextProvider
 from raf.sessions.base import Session
 
 if TYPE_CHECKING:
-    from raf.agent import Agent, ChatClient
+    from raf.clients.base import ChatClient
+    from raf.context import AgentLike
 
 __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
@@ -353,7 +354,7 @@ class CompressionProvider(ContextProvider):
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,

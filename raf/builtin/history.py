@@ -12,7 +12,7 @@ from raf.providers import ContextProvider
 from raf.sessions.base import Session
 
 if TYPE_CHECKING:
-    from raf.agent import Agent
+    from raf.context import AgentLike
 
 __all__ = ["InMemoryHistoryProvider"]
 
@@ -49,7 +49,7 @@ class InMemoryHistoryProvider(ContextProvider):
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,
@@ -64,7 +64,7 @@ class InMemoryHistoryProvider(ContextProvider):
 
     async def on_invoked(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         request_messages: Sequence[ChatMessage],
         response: AgentResponse | None,

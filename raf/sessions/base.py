@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
+
+import attrs
 
 from raf.messages import ChatMessage, messages_to_json
 
-__all__ = ["Session", "request_hash"]
+__all__ = ["REQUEST_HASH_LIMIT", "RequestHash", "Session", "request_hash"]
+
+#: How many request digests a session keeps (the most recent ones).
+REQUEST_HASH_LIMIT: Final = 64
+
+
+@attrs.frozen(slots=True)
+class RequestHash:
+    """What ``Session.touch_request_hash`` returns: the request's digest, and whether
+    this session had already recorded it (a client retrying a turn, for example)."""
+
+    digest: str
+    repeated: bool
 
 
 @runtime_checkable
@@ -29,7 +43,9 @@ class Session(Protocol):
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None: ...
 
-    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> str: ...
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash: ...
+
+    async def request_hashes(self) -> dict[str, float]: ...
 
 
 def request_hash(messages: Iterable[ChatMessage]) -> str:

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 
 from raf.messages import EMPTY_MESSAGES, ChatMessage, Messages, join_messages
-from raf.sessions.base import request_hash
+from raf.sessions.base import REQUEST_HASH_LIMIT, RequestHash, request_hash
 
 __all__ = ["InMemorySession"]
 
@@ -27,13 +27,12 @@ class InMemorySession:
     1
     """
 
-    __slots__ = ("_id", "_messages", "request_hashes")
+    __slots__ = ("_hashes", "_id", "_messages")
 
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
         self._messages: Messages = EMPTY_MESSAGES
-        #: Each request hash recorded, with the wall-clock time it was last seen.
-        self.request_hashes: dict[str, float] = {}
+        self._hashes: dict[str, float] = {}
 
     @property
     def id(self) -> str:
@@ -52,11 +51,19 @@ class InMemorySession:
         if new:
             self._messages = join_messages(self._messages, new)
 
-    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> str:
-        """Record and return the request messages' hash."""
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
+        """Record the request messages' hash; say whether it had been seen."""
         digest = request_hash(messages)
-        self.request_hashes[digest] = time.time()
-        return digest
+        hashes = self._hashes
+        repeated = hashes.pop(digest, None) is not None
+        hashes[digest] = time.time()
+        if len(hashes) > REQUEST_HASH_LIMIT:
+            del hashes[next(iter(hashes))]
+        return RequestHash(digest, repeated)
+
+    async def request_hashes(self) -> dict[str, float]:
+        """The recent request hashes with the time each was last seen, oldest first."""
+        return dict(self._hashes)
 
     def __repr__(self) -> str:
         return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"

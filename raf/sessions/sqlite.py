@@ -17,7 +17,7 @@ import anyio.to_thread
 
 from raf.errors import SessionStoreError
 from raf.messages import EMPTY_MESSAGES, ChatMessage, Messages, join_messages, trusted_messages
-from raf.sessions.base import request_hash
+from raf.sessions.base import RequestHash, request_hash
 
 __all__ = ["SqliteSession", "SqliteSessionStore"]
 
@@ -182,21 +182,25 @@ class SqliteSession:
         if new:
             await self._store.with_connection(lambda db: self._append(db, new))
 
-    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> str:
-        """Record the request messages' hash with the time, and return it."""
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
+        """Record the request messages' hash with the time; say whether it had been seen."""
         digest = request_hash(messages)
         seen_at = time.time()
 
-        def touch(db: sqlite3.Connection) -> None:
+        def touch(db: sqlite3.Connection) -> bool:
             with db:
+                seen = db.execute(
+                    "SELECT 1 FROM raf_request_hashes WHERE session_id = ? AND hash = ?",
+                    (self._id, digest),
+                ).fetchone()
                 db.execute(
                     "INSERT INTO raf_request_hashes (session_id, hash, seen_at) VALUES (?, ?, ?) "
                     "ON CONFLICT (session_id, hash) DO UPDATE SET seen_at = excluded.seen_at",
                     (self._id, digest, seen_at),
                 )
+            return seen is not None
 
-        await self._store.with_connection(touch)
-        return digest
+        return RequestHash(digest, await self._store.with_connection(touch))
 
     async def request_hashes(self) -> dict[str, float]:
         """Every request hash recorded on this session, with the time it was last seen."""
