@@ -40,7 +40,7 @@ from raf.errors import (
     ToolError,
     ToolLoopError,
 )
-from raf.messages import AgentResponse, ChatMessage, Messages, ToolCall, Usage
+from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage
 from raf.middleware import LoggingMiddleware, RetryMiddleware
 from raf.options import AgentRunOptions, ChatOptions
 from raf.parallel import ProviderGroup, parallel
@@ -79,7 +79,6 @@ __all__ = [
     "LoggingMiddleware",
     "McpError",
     "McpToolsProvider",
-    "Messages",
     "Middleware",
     "OpenAIChatClient",
     "Passage",

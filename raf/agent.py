@@ -10,7 +10,7 @@ import anyio
 
 from raf.clients.base import ChatClient
 from raf.context import Invocation
-from raf.messages import AgentResponse, ChatMessage, Messages, checked_messages, join_messages
+from raf.messages import AgentResponse, ChatMessage, checked_messages
 from raf.options import AgentRunOptions, ChatOptions
 from raf.pipeline import ChatRequest, Complete, compose
 from raf.providers import is_provider
@@ -248,9 +248,9 @@ class Agent:
         messages: Sequence[ChatMessage]
         if instructions:
             system = ChatMessage("system", "\n".join(instructions))
-            messages = join_messages((system,), invocation.messages, invocation.request_messages)
+            messages = (system, *invocation.messages, *invocation.request_messages)
         elif invocation.messages:
-            messages = join_messages(invocation.messages, invocation.request_messages)
+            messages = (*invocation.messages, *invocation.request_messages)
         else:
             messages = invocation.request_messages
         options = invocation.options
@@ -325,10 +325,8 @@ def _request_messages(
         return (ChatMessage("user", messages),)
     if type(messages) is ChatMessage:
         return (messages,)
-    if type(messages) is Messages:
-        return tuple(messages)
     if isinstance(messages, Sequence):
-        return checked_messages(cast("Sequence[ChatMessage]", messages), "run(messages): Messages")
+        return checked_messages(cast("Sequence[ChatMessage]", messages), "run(messages)")
     raise TypeError(
         "run(messages) takes a str, a ChatMessage or a sequence of ChatMessage, "
         f"got {type(messages).__name__}"

@@ -8,7 +8,7 @@ from typing import Any, Final, Protocol
 import attrs
 
 from raf.errors import ContextResultError
-from raf.messages import ChatMessage, Messages, join_messages
+from raf.messages import ChatMessage
 from raf.options import AgentRunOptions
 from raf.sessions.base import Session
 from raf.tools import Tool
@@ -114,7 +114,7 @@ def merge(
     if replace:
         injected = messages
     elif messages:
-        injected = join_messages(injected, messages) if injected else messages
+        injected = (*injected, *messages) if injected else messages
     if tools:
         all_tools = (*invocation.tools, *tools)
         sources = (*invocation.tool_sources, *(source,) * len(tools))
@@ -142,8 +142,7 @@ def checked_result(result: object) -> CheckedResult:
     """A result's ``(instructions, messages, tools, replace_messages)``, each type-checked.
 
     Raises :class:`raf.errors.ContextResultError` naming the first wrong
-    field. ``messages`` comes back as given when it is already
-    :class:`raf.Messages` (checked when it was built), else as a checked tuple.
+    field. ``messages`` comes back as a checked tuple.
     """
     if type(result) is not ContextResult and not isinstance(result, ContextResult):
         hint = " (did on_invoking forget to return?)" if result is None else ""
@@ -156,7 +155,7 @@ def checked_result(result: object) -> CheckedResult:
         raise ContextResultError("instructions", "str or None", instructions)
     if replace is not False and replace is not True:
         raise ContextResultError("replace_messages", "bool", replace)
-    if messages != () and type(messages) is not Messages:
+    if messages != ():
         messages = _checked_messages(messages)
     if tools != ():
         tools = _checked_tools(tools)

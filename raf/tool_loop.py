@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 
 from raf.errors import ToolConflictError, ToolLoopError
-from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage, join_messages
+from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage
 from raf.options import ChatOptions
 from raf.schema import SchemaError, check_arguments
 from raf.tools import Tool
@@ -75,7 +75,7 @@ async def run_tool_loop(
             raise ToolLoopError(max_model_calls, tuple(call.name for call in calls))
         results = await run_tool_calls(calls, tools)
         produced.extend(results)
-        messages = join_messages(messages, response.messages, results)
+        messages = (*messages, *response.messages, *results)
     raise AssertionError("unreachable: max_model_calls >= 1")  # pragma: no cover
 
 

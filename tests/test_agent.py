@@ -27,7 +27,6 @@ from raf import (
     ContextResult,
     InMemorySession,
     Invocation,
-    Messages,
     ProviderError,
     ScriptedChatClient,
     ToolCall,
@@ -236,7 +235,6 @@ async def test_default_options_leave_the_choices_to_the_client() -> None:
         ChatMessage.user("hello"),
         [ChatMessage.user("hello")],
         (ChatMessage.user("hello"),),
-        Messages([ChatMessage.user("hello")]),
     ],
 )
 async def test_run_accepts_str_message_or_sequence(given: Any) -> None:
@@ -251,8 +249,8 @@ async def test_run_accepts_str_message_or_sequence(given: Any) -> None:
         (42, "got int"),
         (None, "got NoneType"),
         ({"role": "user", "content": "hi"}, "got dict"),
-        ([ChatMessage.user("a"), "b"], r"Messages\[1\] must be a ChatMessage"),
-        (b"hi", r"Messages\[0\] must be a ChatMessage, got int"),
+        ([ChatMessage.user("a"), "b"], r"\[1\] must be a ChatMessage"),
+        (b"hi", r"\[0\] must be a ChatMessage, got int"),
     ],
 )
 async def test_run_rejects_anything_else(given: Any, problem: str) -> None:

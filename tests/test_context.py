@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from raf import AgentRunOptions, ChatMessage, ContextResult, InMemorySession, Invocation, merge
 from raf.errors import ContextResultError
-from raf.messages import Messages
 from tests.strategies import chat_messages, context_results, make_tool, merge_model
 
 
@@ -95,7 +94,7 @@ def test_replace_then_append_builds_on_the_replacement() -> None:
 
 
 def test_validated_history_is_passed_through_without_a_copy() -> None:
-    history = Messages(ChatMessage.user(str(i)) for i in range(100))
+    history = tuple(ChatMessage.user(str(i)) for i in range(100))
     merged = merge(start(), ContextResult(messages=history))
     assert merged.messages is history
     # More providers on top do not copy it either.

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from raf import ChatMessage, InMemorySession, Messages, Session
+from raf import ChatMessage, InMemorySession, Session
 from raf.sessions import request_hash
 
 pytestmark = pytest.mark.anyio
@@ -17,7 +17,7 @@ async def test_a_new_session_is_empty() -> None:
     session = InMemorySession()
     history = await session.get_messages()
     assert history == ()
-    assert type(history) is Messages
+    assert type(history) is tuple
     assert await session.request_hashes() == {}
 
 
@@ -28,20 +28,20 @@ async def test_add_then_get_keeps_order_across_calls() -> None:
     await session.add_messages((ChatMessage.user("c"),))
     history = await session.get_messages()
     assert [m.content for m in history] == ["a", "b", "c"]
-    assert type(history) is Messages
+    assert type(history) is tuple
 
 
 async def test_add_accepts_a_generator_and_messages() -> None:
     session = InMemorySession()
     await session.add_messages(ChatMessage.user(str(i)) for i in range(2))
-    await session.add_messages(Messages([ChatMessage.user("2")]))
+    await session.add_messages((ChatMessage.user("2"),))
     assert [m.content for m in await session.get_messages()] == ["0", "1", "2"]
 
 
 async def test_a_bad_item_rejects_the_whole_call() -> None:
     session = InMemorySession()
     await session.add_messages([ChatMessage.user("kept")])
-    with pytest.raises(TypeError, match=r"Messages\[1\] must be a ChatMessage, got str"):
+    with pytest.raises(TypeError, match=r"add_messages\(messages\)\[1\] must be a ChatMessage, got str"):
         await session.add_messages([ChatMessage.user("lost?"), "not a message"])  # type: ignore[list-item]
     assert [m.content for m in await session.get_messages()] == ["kept"]
 

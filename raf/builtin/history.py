@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from raf.context import EMPTY_RESULT, ContextResult
-from raf.messages import AgentResponse, ChatMessage, Messages
+from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
 from raf.providers import ContextProvider
 from raf.sessions.base import Session
@@ -73,5 +73,4 @@ class InMemoryHistoryProvider(ContextProvider):
         """On success, append the request and every response message in one call."""
         if error is not None or response is None:
             return
-        # Messages() checks each new item once; the session then trusts it.
-        await session.add_messages(Messages((*request_messages, *response.messages)))
+        await session.add_messages((*request_messages, *response.messages))

@@ -30,7 +30,7 @@ class Session(Protocol):
     """Where a conversation lives between runs.
 
     ``get_messages`` returns the stored history, oldest first (raf's stores
-    return :class:`raf.Messages`, which a run passes on without copying);
+    return a tuple);
     ``add_messages`` appends messages in one step, all or nothing;
     ``touch_request_hash`` records the hash of a run's request messages with
     the time, and returns it.

@@ -6,7 +6,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 
-from raf.messages import EMPTY_MESSAGES, ChatMessage, Messages, join_messages
+from raf.messages import ChatMessage, checked_messages
 from raf.sessions.base import REQUEST_HASH_LIMIT, RequestHash, request_hash
 
 __all__ = ["InMemorySession"]
@@ -15,10 +15,9 @@ __all__ = ["InMemorySession"]
 class InMemorySession:
     """A session kept in memory; what ``Agent.run(session=None)`` uses.
 
-    The history is one immutable :class:`raf.Messages`: ``get_messages``
-    hands it out as it is, and ``add_messages`` builds the next one without
-    copying the old, so a turn costs what it adds, not the conversation's
-    length. A snapshot never changes after it was handed out.
+    The history is one tuple: ``get_messages`` hands it out as it is, and
+    ``add_messages`` builds the next one, so a snapshot never changes after
+    it was handed out.
 
     >>> import anyio
     >>> session = InMemorySession("demo")
@@ -31,7 +30,7 @@ class InMemorySession:
 
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
-        self._messages: Messages = EMPTY_MESSAGES
+        self._messages: tuple[ChatMessage, ...] = ()
         self._hashes: dict[str, float] = {}
 
     @property
@@ -41,15 +40,15 @@ class InMemorySession:
             self._id = uuid.uuid4().hex
         return self._id
 
-    async def get_messages(self) -> Messages:
+    async def get_messages(self) -> tuple[ChatMessage, ...]:
         """The history, oldest first."""
         return self._messages
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages``; a non-``ChatMessage`` item rejects the whole call."""
-        new = messages if type(messages) is Messages else Messages(messages)
+        new = checked_messages(messages, "add_messages(messages)")
         if new:
-            self._messages = join_messages(self._messages, new)
+            self._messages = (*self._messages, *new)
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request messages' hash; say whether it had been seen."""
