@@ -41,7 +41,7 @@ async def test_add_accepts_a_generator_and_messages() -> None:
 async def test_a_bad_item_rejects_the_whole_call() -> None:
     session = InMemorySession()
     await session.add_messages([ChatMessage.user("kept")])
-    with pytest.raises(TypeError, match=r"add_messages\(messages\)\[1\] must be a ChatMessage, got str"):
+    with pytest.raises(TypeError, match=r"\[1\] must be a ChatMessage, got str"):
         await session.add_messages([ChatMessage.user("lost?"), "not a message"])  # type: ignore[list-item]
     assert [m.content for m in await session.get_messages()] == ["kept"]
 
