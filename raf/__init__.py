@@ -26,15 +26,23 @@ from raf.config import (
     load_provider_decls,
     register_provider_kind,
 )
-from raf.context import EMPTY_RESULT, ContextResult, Invocation, merge
+from raf.context import AgentLike, ContextResult, Invocation, merge
 from raf.errors import (
     AgentError,
+    AuthenticationError,
+    BadRequestError,
     ChatClientError,
+    ChatConnectionError,
+    ChatTimeoutError,
     CompressionError,
     ConfigError,
+    ContextResultError,
     McpError,
     PathError,
     ProviderError,
+    RateLimitError,
+    ServerError,
+    SessionStoreError,
     ToolArgumentsError,
     ToolConflictError,
     ToolError,
@@ -45,22 +53,27 @@ from raf.middleware import LoggingMiddleware, RetryMiddleware
 from raf.options import AgentRunOptions, ChatOptions
 from raf.parallel import ProviderGroup, parallel
 from raf.pipeline import ChatRequest, Complete, Middleware, compose
-from raf.providers import ContextProvider
+from raf.providers import ContextProvider, ContextProviderLike
 from raf.sessions import InMemorySession, Session, SqliteSessionStore
+from raf.sessions.base import RequestHash
 from raf.tools import FunctionTool, Tool, tool
 
 __all__ = [
-    "EMPTY_RESULT",
     "Agent",
     "AgentError",
+    "AgentLike",
     "AgentResponse",
     "AgentRunOptions",
     "AgentSkillsProvider",
+    "AuthenticationError",
+    "BadRequestError",
     "ChatClient",
     "ChatClientError",
+    "ChatConnectionError",
     "ChatMessage",
     "ChatOptions",
     "ChatRequest",
+    "ChatTimeoutError",
     "Complete",
     "CompressionError",
     "CompressionProvider",
@@ -68,7 +81,9 @@ __all__ = [
     "ConfigError",
     "ContextProvider",
     "ContextProviderDecl",
+    "ContextProviderLike",
     "ContextResult",
+    "ContextResultError",
     "EchoChatClient",
     "FolderRetriever",
     "FunctionTool",
@@ -84,11 +99,15 @@ __all__ = [
     "Passage",
     "PathError",
     "ProviderError",
+    "ProviderGroup",
+    "RateLimitError",
+    "RequestHash",
     "Retriever",
     "RetryMiddleware",
-    "ProviderGroup",
     "ScriptedChatClient",
+    "ServerError",
     "Session",
+    "SessionStoreError",
     "SqliteSessionStore",
     "SummaryStrategy",
     "TokenBudgetStrategy",
@@ -107,7 +126,7 @@ __all__ = [
     "compose",
     "load_provider_decls",
     "merge",
-    "register_provider_kind",
     "parallel",
+    "register_provider_kind",
     "tool",
 ]

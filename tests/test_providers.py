@@ -470,3 +470,115 @@ async def test_a_base_exception_from_any_stage_of_a_mixed_stack_propagates_uncha
     assert caught.value is fatal
     inner = {"pre": [], "post": [("c", "ok"), ("b", "ok")], "model": [("c", fatal), ("b", fatal)]}
     assert log == [*inner[where], ("g2", fatal), ("g1", fatal), ("a", fatal)]
+
+
+# -- review of the core: the edges ---------------------------------------------------
+
+
+async def test_an_on_invoked_set_on_the_instance_runs() -> None:
+    log: list[str] = []
+    provider = ContextProvider()
+
+    async def on_invoked(*args: Any) -> None:
+        log.append("post")
+
+    provider.on_invoked = on_invoked  # type: ignore[method-assign]
+    await Agent(ScriptedChatClient(["ok"]), stack=[provider]).run("hi")
+    assert log == ["post"]
+
+
+async def test_a_post_stages_own_timeout_error_is_its_failure_not_an_overrun() -> None:
+    box: list[anyio.CancelScope] = []
+
+    class Times(ContextProvider):
+        async def on_invoked(self, *args: Any) -> None:
+            raise TimeoutError("the audit service timed out")
+
+    agent = Agent(cancelling_model(box), stack=[Times()], post_timeout=5)
+    notes: list[str] = []
+    with capture_logs(), anyio.CancelScope() as scope:
+        box.append(scope)
+        try:
+            await agent.run("hi")
+        except anyio.get_cancelled_exc_class() as exc:
+            notes = list(getattr(exc, "__notes__", []))
+            raise
+    assert len(notes) == 1
+    assert "TimeoutError: the audit service timed out" in notes[0]
+    assert "post_timeout" not in notes[0]
+
+
+async def test_a_deadline_firing_as_the_model_returns_still_shields_the_post_stage() -> None:
+    """The response came back, but the scope is cancelled: the save must not be cut."""
+    saved: list[str] = []
+    box: list[anyio.CancelScope] = []
+
+    async def answer(messages: Sequence[ChatMessage], options: ChatOptions) -> str:
+        box[0].cancel()  # the deadline fires, but the answer is already here
+        return "answer"
+
+    class Saves(ContextProvider):
+        async def on_invoked(
+            self, agent: Any, session: Any, request: Any, response: Any, error: Any
+        ) -> None:
+            await anyio.sleep(0.01)  # a real save awaits: cut at once without the shield
+            saved.append("saved" if response is not None else "error")
+
+    agent = Agent(ScriptedChatClient([answer]), stack=[Saves()])
+    with anyio.CancelScope() as scope:
+        box.append(scope)
+        await agent.run("hi")
+        await anyio.sleep(1)  # the cancellation lands here, after the run
+    assert saved == ["saved"]
+
+
+async def test_a_failing_post_stage_of_a_cancelled_run_is_logged_even_when_the_scope_eats_it() -> (
+    None
+):
+    class Fails(ContextProvider):
+        async def on_invoked(self, *args: Any) -> None:
+            raise OSError("disk full")
+
+    box: list[anyio.CancelScope] = []
+    with capture_logs() as events:
+        with anyio.move_on_after(5) as scope:
+            box.append(scope)
+            await Agent(cancelling_model(box), stack=[Fails()]).run("hi")
+    assert scope.cancelled_caught
+    failed = [e for e in events if e["event"] == "provider.post_failed"]
+    assert [(e["provider"], e["error"]) for e in failed] == [("Fails", "OSError: disk full")]
+
+
+async def test_a_group_members_malformed_result_is_noted_when_the_group_is_cancelled() -> None:
+    from raf import parallel
+
+    started = anyio.Event()
+
+    class Malformed(ContextProvider):
+        async def on_invoking(self, *args: Any) -> Any:
+            return "not a ContextResult"
+
+    class Slow(ContextProvider):
+        async def on_invoking(self, *args: Any) -> Any:
+            started.set()
+            await anyio.sleep(10)
+
+    agent = Agent(ScriptedChatClient(["never"]), stack=[parallel(Malformed(), Slow())])
+    notes: list[str] = []
+    async with anyio.create_task_group() as group:
+
+        async def run() -> None:
+            nonlocal notes
+            try:
+                await agent.run("hi")
+            except anyio.get_cancelled_exc_class() as exc:
+                notes = list(getattr(exc, "__notes__", []))
+                raise
+
+        group.start_soon(run)
+        await started.wait()
+        await anyio.sleep(0.01)
+        group.cancel_scope.cancel()
+    assert len(notes) == 1
+    assert "Malformed.on_invoking" in notes[0]
+    assert "expected a ContextResult" in notes[0]
