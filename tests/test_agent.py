@@ -705,7 +705,7 @@ def test_run_sync_runs_one_turn_from_synchronous_code() -> None:
 
 
 async def test_run_sync_inside_an_event_loop_says_to_await() -> None:
-    with pytest.raises(RuntimeError, match="await agent.run"):
+    with pytest.raises(RuntimeError, match=r"await agent\.run"):
         Agent(ScriptedChatClient(["ok"])).run_sync("hi")
 
 
