@@ -48,7 +48,7 @@ from raf.errors import (
     ToolError,
     ToolLoopError,
 )
-from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage
+from raf.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf.middleware import LoggingMiddleware, RetryMiddleware
 from raf.options import AgentRunOptions, ChatOptions
 from raf.parallel import ProviderGroup, parallel
@@ -118,6 +118,7 @@ __all__ = [
     "ToolError",
     "ToolLoopError",
     "TruncationStrategy",
+    "Update",
     "Usage",
     "WikiRetriever",
     "WorkspaceContextProvider",

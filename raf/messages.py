@@ -1,15 +1,15 @@
-"""The messages a model reads and writes: ChatMessage, ToolCall, Usage, AgentResponse."""
+"""The messages a model reads and writes: ChatMessage, ToolCall, Usage, AgentResponse, Update."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
 
-__all__ = ["AgentResponse", "ChatMessage", "Role", "ToolCall", "Usage"]
+__all__ = ["AgentResponse", "ChatMessage", "Role", "ToolCall", "Update", "Usage"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
@@ -237,3 +237,160 @@ class AgentResponse:
             if message.tool_calls:
                 calls += message.tool_calls
         return calls
+
+    @classmethod
+    def from_updates(cls, updates: Iterable[Update]) -> AgentResponse:
+        """The response that a stream of updates amounts to.
+
+        Text deltas and tool calls make up an assistant turn (``content`` is
+        ``None`` when the turn had no text update); a ``"tool_result"``
+        update closes the turn and adds its tool message; usages are summed
+        (``None`` when there was none). ``raw`` is ``None``: the chunks stay on
+        the updates. For one client, the assembled response equals what its
+        ``complete`` returns for the same answer.
+
+        >>> AgentResponse.from_updates([Update.of_text("Hel"), Update.of_text("lo")]).text
+        'Hello'
+        """
+        messages: list[ChatMessage] = []
+        text: list[str] | None = None
+        calls: list[ToolCall] = []
+        usage: Usage | None = None
+        for update in updates:
+            kind = update.kind
+            if kind == "text":
+                if text is None:
+                    text = [update.text]
+                else:
+                    text.append(update.text)
+            elif kind == "tool_call":
+                calls.append(update.tool_call)  # type: ignore[arg-type]
+            elif kind == "tool_result":
+                if text is not None or calls:
+                    messages.append(_turn(text, calls))
+                    text, calls = None, []
+                messages.append(update.message)  # type: ignore[arg-type]
+            elif kind == "usage":
+                assert update.usage is not None
+                usage = update.usage if usage is None else usage + update.usage
+        if text is not None or calls:
+            messages.append(_turn(text, calls))
+        return cls(tuple(messages), usage)
+
+    def to_updates(self) -> tuple[Update, ...]:
+        """The updates a stream of this response sends: the inverse of :meth:`from_updates`.
+
+        Each assistant turn is its text (one update, when it has text) and its
+        tool calls; each tool message a ``"tool_result"``; the usage last.
+        Other messages (user, system) have no update. raf streams the answer
+        of a client without ``stream`` this way.
+
+        >>> answer = AgentResponse((ChatMessage.assistant("hi"),), Usage(1, 1))
+        >>> [update.kind for update in answer.to_updates()]
+        ['text', 'usage']
+        """
+        updates: list[Update] = []
+        for message in self.messages:
+            if message.role == "assistant":
+                if message.content is not None:
+                    updates.append(Update("text", message.content))
+                updates.extend(Update("tool_call", tool_call=call) for call in message.tool_calls)
+            elif message.role == "tool":
+                updates.append(Update("tool_result", message=message))
+        if self.usage is not None:
+            updates.append(Update("usage", usage=self.usage))
+        return tuple(updates)
+
+
+def _turn(text: list[str] | None, calls: Sequence[ToolCall]) -> ChatMessage:
+    return ChatMessage(
+        "assistant", None if text is None else "".join(text), tool_calls=tuple(calls)
+    )
+
+
+UpdateKind = Literal["text", "tool_call", "tool_result", "usage"]
+_UPDATE_KINDS: Final = ("text", "tool_call", "tool_result", "usage")
+
+
+@attrs.frozen(slots=True, repr=False)
+class Update:
+    """One event of a streamed run (see ``docs/streaming.md``).
+
+    ``kind`` says which field carries it: ``"text"`` a delta of the
+    assistant's text in ``text``; ``"tool_call"`` a complete call in
+    ``tool_call`` (sent once its arguments are complete); ``"tool_result"``
+    the tool message of a call in ``message``; ``"usage"`` the token counts
+    of a model call in ``usage``. ``raw`` is the client's own chunk, if any
+    (not part of equality). Build them with the ``of_*`` constructors.
+
+    >>> Update.of_text("Hel")
+    Update(kind='text', text='Hel')
+    >>> Update.of_tool_call(ToolCall("c1", "now")).kind
+    'tool_call'
+    """
+
+    kind: UpdateKind
+    text: str = ""
+    tool_call: ToolCall | None = None
+    message: ChatMessage | None = None
+    usage: Usage | None = None
+    raw: Any = attrs.field(default=None, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        # One check per kind, in one place: a malformed update is refused where it is
+        # built (in the client), not when the run assembles the answer.
+        kind = self.kind
+        if type(self.text) is not str:
+            raise TypeError(f"Update.text must be a str, got {type(self.text).__name__}")
+        if kind == "text":
+            return
+        if kind == "tool_call":
+            if type(self.tool_call) is not ToolCall:
+                raise TypeError(
+                    f"a 'tool_call' Update needs tool_call=ToolCall(...), got {self.tool_call!r}"
+                )
+        elif kind == "tool_result":
+            message = self.message
+            if type(message) is not ChatMessage or message.role != "tool":
+                raise TypeError(
+                    f"a 'tool_result' Update needs message=ChatMessage.tool(...), got {message!r}"
+                )
+        elif kind == "usage":
+            if type(self.usage) is not Usage:
+                raise TypeError(f"a 'usage' Update needs usage=Usage(...), got {self.usage!r}")
+        else:
+            raise ValueError(f"Update.kind must be one of {list(_UPDATE_KINDS)}, got {kind!r}")
+
+    def __repr__(self) -> str:
+        # Only the field the kind uses: a stream of updates reads as one line each.
+        kind = self.kind
+        value = (
+            ("text", self.text)
+            if kind == "text"
+            else ("tool_call", self.tool_call)
+            if kind == "tool_call"
+            else ("message", self.message)
+            if kind == "tool_result"
+            else ("usage", self.usage)
+        )
+        return f"Update(kind={kind!r}, {value[0]}={value[1]!r})"
+
+    @classmethod
+    def of_text(cls, text: str, *, raw: Any = None) -> Update:
+        """A delta of the assistant's text."""
+        return cls("text", text, raw=raw)
+
+    @classmethod
+    def of_tool_call(cls, call: ToolCall, *, raw: Any = None) -> Update:
+        """A tool call, complete with its arguments."""
+        return cls("tool_call", tool_call=call, raw=raw)
+
+    @classmethod
+    def of_tool_result(cls, message: ChatMessage) -> Update:
+        """The tool message that answers a call."""
+        return cls("tool_result", message=message)
+
+    @classmethod
+    def of_usage(cls, usage: Usage, *, raw: Any = None) -> Update:
+        """The token counts of one model call."""
+        return cls("usage", usage=usage, raw=raw)

@@ -10,6 +10,7 @@ journal tests.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -26,6 +27,8 @@ from raf import (
     FunctionTool,
     Invocation,
     ToolCall,
+    Update,
+    Usage,
     parallel,
     tool,
 )
@@ -371,3 +374,46 @@ def collapse_groups(scenario: Scenario, journal: list[tuple[Any, ...]]) -> list[
 def tool_call(name: str, arguments: str = "{}", call_id: str = "c1") -> ToolCall:
     """Shorthand for a ToolCall."""
     return ToolCall(call_id, name, arguments)
+
+
+# Streamed runs ---------------------------------------------------------------------------
+
+
+arguments = st.sampled_from(["{}", '{"a": 1}', '{"text": "x y"}'])
+
+
+@st.composite
+def run_responses(draw: st.DrawFn) -> AgentResponse:
+    """A response shaped like a run's: assistant turns, each answered by its tool messages.
+
+    Two assistant turns always have a tool message between them, and a turn
+    has text (maybe ``""``) or tool calls: the shapes a stream can tell apart.
+    """
+    messages: list[ChatMessage] = []
+    turns = draw(st.integers(0, 3))
+    for turn in range(turns):
+        calls = [
+            ToolCall(f"c{turn}_{n}", draw(st.sampled_from(["now", "add"])), draw(arguments))
+            for n in range(draw(st.integers(0, 2)))
+        ]
+        text = draw(st.none() | texts) if calls else draw(texts)
+        messages.append(ChatMessage.assistant(text, tool_calls=calls))
+        answered = draw(st.integers(1 if turn < turns - 1 else 0, 2))
+        for n in range(answered):
+            messages.append(
+                ChatMessage.tool(f"c{turn}_{n}", draw(texts), name=draw(st.none() | st.just("add")))
+            )
+    usage = draw(st.none() | st.builds(Usage, st.integers(0, 99), st.integers(0, 99)))
+    return AgentResponse(tuple(messages), usage)
+
+
+def rechunk(updates: Sequence[Update], cuts: Sequence[int]) -> list[Update]:
+    """``updates`` with each text update split at the positions ``cuts`` (as a stream may)."""
+    out: list[Update] = []
+    for update in updates:
+        if update.kind != "text" or not update.text:
+            out.append(update)
+            continue
+        positions = sorted({0, len(update.text), *(c % (len(update.text) + 1) for c in cuts)})
+        out.extend(Update.of_text(update.text[a:b]) for a, b in itertools.pairwise(positions))
+    return out
