@@ -18,7 +18,7 @@ from raf.builtin import (
     WorkspaceContextProvider,
 )
 from raf.clients import EchoChatClient, OpenAIChatClient, ScriptedChatClient
-from raf.clients.base import ChatClient
+from raf.clients.base import ChatClient, StreamingChatClient
 from raf.config import (
     ContextProviderDecl,
     build_provider,
@@ -109,6 +109,7 @@ __all__ = [
     "Session",
     "SessionStoreError",
     "SqliteSessionStore",
+    "StreamingChatClient",
     "SummaryStrategy",
     "TokenBudgetStrategy",
     "Tool",

@@ -1,14 +1,14 @@
-"""ChatClient: the protocol every model client implements."""
+"""ChatClient: the protocol every model client implements, and its optional ``stream``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, runtime_checkable
 
-from raf.messages import AgentResponse, ChatMessage
+from raf.messages import AgentResponse, ChatMessage, Update
 from raf.options import ChatOptions
 
-__all__ = ["ChatClient"]
+__all__ = ["ChatClient", "StreamingChatClient"]
 
 
 @runtime_checkable
@@ -17,8 +17,30 @@ class ChatClient(Protocol):
 
     The response's ``messages`` hold the assistant turn (text, tool calls or
     both); failures are :class:`raf.errors.ChatClientError` subclasses.
+    A client may also have ``stream`` (see :class:`StreamingChatClient`); a
+    streamed run of a client without it sends the answer of ``complete`` as
+    updates once it has come.
     """
 
     async def complete(
         self, messages: Sequence[ChatMessage], options: ChatOptions
     ) -> AgentResponse: ...
+
+
+@runtime_checkable
+class StreamingChatClient(ChatClient, Protocol):
+    """A chat client that can also send its turn as it comes.
+
+    ``stream`` returns an async iterator (an async generator, typically) of
+    :class:`raf.Update`: text deltas, each tool call once its arguments are
+    complete, and the call's usage. ``AgentResponse.from_updates`` of what it
+    yields must equal what ``complete`` returns for the same answer. raf
+    closes the iterator with ``aclose()`` when the run stops early, so a
+    generator's ``finally`` is where the connection is released.
+    """
+
+    def stream(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AsyncIterator[Update]:
+        """The model's turn, update by update."""
+        ...
