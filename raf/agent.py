@@ -10,12 +10,13 @@ import anyio
 
 from raf.clients.base import ChatClient
 from raf.context import Invocation
-from raf.messages import AgentResponse, ChatMessage, checked_messages
+from raf.messages import AgentResponse, ChatMessage, OnUpdate, checked_messages
 from raf.options import AgentRunOptions, ChatOptions
 from raf.pipeline import ChatRequest, Complete, compose
 from raf.providers import is_provider
 from raf.sessions.base import Session
 from raf.sessions.memory import InMemorySession
+from raf.streaming import CLOSING, AgentStream, stream_model
 from raf.tool_loop import index_tools, run_tool_loop
 from raf.tools import Tool
 
@@ -162,12 +163,16 @@ class Agent:
         *,
         session: Session | None = None,
         options: AgentRunOptions | None = None,
+        on_update: OnUpdate | None = None,
     ) -> AgentResponse:
         """Run one turn: the stack, the model and its tool calls, and back out.
 
         ``messages`` is a user message as ``str``, one ``ChatMessage`` or a
         sequence of them. ``session=None`` uses a fresh
-        :class:`raf.InMemorySession`.
+        :class:`raf.InMemorySession`. ``on_update``, an
+        ``async (Update) -> None``, streams the run: every update is awaited
+        in the caller's task as it comes (see :meth:`stream` for the iterator
+        form); the response is the same as without it.
         """
         request = _request_messages(messages)
         if session is None:
@@ -179,16 +184,68 @@ class Agent:
         elif type(options) is not AgentRunOptions:
             raise TypeError(f"options must be AgentRunOptions, got {type(options).__name__}")
         touched = await session.touch_request_hash(request)
-        return await self._run(
-            Invocation(
+        invocation = Invocation(
+            self,
+            session,
+            request,
+            options,
+            request_hash=touched.digest,
+            repeated=touched.repeated,
+            on_update=on_update,
+        )
+        if on_update is None:
+            return await self._run(invocation)
+        if not callable(on_update):
+            raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
+        if CLOSING.get() is None:
+            return await self._run(invocation)
+        # Run inside an iterator-form run (from one of its tools): this run is not
+        # that stream's in-flight work, its consumer closes it only through on_update.
+        token = CLOSING.set(None)
+        try:
+            return await self._run(invocation)
+        finally:
+            CLOSING.reset(token)
+
+    def stream(
+        self,
+        messages: str | ChatMessage | Sequence[ChatMessage],
+        *,
+        session: Session | None = None,
+        options: AgentRunOptions | None = None,
+    ) -> AgentStream:
+        """Run one turn streamed, as an async context manager to iterate.
+
+        ``async with agent.stream("hi") as stream: async for update in
+        stream: ...``; then ``stream.response`` is the :class:`AgentResponse`
+        (``None`` if the run did not complete). Leaving the block early
+        closes the run: its post stages see :class:`raf.StreamClosedError`.
+        The arguments are those of :meth:`run`, checked here.
+        """
+        request = _request_messages(messages)
+        if session is None:
+            session = InMemorySession()
+        elif type(session) not in _SESSION_TYPES:
+            _check_session(session)
+        if options is None:
+            options = _DEFAULT_OPTIONS
+        elif type(options) is not AgentRunOptions:
+            raise TypeError(f"options must be AgentRunOptions, got {type(options).__name__}")
+        checked_session, checked_options = session, options
+
+        async def start(on_update: OnUpdate) -> Invocation:
+            touched = await checked_session.touch_request_hash(request)
+            return Invocation(
                 self,
-                session,
+                checked_session,
                 request,
-                options,
+                checked_options,
                 request_hash=touched.digest,
                 repeated=touched.repeated,
+                on_update=on_update,
             )
-        )
+
+        return AgentStream(start, self._run)
 
     def run_sync(
         self,
@@ -265,8 +322,18 @@ class Agent:
             else:
                 chat_options = ChatOptions.from_run(options, self._tools)
                 object.__setattr__(self, "_chat_options", (options, chat_options))
+        on_update = invocation.on_update
+        if on_update is None:
+            return await run_tool_loop(
+                self._chat_call, messages, chat_options, tool_index, options.max_tool_iterations
+            )
         return await run_tool_loop(
-            self._chat_call, messages, chat_options, tool_index, options.max_tool_iterations
+            partial(self._streamed_chat_call, on_update),
+            messages,
+            chat_options,
+            tool_index,
+            options.max_tool_iterations,
+            on_update,
         )
 
     def _chat_call(self, messages: Sequence[ChatMessage], options: ChatOptions) -> Any:
@@ -274,8 +341,19 @@ class Agent:
             return self._chat_client.complete(messages, options)
         return self._chat(ChatRequest(messages, options))
 
+    def _streamed_chat_call(
+        self, on_update: OnUpdate, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> Any:
+        if self._chat is None:
+            return stream_model(self._chat_client, messages, options, on_update)
+        return self._chat(ChatRequest(messages, options, on_update))
+
     def _call_model(self, request: ChatRequest) -> Any:
-        return self._chat_client.complete(request.messages, request.options)
+        # The innermost point of the chat stack: the updates go to the on_update that
+        # the chat middleware passed on (maybe wrapped), so they see them.
+        if request.on_update is None:
+            return self._chat_client.complete(request.messages, request.options)
+        return stream_model(self._chat_client, request.messages, request.options, request.on_update)
 
     def __repr__(self) -> str:
         return (

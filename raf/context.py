@@ -8,7 +8,7 @@ from typing import Any, Final, Protocol
 import attrs
 
 from raf.errors import ContextResultError
-from raf.messages import ChatMessage
+from raf.messages import ChatMessage, OnUpdate
 from raf.options import AgentRunOptions
 from raf.sessions.base import Session
 from raf.tools import Tool
@@ -71,8 +71,11 @@ class Invocation:
     contributed, in registration order (``tool_sources`` names who offered
     each tool). ``request_hash`` is the digest the session recorded for the
     request messages and ``repeated`` whether the session had seen it before
-    (a client's retried turn, for example). Immutable: a layer passes an
-    evolved copy inward (see :func:`merge`).
+    (a client's retried turn, for example). ``on_update`` is where a
+    streamed run sends its updates (ASGI's ``send``), ``None`` for a run
+    that is not streamed; a middleware may wrap it with
+    ``attrs.evolve(invocation, on_update=...)``. Immutable: a layer passes
+    an evolved copy inward (see :func:`merge`).
     """
 
     agent: AgentLike | None
@@ -85,6 +88,7 @@ class Invocation:
     request_hash: str | None = attrs.field(default=None, kw_only=True)
     repeated: bool = attrs.field(default=False, kw_only=True)
     tool_sources: tuple[str, ...] = attrs.field(default=(), kw_only=True, repr=False)
+    on_update: OnUpdate | None = attrs.field(default=None, kw_only=True, repr=False)
 
 
 def merge(
@@ -131,6 +135,7 @@ def merge(
         request_hash=invocation.request_hash,
         repeated=invocation.repeated,
         tool_sources=sources,
+        on_update=invocation.on_update,
     )
 
 

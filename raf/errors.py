@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from raf.messages import AgentResponse
 
 __all__ = [
     "AgentError",
@@ -20,6 +23,7 @@ __all__ = [
     "RateLimitError",
     "ServerError",
     "SessionStoreError",
+    "StreamClosedError",
     "ToolArgumentsError",
     "ToolConflictError",
     "ToolError",
@@ -69,6 +73,35 @@ class ProviderError(AgentError):
         self.detail = detail
         where = f"{provider}.{stage}" + (f" (field {field!r})" if field else "")
         super().__init__(f"context provider {where} failed: {detail}")
+
+
+class StreamClosedError(AgentError):
+    """The consumer of a streamed run left before its end: what the post stages see then.
+
+    Raised inside the run (never to the consumer) when the consumer leaves
+    ``async with agent.stream(...)`` early; every entered provider's
+    ``on_invoked`` gets it as ``error``. ``partial`` is the
+    :class:`raf.AgentResponse` assembled from the updates the consumer
+    received. ``post_failures`` collects the post stages that failed on the
+    way out (the innermost first), which the ``async with`` raises as after
+    a successful run.
+    """
+
+    def __init__(self, partial: AgentResponse | None = None) -> None:
+        from raf.messages import AgentResponse
+
+        self.partial = AgentResponse() if partial is None else partial
+        self.post_failures: list[ProviderError] = []
+        received = self.partial.messages
+        what = (
+            "nothing"
+            if not received
+            else f"{len(received)} message{'s' if len(received) != 1 else ''} "
+            f"(text {_short(self.partial.text)})"
+        )
+        super().__init__(
+            f"the consumer of the streamed run left before its end, having received {what}"
+        )
 
 
 class ContextResultError(AgentError, TypeError):
@@ -192,6 +225,10 @@ class BadRequestError(ChatClientError):
 
 class AuthenticationError(BadRequestError):
     """The credentials were missing or refused (HTTP 401/403)."""
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
 
 
 def _describe(value: object) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -394,3 +394,7 @@ class Update:
     def of_usage(cls, usage: Usage, *, raw: Any = None) -> Update:
         """The token counts of one model call."""
         return cls("usage", usage=usage, raw=raw)
+
+
+#: Where a streamed run sends its updates: ``async (Update) -> None`` (ASGI's ``send``).
+OnUpdate = Callable[[Update], Awaitable[None]]

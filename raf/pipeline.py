@@ -7,7 +7,7 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 
-from raf.messages import AgentResponse, ChatMessage
+from raf.messages import AgentResponse, ChatMessage, OnUpdate
 from raf.options import ChatOptions
 from raf.parallel import ProviderGroup
 from raf.providers import (
@@ -46,10 +46,16 @@ class Middleware(Protocol[Request_contra]):
 
 @attrs.frozen(slots=True)
 class ChatRequest:
-    """One model call on its way through the chat stack."""
+    """One model call on its way through the chat stack.
+
+    ``on_update`` is where the call's updates go in a streamed run (``None``
+    otherwise); a chat middleware may wrap it to see them, with
+    ``attrs.evolve(request, on_update=...)``.
+    """
 
     messages: Sequence[ChatMessage]
     options: ChatOptions
+    on_update: OnUpdate | None = attrs.field(default=None, repr=False)
 
 
 def compose(

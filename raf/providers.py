@@ -20,7 +20,7 @@ import anyio
 import structlog
 
 from raf.context import AgentLike, ContextResult, Invocation, merge
-from raf.errors import ContextResultError, ProviderError
+from raf.errors import ContextResultError, ProviderError, StreamClosedError
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
 from raf.parallel import ProviderGroup, provider_name
@@ -354,6 +354,9 @@ async def _after_error(
             failure = _post_failure(provider, exc, error)
     if failure is not None:
         _add_notes(error, (failure,))
+        if type(error) is StreamClosedError:
+            # An early close is raised to the consumer as a successful run would be.
+            error.post_failures.append(failure)
 
 
 async def _bounded(

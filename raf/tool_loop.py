@@ -9,9 +9,10 @@ from typing import Any
 import anyio
 
 from raf.errors import ToolConflictError, ToolLoopError
-from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage
+from raf.messages import AgentResponse, ChatMessage, OnUpdate, ToolCall, Update, Usage
 from raf.options import ChatOptions
 from raf.schema import SchemaError, check_arguments
+from raf.streaming import closable
 from raf.tools import Tool
 
 __all__: list[str] = []  # internal: the agent's core
@@ -53,11 +54,14 @@ async def run_tool_loop(
     options: ChatOptions,
     tools: Mapping[str, Tool],
     max_model_calls: int,
+    on_update: OnUpdate | None = None,
 ) -> AgentResponse:
     """Call the model until it stops asking for tools, at most ``max_model_calls`` times.
 
     Returns every message the loop produced (assistant turns, tool results,
-    the final answer), the summed usage and the last raw response.
+    the final answer), the summed usage and the last raw response. In a
+    streamed run (``on_update`` set; ``chat`` then streams each call), each
+    tool message is sent as a ``"tool_result"`` update once the batch ran.
     """
     produced: list[ChatMessage] = []
     usage: Usage | None = None
@@ -73,7 +77,13 @@ async def run_tool_loop(
             return AgentResponse(tuple(produced), usage, response.raw)
         if call_number == max_model_calls:
             raise ToolLoopError(max_model_calls, tuple(call.name for call in calls))
-        results = await run_tool_calls(calls, tools)
+        if on_update is None:
+            results = await run_tool_calls(calls, tools)
+        else:
+            # An early close of an iterator-form run cancels the running tools.
+            results = await closable(run_tool_calls, calls, tools)
+            for result in results:
+                await on_update(Update("tool_result", message=result))
         produced.extend(results)
         messages = (*messages, *response.messages, *results)
     raise AssertionError("unreachable: max_model_calls >= 1")  # pragma: no cover

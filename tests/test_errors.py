@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from raf import errors
+from raf import AgentResponse, ChatMessage, errors
 
 
 @pytest.mark.parametrize(
@@ -20,6 +20,7 @@ from raf import errors
         errors.RateLimitError("slow down", status_code=429),
         errors.SessionStoreError("corrupt file"),
         errors.AgentError("plain"),
+        errors.StreamClosedError(AgentResponse((ChatMessage.assistant("Hel"),))),
     ],
     ids=lambda e: type(e).__name__,
 )

@@ -1,0 +1,589 @@
+"""Streamed runs: the callback form, the iterator form, early close, errors and cancellation."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import attrs
+import pytest
+
+from raf import (
+    Agent,
+    AgentResponse,
+    ChatMessage,
+    ChatOptions,
+    ChatRequest,
+    ContextProvider,
+    ContextResult,
+    EchoChatClient,
+    Invocation,
+    ProviderError,
+    ScriptedChatClient,
+    StreamClosedError,
+    ToolCall,
+    Update,
+    Usage,
+    tool,
+)
+
+pytestmark = pytest.mark.anyio
+
+CALL = ToolCall("c1", "add", '{"a": 1, "b": 2}')
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def tool_script() -> list[Any]:
+    """A tool loop in chunks: text and a call, then the answer in two deltas."""
+    return [
+        ["Let me ", "add.", Update.of_tool_call(CALL), Update.of_usage(Usage(5, 2))],
+        ["It is ", "3.", Update.of_usage(Usage(9, 2))],
+    ]
+
+
+class Recorder(ContextProvider):
+    """Records each post stage: what it got, and whether it could await (not cancelled)."""
+
+    def __init__(self, name: str, log: list[Any], *, fail_post: bool = False) -> None:
+        self.name = name
+        self.log = log
+        self.fail_post = fail_post
+
+    async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+        self.log.append(("pre", self.name))
+        return ContextResult()
+
+    async def on_invoked(
+        self,
+        agent: Any,
+        session: Any,
+        request_messages: Sequence[ChatMessage],
+        response: AgentResponse | None,
+        error: BaseException | None,
+    ) -> None:
+        await anyio.lowlevel.checkpoint()  # an await that works: not under cancellation
+        self.log.append(("post", self.name, response, error))
+        if self.fail_post:
+            raise OSError(f"{self.name} cannot write")
+
+
+class HangingModel:
+    """Streams its chunks, then waits (a model still thinking); records that it was closed."""
+
+    def __init__(self, chunks: Sequence[str]) -> None:
+        self.chunks = chunks
+        self.closed = False
+        self.cancelled = False
+
+    async def complete(self, messages: Any, options: Any) -> AgentResponse:
+        raise AssertionError("a streamed run calls stream()")
+
+    async def stream(self, messages: Any, options: Any) -> AsyncIterator[Update]:
+        try:
+            for chunk in self.chunks:
+                yield Update.of_text(chunk)
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            self.cancelled = True
+            raise
+        finally:
+            self.closed = True
+
+
+def texts(updates: Sequence[Update]) -> list[str]:
+    return [u.text for u in updates if u.kind == "text"]
+
+
+async def consume(
+    agent: Agent, message: str, *, stop_after: int | None = None, fail: BaseException | None = None
+) -> list[Update]:
+    """Iterate a streamed run; leave after ``stop_after`` updates, raising ``fail`` if given."""
+    seen: list[Update] = []
+    async with agent.stream(message) as stream:
+        async for update in stream:
+            seen.append(update)
+            if len(seen) == stop_after:
+                if fail is not None:
+                    raise fail
+                break
+    return seen
+
+
+# -- the callback form ---------------------------------------------------------------------
+
+
+async def test_the_callback_form_returns_what_an_unstreamed_run_returns() -> None:
+    agent = Agent(ScriptedChatClient(tool_script() + tool_script()), tools=[add])
+    seen: list[Update] = []
+
+    async def on_update(update: Update) -> None:
+        seen.append(update)
+
+    streamed = await agent.run("add 1 and 2", on_update=on_update)
+    assert streamed == await agent.run("add 1 and 2")
+    assert [u.kind for u in seen] == [
+        "text",
+        "text",
+        "tool_call",
+        "usage",
+        "tool_result",
+        "text",
+        "text",
+        "usage",
+    ]
+    assert seen[4].message == ChatMessage.tool("c1", "3", name="add")
+    assert AgentResponse.from_updates(seen) == streamed
+    assert streamed.usage == Usage(14, 4)
+    assert agent.chat_client.requests[0].streamed  # type: ignore[attr-defined]
+
+
+async def test_every_update_is_awaited_in_the_callers_task() -> None:
+    where = contextvars.ContextVar("where", default="unset")
+    tasks: set[int] = set()
+
+    async def on_update(update: Update) -> None:
+        tasks.add(anyio.get_current_task().id)
+        where.set("set by the callback")
+
+    await Agent(EchoChatClient()).run("one two three", on_update=on_update)
+    assert tasks == {anyio.get_current_task().id}
+    assert where.get() == "set by the callback"  # same task, same context: nothing copied
+
+
+async def test_a_client_without_stream_still_streams_its_answer() -> None:
+    answer = AgentResponse((ChatMessage.assistant("whole answer"),), Usage(1, 2))
+
+    class OnlyComplete:
+        async def complete(self, messages: Any, options: Any) -> AgentResponse:
+            return answer
+
+    seen: list[Update] = []
+
+    async def on_update(update: Update) -> None:
+        seen.append(update)
+
+    response = await Agent(OnlyComplete()).run("hi", on_update=on_update)
+    assert response is answer
+    assert seen == [Update.of_text("whole answer"), Update.of_usage(Usage(1, 2))]
+
+
+async def test_middleware_of_both_stacks_can_wrap_on_update() -> None:
+    log: list[str] = []
+
+    async def run_middleware(invocation: Invocation, call_next: Any) -> AgentResponse:
+        assert invocation.on_update is not None
+        send = invocation.on_update
+
+        async def on_update(update: Update) -> None:
+            log.append(f"run:{update.kind}")
+            await send(update)
+
+        return await call_next(attrs.evolve(invocation, on_update=on_update))  # type: ignore[no-any-return]
+
+    async def chat_middleware(request: ChatRequest, call_next: Any) -> AgentResponse:
+        assert request.on_update is not None
+        send = request.on_update
+
+        async def on_update(update: Update) -> None:
+            log.append(f"chat:{update.kind}")
+            await send(update.__class__.of_text(update.text.upper()) if update.text else update)
+
+        return await call_next(attrs.evolve(request, on_update=on_update))  # type: ignore[no-any-return]
+
+    agent = Agent(
+        ScriptedChatClient(tool_script()),
+        tools=[add],
+        stack=[Recorder("p", []), run_middleware, Recorder("q", [])],
+        chat_stack=[chat_middleware],
+    )
+    seen: list[Update] = []
+
+    async def on_update(update: Update) -> None:
+        seen.append(update)
+
+    response = await agent.run("add", on_update=on_update)
+    # The chat middleware sees each model call's updates, the run middleware everything.
+    assert log[:3] == ["chat:text", "run:text", "chat:text"]
+    assert [e for e in log if e.startswith("chat:")] == [
+        "chat:text",
+        "chat:text",
+        "chat:tool_call",
+        "chat:usage",
+        "chat:text",
+        "chat:text",
+        "chat:usage",
+    ]
+    assert [e.split(":")[1] for e in log if e.startswith("run:")] == [u.kind for u in seen]
+    assert texts(seen) == ["LET ME ", "ADD.", "IT IS ", "3."]
+    # The response is what the model said: a middleware that changes updates changes
+    # what the consumer sees, not the answer.
+    assert response.text == "It is 3."
+
+
+async def test_an_error_mid_stream_reaches_post_stages_and_the_caller_unchanged() -> None:
+    dropped = ConnectionError("dropped mid-stream")
+    log: list[Any] = []
+    agent = Agent(ScriptedChatClient([["Hel", dropped]]), stack=[Recorder("p", log)])
+    seen: list[Update] = []
+
+    async def on_update(update: Update) -> None:
+        seen.append(update)
+
+    with pytest.raises(ConnectionError) as raised:
+        await agent.run("hi", on_update=on_update)
+    assert raised.value is dropped
+    assert texts(seen) == ["Hel"]
+    assert log[-1] == ("post", "p", None, dropped)
+
+
+async def test_a_callback_that_raises_ends_the_run_and_closes_the_models_stream() -> None:
+    model = HangingModel(["one ", "two "])
+    log: list[Any] = []
+
+    class Enough(Exception):
+        pass
+
+    async def on_update(update: Update) -> None:
+        raise Enough
+
+    with pytest.raises(Enough):
+        await Agent(model, stack=[Recorder("p", log)]).run("hi", on_update=on_update)
+    assert model.closed
+    assert not model.cancelled
+    assert isinstance(log[-1][3], Enough)
+
+
+async def test_a_cancelled_streamed_run_closes_the_models_stream() -> None:
+    model = HangingModel(["one "])
+    log: list[Any] = []
+    seen: list[Update] = []
+
+    async def on_update(update: Update) -> None:
+        seen.append(update)
+
+    with anyio.move_on_after(0.05) as scope:
+        await Agent(model, stack=[Recorder("p", log)]).run("hi", on_update=on_update)
+    assert scope.cancelled_caught
+    assert model.closed
+    assert model.cancelled
+    assert isinstance(log[-1][3], anyio.get_cancelled_exc_class())
+
+
+async def test_a_stream_that_yields_no_update_is_a_type_error() -> None:
+    class Bad:
+        async def complete(self, messages: Any, options: Any) -> AgentResponse:
+            return AgentResponse()
+
+        async def stream(self, messages: Any, options: Any) -> AsyncIterator[Any]:
+            yield "text"
+
+    async def on_update(update: Update) -> None:
+        pass
+
+    with pytest.raises(TypeError, match=r"Bad.stream\(\) yielded 'text', not a raf.Update"):
+        await Agent(Bad()).run("hi", on_update=on_update)
+
+
+async def test_a_stream_that_is_no_async_iterator_says_how_to_write_it() -> None:
+    class Bad:
+        async def complete(self, messages: Any, options: Any) -> AgentResponse:
+            return AgentResponse()
+
+        async def stream(self, messages: Any, options: Any) -> list[Update]:
+            return []
+
+    async def on_update(update: Update) -> None:
+        pass
+
+    with pytest.raises(TypeError, match=r"Bad.stream\(\) must return an async iterator"):
+        await Agent(Bad()).run("hi", on_update=on_update)
+
+
+async def test_on_update_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="on_update must be an async function"):
+        await Agent(EchoChatClient()).run("hi", on_update="print")  # type: ignore[arg-type]
+
+
+# -- the iterator form ---------------------------------------------------------------------
+
+
+async def test_the_iterator_form_gives_each_update_then_the_response() -> None:
+    agent = Agent(ScriptedChatClient(tool_script() + tool_script()), tools=[add])
+    async with agent.stream("add 1 and 2") as stream:
+        seen = [update async for update in stream]
+    assert stream.response == await agent.run("add 1 and 2")
+    assert AgentResponse.from_updates(seen) == stream.response
+    assert texts(seen) == ["Let me ", "add.", "It is ", "3."]
+
+
+async def test_the_run_is_at_most_one_update_ahead_of_the_consumer() -> None:
+    log: list[tuple[str, int]] = []
+
+    class Counting:
+        async def complete(self, messages: Any, options: Any) -> AgentResponse:
+            raise AssertionError
+
+        async def stream(self, messages: Any, options: Any) -> AsyncIterator[Update]:
+            for number in range(20):
+                log.append(("made", number))
+                yield Update.of_text(f"{number} ")
+
+    async with Agent(Counting()).stream("count") as stream:
+        async for update in stream:
+            log.append(("took", int(update.text)))
+            await anyio.sleep(0.001)  # a slow consumer
+    made = 0
+    for event, number in log:
+        if event == "made":
+            made = number
+        else:
+            assert made <= number + 1, log
+    assert stream.response is not None
+    assert stream.response.text.split() == [str(n) for n in range(20)]
+
+
+async def test_an_early_close_gives_post_stages_the_partial_not_under_cancellation() -> None:
+    log: list[Any] = []
+    model = HangingModel(["one ", "two ", "three "])
+    agent = Agent(model, stack=[Recorder("outer", log), Recorder("inner", log)])
+    async with agent.stream("hi") as stream:
+        async for update in stream:
+            if update.text == "two ":
+                break
+        log.append(("left the loop",))
+    log.append(("after the block",))
+    assert stream.response is None
+    assert model.closed
+    assert [entry[:2] for entry in log] == [
+        ("pre", "outer"),
+        ("pre", "inner"),
+        ("left the loop",),
+        ("post", "inner"),
+        ("post", "outer"),
+        ("after the block",),
+    ]
+    errors = [entry[3] for entry in log if entry[0] == "post"]
+    assert isinstance(errors[0], StreamClosedError)
+    assert errors[0] is errors[1]
+    assert errors[0].partial == AgentResponse((ChatMessage.assistant("one two "),))
+    assert all(entry[2] is None for entry in log if entry[0] == "post")
+
+
+async def test_an_early_close_cancels_the_model_waiting_for_its_next_chunk() -> None:
+    log: list[Any] = []
+    model = HangingModel(["only "])
+    with anyio.fail_after(5):
+        async with Agent(model, stack=[Recorder("p", log)]).stream("hi") as stream:
+            async for _ in stream:
+                await anyio.sleep(0.01)  # the run is now waiting for the model
+                break
+    assert model.cancelled
+    assert model.closed
+    error = log[-1][3]
+    assert isinstance(error, StreamClosedError)
+    assert error.partial.text == "only "
+
+
+async def test_an_early_close_cancels_running_tools() -> None:
+    started: list[str] = []
+    cancelled: list[str] = []
+    both_running = anyio.Event()
+
+    @tool
+    async def slow(name: str) -> str:
+        """Wait for ever."""
+        started.append(name)
+        if len(started) == 2:
+            both_running.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.append(name)
+        return name  # pragma: no cover
+
+    calls = [ToolCall("a", "slow", '{"name": "a"}'), ToolCall("b", "slow", '{"name": "b"}')]
+    log: list[Any] = []
+    agent = Agent(
+        ScriptedChatClient([ScriptedChatClient.tool_turn(*calls)]),
+        tools=[slow],
+        stack=[Recorder("p", log)],
+    )
+    with anyio.fail_after(5):
+        async with agent.stream("go") as stream:
+            async for update in stream:
+                if update.kind == "tool_call" and update.tool_call == calls[1]:
+                    await both_running.wait()
+                    break
+    assert sorted(cancelled) == ["a", "b"]
+    error = log[-1][3]
+    assert isinstance(error, StreamClosedError)
+    assert error.partial.messages == (ChatMessage.assistant(None, tool_calls=calls),)
+
+
+async def test_an_exception_in_the_block_is_an_early_close_and_comes_out_unchanged() -> None:
+    log: list[Any] = []
+    mistake = KeyError("consumer bug")
+    agent = Agent(EchoChatClient(), stack=[Recorder("p", log)])
+    with pytest.raises(KeyError) as raised:
+        await consume(agent, "a b c", stop_after=1, fail=mistake)
+    assert raised.value is mistake
+    assert isinstance(log[-1][3], StreamClosedError)
+    assert log[-1][3].partial.text == "a "
+
+
+async def test_leaving_without_reading_closes_the_run_before_the_model() -> None:
+    log: list[Any] = []
+    client = ScriptedChatClient(["never asked"])
+    async with Agent(client, stack=[Recorder("p", log)]).stream("hi"):
+        pass
+    assert client.requests == []
+    assert [entry[:2] for entry in log] == [("pre", "p"), ("post", "p")]
+    assert log[-1][3].partial == AgentResponse()
+
+
+async def test_post_failures_of_an_early_close_are_raised_from_the_block() -> None:
+    log: list[Any] = []
+    agent = Agent(
+        HangingModel(["x "]),
+        stack=[Recorder("outer", log, fail_post=True), Recorder("inner", log, fail_post=True)],
+    )
+    with pytest.raises(ProviderError) as raised:
+        await consume(agent, "hi", stop_after=1)
+    assert (raised.value.provider, raised.value.stage) == ("inner", "on_invoked")
+    assert isinstance(raised.value.__cause__, OSError)
+    assert any("outer.on_invoked" in note for note in raised.value.__notes__)
+
+
+async def test_the_consumers_own_exception_wins_and_carries_the_post_failures() -> None:
+    log: list[Any] = []
+    agent = Agent(HangingModel(["x "]), stack=[Recorder("p", log, fail_post=True)])
+    with pytest.raises(KeyError) as raised:
+        await consume(agent, "hi", stop_after=1, fail=KeyError("mine"))
+    assert any("p.on_invoked" in note for note in raised.value.__notes__)
+
+
+async def test_a_post_failure_of_a_completed_run_is_raised_from_the_iteration() -> None:
+    log: list[Any] = []
+    agent = Agent(EchoChatClient(), stack=[Recorder("p", log, fail_post=True)])
+    with pytest.raises(ProviderError, match=r"p.on_invoked failed"):
+        await consume(agent, "hi")
+    assert log[-1][2] == AgentResponse((ChatMessage.assistant("hi"),), Usage(1, 1))
+
+
+class ModelFatal(BaseException):
+    """A BaseException from the model, that is not a cancellation."""
+
+
+@pytest.mark.parametrize("failure", [ConnectionError("dropped"), ModelFatal("stop")])
+async def test_an_error_mid_stream_reaches_the_consumer_unchanged(failure: BaseException) -> None:
+    log: list[Any] = []
+    agent = Agent(ScriptedChatClient([["Hel", failure]]), stack=[Recorder("p", log)])
+    with pytest.raises(type(failure)) as raised:
+        await consume(agent, "hi")
+    assert raised.value is failure  # never an exception group
+    assert log[-1][3] is failure
+    assert log[-1][2] is None
+
+
+async def test_the_consumer_may_catch_the_runs_error_in_the_block() -> None:
+    agent = Agent(ScriptedChatClient([["Hel", ConnectionError("dropped")]]))
+    async with agent.stream("hi") as stream:
+        with pytest.raises(ConnectionError):
+            async for _ in stream:
+                pass
+    assert stream.response is None
+
+
+async def test_a_cancelled_consumer_follows_the_cancellation_rules() -> None:
+    log: list[Any] = []
+    model = HangingModel(["one "])
+    agent = Agent(model, stack=[Recorder("outer", log), Recorder("inner", log)])
+    with anyio.fail_after(5), anyio.CancelScope() as scope:
+        async with agent.stream("hi") as stream:
+            async for _ in stream:
+                scope.cancel()
+                await anyio.sleep(1)
+    assert scope.cancelled_caught  # the cancellation propagated, unwrapped
+    assert model.closed
+    errors = [entry[3] for entry in log if entry[0] == "post"]
+    assert [entry[1] for entry in log if entry[0] == "post"] == ["inner", "outer"]
+    # Shielded: the post stages' own awaits worked (Recorder awaits before logging).
+    assert all(isinstance(error, anyio.get_cancelled_exc_class()) for error in errors)
+
+
+async def test_a_cancelled_consumers_hung_post_stage_is_bounded() -> None:
+    class Hung(ContextProvider):
+        async def on_invoked(self, *args: Any) -> None:
+            await anyio.sleep_forever()
+
+    agent = Agent(HangingModel(["one "]), stack=[Hung()], post_timeout=0.05)
+    with anyio.fail_after(5), anyio.CancelScope() as scope:
+        async with agent.stream("hi") as stream:
+            async for _ in stream:
+                scope.cancel()
+                await anyio.sleep(1)
+    assert scope.cancelled_caught
+
+
+async def test_a_stream_is_entered_once_and_iterated_inside_its_block() -> None:
+    stream = Agent(EchoChatClient()).stream("hi")
+    with pytest.raises(RuntimeError, match="inside its block"):
+        await stream.__anext__()
+    async with stream:
+        pass
+    with pytest.raises(RuntimeError, match="entered only once"):
+        async with stream:
+            pass
+
+
+async def test_stream_checks_its_arguments_when_called() -> None:
+    agent = Agent(EchoChatClient())
+    with pytest.raises(TypeError, match="run\\(messages\\) takes a str"):
+        agent.stream(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="options must be AgentRunOptions"):
+        agent.stream("hi", options={})  # type: ignore[arg-type]
+
+
+async def test_a_callback_run_inside_a_tool_of_a_streamed_run_is_its_own() -> None:
+    inner = Agent(EchoChatClient())
+    inner_seen: list[Update] = []
+
+    @tool
+    async def ask(question: str) -> str:
+        """Ask the inner agent."""
+
+        async def on_update(update: Update) -> None:
+            inner_seen.append(update)
+
+        return (await inner.run(question, on_update=on_update)).text
+
+    outer = Agent(
+        ScriptedChatClient(
+            [ScriptedChatClient.tool_turn(ToolCall("q", "ask", '{"question": "deep"}')), "done"]
+        ),
+        tools=[ask],
+    )
+    async with outer.stream("go") as stream:
+        seen = [update async for update in stream]
+    assert texts(inner_seen) == ["deep"]
+    assert [u.message.content for u in seen if u.message is not None] == ["deep"]
+    assert stream.response is not None
+    assert stream.response.text == "done"
+
+
+async def test_chat_options_reach_the_stream() -> None:
+    client = ScriptedChatClient(["ok"])
+    agent = Agent(client, tools=[add])
+    async with agent.stream("hi") as stream:
+        [_ async for _ in stream]
+    options: ChatOptions = client.requests[0].options
+    assert [t.name for t in options.tools] == ["add"]
+    assert client.requests[0].streamed
