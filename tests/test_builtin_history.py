@@ -128,3 +128,76 @@ async def test_empty_session_injects_nothing_and_inject_false_keeps_persisting()
     await agent.run("second", session=session)
     assert [m.content for m in client.requests[1].messages] == ["second"]
     assert [m.content for m in await session.get_messages()] == ["first", "one", "second", "two"]
+
+
+# -- streamed turns left early ------------------------------------------------------------
+
+
+async def leave_after(agent: Agent, session: InMemorySession, count: int) -> None:
+    """Stream a turn and leave after ``count`` updates."""
+    async with agent.stream("tell me", session=session) as stream:
+        seen = 0
+        async for _ in stream:
+            seen += 1
+            if seen == count:
+                break
+
+
+async def test_an_early_close_persists_nothing_by_default() -> None:
+    session = CountingSession()
+    agent = Agent(
+        ScriptedChatClient([["Once ", "upon ", "a time"]]), stack=[InMemoryHistoryProvider()]
+    )
+    await leave_after(agent, session, 2)
+    assert session.calls == []
+
+
+async def test_persist_partial_stores_the_request_and_what_the_consumer_saw() -> None:
+    session = CountingSession()
+    agent = Agent(
+        ScriptedChatClient([["Once ", "upon ", "a time"], "next"]),
+        stack=[InMemoryHistoryProvider(persist_partial=True)],
+    )
+    await leave_after(agent, session, 2)
+    assert session.calls == [(ChatMessage.user("tell me"), ChatMessage.assistant("Once upon "))]
+    # The next turn sees the partial answer in its history.
+    await agent.run("go on", session=session)
+    assert [m.content for m in agent.chat_client.requests[1].messages] == [  # type: ignore[attr-defined]
+        "tell me",
+        "Once upon ",
+        "go on",
+    ]
+
+
+async def test_persist_partial_drops_tool_calls_left_without_a_result() -> None:
+    session = CountingSession()
+    first, second = (
+        ToolCall("a", "add", '{"a": 1, "b": 1}'),
+        ToolCall("b", "add", '{"a": 2, "b": 2}'),
+    )
+    agent = Agent(
+        ScriptedChatClient([ScriptedChatClient.tool_turn(first, second, text="Adding.")]),
+        tools=[add],
+        stack=[InMemoryHistoryProvider(persist_partial=True)],
+    )
+    # text, call a, call b, result a: the consumer leaves before the result of b.
+    await leave_after(agent, session, 4)
+    assert session.calls == [
+        (
+            ChatMessage.user("tell me"),
+            ChatMessage.assistant("Adding.", tool_calls=[first]),
+            ChatMessage.tool("a", "2", name="add"),
+        )
+    ]
+
+
+async def test_persist_partial_drops_a_turn_of_unanswered_calls_only() -> None:
+    session = CountingSession()
+    call = ToolCall("a", "add", '{"a": 1, "b": 1}')
+    agent = Agent(
+        ScriptedChatClient([ScriptedChatClient.tool_turn(call)]),
+        tools=[add],
+        stack=[InMemoryHistoryProvider(persist_partial=True)],
+    )
+    await leave_after(agent, session, 1)
+    assert session.calls == [(ChatMessage.user("tell me"),)]

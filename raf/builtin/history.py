@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import attrs
+
 from raf.context import EMPTY_RESULT, ContextResult
+from raf.errors import StreamClosedError
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
 from raf.providers import ContextProvider
@@ -29,6 +32,10 @@ class InMemoryHistoryProvider(ContextProvider):
 
     ``inject=False`` keeps the post stage but injects nothing; use it when a
     :class:`raf.builtin.CompressionProvider` decides what the model sees.
+    ``persist_partial=True`` also stores a streamed turn that its consumer
+    left early (:class:`raf.StreamClosedError`): the request and the partial
+    answer the consumer saw, less any tool call left without its result (a
+    model would refuse that history).
 
     >>> import anyio
     >>> from raf import Agent, EchoChatClient, InMemorySession
@@ -42,10 +49,13 @@ class InMemoryHistoryProvider(ContextProvider):
 
     kind = "memory"
 
-    def __init__(self, *, inject: bool = True, name: str | None = None) -> None:
+    def __init__(
+        self, *, inject: bool = True, persist_partial: bool = False, name: str | None = None
+    ) -> None:
         if name is not None:
             self.name = name
         self.inject = inject
+        self.persist_partial = persist_partial
 
     async def on_invoking(
         self,
@@ -71,6 +81,27 @@ class InMemoryHistoryProvider(ContextProvider):
         error: BaseException | None,
     ) -> None:
         """On success, append the request and every response message in one call."""
-        if error is not None or response is None:
-            return
-        await session.add_messages((*request_messages, *response.messages))
+        if response is not None and error is None:
+            await session.add_messages((*request_messages, *response.messages))
+        elif self.persist_partial and type(error) is StreamClosedError:
+            partial = _answered(error.partial.messages)
+            await session.add_messages((*request_messages, *partial))
+
+
+def _answered(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """``messages`` without the tool calls that no tool message answers.
+
+    A turn left with neither text nor calls is dropped. The calls of a
+    closed stream's last turn may not have run: a history holding them
+    would be refused by the model on the next turn.
+    """
+    results = {m.tool_call_id for m in messages if m.role == "tool"}
+    kept: list[ChatMessage] = []
+    for message in messages:
+        if message.tool_calls and not all(call.id in results for call in message.tool_calls):
+            calls = tuple(call for call in message.tool_calls if call.id in results)
+            if not calls and not message.content:
+                continue
+            message = attrs.evolve(message, tool_calls=calls)
+        kept.append(message)
+    return tuple(kept)
