@@ -31,6 +31,9 @@ __all__ = ["AgentStream"]
 
 T = TypeVar("T")
 
+#: What the run sends after each update, taken when the consumer asks for the next one.
+_ASKED: Any = object()
+
 
 class Closing:
     """The early-close state of one iterator-form run, shared by its in-flight work.
@@ -141,8 +144,8 @@ class AgentStream:
     :attr:`response` is the run's :class:`raf.AgentResponse`, or ``None``
     if the run did not complete. The run goes in one task that the
     ``async with`` owns, outside the onion; each update is handed over, not
-    queued, so the run is at most one update ahead of the consumer. An error
-    of the run is raised from the iteration, unchanged.
+    queued, and the run goes on only when the consumer asks for the next
+    one. An error of the run is raised from the iteration, unchanged.
 
     Leaving the ``async with`` before the end (``break``, ``return``, an
     exception) cancels the run's model stream and tools; every entered
@@ -192,8 +195,8 @@ class AgentStream:
         self._error_delivered = False
         self._received: list[Update] = []
         self._group: TaskGroup | None = None
-        self._send: MemoryObjectSendStream[Update] | None = None
-        self._receive: MemoryObjectReceiveStream[Update] | None = None
+        self._send: MemoryObjectSendStream[Any] | None = None
+        self._receive: MemoryObjectReceiveStream[Any] | None = None
 
     @property
     def response(self) -> AgentResponse | None:
@@ -205,7 +208,7 @@ class AgentStream:
             raise RuntimeError("an agent.stream(...) can be entered only once: call it again")
         self._state = "running"
         invocation = await self._start(self._hand_over)
-        self._send, self._receive = anyio.create_memory_object_stream[Update](0)
+        self._send, self._receive = anyio.create_memory_object_stream[Any](0)
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
@@ -229,13 +232,22 @@ class AgentStream:
             self._send.close()
 
     async def _hand_over(self, update: Update) -> None:
-        """The run's ``on_update``: wait until the consumer takes the update."""
+        """The run's ``on_update``: hand the update over, then wait for the consumer.
+
+        The run goes on only once the consumer asks for the next update (it
+        takes the marker that follows each update), so whatever the run does
+        next — the next chunk, the tools, the post stages — comes after the
+        consumer is done with this one, and a consumer that leaves finds the
+        run here.
+        """
         closing = self._closing
         if closing.closed:
             raise closing.error
-        assert self._send is not None
+        send = self._send
+        assert send is not None
         try:
-            await self._send.send(update)
+            await send.send(update)
+            await send.send(_ASKED)
         except anyio.BrokenResourceError:
             raise closing.error from None
 
@@ -250,7 +262,9 @@ class AgentStream:
                 "async for update in stream: ...'"
             )
         try:
-            update = await receive.receive()
+            update: Update = await receive.receive()
+            if update is _ASKED:  # the run waits for this: the consumer wants the next one
+                update = await receive.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             error = self._error
             if error is not None and not self._error_delivered:

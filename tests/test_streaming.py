@@ -82,6 +82,7 @@ class HangingModel:
         self.chunks = chunks
         self.closed = False
         self.cancelled = False
+        self.waiting = anyio.Event()
 
     async def complete(self, messages: Any, options: Any) -> AgentResponse:
         raise AssertionError("a streamed run calls stream()")
@@ -90,12 +91,28 @@ class HangingModel:
         try:
             for chunk in self.chunks:
                 yield Update.of_text(chunk)
+            self.waiting.set()
             await anyio.sleep_forever()
         except anyio.get_cancelled_exc_class():
             self.cancelled = True
             raise
         finally:
             self.closed = True
+
+
+async def read_until(stream: Any, event: anyio.Event) -> list[Update]:
+    """Iterate ``stream`` until ``event`` is set (a consumer's "stop" button), then return."""
+    seen: list[Update] = []
+    async with anyio.create_task_group() as group:
+
+        async def stop() -> None:
+            await event.wait()
+            group.cancel_scope.cancel()
+
+        group.start_soon(stop)
+        async for update in stream:
+            seen.append(update)
+    return seen
 
 
 def texts(updates: Sequence[Update]) -> list[str]:
@@ -324,7 +341,7 @@ async def test_the_iterator_form_gives_each_update_then_the_response() -> None:
     assert texts(seen) == ["Let me ", "add.", "It is ", "3."]
 
 
-async def test_the_run_is_at_most_one_update_ahead_of_the_consumer() -> None:
+async def test_the_run_waits_for_the_consumer() -> None:
     log: list[tuple[str, int]] = []
 
     class Counting:
@@ -340,12 +357,8 @@ async def test_the_run_is_at_most_one_update_ahead_of_the_consumer() -> None:
         async for update in stream:
             log.append(("took", int(update.text)))
             await anyio.sleep(0.001)  # a slow consumer
-    made = 0
-    for event, number in log:
-        if event == "made":
-            made = number
-        else:
-            assert made <= number + 1, log
+    # The run makes the next update only once the consumer asks for it.
+    assert log == [(event, n) for n in range(20) for event in ("made", "took")]
     assert stream.response is not None
     assert stream.response.text.split() == [str(n) for n in range(20)]
 
@@ -382,9 +395,9 @@ async def test_an_early_close_cancels_the_model_waiting_for_its_next_chunk() -> 
     model = HangingModel(["only "])
     with anyio.fail_after(5):
         async with Agent(model, stack=[Recorder("p", log)]).stream("hi") as stream:
-            async for _ in stream:
-                await anyio.sleep(0.01)  # the run is now waiting for the model
-                break
+            # The consumer asks for the next update, the run waits for the model: stop.
+            seen = await read_until(stream, model.waiting)
+    assert texts(seen) == ["only "]
     assert model.cancelled
     assert model.closed
     error = log[-1][3]
@@ -418,10 +431,8 @@ async def test_an_early_close_cancels_running_tools() -> None:
     )
     with anyio.fail_after(5):
         async with agent.stream("go") as stream:
-            async for update in stream:
-                if update.kind == "tool_call" and update.tool_call == calls[1]:
-                    await both_running.wait()
-                    break
+            seen = await read_until(stream, both_running)
+    assert [u.tool_call for u in seen] == calls
     assert sorted(cancelled) == ["a", "b"]
     error = log[-1][3]
     assert isinstance(error, StreamClosedError)
