@@ -166,6 +166,7 @@ class AgentStream:
     """
 
     __slots__ = (
+        "_cancelled",
         "_closing",
         "_error",
         "_error_delivered",
@@ -193,6 +194,7 @@ class AgentStream:
         self._response: AgentResponse | None = None
         self._error: BaseException | None = None
         self._error_delivered = False
+        self._cancelled: BaseException | None = None
         self._received: list[Update] = []
         self._group: TaskGroup | None = None
         self._send: MemoryObjectSendStream[Any] | None = None
@@ -223,7 +225,8 @@ class AgentStream:
             self._response = await self._run(invocation)
         except BaseException as exc:
             if isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise  # the consumer was cancelled: the group's cancellation
+                self._cancelled = exc  # its notes (failed post stages) go to the consumer's
+                raise
             # Kept for the consumer, never raised into the task group (which would wrap
             # it in an exception group and cancel the consumer's block).
             self._error = exc
@@ -249,7 +252,10 @@ class AgentStream:
             await send.send(update)
             await send.send(_ASKED)
         except anyio.BrokenResourceError:
-            raise closing.error from None
+            pass  # the consumer has gone
+        else:
+            return
+        raise closing.error
 
     def __aiter__(self) -> AsyncIterator[Update]:
         return self
@@ -266,13 +272,15 @@ class AgentStream:
             if update is _ASKED:  # the run waits for this: the consumer wants the next one
                 update = await receive.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
-            error = self._error
-            if error is not None and not self._error_delivered:
-                self._error_delivered = True
-                raise error from None
-            raise StopAsyncIteration from None
-        self._received.append(update)
-        return update
+            pass
+        else:
+            self._received.append(update)
+            return update
+        error = self._error
+        if error is not None and not self._error_delivered:
+            self._error_delivered = True
+            raise error  # out of the except block: its __cause__ and __context__ untouched
+        raise StopAsyncIteration
 
     async def __aexit__(
         self,
@@ -291,11 +299,24 @@ class AgentStream:
         if isinstance(exc, anyio.get_cancelled_exc_class()):
             # The consumer is being cancelled: the group cancels the run, whose post
             # stages run shielded and bounded; the cancellation propagates as it is.
-            return await group.__aexit__(exc_type, exc, tb)
+            try:
+                swallowed = await group.__aexit__(exc_type, exc, tb)
+            except BaseException as propagated:  # the backend may raise a new cancellation
+                self._pass_notes(propagated)
+                raise
+            self._pass_notes(exc)
+            return swallowed
         # The consumer's own exception never enters the task group (which would wrap it).
         await group.__aexit__(None, None, None)
         self._raise_after(exc)
         return None
+
+    def _pass_notes(self, propagated: BaseException) -> None:
+        """The notes of the run's cancellation (failed post stages) on the consumer's."""
+        cancelled = self._cancelled
+        if cancelled is not None and cancelled is not propagated:
+            for note in getattr(cancelled, "__notes__", ()):
+                propagated.add_note(note)
 
     def _raise_after(self, exc: BaseException | None) -> None:
         """What the ``async with`` raises once the run is over: nothing is swallowed."""
