@@ -183,6 +183,8 @@ class Agent:
             options = _DEFAULT_OPTIONS
         elif type(options) is not AgentRunOptions:
             raise TypeError(f"options must be AgentRunOptions, got {type(options).__name__}")
+        if on_update is not None and not callable(on_update):
+            raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
         touched = await session.touch_request_hash(request)
         invocation = Invocation(
             self,
@@ -193,11 +195,7 @@ class Agent:
             repeated=touched.repeated,
             on_update=on_update,
         )
-        if on_update is None:
-            return await self._run(invocation)
-        if not callable(on_update):
-            raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
-        if CLOSING.get() is None:
+        if on_update is None or CLOSING.get() is None:
             return await self._run(invocation)
         # Run inside an iterator-form run (from one of its tools): this run is not
         # that stream's in-flight work, its consumer closes it only through on_update.

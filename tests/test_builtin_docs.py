@@ -13,6 +13,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 GUIDES = (
     "providers.md",
     "declaring-providers.md",
+    "streaming.md",
     *sorted(str(page.relative_to(DOCS)) for page in (DOCS / "providers").glob("*.md")),
 )
 FENCE = re.compile(r"```python\n(.*?)```", re.DOTALL)
