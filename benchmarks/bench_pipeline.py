@@ -394,6 +394,98 @@ def io_group_scenario(grouped: bool) -> Scenario:
     return scenario
 
 
+# Streaming ---------------------------------------------------------------------------------
+
+STREAM_UPDATES = 1_000
+
+
+class StreamingModel(FakeModel):
+    """A chat client whose ``stream`` yields ``count`` prepared text updates at once."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        update = getattr(raf, "Update", None)
+        if update is None:
+            raise NotBuilt("raf.Update")
+        self.updates = [update.of_text("x") for _ in range(count)]
+
+    async def stream(self, messages: Any, options: Any) -> Any:
+        for update in self.updates:
+            yield update
+
+
+def wrap_on_update(index: int) -> Any:
+    """A chat middleware that wraps ``on_update``, as a logging or retry middleware would."""
+    import attrs
+
+    async def middleware(request: Any, call_next: Any) -> AgentResponse:
+        send = request.on_update
+        if send is None:
+            return await call_next(request)  # type: ignore[no-any-return]
+
+        async def on_update(update: Any) -> None:
+            await send(update)
+
+        return await call_next(attrs.evolve(request, on_update=on_update))  # type: ignore[no-any-return]
+
+    middleware.__name__ = f"wrap{index}"
+    return middleware
+
+
+def streaming_scenario(form: str, updates: int) -> Scenario:
+    """A streamed run through 10 providers and 2 chat middlewares wrapping on_update.
+
+    ``form`` is "callback" (``run(on_update=...)``) or "iterator" (``async with
+    agent.stream``); us per update. The floor iterates the client's stream
+    directly and awaits the same consumer per update. With ``updates=1`` the
+    unit is us per run and the floor is the same raf run unstreamed: what
+    streaming adds before the first update.
+    """
+
+    async def scenario(args: argparse.Namespace) -> Figures:
+        model = StreamingModel(updates)
+        if not hasattr(raf.Agent, "stream"):
+            raise NotBuilt("Agent.stream")
+        agent = raf.Agent(
+            model,
+            stack=[Line(i) for i in range(10)],
+            chat_stack=[wrap_on_update(0), wrap_on_update(1)],
+        )
+        seen = 0
+
+        async def consume(update: Any) -> None:
+            nonlocal seen
+            seen += 1
+
+        async def raf_callback() -> None:
+            await agent.run("hi", on_update=consume)
+
+        async def raf_iterator() -> None:
+            async with agent.stream("hi") as stream:
+                async for update in stream:
+                    await consume(update)
+
+        async def floor_stream() -> None:
+            async for update in model.stream(None, None):
+                await consume(update)
+
+        async def unstreamed() -> None:
+            await agent.run("hi")
+
+        operation = raf_callback if form == "callback" else raf_iterator
+        ops = max(3, 3_000 // updates)
+        raf_samples = await per_op(operation, ops=ops, repeats=args.repeats, warmup=5)
+        if updates == 1:
+            floor_samples = await per_op(unstreamed, ops=ops, repeats=args.repeats, warmup=5)
+        else:
+            floor_samples = await per_op(floor_stream, ops=ops, repeats=args.repeats, warmup=5)
+            raf_samples = [sample / updates for sample in raf_samples]
+            floor_samples = [sample / updates for sample in floor_samples]
+        return {"raf": raf_samples, "floor": floor_samples}
+
+    return scenario
+
+
 #: name -> (unit, scenario). The names are what ``--only`` matches.
 SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "run/0 providers": ("us/run", providers_scenario(0)),
@@ -409,6 +501,22 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "concurrency/300 runs, 0.3 s model, 10 providers": ("ms total", concurrent_runs),
     "group/3 x 50 ms I/O in sequence": ("ms/run", io_group_scenario(grouped=False)),
     "group/3 x 50 ms I/O in raf.parallel": ("ms/run", io_group_scenario(grouped=True)),
+    "stream/callback, 10 providers, 2 chat mw": (
+        "us/update",
+        streaming_scenario("callback", STREAM_UPDATES),
+    ),
+    "stream/iterator, 10 providers, 2 chat mw": (
+        "us/update",
+        streaming_scenario("iterator", STREAM_UPDATES),
+    ),
+    "stream/1-update run, callback (floor: unstreamed)": (
+        "us/run",
+        streaming_scenario("callback", 1),
+    ),
+    "stream/1-update run, iterator (floor: unstreamed)": (
+        "us/run",
+        streaming_scenario("iterator", 1),
+    ),
 }
 
 
@@ -454,6 +562,11 @@ def targets(results: dict[str, dict[str, Any]]) -> list[list[str]]:
     rows.append(check("history turn, 10,000 / 10 stored", growth, 2, "x"))
     crowd = raf_of("concurrency/300 runs, 0.3 s model, 10 providers")
     rows.append(check("300 concurrent runs", None if crowd is None else crowd / 1e3, 0.5, "s"))
+    for form in ("callback", "iterator"):
+        name = f"stream/{form}, 10 providers, 2 chat mw"
+        figure, floor = raf_of(name), _median(results.get(name, {}).get("floor", "-"))
+        added = None if figure is None or floor is None else figure - floor
+        rows.append(check(f"raf per update over the floor ({form})", added, 2, "us"))
     return rows
 
 

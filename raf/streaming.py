@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from raf.errors import StreamClosedError
 from raf.messages import AgentResponse, ChatMessage, OnUpdate, Update
@@ -30,9 +29,6 @@ from raf.options import ChatOptions
 __all__ = ["AgentStream"]
 
 T = TypeVar("T")
-
-#: What the run sends after each update, taken when the consumer asks for the next one.
-_ASKED: Any = object()
 
 
 class Closing:
@@ -166,16 +162,18 @@ class AgentStream:
     """
 
     __slots__ = (
+        "_asked",
         "_cancelled",
         "_closing",
         "_error",
         "_error_delivered",
         "_group",
-        "_receive",
+        "_holding",
+        "_item",
+        "_ready",
         "_received",
         "_response",
         "_run",
-        "_send",
         "_start",
         "_state",
     )
@@ -197,8 +195,13 @@ class AgentStream:
         self._cancelled: BaseException | None = None
         self._received: list[Update] = []
         self._group: TaskGroup | None = None
-        self._send: MemoryObjectSendStream[Any] | None = None
-        self._receive: MemoryObjectReceiveStream[Any] | None = None
+        # The hand-over: the run puts ``_item`` and sets ``_ready`` (also set when the run
+        # ends), then waits for ``_asked``, which the consumer sets when it asks for the
+        # next update (or leaves). One event each way: two task switches per update.
+        self._item: Update | None = None
+        self._holding = False
+        self._ready: anyio.Event | None = None
+        self._asked: anyio.Event | None = None
 
     @property
     def response(self) -> AgentResponse | None:
@@ -210,7 +213,7 @@ class AgentStream:
             raise RuntimeError("an agent.stream(...) can be entered only once: call it again")
         self._state = "running"
         invocation = await self._start(self._hand_over)
-        self._send, self._receive = anyio.create_memory_object_stream[Any](0)
+        self._ready, self._asked = anyio.Event(), anyio.Event()
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
@@ -220,7 +223,6 @@ class AgentStream:
     async def _run_task(self, invocation: Any) -> None:
         """The run, in its own task: never raises (but for its cancellation)."""
         CLOSING.set(self._closing)  # this task's own context: nothing to reset
-        assert self._send is not None
         try:
             self._response = await self._run(invocation)
         except BaseException as exc:
@@ -232,54 +234,56 @@ class AgentStream:
             self._error = exc
         finally:
             self._state = "done" if self._state == "running" else self._state
-            self._send.close()
+            assert self._ready is not None
+            self._ready.set()  # wakes a consumer waiting for the next update: there is none
 
     async def _hand_over(self, update: Update) -> None:
         """The run's ``on_update``: hand the update over, then wait for the consumer.
 
-        The run goes on only once the consumer asks for the next update (it
-        takes the marker that follows each update), so whatever the run does
-        next — the next chunk, the tools, the post stages — comes after the
-        consumer is done with this one, and a consumer that leaves finds the
-        run here.
+        The run goes on only once the consumer asks for the next update, so
+        whatever the run does next — the next chunk, the tools, the post
+        stages — comes after the consumer is done with this one, and a
+        consumer that leaves finds the run here.
         """
         closing = self._closing
-        if closing.closed:
-            raise closing.error
-        send = self._send
-        assert send is not None
-        try:
-            await send.send(update)
-            await send.send(_ASKED)
-        except anyio.BrokenResourceError:
-            pass  # the consumer has gone
-        else:
-            return
+        if not closing.closed:
+            asked = self._asked
+            assert asked is not None
+            assert self._ready is not None
+            self._item = update
+            self._ready.set()
+            await asked.wait()
+            if not closing.closed:
+                self._asked = anyio.Event()
+                return
         raise closing.error
 
     def __aiter__(self) -> AsyncIterator[Update]:
         return self
 
     async def __anext__(self) -> Update:
-        receive = self._receive
-        if receive is None:
+        ready = self._ready
+        if ready is None:
             raise RuntimeError(
                 "iterate a stream inside its block: 'async with agent.stream(...) as stream: "
                 "async for update in stream: ...'"
             )
-        try:
-            update: Update = await receive.receive()
-            if update is _ASKED:  # the run waits for this: the consumer wants the next one
-                update = await receive.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            pass
-        else:
+        if self._holding:  # the run waits for this: the consumer wants the next one
+            self._holding = False
+            assert self._asked is not None
+            self._asked.set()
+        await ready.wait()
+        update = self._item
+        if update is not None:
+            self._item = None
+            self._ready = anyio.Event()
+            self._holding = True
             self._received.append(update)
             return update
         error = self._error
         if error is not None and not self._error_delivered:
             self._error_delivered = True
-            raise error  # out of the except block: its __cause__ and __context__ untouched
+            raise error  # as it is: its __cause__ and __context__ untouched
         raise StopAsyncIteration
 
     async def __aexit__(
@@ -288,14 +292,14 @@ class AgentStream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        group, receive = self._group, self._receive
+        group, asked = self._group, self._asked
         assert group is not None
-        assert receive is not None
+        assert asked is not None
         if self._state == "running" and not isinstance(exc, anyio.get_cancelled_exc_class()):
             # An early close: what the consumer received is the partial answer.
             self._closing.close(AgentResponse.from_updates(self._received))
+            asked.set()  # wakes a run waiting at its hand-over: it finds the stream closed
         self._state = "exited"
-        receive.close()  # wakes a run waiting to hand an update over
         if isinstance(exc, anyio.get_cancelled_exc_class()):
             # The consumer is being cancelled: the group cancels the run, whose post
             # stages run shielded and bounded; the cancellation propagates as it is.
