@@ -125,10 +125,10 @@ def test_relative_roots_are_resolved_against_the_config_file(
     assert provider.name == "files"
 
 
-def test_chat_reads_lines_until_an_empty_one(
+def test_chat_reads_lines_until_exit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    lines = iter(["one", "two", ""])
+    lines = iter(["one", "", "two", "/exit", "never read"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
     db = tmp_path / "chat.db"
     assert main(["chat", str(EXAMPLE), "--session", "c", "--db", str(db)]) == 0
@@ -193,10 +193,10 @@ def test_model_options_of_the_wrong_type(
 ) -> None:
     path = write(tmp_path, "[model]\nclient = 'echo'\nbase_url = 3\n")
     assert main(["run", str(path), "hi"]) == 2
-    assert "[model] base_url must be a string, got 3" in one_clear_line(capsys)
+    assert "[model] base_url must be a non-empty string, got 3" in one_clear_line(capsys)
     path = write(tmp_path, "[model]\nmodel = ['a']\n")
     assert main(["run", str(path), "hi"]) == 2
-    assert "[model] model must be a string" in one_clear_line(capsys)
+    assert "[model] model must be a non-empty string" in one_clear_line(capsys)
 
 
 def test_chat_from_a_pipe_prints_only_the_answers(tmp_path: Path) -> None:
@@ -237,7 +237,7 @@ def test_a_failed_model_call_does_not_end_the_chat(
         return await original(self, messages, options)
 
     monkeypatch.setattr(EchoChatClient, "complete", flaky)
-    lines = iter(["one", "two", ""])
+    lines = iter(["one", "two", "/exit"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
     assert main(["chat", str(EXAMPLE)]) == 0
     out, err = capsys.readouterr()
