@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 import anyio
 import attrs
+import structlog
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from raf.agent import Agent, ChatClient
@@ -57,6 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``raf`` and ``python -m raf``; returns the exit status."""
     _tolerant_streams()
     args = _parser().parse_args(argv)
+    # structlog prints to stdout unless configured: a command's logs ([[chat_stack]]
+    # kind = "logging") go to stderr, so stdout holds just the answers.
+    logs_here = not structlog.is_configured()
+    if logs_here:
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     try:
         if args.command == "chat":
             return _chat_command(args)
@@ -66,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        if logs_here:
+            structlog.reset_defaults()
 
 
 def _tolerant_streams() -> None:

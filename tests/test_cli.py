@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import inspect
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from raf.cli import load_agent, main
+from tests.openai_server import OpenAIServer, Reply, completion
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "agent.toml"
 
@@ -243,3 +247,340 @@ def test_a_failed_model_call_does_not_end_the_chat(
     out, err = capsys.readouterr()
     assert out == "two\n"
     assert "raf: this turn failed: slow down" in err
+
+
+# The real command, as a subprocess --------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def raf(
+    *args: str | bytes,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    pythonpath: tuple[Path, ...] = (),
+) -> subprocess.CompletedProcess[str]:
+    """``raf ARGS...`` (as ``python -m raf``, so this checkout's raf), bounded in time."""
+    paths = os.pathsep.join(str(p) for p in (ROOT, *pythonpath))
+    return subprocess.run(
+        [sys.executable, "-m", "raf", *args],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        input=input,
+        cwd=cwd,
+        env={**os.environ, **(env or {}), "PYTHONPATH": paths},
+        check=False,
+        timeout=60,
+    )
+
+
+def assert_one_clear_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, done
+    assert done.stdout == ""
+    assert done.stderr.startswith("raf: "), done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    return done.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            "[[provider]]\nkind = 'memory'",
+            "unknown top-level table [[provider]]; did you mean [[providers]]?",
+        ),
+        ("[agents]\nname = 'x'", "unknown top-level table [agents]; did you mean [agent]?"),
+        ("modle = 'gpt'", "unknown top-level key 'modle'; did you mean [model]?"),
+        ("[tools]\nx = 1", "unknown top-level table [tools] (allowed: [agent], [model]"),
+    ],
+)
+def test_an_unknown_top_level_table_is_refused(tmp_path: Path, config: str, message: str) -> None:
+    path = write(tmp_path, config)
+    assert message in assert_one_clear_line(raf("run", str(path), "hi"))
+
+
+def test_version_and_help() -> None:
+    done = raf("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"raf {importlib.metadata.version('raf')}"
+    done = raf("--help")
+    assert done.returncode == 0
+    assert "TOML" in done.stdout
+    assert "docs/cli.md" in done.stdout
+    assert "docs/cli.md" in raf("run", "--help").stdout
+
+
+def test_a_db_in_missing_folders_is_created(tmp_path: Path) -> None:
+    db = tmp_path / "no" / "such" / "dir" / "x.db"
+    for word in ("first", "second"):
+        done = raf("run", str(EXAMPLE), word, "--session", "s", "--db", str(db), "--trace")
+        assert (done.returncode, done.stdout) == (0, f"{word}\n"), done.stderr
+    assert db.is_file()
+    assert "(+2 messages)" in done.stderr  # the first turn was stored there
+
+
+def test_a_config_of_dev_zero_is_refused_without_reading_it_all() -> None:
+    err = assert_one_clear_line(raf("run", "/dev/zero", "hi"))
+    assert "raf: /dev/zero: not a config file: larger than 1024 KiB" in err
+
+
+def test_a_config_larger_than_the_bound(tmp_path: Path) -> None:
+    path = write(tmp_path, "# padding\n" * 200_000)
+    assert "not a config file: larger than" in assert_one_clear_line(raf("run", str(path), "hi"))
+
+
+@pytest.mark.parametrize(
+    "config",
+    ["x = " + "[" * 5000 + "]" * 5000, "x = " + "{a = " * 5000 + "1" + "}" * 5000],
+)
+def test_a_config_nested_5000_deep_is_one_line(tmp_path: Path, config: str) -> None:
+    path = write(tmp_path, config)
+    err = assert_one_clear_line(raf("run", str(path), "hi"))
+    assert "nested too deeply" in err or "not valid TOML" in err
+
+
+def test_a_non_utf8_argument_does_not_crash_the_command(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "raf", "run", str(EXAMPLE).encode(), b"caf\xff"],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "caf\ufffd\n".encode()
+    assert done.stderr == b""
+
+
+def test_a_config_path_that_is_not_utf8_is_one_clear_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "raf", "run", bytes(tmp_path) + b"/\xff.toml", b"hi"],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count(b"\n") == 1
+    assert b"no such config file" in done.stderr
+    assert b"Traceback" not in done.stderr
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAIServer]:
+    server = OpenAIServer()
+    yield server
+    server.close()
+
+
+def openai_config(tmp_path: Path, server: OpenAIServer, extra: str = "", model: str = "") -> Path:
+    return write(
+        tmp_path,
+        f"""
+[agent]
+name = "support"
+{extra}
+
+[model]
+client = "openai"
+model = "test-model"
+base_url = "{server.base_url}"
+api_key_env = "SUPPORT_BOT_KEY"
+{model}
+""",
+    )
+
+
+TOOLS_MODULE = '''
+import raf
+
+@raf.tool
+def shout(text: str) -> str:
+    """Say it louder."""
+    return text.upper() + "!"
+
+def whisper(text: str) -> str:
+    return text.lower()
+'''
+
+
+def test_a_realistic_agent_custom_tools_retry_and_model_options(
+    tmp_path: Path, server: OpenAIServer
+) -> None:
+    (tmp_path / "support_tools.py").write_text(TOOLS_MODULE)
+    path = openai_config(
+        tmp_path,
+        server,
+        'tools = ["support_tools:shout"]\n\n'
+        '[[chat_stack]]\nkind = "retry"\nattempts = 2\nwait_initial = 0\nwait_max = 0\n\n'
+        '[[chat_stack]]\nkind = "logging"\n',
+        "temperature = 0.2\nmax_tokens = 300",
+    )
+    # The SDK's own retries (2) answer three 429s first; then RetryMiddleware tries again.
+    for _ in range(3):
+        server.fail(429, "slow down")
+    server.answer(content=None, tool_calls=[("c1", "shout", '{"text": "hello"}')])
+    server.answer(content="done")
+    done = raf("run", str(path), "say hello", "--trace", env={"SUPPORT_BOT_KEY": "sk-from-env"})
+    assert (done.returncode, done.stdout) == (0, "done\n"), done.stderr
+    assert len(server.requests) == 5
+    last = server.requests[-1]
+    assert last.headers["authorization"] == "Bearer sk-from-env"
+    assert (last.body["temperature"], last.body["max_tokens"]) == (0.2, 300)
+    assert [t["function"]["name"] for t in last.body["tools"]] == ["shout"]
+    assert last.body["messages"][-1]["content"] == "HELLO!"
+    trace = [line for line in done.stderr.splitlines() if line.startswith("trace: ")]
+    assert trace[0].startswith("trace: model [chat] complete ")
+    assert "raised RateLimitError" in trace[0]
+    assert trace[2].startswith("trace: shout [tool] call ")
+    assert trace[2].endswith(' ok (arguments {"text": "hello"}; result 6 chars)')
+    assert "model.end" in done.stderr  # the logging middleware, on stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "model", "message"),
+    [
+        ("", 'api_key = "sk-123"', "[model] api_key: a key does not belong in a config file"),
+        ("", "temperature = 'hot'", "[model] temperature must be a number >= 0, got 'hot'"),
+        ("", "max_tokens = 0", "[model] max_tokens must be an integer >= 1, got 0"),
+        ("", "timeout = -1", "[model] timeout must be a positive number, got -1"),
+        ("", "timeout = inf", "[model] timeout must be a positive number, got inf"),
+        ("", "temprature = 1", "[model] has unknown keys ['temprature']"),
+        ('tools = ["support_tools:whisper"]', "", "[agent] tools[0] 'support_tools:whisper' is a"),
+        ('tools = ["support_tools:whisper"]', "", "not a raf Tool (decorate the function with @raf"),
+        ('tools = ["support_tools:nope"]', "", "[agent] tools[0] 'support_tools:nope': 'support_"),
+        ('tools = ["no_such_module:x"]', "", "[agent] tools[0] 'no_such_module:x': cannot import"),
+        ('tools = ["support_tools"]', "", "an import path has the form 'package.module:name'"),
+        ("tools = 'support_tools:shout'", "", "[agent] tools must be a list of import paths"),
+        ('[[chat_stack]]\nkind = "retry"\nattempts = 0', "", "chat_stack[0]: chat_stack kind"),
+        ('[[chat_stack]]\nkind = "retry"\nattempts = 0', "", "option 'attempts' must be an"),
+        ('[[chat_stack]]\nkind = "retyr"', "", "chat_stack[0]: unknown chat_stack kind 'retyr'"),
+        ('[[chat_stack]]\nkind = "logging"\nlevel = 1', "", "unknown option(s) 'level'"),
+        (
+            '[[chat_stack]]\nkind = "retry"\nretry_on = ["support_tools:shout"]',
+            "",
+            "option 'retry_on' must be a list of exception classes, got 'support_tools:shout'",
+        ),
+        ("chat_stack = 1", "", "'chat_stack' must be an array of tables ([[chat_stack]])"),
+    ],
+)
+def test_config_mistakes_name_the_table_the_entry_and_the_key(
+    tmp_path: Path, server: OpenAIServer, extra: str, model: str, message: str
+) -> None:
+    (tmp_path / "support_tools.py").write_text(TOOLS_MODULE)
+    if extra.startswith("[["):
+        path = openai_config(tmp_path, server, model=model)
+        path.write_text(path.read_text() + "\n" + extra + "\n")
+    elif extra.startswith("chat_stack"):
+        path = openai_config(tmp_path, server, model=model)
+        path.write_text(extra + "\n" + path.read_text())
+    else:
+        path = openai_config(tmp_path, server, extra, model)
+    done = raf("run", str(path), "hi", env={"SUPPORT_BOT_KEY": "sk"})
+    assert message in assert_one_clear_line(done)
+    assert server.requests == []
+
+
+def test_api_key_env_names_a_variable_that_is_not_set(tmp_path: Path, server: OpenAIServer) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SUPPORT_BOT_KEY"}
+    done = subprocess.run(
+        [sys.executable, "-m", "raf", "run", str(openai_config(tmp_path, server)), "hi"],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        check=False,
+        timeout=60,
+    )
+    err = assert_one_clear_line(done)
+    assert 'needs SUPPORT_BOT_KEY set (named by [model] api_key_env)' in err
+
+
+def test_the_timeout_bounds_the_whole_model_call(tmp_path: Path, server: OpenAIServer) -> None:
+    from raf.clients.openai import OpenAIChatClient
+
+    if "timeout" not in inspect.signature(OpenAIChatClient).parameters:
+        pytest.skip("OpenAIChatClient has no timeout= yet (added in another branch)")
+    path = openai_config(tmp_path, server, model="timeout = 0.5")
+    server.reply(Reply(delay=30, body=completion("too late")))
+    done = raf("run", str(path), "hi", env={"SUPPORT_BOT_KEY": "sk"})
+    assert "raf: " in assert_one_clear_line(done)
+
+
+PROVIDERS_MODULE = '''
+from raf import ContextProvider, ContextResult
+
+class Motto(ContextProvider):
+    kind = "motto"
+
+    def __init__(self, text, name=None):
+        self.text = text
+        if name:
+            self.name = name
+
+    async def on_invoking(self, agent, session, messages, options):
+        return ContextResult(instructions=self.text)
+
+def motto(options):
+    return Motto(options.text("text"), options.name)
+
+not_callable = 42
+'''
+
+
+def test_a_provider_kind_by_import_path(tmp_path: Path) -> None:
+    (tmp_path / "house.py").write_text(PROVIDERS_MODULE)
+    path = write(
+        tmp_path, "[[providers]]\nkind = 'house:motto'\nname = 'motto'\ntext = 'Be kind.'\n"
+    )
+    done = raf("run", str(path), "hi", "--trace")
+    assert (done.returncode, done.stdout) == (0, "hi\n"), done.stderr
+    assert "trace: motto [motto] on_invoking " in done.stderr
+    assert "(+1 instruction line)" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("kind = 'house:motto'\ntxt = 'x'", "providers[0]: provider kind 'house:motto' (name"),
+        ("kind = 'house:motto'", "option 'text' is required"),
+        ("kind = 'house:not_callable'", "providers[0]: provider kind 'house:not_callable': int"),
+        ("kind = 'house:nothing'", "'house' has no attribute 'nothing'"),
+        ("kind = 'hous:motto'", "cannot import 'hous': ModuleNotFoundError"),
+    ],
+)
+def test_a_provider_kind_by_import_path_that_is_wrong(
+    tmp_path: Path, config: str, message: str
+) -> None:
+    (tmp_path / "house.py").write_text(PROVIDERS_MODULE)
+    path = write(tmp_path, "[[providers]]\nname = 'm'\n" + config + "\n")
+    assert message in assert_one_clear_line(raf("run", str(path), "hi"))
+
+
+def install_kinds(site: Path) -> None:
+    """A distribution offering the kind ``motto`` in the ``raf.providers`` entry points,
+    installed in ``site`` as pip would (a module and its .dist-info)."""
+    site.mkdir()
+    (site / "house_kinds.py").write_text(PROVIDERS_MODULE)
+    info = site / "house_kinds-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: house-kinds\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[raf.providers]\nmotto = house_kinds:motto\nbroken = house_kinds:missing\n"
+    )
+
+
+def test_installed_packages_offer_kinds_through_entry_points(tmp_path: Path) -> None:
+    install_kinds(tmp_path / "site")
+    path = write(tmp_path, "[[providers]]\nkind = 'motto'\ntext = 'Be kind.'\n")
+    done = raf("run", str(path), "hi", "--trace", pythonpath=(tmp_path / "site",))
+    assert (done.returncode, done.stdout) == (0, "hi\n"), done.stderr
+    assert "trace: Motto [motto] on_invoking" in done.stderr
+    path = write(tmp_path, "[[providers]]\nkind = 'mottto'\n")
+    err = assert_one_clear_line(raf("run", str(path), "hi", pythonpath=(tmp_path / "site",)))
+    assert "known kinds: broken, compression, knowledge, mcp, memory, motto, skills, wiki" in err
+    path = write(tmp_path, "[[providers]]\nkind = 'broken'\n")
+    err = assert_one_clear_line(raf("run", str(path), "hi", pythonpath=(tmp_path / "site",)))
+    assert "providers[0]: provider kind 'broken': its entry point 'house_kinds:missing'" in err
