@@ -6,9 +6,12 @@ import argparse
 import difflib
 import math
 import os
+import signal
 import sys
+import threading
 import tomllib
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import wait
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -222,64 +225,80 @@ def _chat(portal: BlockingPortal, loaded: LoadedConfig, session: Session) -> int
     if interactive:
         with suppress(ImportError):  # not every Python has readline (Windows)
             import readline  # noqa: F401  (importing it gives input() editing and history)
+    # input() shows its prompt on stdout; when stdout is not the terminal (`raf chat
+    # CONFIG > answers.txt`), the prompt goes to the terminal through stderr instead.
+    prompt_on_stdout = interactive and sys.stdout.isatty()
+    person = sys.stdout if prompt_on_stdout else sys.stderr
     _say(_BANNER)
     while True:
         try:
-            line = input("> " if interactive else "")
-        except EOFError:
-            if interactive:
-                print()  # Ctrl-D leaves the cursor after the prompt
-            return 0
+            try:
+                if interactive and not prompt_on_stdout:
+                    _write(person, "> ")
+                line = input("> " if prompt_on_stdout else "")
+            except EOFError:
+                if interactive:
+                    _write(person, "\n")  # Ctrl-D leaves the cursor after the prompt
+                return 0
+            text = line.strip()
+            if not text:
+                continue
+            if text == "/exit":
+                return 0
+            try:
+                response = _turn(portal, loaded, session, line)
+            except ChatClientError as exc:
+                # The model failed this turn (rate limit, timeout...): nothing was stored,
+                # so the conversation can go on; a broken config or provider still ends it.
+                _say(f"raf: this turn failed: {exc}")
+                continue
+            if response is None:
+                _say("raf: turn cancelled")
+                continue
+            _say(response.text, sys.stdout)
         except KeyboardInterrupt:
-            # Ctrl-C at the prompt drops the line, as in a shell.
-            print(flush=True)
-            continue
-        text = line.strip()
-        if not text:
-            continue
-        if text == "/exit":
-            return 0
-        try:
-            response = _turn(portal, loaded, session, line)
-        except ChatClientError as exc:
-            # The model failed this turn (rate limit, timeout...): nothing was stored,
-            # so the conversation can go on; a broken config or provider still ends it.
-            _say(f"raf: this turn failed: {exc}")
-            continue
-        if response is None:
-            _say("raf: turn cancelled")
-            continue
-        _say(response.text, sys.stdout)
+            # Ctrl-C at the prompt (or between turns) drops the line, as in a shell.
+            _write(person, "\n")
+
+
+def _write(stream: TextIO, text: str) -> None:
+    stream.write(text)
+    stream.flush()
 
 
 def _turn(
     portal: BlockingPortal, loaded: LoadedConfig, session: Session, line: str
 ) -> AgentResponse | None:
     """One turn in the loop thread; ``None`` if Ctrl-C cancelled it."""
-    scope: anyio.CancelScope = portal.call(anyio.CancelScope)
-
-    async def run() -> AgentResponse | None:
-        with scope:
-            return await loaded.agent.run(line, session=session, options=loaded.options)
-        return None  # the scope was cancelled: the turn's post stages have run
-
+    # While a turn runs, Ctrl-C only raises a flag: a KeyboardInterrupt could land
+    # anywhere in the portal's machinery; the flag is read here, between waits.
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda number, frame: interrupted.set())
     thinking = sys.stderr.isatty()
-    if thinking:
-        # Until the answer is there (raf chat prints it whole for now).
-        sys.stderr.write(_THINKING)
-        sys.stderr.flush()
-    future = portal.start_task_soon(run)
     try:
-        while True:
-            try:
-                return future.result()
-            except KeyboardInterrupt:
+        if thinking:
+            # Until the answer is there (raf chat prints it whole for now).
+            _write(sys.stderr, _THINKING)
+        scope: anyio.CancelScope = portal.call(anyio.CancelScope)
+
+        async def run() -> AgentResponse | None:
+            with scope:
+                return await loaded.agent.run(line, session=session, options=loaded.options)
+            return None  # the scope was cancelled: the turn's post stages have run
+
+        future = portal.start_task_soon(run)
+        cancelled = False
+        while not future.done():
+            wait([future], timeout=0.05)
+            if interrupted.is_set() and not cancelled:
                 # Cancel the turn, then wait for its post stages to finish.
                 portal.call(scope.cancel)
+                cancelled = True
+        return future.result()
     finally:
+        signal.signal(signal.SIGINT, previous)
         if thinking:
-            sys.stderr.write(_CLEAR_LINE)
-            sys.stderr.flush()
+            _write(sys.stderr, _CLEAR_LINE)
 
 
 class _open_session:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import inspect
 import os
+import select
 import subprocess
 import sys
+import termios
+import time
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -450,7 +455,7 @@ def test_a_realistic_agent_custom_tools_retry_and_model_options(
         ("", "timeout = inf", "[model] timeout must be a positive number, got inf"),
         ("", "temprature = 1", "[model] has unknown keys ['temprature']"),
         ('tools = ["support_tools:whisper"]', "", "[agent] tools[0] 'support_tools:whisper' is a"),
-        ('tools = ["support_tools:whisper"]', "", "not a raf Tool (decorate the function with @raf"),
+        ('tools = ["support_tools:whisper"]', "", "not a raf Tool (decorate the function with"),
         ('tools = ["support_tools:nope"]', "", "[agent] tools[0] 'support_tools:nope': 'support_"),
         ('tools = ["no_such_module:x"]', "", "[agent] tools[0] 'no_such_module:x': cannot import"),
         ('tools = ["support_tools"]', "", "an import path has the form 'package.module:name'"),
@@ -468,8 +473,15 @@ def test_a_realistic_agent_custom_tools_retry_and_model_options(
     ],
 )
 def test_config_mistakes_name_the_table_the_entry_and_the_key(
-    tmp_path: Path, server: OpenAIServer, extra: str, model: str, message: str
+    tmp_path: Path,
+    server: OpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    extra: str,
+    model: str,
+    message: str,
 ) -> None:
+    # In-process (the same code as the command, without a Python start-up per case).
     (tmp_path / "support_tools.py").write_text(TOOLS_MODULE)
     if extra.startswith("[["):
         path = openai_config(tmp_path, server, model=model)
@@ -479,8 +491,9 @@ def test_config_mistakes_name_the_table_the_entry_and_the_key(
         path.write_text(extra + "\n" + path.read_text())
     else:
         path = openai_config(tmp_path, server, extra, model)
-    done = raf("run", str(path), "hi", env={"SUPPORT_BOT_KEY": "sk"})
-    assert message in assert_one_clear_line(done)
+    monkeypatch.setenv("SUPPORT_BOT_KEY", "sk")
+    assert main(["run", str(path), "hi"]) == 2
+    assert message in one_clear_line(capsys)
     assert server.requests == []
 
 
@@ -584,3 +597,225 @@ def test_installed_packages_offer_kinds_through_entry_points(tmp_path: Path) -> 
     path = write(tmp_path, "[[providers]]\nkind = 'broken'\n")
     err = assert_one_clear_line(raf("run", str(path), "hi", pythonpath=(tmp_path / "site",)))
     assert "providers[0]: provider kind 'broken': its entry point 'house_kinds:missing'" in err
+
+
+# raf chat on a real terminal ------------------------------------------------------------------
+
+
+class Terminal:
+    """``raf ARGS`` on a pseudo-terminal: its controlling terminal, so Ctrl-C is a real SIGINT
+    from the line discipline. ``stdout_pipe`` sends stdout to a pipe instead (to tell it apart
+    from stderr, which stays on the terminal)."""
+
+    def __init__(self, *args: str, cwd: Path, stdout_pipe: bool = False) -> None:
+        master, slave = os.openpty()
+        self.master = master
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", "INPUTRC": "/dev/null"}
+
+        def controlling_terminal() -> None:  # in the child, before exec
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "raf", *args],
+            stdin=slave,
+            stdout=subprocess.PIPE if stdout_pipe else slave,
+            stderr=slave,
+            cwd=cwd,
+            env=env,
+            preexec_fn=controlling_terminal,
+        )
+        os.close(slave)
+        self.seen = b""
+
+    def expect(self, text: str, timeout: float = 30.0) -> str:
+        """Read until ``text`` has been seen; what came before it and it."""
+        wanted = text.encode()
+        deadline = time.monotonic() + timeout
+        while wanted not in self.seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} not seen in {self.seen!r}"
+            ready, _, _ = select.select([self.master], [], [], min(left, 0.5))
+            if ready:
+                try:
+                    chunk = os.read(self.master, 4096)
+                except OSError:  # the child closed the terminal
+                    chunk = b""
+                assert chunk or wanted in self.seen, f"{text!r} not seen in {self.seen!r}"
+                self.seen += chunk
+        before, _, after = self.seen.partition(wanted)
+        self.seen = after
+        return (before + wanted).decode(errors="replace")
+
+    def send(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def ctrl_c_until(self, text: str, attempts: int = 10) -> str:
+        """Ctrl-C at a readline prompt, again every 2 s until ``text`` is seen.
+
+        CPython's readline loop checks for signals only when its wait for a key
+        is interrupted: a SIGINT that lands while it handles the previous key
+        (microseconds, but a loaded machine stretches them) is seen at the
+        next key, as a person pressing Ctrl-C again would find.
+        """
+        for _ in range(attempts - 1):
+            self.send(b"\x03")
+            with suppress(AssertionError):
+                return self.expect(text, timeout=2.0)
+        self.send(b"\x03")
+        return self.expect(text)
+
+    def close(self) -> int:
+        try:
+            return self.process.wait(timeout=30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+            os.close(self.master)
+
+
+@pytest.fixture
+def terminals() -> Iterator[list[Terminal]]:
+    started: list[Terminal] = []
+    yield started
+    for terminal in started:
+        if terminal.process.poll() is None:
+            terminal.process.kill()
+            terminal.close()
+
+
+SLOW_MODULE = '''
+import pathlib
+import anyio
+from raf import ContextProvider, ContextResult
+
+class Record(ContextProvider):
+    """Writes how each turn ended, in its post stage."""
+
+    def __init__(self, file):
+        self.file = file
+
+    async def on_invoked(self, agent, session, request_messages, response, error):
+        outcome = "ok" if error is None else type(error).__name__
+        with self.file.open("a") as out:
+            out.write(f"{request_messages[-1].content}: {outcome}\\n")
+
+class Slow(ContextProvider):
+    """A turn that says "slow" takes a minute, and says when it started."""
+
+    async def on_invoking(self, agent, session, messages, options):
+        if messages[-1].content == "slow":
+            pathlib.Path("started").write_text("yes")
+            await anyio.sleep(60)
+        return ContextResult()
+
+def record(options):
+    return Record(options.path("file"))
+
+def slow(options):
+    return Slow()
+'''
+
+
+def slow_config(tmp_path: Path) -> Path:
+    (tmp_path / "slowkinds.py").write_text(SLOW_MODULE)
+    return write(
+        tmp_path,
+        "[[providers]]\nkind = 'slowkinds:record'\nfile = 'turns.log'\n\n"
+        "[[providers]]\nkind = 'slowkinds:slow'\n",
+    )
+
+
+def test_chat_on_a_terminal_empty_lines_ctrl_c_at_the_prompt_and_exit(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    terminal = Terminal("chat", str(EXAMPLE), cwd=tmp_path)
+    terminals.append(terminal)
+    terminal.expect("> ")
+    terminal.send(b"\r")  # an empty line: a new prompt, not the end
+    terminal.expect("> ")
+    terminal.send(b"half a thought")
+    terminal.expect("half a thought")
+    terminal.ctrl_c_until("> ")  # Ctrl-C drops the line
+    terminal.send(b"one\r")
+    assert terminal.expect("> ").endswith("one\r\n> ")
+    terminal.send(b"/exit\r")
+    assert terminal.close() == 0
+
+
+def test_chat_on_a_terminal_ends_with_ctrl_d(tmp_path: Path, terminals: list[Terminal]) -> None:
+    terminal = Terminal("chat", str(EXAMPLE), cwd=tmp_path)
+    terminals.append(terminal)
+    terminal.expect("> ")
+    terminal.send(b"\x04")
+    assert terminal.close() == 0
+
+
+def test_chat_on_a_terminal_has_line_editing_and_history(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    terminal = Terminal("chat", str(EXAMPLE), cwd=tmp_path)
+    terminals.append(terminal)
+    terminal.expect("> ")
+    left = b"\x1b[D"
+    terminal.send(b"hllo" + left * 3 + b"e\r")  # the cursor moved back to insert the "e"
+    terminal.expect("hello\r\n")
+    terminal.expect("> ")
+    terminal.send(b"\x1b[A\r")  # the up arrow brings the last line back
+    terminal.expect("hello\r\n")
+    terminal.expect("> ")
+    terminal.send(b"\x04")
+    assert terminal.close() == 0
+
+
+def test_ctrl_c_during_an_answer_ends_that_turn_not_the_chat(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    terminal = Terminal("chat", str(slow_config(tmp_path)), cwd=tmp_path)
+    terminals.append(terminal)
+    terminal.expect("> ")
+    terminal.send(b"slow\r")
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < deadline, terminal.seen
+        time.sleep(0.05)
+    terminal.send(b"\x03")
+    terminal.expect("raf: turn cancelled")
+    terminal.expect("> ")
+    # The turn's post stages ran, with the cancellation.
+    assert (tmp_path / "turns.log").read_text() == "slow: CancelledError\n"
+    terminal.send(b"next\r")
+    terminal.expect("next\r\n")
+    terminal.expect("> ")
+    terminal.send(b"\x04")
+    assert terminal.close() == 0
+    assert (tmp_path / "turns.log").read_text() == "slow: CancelledError\nnext: ok\n"
+
+
+def test_a_thinking_line_on_the_terminal_until_the_answer(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    terminal = Terminal("chat", str(slow_config(tmp_path)), cwd=tmp_path, stdout_pipe=True)
+    terminals.append(terminal)
+    terminal.expect("ends the conversation")
+    terminal.send(b"slow\r")
+    terminal.expect("thinking…")
+    terminal.send(b"\x03")
+    terminal.expect("\r\x1b[K")  # cleared once the turn is over
+    terminal.expect("raf: turn cancelled")
+    terminal.send(b"quick\r")
+    terminal.expect("thinking…")
+    terminal.expect("\r\x1b[K")
+    terminal.send(b"\x04")
+    assert terminal.process.stdout is not None
+    assert terminal.process.stdout.read() == b"quick\n"  # stdout: just the answer
+    assert terminal.close() == 0
+
+
+def test_no_thinking_line_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
+    done = raf("chat", str(EXAMPLE), input="one\n\ntwo\n/exit\nthree\n", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, "one\ntwo\n")
+    assert "thinking" not in done.stderr
