@@ -399,9 +399,7 @@ def read_config(path: Path) -> dict[str, Any]:
         reason = exc.strerror or type(exc).__name__
         raise ConfigError(f"{path}: cannot read the config file: {reason}") from None
     if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(
-            f"{path}: not a config file: larger than {MAX_CONFIG_BYTES // 1024} KiB"
-        )
+        raise ConfigError(f"{path}: not a config file: larger than {MAX_CONFIG_BYTES // 1024} KiB")
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -508,7 +508,7 @@ def test_api_key_env_names_a_variable_that_is_not_set(tmp_path: Path, server: Op
         timeout=60,
     )
     err = assert_one_clear_line(done)
-    assert 'needs SUPPORT_BOT_KEY set (named by [model] api_key_env)' in err
+    assert "needs SUPPORT_BOT_KEY set (named by [model] api_key_env)" in err
 
 
 def test_the_timeout_bounds_the_whole_model_call(tmp_path: Path, server: OpenAIServer) -> None:
@@ -522,7 +522,7 @@ def test_the_timeout_bounds_the_whole_model_call(tmp_path: Path, server: OpenAIS
     assert "raf: " in assert_one_clear_line(done)
 
 
-PROVIDERS_MODULE = '''
+PROVIDERS_MODULE = """
 from raf import ContextProvider, ContextResult
 
 class Motto(ContextProvider):
@@ -540,7 +540,7 @@ def motto(options):
     return Motto(options.text("text"), options.name)
 
 not_callable = 42
-'''
+"""
 
 
 def test_a_provider_kind_by_import_path(tmp_path: Path) -> None:
