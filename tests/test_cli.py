@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from raf.cli import load_agent, main
+from raf.cli import load_agent, load_config, main
 from tests.openai_server import OpenAIServer, Reply, completion
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "agent.toml"
@@ -819,3 +819,12 @@ def test_no_thinking_line_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
     done = raf("chat", str(EXAMPLE), input="one\n\ntwo\n/exit\nthree\n", cwd=tmp_path)
     assert (done.returncode, done.stdout) == (0, "one\ntwo\n")
     assert "thinking" not in done.stderr
+
+
+def test_the_support_example_runs_offline(tmp_path: Path) -> None:
+    done = raf("run", str(ROOT / "examples" / "support.toml"), "where is A-1042?", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, "where is A-1042?\n"), done.stderr
+    assert "model.end" in done.stderr
+    loaded = load_config(ROOT / "examples" / "support.toml")
+    assert [t.name for t in loaded.agent.tools] == ["order_status", "today"]
+    assert (loaded.options.temperature, loaded.options.max_tokens) == (0.2, 500)
