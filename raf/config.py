@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 
 import attrs
 
-from raf.errors import ConfigError
+from raf.errors import AgentError, ConfigError
 
 __all__ = [
     "CHAT_STACK_KINDS",
@@ -351,6 +351,14 @@ def build_provider(
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"provider kind {decl.kind!r}: {exc}") from exc
+    except AgentError:
+        raise
+    except Exception as exc:
+        # A factory of your own (by import path, from a package) that fails in any
+        # other way is still a problem of the declaration: say which, in one line.
+        raise ConfigError(
+            f"provider kind {decl.kind!r}: the factory failed: {type(exc).__name__}: {exc}"
+        ) from exc
     unread = options.unread()
     if unread:
         used = ", ".join(sorted(options.read)) or "none"
@@ -591,6 +599,14 @@ def build_chat_middleware(decl: ContextProviderDecl) -> Any:
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"chat_stack kind {decl.kind!r}: {exc}") from exc
+    except AgentError:
+        raise
+    except Exception as exc:
+        # A factory of your own (by import path, from a package) that fails in any
+        # other way is still a problem of the declaration: say which, in one line.
+        raise ConfigError(
+            f"chat_stack kind {decl.kind!r}: the factory failed: {type(exc).__name__}: {exc}"
+        ) from exc
     unread = options.unread()
     if unread:
         used = ", ".join(sorted(options.read)) or "none"

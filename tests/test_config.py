@@ -406,3 +406,11 @@ def test_the_error_texts_of_declaring_providers_md_are_what_the_code_says(tmp_pa
         produced.add(str(caught.value))
     assert len(shown) == 4
     assert set(shown) == produced
+
+
+def test_a_factory_that_fails_otherwise_is_a_config_error_too() -> None:
+    def broken(options: ProviderOptions) -> object:
+        raise KeyError("zone")
+
+    with pytest.raises(ConfigError, match="provider kind 'clock': the factory failed: KeyError"):
+        build_provider(ContextProviderDecl("clock"), {"clock": broken})
