@@ -415,11 +415,11 @@ def whisper(text: str) -> str:
 def test_a_realistic_agent_custom_tools_retry_and_model_options(
     tmp_path: Path, server: OpenAIServer
 ) -> None:
-    (tmp_path / "support_tools.py").write_text(TOOLS_MODULE)
+    (tmp_path / "shop_tools.py").write_text(TOOLS_MODULE)
     path = openai_config(
         tmp_path,
         server,
-        'tools = ["support_tools:shout"]\n\n'
+        'tools = ["shop_tools:shout"]\n\n'
         '[[chat_stack]]\nkind = "retry"\nattempts = 2\nwait_initial = 0\nwait_max = 0\n\n'
         '[[chat_stack]]\nkind = "logging"\n',
         "temperature = 0.2\nmax_tokens = 300",
@@ -454,20 +454,20 @@ def test_a_realistic_agent_custom_tools_retry_and_model_options(
         ("", "timeout = -1", "[model] timeout must be a positive number, got -1"),
         ("", "timeout = inf", "[model] timeout must be a positive number, got inf"),
         ("", "temprature = 1", "[model] has unknown keys ['temprature']"),
-        ('tools = ["support_tools:whisper"]', "", "[agent] tools[0] 'support_tools:whisper' is a"),
-        ('tools = ["support_tools:whisper"]', "", "not a raf Tool (decorate the function with"),
-        ('tools = ["support_tools:nope"]', "", "[agent] tools[0] 'support_tools:nope': 'support_"),
+        ('tools = ["shop_tools:whisper"]', "", "[agent] tools[0] 'shop_tools:whisper' is a"),
+        ('tools = ["shop_tools:whisper"]', "", "not a raf Tool (decorate the function with"),
+        ('tools = ["shop_tools:nope"]', "", "[agent] tools[0] 'shop_tools:nope': 'shop_tools'"),
         ('tools = ["no_such_module:x"]', "", "[agent] tools[0] 'no_such_module:x': cannot import"),
-        ('tools = ["support_tools"]', "", "an import path has the form 'package.module:name'"),
-        ("tools = 'support_tools:shout'", "", "[agent] tools must be a list of import paths"),
+        ('tools = ["shop_tools"]', "", "an import path has the form 'package.module:name'"),
+        ("tools = 'shop_tools:shout'", "", "[agent] tools must be a list of import paths"),
         ('[[chat_stack]]\nkind = "retry"\nattempts = 0', "", "chat_stack[0]: chat_stack kind"),
         ('[[chat_stack]]\nkind = "retry"\nattempts = 0', "", "option 'attempts' must be an"),
         ('[[chat_stack]]\nkind = "retyr"', "", "chat_stack[0]: unknown chat_stack kind 'retyr'"),
         ('[[chat_stack]]\nkind = "logging"\nlevel = 1', "", "unknown option(s) 'level'"),
         (
-            '[[chat_stack]]\nkind = "retry"\nretry_on = ["support_tools:shout"]',
+            '[[chat_stack]]\nkind = "retry"\nretry_on = ["shop_tools:shout"]',
             "",
-            "option 'retry_on' must be a list of exception classes, got 'support_tools:shout'",
+            "option 'retry_on' must be a list of exception classes, got 'shop_tools:shout'",
         ),
         ("chat_stack = 1", "", "'chat_stack' must be an array of tables ([[chat_stack]])"),
     ],
@@ -482,7 +482,7 @@ def test_config_mistakes_name_the_table_the_entry_and_the_key(
     message: str,
 ) -> None:
     # In-process (the same code as the command, without a Python start-up per case).
-    (tmp_path / "support_tools.py").write_text(TOOLS_MODULE)
+    (tmp_path / "shop_tools.py").write_text(TOOLS_MODULE)
     if extra.startswith("[["):
         path = openai_config(tmp_path, server, model=model)
         path.write_text(path.read_text() + "\n" + extra + "\n")
