@@ -25,6 +25,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from raf.agent import Agent, ChatClient
 from raf.clients.echo import EchoChatClient
 from raf.config import (
+    MAX_CONFIG_BYTES,
     build_chat_middleware,
     build_provider,
     import_object,
@@ -42,8 +43,6 @@ from raf.tracing import StageEvent, trace_model, traced_stack, traced_tools
 __all__ = ["MAX_CONFIG_BYTES", "LoadedConfig", "load_agent", "load_config", "main", "read_config"]
 
 DEFAULT_DB = Path(".raf") / "sessions.db"
-#: A config is a few kilobytes; anything past this is not one (``/dev/zero``, a log file).
-MAX_CONFIG_BYTES = 1024 * 1024
 _TOP_LEVEL = {"agent": "[agent]", "model": "[model]", "providers": "[[providers]]"}
 _TOP_LEVEL["chat_stack"] = "[[chat_stack]]"
 _AGENT_KEYS = frozenset({"name", "instructions", "tools"})
@@ -246,7 +245,7 @@ def _chat(portal: BlockingPortal, loaded: LoadedConfig, session: Session) -> int
             if text == "/exit":
                 return 0
             try:
-                response = _turn(portal, loaded, session, line)
+                response = _turn(portal, loaded, session, line, thinking=interactive)
             except ChatClientError as exc:
                 # The model failed this turn (rate limit, timeout...): nothing was stored,
                 # so the conversation can go on; a broken config or provider still ends it.
@@ -267,14 +266,20 @@ def _write(stream: TextIO, text: str) -> None:
 
 
 def _turn(
-    portal: BlockingPortal, loaded: LoadedConfig, session: Session, line: str
+    portal: BlockingPortal, loaded: LoadedConfig, session: Session, line: str, *, thinking: bool
 ) -> AgentResponse | None:
-    """One turn in the loop thread; ``None`` if Ctrl-C cancelled it."""
+    """One turn in the loop thread; ``None`` if Ctrl-C cancelled it.
+
+    ``thinking``: show "thinking…" on stderr meanwhile, if stderr is a terminal.
+    """
     # While a turn runs, Ctrl-C only raises a flag: a KeyboardInterrupt could land
     # anywhere in the portal's machinery; the flag is read here, between waits.
     interrupted = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda number, frame: interrupted.set())
-    thinking = sys.stderr.isatty()
+    previous: Any = None
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:  # signal handlers belong to the main thread
+        previous = signal.signal(signal.SIGINT, lambda number, frame: interrupted.set())
+    thinking = thinking and sys.stderr.isatty()
     try:
         if thinking:
             # Until the answer is there (raf chat prints it whole for now).
@@ -296,7 +301,8 @@ def _turn(
                 cancelled = True
         return future.result()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous)
         if thinking:
             _write(sys.stderr, _CLEAR_LINE)
 

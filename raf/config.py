@@ -21,6 +21,7 @@ from raf.errors import AgentError, ConfigError
 __all__ = [
     "CHAT_STACK_KINDS",
     "ENTRY_POINT_GROUP",
+    "MAX_CONFIG_BYTES",
     "PROVIDER_KINDS",
     "ContextProviderDecl",
     "ProviderFactory",
@@ -424,18 +425,32 @@ def _parse_decls(
 
 
 def load_provider_decls(path: str | os.PathLike[str]) -> list[ContextProviderDecl]:
-    """The ``[[providers]]`` of a TOML file; relative paths resolve against its folder."""
+    """The ``[[providers]]`` of a TOML file; relative paths resolve against its folder.
+
+    The file is at most :data:`MAX_CONFIG_BYTES`; one larger, or nested too
+    deeply to parse, is a :class:`ConfigError` like any other bad file.
+    """
     file = Path(path)
     try:
         with file.open("rb") as handle:
-            data = tomllib.load(handle)
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{file}: cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{file}: not a config file: larger than {MAX_CONFIG_BYTES // 1024} KiB")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: not a usable config: nested too deeply") from None
     return parse_provider_decls(data, base_dir=file.resolve().parent, source=str(file))
+
+
+#: A config is a few kilobytes; anything past this is not one (``/dev/zero``, a log file).
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
 #: The entry-point group in which installed packages offer provider kinds.

@@ -414,3 +414,12 @@ def test_a_factory_that_fails_otherwise_is_a_config_error_too() -> None:
 
     with pytest.raises(ConfigError, match="provider kind 'clock': the factory failed: KeyError"):
         build_provider(ContextProviderDecl("clock"), {"clock": broken})
+
+
+def test_a_huge_or_deeply_nested_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="/dev/zero: not a config file: larger than 1024 KiB"):
+        load_provider_decls("/dev/zero")
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 5000 + "]" * 5000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_provider_decls(deep)
