@@ -197,11 +197,11 @@ async def _opened(args: argparse.Namespace, agent: Agent) -> AsyncIterator[Sessi
 #
 # The conversation runs on the main thread, the agent on an event loop in a
 # portal thread. So `input()` is the plain, readline-backed `input()` of the
-# main thread, and Ctrl-C (SIGINT, always delivered to the main thread) is a
-# KeyboardInterrupt where the main thread waits: at the prompt it drops the
-# line; during an answer it cancels that turn's scope in the loop, whose
-# post stages then run (shielded, bounded by the agent's post_timeout), and the
-# chat goes on.
+# main thread, and Ctrl-C (SIGINT, always delivered to the main thread) is seen
+# where the main thread waits: at the prompt, a KeyboardInterrupt that drops the
+# line; during an answer, a flag on which the main thread cancels that turn's
+# scope in the loop, whose post stages then run (shielded, bounded by the
+# agent's post_timeout), and the chat goes on.
 
 _BANNER = "raf chat — /exit or Ctrl-D ends the conversation; Ctrl-C cancels the current turn."
 _THINKING = "thinking…"
