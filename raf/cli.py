@@ -214,10 +214,13 @@ def _chat_command(args: argparse.Namespace) -> int:
         start_blocking_portal() as portal,
         portal.wrap_async_context_manager(_opened(args, loaded.agent)) as session,
     ):
-        return _chat(portal, loaded, session)
+        # --trace prints its own progress on stderr: no "thinking…" line in between.
+        return _chat(portal, loaded, session, thinking=not args.trace)
 
 
-def _chat(portal: BlockingPortal, loaded: LoadedConfig, session: Session) -> int:
+def _chat(
+    portal: BlockingPortal, loaded: LoadedConfig, session: Session, *, thinking: bool = True
+) -> int:
     # A prompt, line editing and a "thinking" line are for a person: piped input
     # gets just the answers on stdout.
     interactive = sys.stdin.isatty()
@@ -245,7 +248,7 @@ def _chat(portal: BlockingPortal, loaded: LoadedConfig, session: Session) -> int
             if text == "/exit":
                 return 0
             try:
-                response = _turn(portal, loaded, session, line, thinking=interactive)
+                response = _turn(portal, loaded, session, line, thinking=thinking and interactive)
             except ChatClientError as exc:
                 # The model failed this turn (rate limit, timeout...): nothing was stored,
                 # so the conversation can go on; a broken config or provider still ends it.

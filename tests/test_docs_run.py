@@ -27,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,7 +41,8 @@ PAGES = (
     *sorted((ROOT / "docs" / "providers").glob("*.md")),
     ROOT / "README.md",
 )
-FENCE = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+# ```python, ```py or ```python3, also indented (in a list item).
+FENCE = re.compile(r"^([ \t]*)```(?:python3?|py)[ \t]*\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(.*?)\s*-->\s*$", re.DOTALL)
 FILE_NAME = re.compile(r'^(?:#\s*|"""\s*)([\w-]+\.py)\b')
 
@@ -71,7 +73,7 @@ def blocks_of(page: Path) -> list[Block]:
         marker = NOT_RUN.search(before[before.rfind("<!--") :]) if "<!--" in before else None
         # The marker must be the last thing before the fence.
         not_run = marker.group(1) if marker and before.endswith("-->") else None
-        code = match.group(1)
+        code = textwrap.dedent(match.group(2))
         name = FILE_NAME.match(code)
         found.append(Block(page, line, code, not_run, name.group(1) if name else None))
     return found
@@ -100,11 +102,13 @@ def test_a_marker_needs_a_reason_and_must_be_right_before_the_block(tmp_path: Pa
         "<!-- not run: needs a key -->\n```python\nx = 1\n```\n"
         "<!-- not run: stale -->\n\nText between.\n\n```python\ny = 2\n```\n"
         '```python\n"""tool.py — a module."""\n```\n'
+        "- a list item:\n\n  ```py\n  if True:\n      z = 3\n  ```\n"
     )
-    first, second, third = blocks_of(page)
+    first, second, third, fourth = blocks_of(page)
     assert (first.not_run, first.line) == ("needs a key", 2)
     assert second.not_run is None
     assert third.file_name == "tool.py"
+    assert fourth.code == "if True:\n    z = 3\n"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda block: block.where)
