@@ -38,6 +38,7 @@ from raf.errors import (
     ToolConflictError,
     ToolError,
     ToolLoopError,
+    ToolSchemaError,
 )
 from raf.messages import AgentResponse, ChatMessage, Messages, ToolCall, Usage
 from raf.middleware import LoggingMiddleware, RetryMiddleware
@@ -46,7 +47,7 @@ from raf.parallel import ProviderGroup, parallel
 from raf.pipeline import ChatRequest, Complete, Middleware, compose
 from raf.providers import ContextProvider
 from raf.sessions import InMemorySession, Session, SqliteSessionStore
-from raf.tools import FunctionTool, Tool, tool
+from raf.tools import FunctionTool, Tool, check_arguments, check_tool_schema, tool
 
 __all__ = [
     "EMPTY_RESULT",
@@ -98,12 +99,15 @@ __all__ = [
     "ToolConflictError",
     "ToolError",
     "ToolLoopError",
+    "ToolSchemaError",
     "TruncationStrategy",
     "Usage",
     "WikiRetriever",
     "WorkspaceContextProvider",
     "build_provider",
     "build_providers",
+    "check_arguments",
+    "check_tool_schema",
     "compose",
     "load_provider_decls",
     "merge",
