@@ -42,9 +42,10 @@ class Tool(Protocol):
     """Something the model can call.
 
     ``parameters`` is the JSON Schema of the arguments object. raf checks the
-    model's arguments against it before ``invoke`` is called, so ``invoke``
-    gets a mapping that fits. The result is sent back to the model: a ``str``
-    as it is, anything else as JSON.
+    model's arguments against it (with jsonschema, see :func:`check_arguments`)
+    before ``invoke`` is called, so ``invoke`` gets a mapping that fits; a
+    :class:`FunctionTool` checks its own. The result is sent back to the
+    model: a ``str`` as it is, anything else as JSON.
     """
 
     @property
@@ -248,8 +249,8 @@ def _describe(fn: Callable[..., Any]) -> tuple[_Signature, dict[str, Any]]:
                 f"{fn.__name__}_arguments", __config__=_CONFIG, **definitions
             )
             schema = model.model_json_schema(schema_generator=_ToolJsonSchema)
-    except (pydantic.PydanticUserError, pydantic.json_schema.PydanticJsonSchemaWarning) as exc:
-        raise TypeError(f"{where}: {_culprit(definitions, fields)}{_first_line(exc)}") from None
+    except _PYDANTIC_REFUSALS:
+        raise _refusal(where, definitions, fields) from None
     schema.setdefault("required", [])  # some APIs want the list even when empty
     return _Signature(model, tuple(fields)), schema
 
@@ -267,20 +268,30 @@ def _description(hint: Any, documented: str | None) -> str | None:
     return " ".join(text) if text else documented
 
 
-def _culprit(definitions: dict[str, Any], fields: list[tuple[str, str]]) -> str:
-    """``"parameter 'x': "`` for the first parameter pydantic cannot describe alone."""
+_PYDANTIC_REFUSALS = (
+    pydantic.PydanticUserError,
+    pydantic.PydanticUndefinedAnnotation,
+    pydantic.json_schema.PydanticJsonSchemaWarning,
+)
+
+
+def _refusal(where: str, definitions: dict[str, Any], fields: list[tuple[str, str]]) -> TypeError:
+    """Why pydantic refused the signature, naming the first parameter it refuses alone."""
     for field, name in fields:
+        hint, info = definitions[field]
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", pydantic.json_schema.PydanticJsonSchemaWarning)
                 pydantic.create_model("probe", **{field: definitions[field]}).model_json_schema()
-        except (pydantic.PydanticUserError, pydantic.json_schema.PydanticJsonSchemaWarning):
-            return f"parameter {name!r}: "
-    return ""
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0]
+        except pydantic.json_schema.PydanticJsonSchemaWarning:
+            return TypeError(
+                f"{where}: parameter {name!r}: its default {info.default!r} is not JSON"
+            )
+        except _PYDANTIC_REFUSALS as exc:
+            # pydantic's first sentence; the rest is advice for model authors
+            reason = str(exc).strip().split(". ")[0].rstrip(".")
+            return TypeError(f"{where}: parameter {name!r}: {reason} (type {hint!r})")
+    return TypeError(f"{where}: pydantic cannot describe its parameters")
 
 
 def _docstring_args(doc: str) -> dict[str, str]:
