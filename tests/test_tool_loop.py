@@ -29,7 +29,7 @@ from raf import (
     Usage,
     tool,
 )
-from raf.tool_loop import MAX_ARGUMENT_DEPTH
+from raf.tool_loop import MAX_ARGUMENT_DEPTH, _deeper_than
 
 pytestmark = pytest.mark.anyio
 
@@ -603,3 +603,27 @@ async def test_an_arguments_error_from_another_tool_inside_is_a_failure_of_the_t
     assert told.startswith(
         "Error: tool 'outer' failed: ToolArgumentsError: invalid arguments for 'add': a: "
     )
+
+
+def _depth(value: Any) -> int:
+    """The nesting depth of parsed JSON, the obvious recursive way."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=2), children, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values, st.integers(0, 8))
+def test_the_depth_limit_agrees_with_the_recursive_definition(value: Any, limit: int) -> None:
+    assert _deeper_than(value, limit) == (_depth(value) > limit)

@@ -429,7 +429,8 @@ async def test_unsupported_and_missing_hints_fail_at_decoration() -> None:
 
 async def test_a_default_that_is_not_json_fails_at_decoration() -> None:
     with pytest.raises(
-        TypeError, match=r"tool f: parameter 'marker': its default <.*Opaque object at .*> is not JSON$"
+        TypeError,
+        match=r"tool f: parameter 'marker': its default <.*Opaque object at .*> is not JSON$",
     ):
 
         @tool
@@ -671,3 +672,16 @@ def _valid(adapter: pydantic.TypeAdapter[Any]) -> Any:
         return True
 
     return check
+
+
+async def test_paths_quote_keys_that_are_not_names() -> None:
+    @tool
+    def scores(by_name: dict[str, int]) -> None:
+        pass
+
+    with pytest.raises(ToolArgumentsError) as caught:
+        await scores.invoke({"by_name": {"ann": 1, "first name": "x"}})
+    assert caught.value.problems == (
+        'by_name["first name"]: Input should be a valid integer, unable to parse string as an '
+        "integer",
+    )
