@@ -9,6 +9,7 @@ checked against its own ``parameters`` with ``jsonschema``.
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import typing
 import warnings
@@ -365,22 +366,32 @@ def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
     """
     validator = _validator(tool)
     try:
-        errors = list(validator.iter_errors(arguments))
+        # a bound on the errors collected: 100,000 wrong items need not make 100,000 messages
+        errors = list(itertools.islice(validator.iter_errors(arguments), _MAX_ERRORS + 1))
     except RecursionError:
         raise ToolArgumentsError(tool.name, ("the arguments are nested too deeply",)) from None
     except referencing.exceptions.Unresolvable as exc:
         raise ToolSchemaError(tool.name, f"a $ref cannot be resolved: {exc}") from None
     if errors:
-        errors.sort(key=lambda error: tuple(map(str, error.absolute_path)))
-        raise ToolArgumentsError(
-            tool.name, _problems((error.absolute_path, error.message) for error in errors)
-        )
+        more = len(errors) > _MAX_ERRORS
+        errors = sorted(errors[:_MAX_ERRORS], key=lambda error: _path_order(error.absolute_path))
+        found = ((error.absolute_path, error.message) for error in errors)
+        raise ToolArgumentsError(tool.name, _problems(found, more=more))
+
+
+_MAX_ERRORS = 1000
+
+
+def _path_order(location: Iterable[Any]) -> tuple[tuple[int, int, str], ...]:
+    """Sorts paths in document order: ``n[2]`` before ``n[10]``."""
+    return tuple((0, part, "") if isinstance(part, int) else (1, 0, str(part)) for part in location)
 
 
 _CACHE_SIZE = 1024
-#: id(tool) -> (the tool or a weak reference to it, its parameters object, what they give);
-#: the identity checks make a reused id harmless, the size bound keeps it small.
-_validators: dict[int, tuple[object, object, Validator | ToolSchemaError]] = {}
+#: id(tool) -> (the tool or a weak reference to it, its parameters object, the validator
+#: or what is wrong with the schema); the identity checks make a reused id harmless,
+#: the size bound (oldest out first) keeps it small.
+_validators: dict[int, tuple[object, object, Validator | str]] = {}
 
 
 def _validator(tool: Tool) -> Validator:
@@ -391,14 +402,14 @@ def _validator(tool: Tool) -> Validator:
         held, schema, built = entry
         alive = held() if isinstance(held, weakref.ref) else held
         if alive is tool and schema is parameters:
-            if isinstance(built, ToolSchemaError):
-                raise built
+            if isinstance(built, str):
+                raise ToolSchemaError(tool.name, built)  # a fresh one: no traceback piles up
             return built
-    result: Validator | ToolSchemaError
+    result: Validator | str
     try:
         result = _build_validator(tool.name, parameters)
     except ToolSchemaError as exc:
-        result = exc
+        result = exc.problem
     try:
         held = weakref.ref(tool)
     except TypeError:  # not weakly referenceable: hold it (the cache is bounded)
@@ -406,8 +417,8 @@ def _validator(tool: Tool) -> Validator:
     if len(_validators) >= _CACHE_SIZE:
         del _validators[next(iter(_validators))]
     _validators[key] = (held, parameters, result)
-    if isinstance(result, ToolSchemaError):
-        raise result
+    if isinstance(result, str):
+        raise ToolSchemaError(tool.name, result)
     return result
 
 
@@ -466,7 +477,7 @@ def _path(location: Iterable[Any]) -> str:
     return text
 
 
-def _problems(found: Iterable[tuple[Iterable[Any], str]]) -> tuple[str, ...]:
+def _problems(found: Iterable[tuple[Iterable[Any], str]], *, more: bool = False) -> tuple[str, ...]:
     problems: list[str] = []
     extra = 0
     for location, message in found:
@@ -478,6 +489,8 @@ def _problems(found: Iterable[tuple[Iterable[Any], str]]) -> tuple[str, ...]:
         if len(text) > MAX_PROBLEM_CHARS:
             text = text[: MAX_PROBLEM_CHARS - 3] + "..."
         problems.append(text)
-    if extra:
+    if more:
+        problems.append(f"and more than {extra} more")
+    elif extra:
         problems.append(f"and {extra} more")
     return tuple(problems)

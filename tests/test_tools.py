@@ -685,3 +685,19 @@ async def test_paths_quote_keys_that_are_not_names() -> None:
         'by_name["first name"]: Input should be a valid integer, unable to parse string as an '
         "integer",
     )
+
+
+def test_a_flood_of_misfits_is_told_in_brief() -> None:
+    numbers = HandMade(
+        "numbers", {"type": "object", "properties": {"n": {"items": {"type": "integer"}}}}
+    )
+    with pytest.raises(ToolArgumentsError) as caught:
+        check_arguments(numbers, {"n": ["x"] * 5000})
+    problems = caught.value.problems
+    assert problems[0] == "n[0]: 'x' is not of type 'integer'"
+    assert len(problems) == raf.tools.MAX_PROBLEMS + 1
+    assert problems[-1] == f"and more than {1000 - raf.tools.MAX_PROBLEMS} more"
+    with pytest.raises(ToolArgumentsError) as caught:
+        check_arguments(numbers, {"n": ["x"] * 12})
+    assert caught.value.problems[-1] == "and 2 more"
+    assert caught.value.problems[2] == "n[2]: 'x' is not of type 'integer'"  # not n[10]
