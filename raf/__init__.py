@@ -47,7 +47,7 @@ from raf.parallel import ProviderGroup, parallel
 from raf.pipeline import ChatRequest, Complete, Middleware, compose
 from raf.providers import ContextProvider
 from raf.sessions import InMemorySession, Session, SqliteSessionStore
-from raf.tools import FunctionTool, Tool, check_arguments, check_tool_schema, tool
+from raf.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
 
 __all__ = [
     "EMPTY_RESULT",
@@ -106,7 +106,7 @@ __all__ = [
     "WorkspaceContextProvider",
     "build_provider",
     "build_providers",
-    "check_arguments",
+    "check_tool_arguments",
     "check_tool_schema",
     "compose",
     "load_provider_decls",

@@ -106,7 +106,7 @@ class ToolArgumentsError(AgentError, ValueError):
     ``tool`` is the tool's name; ``problems`` lists each misfit as
     ``"path: what is wrong"`` (``"items[2].qty: Input should be greater than
     or equal to 1"``). Raised by :meth:`raf.FunctionTool.invoke` and
-    :func:`raf.check_arguments`; the tool loop tells it to the model as the
+    :func:`raf.check_tool_arguments`; the tool loop tells it to the model as the
     call's tool message, and the run goes on.
     """
 

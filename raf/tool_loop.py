@@ -13,7 +13,7 @@ import structlog
 from raf.errors import ToolArgumentsError, ToolConflictError, ToolLoopError, ToolSchemaError
 from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage, join_messages
 from raf.options import ChatOptions
-from raf.tools import FunctionTool, Tool, check_arguments
+from raf.tools import FunctionTool, Tool, check_tool_arguments
 
 __all__ = ["index_tools", "run_tool_calls", "run_tool_loop"]
 
@@ -124,7 +124,7 @@ async def _run_one(call: ToolCall, tools: Mapping[str, Tool]) -> ChatMessage:
         )
     try:
         if not isinstance(tool, FunctionTool):  # a FunctionTool checks its own arguments
-            check_arguments(tool, arguments)
+            check_tool_arguments(tool, arguments)
         result = await tool.invoke(arguments)
     except (ToolArgumentsError, ToolSchemaError) as exc:
         if exc.tool != tool.name:  # raised by another tool the tool itself called

@@ -30,7 +30,7 @@ from pydantic_core import CoreSchema
 
 from raf.errors import ToolArgumentsError, ToolSchemaError
 
-__all__ = ["FunctionTool", "Tool", "check_arguments", "check_tool_schema", "tool"]
+__all__ = ["FunctionTool", "Tool", "check_tool_arguments", "check_tool_schema", "tool"]
 
 #: How many problems of one call are told to the model; the rest are counted.
 MAX_PROBLEMS = 10
@@ -43,7 +43,7 @@ class Tool(Protocol):
     """Something the model can call.
 
     ``parameters`` is the JSON Schema of the arguments object. raf checks the
-    model's arguments against it (with jsonschema, see :func:`check_arguments`)
+    model's arguments against it (with jsonschema, see :func:`check_tool_arguments`)
     before ``invoke`` is called, so ``invoke`` gets a mapping that fits; a
     :class:`FunctionTool` checks its own. The result is sent back to the
     model: a ``str`` as it is, anything else as JSON.
@@ -116,7 +116,7 @@ class FunctionTool:
         if self._signature is not None:
             kwargs = self._signature.bind(self.name, arguments)
         else:
-            check_arguments(self, arguments)
+            check_tool_arguments(self, arguments)
             kwargs = dict(arguments)
         if self.in_thread:
             return await anyio.to_thread.run_sync(lambda: self.fn(**kwargs))
@@ -355,7 +355,7 @@ def check_tool_schema(name: str, schema: object) -> None:
     _build_validator(name, schema)
 
 
-def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
+def check_tool_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
     """Check ``arguments`` against ``tool.parameters`` with jsonschema.
 
     Raises :class:`~raf.ToolArgumentsError` naming each misfit with its

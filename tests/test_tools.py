@@ -25,7 +25,7 @@ from raf import (
     Tool,
     ToolArgumentsError,
     ToolSchemaError,
-    check_arguments,
+    check_tool_arguments,
     check_tool_schema,
     tool,
 )
@@ -576,14 +576,14 @@ def test_check_arguments_paths_and_a_cached_validator(monkeypatch: pytest.Monkey
     }
     checked = HandMade("rows", schema)
     for _ in range(5):
-        check_arguments(checked, {"rows": [{"id": 1}]})
+        check_tool_arguments(checked, {"rows": [{"id": 1}]})
         with pytest.raises(ToolArgumentsError, match=r"rows\[1\]: 'id' is a required property"):
-            check_arguments(checked, {"rows": [{"id": 1}, {}]})
+            check_tool_arguments(checked, {"rows": [{"id": 1}, {}]})
     assert built == ["rows"]  # once for the tool, not per call
     # a new parameters object is a new schema
     other = HandMade("rows", {"type": "object", "required": ["rows"]})
     with pytest.raises(ToolArgumentsError, match=r"^invalid arguments for 'rows': 'rows' is a"):
-        check_arguments(other, {})
+        check_tool_arguments(other, {})
     assert built == ["rows", "rows"]
 
 
@@ -591,13 +591,13 @@ def test_check_arguments_refuses_a_malformed_schema_every_time() -> None:
     broken = HandMade("broken", {"type": "object", "required": 5})
     for _ in range(2):
         with pytest.raises(ToolSchemaError, match="tool 'broken' has an invalid parameters"):
-            check_arguments(broken, {})
+            check_tool_arguments(broken, {})
 
 
 def test_a_ref_that_cannot_be_resolved_is_a_schema_error_not_a_fetch() -> None:
     remote = HandMade("remote", {"$ref": "https://example.com/schema.json"})
     with pytest.raises(ToolSchemaError, match="a \\$ref cannot be resolved"):
-        check_arguments(remote, {})
+        check_tool_arguments(remote, {})
 
 
 def test_the_new_errors_survive_pickling() -> None:
@@ -692,12 +692,12 @@ def test_a_flood_of_misfits_is_told_in_brief() -> None:
         "numbers", {"type": "object", "properties": {"n": {"items": {"type": "integer"}}}}
     )
     with pytest.raises(ToolArgumentsError) as caught:
-        check_arguments(numbers, {"n": ["x"] * 5000})
+        check_tool_arguments(numbers, {"n": ["x"] * 5000})
     problems = caught.value.problems
     assert problems[0] == "n[0]: 'x' is not of type 'integer'"
     assert len(problems) == raf.tools.MAX_PROBLEMS + 1
     assert problems[-1] == f"and more than {1000 - raf.tools.MAX_PROBLEMS} more"
     with pytest.raises(ToolArgumentsError) as caught:
-        check_arguments(numbers, {"n": ["x"] * 12})
+        check_tool_arguments(numbers, {"n": ["x"] * 12})
     assert caught.value.problems[-1] == "and 2 more"
     assert caught.value.problems[2] == "n[2]: 'x' is not of type 'integer'"  # not n[10]
