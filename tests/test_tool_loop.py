@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
+from structlog.testing import capture_logs
 
 from raf import (
     Agent,
@@ -490,10 +491,19 @@ async def test_a_tool_with_a_malformed_schema_is_refused_when_called_and_the_run
     refused = "Error: tool 'bad' cannot be called: tool 'bad' has an invalid parameters schema: "
     # refused every time, the second time from the verdict kept for the tool
     for answer in ("done", "done again"):
-        response = await agent.run("go")
+        with capture_logs() as logs:
+            response = await agent.run("go")
         assert response.text == answer
         results = [m.content for m in response.messages if m.role == "tool"]
         assert results == [refused + problem, "3"]
+        assert logs == [
+            {
+                "event": "tool.schema_invalid",
+                "log_level": "warning",
+                "tool": "bad",
+                "problem": problem,
+            }
+        ]
 
 
 # -- deeply nested JSON -------------------------------------------------------------------------
