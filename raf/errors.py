@@ -31,7 +31,25 @@ Stage = Literal["on_invoking", "on_invoked"]
 
 
 class AgentError(Exception):
-    """Base class of every error raf raises on purpose."""
+    """Base class of every error raf raises on purpose.
+
+    Every raf error survives pickling (a worker process, a task queue): it
+    is rebuilt with its message, its attributes and its notes.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # The subclasses' __init__ take other arguments than the message they pass on,
+        # so the default (cls, self.args) cannot rebuild them: restore the state instead.
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(
+    cls: type[AgentError], args: tuple[object, ...], state: dict[str, object]
+) -> AgentError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class ProviderError(AgentError):
@@ -52,15 +70,6 @@ class ProviderError(AgentError):
         self.detail = detail
         where = f"{provider}.{stage}" + (f" (field {field!r})" if field else "")
         super().__init__(f"context provider {where} failed: {detail}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_provider_error, (self.provider, self.stage, self.detail, self.field))
-
-
-def _rebuild_provider_error(
-    provider: str, stage: Stage, detail: str, field: str | None
-) -> ProviderError:
-    return ProviderError(provider, stage, detail, field=field)
 
 
 class ContextResultError(AgentError, TypeError):
@@ -115,9 +124,6 @@ class ToolArgumentsError(AgentError, ValueError):
         self.problems = problems
         super().__init__(f"invalid arguments for {tool!r}: " + "; ".join(problems))
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.tool, self.problems))
-
 
 class ToolSchemaError(AgentError, ValueError):
     """A tool's ``parameters`` is not a valid JSON Schema.
@@ -133,9 +139,6 @@ class ToolSchemaError(AgentError, ValueError):
         self.tool = tool
         self.problem = problem
         super().__init__(f"tool {tool!r} has an invalid parameters schema: {problem}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.tool, self.problem))
 
 
 class ConfigError(AgentError):

@@ -11,11 +11,11 @@ import pydantic_core
 import structlog
 
 from raf.errors import ToolArgumentsError, ToolConflictError, ToolLoopError, ToolSchemaError
-from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage, join_messages
+from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage
 from raf.options import ChatOptions
 from raf.tools import FunctionTool, Tool, check_tool_arguments
 
-__all__ = ["index_tools", "run_tool_calls", "run_tool_loop"]
+__all__: list[str] = []  # internal: the agent's core
 
 _log = structlog.get_logger("raf")
 
@@ -23,16 +23,31 @@ ChatCall = Callable[[Sequence[ChatMessage], ChatOptions], Awaitable[AgentRespons
 
 
 def index_tools(
-    tools: Sequence[Tool], known: Mapping[str, Tool] | None = None, *, source: str = "providers"
+    tools: Sequence[Tool],
+    sources: Sequence[str],
+    known: Mapping[str, Tool] | None = None,
+    *,
+    source: str = "a provider",
 ) -> dict[str, Tool]:
-    """Tools by name; a second tool with a taken name is a ToolConflictError."""
+    """Tools by name; a second tool with a taken name is a ToolConflictError.
+
+    ``sources`` names who offered each tool (parallel to ``tools``; shorter
+    means ``source`` for the rest); ``known`` are the agent's own tools.
+    """
     index = dict(known) if known else {}
-    for tool in tools:
+    offered_by: dict[str, str] = {}
+    for number, tool in enumerate(tools):
+        owner = _describe_source(sources[number] if number < len(sources) else source)
         if tool.name in index:
-            first = "the agent" if known and tool.name in known else source
-            raise ToolConflictError(tool.name, first, source)
+            first = offered_by.get(tool.name, "the agent")
+            raise ToolConflictError(tool.name, first, owner)
         index[tool.name] = tool
+        offered_by[tool.name] = owner
     return index
+
+
+def _describe_source(source: str) -> str:
+    return source if source.startswith(("the agent", "a provider")) else f"provider {source!r}"
 
 
 async def run_tool_loop(
@@ -63,7 +78,7 @@ async def run_tool_loop(
             raise ToolLoopError(max_model_calls, tuple(call.name for call in calls))
         results = await run_tool_calls(calls, tools)
         produced.extend(results)
-        messages = join_messages(messages, response.messages, results)
+        messages = (*messages, *response.messages, *results)
     raise AssertionError("unreachable: max_model_calls >= 1")  # pragma: no cover
 
 
