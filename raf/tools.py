@@ -290,7 +290,7 @@ def _refusal(where: str, definitions: dict[str, Any], fields: list[tuple[str, st
             )
         except _PYDANTIC_REFUSALS as exc:
             # pydantic's first sentence; the rest is advice for model authors
-            reason = str(exc).strip().split(". ")[0].rstrip(".")
+            reason = str(exc).strip().splitlines()[0].split(". ")[0].rstrip(".")
             return TypeError(f"{where}: parameter {name!r}: {reason} (type {hint!r})")
     return TypeError(f"{where}: pydantic cannot describe its parameters")
 

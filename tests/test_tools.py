@@ -6,7 +6,10 @@ import dataclasses
 import enum
 import json
 import pickle
+import sys
 import threading
+import typing
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -57,6 +60,12 @@ class Point:
 class Address(TypedDict):
     street: str
     number: int
+
+
+class StdlibTypedDict(typing.TypedDict):
+    """pydantic wants typing_extensions.TypedDict before Python 3.12."""
+
+    x: int
 
 
 class Opaque:
@@ -411,6 +420,16 @@ async def test_unsupported_and_missing_hints_fail_at_decoration() -> None:
         def g(x: Opaque) -> None:
             pass
 
+    with pytest.raises(
+        TypeError,
+        match=r"^tool c: parameter 'cb': Cannot generate a JsonSchema for "
+        r"core_schema.CallableSchema \(type collections.abc.Callable\[\[int\], int\]\)$",
+    ):
+
+        @tool
+        def c(cb: Callable[[int], int]) -> None:
+            pass
+
     with pytest.raises(TypeError, match=r"tool h: \*args and \*\*kwargs"):
 
         @tool
@@ -425,6 +444,19 @@ async def test_unsupported_and_missing_hints_fail_at_decoration() -> None:
 
     with pytest.raises(TypeError, match="@tool needs a function"):
         tool(42)  # type: ignore[call-overload]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="a pydantic rule for Python 3.11")
+async def test_a_stdlib_typed_dict_is_refused_before_python_3_12() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"^tool t: parameter 'a': Please use `typing_extensions.TypedDict` instead of "
+        r"`typing.TypedDict` on Python < 3.12 \(type",
+    ):
+
+        @tool
+        def t(a: StdlibTypedDict) -> None:
+            pass
 
 
 async def test_a_default_that_is_not_json_fails_at_decoration() -> None:
