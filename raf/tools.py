@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
+import threading
 import typing
 import warnings
 import weakref
@@ -392,6 +393,7 @@ _CACHE_SIZE = 1024
 #: or what is wrong with the schema); the identity checks make a reused id harmless,
 #: the size bound (oldest out first) keeps it small.
 _validators: dict[int, tuple[object, object, Validator | str]] = {}
+_validators_lock = threading.Lock()
 
 
 def _validator(tool: Tool) -> Validator:
@@ -414,9 +416,10 @@ def _validator(tool: Tool) -> Validator:
         held = weakref.ref(tool)
     except TypeError:  # not weakly referenceable: hold it (the cache is bounded)
         held = tool
-    if len(_validators) >= _CACHE_SIZE:
-        del _validators[next(iter(_validators))]
-    _validators[key] = (held, parameters, result)
+    with _validators_lock:  # runs on several event loops in threads must not race here
+        if len(_validators) >= _CACHE_SIZE:
+            del _validators[next(iter(_validators))]
+        _validators[key] = (held, parameters, result)
     if isinstance(result, str):
         raise ToolSchemaError(tool.name, result)
     return result

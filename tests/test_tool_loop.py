@@ -473,6 +473,7 @@ MALFORMED = [
     ({"type": "object", "properties": ["q"]}, "at properties: ['q'] is not of type 'object'"),
     ({"type": 5}, "at type: 5 is not valid under any of the given schemas"),
     ({"type": "object", "required": 5}, "at required: 5 is not of type 'array'"),
+    (None, "expected a JSON object, got NoneType"),
 ]
 
 
