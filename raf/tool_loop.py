@@ -143,17 +143,20 @@ async def _run_one(call: ToolCall, tools: Mapping[str, Tool]) -> ChatMessage:
         result = await tool.invoke(arguments)
     except (ToolArgumentsError, ToolSchemaError) as exc:
         if exc.tool != tool.name:  # raised by another tool the tool itself called
-            return _error(call, f"tool {call.name!r} failed: {type(exc).__name__}: {exc}")
+            return _error(call, f"tool {call.name!r} failed: {_describe(exc)}")
         if isinstance(exc, ToolSchemaError):
             _log.warning("tool.schema_invalid", tool=tool.name, problem=exc.problem)
             return _error(call, f"tool {call.name!r} cannot be called: {exc}")
         return _error(call, str(exc))
     except Exception as exc:
-        return _error(call, f"tool {call.name!r} failed: {type(exc).__name__}: {exc}")
+        return _error(call, f"tool {call.name!r} failed: {_describe(exc)}")
     try:
         text = _as_text(result)
     except Exception as exc:
-        return _error(call, f"the result of tool {call.name!r} cannot be sent to the model: {exc}")
+        reason = _describe(exc, with_type=not isinstance(exc, _Unwritable))
+        return _error(
+            call, f"the result of tool {call.name!r} cannot be sent to the model: {reason}"
+        )
     return ChatMessage.tool(call.id, text, name=call.name)
 
 
@@ -162,15 +165,28 @@ def _error(call: ToolCall, text: str) -> ChatMessage:
 
 
 def _as_text(result: Any) -> str:
-    """A ``str`` as it is, anything else as JSON (``ValueError`` when it cannot be)."""
+    """A ``str`` as it is, anything else as JSON (``_Unwritable`` when it cannot be)."""
     if isinstance(result, str):
         return result
     try:
         return json.dumps(result, ensure_ascii=False, default=_jsonable)
     except RecursionError:  # json's own limit: a result nested thousands deep
-        raise ValueError("it is nested too deeply to be written as JSON") from None
+        raise _Unwritable("it is nested too deeply to be written as JSON") from None
     except ValueError as exc:  # "Circular reference detected", pydantic's depth limit
-        raise ValueError(f"it cannot be written as JSON ({exc})") from None
+        raise _Unwritable(f"it cannot be written as JSON ({exc})") from None
+
+
+class _Unwritable(ValueError):
+    """A tool's result that cannot be written as JSON; the message says why."""
+
+
+def _describe(exc: BaseException, *, with_type: bool = True) -> str:
+    """``"ValueError: text"``, even for an exception whose ``str()`` itself fails."""
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not turn a told failure into a crash
+        text = "(its message cannot be shown)"
+    return f"{type(exc).__name__}: {text}" if with_type else text
 
 
 def _jsonable(value: Any) -> Any:

@@ -638,3 +638,33 @@ json_values = st.recursive(
 @given(json_values, st.integers(0, 8))
 def test_the_depth_limit_agrees_with_the_recursive_definition(value: Any, limit: int) -> None:
     assert _deeper_than(value, limit) == (_depth(value) > limit)
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+class Opaque:
+    def __str__(self) -> str:
+        raise RuntimeError("no text either")
+
+
+async def test_a_failure_whose_message_cannot_be_shown_is_still_told() -> None:
+    @tool
+    def odd() -> None:
+        """Raises an exception that cannot be printed."""
+        raise Unprintable()
+
+    @tool
+    def opaque() -> Any:
+        """Returns something that can be neither written as JSON nor printed."""
+        return [Opaque()]
+
+    told = await _told(ToolCall("c1", "odd"), odd)
+    assert told == "Error: tool 'odd' failed: Unprintable: (its message cannot be shown)"
+    told = await _told(ToolCall("c1", "opaque"), opaque)
+    assert told == (
+        "Error: the result of tool 'opaque' cannot be sent to the model: "
+        "RuntimeError: no text either"
+    )
