@@ -22,7 +22,8 @@ import attrs
 import structlog
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from raf.agent import Agent, ChatClient
+from raf.agent import Agent
+from raf.clients.base import ChatClient
 from raf.clients.echo import EchoChatClient
 from raf.config import (
     MAX_CONFIG_BYTES,
