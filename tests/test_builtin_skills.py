@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from raf import Agent, AgentSkillsProvider, ScriptedChatClient
 from raf.builtin.skills import parse_skill_file
-from raf.errors import ConfigError, ProviderError
+from raf.errors import ConfigError
 from tests.scripting import call_tools
 
 pytestmark = pytest.mark.anyio
@@ -75,8 +76,8 @@ async def test_unknown_skill_lists_the_known_ones(root: Path) -> None:
     ("path", "expected"),
     [
         ("../commits/SKILL.md", "uses '..'"),
-        ("escape.txt", "leads outside skill 'pdf-forms'"),
-        ("out/secret.txt", "leads outside skill 'pdf-forms'"),
+        ("escape.txt", "leads outside the skills folder"),
+        ("out/secret.txt", "leads outside the skills folder"),
         ("/etc/passwd", "is absolute"),
         ("fields\x00.md", "NUL byte"),
         ("reference", "is a folder"),
@@ -97,12 +98,12 @@ async def test_resource_reads_stay_in_the_skill_folder(
 
 
 async def test_resource_size_limit(root: Path) -> None:
-    (root / "pdf" / "big.txt").write_text("x" * 50)
+    (root / "pdf" / "big.txt").write_text("x" * 500)
     [result] = await call_tools(
-        AgentSkillsProvider(root, max_bytes=10),
+        AgentSkillsProvider(root, max_bytes=300),
         ("read_skill_resource", {"skill": "pdf-forms", "path": "big.txt"}),
     )
-    assert "more than the limit of 10 bytes" in result
+    assert "more than the limit of 300 bytes" in result
 
 
 @pytest.mark.parametrize(
@@ -110,14 +111,20 @@ async def test_resource_size_limit(root: Path) -> None:
     [
         ("name: x\ndescription: y\n", "must start with a '---'"),
         ("---\nname: x\ndescription: y\n", "no closing '---'"),
-        ("---\nname x\ndescription: y\n---\n", "line 2: expected 'key: value'"),
+        ("---\nname x\ndescription: y\n---\n", "line 3: the front matter is not valid YAML"),
         ("---\nname: x\n---\n", "needs a non-empty 'description'"),
         ("---\nname: ''\ndescription: y\n---\n", "needs a non-empty 'name'"),
-        ('---\nname: "x\ndescription: y\n---\n', "line 2: badly quoted"),
+        ("---\nname: '  '\ndescription: y\n---\n", "needs a non-empty 'name'"),
+        ('---\nname: "x\ndescription: y\n---\n', "not valid YAML: found unexpected end"),
         ("---\nname: x\nname: z\ndescription: y\n---\n", "line 3: 'name' is given twice"),
         ("---\nname: x\ndescription: |-\n---\n", "needs a non-empty 'description'"),
-        ("---\nname: [x]\ndescription: y\n---\n", "line 2: this value must be text"),
-        ("---\n  name: x\n---\n", "line 2: indented line without a key"),
+        ("---\nname: [x]\ndescription: y\n---\n", "'name' must be text, got list"),
+        ("---\nname: 12\ndescription: y\n---\n", "'name' must be text, got int"),
+        ("---\n- name: x\n---\n", "must be 'key: value' lines (a YAML mapping), got list"),
+        ("---\njust words\n---\n", "must be 'key: value' lines (a YAML mapping), got str"),
+        ("---\n---\n", "needs a non-empty 'name'"),
+        ("---\nname: x\ndescription: " + "[" * 5000 + "\n---\n", "SKILL.md: "),
+        ("---\nname: !!python/object:os.system x\ndescription: y\n---\n", "not valid YAML"),
     ],
 )
 def test_malformed_front_matter_is_a_clear_error(text: str, expected: str) -> None:
@@ -129,10 +136,15 @@ def test_malformed_front_matter_is_a_clear_error(text: str, expected: str) -> No
 def test_front_matter_values() -> None:
     fields, body = parse_skill_file(
         "\ufeff---\nname: 'it''s'\n# comment\ndescription: one\n  two\n"
-        "allowed-tools: [Read, Write]\n---\n\nBody\n",
+        "allowed-tools: [Read, Write]\nmetadata:\n  owner: docs\n---\n\nBody\n",
         "f",
     )
-    assert fields == {"name": "it's", "description": "one two", "allowed-tools": "[Read, Write]"}
+    assert fields == {
+        "name": "it's",
+        "description": "one two",
+        "allowed-tools": ["Read", "Write"],
+        "metadata": {"owner": "docs"},
+    }
     assert body == "Body"
 
 
@@ -143,22 +155,51 @@ def test_block_values() -> None:
     assert literal["description"] == "one\ntwo"
 
 
-async def test_malformed_skill_fails_the_run_naming_the_file(root: Path) -> None:
+def test_valid_yaml_is_read_as_yaml() -> None:
+    """Quoted values with a comment after them, flow and block styles: what YAML says."""
+    fields, _ = parse_skill_file(
+        '---\nname: "pdf"  # id\ndescription: >-\n  Fill in\n  forms\n'
+        "license: 'MIT'  # see LICENSE\ntags: {a: 1}\n---\nbody",
+        "S",
+    )
+    assert fields == {
+        "name": "pdf",
+        "description": "Fill in forms",
+        "license": "MIT",
+        "tags": {"a": 1},
+    }
+
+
+async def test_a_bad_skill_is_skipped_with_a_warning_and_the_others_load(root: Path) -> None:
     (root / "broken").mkdir()
     (root / "broken" / "SKILL.md").write_text("no front matter")
-    agent = Agent(ScriptedChatClient(["never"]), stack=[AgentSkillsProvider(root, name="skills")])
-    with pytest.raises(ProviderError) as caught:
+    (root / "latin").mkdir()
+    (root / "latin" / "SKILL.md").write_bytes(b"---\nname: caf\xe9\ndescription: d\n---\n")
+    client = ScriptedChatClient(["ok"])
+    agent = Agent(client, stack=[AgentSkillsProvider(root, name="skills")])
+    with capture_logs() as logs:
         await agent.run("hi")
-    assert caught.value.provider == "skills"
-    assert isinstance(caught.value.__cause__, ConfigError)
-    assert str(root / "broken" / "SKILL.md") in str(caught.value.__cause__)
+    system = client.requests[0].messages[0].content or ""
+    assert "- pdf-forms:" in system
+    assert "- commit-messages:" in system
+    skipped = {Path(e["file"]).parent.name: e for e in logs if e["event"] == "skill.skipped"}
+    assert sorted(skipped) == ["broken", "latin"]
+    assert skipped["broken"]["log_level"] == "warning"
+    assert skipped["broken"]["file"] == str(root / "broken" / "SKILL.md")
+    assert "must start with a '---' front matter line" in skipped["broken"]["reason"]
+    assert "is not UTF-8 text" in skipped["latin"]["reason"]
 
 
-async def test_duplicate_names_are_refused(root: Path) -> None:
+async def test_a_second_skill_with_a_taken_name_is_skipped(root: Path) -> None:
     (root / "pdf2").mkdir()
-    (root / "pdf2" / "SKILL.md").write_text(PDF_SKILL)
-    with pytest.raises(ConfigError, match="skill name 'pdf-forms' is taken"):
-        await AgentSkillsProvider(root).skills()
+    (root / "pdf2" / "SKILL.md").write_text(PDF_SKILL.replace("Filling", "Other"))
+    with capture_logs() as logs:
+        skills = await AgentSkillsProvider(root).skills()
+    assert skills["pdf-forms"].body.startswith("# Filling PDF forms")
+    assert skills["pdf-forms"].folder == root / "pdf"
+    [event] = [e for e in logs if e["event"] == "skill.skipped"]
+    assert event["file"] == str(root / "pdf2" / "SKILL.md")
+    assert "the skill name 'pdf-forms' is taken by" in event["reason"]
 
 
 async def test_refresh_sees_new_skills_and_empty_root_adds_nothing(tmp_path: Path) -> None:

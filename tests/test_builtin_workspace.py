@@ -82,7 +82,7 @@ async def test_read_list_and_write(root: Path) -> None:
         ("write_file", {"path": "dir_out/evil.txt", "content": "x"}, "leads outside"),
         ("write_file", {"path": "link_out.txt", "content": "x"}, "leads outside"),
         ("write_file", {"path": "src", "content": "x"}, "is a folder"),
-        ("write_file", {"path": ".", "content": "x"}, "workspace folder itself"),
+        ("write_file", {"path": ".", "content": "x"}, "is the workspace itself"),
         ("write_file", {"path": "a\x00b", "content": "x"}, "NUL byte"),
     ],
 )
