@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
-from raf import Agent, AgentSkillsProvider, ScriptedChatClient
+from raf import Agent, AgentSkillsProvider, ScriptedChatClient, ToolCall
 from raf.builtin.skills import parse_skill_file
 from raf.errors import ConfigError
 from tests.scripting import call_tools
@@ -229,3 +230,115 @@ def test_a_comment_after_a_plain_value_is_not_part_of_it() -> None:
     assert fields["description"] == "Fill in C# forms"
     quoted, _ = parse_skill_file("---\nname: 'a # b'\ndescription: \"c # d\"\n---\n", "S")
     assert (quoted["name"], quoted["description"]) == ("a # b", "c # d")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A folder outside the skills root that looks like a skill, with a private file."""
+    folder = tmp_path / "home"
+    folder.mkdir()
+    (folder / "SKILL.md").write_text("---\nname: home\ndescription: my home\n---\nsecret body")
+    (folder / ".ssh").mkdir()
+    (folder / ".ssh" / "id_rsa").write_text("PRIVATE KEY")
+    return folder
+
+
+async def test_a_symlinked_skill_folder_leading_outside_is_skipped(
+    root: Path, home: Path
+) -> None:
+    (root / "proj").symlink_to("../home", target_is_directory=True)
+    client = ScriptedChatClient(
+        [
+            ScriptedChatClient.tool_turn(
+                ToolCall("1", "load_skill", '{"name": "home"}'),
+                ToolCall("2", "read_skill_resource", '{"skill": "home", "path": ".ssh/id_rsa"}'),
+            ),
+            "done",
+        ]
+    )
+    with capture_logs() as logs:
+        response = await Agent(client, stack=[AgentSkillsProvider(root)]).run("hi")
+    system = client.requests[0].messages[0].content or ""
+    assert "home" not in system
+    for message in response.messages:
+        assert "PRIVATE KEY" not in (message.content or "")
+        assert "secret body" not in (message.content or "")
+    [event] = [e for e in logs if e["event"] == "skill.skipped"]
+    assert event["file"] == str(root / "proj" / "SKILL.md")
+    assert "leads outside the skills folder" in event["reason"]
+
+
+async def test_reads_are_confined_to_the_skills_root_not_the_skill_folder(
+    root: Path, outside: Path
+) -> None:
+    (root / "alias").symlink_to("commits", target_is_directory=True)
+    (root / "pdf" / "shared.md").symlink_to("../commits/SKILL.md")
+    with capture_logs() as logs:
+        results = await call_tools(
+            AgentSkillsProvider(root),
+            ("read_skill_resource", {"skill": "pdf-forms", "path": "shared.md"}),
+            ("read_skill_resource", {"skill": "pdf-forms", "path": "escape.txt"}),
+        )
+    # a symlink to a sibling skill stays beneath the skills root: it is read
+    assert results[0].startswith("---\nname: commit-messages")
+    assert "leads outside the skills folder" in results[1]
+    assert "top secret" not in results[1]
+    # a symlink to another skill's folder is that skill again: its name is taken
+    [event] = [e for e in logs if e["event"] == "skill.skipped"]
+    assert event["file"] == str(root / "commits" / "SKILL.md")
+    assert "'commit-messages' is taken by" in event["reason"]
+
+
+async def test_a_hard_linked_resource_is_not_read(root: Path, outside: Path) -> None:
+    os.link(outside / "secret.txt", root / "pdf" / "hard.txt")
+    [result] = await call_tools(
+        AgentSkillsProvider(root),
+        ("read_skill_resource", {"skill": "pdf-forms", "path": "hard.txt"}),
+    )
+    assert "'hard.txt' has 2 hard links" in result
+    assert "top secret" not in result
+
+
+@pytest.mark.parametrize(
+    "path", ["a" * 300, "reference/" + "a" * 300, "SKILL.md/x", "/".join(["d" * 200] * 30)]
+)
+async def test_resource_errors_name_only_the_path_the_model_gave(root: Path, path: str) -> None:
+    [result] = await call_tools(
+        AgentSkillsProvider(root), ("read_skill_resource", {"skill": "pdf-forms", "path": path})
+    )
+    assert result.startswith("Error: tool 'read_skill_resource' failed: PathError: "), result
+    assert str(root.parent) not in result
+    assert "/tmp" not in result
+
+
+async def test_the_resource_listing_does_not_follow_symlinks_out(root: Path) -> None:
+    [result] = await call_tools(AgentSkillsProvider(root), ("load_skill", {"name": "pdf-forms"}))
+    files = result.split("Files of this skill (read them with read_skill_resource):\n")[1]
+    assert files.splitlines() == ["escape.txt", "reference/fields.md"]
+
+
+async def test_two_skill_roots_in_one_agent_with_tool_prefixes(root: Path, tmp_path: Path) -> None:
+    other = tmp_path / "team-skills"
+    (other / "deploy").mkdir(parents=True)
+    (other / "deploy" / "SKILL.md").write_text("---\nname: deploy\ndescription: Ship it\n---\nGo.")
+    client = ScriptedChatClient(
+        [
+            ScriptedChatClient.tool_turn(
+                ToolCall("1", "load_skill", '{"name": "commit-messages"}'),
+                ToolCall("2", "team_load_skill", '{"name": "deploy"}'),
+            ),
+            "done",
+        ]
+    )
+    stack = [AgentSkillsProvider(root), AgentSkillsProvider(other, tool_prefix="team_")]
+    response = await Agent(client, stack=stack).run("hi")
+    assert [t.name for t in client.requests[0].options.tools] == [
+        "load_skill",
+        "read_skill_resource",
+        "team_load_skill",
+        "team_read_skill_resource",
+    ]
+    system = client.requests[0].messages[0].content or ""
+    assert "call team_load_skill with its name" in system
+    assert "team_read_skill_resource for files" in system
+    assert [m.content for m in response.messages if m.role == "tool"] == ["Be brief.", "Go."]
