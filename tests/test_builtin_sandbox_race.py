@@ -85,26 +85,25 @@ def swapping(sub: Path, far: Path) -> Iterator[list[int]]:
         assert not thread.is_alive()
 
 
-async def race(call: Callable[[int], Awaitable[Any]]) -> tuple[list[str], int]:
-    """Call ``call(n)`` from several tasks for ``RACE_SECONDS``; the results that are text."""
+async def race(call: Callable[[int], Awaitable[Any]]) -> list[str]:
+    """Call ``call(n)`` from several tasks for ``RACE_SECONDS``; what the calls returned.
+
+    A refusal (``PathError``) is a fine outcome of a call that met the swap.
+    """
     results: list[str] = []
-    refused = 0
     deadline = time.monotonic() + RACE_SECONDS
 
     async def worker(number: int) -> None:
-        nonlocal refused
         count = 0
         while time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(PathError):
                 results.append(str(await call(number * 1_000_000 + count)))
-            except PathError:
-                refused += 1
             count += 1
 
     async with anyio.create_task_group() as group:
         for number in range(WORKERS):
             group.start_soon(worker, number)
-    return results, refused
+    return results
 
 
 def tool(provider: Any, name: str) -> Any:
@@ -121,7 +120,7 @@ async def test_workspace_reads_never_leave_the_root_under_a_swap(tmp_path: Path,
     fill(root / "sub")
     read_file = tool(WorkspaceContextProvider(root), "read_file")
     with swapping(root / "sub", far) as flips:
-        results, refused = await race(lambda n: read_file.invoke({"path": "sub/data.txt"}))
+        results = await race(lambda n: read_file.invoke({"path": "sub/data.txt"}))
     assert flips[0] > 0
     assert results, "no read succeeded at all"
     assert [r for r in results if r != "near"] == []
@@ -135,7 +134,7 @@ async def test_workspace_listings_never_leave_the_root_under_a_swap(
     fill(root / "sub")
     list_files = tool(WorkspaceContextProvider(root), "list_files")
     with swapping(root / "sub", far) as flips:
-        results, refused = await race(lambda n: list_files.invoke({"path": "sub"}))
+        results = await race(lambda n: list_files.invoke({"path": "sub"}))
     assert flips[0] > 0
     assert results, "no listing succeeded at all"
     assert [r for r in results if "far-marker" in r] == []
@@ -148,7 +147,7 @@ async def test_workspace_writes_never_leave_the_root_under_a_swap(
     fill(root / "sub")
     write_file = tool(WorkspaceContextProvider(root), "write_file")
     with swapping(root / "sub", far) as flips:
-        results, refused = await race(
+        results = await race(
             lambda n: write_file.invoke({"path": f"sub/new-{n}.txt", "content": "written"})
         )
     assert flips[0] > 0
@@ -169,9 +168,7 @@ async def test_skill_resources_never_leave_the_skills_root_under_a_swap(
     fill(root / "pdf" / "sub")
     read = tool(AgentSkillsProvider(root), "read_skill_resource")
     with swapping(root / "pdf" / "sub", far) as flips:
-        results, refused = await race(
-            lambda n: read.invoke({"skill": "pdf", "path": "sub/data.txt"})
-        )
+        results = await race(lambda n: read.invoke({"skill": "pdf", "path": "sub/data.txt"}))
     assert flips[0] > 0
     assert results, "no read succeeded at all"
     assert [r for r in results if r != "near"] == []

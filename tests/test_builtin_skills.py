@@ -243,9 +243,7 @@ def home(tmp_path: Path) -> Path:
     return folder
 
 
-async def test_a_symlinked_skill_folder_leading_outside_is_skipped(
-    root: Path, home: Path
-) -> None:
+async def test_a_symlinked_skill_folder_leading_outside_is_skipped(root: Path, home: Path) -> None:
     (root / "proj").symlink_to("../home", target_is_directory=True)
     client = ScriptedChatClient(
         [

@@ -124,7 +124,9 @@ def _check_regular(info: os.stat_result, label: str, max_bytes: int) -> None:
             "since another link to it may lie outside the folder"
         )
     if info.st_size > max_bytes:
-        raise PathError(f"{label} is {info.st_size} bytes, more than the limit of {max_bytes} bytes")
+        raise PathError(
+            f"{label} is {info.st_size} bytes, more than the limit of {max_bytes} bytes"
+        )
 
 
 _Last = Literal["folder", "file", "entry"]
@@ -364,7 +366,9 @@ class Sandbox:
                     todo.appendleft(name)
                     followed += 1  # bounds a folder that keeps vanishing
                     if followed > _MAX_SYMLINKS:
-                        raise PathError(f"cannot {verb} {label}: the folders keep changing")
+                        raise PathError(
+                            f"cannot {verb} {label}: the folders keep changing"
+                        ) from None
                     continue
                 kind = "folder" if last == "folder" else "file"
                 raise PathError(f"there is no {kind} {label} in {where}") from None

@@ -64,13 +64,26 @@ def tokenize(text: str) -> list[str]:
 
 # Plural endings after a sibilant, where English adds "es" to the singular
 # (class-es, box-es, match-es, status-es), tried before Harman's general rules.
-_SIBILANT_PLURALS = (("sses", "ss"), ("zzes", "zz"), ("ches", "ch"), ("shes", "sh"))
-_SIBILANT_PLURALS += (("xes", "x"), ("uses", "us"))
+_SIBILANT_PLURALS: tuple[tuple[str, str], ...] = (
+    ("sses", "ss"),
+    ("zzes", "zz"),
+    ("ches", "ch"),
+    ("shes", "sh"),
+    ("xes", "x"),
+    ("uses", "us"),
+)
 # Singulars that end like one of those stems plus an "e" (cache, axe, cause,
 # movie): "caches" cannot tell "cach" + "es" from "cache" + "s", so such a
 # singular is folded the same way, and singular and plural meet.
-_E_SINGULARS = (("sse", "ss"), ("zze", "zz"), ("che", "ch"), ("she", "sh"), ("xe", "x"))
-_E_SINGULARS += (("use", "us"), ("ie", "y"))
+_E_SINGULARS: tuple[tuple[str, str], ...] = (
+    ("sse", "ss"),
+    ("zze", "zz"),
+    ("che", "ch"),
+    ("she", "sh"),
+    ("xe", "x"),
+    ("use", "us"),
+    ("ie", "y"),
+)
 
 
 def _singular(word: str) -> str:
@@ -88,9 +101,9 @@ def _singular(word: str) -> str:
                 return word[: -len(ending)] + stem
         if word.endswith("ies") and not word.endswith(("eies", "aies")):
             return word[:-3] + "y"
-        if word.endswith("es") and not word.endswith(("aes", "ees", "oes")):
-            word = word[:-1]
-        elif word.endswith("s") and not word.endswith(("us", "ss")):
+        # Harman's "es" -> "e" and "s" -> "" both drop the final "s"; between
+        # them they spare only words in "us" and "ss" (bus, status, glass).
+        if word.endswith("s") and not word.endswith(("us", "ss")):
             word = word[:-1]
     if len(word) >= 3:
         for ending, stem in _E_SINGULARS:

@@ -57,11 +57,9 @@ class _FrontMatterLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             if isinstance(key, str) and key in seen:
-                raise _DuplicateKey(
-                    None, None, f"{key!r} is given twice", key_node.start_mark
-                )
+                raise _DuplicateKey(None, None, f"{key!r} is given twice", key_node.start_mark)
             if isinstance(key, str):
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
@@ -90,7 +88,7 @@ def parse_skill_file(text: str, source: str) -> tuple[dict[str, Any], str]:
     except StopIteration:
         raise ConfigError(f"{source}: the front matter has no closing '---' line") from None
     try:
-        fields = yaml.load("\n".join(lines[1:end]), Loader=_FrontMatterLoader)  # noqa: S506 - a SafeLoader
+        fields = yaml.load("\n".join(lines[1:end]), Loader=_FrontMatterLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 2}: " if mark is not None else ""  # +2: the '---' line, 1-based
