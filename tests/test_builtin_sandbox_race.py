@@ -159,16 +159,25 @@ async def test_workspace_writes_never_leave_the_root_under_a_swap(
     assert not [name for name in inside if name.endswith(".tmp")]
 
 
+@pytest.mark.parametrize(("swapped", "path"), [("pdf/sub", "sub/data.txt"), ("pdf", "data.txt")])
 async def test_skill_resources_never_leave_the_skills_root_under_a_swap(
-    tmp_path: Path, far: Path
+    tmp_path: Path, far: Path, swapped: str, path: str
 ) -> None:
+    """The swapped folder is one inside a skill, or the skill's own folder."""
     root = tmp_path / "skills"
-    (root / "pdf").mkdir(parents=True)
-    (root / "pdf" / "SKILL.md").write_text("---\nname: pdf\ndescription: d\n---\nbody")
     fill(root / "pdf" / "sub")
-    read = tool(AgentSkillsProvider(root), "read_skill_resource")
-    with swapping(root / "pdf" / "sub", far) as flips:
-        results = await race(lambda n: read.invoke({"skill": "pdf", "path": "sub/data.txt"}))
+    for folder in (root / "pdf", root / "pdf" / "sub"):
+        (folder / "data.txt").write_text("near")
+    (root / "pdf" / "SKILL.md").write_text("---\nname: pdf\ndescription: d\n---\nbody")
+    provider = AgentSkillsProvider(root)
+    read = tool(provider, "read_skill_resource")
+    load = tool(provider, "load_skill")
+    await provider.skills()  # discovered before the swapping starts
+    with swapping(root / swapped, far) as flips:
+        results = await race(lambda n: read.invoke({"skill": "pdf", "path": path}))
+        listings = await race(lambda n: load.invoke({"name": "pdf"}))
     assert flips[0] > 0
     assert results, "no read succeeded at all"
     assert [r for r in results if r != "near"] == []
+    assert listings, "no load_skill succeeded at all"
+    assert [r for r in listings if "far-marker" in r] == []
