@@ -345,3 +345,23 @@ async def test_two_workspaces_in_one_agent_with_tool_prefixes(tmp_path: Path) ->
     assert [m.content for m in response.messages if m.role == "tool"] == ["in a", "in b"]
     with pytest.raises(TypeError, match="tool_prefix"):
         WorkspaceContextProvider(tmp_path, tool_prefix=None)  # type: ignore[arg-type]
+
+
+async def test_symlinks_back_to_the_root_are_folders(root: Path) -> None:
+    (root / "self").symlink_to(root, target_is_directory=True)
+    (root / "dot").symlink_to(".", target_is_directory=True)
+    (root / "src" / "up").symlink_to("..", target_is_directory=True)
+    results = await call_tools(
+        WorkspaceContextProvider(root),
+        ("read_file", {"path": "self"}),
+        ("read_file", {"path": "dot"}),
+        ("read_file", {"path": "src/up"}),
+        ("write_file", {"path": "self", "content": "x"}),
+        ("read_file", {"path": "src/up/src/up/self/dot/notes.md"}),
+        ("list_files", {"path": "src/up"}),
+    )
+    for result in results[:4]:
+        assert result.endswith("is a folder, not a file"), result
+    assert results[4] == "# Notes\nbuy milk\n"
+    assert "notes.md" in results[5].splitlines()
+    assert (root / "self").is_symlink()

@@ -308,17 +308,25 @@ class Sandbox:
     def _walk_from(
         self, walk: _Walk, todo: deque[str], last: _Last, label: str, where: str, verb: str
     ) -> str:
-        followed = 0
+        turns = 0  # symlinks followed and names looked at again: bounded
+
+        def again(name: str, why: str) -> None:
+            """Look at ``name`` once more, unless that happened too often already."""
+            nonlocal turns
+            turns += 1
+            if turns > _MAX_SYMLINKS:
+                raise PathError(f"cannot {verb} {label}: {why}")
+            todo.appendleft(name)
 
         def follow(name: str) -> bool:
             """Put the target of the symlink ``name`` in front of ``todo``; ``False`` if none."""
-            nonlocal followed
+            nonlocal turns
             try:
                 target = os.readlink(name, dir_fd=walk.top)
             except OSError:
                 return False  # not a symlink (any more): the caller looks again
-            followed += 1
-            if followed > _MAX_SYMLINKS:
+            turns += 1
+            if turns > _MAX_SYMLINKS:
                 raise PathError(f"cannot {verb} {label}: too many levels of symbolic links")
             if os.path.isabs(target):
                 inside = self._beneath(target)
@@ -349,8 +357,7 @@ class Sandbox:
                     raise PathError(f"cannot {verb} {label}: {_reason(exc)}") from None
                 if stat.S_ISLNK(info.st_mode):
                     if not follow(name):
-                        todo.appendleft(name)  # it changed under us: look again
-                        followed += 1
+                        again(name, "it keeps changing")  # a symlink no more: look again
                     continue
                 return name
             try:
@@ -363,12 +370,7 @@ class Sandbox:
                         pass  # made by someone else meanwhile: open whatever it is
                     except OSError as exc:
                         raise PathError(f"cannot {verb} {label}: {_reason(exc)}") from None
-                    todo.appendleft(name)
-                    followed += 1  # bounds a folder that keeps vanishing
-                    if followed > _MAX_SYMLINKS:
-                        raise PathError(
-                            f"cannot {verb} {label}: the folders keep changing"
-                        ) from None
+                    again(name, "its folders keep changing")
                     continue
                 kind = "folder" if last == "folder" else "file"
                 raise PathError(f"there is no {kind} {label} in {where}") from None
@@ -381,17 +383,12 @@ class Sandbox:
                         raise PathError(f"{label} is a file, not a folder") from None
                     raise PathError(f"cannot {verb} {label}: {_reason(exc)}") from None
                 if exc.errno in (errno.ELOOP, errno.EMLINK):  # it was a symlink a moment ago
-                    todo.appendleft(name)
-                    followed += 1
-                    if followed > _MAX_SYMLINKS:
-                        raise PathError(
-                            f"cannot {verb} {label}: too many levels of symbolic links"
-                        ) from None
+                    again(name, "it keeps changing")
                     continue
                 raise PathError(f"cannot {verb} {label}: {_reason(exc)}") from None
             walk.push(fd, name)
-        if last != "folder":  # the path led to the root itself
-            raise PathError(f"the path {label} is {where} itself, not a file")
+        if last != "folder":  # a symlink led back to the root itself
+            raise PathError(f"{label} is a folder, not a file")
         return ""
 
     def _beneath(self, target: str) -> list[str] | None:
