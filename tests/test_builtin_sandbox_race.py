@@ -48,10 +48,10 @@ def fill(sub: Path) -> None:
 
 @contextlib.contextmanager
 def swapping(sub: Path, far: Path) -> Iterator[list[int]]:
-    """Flip ``sub`` between the real folder and a symlink to ``far`` in a thread.
+    """Flip ``sub`` between what it is (a folder or a file) and a symlink to ``far`` in a thread.
 
-    ``write_file`` creates missing folders, so it may make a new ``sub`` in
-    the moment the name is free; such a folder is moved aside (it stays in
+    ``write_file`` creates missing folders and files, so it may make a new
+    ``sub`` in the moment the name is free; that is moved aside (it stays in
     the root) and the flip goes on.
     """
     parked = sub.with_name(sub.name + ".parked")
@@ -181,3 +181,22 @@ async def test_skill_resources_never_leave_the_skills_root_under_a_swap(
     assert [r for r in results if r != "near"] == []
     assert listings, "no load_skill succeeded at all"
     assert [r for r in listings if "far-marker" in r] == []
+
+
+async def test_a_file_swapped_for_a_symlink_out_is_never_read_or_written_through(
+    tmp_path: Path, far: Path
+) -> None:
+    root = tmp_path / "ws"
+    fill(root / "sub")
+    provider = WorkspaceContextProvider(root)
+    read_file, write_file = tool(provider, "read_file"), tool(provider, "write_file")
+    with swapping(root / "sub" / "data.txt", far / "data.txt") as flips:
+        reads = await race(lambda n: read_file.invoke({"path": "sub/data.txt"}))
+        writes = await race(
+            lambda n: write_file.invoke({"path": "sub/data.txt", "content": "near"})
+        )
+    assert flips[0] > 0
+    assert reads, "no read succeeded at all"
+    assert writes, "no write succeeded at all"
+    assert [r for r in reads if r != "near"] == []
+    assert_far_untouched(far)
