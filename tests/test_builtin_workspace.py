@@ -365,3 +365,19 @@ async def test_symlinks_back_to_the_root_are_folders(root: Path) -> None:
     assert results[4] == "# Notes\nbuy milk\n"
     assert "notes.md" in results[5].splitlines()
     assert (root / "self").is_symlink()
+
+
+async def test_absolute_symlinks_may_spell_the_root_as_it_was_given(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "notes.md").write_text("hello")
+    spelled = tmp_path / "spelled"
+    spelled.symlink_to(real, target_is_directory=True)
+    (real / "via-given.md").symlink_to(spelled / "notes.md")
+    (real / "via-real.md").symlink_to(real / "notes.md")
+    results = await call_tools(
+        WorkspaceContextProvider(spelled),
+        ("read_file", {"path": "via-given.md"}),
+        ("read_file", {"path": "via-real.md"}),
+    )
+    assert results == ["hello", "hello"]
