@@ -8,7 +8,8 @@ and writes rename inside it. So nothing is checked apart from its use: a
 folder swapped for a symlink between two steps is met as a symlink by the
 next ``open`` itself. Symlinks met on the way are followed by hand, and only
 while they stay beneath the root (a ``..`` in a target may climb back to the
-root, never above it), as Linux's ``openat2(RESOLVE_BENEATH)`` does.
+root, never above it; an absolute target counts when it names a place beneath
+the root), much as Linux's ``openat2(RESOLVE_BENEATH)`` does.
 
 Every refusal is a :class:`PathError` that names the path as the model gave
 it, never the root's absolute location or a symlink's target.

@@ -237,10 +237,8 @@ class AgentSkillsProvider(ContextProvider):
         except PathError:
             # Not a folder: a file, or a symlink to one. A symlink to a folder
             # outside the root is a skill folder the sandbox refuses: say so.
-            try:
-                if not os.path.isdir(self.root / name):
-                    return None
-            except OSError:  # pragma: no cover - isdir swallows OSError itself
+            # (isdir follows symlinks, but only looks: it reads nothing.)
+            if not os.path.isdir(self.root / name):
                 return None
             raise
         try:
