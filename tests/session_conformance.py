@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raf import Agent, ChatMessage, Messages, ScriptedChatClient, Session, ToolCall
+from raf import Agent, ChatMessage, ScriptedChatClient, Session, ToolCall
 from raf.sessions import request_hash
 
 __all__ = [
@@ -104,7 +104,7 @@ async def test_new_session_is_empty(harness: Harness) -> None:
     session = await harness.new(session_id)
     assert session.id == session_id
     history = await session.get_messages()
-    assert type(history) is Messages
+    assert type(history) is tuple
     assert history == ()
 
 
@@ -114,7 +114,7 @@ async def test_round_trip_survives_reopening(harness: Harness) -> None:
     assert list(await session.get_messages()) == conversation()
     again = await harness.reopen(session)
     history = await again.get_messages()
-    assert type(history) is Messages
+    assert type(history) is tuple
     assert list(history) == conversation()
     assert [type(m) for m in history] == [ChatMessage] * len(history)
 
@@ -133,7 +133,7 @@ async def test_history_keeps_order_across_appends(harness: Harness) -> None:
 async def test_add_messages_accepts_any_iterable(harness: Harness) -> None:
     session = await harness.new(fresh_id())
     await session.add_messages(m for m in [ChatMessage.user("a")])
-    await session.add_messages(Messages([ChatMessage.user("b")]))
+    await session.add_messages((ChatMessage.user("b"),))
     await session.add_messages((ChatMessage.user("c"),))
     assert [m.content for m in await session.get_messages()] == ["a", "b", "c"]
 
@@ -199,11 +199,14 @@ async def test_concurrent_appends_lose_nothing_and_stay_together(harness: Harnes
 async def test_request_hash_is_the_canonical_sha256(harness: Harness) -> None:
     session = await harness.new(fresh_id())
     request = conversation()[:2]
-    digest = await session.touch_request_hash(request)
+    touched = await session.touch_request_hash(request)
+    digest = touched.digest
     assert digest == request_hash(request)
     assert len(digest) == 64
-    assert await session.touch_request_hash(list(request)) == digest
-    assert await session.touch_request_hash(request[:1]) != digest
+    assert not touched.repeated
+    again = await session.touch_request_hash(list(request))
+    assert (again.digest, again.repeated) == (digest, True)
+    assert (await session.touch_request_hash(request[:1])).digest != digest
     # Hashing records, it does not add to the history.
     assert await session.get_messages() == ()
 

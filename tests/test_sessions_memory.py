@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from raf import ChatMessage, InMemorySession, Messages, Session
+from raf import ChatMessage, InMemorySession, Session
 from raf.sessions import request_hash
 
 pytestmark = pytest.mark.anyio
@@ -17,8 +17,8 @@ async def test_a_new_session_is_empty() -> None:
     session = InMemorySession()
     history = await session.get_messages()
     assert history == ()
-    assert type(history) is Messages
-    assert session.request_hashes == {}
+    assert type(history) is tuple
+    assert await session.request_hashes() == {}
 
 
 async def test_add_then_get_keeps_order_across_calls() -> None:
@@ -28,20 +28,20 @@ async def test_add_then_get_keeps_order_across_calls() -> None:
     await session.add_messages((ChatMessage.user("c"),))
     history = await session.get_messages()
     assert [m.content for m in history] == ["a", "b", "c"]
-    assert type(history) is Messages
+    assert type(history) is tuple
 
 
 async def test_add_accepts_a_generator_and_messages() -> None:
     session = InMemorySession()
     await session.add_messages(ChatMessage.user(str(i)) for i in range(2))
-    await session.add_messages(Messages([ChatMessage.user("2")]))
+    await session.add_messages((ChatMessage.user("2"),))
     assert [m.content for m in await session.get_messages()] == ["0", "1", "2"]
 
 
 async def test_a_bad_item_rejects_the_whole_call() -> None:
     session = InMemorySession()
     await session.add_messages([ChatMessage.user("kept")])
-    with pytest.raises(TypeError, match=r"Messages\[1\] must be a ChatMessage, got str"):
+    with pytest.raises(TypeError, match=r"\[1\] must be a ChatMessage, got str"):
         await session.add_messages([ChatMessage.user("lost?"), "not a message"])  # type: ignore[list-item]
     assert [m.content for m in await session.get_messages()] == ["kept"]
 
@@ -77,7 +77,7 @@ async def test_is_a_session() -> None:
 async def test_touch_request_hash_records_and_returns_the_digest() -> None:
     session = InMemorySession()
     messages = [ChatMessage.user("hi"), ChatMessage.assistant("hello")]
-    digest = await session.touch_request_hash(messages)
+    digest = (await session.touch_request_hash(messages)).digest
     canonical = json.dumps(
         [{"content": "hi", "role": "user"}, {"content": "hello", "role": "assistant"}],
         sort_keys=True,
@@ -85,13 +85,13 @@ async def test_touch_request_hash_records_and_returns_the_digest() -> None:
     )
     assert digest == hashlib.sha256(canonical.encode()).hexdigest()
     assert digest == request_hash(messages)
-    assert list(session.request_hashes) == [digest]
-    assert isinstance(session.request_hashes[digest], float)
+    assert list(await session.request_hashes()) == [digest]
+    assert isinstance((await session.request_hashes())[digest], float)
     # the same request again is recognised, not recorded twice
-    assert await session.touch_request_hash(tuple(messages)) == digest
-    assert list(session.request_hashes) == [digest]
-    other = await session.touch_request_hash([ChatMessage.user("bye")])
+    assert (await session.touch_request_hash(tuple(messages))).digest == digest
+    assert list(await session.request_hashes()) == [digest]
+    other = (await session.touch_request_hash([ChatMessage.user("bye")])).digest
     assert other != digest
-    assert set(session.request_hashes) == {digest, other}
+    assert set(await session.request_hashes()) == {digest, other}
     # touching a hash does not add history
     assert await session.get_messages() == ()

@@ -65,7 +65,7 @@ async def test_request_hashes_are_persisted_with_the_time(
 ) -> None:
     session = await store.get("s")
     request = [ChatMessage.user("hello")]
-    digest = await session.touch_request_hash(request)
+    digest = (await session.touch_request_hash(request)).digest
     assert digest == request_hash(request)
     async with SqliteSessionStore(db_path) as again:
         recorded = await (await again.get("s")).request_hashes()

@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
+
+import attrs
 
 from raf.messages import ChatMessage, messages_to_json
 
-__all__ = ["Session", "request_hash"]
+__all__ = ["REQUEST_HASH_LIMIT", "RequestHash", "Session", "request_hash"]
+
+#: How many request digests a session keeps (the most recent ones).
+REQUEST_HASH_LIMIT: Final = 64
+
+
+@attrs.frozen(slots=True)
+class RequestHash:
+    """What ``Session.touch_request_hash`` returns: the request's digest, and whether
+    this session had already recorded it (a client retrying a turn, for example)."""
+
+    digest: str
+    repeated: bool
 
 
 @runtime_checkable
@@ -16,7 +30,7 @@ class Session(Protocol):
     """Where a conversation lives between runs.
 
     ``get_messages`` returns the stored history, oldest first (raf's stores
-    return :class:`raf.Messages`, which a run passes on without copying);
+    return a tuple);
     ``add_messages`` appends messages in one step, all or nothing;
     ``touch_request_hash`` records the hash of a run's request messages with
     the time, and returns it.
@@ -29,7 +43,9 @@ class Session(Protocol):
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None: ...
 
-    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> str: ...
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash: ...
+
+    async def request_hashes(self) -> dict[str, float]: ...
 
 
 def request_hash(messages: Iterable[ChatMessage]) -> str:

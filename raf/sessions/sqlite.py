@@ -16,8 +16,8 @@ from typing import Final, TypeVar
 import anyio.to_thread
 
 from raf.errors import SessionStoreError
-from raf.messages import EMPTY_MESSAGES, ChatMessage, Messages, join_messages, trusted_messages
-from raf.sessions.base import request_hash
+from raf.messages import ChatMessage, checked_messages
+from raf.sessions.base import RequestHash, request_hash
 
 __all__ = ["SqliteSession", "SqliteSessionStore"]
 
@@ -158,8 +158,8 @@ class SqliteSession:
     def __init__(self, store: SqliteSessionStore, id: str) -> None:
         self._store = store
         self._id = id
-        # Immutable, appended without copying (see raf.Messages).
-        self._history: Messages = EMPTY_MESSAGES
+        # What was read or written so far: a turn reads only the rows after it.
+        self._history: tuple[ChatMessage, ...] = ()
         self._last_seq = 0
 
     @property
@@ -172,31 +172,35 @@ class SqliteSession:
         """The store the session lives in."""
         return self._store
 
-    async def get_messages(self) -> Messages:
+    async def get_messages(self) -> tuple[ChatMessage, ...]:
         """The history, oldest first."""
         return await self._store.with_connection(self._refresh)
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages`` in one transaction; a bad item rejects the whole call."""
-        new = messages if type(messages) is Messages else Messages(messages)
+        new = checked_messages(messages, "add_messages(messages)")
         if new:
             await self._store.with_connection(lambda db: self._append(db, new))
 
-    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> str:
-        """Record the request messages' hash with the time, and return it."""
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
+        """Record the request messages' hash with the time; say whether it had been seen."""
         digest = request_hash(messages)
         seen_at = time.time()
 
-        def touch(db: sqlite3.Connection) -> None:
+        def touch(db: sqlite3.Connection) -> bool:
             with db:
+                seen = db.execute(
+                    "SELECT 1 FROM raf_request_hashes WHERE session_id = ? AND hash = ?",
+                    (self._id, digest),
+                ).fetchone()
                 db.execute(
                     "INSERT INTO raf_request_hashes (session_id, hash, seen_at) VALUES (?, ?, ?) "
                     "ON CONFLICT (session_id, hash) DO UPDATE SET seen_at = excluded.seen_at",
                     (self._id, digest, seen_at),
                 )
+            return seen is not None
 
-        await self._store.with_connection(touch)
-        return digest
+        return RequestHash(digest, await self._store.with_connection(touch))
 
     async def request_hashes(self) -> dict[str, float]:
         """Every request hash recorded on this session, with the time it was last seen."""
@@ -207,19 +211,18 @@ class SqliteSession:
         )
         return dict(rows)
 
-    def _refresh(self, db: sqlite3.Connection) -> Messages:
+    def _refresh(self, db: sqlite3.Connection) -> tuple[ChatMessage, ...]:
         # Runs in the worker thread, under the store's lock, like every cache update.
         rows = db.execute(
             "SELECT seq, message FROM raf_messages WHERE session_id = ? AND seq > ? ORDER BY seq",
             (self._id, self._last_seq),
         ).fetchall()
         if rows:
-            loaded = trusted_messages([self._decode(seq, text) for seq, text in rows])
-            self._history = join_messages(self._history, loaded)
+            self._history = (*self._history, *(self._decode(seq, text) for seq, text in rows))
             self._last_seq = rows[-1][0]
         return self._history
 
-    def _append(self, db: sqlite3.Connection, messages: Messages) -> None:
+    def _append(self, db: sqlite3.Connection, messages: tuple[ChatMessage, ...]) -> None:
         encoded = [(self._id, _encode(message)) for message in messages]
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -234,7 +237,7 @@ class SqliteSession:
             raise
         if newest == self._last_seq:
             # Nobody else appended since our last read: extend the cache without reading back.
-            self._history = join_messages(self._history, messages)
+            self._history = (*self._history, *messages)
             self._last_seq = last
 
     def _decode(self, seq: int, text: str) -> ChatMessage:
