@@ -240,7 +240,10 @@ def _skills(o: ProviderOptions) -> Any:
     from raf.builtin.skills import DEFAULT_MAX_BYTES, AgentSkillsProvider
 
     return AgentSkillsProvider(
-        o.path("root"), max_bytes=o.integer("max_bytes", DEFAULT_MAX_BYTES), name=o.name
+        o.path("root"),
+        max_bytes=o.integer("max_bytes", DEFAULT_MAX_BYTES),
+        tool_prefix=o.text("tool_prefix", "", allow_empty=True),
+        name=o.name,
     )
 
 
@@ -251,6 +254,7 @@ def _workspace(o: ProviderOptions) -> Any:
         o.path("root"),
         writable=o.flag("writable", True),
         max_bytes=o.integer("max_bytes", DEFAULT_MAX_BYTES),
+        tool_prefix=o.text("tool_prefix", "", allow_empty=True),
         name=o.name,
     )
 

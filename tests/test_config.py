@@ -423,3 +423,22 @@ def test_a_huge_or_deeply_nested_file_is_a_config_error(tmp_path: Path) -> None:
     deep.write_text("x = " + "[" * 5000 + "]" * 5000)
     with pytest.raises(ConfigError, match="nested too deeply"):
         load_provider_decls(deep)
+
+
+def test_workspace_and_skills_take_a_tool_prefix(tmp_path: Path) -> None:
+    from raf import ContextProviderDecl, build_provider
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "skills").mkdir()
+    workspace = build_provider(
+        ContextProviderDecl(
+            "workspace", options={"root": str(tmp_path / "ws"), "tool_prefix": "notes_"}
+        )
+    )
+    skills = build_provider(
+        ContextProviderDecl(
+            "skills", options={"root": str(tmp_path / "skills"), "tool_prefix": "s_"}
+        )
+    )
+    assert workspace.tool_prefix == "notes_"  # type: ignore[attr-defined]
+    assert skills.tool_prefix == "s_"  # type: ignore[attr-defined]

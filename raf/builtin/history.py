@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from raf.context import EMPTY_RESULT, ContextResult
+from raf.context import ContextResult
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
 from raf.providers import ContextProvider
@@ -56,10 +56,10 @@ class InMemoryHistoryProvider(ContextProvider):
     ) -> ContextResult:
         """The stored history, as injected messages."""
         if not self.inject:
-            return EMPTY_RESULT
+            return ContextResult()
         history = await session.get_messages()
         if not history:
-            return EMPTY_RESULT
+            return ContextResult()
         return ContextResult(messages=history)
 
     async def on_invoked(
