@@ -48,6 +48,7 @@ from raf.errors import (
     ToolConflictError,
     ToolError,
     ToolLoopError,
+    ToolSchemaError,
 )
 from raf.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf.middleware import LoggingMiddleware, RetryMiddleware
@@ -57,7 +58,7 @@ from raf.pipeline import ChatRequest, Complete, Middleware, compose
 from raf.providers import ContextProvider, ContextProviderLike
 from raf.sessions import InMemorySession, Session, SqliteSessionStore
 from raf.sessions.base import RequestHash
-from raf.tools import FunctionTool, Tool, tool
+from raf.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
 
 __all__ = [
     "Agent",
@@ -120,6 +121,7 @@ __all__ = [
     "ToolConflictError",
     "ToolError",
     "ToolLoopError",
+    "ToolSchemaError",
     "TruncationStrategy",
     "Update",
     "Usage",
@@ -127,6 +129,8 @@ __all__ = [
     "WorkspaceContextProvider",
     "build_provider",
     "build_providers",
+    "check_tool_arguments",
+    "check_tool_schema",
     "compose",
     "load_provider_decls",
     "merge",

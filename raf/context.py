@@ -111,6 +111,30 @@ def merge(
     >>> merge(start, ContextResult(instructions="Be brief.")).instructions
     ('Be brief.',)
     """
+    if (
+        type(result) is ContextResult
+        and result.messages == ()
+        and result.tools == ()
+        and result.replace_messages is False
+    ):
+        # Instructions alone, the commonest result: one copy, no further checks.
+        text = result.instructions
+        if text is None or text == "":
+            return invocation
+        if type(text) is str:
+            return Invocation(
+                invocation.agent,
+                invocation.session,
+                invocation.request_messages,
+                invocation.options,
+                (*invocation.instructions, text),
+                invocation.messages,
+                invocation.tools,
+                request_hash=invocation.request_hash,
+                repeated=invocation.repeated,
+                tool_sources=invocation.tool_sources,
+                on_update=invocation.on_update,
+            )
     text, messages, tools, replace = checked_result(result)
     if not (text or messages or tools or replace):
         return invocation

@@ -174,7 +174,10 @@ def provider_layer(
             )
         except Exception as exc:
             raise _stage_error(provider, "on_invoking", exc) from exc
-        inner = _merged(name, invocation, result)
+        try:
+            inner = merge(invocation, result, source=name)
+        except ContextResultError as exc:
+            raise ProviderError(name, "on_invoking", str(exc), field=exc.field) from exc
         if on_invoked is None:
             return await call_next(inner)
         try:

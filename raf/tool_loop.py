@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
+import pydantic_core
+import structlog
 
-from raf.errors import ToolConflictError, ToolLoopError
+from raf.errors import ToolArgumentsError, ToolConflictError, ToolLoopError, ToolSchemaError
 from raf.messages import AgentResponse, ChatMessage, OnUpdate, ToolCall, Update, Usage
 from raf.options import ChatOptions
-from raf.schema import SchemaError, check_arguments
 from raf.streaming import closable
-from raf.tools import Tool
+from raf.tools import FunctionTool, Tool, check_tool_arguments
 
 __all__: list[str] = []  # internal: the agent's core
+
+_log = structlog.get_logger("raf")
 
 ChatCall = Callable[[Sequence[ChatMessage], ChatOptions], Awaitable[AgentResponse]]
 
@@ -116,6 +119,12 @@ async def run_tool_calls(
     return tuple(result for result in results if result is not None)
 
 
+#: Arguments nested deeper than this are refused before any validator walks them:
+#: recursive validators (jsonschema) and error messages (reprs) would hit Python's
+#: recursion limit long before a model's honest arguments come near it.
+MAX_ARGUMENT_DEPTH = 64
+
+
 async def _run_one(call: ToolCall, tools: Mapping[str, Tool]) -> ChatMessage:
     """One call's tool message; what goes wrong is told to the model, not raised."""
     tool = tools.get(call.name)
@@ -124,19 +133,41 @@ async def _run_one(call: ToolCall, tools: Mapping[str, Tool]) -> ChatMessage:
         return _error(call, f"there is no tool named {call.name!r} (available: {known})")
     try:
         arguments = call.parsed_arguments
+    except RecursionError:  # json's own limit, from arguments like [[[[...]]]]
+        return _error(
+            call, f"the arguments of {call.name!r} are not valid JSON (nested too deeply)"
+        )
     except ValueError as exc:
         return _error(call, f"the arguments of {call.name!r} are not valid JSON ({exc})")
     if not isinstance(arguments, dict):
         return _error(call, f"the arguments of {call.name!r} must be a JSON object")
+    if _deeper_than(arguments, MAX_ARGUMENT_DEPTH):
+        return _error(
+            call,
+            f"the arguments of {call.name!r} are not valid: "
+            f"nested deeper than {MAX_ARGUMENT_DEPTH} levels",
+        )
     try:
-        check_arguments(tool.parameters, arguments)
-    except SchemaError as exc:
-        return _error(call, f"invalid arguments for {call.name!r} at {exc.path}: {exc.problem}")
-    try:
+        if not isinstance(tool, FunctionTool):  # a FunctionTool checks its own arguments
+            check_tool_arguments(tool, arguments)
         result = await tool.invoke(arguments)
+    except (ToolArgumentsError, ToolSchemaError) as exc:
+        if exc.tool != tool.name:  # raised by another tool the tool itself called
+            return _error(call, f"tool {call.name!r} failed: {_describe(exc)}")
+        if isinstance(exc, ToolSchemaError):
+            _log.warning("tool.schema_invalid", tool=tool.name, problem=exc.problem)
+            return _error(call, f"tool {call.name!r} cannot be called: {exc}")
+        return _error(call, str(exc))
     except Exception as exc:
-        return _error(call, f"tool {call.name!r} failed: {type(exc).__name__}: {exc}")
-    return ChatMessage.tool(call.id, _as_text(result), name=call.name)
+        return _error(call, f"tool {call.name!r} failed: {_describe(exc)}")
+    try:
+        text = _as_text(result)
+    except Exception as exc:
+        reason = _describe(exc, with_type=not isinstance(exc, _Unwritable))
+        return _error(
+            call, f"the result of tool {call.name!r} cannot be sent to the model: {reason}"
+        )
+    return ChatMessage.tool(call.id, text, name=call.name)
 
 
 def _error(call: ToolCall, text: str) -> ChatMessage:
@@ -144,9 +175,47 @@ def _error(call: ToolCall, text: str) -> ChatMessage:
 
 
 def _as_text(result: Any) -> str:
+    """A ``str`` as it is, anything else as JSON (``_Unwritable`` when it cannot be)."""
     if isinstance(result, str):
         return result
     try:
-        return json.dumps(result, ensure_ascii=False, default=str)
-    except ValueError:  # circular structures
-        return repr(result)
+        return json.dumps(result, ensure_ascii=False, default=_jsonable)
+    except RecursionError:  # json's own limit: a result nested thousands deep
+        raise _Unwritable("it is nested too deeply to be written as JSON") from None
+    except ValueError as exc:  # "Circular reference detected", pydantic's depth limit
+        raise _Unwritable(f"it cannot be written as JSON ({exc})") from None
+
+
+class _Unwritable(ValueError):
+    """A tool's result that cannot be written as JSON; the message says why."""
+
+
+def _describe(exc: BaseException, *, with_type: bool = True) -> str:
+    """``"ValueError: text"``, even for an exception whose ``str()`` itself fails."""
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not turn a told failure into a crash
+        text = "(its message cannot be shown)"
+    return f"{type(exc).__name__}: {text}" if with_type else text
+
+
+def _jsonable(value: Any) -> Any:
+    # pydantic knows models, dataclasses, sets, enums, dates, paths, ...; str() the rest
+    return pydantic_core.to_jsonable_python(value, fallback=str)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether parsed JSON nests arrays and objects more than ``limit`` deep, without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

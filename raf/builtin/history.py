@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from raf.context import EMPTY_RESULT, ContextResult
+from raf.context import ContextResult
 from raf.errors import StreamClosedError
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
@@ -66,10 +66,10 @@ class InMemoryHistoryProvider(ContextProvider):
     ) -> ContextResult:
         """The stored history, as injected messages."""
         if not self.inject:
-            return EMPTY_RESULT
+            return ContextResult()
         history = await session.get_messages()
         if not history:
-            return EMPTY_RESULT
+            return ContextResult()
         return ContextResult(messages=history)
 
     async def on_invoked(
