@@ -598,3 +598,25 @@ async def test_chat_options_reach_the_stream() -> None:
     options: ChatOptions = client.requests[0].options
     assert [t.name for t in options.tools] == ["add"]
     assert client.requests[0].streamed
+
+
+async def test_providers_that_add_context_keep_the_run_streamed() -> None:
+    class Adds(ContextProvider):
+        def __init__(self, result: ContextResult) -> None:
+            self.result = result
+
+        async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+            return self.result
+
+    stack = [
+        Adds(ContextResult(instructions="Be brief.")),  # merge's fast path
+        Adds(ContextResult(messages=[ChatMessage.user("earlier")], tools=[add])),
+        Adds(ContextResult(replace_messages=True)),
+    ]
+    seen: list[Update] = []
+
+    async def on_update(update: Update) -> None:
+        seen.append(update)
+
+    await Agent(EchoChatClient(), stack=stack).run("a b", on_update=on_update)
+    assert texts(seen) == ["a ", "b"]
