@@ -34,6 +34,7 @@ from raf.errors import (
     McpError,
     PathError,
     ProviderError,
+    SessionStoreError,
     ToolArgumentsError,
     ToolConflictError,
     ToolError,
@@ -45,11 +46,18 @@ from raf.options import AgentRunOptions, ChatOptions
 from raf.parallel import ProviderGroup, parallel
 from raf.pipeline import ChatRequest, Complete, Middleware, compose
 from raf.providers import ContextProvider
-from raf.sessions import InMemorySession, Session, SqliteSessionStore
+from raf.sessions import (
+    REQUEST_HASH_LIMIT,
+    InMemorySession,
+    RequestHash,
+    Session,
+    SqliteSessionStore,
+)
 from raf.tools import FunctionTool, Tool, tool
 
 __all__ = [
     "EMPTY_RESULT",
+    "REQUEST_HASH_LIMIT",
     "Agent",
     "AgentError",
     "AgentResponse",
@@ -84,11 +92,13 @@ __all__ = [
     "Passage",
     "PathError",
     "ProviderError",
+    "RequestHash",
     "Retriever",
     "RetryMiddleware",
     "ProviderGroup",
     "ScriptedChatClient",
     "Session",
+    "SessionStoreError",
     "SqliteSessionStore",
     "SummaryStrategy",
     "TokenBudgetStrategy",

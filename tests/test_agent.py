@@ -321,7 +321,7 @@ async def test_touch_request_hash_is_called_with_the_request_messages() -> None:
     )
     await agent.run(REQUEST, session=session)
     assert touched == [tuple(REQUEST)]  # not the instructions, not what was injected
-    assert list(session.request_hashes) == [independent_digest(REQUEST)]
+    assert list(await session.request_hashes()) == [independent_digest(REQUEST)]
 
 
 def test_request_hash_is_stable_across_processes() -> None:

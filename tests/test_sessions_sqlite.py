@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from raf import ChatMessage, SqliteSessionStore
+from raf import REQUEST_HASH_LIMIT, ChatMessage, RequestHash, SqliteSessionStore
 from raf.errors import SessionStoreError
 from raf.sessions import request_hash
 
@@ -49,15 +49,20 @@ async def test_file_is_created_in_wal_mode(store: SqliteSessionStore, db_path: P
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-async def test_sessions_are_created_on_first_use_and_listed(
+async def test_sessions_are_stored_with_their_first_write_and_listed(
     store: SqliteSessionStore, db_path: Path
 ) -> None:
     assert await store.session_ids() == []
     first = await store.get("alice")
     assert await store.get("alice") is first
-    await store.get("bob")
+    bob = await store.get("bob")
+    carol = await store.get("carol")
+    assert await store.session_ids() == []  # getting a session writes nothing
+    await first.add_messages([ChatMessage.user("hi")])
+    await bob.touch_request_hash([ChatMessage.user("hi")])
     async with SqliteSessionStore(db_path) as again:
         assert sorted(await again.session_ids()) == ["alice", "bob"]
+        assert await (await again.get(carol.id)).get_messages() == ()
 
 
 async def test_request_hashes_are_persisted_with_the_time(
@@ -65,14 +70,31 @@ async def test_request_hashes_are_persisted_with_the_time(
 ) -> None:
     session = await store.get("s")
     request = [ChatMessage.user("hello")]
-    digest = await session.touch_request_hash(request)
-    assert digest == request_hash(request)
+    touched = await session.touch_request_hash(request)
+    assert touched == RequestHash(request_hash(request), repeated=False)
     async with SqliteSessionStore(db_path) as again:
         recorded = await (await again.get("s")).request_hashes()
-    assert list(recorded) == [digest]
-    first_seen = recorded[digest]
+        assert (await (await again.get("s")).touch_request_hash(request)).repeated
+    assert list(recorded) == [touched.digest]
+    first_seen = recorded[touched.digest]
     await session.touch_request_hash(request)
-    assert (await session.request_hashes())[digest] >= first_seen
+    assert (await session.request_hashes())[touched.digest] >= first_seen
+
+
+async def test_the_request_hash_table_is_bounded_per_session(
+    store: SqliteSessionStore, db_path: Path
+) -> None:
+    one, two = await store.get("one"), await store.get("two")
+    for turn in range(REQUEST_HASH_LIMIT + 20):
+        await one.touch_request_hash([ChatMessage.user(str(turn))])
+    await two.touch_request_hash([ChatMessage.user("other")])
+    with raw_db(db_path) as db:
+        counts = dict(
+            db.execute(
+                "SELECT session_id, count(*) FROM raf_request_hashes GROUP BY session_id"
+            ).fetchall()
+        )
+    assert counts == {"one": REQUEST_HASH_LIMIT, "two": 1}
 
 
 async def test_another_store_sees_appends_from_this_one(db_path: Path) -> None:
