@@ -131,7 +131,9 @@ def _raises(kind: type[BaseException], fragment: str, rule: str) -> Iterator[Non
         yield
     except kind as exc:
         if fragment not in str(exc):
-            raise AssertionError(f"{rule}: the {kind.__name__} does not say {fragment!r}: {exc}")
+            raise AssertionError(
+                f"{rule}: the {kind.__name__} does not say {fragment!r}: {exc}"
+            ) from exc
     else:
         raise AssertionError(f"{rule}: no {kind.__name__} was raised")
 
@@ -158,7 +160,9 @@ async def check_new_session_is_empty(harness: Harness) -> None:
     session = await harness.new()
     _check(isinstance(session, Session), "a session implements the Session protocol")
     _check(
-        type(session.id) is str and bool(session.id), "a session's id is a non-empty str", session.id
+        type(session.id) is str and bool(session.id),
+        "a session's id is a non-empty str",
+        session.id,
     )
     other = await harness.new()
     _check(other.id != session.id, "two new sessions have different ids", other.id)

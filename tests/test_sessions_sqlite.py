@@ -202,7 +202,7 @@ async def test_in_memory_database_works(anyio_backend: str) -> None:
         assert texts(await session.get_messages()) == ["x"]
 
 
-async def test_a_write_cancelled_midway_finishes_and_the_cache_agrees(
+async def test_a_write_cancelled_midway_is_all_or_nothing_and_the_cache_agrees(
     store: SqliteSessionStore, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import threading
@@ -226,12 +226,18 @@ async def test_a_write_cancelled_midway_finishes_and_the_cache_agrees(
         with scope:
             await session.add_messages([ChatMessage.user("during"), ChatMessage.assistant("ok")])
 
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(write)
-        await anyio.to_thread.run_sync(started.wait, 10)
-        scope.cancel()  # delivered only once the write in the worker thread is done
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(write)
+            await anyio.to_thread.run_sync(started.wait, 10)
+            scope.cancel()  # the caller leaves at once; its thread is still encoding
+        assert not release.is_set()
+    finally:
         release.set()
     monkeypatch.setattr(sqlite_module, "_encode", encode)
-    assert texts(await session.get_messages()) == ["before", "during", "ok"]
+    # The thread finished after its caller left: it wrote nothing, and the cache agrees.
+    assert texts(await session.get_messages()) == ["before"]
     async with SqliteSessionStore(db_path) as other:
-        assert texts(await (await other.get("s")).get_messages()) == ["before", "during", "ok"]
+        assert texts(await (await other.get("s")).get_messages()) == ["before"]
+    await session.add_messages([ChatMessage.user("after")])
+    assert texts(await session.get_messages()) == ["before", "after"]

@@ -141,6 +141,7 @@ class SqliteSessionStore:
             f"raf.sessions.sqlite.gate.{id(self)}"
         )
         self._connection: sqlite3.Connection | None = None
+        self._current: _Call | None = None  # the call whose thread holds self._lock
         self._closed = False
         self._broken: str | None = None  # set once the file is known to be corrupt
         self._sessions: weakref.WeakValueDictionary[str, SqliteSession] = (
@@ -194,6 +195,7 @@ class SqliteSessionStore:
             # Only after a cancelled caller left its thread running: wait for it, boundedly.
             if call.expired():
                 raise self._gave_up(call, "the store's connection")
+        self._current = call
         try:
             if call.abandoned:
                 raise _Abandoned
@@ -221,7 +223,20 @@ class SqliteSessionStore:
                         db.rollback()
                     raise
         finally:
+            self._current = None
             self._lock.release()
+
+    def commit(self, db: sqlite3.Connection) -> None:
+        """Commit the transaction of the current call, unless its caller stopped waiting.
+
+        Work run by :meth:`with_connection` ends its transaction with it: a
+        caller cancelled before this point finds nothing written, so a
+        cancelled write has either not happened or (when the cancellation
+        came while committing) happened completely.
+        """
+        if self._current is not None and self._current.abandoned:
+            raise _Abandoned  # rolled back by _in_thread
+        db.execute("COMMIT")
 
     def _gave_up(self, call: _Call, what: str) -> SessionStoreError:
         why = "the caller stopped waiting" if call.abandoned else "the time ran out"
@@ -338,7 +353,7 @@ class SqliteSession:
                 "ORDER BY rowid DESC LIMIT ?)",
                 (self._id, self._id, REQUEST_HASH_LIMIT),
             )
-            db.execute("COMMIT")
+            self._store.commit(db)
             self._stored = True
             return repeated
 
@@ -391,7 +406,7 @@ class SqliteSession:
         ).fetchone()
         db.executemany("INSERT INTO raf_messages (session_id, message) VALUES (?, ?)", encoded)
         (last,) = db.execute("SELECT last_insert_rowid()").fetchone()
-        db.execute("COMMIT")
+        self._store.commit(db)
         self._stored = True
         if newest == self._last_seq:
             # Nobody else appended since our last read: extend the cache without reading back.
@@ -439,7 +454,9 @@ def _encode(message: ChatMessage) -> str:
     return json.dumps(message.to_dict(), ensure_ascii=False, separators=(",", ":"))
 
 
-def _connect(path: str | Path, *, read_only: bool = False, immutable: bool = False) -> Any:
+def _connect(
+    path: str | Path, *, read_only: bool = False, immutable: bool = False
+) -> sqlite3.Connection:
     if path == ":memory:":
         target, uri = ":memory:", False
     elif read_only:
