@@ -8,7 +8,10 @@ server is not there).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -107,3 +110,19 @@ async def test_a_broken_store_is_named_by_the_rule_it_breaks() -> None:
 
     with pytest.raises(AssertionError, match="check_request_hashes_have_one_shape"):
         await run_checks(FactoryHarness(Forgetful))
+
+
+def test_the_sessions_guide_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each script of docs/sessions.md runs as written and prints what its comments say
+    (they call ``anyio.run`` themselves, on its default backend)."""
+    guide = Path(__file__).resolve().parent.parent / "docs" / "sessions.md"
+    scripts = re.findall(r"```python\n(.*?)```", guide.read_text(encoding="utf-8"), re.DOTALL)
+    assert len(scripts) == 2
+    monkeypatch.chdir(tmp_path)  # the first one writes conversations.db where it runs
+    for run in range(2):
+        for code in scripts:
+            output = io.StringIO()
+            with contextlib.redirect_stdout(output):
+                exec(compile(code, str(guide), "exec"), {"__name__": "__example__"})
+            expected = re.findall(r"print\(.*\)  # (.*)", code)
+            assert output.getvalue().splitlines() == expected, (run, code)
