@@ -385,14 +385,18 @@ READ_ONLY_PROBE = textwrap.dedent(
     async def main(path):
         out = {}
         async with SqliteSessionStore(path) as store:
-            session = await store.get("s")
-            out["history"] = [m.content for m in await session.get_messages()]
-            out["hashes"] = len(await session.request_hashes())
-            out["ids"] = await store.session_ids()
             try:
-                await session.add_messages([ChatMessage.user("no")])
+                session = await store.get("s")
+                out["history"] = [m.content for m in await session.get_messages()]
             except SessionStoreError as exc:
-                out["write"] = str(exc)
+                out["read"] = str(exc)
+            else:
+                out["hashes"] = len(await session.request_hashes())
+                out["ids"] = await store.session_ids()
+                try:
+                    await session.add_messages([ChatMessage.user("no")])
+                except SessionStoreError as exc:
+                    out["write"] = str(exc)
         print(json.dumps(out))
 
     anyio.run(main, sys.argv[1], backend=sys.argv[2])
@@ -418,41 +422,77 @@ def _can_drop_root_powers() -> bool:
     return result.returncode == 0
 
 
-async def test_a_file_that_cannot_be_written_can_be_read(
-    tmp_path: Path, anyio_backend: str
-) -> None:
-    """A store in a folder and file the user may only read (chmod 0555 / 0444)."""
+def read_without_write_access(folder: Path, anyio_backend: str) -> dict[str, Any]:
+    """Make ``folder`` and its files read-only, and run READ_ONLY_PROBE on its sessions.db
+    in a process that the file modes bind (as root: without CAP_DAC_OVERRIDE)."""
     as_root = os.geteuid() == 0
     if as_root and not _can_drop_root_powers():
         pytest.skip(
             "running as root without the right to drop CAP_DAC_OVERRIDE: modes not enforced"
         )
+    for file in folder.iterdir():
+        file.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    folder.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", READ_ONLY_PROBE, str(folder / "sessions.db"), anyio_backend],
+            cwd=ROOT,
+            capture_output=True,
+            check=False,
+            timeout=60,
+            preexec_fn=_without_root_powers if as_root else None,
+        )
+    finally:
+        folder.chmod(0o755)
+        for file in folder.iterdir():
+            file.chmod(0o644)
+    assert result.returncode == 0, result.stderr.decode()
+    out: dict[str, Any] = json.loads(result.stdout)
+    return out
+
+
+def copy_with_a_pending_wal(source: Path, folder: Path) -> None:
+    """Copy a store while a writer holds a write in its -wal file (and no -shm)."""
+    writer = sqlite3.connect(source, isolation_level=None)
+    try:
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute(
+            "INSERT INTO raf_messages (session_id, message) VALUES ('s', ?)",
+            ('{"role": "user", "content": "only in the wal"}',),
+        )
+        (folder / "sessions.db").write_bytes(source.read_bytes())
+        (folder / "sessions.db-wal").write_bytes(Path(f"{source}-wal").read_bytes())
+    finally:
+        writer.close()
+
+
+async def test_a_file_that_cannot_be_written_can_be_read(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """A store in a folder and file the user may only read (chmod 0555 / 0444)."""
     folder = tmp_path / "readonly"
     folder.mkdir()
     path = folder / "sessions.db"
     await fill(path, "s", [ChatMessage.user("hi"), ChatMessage.assistant("hello")])
-    before = path.read_bytes()
-    path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-    folder.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP)
-    try:
-        result = await anyio.to_thread.run_sync(
-            lambda: subprocess.run(
-                [sys.executable, "-c", READ_ONLY_PROBE, str(path), anyio_backend],
-                cwd=ROOT,
-                capture_output=True,
-                check=False,
-                timeout=60,
-                preexec_fn=_without_root_powers if as_root else None,
-            )
-        )
-    finally:
-        folder.chmod(0o755)
-        path.chmod(0o644)
-    assert result.returncode == 0, result.stderr.decode()
-    out = json.loads(result.stdout)
+    before = await anyio.Path(path).read_bytes()
+    out = await anyio.to_thread.run_sync(read_without_write_access, folder, anyio_backend)
     assert out["history"] == ["hi", "hello"]
     assert out["hashes"] == 0
     assert out["ids"] == ["s"]
     assert "sessions.db is read-only (the file is not writable)" in out["write"]
-    assert path.read_bytes() == before
-    assert sorted(p.name for p in folder.iterdir()) == ["sessions.db"]
+    assert await anyio.Path(path).read_bytes() == before
+    assert [p.name async for p in anyio.Path(folder).iterdir()] == ["sessions.db"]
+
+
+async def test_a_read_only_folder_with_a_leftover_wal_file_is_a_clear_error(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """The one read-only case SQLite cannot read: a -wal file without its -shm."""
+    source = tmp_path / "source.db"
+    await fill(source, "s", [ChatMessage.user("hi")])
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    copy_with_a_pending_wal(source, folder)
+    out = await anyio.to_thread.run_sync(read_without_write_access, folder, anyio_backend)
+    assert "sessions.db: cannot be read where it is" in out["read"]
+    assert "sessions.db-wal" in out["read"]

@@ -559,6 +559,12 @@ def _prepare(db: sqlite3.Connection, path: str | Path, *, writable: bool) -> Non
             db.rollback()
         if (_cannot_write(exc, path) and writable) or _code(exc) == _BUSY:
             raise  # _open falls back to reading; the caller's loop waits for the lock
+        if not writable and _code(exc) in (_READONLY, _CANTOPEN) and _has_wal(path):
+            raise SessionStoreError(
+                f"session store {path}: cannot be read where it is: its folder cannot be written, "
+                f"and SQLite needs to create {path}-shm to read the {path}-wal file left next to "
+                "it; open the store once where the folder can be written, and it is checkpointed"
+            ) from exc
         if _code(exc) == _CORRUPT:
             raise SessionStoreError(
                 f"session store {path}: the database file is corrupt ({exc}). The file is left "
