@@ -479,7 +479,7 @@ async def test_a_file_that_cannot_be_written_can_be_read(
     assert out["history"] == ["hi", "hello"]
     assert out["hashes"] == 0
     assert out["ids"] == ["s"]
-    assert "sessions.db is read-only (the file is not writable)" in out["write"]
+    assert "sessions.db is read-only (it cannot be written here)" in out["write"]
     assert await anyio.Path(path).read_bytes() == before
     assert [p.name async for p in anyio.Path(folder).iterdir()] == ["sessions.db"]
 

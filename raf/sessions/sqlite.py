@@ -66,7 +66,7 @@ _PROBLEMS_SHOWN: Final = 3
 
 
 class _Abandoned(Exception):
-    """The caller was cancelled before its work started; nobody waits for this result."""
+    """The caller stopped waiting before its work started or committed; nobody sees this."""
 
 
 class _Call:
@@ -82,9 +82,6 @@ class _Call:
     def expired(self) -> bool:
         return self.abandoned or time.monotonic() >= self.deadline
 
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
 
 class SqliteSessionStore:
     """Sessions that outlive the process, in one SQLite file.
@@ -95,8 +92,8 @@ class SqliteSessionStore:
     (``anyio.to_thread``), so the store works on asyncio and trio and never
     blocks the event loop. Calls queue for the store's one connection in the
     event loop, not in threads, so a queue of writes holds no threads and a
-    queued call can be cancelled; a cancelled call returns at once, and work
-    its thread had started still commits or rolls back as a whole. The file
+    queued call can be cancelled; a cancelled call returns at once, and a
+    write whose caller has left is rolled back, not committed. The file
     is in WAL mode, so readers in other processes do not block it. Several
     processes may share a file: each write is one transaction, and a session
     picks up messages another process appended.
@@ -169,9 +166,10 @@ class SqliteSessionStore:
         """Run ``work(connection)`` in a worker thread, with the store's connection to itself.
 
         Sessions use it for every database call; it opens the file on first
-        use. ``work`` must be one transaction (or only read): when another
-        connection holds the write lock, it is rolled back and run again,
-        until the caller's deadline or the store's ``timeout``.
+        use. ``work`` must only read, or be one transaction that ends with
+        :meth:`commit`: when another connection holds the write lock, it is
+        rolled back and run again, until the caller's deadline or the store's
+        ``timeout``.
         """
         try:
             gate = self._gate.get()
@@ -255,7 +253,7 @@ class SqliteSessionStore:
             )
             return SessionStoreError(self._broken)
         if code == _READONLY:
-            how = "opened with read_only=True" if self.read_only else "the file is not writable"
+            how = "opened with read_only=True" if self.read_only else "it cannot be written here"
             return SessionStoreError(f"session store {self.path} is read-only ({how}): {exc}")
         return SessionStoreError(f"session store {self.path}: {exc}")
 
