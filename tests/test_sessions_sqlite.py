@@ -241,3 +241,38 @@ async def test_a_write_cancelled_midway_is_all_or_nothing_and_the_cache_agrees(
         assert texts(await (await other.get("s")).get_messages()) == ["before"]
     await session.add_messages([ChatMessage.user("after")])
     assert texts(await session.get_messages()) == ["before", "after"]
+
+
+async def test_two_stores_touching_one_request_at_once_see_it_new_once(db_path: Path) -> None:
+    async with SqliteSessionStore(db_path) as one, SqliteSessionStore(db_path) as two:
+        sessions = [await one.get("s"), await two.get("s")]
+        request = [ChatMessage.user("sent twice")]
+        results: list[RequestHash] = []
+
+        async def touch(index: int) -> None:
+            results.append(await sessions[index % 2].touch_request_hash(request))
+
+        async with anyio.create_task_group() as group:
+            for index in range(20):
+                group.start_soon(touch, index)
+    assert sorted(r.repeated for r in results) == [False] + [True] * 19
+
+
+async def test_an_older_unbounded_request_hash_table_is_read_and_pruned_to_the_limit(
+    store: SqliteSessionStore, db_path: Path
+) -> None:
+    session = await store.get("s")
+    await session.touch_request_hash([ChatMessage.user("first")])
+    with raw_db(db_path) as db:  # what an older raf left: every digest it ever saw
+        db.executemany(
+            "INSERT INTO raf_request_hashes (session_id, hash, seen_at) VALUES ('s', ?, ?)",
+            [(f"{n:064x}", 1000.0 + n) for n in range(3 * REQUEST_HASH_LIMIT)],
+        )
+    recorded = await session.request_hashes()
+    assert list(recorded) == [
+        f"{n:064x}" for n in range(2 * REQUEST_HASH_LIMIT, 3 * REQUEST_HASH_LIMIT)
+    ]
+    await session.touch_request_hash([ChatMessage.user("next")])
+    with raw_db(db_path) as db:
+        (count,) = db.execute("SELECT count(*) FROM raf_request_hashes").fetchone()
+    assert count == REQUEST_HASH_LIMIT
