@@ -13,7 +13,8 @@ from typing import Any, TextIO
 
 import anyio
 
-from raf.agent import Agent, ChatClient
+from raf.agent import Agent
+from raf.clients.base import ChatClient
 from raf.clients.echo import EchoChatClient
 from raf.config import build_provider, parse_provider_decls
 from raf.errors import AgentError, ChatClientError, ConfigError

@@ -12,9 +12,9 @@ from raf.context import ContextResult
 from raf.errors import Stage
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
-from raf.parallel import ProviderGroup
-from raf.pipeline import ChatRequest, Complete, is_provider
-from raf.providers import provider_name
+from raf.parallel import ProviderGroup, provider_name
+from raf.pipeline import ChatRequest, Complete
+from raf.providers import is_provider
 from raf.sessions.base import Session
 
 __all__ = ["StageEvent", "TracedProvider", "trace_model", "traced_stack"]

@@ -30,7 +30,6 @@ import attrs
 from hypothesis import strategies as st
 
 from raf import (
-    REQUEST_HASH_LIMIT,
     Agent,
     ChatMessage,
     InMemoryHistoryProvider,
@@ -39,7 +38,7 @@ from raf import (
     Session,
     ToolCall,
 )
-from raf.sessions import request_hash
+from raf.sessions import REQUEST_HASH_LIMIT, request_hash
 
 __all__ = [
     "CHECKS",

@@ -12,11 +12,11 @@ from structlog.contextvars import merge_contextvars
 from structlog.testing import capture_logs
 
 from raf import (
-    EMPTY_RESULT,
     Agent,
     ChatMessage,
     ChatOptions,
     ContextProvider,
+    ContextResult,
     EchoChatClient,
     InMemorySession,
     LoggingMiddleware,
@@ -106,7 +106,7 @@ async def test_events_logged_inside_the_run_carry_the_run_id() -> None:
     class Chatty(ContextProvider):
         async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
             structlog.get_logger("app").info("provider.hello")
-            return EMPTY_RESULT
+            return ContextResult()
 
     agent = Agent(EchoChatClient(), stack=[LoggingMiddleware(), Chatty()])
     with capture_logs(processors=[merge_contextvars]) as logs:

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from raf import REQUEST_HASH_LIMIT, ChatMessage, InMemorySession, RequestHash, Session
-from raf.sessions import request_hash
+from raf import ChatMessage, InMemorySession, RequestHash, Session
+from raf.sessions import REQUEST_HASH_LIMIT, request_hash
 
 pytestmark = pytest.mark.anyio
 
@@ -41,7 +41,9 @@ async def test_add_accepts_a_generator_and_a_tuple() -> None:
 async def test_a_bad_item_rejects_the_whole_call() -> None:
     session = InMemorySession()
     await session.add_messages([ChatMessage.user("kept")])
-    with pytest.raises(TypeError, match=r"messages\[1\] must be a ChatMessage, got str"):
+    with pytest.raises(
+        TypeError, match=r"add_messages\(messages\)\[1\] must be a ChatMessage, got str"
+    ):
         await session.add_messages([ChatMessage.user("lost?"), "not a message"])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="an iterable of ChatMessage, got ChatMessage"):
         await session.add_messages(ChatMessage.user("one message, not a list"))  # type: ignore[arg-type]

@@ -10,9 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from raf import REQUEST_HASH_LIMIT, ChatMessage, RequestHash, SqliteSessionStore
+from raf import ChatMessage, RequestHash, SqliteSessionStore
 from raf.errors import SessionStoreError
-from raf.sessions import request_hash
+from raf.sessions import REQUEST_HASH_LIMIT, request_hash
 
 pytestmark = pytest.mark.anyio
 

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from raf.context import EMPTY_RESULT, ContextResult
-from raf.messages import AgentResponse, ChatMessage, Messages
+from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
 from raf.providers import ContextProvider
 from raf.sessions.base import Session
 
 if TYPE_CHECKING:
-    from raf.agent import Agent
+    from raf.context import AgentLike
 
 __all__ = ["InMemoryHistoryProvider"]
 
@@ -49,7 +49,7 @@ class InMemoryHistoryProvider(ContextProvider):
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,
@@ -64,7 +64,7 @@ class InMemoryHistoryProvider(ContextProvider):
 
     async def on_invoked(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         request_messages: Sequence[ChatMessage],
         response: AgentResponse | None,
@@ -73,5 +73,4 @@ class InMemoryHistoryProvider(ContextProvider):
         """On success, append the request and every response message in one call."""
         if error is not None or response is None:
             return
-        # Messages() checks each new item once; the session then trusts it.
-        await session.add_messages(Messages((*request_messages, *response.messages)))
+        await session.add_messages((*request_messages, *response.messages))

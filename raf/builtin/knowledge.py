@@ -22,7 +22,7 @@ from raf.providers import ContextProvider
 from raf.sessions.base import Session
 
 if TYPE_CHECKING:
-    from raf.agent import Agent
+    from raf.context import AgentLike
 
 __all__ = [
     "BM25Index",
@@ -410,7 +410,7 @@ class KnowledgeProvider(ContextProvider):
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,

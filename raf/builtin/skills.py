@@ -23,7 +23,7 @@ from raf.sessions.base import Session
 from raf.tools import FunctionTool, tool
 
 if TYPE_CHECKING:
-    from raf.agent import Agent
+    from raf.context import AgentLike
 
 __all__ = ["AgentSkillsProvider", "Skill", "parse_skill_file"]
 
@@ -178,7 +178,7 @@ class AgentSkillsProvider(ContextProvider):
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,

@@ -22,7 +22,7 @@ from raf.sessions.base import Session
 from raf.tools import FunctionTool, tool
 
 if TYPE_CHECKING:
-    from raf.agent import Agent
+    from raf.context import AgentLike
 
 __all__ = ["WorkspaceContextProvider"]
 
@@ -72,7 +72,7 @@ class WorkspaceContextProvider(ContextProvider):
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,

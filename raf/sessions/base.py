@@ -8,7 +8,7 @@ from typing import Final, Protocol, runtime_checkable
 
 import attrs
 
-from raf.messages import ChatMessage, messages_to_json
+from raf.messages import ChatMessage, checked_messages, messages_to_json
 
 __all__ = ["REQUEST_HASH_LIMIT", "RequestHash", "Session", "checked_batch", "request_hash"]
 
@@ -71,21 +71,16 @@ def checked_batch(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
     """``messages`` as a tuple, every item checked before anything is stored.
 
     A store calls it first in ``add_messages``, so one bad item rejects the
-    whole call with a ``TypeError`` that names its index.
+    whole call with a ``TypeError`` that names its index; a lone message or
+    a string where a batch belongs is named as such.
 
     >>> checked_batch([ChatMessage.user("hi"), "oops"])
     Traceback (most recent call last):
-    TypeError: add_messages: messages[1] must be a ChatMessage, got str
+    TypeError: add_messages(messages)[1] must be a ChatMessage, got str
     """
     if isinstance(messages, (str, bytes, ChatMessage)):
         raise TypeError(
-            f"add_messages: messages must be an iterable of ChatMessage, "
+            f"add_messages(messages) must be an iterable of ChatMessage, "
             f"got {type(messages).__name__}"
         )
-    batch = messages if type(messages) is tuple else tuple(messages)
-    for index, item in enumerate(batch):
-        if type(item) is not ChatMessage:
-            raise TypeError(
-                f"add_messages: messages[{index}] must be a ChatMessage, got {type(item).__name__}"
-            )
-    return batch
+    return checked_messages(messages, "add_messages(messages)")
