@@ -6,8 +6,8 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 
-from raf.messages import ChatMessage, checked_messages
-from raf.sessions.base import REQUEST_HASH_LIMIT, RequestHash, request_hash
+from raf.messages import ChatMessage
+from raf.sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
 
 __all__ = ["InMemorySession"]
 
@@ -15,9 +15,9 @@ __all__ = ["InMemorySession"]
 class InMemorySession:
     """A session kept in memory; what ``Agent.run(session=None)`` uses.
 
-    The history is one tuple: ``get_messages`` hands it out as it is, and
-    ``add_messages`` builds the next one, so a snapshot never changes after
-    it was handed out.
+    The history is one tuple: ``get_messages`` hands it out as it is (a
+    snapshot that never changes), and ``add_messages`` replaces it with a
+    longer one.
 
     >>> import anyio
     >>> session = InMemorySession("demo")
@@ -31,6 +31,7 @@ class InMemorySession:
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
         self._messages: tuple[ChatMessage, ...] = ()
+        # Digest -> time last seen; insertion order is recency (a touch moves it to the end).
         self._hashes: dict[str, float] = {}
 
     @property
@@ -46,22 +47,22 @@ class InMemorySession:
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages``; a non-``ChatMessage`` item rejects the whole call."""
-        new = checked_messages(messages, "add_messages(messages)")
+        new = checked_batch(messages)
         if new:
-            self._messages = (*self._messages, *new)
+            self._messages += new
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
-        """Record the request messages' hash; say whether it had been seen."""
+        """Record the request messages' hash with the time; say whether it was there."""
         digest = request_hash(messages)
-        hashes = self._hashes
-        repeated = hashes.pop(digest, None) is not None
-        hashes[digest] = time.time()
-        if len(hashes) > REQUEST_HASH_LIMIT:
-            del hashes[next(iter(hashes))]
+        # No await between the check and the record: atomic within the event loop.
+        repeated = self._hashes.pop(digest, None) is not None
+        self._hashes[digest] = time.time()
+        if len(self._hashes) > REQUEST_HASH_LIMIT:
+            del self._hashes[next(iter(self._hashes))]
         return RequestHash(digest, repeated)
 
     async def request_hashes(self) -> dict[str, float]:
-        """The recent request hashes with the time each was last seen, oldest first."""
+        """The recorded digests with the time each was last seen, oldest first."""
         return dict(self._hashes)
 
     def __repr__(self) -> str:
