@@ -58,6 +58,7 @@ from raf.pipeline import ChatRequest, Complete, Middleware, compose
 from raf.providers import ContextProvider, ContextProviderLike
 from raf.sessions import InMemorySession, Session, SqliteSessionStore
 from raf.sessions.base import RequestHash
+from raf.streaming import AgentStream
 from raf.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "AgentLike",
     "AgentResponse",
     "AgentRunOptions",
+    "AgentStream",
     "AgentSkillsProvider",
     "AuthenticationError",
     "BadRequestError",

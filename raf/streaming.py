@@ -163,10 +163,12 @@ class AgentStream:
 
     __slots__ = (
         "_asked",
+        "_busy",
         "_cancelled",
         "_closing",
         "_error",
         "_error_delivered",
+        "_free",
         "_group",
         "_holding",
         "_item",
@@ -202,6 +204,9 @@ class AgentStream:
         self._holding = False
         self._ready: anyio.Event | None = None
         self._asked: anyio.Event | None = None
+        # Updates sent concurrently (from tasks of the run) are handed over one by one.
+        self._busy = False
+        self._free: anyio.Event | None = None
 
     @property
     def response(self) -> AgentResponse | None:
@@ -245,18 +250,29 @@ class AgentStream:
         stages — comes after the consumer is done with this one, and a
         consumer that leaves finds the run here.
         """
+        while self._busy:  # another task of the run is handing an update over: queue up
+            if self._free is None:
+                self._free = anyio.Event()
+            await self._free.wait()
         closing = self._closing
-        if not closing.closed:
+        if closing.closed:
+            raise closing.error
+        self._busy = True
+        try:
             asked = self._asked
             assert asked is not None
             assert self._ready is not None
             self._item = update
             self._ready.set()
             await asked.wait()
-            if not closing.closed:
-                self._asked = anyio.Event()
-                return
-        raise closing.error
+            if closing.closed:
+                raise closing.error
+            self._asked = anyio.Event()
+        finally:
+            self._busy = False
+            free, self._free = self._free, None
+            if free is not None:
+                free.set()
 
     def __aiter__(self) -> AsyncIterator[Update]:
         return self
@@ -316,11 +332,21 @@ class AgentStream:
         return None
 
     def _pass_notes(self, propagated: BaseException) -> None:
-        """The notes of the run's cancellation (failed post stages) on the consumer's."""
+        """The notes of the run's cancellation (failed post stages) on the consumer's.
+
+        A run that had failed by itself before the cancellation, unseen by the
+        consumer, is a note too: nothing is swallowed silently.
+        """
         cancelled = self._cancelled
         if cancelled is not None and cancelled is not propagated:
             for note in getattr(cancelled, "__notes__", ()):
                 propagated.add_note(note)
+        error = self._error
+        if error is not None and not self._error_delivered and error is not self._closing.error:
+            self._error_delivered = True
+            propagated.add_note(
+                f"raf: the streamed run failed too: {type(error).__name__}: {error}"
+            )
 
     def _raise_after(self, exc: BaseException | None) -> None:
         """What the ``async with`` raises once the run is over: nothing is swallowed."""

@@ -620,3 +620,38 @@ async def test_providers_that_add_context_keep_the_run_streamed() -> None:
 
     await Agent(EchoChatClient(), stack=stack).run("a b", on_update=on_update)
     assert texts(seen) == ["a ", "b"]
+
+
+async def test_updates_sent_concurrently_are_handed_over_one_by_one() -> None:
+    async def announce(invocation: Invocation, call_next: Any) -> AgentResponse:
+        send = invocation.on_update
+        assert send is not None
+        async with anyio.create_task_group() as group:
+            for word in ("one ", "two ", "three "):
+                group.start_soon(send, Update.of_text(word))
+        return await call_next(invocation)  # type: ignore[no-any-return]
+
+    agent = Agent(EchoChatClient(), stack=[announce])
+    async with agent.stream("four") as stream:
+        seen = texts([update async for update in stream])
+    assert sorted(seen[:3]) == ["one ", "three ", "two "]
+    assert seen[3:] == ["four"]
+
+
+async def test_a_run_failing_unseen_before_a_cancellation_is_a_note_on_it() -> None:
+    class Broken(ContextProvider):
+        async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+            raise OSError("index unavailable")
+
+    agent = Agent(EchoChatClient(), stack=[Broken()])
+    with anyio.fail_after(5), anyio.CancelScope() as scope:
+        try:
+            async with agent.stream("hi"):
+                await anyio.sleep(0.05)  # the run fails meanwhile, before we read
+                scope.cancel()
+                await anyio.sleep(1)
+        except anyio.get_cancelled_exc_class() as cancelled:
+            notes = getattr(cancelled, "__notes__", [])
+            raise
+    assert scope.cancelled_caught
+    assert any("ProviderError" in note and "index unavailable" in note for note in notes)
