@@ -9,7 +9,7 @@ from typing import Any, cast
 import anyio
 
 from raf.clients.base import ChatClient
-from raf.context import Invocation
+from raf.context import Invocation, start_invocation
 from raf.messages import AgentResponse, ChatMessage, OnUpdate, checked_messages
 from raf.options import AgentRunOptions, ChatOptions
 from raf.pipeline import ChatRequest, Complete, compose
@@ -186,14 +186,8 @@ class Agent:
         if on_update is not None and not callable(on_update):
             raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
         touched = await session.touch_request_hash(request)
-        invocation = Invocation(
-            self,
-            session,
-            request,
-            options,
-            request_hash=touched.digest,
-            repeated=touched.repeated,
-            on_update=on_update,
+        invocation = start_invocation(
+            self, session, request, options, touched.digest, touched.repeated, on_update
         )
         if on_update is None or CLOSING.get() is None:
             return await self._run(invocation)
@@ -233,14 +227,14 @@ class Agent:
 
         async def start(on_update: OnUpdate) -> Invocation:
             touched = await checked_session.touch_request_hash(request)
-            return Invocation(
+            return start_invocation(
                 self,
                 checked_session,
                 request,
                 checked_options,
-                request_hash=touched.digest,
-                repeated=touched.repeated,
-                on_update=on_update,
+                touched.digest,
+                touched.repeated,
+                on_update,
             )
 
         return AgentStream(start, self._run)
