@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -131,3 +132,33 @@ def test_wrong_types_name_the_field(result: object, field: str) -> None:
 def test_none_result_hints_at_a_missing_return() -> None:
     with pytest.raises(ContextResultError, match="forget to return"):
         merge(start(), None)  # type: ignore[arg-type]
+
+
+async def _send(update: object) -> None:
+    """An on_update, to see that merge carries it."""
+
+
+@settings(max_examples=100)
+@given(results_lists)
+def test_merge_carries_every_field_a_provider_does_not_contribute(
+    results: list[ContextResult],
+) -> None:
+    begin = Invocation(
+        None,
+        InMemorySession("s"),
+        (ChatMessage.user("hi"),),
+        AgentRunOptions(),
+        request_hash="digest",
+        repeated=True,
+        on_update=_send,
+    )
+    merged = fold(begin, results)
+    assert merged == attrs.evolve(
+        begin,
+        instructions=merged.instructions,
+        messages=merged.messages,
+        tools=merged.tools,
+        tool_sources=merged.tool_sources,
+    )
+    assert merged.on_update is _send
+    assert (merged.request_hash, merged.repeated) == ("digest", True)
