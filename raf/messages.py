@@ -344,6 +344,8 @@ class Update:
             raise TypeError(f"Update.text must be a str, got {type(self.text).__name__}")
         if kind == "text":
             return
+        if self.text:
+            raise ValueError(f"Update.text is for 'text' updates, not {kind!r} ones: {self!r}")
         if kind == "tool_call":
             if type(self.tool_call) is not ToolCall:
                 raise TypeError(

@@ -50,6 +50,10 @@ def test_updates_are_frozen_and_pickle() -> None:
             r"'tool_result' Update needs message=ChatMessage.tool",
         ),
         (lambda: Update("usage", usage=(1, 2)), r"'usage' Update needs usage=Usage"),
+        (
+            lambda: Update("usage", "x", usage=Usage()),
+            r"Update.text is for 'text' updates, not 'usage' ones",
+        ),
     ],
 )
 def test_a_malformed_update_is_refused_where_it_is_built(build: object, match: str) -> None:
