@@ -655,3 +655,16 @@ async def test_a_run_failing_unseen_before_a_cancellation_is_a_note_on_it() -> N
             raise
     assert scope.cancelled_caught
     assert any("ProviderError" in note and "index unavailable" in note for note in notes)
+
+
+async def test_leaving_after_the_last_update_is_still_an_early_close() -> None:
+    log: list[Any] = []
+    agent = Agent(EchoChatClient(), stack=[Recorder("p", log)])
+    async with agent.stream("a b") as stream:
+        async for update in stream:
+            if update.kind == "usage":  # the last one: the run waits for us to ask again
+                break
+    assert stream.response is None
+    error = log[-1][3]
+    assert isinstance(error, StreamClosedError)
+    assert error.partial == AgentResponse((ChatMessage.assistant("a b"),), Usage(2, 2))
