@@ -174,15 +174,7 @@ class Agent:
         in the caller's task as it comes (see :meth:`stream` for the iterator
         form); the response is the same as without it.
         """
-        request = _request_messages(messages)
-        if session is None:
-            session = InMemorySession()
-        elif type(session) not in _SESSION_TYPES:
-            _check_session(session)
-        if options is None:
-            options = _DEFAULT_OPTIONS
-        elif type(options) is not AgentRunOptions:
-            raise TypeError(f"options must be AgentRunOptions, got {type(options).__name__}")
+        request, session, options = _arguments(messages, session, options)
         if on_update is not None and not callable(on_update):
             raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
         touched = await session.touch_request_hash(request)
@@ -214,16 +206,7 @@ class Agent:
         closes the run: its post stages see :class:`raf.StreamClosedError`.
         The arguments are those of :meth:`run`, checked here.
         """
-        request = _request_messages(messages)
-        if session is None:
-            session = InMemorySession()
-        elif type(session) not in _SESSION_TYPES:
-            _check_session(session)
-        if options is None:
-            options = _DEFAULT_OPTIONS
-        elif type(options) is not AgentRunOptions:
-            raise TypeError(f"options must be AgentRunOptions, got {type(options).__name__}")
-        checked_session, checked_options = session, options
+        request, checked_session, checked_options = _arguments(messages, session, options)
 
         async def start(on_update: OnUpdate) -> Invocation:
             touched = await checked_session.touch_request_hash(request)
@@ -355,6 +338,24 @@ class Agent:
 
 
 _SESSION_TYPES: set[type] = set()  # session types already checked to have the methods
+
+
+def _arguments(
+    messages: str | ChatMessage | Sequence[ChatMessage],
+    session: Session | None,
+    options: AgentRunOptions | None,
+) -> tuple[tuple[ChatMessage, ...], Session, AgentRunOptions]:
+    """A turn's request messages, session and options, checked (``run`` and ``stream``)."""
+    request = _request_messages(messages)
+    if session is None:
+        session = InMemorySession()
+    elif type(session) not in _SESSION_TYPES:
+        _check_session(session)
+    if options is None:
+        options = _DEFAULT_OPTIONS
+    elif type(options) is not AgentRunOptions:
+        raise TypeError(f"options must be AgentRunOptions, got {type(options).__name__}")
+    return request, session, options
 
 
 def _check_session(session: object) -> None:
