@@ -417,3 +417,11 @@ def rechunk(updates: Sequence[Update], cuts: Sequence[int]) -> list[Update]:
         positions = sorted({0, len(update.text), *(c % (len(update.text) + 1) for c in cuts)})
         out.extend(Update.of_text(update.text[a:b]) for a, b in itertools.pairwise(positions))
     return out
+
+
+@st.composite
+def updates(draw: st.DrawFn) -> list[Update]:
+    """The updates of a streamed run's answer, text split anywhere: ``from_updates`` assembles
+    them to a run-shaped response (what ``raf.testing.strategies.updates()`` is to offer)."""
+    response = draw(run_responses())
+    return rechunk(response.to_updates(), draw(st.lists(st.integers(0, 20), max_size=4)))

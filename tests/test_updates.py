@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raf import AgentResponse, ChatMessage, ToolCall, Update, Usage
-from tests.strategies import rechunk, run_responses
+from tests.strategies import rechunk, run_responses, updates
 
 CALL = ToolCall("c1", "add", '{"a": 1}')
 
@@ -106,3 +106,10 @@ def test_how_the_text_is_chunked_does_not_matter(response: AgentResponse, cuts: 
 def test_to_updates_skips_what_has_no_update() -> None:
     response = AgentResponse((ChatMessage.user("hi"), ChatMessage.assistant("yo")))
     assert response.to_updates() == (Update.of_text("yo"),)
+
+
+@settings(max_examples=100, deadline=None)
+@given(updates())
+def test_assembling_is_stable(stream: list[Update]) -> None:
+    response = AgentResponse.from_updates(stream)
+    assert AgentResponse.from_updates(response.to_updates()) == response
