@@ -29,6 +29,7 @@ from raf.context import EMPTY_RESULT, ContextResult, Invocation, merge
 from raf.errors import (
     AgentError,
     ChatClientError,
+    ChatProtocolError,
     CompressionError,
     ConfigError,
     McpError,
@@ -57,6 +58,7 @@ __all__ = [
     "AgentSkillsProvider",
     "ChatClient",
     "ChatClientError",
+    "ChatProtocolError",
     "ChatMessage",
     "ChatOptions",
     "ChatRequest",

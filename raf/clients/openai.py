@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-import inspect
+import contextlib
+import email.utils
 import json
+import math
+import time
+import weakref
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
+
+import anyio
 
 from raf.errors import (
     AuthenticationError,
     BadRequestError,
     ChatClientError,
     ChatConnectionError,
+    ChatProtocolError,
     ChatTimeoutError,
     RateLimitError,
     ServerError,
@@ -24,12 +31,26 @@ from raf.tools import Tool
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["OpenAIChatClient", "error_from_sdk", "message_to_wire", "tool_to_wire"]
+__all__ = [
+    "OpenAIChatClient",
+    "error_from_sdk",
+    "message_to_wire",
+    "response_from_reply",
+    "retry_after_seconds",
+    "tool_to_wire",
+]
 
 # The SDK takes ~0.6 s to import; raf imports it only when a client is built.
 _TOOL_CHOICE_WORDS: Final = frozenset({"auto", "none", "required"})
-# Options that would make the SDK return a stream, which complete() cannot read.
+# Options that would make the server answer with a stream, which complete() cannot read.
 _REFUSED_EXTRA: Final = frozenset({"stream", "stream_options"})
+# Extra options that are how the request is sent, not what it says: the SDK's own.
+_TRANSPORT_EXTRA: Final = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+
+DEFAULT_TIMEOUT: Final = 60.0
+DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
+# How much of a reply that is not JSON an error message quotes.
+_QUOTE: Final = 120
 
 
 class OpenAIChatClient:
@@ -41,12 +62,20 @@ class OpenAIChatClient:
     OpenAI-compatible server works. ``max_retries`` is the SDK's own retry
     budget for rate limits, timeouts and server errors; set it to ``0`` when a
     :class:`raf.RetryMiddleware` does the retrying. ``client`` is an
-    ``AsyncOpenAI`` you built yourself (timeouts, proxies, headers); raf then
-    leaves closing it to you.
+    ``AsyncOpenAI`` you built yourself (proxies, headers); raf then leaves
+    closing it to you.
+
+    ``timeout`` bounds each whole call in seconds, the SDK's retries and the
+    reading of the reply included (``None``: no bound); past it the call
+    raises :class:`raf.errors.ChatTimeoutError`. ``max_response_bytes`` bounds
+    the reply's size once decompressed; past it the call raises
+    :class:`raf.ChatProtocolError` without reading further.
 
     Failures raise :class:`raf.ChatClientError` subclasses whose ``retryable``
     says whether trying again can help; the SDK's exception is ``__cause__``.
-    Close the client with ``await client.aclose()`` or ``async with``::
+    A reply that is not a well-formed chat completion is a
+    :class:`raf.ChatProtocolError` naming the field. Close the client with
+    ``await client.aclose()`` or ``async with``::
 
         async with OpenAIChatClient("gpt-4o-mini") as model:
             agent = Agent(model, instructions="Be brief.")
@@ -60,6 +89,8 @@ class OpenAIChatClient:
         base_url: str | None = None,
         api_key: str | None = None,
         max_retries: int = 2,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
         if not isinstance(model, str) or not model:
@@ -68,9 +99,25 @@ class OpenAIChatClient:
             raise ValueError(
                 f"OpenAIChatClient: max_retries must be an int >= 0, got {max_retries!r}"
             )
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not timeout > 0  # also refuses NaN
+        ):
+            raise ValueError(
+                f"OpenAIChatClient: timeout must be a number of seconds > 0 or None, "
+                f"got {timeout!r}"
+            )
+        if type(max_response_bytes) is not int or max_response_bytes < 1:
+            raise ValueError(
+                f"OpenAIChatClient: max_response_bytes must be an int >= 1, "
+                f"got {max_response_bytes!r}"
+            )
         import openai
 
         self.model = model
+        self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
         if client is None:
             try:
                 client = openai.AsyncOpenAI(
@@ -89,65 +136,101 @@ class OpenAIChatClient:
                 )
             self._owns_client = False
         self.client: openai.AsyncOpenAI = client
-        self._create = client.chat.completions.create
-        self._known_parameters = frozenset(inspect.signature(self._create).parameters)
 
     async def complete(
         self, messages: Sequence[ChatMessage], options: ChatOptions
     ) -> AgentResponse:
         """Send one chat completion request and return the model's turn."""
-        import openai
+        model, body, request_options = self.request_body(messages, options)
+        with anyio.move_on_after(self.timeout):
+            data, content_type = await self._post(body, request_options, model)
+            return response_from_reply(data, content_type, model)
+        # Only the deadline's own cancellation lands here: any other one propagates.
+        raise ChatTimeoutError(
+            f"OpenAI chat completion (model {model!r}) did not finish within {self.timeout} s "
+            "(OpenAIChatClient timeout=, the SDK's retries included)"
+        )
 
-        request = self.request_parameters(messages, options)
-        model = request["model"]
-        try:
-            completion = await self._create(**request)
-        except openai.OpenAIError as exc:
-            raise error_from_sdk(exc, model) from exc
-        return response_from_completion(completion, model)
-
-    def request_parameters(
+    def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions
-    ) -> dict[str, Any]:
-        """The keyword arguments of ``chat.completions.create`` for one call.
+    ) -> tuple[str, bytes, dict[str, Any]]:
+        """The model, the JSON body and the SDK request options of one call.
 
-        ``options.extra`` is applied last: keys the SDK knows (``top_p``,
-        ``seed``, ``response_format``, ``timeout``, ``extra_headers``...) are
-        passed as they are, any other key goes into the request body.
+        The body is built here, not by the SDK's ``create``: its request
+        transform walks every message (a quarter of a millisecond each), and
+        each message's JSON is cached (see :func:`message_json`), so a long
+        history costs a join. ``options.extra`` is applied last: ``timeout``
+        (the SDK's per-attempt timeout), ``extra_headers``, ``extra_query`` and
+        ``extra_body`` as the SDK understands them, any other key into the body.
         """
-        request: dict[str, Any] = {
-            "model": options.model or self.model,
-            "messages": [message_to_wire(m, index) for index, m in enumerate(messages)],
-        }
+        head: dict[str, Any] = {"model": options.model or self.model}
         if options.tools:
-            request["tools"] = [tool_to_wire(t) for t in options.tools]
+            head["tools"] = [tool_to_wire(t) for t in options.tools]
         if options.temperature is not None:
-            request["temperature"] = options.temperature
+            head["temperature"] = options.temperature
         if options.max_tokens is not None:
-            request["max_tokens"] = options.max_tokens
+            head["max_tokens"] = options.max_tokens
         if options.tool_choice is not None:
-            request["tool_choice"] = _tool_choice(options.tool_choice)
-        body: dict[str, Any] = {}
+            head["tool_choice"] = _tool_choice(options.tool_choice)
+        request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
         for key, value in options.extra.items():
             if key in _REFUSED_EXTRA and value:
                 raise BadRequestError(
                     f"OpenAIChatClient: extra option {key!r} is not supported; "
                     "raf reads whole chat completions, not streams"
                 )
-            if key in self._known_parameters and key != "extra_body":
-                request[key] = value
-            elif key == "extra_body":
-                if not isinstance(value, Mapping):
-                    raise BadRequestError(
-                        f"OpenAIChatClient: extra option 'extra_body' must be a mapping, "
-                        f"got {type(value).__name__}"
-                    )
-                body.update(value)
+            if key == "messages":
+                raise BadRequestError(
+                    "OpenAIChatClient: extra option 'messages' is not allowed; "
+                    "the messages are the run's"
+                )
+            if key in _TRANSPORT_EXTRA:
+                _transport_option(key, value, head, request_options)
             else:
-                body[key] = value
-        if body:
-            request["extra_body"] = body
-        return request
+                head[key] = value
+        model = head["model"]
+        if not isinstance(model, str):
+            raise BadRequestError(f"OpenAIChatClient: model must be a str, got {model!r}")
+        try:
+            head_json = _dumps(head)
+        except (TypeError, ValueError) as exc:
+            raise BadRequestError(
+                f"OpenAIChatClient: a request option cannot be sent as JSON: {exc}"
+            ) from exc
+        parts = [message_json(m, index) for index, m in enumerate(messages)]
+        text = f'{head_json[:-1]},"messages":[{",".join(parts)}]}}'
+        # A lone surrogate (no UTF-8 form) becomes its JSON escape \udXXX, still valid JSON.
+        return model, text.encode("utf-8", "backslashreplace"), request_options
+
+    async def _post(
+        self, body: bytes, request_options: dict[str, Any], model: str
+    ) -> tuple[bytes, str]:
+        """POST the body through the SDK (auth, retries, HTTP errors); the reply, bounded."""
+        import httpx2
+        import openai
+
+        try:
+            # cast_to=Response and stream=True: the SDK hands back the unread reply,
+            # so raf reads it under its own size bound and parses it itself.
+            response: httpx2.Response = await self.client.post(  # type: ignore[call-overload]
+                "/chat/completions",
+                cast_to=httpx2.Response,
+                content=body,
+                options=request_options,
+                stream=True,
+            )
+        except openai.OpenAIError as exc:
+            raise error_from_sdk(exc, model) from exc
+        try:
+            return await _read_bounded(response, self.max_response_bytes, model), (
+                response.headers.get("content-type", "")
+            )
+        except httpx2.HTTPError as exc:
+            raise _error_from_http(exc, model) from exc
+        finally:
+            # Bounded and shielded: returning the connection must not hang or be cut.
+            with anyio.move_on_after(5, shield=True):
+                await response.aclose()
 
     async def aclose(self) -> None:
         """Close the HTTP connections (not those of a ``client=`` you passed in)."""
@@ -167,6 +250,96 @@ class OpenAIChatClient:
 
     def __repr__(self) -> str:
         return f"OpenAIChatClient(model={self.model!r}, base_url={str(self.client.base_url)!r})"
+
+
+def _transport_option(
+    key: str, value: Any, head: dict[str, Any], request_options: dict[str, Any]
+) -> None:
+    if key == "timeout":
+        request_options["timeout"] = value
+        return
+    if not isinstance(value, Mapping):
+        raise BadRequestError(
+            f"OpenAIChatClient: extra option {key!r} must be a mapping, got {type(value).__name__}"
+        )
+    if key == "extra_body":
+        if "messages" in value:
+            raise BadRequestError(
+                "OpenAIChatClient: extra_body may not hold 'messages'; the messages are the run's"
+            )
+        head.update(value)
+    elif key == "extra_headers":
+        request_options["headers"] = dict(value)
+    else:
+        request_options["params"] = dict(value)
+
+
+async def _read_bounded(response: Any, limit: int, model: str) -> bytes:
+    """The decoded body of ``response``, refusing to hold more than ``limit`` bytes."""
+    declared = response.headers.get("content-length")
+    encoded = response.headers.get("content-encoding", "identity").strip().lower()
+    if declared is not None and declared.isdigit() and encoded == "identity":
+        if int(declared) > limit:
+            raise _too_large(model, limit, f"it declares {int(declared)} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    # httpx decompresses a chunk at a time in bounded pieces: a gzip bomb stops here.
+    async with contextlib.aclosing(response.aiter_bytes()) as stream:
+        async for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(model, limit, "it is larger")
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(model: str, limit: int, detail: str) -> ChatProtocolError:
+    return ChatProtocolError(
+        f"OpenAI chat completion (model {model!r}): the reply is larger than "
+        f"max_response_bytes={limit} ({detail}); raf stopped reading it"
+    )
+
+
+def _error_from_http(exc: Exception, model: str) -> ChatClientError:
+    """An error of the HTTP stack while reading a reply, as a raf error."""
+    import httpx2
+
+    where = f"OpenAI chat completion (model {model!r})"
+    if isinstance(exc, httpx2.TimeoutException):
+        return ChatTimeoutError(f"{where} timed out reading the reply: {exc!r}")
+    if isinstance(exc, httpx2.DecodingError):
+        return ChatProtocolError(f"{where}: the reply cannot be decompressed: {exc}")
+    return ChatConnectionError(f"{where}: the connection failed reading the reply: {exc!r}")
+
+
+# Each message's JSON text, by identity. Messages are frozen, so the text never
+# goes stale; a weak reference drops the entry when its message is gone (and so
+# before its id can be reused), and a bound caps what a burst of messages costs.
+_WIRE_CACHE: dict[int, tuple[weakref.KeyedRef[ChatMessage], str]] = {}
+_WIRE_CACHE_MAX: Final = 250_000
+
+
+def _forget(ref: weakref.KeyedRef[ChatMessage]) -> None:
+    entry = _WIRE_CACHE.get(ref.key)
+    if entry is not None and entry[0] is ref:
+        _WIRE_CACHE.pop(ref.key, None)
+
+
+def message_json(message: ChatMessage, index: int = 0) -> str:
+    """The JSON text of :func:`message_to_wire`, cached per message object.
+
+    >>> message_json(ChatMessage.user("hi"))
+    '{"role":"user","content":"hi"}'
+    """
+    key = id(message)
+    entry = _WIRE_CACHE.get(key)
+    if entry is not None and entry[0]() is message:
+        return entry[1]
+    text = _dumps(message_to_wire(message, index))
+    if len(_WIRE_CACHE) >= _WIRE_CACHE_MAX:
+        _WIRE_CACHE.clear()
+    _WIRE_CACHE[key] = (weakref.KeyedRef(message, _forget, key), text)
+    return text
 
 
 def message_to_wire(message: ChatMessage, index: int = 0) -> dict[str, Any]:
@@ -209,32 +382,163 @@ def tool_to_wire(tool: Tool) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def response_from_completion(completion: Any, model: str) -> AgentResponse:
-    """The assistant turn, usage and raw response of a ``ChatCompletion``."""
-    if not completion.choices:
-        raise ChatClientError(f"OpenAI model {model!r} returned no choices")
-    message = completion.choices[0].message
-    calls = []
-    for call in message.tool_calls or ():
-        function = getattr(call, "function", None)
-        if function is None:
-            raise ChatClientError(
-                f"OpenAI model {model!r} returned a {call.type!r} tool call; raf supports "
-                "function tool calls only"
-            )
-        calls.append(ToolCall(call.id, function.name, function.arguments or "{}"))
-    text = message.content
+def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResponse:
+    """The assistant turn, usage and raw ``ChatCompletion`` of a 200 reply's body.
+
+    Anything that is not a chat completion raf can read is a
+    :class:`raf.ChatProtocolError` that names the problem.
+    """
+    where = f"OpenAI chat completion (model {model!r})"
+    try:
+        # Invalid UTF-8 in a text is replaced, not fatal: the rest of the answer stands.
+        reply = json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError) as exc:
+        raise ChatProtocolError(
+            f"{where}: the reply is not JSON ({content_type or 'no content-type'}; "
+            f"{exc}): {_quote(data)}"
+        ) from None
+    if not isinstance(reply, dict):
+        raise ChatProtocolError(
+            f"{where}: the reply is a JSON {_json_type(reply)}, not an object: {_quote(data)}"
+        )
+    if reply.get("error") is not None:
+        raise ChatProtocolError(f"{where}: the server answered 200 with an error: {reply['error']}")
+    choices = reply.get("choices")
+    if not isinstance(choices, list):
+        raise ChatProtocolError(f"{where}: 'choices' is {_json_type(choices)}, not a list")
+    if not choices:
+        raise ChatProtocolError(f"{where}: the model returned no choices")
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise ChatProtocolError(f"{where}: choices[0] is {_json_type(choice)}, not an object")
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise ChatProtocolError(
+            f"{where}: choices[0].message is {_json_type(message)}, not an object"
+        )
+    text = _optional_str(message, "content", where)
+    calls = [
+        _tool_call(call, f"choices[0].message.tool_calls[{n}]", where)
+        for n, call in enumerate(_optional_list(message, "tool_calls", where))
+    ]
     if text is None and not calls:
         # A refusal is what the user should read when there is no answer.
-        text = getattr(message, "refusal", None)
+        text = _optional_str(message, "refusal", where)
     usage = None
-    if completion.usage is not None:
-        usage = Usage(completion.usage.prompt_tokens or 0, completion.usage.completion_tokens or 0)
-    return AgentResponse((ChatMessage.assistant(text, tool_calls=calls),), usage, completion)
+    raw_usage = reply.get("usage")
+    if raw_usage is not None:
+        if not isinstance(raw_usage, dict):
+            raise ChatProtocolError(f"{where}: 'usage' is {_json_type(raw_usage)}, not an object")
+        usage = Usage(_tokens(raw_usage, "prompt_tokens", where), _tokens(raw_usage, "completion_tokens", where))
+    return AgentResponse(
+        (ChatMessage.assistant(text, tool_calls=calls),), usage, _completion(reply)
+    )
+
+
+def _tool_call(call: Any, path: str, where: str) -> ToolCall:
+    if not isinstance(call, dict):
+        raise ChatProtocolError(f"{where}: {path} is {_json_type(call)}, not an object")
+    kind = call.get("type", "function")
+    if kind != "function":
+        raise ChatProtocolError(
+            f"{where}: {path} is a {kind!r} tool call; raf supports function tool calls only"
+        )
+    call_id = call.get("id")
+    if not isinstance(call_id, str):
+        raise ChatProtocolError(f"{where}: {path}.id is {_json_type(call_id)}, not a string")
+    function = call.get("function")
+    if not isinstance(function, dict):
+        raise ChatProtocolError(
+            f"{where}: {path}.function is {_json_type(function)}, not an object"
+        )
+    name = function.get("name")
+    if not isinstance(name, str):
+        raise ChatProtocolError(
+            f"{where}: {path}.function.name is {_json_type(name)}, not a string"
+        )
+    arguments = function.get("arguments")
+    if arguments is None:
+        arguments = "{}"
+    elif not isinstance(arguments, str):
+        raise ChatProtocolError(
+            f"{where}: {path}.function.arguments is {_json_type(arguments)}, not a string "
+            "of JSON"
+        )
+    return ToolCall(call_id, name, arguments)
+
+
+def _optional_str(data: dict[str, Any], key: str, where: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ChatProtocolError(
+            f"{where}: choices[0].message.{key} is {_json_type(value)}, not a string"
+        )
+    return value
+
+
+def _optional_list(data: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ChatProtocolError(
+            f"{where}: choices[0].message.{key} is {_json_type(value)}, not a list"
+        )
+    return value
+
+
+def _tokens(usage: dict[str, Any], key: str, where: str) -> int:
+    value = usage.get(key)
+    if value is None:
+        return 0
+    if type(value) is not int or value < 0:
+        raise ChatProtocolError(
+            f"{where}: usage.{key} is {_json_type(value)} {value!r}, not a count of tokens"
+        )
+    return value
+
+
+def _completion(reply: dict[str, Any]) -> Any:
+    """The SDK's ``ChatCompletion`` for ``raw``: validated, or built leniently."""
+    from openai.types.chat import ChatCompletion
+
+    try:
+        return ChatCompletion.model_validate(reply)
+    except Exception:
+        # Compatible servers leave out or vary fields raf does not need: keep them all.
+        try:
+            return ChatCompletion.construct(**reply)
+        except Exception:
+            return reply
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _quote(data: bytes) -> str:
+    text = data[:_QUOTE].decode("utf-8", "replace")
+    return repr(text) + ("..." if len(data) > _QUOTE else "")
 
 
 def error_from_sdk(exc: openai.OpenAIError, model: str) -> ChatClientError:
-    """The :class:`raf.ChatClientError` for an OpenAI SDK error."""
+    """The :class:`raf.ChatClientError` for an OpenAI SDK error.
+
+    An HTTP error carries the server's ``Retry-After`` (or ``retry-after-ms``)
+    as ``retry_after`` in seconds.
+    """
     import openai
 
     where = f"OpenAI chat completion (model {model!r})"
@@ -246,16 +550,56 @@ def error_from_sdk(exc: openai.OpenAIError, model: str) -> ChatClientError:
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         text = f"{where} failed with HTTP {status}: {exc.message}"
+        retry_after = retry_after_seconds(exc.response.headers)
+        kind: type[ChatClientError] = BadRequestError
         if status == 429:
-            return RateLimitError(text, status_code=status)
-        if status == 408:
-            return ChatTimeoutError(text, status_code=status)
-        if status == 409 or status >= 500:
-            return ServerError(text, status_code=status)
-        if status in (401, 403):
-            return AuthenticationError(text, status_code=status)
-        return BadRequestError(text, status_code=status)
+            kind = RateLimitError
+        elif status == 408:
+            kind = ChatTimeoutError
+        elif status == 409 or status >= 500:
+            kind = ServerError
+        elif status in (401, 403):
+            kind = AuthenticationError
+        return kind(text, status_code=status, retry_after=retry_after)
     return ChatClientError(f"{where} failed: {type(exc).__name__}: {exc}")
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """How long a server asks us to wait, in seconds, or ``None`` if it does not say.
+
+    ``retry-after-ms`` (milliseconds, OpenAI's) wins over ``Retry-After``
+    (seconds, or an HTTP date); a date in the past means 0; a value that
+    cannot be read is ignored.
+
+    >>> retry_after_seconds({"retry-after": "2"}), retry_after_seconds({"retry-after-ms": "150"})
+    (2.0, 0.15)
+    >>> retry_after_seconds({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, now=1445412470.0)
+    10.0
+    """
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            if name == "retry-after":
+                return _retry_after_date(value, now)
+            continue
+        if not math.isnan(seconds):
+            return max(seconds, 0.0)
+    return None
+
+
+def _retry_after_date(value: str, now: float | None) -> float | None:
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT even when it does not say so
+        return None
+    current = time.time() if now is None else now
+    return max(when.timestamp() - current, 0.0)
 
 
 def _tool_choice(choice: str | Mapping[str, Any]) -> str | dict[str, Any]:
@@ -267,6 +611,13 @@ def _tool_choice(choice: str | Mapping[str, Any]) -> str | dict[str, Any]:
     return plain
 
 
+def _dumps(value: Any) -> str:
+    # The SDK's own encoding (compact, UTF-8, no NaN), with mappings taken as objects.
+    return json.dumps(
+        value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_not_json
+    )
+
+
 def _plain(value: Any) -> Any:
     # Schemas may hold read-only mappings and tuples; the wire wants dicts and lists.
     return json.loads(json.dumps(value, default=_not_json))
@@ -275,4 +626,4 @@ def _plain(value: Any) -> Any:
 def _not_json(value: object) -> Any:
     if isinstance(value, Mapping):
         return dict(value)
-    raise TypeError(f"not JSON serialisable in a tool schema: {value!r}")
+    raise TypeError(f"not JSON serialisable: {value!r}")
