@@ -2,27 +2,43 @@
 
 from __future__ import annotations
 
+import email.utils
+import gc
+import gzip
 import json
+import pickle
 import socket
+import time
+import tracemalloc
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import openai
 import pytest
 
 from raf import Agent, AgentRunOptions, ChatMessage, ChatOptions, ToolCall, Usage, tool
-from raf.clients.openai import OpenAIChatClient, message_to_wire, tool_to_wire
+from raf.clients.openai import (
+    _WIRE_CACHE,
+    OpenAIChatClient,
+    message_json,
+    message_to_wire,
+    retry_after_seconds,
+    tool_to_wire,
+)
 from raf.errors import (
     AuthenticationError,
     BadRequestError,
     ChatClientError,
     ChatConnectionError,
+    ChatProtocolError,
     ChatTimeoutError,
     RateLimitError,
     ServerError,
 )
 from raf.middleware import RetryMiddleware
-from tests.openai_server import OpenAIServer, Reply, completion
+from tests.openai_server import OpenAIServer, Reply, completion, error_body
 
 pytestmark = pytest.mark.anyio
 
@@ -351,3 +367,380 @@ async def test_streaming_through_extra_is_refused_before_sending(server: OpenAIS
             await model.complete([ChatMessage.user("x")], ChatOptions(extra={"extra_body": 3}))
     assert not caught.value.retryable
     assert server.requests == []
+
+
+# --- The wire body: built by raf, not by the SDK's request transform ---------------------
+
+
+HISTORY = [
+    ChatMessage.system("Be brief."),
+    ChatMessage.user("hi", name="ann"),
+    ChatMessage.assistant("hello"),
+    ChatMessage.user("add 2 and 3 — «quickly» 😀"),
+    ChatMessage.assistant(None, tool_calls=[ToolCall("c1", "add", '{"a": 2, "b": 3}')]),
+    ChatMessage.assistant("both", tool_calls=[ToolCall("c2", "add", "")]),
+    ChatMessage.tool("c1", "5"),
+    ChatMessage.tool("c2", "", name="add"),
+]
+
+
+async def test_the_body_is_what_the_sdks_create_would_send(server: OpenAIServer) -> None:
+    # Differential: the same call through the SDK's own create(), with its transform.
+    options = ChatOptions(
+        model="other",
+        temperature=0.5,
+        max_tokens=9,
+        tool_choice="add",
+        extra={"seed": 3, "vendor_flag": [1, 2], "extra_body": {"top_k": 4}},
+        tools=(add,),
+    )
+    server.answer()
+    server.answer()
+    async with client_for(server) as model:
+        await model.complete(HISTORY, options)
+        await model.client.chat.completions.create(
+            model="other",
+            messages=[message_to_wire(m) for m in HISTORY],  # type: ignore[misc]
+            tools=[tool_to_wire(add)],  # type: ignore[list-item]
+            temperature=0.5,
+            max_tokens=9,
+            tool_choice={"type": "function", "function": {"name": "add"}},
+            seed=3,
+            extra_body={"vendor_flag": [1, 2], "top_k": 4},
+        )
+    ours, sdks = server.requests
+    assert ours.body == sdks.body
+    assert ours.headers["content-type"] == "application/json"
+    assert ours.headers["authorization"] == sdks.headers["authorization"]
+
+
+async def test_transport_options_in_extra_go_to_the_sdk(server: OpenAIServer) -> None:
+    server.answer()
+    extra = {"extra_headers": {"x-team": "raf"}, "extra_query": {"api-version": "1"}, "timeout": 5}
+    async with client_for(server) as model:
+        await model.complete([ChatMessage.user("x")], ChatOptions(extra=extra))
+    (request,) = server.requests
+    assert request.headers["x-team"] == "raf"
+    assert request.path == "/v1/chat/completions?api-version=1"
+    assert set(request.body) == {"model", "messages"}
+
+
+async def test_bad_extra_options_are_refused_before_sending(server: OpenAIServer) -> None:
+    async with client_for(server) as model:
+        for extra, match in [
+            ({"messages": []}, "'messages' is not allowed"),
+            ({"extra_body": {"messages": []}}, "extra_body may not hold 'messages'"),
+            ({"extra_headers": ["x"]}, "'extra_headers' must be a mapping"),
+            ({"seed": object()}, "cannot be sent as JSON"),
+            ({"top_p": float("nan")}, "cannot be sent as JSON"),
+        ]:
+            with pytest.raises(BadRequestError, match=match):
+                await model.complete([ChatMessage.user("x")], ChatOptions(extra=extra))
+    assert server.requests == []
+
+
+def test_each_messages_json_is_cached_while_the_message_lives() -> None:
+    message = ChatMessage.user("cached")
+    first = message_json(message)
+    assert message_json(message) is first
+    assert json.loads(first) == message_to_wire(message)
+    key = id(message)
+    assert key in _WIRE_CACHE
+    del message
+    gc.collect()
+    assert key not in _WIRE_CACHE
+
+
+def test_equal_messages_are_cached_apart_and_a_bad_one_is_not_cached() -> None:
+    one, two = ChatMessage.user("same"), ChatMessage.user("same")
+    assert message_json(one) == message_json(two)
+    assert _WIRE_CACHE[id(one)][0]() is one
+    orphan = ChatMessage("tool", "no id")
+    with pytest.raises(BadRequestError, match=r"messages\[7\]"):
+        message_json(orphan, 7)
+    assert id(orphan) not in _WIRE_CACHE
+
+
+async def test_a_lone_surrogate_in_a_reply_breaks_nothing(server: OpenAIServer) -> None:
+    # json.dumps escapes it as \ud800, as a server would send it.
+    server.answer(content="bad \ud800 text")
+    server.answer(content="fine")
+    async with client_for(server) as model:
+        first = await model.complete([ChatMessage.user("x")], ChatOptions())
+        assert first.text in ("bad \ud800 text", "bad \ufffd text")
+        second = await model.complete([ChatMessage.user("x"), *first.messages], ChatOptions())
+    assert second.text == "fine"
+    assert server.requests[1].body["messages"][1]["content"] in ("bad \ud800 text", "bad \ufffd text")
+
+
+# --- Malformed replies: a ChatProtocolError that names the problem -----------------------
+
+
+def _reply_with(**message: Any) -> dict[str, Any]:
+    body = completion()
+    body["choices"][0]["message"] = message
+    return body
+
+
+def _null_message() -> dict[str, Any]:
+    body = completion()
+    body["choices"][0]["message"] = None
+    return body
+
+
+def _call(**call: Any) -> dict[str, Any]:
+    return _reply_with(role="assistant", content=None, tool_calls=[call])
+
+
+def _usage(**usage: Any) -> dict[str, Any]:
+    body = completion()
+    body["usage"] = usage
+    return body
+
+
+MALFORMED: list[tuple[str, Reply, str]] = [
+    ("not json", Reply(raw=b"this is not json"), "not JSON"),
+    (
+        "html",
+        Reply(raw=b"<html><body>502 Bad Gateway</body></html>", content_type="text/html"),
+        r"not JSON \(text/html.*502 Bad Gateway",
+    ),
+    ("empty body", Reply(raw=b""), "not JSON"),
+    ("a json list", Reply(body=[completion()]), "the reply is a list, not a JSON object"),
+    ("a json string", Reply(body="ok"), "the reply is a string, not a JSON object"),
+    ("nested deep", Reply(raw=b"[" * 100_000 + b"]" * 100_000), "not JSON"),
+    ("an error in a 200", Reply(body={"error": {"message": "quota"}}), "200 with an error.*quota"),
+    ("choices missing", Reply(body={"id": "x"}), "'choices' is missing"),
+    ("choices an object", Reply(body={"choices": {}}), "'choices' is an object, not a list"),
+    ("choices empty", Reply(body={**completion(), "choices": []}), "no choices"),
+    ("choice a number", Reply(body={**completion(), "choices": [3]}), r"choices\[0\] is a number"),
+    ("message null", Reply(body=_null_message()), r"choices\[0\]\.message is null"),
+    ("content a number", Reply(body=_reply_with(role="assistant", content=5)), r"content is a number \(5\)"),
+    ("content a list", Reply(body=_reply_with(content=["a"])), "content is a list"),
+    ("refusal a number", Reply(body=_reply_with(content=None, refusal=1)), "refusal is a number"),
+    ("tool_calls an object", Reply(body=_reply_with(tool_calls={})), "tool_calls is an object"),
+    ("call a string", Reply(body=_reply_with(tool_calls=["c"])), r"tool_calls\[0\] is a string"),
+    (
+        "arguments an object",
+        Reply(body=_call(id="c1", type="function", function={"name": "add", "arguments": {"a": 1}})),
+        r"tool_calls\[0\]\.function\.arguments is an object, not a string of JSON",
+    ),
+    (
+        "id null",
+        Reply(body=_call(id=None, type="function", function={"name": "add", "arguments": "{}"})),
+        r"tool_calls\[0\]\.id is null",
+    ),
+    (
+        "name missing",
+        Reply(body=_call(id="c1", type="function", function={"arguments": "{}"})),
+        r"tool_calls\[0\]\.function\.name is missing",
+    ),
+    (
+        "function null",
+        Reply(body=_call(id="c1", type="function", function=None)),
+        r"tool_calls\[0\]\.function is null",
+    ),
+    (
+        "a custom tool call",
+        Reply(body=_call(id="c1", type="custom", custom={"name": "x", "input": ""})),
+        "'custom' tool call; raf supports function tool calls only",
+    ),
+    ("usage a list", Reply(body={**completion(), "usage": [1]}), "'usage' is a list"),
+    ("tokens a string", Reply(body=_usage(prompt_tokens="5", completion_tokens=1)), r"usage\.prompt_tokens is a string"),
+    ("tokens a float", Reply(body=_usage(prompt_tokens=5, completion_tokens=1.5)), r"usage\.completion_tokens is a number \(1\.5\)"),
+    ("tokens a boolean", Reply(body=_usage(prompt_tokens=True)), r"usage\.prompt_tokens is a boolean"),
+    ("tokens negative", Reply(body=_usage(prompt_tokens=-1)), r"usage\.prompt_tokens is a number \(-1\)"),
+]
+
+
+@pytest.mark.parametrize(("reply", "match"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
+async def test_a_malformed_reply_is_a_protocol_error_that_names_the_problem(
+    server: OpenAIServer, reply: Reply, match: str
+) -> None:
+    server.reply(reply)
+    retry = RetryMiddleware(attempts=3, wait_initial=0)
+    async with client_for(server) as model:
+        with pytest.raises(ChatProtocolError, match=match) as caught:
+            await Agent(model, chat_stack=[retry]).run("x")
+    assert isinstance(caught.value, ChatClientError)
+    assert not caught.value.retryable
+    assert "test-model" in str(caught.value)
+    assert len(server.requests) == 1  # not retried
+
+
+async def test_odd_but_readable_replies_are_accepted(server: OpenAIServer) -> None:
+    # What compatible servers do: no id or object, no usage counts, arguments null.
+    body = _call(id="c1", function={"name": "add", "arguments": None})
+    del body["id"], body["object"]
+    body["usage"] = {"prompt_tokens": None}
+    server.answer(body)
+    async with client_for(server) as model:
+        response = await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert response.messages[0].tool_calls == (ToolCall("c1", "add", "{}"),)
+    assert response.usage == Usage(0, 0)
+    assert response.raw.choices[0].message.tool_calls[0].id == "c1"
+
+
+# --- The whole-call deadline ---------------------------------------------------------------
+
+
+async def test_a_trickling_server_cannot_hold_a_call_past_its_timeout(server: OpenAIServer) -> None:
+    # One byte every 0.25 s: each read is quick, so only a whole-call deadline ends it.
+    server.reply(Reply(body=completion(), trickle=0.25))
+    async with client_for(server, timeout=1.0) as model:
+        with anyio.fail_after(20), pytest.raises(ChatTimeoutError, match="within 1.0 s") as caught:
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert caught.value.retryable
+
+
+async def test_the_deadline_covers_the_sdks_retries(server: OpenAIServer) -> None:
+    for _ in range(3):
+        server.reply(Reply(503, error_body("busy"), headers={"retry-after": "3"}))
+    async with client_for(server, timeout=1.0, max_retries=2) as model:
+        with anyio.fail_after(20), pytest.raises(ChatTimeoutError, match="retries included"):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert len(server.requests) == 1
+
+
+async def test_a_cancellation_from_outside_is_not_a_timeout(server: OpenAIServer) -> None:
+    server.reply(Reply(body=completion(), delay=30))
+    async with client_for(server, timeout=60) as model:
+        with anyio.fail_after(20), anyio.move_on_after(0.3) as scope:
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert scope.cancelled_caught
+
+
+async def test_timeout_none_means_no_deadline(server: OpenAIServer) -> None:
+    server.reply(Reply(body=completion(content="slow"), delay=0.2))
+    async with client_for(server, timeout=None) as model:
+        assert (await model.complete([ChatMessage.user("x")], ChatOptions())).text == "slow"
+
+
+def test_bad_timeouts_and_bounds_are_refused() -> None:
+    for timeout in (0, -1, float("nan"), "5", True):
+        with pytest.raises(ValueError, match="timeout"):
+            OpenAIChatClient("m", api_key="k", timeout=timeout)  # type: ignore[arg-type]
+    for size in (0, 1.5, None):
+        with pytest.raises(ValueError, match="max_response_bytes"):
+            OpenAIChatClient("m", api_key="k", max_response_bytes=size)  # type: ignore[arg-type]
+
+
+# --- The size bound ------------------------------------------------------------------------
+
+
+async def test_a_reply_larger_than_the_bound_is_refused(server: OpenAIServer) -> None:
+    big = completion(content="x" * 5000)
+    server.answer(big)
+    server.reply(Reply(raw=json.dumps(big).encode(), headers={"transfer-encoding": "chunked"}))
+    async with client_for(server, max_response_bytes=4096) as model:
+        with pytest.raises(ChatProtocolError, match="larger than max_response_bytes=4096"):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+
+
+def _gzip_bomb(inflated: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(1 << 20)
+    parts = [packer.compress(block) for _ in range(inflated >> 20)]
+    return b"".join([*parts, packer.flush()])
+
+
+async def test_a_gzip_bomb_is_not_inflated_whole(server: OpenAIServer) -> None:
+    bomb = _gzip_bomb(512 << 20)  # 512 MiB of zeros in about half a megabyte
+    assert len(bomb) < 1 << 20
+    server.reply(Reply(raw=bomb, headers={"content-encoding": "gzip"}))
+    async with client_for(server, max_response_bytes=1 << 20) as model:
+        tracemalloc.start()
+        try:
+            with anyio.fail_after(20), pytest.raises(ChatProtocolError, match="max_response_bytes"):
+                await model.complete([ChatMessage.user("x")], ChatOptions())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 64 << 20
+
+
+async def test_a_gzipped_reply_within_the_bound_is_read(server: OpenAIServer) -> None:
+    body = gzip.compress(json.dumps(completion(content="zipped")).encode())
+    server.reply(Reply(raw=body, headers={"content-encoding": "gzip"}))
+    async with client_for(server) as model:
+        response = await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert response.text == "zipped"
+
+
+# httpx raises a decoding error from its outer stream generator and leaves the inner one to
+# the garbage collector, which trio reports; the connection itself is closed by raf.
+@pytest.mark.filterwarnings("ignore:Async generator 'httpcore2:ResourceWarning")
+async def test_a_corrupt_gzip_reply_is_a_protocol_error(server: OpenAIServer) -> None:
+    corrupt = gzip.compress(b"{}")[:10] + b"\xff" * 20  # a gzip header, then no valid block
+    server.reply(Reply(raw=corrupt, headers={"content-encoding": "gzip"}))
+    async with client_for(server) as model:
+        with pytest.raises(ChatProtocolError, match="cannot be decompressed"):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+
+
+async def test_a_connection_cut_mid_reply_is_a_connection_error(server: OpenAIServer) -> None:
+    # A content-length promising more than is sent, then the server is stopped.
+    server.reply(Reply(body=completion(), trickle=0.05))
+    async with client_for(server) as model, anyio.create_task_group() as group:
+        group.start_soon(anyio.to_thread.run_sync, _close_soon, server)
+        with anyio.fail_after(20), pytest.raises(ChatConnectionError, match="reading the reply"):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+
+
+def _close_soon(server: OpenAIServer) -> None:
+    time.sleep(0.3)
+    server.close()
+
+
+# --- Retry-After ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after": "3"}, 3.0),
+        ({"retry-after": "0.5"}, 0.5),
+        ({"retry-after-ms": "250"}, 0.25),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({"retry-after": "soon"}, None),
+        ({}, None),
+    ],
+)
+async def test_http_errors_carry_the_servers_retry_after(
+    server: OpenAIServer, headers: dict[str, str], expected: float | None
+) -> None:
+    server.reply(Reply(429, error_body("slow down"), headers=headers))
+    async with client_for(server) as model:
+        with pytest.raises(RateLimitError) as caught:
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert caught.value.retry_after == expected
+
+
+def test_retry_after_as_an_http_date() -> None:
+    now = 1_700_000_000.0
+    later = email.utils.formatdate(now + 120, usegmt=True)
+    assert retry_after_seconds({"retry-after": later}, now=now) == 120.0
+    past = email.utils.formatdate(now - 120, usegmt=True)
+    assert retry_after_seconds({"retry-after": past}, now=now) == 0.0
+    assert retry_after_seconds({"retry-after": "1e999"}) == float("inf")
+    assert retry_after_seconds({"retry-after": "nan"}) is None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ChatClientError("x", status_code=500, retry_after=1.5),
+        RateLimitError("slow", status_code=429, retry_after=30.0),
+        ChatProtocolError("bad reply"),
+        ChatTimeoutError("late"),
+    ],
+)
+def test_chat_client_errors_survive_pickling(error: ChatClientError) -> None:
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert (str(copy), copy.status_code, copy.retry_after, copy.retryable) == (
+        str(error),
+        error.status_code,
+        error.retry_after,
+        error.retryable,
+    )

@@ -49,6 +49,7 @@ _TRANSPORT_EXTRA: Final = frozenset({"timeout", "extra_headers", "extra_query", 
 
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
+_MISSING: Final = object()
 # How much of a reply that is not JSON an error message quotes.
 _QUOTE: Final = 120
 
@@ -285,11 +286,20 @@ async def _read_bounded(response: Any, limit: int, model: str) -> bytes:
     size = 0
     # httpx decompresses a chunk at a time in bounded pieces: a gzip bomb stops here.
     async with contextlib.aclosing(response.aiter_bytes()) as stream:
-        async for chunk in stream:
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(model, limit, "it is larger")
-            chunks.append(chunk)
+        with anyio.CancelScope() as stop:
+            async for chunk in stream:
+                if stop.cancel_called:
+                    continue  # pieces already decoded before the cancellation lands
+                size += len(chunk)
+                if size > limit:
+                    # Stop by cancelling, which is raised inside httpx's stream at its next
+                    # read and ends each generator of it; closing the outer one from here
+                    # would leave the inner ones to the garbage collector (trio warns).
+                    stop.cancel()
+                    continue
+                chunks.append(chunk)
+    if size > limit:
+        raise _too_large(model, limit, "it is larger")
     return b"".join(chunks)
 
 
@@ -399,11 +409,11 @@ def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResp
         ) from None
     if not isinstance(reply, dict):
         raise ChatProtocolError(
-            f"{where}: the reply is a JSON {_json_type(reply)}, not an object: {_quote(data)}"
+            f"{where}: the reply is {_json_type(reply)}, not a JSON object: {_quote(data)}"
         )
     if reply.get("error") is not None:
         raise ChatProtocolError(f"{where}: the server answered 200 with an error: {reply['error']}")
-    choices = reply.get("choices")
+    choices = reply.get("choices", _MISSING)
     if not isinstance(choices, list):
         raise ChatProtocolError(f"{where}: 'choices' is {_json_type(choices)}, not a list")
     if not choices:
@@ -411,7 +421,7 @@ def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResp
     choice = choices[0]
     if not isinstance(choice, dict):
         raise ChatProtocolError(f"{where}: choices[0] is {_json_type(choice)}, not an object")
-    message = choice.get("message")
+    message = choice.get("message", _MISSING)
     if not isinstance(message, dict):
         raise ChatProtocolError(
             f"{where}: choices[0].message is {_json_type(message)}, not an object"
@@ -443,15 +453,15 @@ def _tool_call(call: Any, path: str, where: str) -> ToolCall:
         raise ChatProtocolError(
             f"{where}: {path} is a {kind!r} tool call; raf supports function tool calls only"
         )
-    call_id = call.get("id")
+    call_id = call.get("id", _MISSING)
     if not isinstance(call_id, str):
         raise ChatProtocolError(f"{where}: {path}.id is {_json_type(call_id)}, not a string")
-    function = call.get("function")
+    function = call.get("function", _MISSING)
     if not isinstance(function, dict):
         raise ChatProtocolError(
             f"{where}: {path}.function is {_json_type(function)}, not an object"
         )
-    name = function.get("name")
+    name = function.get("name", _MISSING)
     if not isinstance(name, str):
         raise ChatProtocolError(
             f"{where}: {path}.function.name is {_json_type(name)}, not a string"
@@ -493,7 +503,7 @@ def _tokens(usage: dict[str, Any], key: str, where: str) -> int:
         return 0
     if type(value) is not int or value < 0:
         raise ChatProtocolError(
-            f"{where}: usage.{key} is {_json_type(value)} {value!r}, not a count of tokens"
+            f"{where}: usage.{key} is {_json_type(value)}, not a count of tokens"
         )
     return value
 
@@ -513,6 +523,8 @@ def _completion(reply: dict[str, Any]) -> Any:
 
 
 def _json_type(value: object) -> str:
+    if value is _MISSING:
+        return "missing"
     if value is None:
         return "null"
     if isinstance(value, bool):
