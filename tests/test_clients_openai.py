@@ -744,3 +744,26 @@ def test_chat_client_errors_survive_pickling(error: ChatClientError) -> None:
         error.retry_after,
         error.retryable,
     )
+
+
+async def test_retry_middleware_gives_up_when_the_server_asks_for_too_long(
+    server: OpenAIServer,
+) -> None:
+    server.reply(Reply(429, error_body("come back tomorrow"), headers={"retry-after": "100000"}))
+    server.answer(content="too early")
+    async with client_for(server) as model:
+        agent = Agent(model, chat_stack=[RetryMiddleware(attempts=3, wait_max=8.0)])
+        with anyio.fail_after(10), pytest.raises(RateLimitError, match="tomorrow") as caught:
+            await agent.run("x")
+    assert caught.value.retry_after == 100000.0
+    assert len(server.requests) == 1
+
+
+async def test_retry_middleware_waits_what_the_server_asks(server: OpenAIServer) -> None:
+    server.reply(Reply(503, error_body("busy"), headers={"retry-after-ms": "300"}))
+    server.answer(content="after the wait")
+    async with client_for(server) as model:
+        agent = Agent(model, chat_stack=[RetryMiddleware(wait_initial=0.001)])
+        started = anyio.current_time()
+        assert (await agent.run("x")).text == "after the wait"
+    assert anyio.current_time() - started >= 0.29
