@@ -6,6 +6,7 @@ what the real SDK sent from :attr:`OpenAIServer.requests`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -149,10 +150,9 @@ class OpenAIServer:
             protocol_version = "HTTP/1.1"
 
             def handle(self) -> None:
-                try:
+                # The client may go away between requests.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     super().handle()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client went away between requests
 
             def do_POST(self) -> None:
                 try:

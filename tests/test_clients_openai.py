@@ -470,7 +470,10 @@ async def test_a_lone_surrogate_in_a_reply_breaks_nothing(server: OpenAIServer) 
         assert first.text in ("bad \ud800 text", "bad \ufffd text")
         second = await model.complete([ChatMessage.user("x"), *first.messages], ChatOptions())
     assert second.text == "fine"
-    assert server.requests[1].body["messages"][1]["content"] in ("bad \ud800 text", "bad \ufffd text")
+    assert server.requests[1].body["messages"][1]["content"] in (
+        "bad \ud800 text",
+        "bad \ufffd text",
+    )
 
 
 # --- Malformed replies: a ChatProtocolError that names the problem -----------------------
@@ -515,14 +518,20 @@ MALFORMED: list[tuple[str, Reply, str]] = [
     ("choices empty", Reply(body={**completion(), "choices": []}), "no choices"),
     ("choice a number", Reply(body={**completion(), "choices": [3]}), r"choices\[0\] is a number"),
     ("message null", Reply(body=_null_message()), r"choices\[0\]\.message is null"),
-    ("content a number", Reply(body=_reply_with(role="assistant", content=5)), r"content is a number \(5\)"),
+    (
+        "content a number",
+        Reply(body=_reply_with(role="assistant", content=5)),
+        r"content is a number \(5\)",
+    ),
     ("content a list", Reply(body=_reply_with(content=["a"])), "content is a list"),
     ("refusal a number", Reply(body=_reply_with(content=None, refusal=1)), "refusal is a number"),
     ("tool_calls an object", Reply(body=_reply_with(tool_calls={})), "tool_calls is an object"),
     ("call a string", Reply(body=_reply_with(tool_calls=["c"])), r"tool_calls\[0\] is a string"),
     (
         "arguments an object",
-        Reply(body=_call(id="c1", type="function", function={"name": "add", "arguments": {"a": 1}})),
+        Reply(
+            body=_call(id="c1", type="function", function={"name": "add", "arguments": {"a": 1}})
+        ),
         r"tool_calls\[0\]\.function\.arguments is an object, not a string of JSON",
     ),
     (
@@ -546,14 +555,32 @@ MALFORMED: list[tuple[str, Reply, str]] = [
         "'custom' tool call; raf supports function tool calls only",
     ),
     ("usage a list", Reply(body={**completion(), "usage": [1]}), "'usage' is a list"),
-    ("tokens a string", Reply(body=_usage(prompt_tokens="5", completion_tokens=1)), r"usage\.prompt_tokens is a string"),
-    ("tokens a float", Reply(body=_usage(prompt_tokens=5, completion_tokens=1.5)), r"usage\.completion_tokens is a number \(1\.5\)"),
-    ("tokens a boolean", Reply(body=_usage(prompt_tokens=True)), r"usage\.prompt_tokens is a boolean"),
-    ("tokens negative", Reply(body=_usage(prompt_tokens=-1)), r"usage\.prompt_tokens is a number \(-1\)"),
+    (
+        "tokens a string",
+        Reply(body=_usage(prompt_tokens="5", completion_tokens=1)),
+        r"usage\.prompt_tokens is a string",
+    ),
+    (
+        "tokens a float",
+        Reply(body=_usage(prompt_tokens=5, completion_tokens=1.5)),
+        r"usage\.completion_tokens is a number \(1\.5\)",
+    ),
+    (
+        "tokens a boolean",
+        Reply(body=_usage(prompt_tokens=True)),
+        r"usage\.prompt_tokens is a boolean",
+    ),
+    (
+        "tokens negative",
+        Reply(body=_usage(prompt_tokens=-1)),
+        r"usage\.prompt_tokens is a number \(-1\)",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("reply", "match"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
+@pytest.mark.parametrize(
+    ("reply", "match"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED]
+)
 async def test_a_malformed_reply_is_a_protocol_error_that_names_the_problem(
     server: OpenAIServer, reply: Reply, match: str
 ) -> None:
@@ -588,7 +615,10 @@ async def test_a_trickling_server_cannot_hold_a_call_past_its_timeout(server: Op
     # One byte every 0.25 s: each read is quick, so only a whole-call deadline ends it.
     server.reply(Reply(body=completion(), trickle=0.25))
     async with client_for(server, timeout=1.0) as model:
-        with anyio.fail_after(20), pytest.raises(ChatTimeoutError, match="within 1.0 s") as caught:
+        with (
+            anyio.fail_after(20),
+            pytest.raises(ChatTimeoutError, match=r"within 1\.0 s") as caught,
+        ):
             await model.complete([ChatMessage.user("x")], ChatOptions())
     assert caught.value.retryable
 

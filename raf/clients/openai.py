@@ -279,9 +279,14 @@ async def _read_bounded(response: Any, limit: int, model: str) -> bytes:
     """The decoded body of ``response``, refusing to hold more than ``limit`` bytes."""
     declared = response.headers.get("content-length")
     encoded = response.headers.get("content-encoding", "identity").strip().lower()
-    if declared is not None and declared.isdigit() and encoded == "identity":
-        if int(declared) > limit:
-            raise _too_large(model, limit, f"it declares {int(declared)} bytes")
+    # Checked before reading only when it is the decoded size (no content-encoding).
+    if (
+        declared is not None
+        and declared.isdigit()
+        and encoded == "identity"
+        and int(declared) > limit
+    ):
+        raise _too_large(model, limit, f"it declares {int(declared)} bytes")
     chunks: list[bytes] = []
     size = 0
     # httpx decompresses a chunk at a time in bounded pieces: a gzip bomb stops here.
@@ -325,11 +330,11 @@ def _error_from_http(exc: Exception, model: str) -> ChatClientError:
 # Each message's JSON text, by identity. Messages are frozen, so the text never
 # goes stale; a weak reference drops the entry when its message is gone (and so
 # before its id can be reused), and a bound caps what a burst of messages costs.
-_WIRE_CACHE: dict[int, tuple[weakref.KeyedRef[ChatMessage], str]] = {}
+_WIRE_CACHE: dict[int, tuple[weakref.KeyedRef[int, ChatMessage], str]] = {}
 _WIRE_CACHE_MAX: Final = 250_000
 
 
-def _forget(ref: weakref.KeyedRef[ChatMessage]) -> None:
+def _forget(ref: weakref.KeyedRef[int, ChatMessage]) -> None:
     entry = _WIRE_CACHE.get(ref.key)
     if entry is not None and entry[0] is ref:
         _WIRE_CACHE.pop(ref.key, None)
@@ -439,7 +444,10 @@ def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResp
     if raw_usage is not None:
         if not isinstance(raw_usage, dict):
             raise ChatProtocolError(f"{where}: 'usage' is {_json_type(raw_usage)}, not an object")
-        usage = Usage(_tokens(raw_usage, "prompt_tokens", where), _tokens(raw_usage, "completion_tokens", where))
+        usage = Usage(
+            _tokens(raw_usage, "prompt_tokens", where),
+            _tokens(raw_usage, "completion_tokens", where),
+        )
     return AgentResponse(
         (ChatMessage.assistant(text, tool_calls=calls),), usage, _completion(reply)
     )
@@ -471,8 +479,7 @@ def _tool_call(call: Any, path: str, where: str) -> ToolCall:
         arguments = "{}"
     elif not isinstance(arguments, str):
         raise ChatProtocolError(
-            f"{where}: {path}.function.arguments is {_json_type(arguments)}, not a string "
-            "of JSON"
+            f"{where}: {path}.function.arguments is {_json_type(arguments)}, not a string of JSON"
         )
     return ToolCall(call_id, name, arguments)
 
