@@ -17,13 +17,18 @@ from typing import Any
 import anyio
 import openai
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from raf import Agent, AgentRunOptions, ChatMessage, ChatOptions, ToolCall, Usage, tool
+from raf.clients import openai as openai_module
 from raf.clients.openai import (
     _WIRE_CACHE,
     OpenAIChatClient,
+    _dumps,
     message_json,
     message_to_wire,
+    messages_json,
     retry_after_seconds,
     tool_to_wire,
 )
@@ -439,26 +444,39 @@ async def test_bad_extra_options_are_refused_before_sending(server: OpenAIServer
     assert server.requests == []
 
 
-def test_each_messages_json_is_cached_while_the_message_lives() -> None:
+def test_each_messages_json_is_cached_with_the_message_held() -> None:
     message = ChatMessage.user("cached")
     first = message_json(message)
     assert message_json(message) is first
     assert json.loads(first) == message_to_wire(message)
-    key = id(message)
-    assert key in _WIRE_CACHE
-    del message
-    gc.collect()
-    assert key not in _WIRE_CACHE
+    # The cache holds the message, so its id cannot be reused while the entry exists.
+    assert any(held is message for _, held, _ in openai_module._WIRE_HELD)
+    assert messages_json([message, message]) == [first, first]
+
+
+def test_the_cache_forgets_the_oldest_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai_module, "_WIRE_CACHE_BYTES", 1000)
+    messages = [ChatMessage.user(f"message {n}" * 10) for n in range(50)]
+    parts = messages_json(messages)
+    assert [json.loads(p)["content"] for p in parts] == [m.content for m in messages]
+    assert id(messages[0]) not in _WIRE_CACHE
+    assert id(messages[-1]) in _WIRE_CACHE
+    assert openai_module._wire_size <= 1000
+    assert sum(size for _, _, size in openai_module._WIRE_HELD) == openai_module._wire_size
+    # Forgotten ones are made again, equal.
+    assert messages_json(messages) == parts
 
 
 def test_equal_messages_are_cached_apart_and_a_bad_one_is_not_cached() -> None:
     one, two = ChatMessage.user("same"), ChatMessage.user("same")
     assert message_json(one) == message_json(two)
-    assert _WIRE_CACHE[id(one)][0]() is one
+    assert message_json(one) is not message_json(two)
     orphan = ChatMessage("tool", "no id")
     with pytest.raises(BadRequestError, match=r"messages\[7\]"):
         message_json(orphan, 7)
     assert id(orphan) not in _WIRE_CACHE
+    with pytest.raises(BadRequestError, match=r"messages\[1\]"):
+        messages_json([one, orphan])
 
 
 async def test_a_lone_surrogate_in_a_reply_breaks_nothing(server: OpenAIServer) -> None:
@@ -797,3 +815,25 @@ async def test_retry_middleware_waits_what_the_server_asks(server: OpenAIServer)
         started = anyio.current_time()
         assert (await agent.run("x")).text == "after the wait"
     assert anyio.current_time() - started >= 0.29
+
+
+any_text = st.text(st.characters(categories=["L", "N", "P", "S", "Z", "C", "Cs"]), max_size=8)
+maybe_text = st.none() | any_text
+tool_calls_ = st.lists(st.builds(ToolCall, any_text, any_text, any_text), max_size=2)
+wire_messages = st.one_of(
+    st.builds(
+        ChatMessage, st.sampled_from(["system", "user", "assistant"]), maybe_text, name=maybe_text
+    ),
+    st.builds(ChatMessage.assistant, maybe_text, tool_calls=tool_calls_),
+    st.builds(ChatMessage, st.just("tool"), maybe_text, tool_call_id=any_text, name=maybe_text),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(wire_messages)
+@example(ChatMessage.user("lone \ud800 \x00 \u2028 \"q\" \\", name="\udcff"))
+@example(ChatMessage.assistant(None, tool_calls=[ToolCall("\ud800", "n", '{"a": "\\u00e9"}')]))
+def test_the_written_out_json_equals_the_generic_encoding(message: ChatMessage) -> None:
+    wire = message_to_wire(message)
+    assert message_json(message) == _dumps(wire).encode("utf-8", "backslashreplace")
+    assert json.loads(message_json(message)) == json.loads(json.dumps(wire))
