@@ -245,7 +245,8 @@ def main() -> None:
             floor = samples["httpx POST"]
             for name, figure in samples.items():
                 shown: Samples | str = figure if figure else "not run"
-                rows.append([f"{size:,}", name, fmt(shown), ratio(shown, floor)])
+                best = f"x{min(figure) / min(floor):.2f}" if figure else "-"
+                rows.append([f"{size:,}", name, fmt(shown), ratio(shown, floor), best])
     finally:
         assert child.stdin is not None
         child.stdin.close()
@@ -256,7 +257,8 @@ def main() -> None:
         f"Python {platform.python_version()}, openai {openai.__version__}, "
         f"backend {args.backend}, {args.repeats} repeats ({args.sdk_repeats} for the SDK)"
     )
-    print(table(["history", "what", "ms median (min-max)", "vs httpx POST"], rows))
+    headers = ["history", "what", "ms median (min-max)", "vs httpx POST", "best vs best"]
+    print(table(headers, rows))
 
 
 if __name__ == "__main__":

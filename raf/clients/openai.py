@@ -347,13 +347,17 @@ _wire_size = 0
 def messages_json(messages: Sequence[ChatMessage]) -> list[bytes]:
     """:func:`message_json` of each message, in order (a new list).
 
-    When every message is cached (every turn after the first over an
-    in-memory history) the lookup is one C loop (``map``), several times
-    cheaper than a Python loop over ten thousand messages.
+    The lookup is one C loop (``map``) and the misses are found by C scans
+    (``list.index``): over a history whose messages are cached (every turn
+    after the first, with an in-memory history) only the new turn's messages
+    cost Python work, several times less than a Python loop over all.
     """
-    found = list(map(_WIRE_CACHE.get, map(id, messages)))
-    if None in found:
-        return [message_json(m, index) for index, m in enumerate(messages)]
+    found: list[bytes | None] = list(map(_WIRE_CACHE.get, map(id, messages)))
+    index = -1
+    with contextlib.suppress(ValueError):  # no miss left
+        while True:
+            index = found.index(None, index + 1)
+            found[index] = message_json(messages[index], index)
     return found  # type: ignore[return-value]
 
 
