@@ -41,8 +41,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("RAF_SOURCE", str(ROOT)))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -117,10 +115,33 @@ def start_server() -> tuple[subprocess.Popen[str], str]:
 
 # --- What is measured ----------------------------------------------------------------------
 
-WORDS = (
-    "the quick brown fox jumps over a lazy dog while the agent reads its long history "
-    "and answers questions about invoices addresses statuses and classes"
-).split()
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "the",
+    "agent",
+    "reads",
+    "its",
+    "long",
+    "history",
+    "and",
+    "answers",
+    "questions",
+    "about",
+    "invoices",
+    "addresses",
+    "statuses",
+    "and",
+    "classes",
+]
 
 
 def history(size: int) -> list[Any]:
