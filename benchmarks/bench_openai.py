@@ -115,33 +115,11 @@ def start_server() -> tuple[subprocess.Popen[str], str]:
 
 # --- What is measured ----------------------------------------------------------------------
 
-WORDS = [
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "jumps",
-    "over",
-    "a",
-    "lazy",
-    "dog",
-    "while",
-    "the",
-    "agent",
-    "reads",
-    "its",
-    "long",
-    "history",
-    "and",
-    "answers",
-    "questions",
-    "about",
-    "invoices",
-    "addresses",
-    "statuses",
-    "and",
-    "classes",
-]
+_TEXT = (
+    "the quick brown fox jumps over a lazy dog while the agent reads its long history "
+    "and answers questions about invoices addresses statuses and classes"
+)
+WORDS = _TEXT.split()
 
 
 def history(size: int) -> list[Any]:
