@@ -836,3 +836,47 @@ def test_the_written_out_json_equals_the_generic_encoding(message: ChatMessage) 
     wire = message_to_wire(message)
     assert message_json(message) == _dumps(wire).encode("utf-8", "backslashreplace")
     assert json.loads(message_json(message)) == json.loads(json.dumps(wire))
+
+
+# Steps of a random conversation as the client sees it: what changes between two calls.
+call_steps = st.lists(
+    st.sampled_from(["extend", "reply", "new objects", "new system", "drop system", "truncate"]),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(call_steps, st.lists(wire_messages, min_size=1, max_size=6))
+def test_bodies_that_reuse_earlier_ones_are_what_a_fresh_encoding_gives(
+    steps: list[str], pool: list[ChatMessage]
+) -> None:
+    model = OpenAIChatClient("m", api_key="k")
+    messages: list[ChatMessage] = [ChatMessage.system("rules"), *pool]
+    for n, step in enumerate(steps):
+        if step == "extend":
+            messages += pool[: n % len(pool) + 1]
+        elif step == "reply":
+            messages += [ChatMessage.assistant(f"a{n}"), ChatMessage.user(f"q{n}")]
+        elif step == "new objects":  # a history decoded anew: equal messages, new objects
+            messages = [ChatMessage.from_dict(m.to_dict()) for m in messages]
+        elif step == "new system":
+            messages = [ChatMessage.system(f"rules {n}"), *messages[1:]]
+        elif step == "drop system" and messages and messages[0].role == "system":
+            messages = messages[1:]
+        elif step == "truncate":
+            messages = messages[: len(messages) // 2]
+        sent = tuple(messages) if n % 2 else list(messages)
+        _, body, _ = model.request_body(sent, ChatOptions())
+        assert json.loads(body) == {"model": "m", "messages": [message_to_wire(m) for m in sent]}
+
+
+def test_a_later_turn_reuses_the_earlier_bodys_chunks() -> None:
+    model = OpenAIChatClient("m", api_key="k")
+    history = [ChatMessage.user(f"q{n}") for n in range(50)]
+    model.request_body([ChatMessage.system("one"), *history], ChatOptions())
+    first = model._recent[-1]
+    model.request_body([ChatMessage.system("two"), *history, ChatMessage.user("x")], ChatOptions())
+    second = model._recent[-1]
+    assert second.ends == (1, 51, 52)
+    assert second.chunks[1] is first.chunks[1]  # the history's JSON, shared, not re-encoded

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
+import attrs
 
 from raf.errors import (
     AuthenticationError,
@@ -49,6 +50,24 @@ _TOOL_CHOICE_WORDS: Final = frozenset({"auto", "none", "required"})
 _REFUSED_EXTRA: Final = frozenset({"stream", "stream_options"})
 # Extra options that are how the request is sent, not what it says: the SDK's own.
 _TRANSPORT_EXTRA: Final = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+
+# How many earlier bodies a client keeps to extend, and the largest it keeps.
+_RECENT_BODIES: Final = 4
+_RECENT_MAX_BYTES: Final = 8 * 1024 * 1024
+_MAX_CHUNKS: Final = 64
+
+
+@attrs.frozen
+class _Body:
+    """The message part of a body sent: its messages, and their JSON in chunks; chunk
+    ``i`` holds the messages from ``ends[i - 1]`` (0 for the first) up to ``ends[i]``."""
+
+    messages: tuple[ChatMessage, ...]
+    chunks: tuple[bytes, ...]
+    ends: tuple[int, ...]
+
+
+_EMPTY_BODY: Final = _Body((), (), ())
 
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
@@ -140,6 +159,8 @@ class OpenAIChatClient:
                 )
             self._owns_client = False
         self.client: openai.AsyncOpenAI = client
+        # The messages and message chunks of the last bodies sent (see request_body).
+        self._recent: collections.deque[_Body] = collections.deque(maxlen=_RECENT_BODIES)
 
     async def complete(
         self, messages: Sequence[ChatMessage], options: ChatOptions
@@ -161,11 +182,15 @@ class OpenAIChatClient:
         """The model, the JSON body and the SDK request options of one call.
 
         The body is built here, not by the SDK's ``create``: its request
-        transform walks every message (a quarter of a millisecond each), and
-        each message's JSON is cached (see :func:`message_json`), so a long
-        history costs a join. ``options.extra`` is applied last: ``timeout``
-        (the SDK's per-attempt timeout), ``extra_headers``, ``extra_query`` and
-        ``extra_body`` as the SDK understands them, any other key into the body.
+        transform walks every message (a quarter of a millisecond each). Each
+        message's JSON is cached (see :func:`message_json`), and so are the
+        message parts of this client's last few bodies: a turn whose messages
+        extend an earlier call's (the next turn of a conversation, the next
+        call of a tool loop) costs its new messages and one copy.
+
+        ``options.extra`` is applied last: ``timeout`` (the SDK's per-attempt
+        timeout), ``extra_headers``, ``extra_query`` and ``extra_body`` as the
+        SDK understands them, any other key into the body.
         """
         head: dict[str, Any] = {"model": options.model or self.model}
         if options.tools:
@@ -202,13 +227,61 @@ class OpenAIChatClient:
                 f"OpenAIChatClient: a request option cannot be sent as JSON: {exc}"
             ) from exc
         head_bytes = head_json.encode("utf-8", "backslashreplace")
-        # One join, no further copy of a body that can be megabytes long.
-        parts = messages_json(messages)
-        if parts:
-            parts[0] = head_bytes[:-1] + b',"messages":[' + parts[0]
-            parts[-1] += b"]}"
-            return model, b",".join(parts), request_options
-        return model, head_bytes[:-1] + b',"messages":[]}', request_options
+        pieces: list[bytes] = [head_bytes[:-1], b',"messages":[']
+        for chunk in self._messages_chunks(messages):
+            pieces += (chunk, b",")
+        if pieces[-1] == b",":
+            pieces.pop()
+        pieces.append(b"]}")
+        # One copy of a body that can be megabytes long.
+        return model, b"".join(pieces), request_options
+
+    def _messages_chunks(self, messages: Sequence[ChatMessage]) -> tuple[bytes, ...]:
+        """The messages' JSON, in chunks to join with commas, reusing an earlier call's.
+
+        Each body this client sent is kept as chunks of message JSON, with the
+        count of messages each chunk ends at. A new call reuses the longest run
+        of chunks whose messages are a prefix of its own (a tuple comparison in
+        C: identity first, then equality, so a history decoded anew each turn
+        matches too, dearer but far cheaper than encoding it again) and encodes
+        only the rest, as one new chunk. A leading system message is a chunk of
+        its own, matched apart: instructions that change each turn (retrieved
+        passages, say) do not spoil the match of the history behind them. The
+        chunks are shared between bodies, never copied; what is kept is bounded
+        in count and size.
+        """
+        current = messages if type(messages) is tuple else tuple(messages)
+        count = len(current)
+        lead = 1 if count and current[0].role == "system" else 0
+        chunks: tuple[bytes, ...] = ()
+        ends: tuple[int, ...] = ()
+        candidates = [body for body in reversed(self._recent) if body.ends[-1] <= count]
+        # Same objects first (one pointer test): they are the cheapest to compare.
+        candidates.sort(key=lambda body: body.messages[-1] is not current[len(body.messages) - 1])
+        for body in candidates:
+            skip = lead if body.ends[0] == lead else 0
+            # The longest few runs of chunks only: a long conversation has many.
+            for index in range(len(body.ends) - 1, max(len(body.ends) - 4, skip) - 1, -1):
+                end = body.ends[index]
+                if current[skip:end] == body.messages[skip:end]:
+                    chunks, ends = body.chunks[skip : index + 1], body.ends[skip : index + 1]
+                    break
+            if ends:
+                if skip:
+                    chunks, ends = (message_json(current[0]), *chunks), (1, *ends)
+                break
+        else:
+            if lead:
+                chunks, ends = (message_json(current[0]),), (1,)
+        done = ends[-1] if ends else 0
+        if done < count:
+            chunks += (b",".join(messages_json(current[done:], start=done)),)
+            ends += (count,)
+        if len(chunks) > _MAX_CHUNKS:  # one copy now keeps later joins short
+            chunks, ends = (*chunks[:lead], b",".join(chunks[lead:])), (*ends[:lead], count)
+        if chunks and sum(map(len, chunks)) <= _RECENT_MAX_BYTES:
+            self._recent.append(_Body(current, chunks, ends))
+        return chunks
 
     async def _post(
         self, body: bytes, request_options: dict[str, Any], model: str
@@ -344,8 +417,9 @@ _WIRE_CACHE_BYTES: Final = 32 * 1024 * 1024
 _wire_size = 0
 
 
-def messages_json(messages: Sequence[ChatMessage]) -> list[bytes]:
-    """:func:`message_json` of each message, in order (a new list).
+def messages_json(messages: Sequence[ChatMessage], start: int = 0) -> list[bytes]:
+    """:func:`message_json` of each message, in order (a new list); an error names
+    ``messages[start + i]``.
 
     The lookup is one C loop (``map``) and the misses are found by C scans
     (``list.index``): over a history whose messages are cached (every turn
@@ -357,7 +431,7 @@ def messages_json(messages: Sequence[ChatMessage]) -> list[bytes]:
     with contextlib.suppress(ValueError):  # no miss left
         while True:
             index = found.index(None, index + 1)
-            found[index] = message_json(messages[index], index)
+            found[index] = message_json(messages[index], start + index)
     return found  # type: ignore[return-value]
 
 
