@@ -8,13 +8,12 @@ this process, side by side and interleaved, for a stored history of 1,000 and
 - ``httpx POST`` (the floor): the same JSON body that raf sends, already encoded,
   POSTed with a plain ``httpx2.AsyncClient`` and the reply decoded with ``json.loads``;
 - ``httpx POST json=``: the same body passed as a dict, encoded by httpx;
-- ``raf turn``: ``agent.run(...)`` of an ``Agent`` with an ``InMemoryHistoryProvider``
-  whose session holds the history, ``OpenAIChatClient`` underneath; the history's
-  messages are the same objects every turn, as with an in-memory session, so
-  their JSON comes from the client's cache;
-- ``raf turn, new objects``: the same, with the history rebuilt as new message
-  objects before each turn (as a store that decodes rows each turn gives), so
-  nothing is cached;
+- ``raf turn``: ``agent.run(...)`` of an ``Agent`` with instructions and an
+  ``InMemoryHistoryProvider``, ``OpenAIChatClient`` underneath: the next turn of one
+  conversation whose session holds the history (it grows by two messages a turn);
+- ``raf turn, new objects``: the same, with the session's history rebuilt as new
+  message objects before each turn (as a store that decodes rows each turn gives
+  them), so no message is the object the client saw before;
 - ``SDK create``: ``AsyncOpenAI.chat.completions.create`` with the messages as
   dicts, which runs the SDK's request transform over every message.
 
@@ -163,10 +162,13 @@ async def measure(base_url: str, size: int, repeats: int, sdk_repeats: int) -> d
 
     stored = history(size)
     question = "And what about the next one?"
+    instructions = "You answer questions about the history. Be brief."
     model = OpenAIChatClient("bench-model", base_url=base_url, api_key="sk-bench", max_retries=0)
-    agent = Agent(model, stack=[InMemoryHistoryProvider()])
-    # The floor's body is exactly what raf sends for this turn.
-    _, body, _ = model.request_body([*stored, ChatMessage.user(question)], ChatOptions())
+    agent = Agent(model, instructions=instructions, stack=[InMemoryHistoryProvider()])
+    # The floor's body is exactly what raf sends for a turn (a fresh client: nothing cached).
+    _, body, _ = OpenAIChatClient("bench-model", api_key="sk-bench").request_body(
+        [ChatMessage.system(instructions), *stored, ChatMessage.user(question)], ChatOptions()
+    )
     body_dict = json.loads(body)
     plain = httpx2.AsyncClient(base_url=base_url)
     headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
@@ -198,21 +200,21 @@ async def measure(base_url: str, size: int, repeats: int, sdk_repeats: int) -> d
     samples["SDK create"] = []
 
     async with plain, sdk, model:
-        # Warm-up: connections, imports, the message cache of the warm rows.
+        conversation = await session_with(stored)
+        # Warm-up: connections, imports, and the conversation's first turn.
         for operation in contenders.values():
             await operation()
-        await agent.run(question, session=await session_with(stored))
+        await agent.run(question, session=conversation)
         for _ in range(repeats):
             for name, operation in contenders.items():
                 samples[name].append(await timed(operation))
-            # Each turn on a session holding the stored history (the session is not timed).
-            session = await session_with(stored)
             samples["raf turn"].append(
-                await timed(lambda s=session: agent.run(question, session=s))
+                await timed(lambda: agent.run(question, session=conversation))
             )
-            session = await session_with(copies(stored))
+            # The same conversation, decoded anew (not timed): equal messages, new objects.
+            decoded = await session_with(copies(await conversation.get_messages()))
             samples["raf turn, new objects"].append(
-                await timed(lambda s=session: agent.run(question, session=s))
+                await timed(lambda s=decoded: agent.run(question, session=s))
             )
         for _ in range(sdk_repeats):
             samples["SDK create"].append(await timed(sdk_create))
