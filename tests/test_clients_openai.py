@@ -880,3 +880,41 @@ def test_a_later_turn_reuses_the_earlier_bodys_chunks() -> None:
     second = model._recent[-1]
     assert second.ends == (1, 51, 52)
     assert second.chunks[1] is first.chunks[1]  # the history's JSON, shared, not re-encoded
+
+
+@pytest.mark.parametrize(("status", "error_class"), [(500, ServerError), (400, BadRequestError)])
+async def test_a_gzip_bomb_as_an_error_reply_is_not_inflated_whole(
+    server: OpenAIServer, status: int, error_class: type[ChatClientError]
+) -> None:
+    # The SDK reads error replies whole to quote them: raf's hook reads them first, bounded.
+    bomb = _gzip_bomb(512 << 20)
+    server.reply(Reply(status, raw=bomb, headers={"content-encoding": "gzip"}))
+    async with client_for(server) as model:
+        tracemalloc.start()
+        try:
+            with anyio.fail_after(20), pytest.raises(error_class) as caught:
+                await model.complete([ChatMessage.user("x")], ChatOptions())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 64 << 20
+    assert len(str(caught.value)) < 2 << 20
+
+
+async def test_a_compressed_error_reply_is_still_read(server: OpenAIServer) -> None:
+    body = gzip.compress(json.dumps(error_body("the key is wrong")).encode())
+    server.reply(Reply(401, raw=body, headers={"content-encoding": "gzip"}))
+    deflated = zlib.compress(b"no such model")
+    server.reply(Reply(404, raw=deflated, headers={"content-encoding": "deflate"}))
+    server.reply(Reply(503, raw=b"x" * (3 << 20)))  # plain, but long: its start is kept
+    async with client_for(server) as model:
+        with pytest.raises(AuthenticationError, match="the key is wrong"):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+        with pytest.raises(BadRequestError, match="HTTP 404") as not_found:
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+        with pytest.raises(ServerError, match="HTTP 503") as unavailable:
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert isinstance(not_found.value.__cause__, openai.APIStatusError)
+    assert not_found.value.__cause__.response.text == "no such model"
+    assert isinstance(unavailable.value.__cause__, openai.APIStatusError)
+    assert len(unavailable.value.__cause__.response.content) == 1 << 20

@@ -9,6 +9,7 @@ import json
 import json.encoder
 import math
 import time
+import zlib
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -54,6 +55,8 @@ _TRANSPORT_EXTRA: Final = frozenset({"timeout", "extra_headers", "extra_query", 
 # How many earlier bodies a client keeps to extend, and the largest it keeps.
 _RECENT_BODIES: Final = 4
 _RECENT_MAX_BYTES: Final = 8 * 1024 * 1024
+# The most of an error reply (4xx, 5xx) raf lets the SDK read: enough to quote it.
+_ERROR_REPLY_MAX: Final = 1024 * 1024
 _MAX_CHUNKS: Final = 64
 
 
@@ -143,8 +146,15 @@ class OpenAIChatClient:
         self.max_response_bytes = max_response_bytes
         if client is None:
             try:
+                # The SDK's own HTTP client and defaults, plus a hook that bounds error replies.
+                http_client = openai.DefaultAsyncHttpxClient(
+                    event_hooks={"response": [self._bound_error_reply]}
+                )
                 client = openai.AsyncOpenAI(
-                    base_url=base_url, api_key=api_key, max_retries=max_retries
+                    base_url=base_url,
+                    api_key=api_key,
+                    max_retries=max_retries,
+                    http_client=http_client,
                 )
             except openai.OpenAIError as exc:
                 raise AuthenticationError(
@@ -313,6 +323,31 @@ class OpenAIChatClient:
             with anyio.move_on_after(5, shield=True):
                 await response.aclose()
 
+    async def _bound_error_reply(self, response: Any) -> None:
+        """Read an error reply here, at most ``_ERROR_REPLY_MAX`` bytes once decoded.
+
+        The SDK reads an error reply whole to quote it; a hostile or broken
+        server could make that gigabytes (a gzip bomb). This hook of the HTTP
+        client raf builds runs first: it reads the raw reply, decodes gzip and
+        deflate itself with a bound, and leaves the SDK the bounded bytes (a
+        longer reply is cut: only its start is quoted).
+        """
+        import httpx2
+
+        if response.status_code < 400:
+            return
+        cap = min(self.max_response_bytes, _ERROR_REPLY_MAX)
+        raw = await _read_capped(response.aiter_raw(), cap)
+        await response.aclose()
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        data = _decode_capped(raw, coding, cap)
+        # The response now replays those bytes, as plain (already decoded) content.
+        response.stream = httpx2.ByteStream(data)
+        response.is_stream_consumed = False
+        response.is_closed = False
+        response.headers.pop("content-encoding", None)
+        response.headers["content-length"] = str(len(data))
+
     async def aclose(self) -> None:
         """Close the HTTP connections (not those of a ``client=`` you passed in)."""
         if self._owns_client:
@@ -386,6 +421,36 @@ async def _read_bounded(response: Any, limit: int, model: str) -> bytes:
     if size > limit:
         raise _too_large(model, limit, "it is larger")
     return b"".join(chunks)
+
+
+async def _read_capped(stream: Any, cap: int) -> bytes:
+    """At most ``cap`` bytes of an async byte stream, read no further than needed."""
+    chunks: list[bytes] = []
+    size = 0
+    async with contextlib.aclosing(stream) as pieces:
+        with anyio.CancelScope() as stop:  # see _read_bounded: stop inside the stream
+            async for chunk in pieces:
+                if stop.cancel_called:
+                    continue
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > cap:
+                    stop.cancel()
+    return b"".join(chunks)[:cap]
+
+
+def _decode_capped(raw: bytes, coding: str, cap: int) -> bytes:
+    """``raw`` decoded per its content-encoding, at most ``cap`` bytes of it."""
+    if coding in ("", "identity"):
+        return raw[:cap]
+    if coding in ("gzip", "x-gzip", "deflate"):
+        # gzip, a zlib stream, then raw deflate (servers send both as "deflate").
+        for wbits in (16 + zlib.MAX_WBITS, zlib.MAX_WBITS, -zlib.MAX_WBITS):
+            try:
+                return zlib.decompressobj(wbits).decompress(raw, cap)
+            except zlib.error:
+                continue
+    return b""  # an encoding raf does not decode: the SDK then names the status only
 
 
 def _too_large(model: str, limit: int, detail: str) -> ChatProtocolError:
