@@ -918,3 +918,20 @@ async def test_a_compressed_error_reply_is_still_read(server: OpenAIServer) -> N
     assert not_found.value.__cause__.response.text == "no such model"
     assert isinstance(unavailable.value.__cause__, openai.APIStatusError)
     assert len(unavailable.value.__cause__.response.content) == 1 << 20
+
+
+def test_a_long_conversation_keeps_few_chunks_and_big_bodies_are_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = OpenAIChatClient("m", api_key="k")
+    messages = [ChatMessage.system("rules")]
+    for turn in range(150):
+        messages += [ChatMessage.user(f"q{turn}"), ChatMessage.assistant(f"a{turn}")]
+        _, body, _ = model.request_body(messages, ChatOptions())
+        assert json.loads(body)["messages"] == [message_to_wire(m) for m in messages]
+        assert len(model._recent[-1].chunks) <= 65
+    monkeypatch.setattr(openai_module, "_RECENT_MAX_BYTES", 100)
+    kept = len(model._recent)
+    model.request_body([*messages, ChatMessage.user("one more")], ChatOptions())
+    assert len(model._recent) == kept  # too big to keep: the deque did not change
+    assert model._recent[-1].messages == tuple(messages)
