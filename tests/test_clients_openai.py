@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import functools
 import gzip
 import json
 import pickle
@@ -684,6 +685,7 @@ async def test_a_reply_larger_than_the_bound_is_refused(server: OpenAIServer) ->
             await model.complete([ChatMessage.user("x")], ChatOptions())
 
 
+@functools.cache
 def _gzip_bomb(inflated: int) -> bytes:
     packer = zlib.compressobj(9, zlib.DEFLATED, 31)
     block = bytes(1 << 20)
@@ -846,7 +848,7 @@ call_steps = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(call_steps, st.lists(wire_messages, min_size=1, max_size=6))
 def test_bodies_that_reuse_earlier_ones_are_what_a_fresh_encoding_gives(
     steps: list[str], pool: list[ChatMessage]
