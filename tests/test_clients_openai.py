@@ -937,3 +937,29 @@ def test_a_long_conversation_keeps_few_chunks_and_big_bodies_are_not_kept(
     model.request_body([*messages, ChatMessage.user("one more")], ChatOptions())
     assert len(model._recent) == kept  # too big to keep: the deque did not change
     assert model._recent[-1].messages == tuple(messages)
+
+
+@pytest.mark.parametrize("deployment", [None, "my-deployment"])
+async def test_an_azure_client_reaches_the_deployment_the_sdk_would(
+    server: OpenAIServer, deployment: str | None
+) -> None:
+    root = server.base_url.removesuffix("/v1")
+    sdk = openai.AsyncAzureOpenAI(
+        azure_endpoint=root,
+        azure_deployment=deployment,
+        api_key="k",
+        api_version="2024-06-01",
+        max_retries=0,
+    )
+    server.answer()
+    server.answer()
+    async with sdk, OpenAIChatClient("gpt 4o/mini", client=sdk) as model:
+        await model.complete([ChatMessage.user("x")], ChatOptions())
+        await sdk.chat.completions.create(
+            model="gpt 4o/mini", messages=[{"role": "user", "content": "x"}]
+        )
+    ours, sdks = server.requests
+    assert ours.path == sdks.path
+    assert "/deployments/" in ours.path
+    assert ours.body == sdks.body
+    assert ours.headers["api-key"] == "k"

@@ -9,6 +9,7 @@ import json
 import json.encoder
 import math
 import time
+import urllib.parse
 import zlib
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -304,7 +305,7 @@ class OpenAIChatClient:
             # cast_to=Response and stream=True: the SDK hands back the unread reply,
             # so raf reads it under its own size bound and parses it itself.
             response: httpx2.Response = await self.client.post(  # type: ignore[call-overload]
-                "/chat/completions",
+                self._path(model),
                 cast_to=httpx2.Response,
                 content=body,
                 options=request_options,
@@ -322,6 +323,17 @@ class OpenAIChatClient:
             # Bounded and shielded: returning the connection must not hang or be cut.
             with anyio.move_on_after(5, shield=True):
                 await response.aclose()
+
+    def _path(self, model: str) -> str:
+        """The request path: Azure's client finds the deployment in a JSON body the
+        SDK encodes, which raf's body is not, so raf names it as the SDK would."""
+        import openai
+
+        if isinstance(self.client, openai.AsyncAzureOpenAI) and "/deployments" not in str(
+            self.client.base_url.path
+        ):
+            return f"/deployments/{urllib.parse.quote(model, safe='')}/chat/completions"
+        return "/chat/completions"
 
     async def _bound_error_reply(self, response: Any) -> None:
         """Read an error reply here, at most ``_ERROR_REPLY_MAX`` bytes once decoded.
