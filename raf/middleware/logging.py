@@ -96,11 +96,12 @@ class LoggingMiddleware:
                 )
                 raise
             usage = response.usage
+            answered = {} if level == "call" else {"model": _answered_by(response.raw, requested)}
             log.info(
                 f"{level}.end",
                 duration_ms=_since(started),
                 outcome="ok",
-                model=_answered_by(response.raw, requested),
+                **answered,
                 messages=len(response.messages),
                 tool_calls=len(response.tool_calls),
                 input_tokens=usage.input_tokens if usage is not None else None,
