@@ -963,3 +963,15 @@ async def test_an_azure_client_reaches_the_deployment_the_sdk_would(
     assert "/deployments/" in ours.path
     assert ours.body == sdks.body
     assert ours.headers["api-key"] == "k"
+
+
+async def test_something_else_than_a_message_is_refused_before_sending(
+    server: OpenAIServer,
+) -> None:
+    async with client_for(server) as model:
+        with pytest.raises(BadRequestError, match=r"messages\[1\] must be a ChatMessage, got dict"):
+            await model.complete(
+                [ChatMessage.user("x"), {"role": "user", "content": "y"}],  # type: ignore[list-item]
+                ChatOptions(),
+            )
+    assert server.requests == []

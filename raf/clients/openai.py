@@ -263,7 +263,7 @@ class OpenAIChatClient:
         """
         current = messages if type(messages) is tuple else tuple(messages)
         count = len(current)
-        lead = 1 if count and current[0].role == "system" else 0
+        lead = 1 if count and getattr(current[0], "role", None) == "system" else 0
         chunks: tuple[bytes, ...] = ()
         ends: tuple[int, ...] = ()
         candidates = [body for body in reversed(self._recent) if body.ends[-1] <= count]
@@ -523,6 +523,10 @@ def message_json(message: ChatMessage, index: int = 0) -> bytes:
     data = _WIRE_CACHE.get(key)
     if data is not None:
         return data
+    if type(message) is not ChatMessage:
+        raise BadRequestError(
+            f"messages[{index}] must be a ChatMessage, got {type(message).__name__}"
+        )
     text = _message_text(message, index)
     try:
         data = text.encode()
