@@ -234,3 +234,12 @@ async def test_retry_after_is_honoured_with_an_explicit_retry_on() -> None:
     with anyio.fail_after(5), pytest.raises(RateLimitError):
         await Agent(model, chat_stack=[retry]).run("hi")
     assert len(model.requests) == 1
+
+
+async def test_a_short_ask_never_makes_it_give_up_even_with_wait_max_zero() -> None:
+    model = ScriptedChatClient([RateLimitError("soon", retry_after=0.02), "ok"])
+    retry = RetryMiddleware(wait_initial=0, wait_max=0)
+    with capture_logs() as logs:
+        assert (await Agent(model, chat_stack=[retry]).run("hi")).text == "ok"
+    [logged] = retries(logs)
+    assert logged["wait_s"] == 0

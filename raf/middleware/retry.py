@@ -22,6 +22,10 @@ __all__ = ["RetryMiddleware"]
 
 _log = structlog.get_logger("raf")
 
+# A server's ask shorter than this (retry-after-ms: 20) means "soon", never "give up":
+# it is waited for up to wait_max, even when wait_max is 0.
+_SHORT_ASK = 1.0
+
 
 class RetryMiddleware:
     """Retry the rest of the stack with exponential backoff and jitter (tenacity).
@@ -39,9 +43,9 @@ class RetryMiddleware:
     ``wait_initial * 2**(n-1)`` plus up to ``wait_initial`` of random jitter,
     at most ``wait_max`` seconds. When the error says how long the server
     asked us to wait (``ChatClientError.retry_after``, from ``Retry-After``),
-    the wait is at least that; when the server asks for longer than
-    ``wait_max``, the error is raised at once (event ``"retry.gave_up"``)
-    rather than retried early. Each retry is logged (``"retry"`` event);
+    the wait is at least that, up to ``wait_max``; when the server asks for
+    longer than ``wait_max`` (and a second or more), the error is raised at
+    once (event ``"retry.gave_up"``) rather than retried early. Each retry is logged (``"retry"`` event);
     when the attempts run out, the last error is raised unchanged.
     Cancellation, and any ``BaseException`` that is not an ``Exception``, is
     never retried.
@@ -108,7 +112,7 @@ class RetryMiddleware:
         if state.attempt_number >= self.attempts:
             return True
         asked = _retry_after(state)
-        if asked is None or asked <= self.wait_max:
+        if asked is None or asked <= max(self.wait_max, _SHORT_ASK):
             return False
         # Retrying sooner than the server asked would only be refused again.
         error = state.outcome.exception() if state.outcome is not None else None
