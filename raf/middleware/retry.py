@@ -45,8 +45,9 @@ class RetryMiddleware:
     asked us to wait (``ChatClientError.retry_after``, from ``Retry-After``),
     the wait is at least that, up to ``wait_max``; when the server asks for
     longer than ``wait_max`` (and a second or more), the error is raised at
-    once (event ``"retry.gave_up"``) rather than retried early. Each retry is logged (``"retry"`` event);
-    when the attempts run out, the last error is raised unchanged.
+    once (event ``"retry.gave_up"``) rather than retried early. Each retry
+    is logged (``"retry"`` event); when the attempts run out, the last error
+    is raised unchanged.
     Cancellation, and any ``BaseException`` that is not an ``Exception``, is
     never retried.
 
