@@ -85,6 +85,8 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
+    except asyncio.CancelledError:
+        return  # the server is stopping with this connection still open: nothing to report
     finally:
         writer.close()
 
