@@ -350,27 +350,7 @@ def build_provider(
     if factory is None:
         factory = _factory_elsewhere(decl.kind, kinds, decl.base_dir)
     options = ProviderOptions(decl, chat_client)
-    try:
-        provider = factory(options)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"provider kind {decl.kind!r}: {exc}") from exc
-    except AgentError:
-        raise
-    except Exception as exc:
-        # A factory of your own (by import path, from a package) that fails in any
-        # other way is still a problem of the declaration: say which, in one line.
-        raise ConfigError(
-            f"provider kind {decl.kind!r}: the factory failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    unread = options.unread()
-    if unread:
-        used = ", ".join(sorted(options.read)) or "none"
-        raise ConfigError(
-            f"provider kind {decl.kind!r}: unknown option(s) {', '.join(map(repr, unread))} "
-            f"(options read here: {used})"
-        )
+    provider = _built(factory, options, f"provider kind {decl.kind!r}")
     if decl.name is not None and getattr(provider, "name", None) != decl.name:
         try:
             provider.name = decl.name
@@ -612,30 +592,34 @@ def build_chat_middleware(decl: ContextProviderDecl) -> Any:
         if not callable(factory):
             raise ConfigError(f"chat_stack kind {decl.kind!r} is not callable")
     options = ProviderOptions(decl, what="chat_stack")
-    try:
-        middleware = factory(options)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"chat_stack kind {decl.kind!r}: {exc}") from exc
-    except AgentError:
-        raise
-    except Exception as exc:
-        # A factory of your own (by import path, from a package) that fails in any
-        # other way is still a problem of the declaration: say which, in one line.
-        raise ConfigError(
-            f"chat_stack kind {decl.kind!r}: the factory failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    unread = options.unread()
-    if unread:
-        used = ", ".join(sorted(options.read)) or "none"
-        raise ConfigError(
-            f"chat_stack kind {decl.kind!r}: unknown option(s) {', '.join(map(repr, unread))} "
-            f"(options read here: {used})"
-        )
+    middleware = _built(factory, options, f"chat_stack kind {decl.kind!r}")
     if not callable(middleware):
         raise ConfigError(
             f"chat_stack kind {decl.kind!r}: the factory returned {type(middleware).__name__}, "
             "not middleware (async (request, call_next))"
         )
     return middleware
+
+
+def _built(factory: Callable[[ProviderOptions], Any], options: ProviderOptions, what: str) -> Any:
+    """``factory(options)``; whatever goes wrong, and any option it did not read, is one
+    ConfigError that starts with ``what``."""
+    try:
+        built = factory(options)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what}: {exc}") from exc
+    except AgentError:
+        raise
+    except Exception as exc:
+        # A factory of your own (by import path, from a package) that fails in any
+        # other way is still a problem of the declaration: say which, in one line.
+        raise ConfigError(f"{what}: the factory failed: {type(exc).__name__}: {exc}") from exc
+    unread = options.unread()
+    if unread:
+        used = ", ".join(sorted(options.read)) or "none"
+        raise ConfigError(
+            f"{what}: unknown option(s) {', '.join(map(repr, unread))} (options read here: {used})"
+        )
+    return built

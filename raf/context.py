@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -56,10 +56,6 @@ class ContextResult:
     messages: Sequence[ChatMessage] = ()
     tools: Sequence[Tool] = ()
     replace_messages: bool = False
-
-
-#: The result that changes nothing (internal shorthand; ``ContextResult()`` is the same).
-EMPTY_RESULT: Final = ContextResult()
 
 
 @attrs.frozen(slots=True)

@@ -281,22 +281,6 @@ def _merged(name: str, invocation: Invocation, result: object) -> Invocation:
         raise ProviderError(name, "on_invoking", str(exc), field=exc.field) from exc
 
 
-@overload
-async def _after_success(
-    provider: Any,
-    on_invoked: PostStage,
-    invocation: Invocation,
-    outcome: AgentResponse,
-    post_timeout: float,
-) -> AgentResponse: ...
-@overload
-async def _after_success(
-    provider: Any,
-    on_invoked: PostStage,
-    invocation: Invocation,
-    outcome: AgentResponse | PostStageFailures,
-    post_timeout: float,
-) -> AgentResponse | PostStageFailures: ...
 async def _after_success(
     provider: Any,
     on_invoked: PostStage,

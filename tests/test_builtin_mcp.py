@@ -16,6 +16,7 @@ from typing import TextIO
 
 import anyio
 import pytest
+from structlog.testing import capture_logs
 
 pytest.importorskip("mcp")
 
@@ -338,3 +339,26 @@ async def test_an_open_server_that_stops_answering_is_an_mcp_error_within_timeou
         async with provider:
             with pytest.raises(McpError, match=r"did not list its tools within timeout=0\.5s"):
                 await provider.tools()
+
+
+async def test_a_tool_with_a_malformed_schema_is_skipped_with_a_warning_naming_it(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "bad_schema_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            '{"name": "picture", "inputSchema": {"type": "object"}}',
+            '{"name": "picture", "inputSchema": '
+            '{"type": "object", "properties": {"x": {"type": 5}}}}',
+        )
+    )
+    log = tmp_path / "log.txt"
+    with capture_logs() as events:
+        async with McpToolsProvider(
+            sys.executable, [str(script), str(log)], tool_prefix="m_"
+        ) as mcp:
+            names = [tool.name for tool in await mcp.tools()]
+    assert names == ["m_add", "m_fail", "m_crash"]
+    skipped = [e for e in events if e["event"] == "mcp.tool_skipped"]
+    assert [e["tool"] for e in skipped] == ["m_picture"]
+    assert "at properties.x.type" in skipped[0]["reason"]

@@ -11,13 +11,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 import attrs
+import structlog
 
-from raf.context import EMPTY_RESULT, ContextResult
-from raf.errors import ConfigError, McpError, ToolError
+from raf.context import ContextResult
+from raf.errors import ConfigError, McpError, ToolError, ToolSchemaError
 from raf.messages import ChatMessage
 from raf.options import AgentRunOptions
 from raf.providers import ContextProvider
 from raf.sessions.base import Session
+from raf.tools import check_tool_schema
+
+_log = structlog.get_logger("raf")
 
 if TYPE_CHECKING:
     from raf.context import AgentLike
@@ -221,15 +225,17 @@ class McpToolsProvider(ContextProvider):
             result = await session.list_tools()
             while True:
                 for remote in result.tools:
-                    found.append(
-                        McpTool(
-                            self.tool_prefix + remote.name,
-                            remote.description or "",
-                            dict(remote.input_schema or {"type": "object"}),
-                            remote.name,
-                            self,
+                    name = self.tool_prefix + remote.name
+                    schema = dict(remote.input_schema or {"type": "object"})
+                    try:
+                        check_tool_schema(name, schema)
+                    except ToolSchemaError as exc:
+                        # Refused where it is found, and only that tool: the others still work.
+                        _log.warning(
+                            "mcp.tool_skipped", provider=self.name, tool=name, reason=str(exc)
                         )
-                    )
+                        continue
+                    found.append(McpTool(name, remote.description or "", schema, remote.name, self))
                 if not result.next_cursor:
                     break
                 result = await session.list_tools(
@@ -261,7 +267,7 @@ class McpToolsProvider(ContextProvider):
     ) -> ContextResult:
         """The server's tools."""
         tools = await self.tools()
-        return ContextResult(tools=tools) if tools else EMPTY_RESULT
+        return ContextResult(tools=tools) if tools else ContextResult()
 
 
 def _leaf(error: BaseException) -> BaseException:
