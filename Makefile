@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck bench bench-peers clean
+.PHONY: demo test lint typecheck bench bench-openai bench-peers clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test: $(VENV)/.test
 
 bench: $(VENV)/.base
 	$(PY) benchmarks/bench_pipeline.py
+
+# A turn over a long history through OpenAIChatClient, against a plain httpx POST (loopback).
+bench-openai: $(VENV)/.base
+	$(PY) benchmarks/bench_openai.py
 
 # Peers live in their own virtualenv: they are never dependencies of raf.
 PEERS_VENV := benchmarks/.peers-venv

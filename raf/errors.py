@@ -13,6 +13,7 @@ __all__ = [
     "BadRequestError",
     "ChatClientError",
     "ChatConnectionError",
+    "ChatProtocolError",
     "ChatTimeoutError",
     "CompressionError",
     "ConfigError",
@@ -208,13 +209,20 @@ class ChatClientError(AgentError):
 
     ``retryable`` says whether sending the same request again can help
     (rate limits, timeouts, server errors) or not (bad request, auth).
-    ``status_code`` is the HTTP status when there was one.
+    ``status_code`` is the HTTP status when there was one. ``retry_after`` is
+    how long the server asked us to wait before trying again, in seconds (its
+    ``Retry-After`` or ``retry-after-ms`` header), or ``None`` when it said
+    nothing; :class:`raf.RetryMiddleware` honours it.
     """
 
     retryable: bool = False
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status_code: int | None = None, retry_after: float | None = None
+    ) -> None:
+        # The keywords live in __dict__, which pickling restores next to args.
         self.status_code = status_code
+        self.retry_after = retry_after
         super().__init__(message)
 
 
@@ -240,6 +248,13 @@ class ServerError(ChatClientError):
     """The server failed (HTTP 5xx) or reported a conflict (HTTP 409)."""
 
     retryable = True
+
+
+class ChatProtocolError(ChatClientError):
+    """The server answered, but not in the protocol: a reply that is not JSON,
+    lacks a field raf needs, holds a field of the wrong type, or is larger
+    than the client's size bound. The message names the field. Not retryable:
+    the same server is likely to answer the same way."""
 
 
 class BadRequestError(ChatClientError):
