@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -38,6 +42,7 @@ from raf.errors import (
 from tests.responses_server import Answer, ResponsesServer, events_of, response_body
 
 pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -620,3 +625,72 @@ def test_bad_constructor_arguments_are_refused(monkeypatch: pytest.MonkeyPatch) 
             OpenAIResponsesClient(**{"model": "m", "api_key": "k", **kwargs})
     with pytest.raises(ValueError, match="client="):
         OpenAIResponsesClient("m", client=openai.AsyncOpenAI(api_key="k"), api_key="other")
+
+
+# --- The raf command ------------------------------------------------------------------------
+
+SHOUT = '''
+import raf
+
+@raf.tool
+def shout(text: str) -> str:
+    """Say it louder."""
+    return text.upper() + "!"
+'''
+
+
+def test_raf_run_with_the_responses_client(tmp_path: Path, server: ResponsesServer) -> None:
+    (tmp_path / "loud_tools.py").write_text(SHOUT)
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f"""
+[agent]
+instructions = "Shout when asked."
+tools = ["loud_tools:shout"]
+
+[model]
+client = "openai-responses"
+model = "test-model"
+base_url = "{server.base_url}"
+api_key_env = "RESPONSES_KEY"
+max_tokens = 50
+"""
+    )
+    server.answer(text=None, calls=[("c1", "shout", '{"text": "hello"}')], reasoning="rs_7")
+    server.reply(Answer(body=response_body("They said HELLO!"), require=_replays("rs_7")))
+    done = subprocess.run(
+        [sys.executable, "-m", "raf", "run", str(config), "shout hello"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RESPONSES_KEY": "sk-cli", "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "They said HELLO!"
+    first, second = server.requests
+    assert first.path == "/v1/responses"
+    assert first.headers["authorization"] == "Bearer sk-cli"
+    assert first.body["max_output_tokens"] == 50
+    assert first.body["input"][0] == {"role": "system", "content": "Shout when asked."}
+    assert second.body["input"][-1] == {
+        "type": "function_call_output",
+        "call_id": "c1",
+        "output": "HELLO!",
+    }
+
+
+def test_raf_run_refuses_an_unknown_client(tmp_path: Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text('[model]\nclient = "openai-chat"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "raf", "run", str(config), "hi"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert '"openai-responses"' in done.stderr
