@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import socket
 import subprocess
@@ -553,6 +555,23 @@ async def test_early_close_releases_the_connection(server: ResponsesServer) -> N
             assert (await agent.run("again")).text == "again"
 
 
+async def test_a_cancellation_from_outside_mid_stream_is_not_a_timeout(
+    server: ResponsesServer,
+) -> None:
+    server.reply(Answer(body=response_body("one two three"), stall_after=3))
+    server.answer(text="still fine")
+    async with client_for(server, timeout=60) as model:
+        agent = Agent(model)
+        with anyio.fail_after(20), anyio.move_on_after(0.5) as scope:
+            await agent.run("x", on_update=_ignore)
+        assert scope.cancelled_caught
+        assert (await agent.run("again")).text == "still fine"
+
+
+async def _ignore(update: Update) -> None:
+    pass
+
+
 # --- Middleware -----------------------------------------------------------------------------
 
 
@@ -694,3 +713,21 @@ def test_raf_run_refuses_an_unknown_client(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert '"openai-responses"' in done.stderr
+
+
+def test_the_docs_real_model_example_runs_against_the_loopback_server(
+    server: ResponsesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/responses.md's first example, as written, its key and URL from the environment."""
+    from tests.test_docs_run import blocks_of
+
+    [block] = [b for b in blocks_of(ROOT / "docs" / "responses.md") if 'gpt-5-mini")' in b.code]
+    server.answer(text=None, calls=[("c1", "add", '{"a": 1234, "b": 4321}')], reasoning="rs_1")
+    server.reply(Answer(body=response_body("It is 5555.", usage=(30, 4)), require=_replays("rs_1")))
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        exec(compile(block.code, block.where, "exec"), {"__name__": "__main__"})
+    assert output.getvalue() == "It is 5555.\nUsage(input_tokens=35, output_tokens=6)\n"
+    assert all(request.body["stream"] is True for request in server.requests)
