@@ -414,6 +414,19 @@ async def test_a_stream_stalled_mid_way_times_out(server: ResponsesServer) -> No
     assert [u.text for u in seen] == ["one "]
 
 
+async def test_a_stream_kept_open_after_completed_is_still_an_answer(
+    server: ResponsesServer,
+) -> None:
+    events = [*events_of(response_body("done here")), {"type": "response.keepalive"}]
+    server.reply(Answer(events=events, stall_after=len(events) - 1))
+    server.answer(text="next")
+    async with client_for(server, timeout=60) as model:
+        with anyio.fail_after(20):
+            updates = await collect(model, [ChatMessage.user("x")])
+            assert AgentResponse.from_updates(updates).text == "done here"
+            assert (await model.complete([ChatMessage.user("x")], ChatOptions())).text == "next"
+
+
 async def test_the_consumers_time_is_not_the_servers(server: ResponsesServer) -> None:
     # The timeout bounds waiting on the server: a slow consumer does not use it up.
     server.answer(text="one two three four five")

@@ -53,6 +53,8 @@ _ERROR_REPLY_MAX: Final = 1024 * 1024
 # How many tool-call turns a client remembers the reasoning items of.
 _TURNS_KEPT: Final = 1024
 _CHAT_WHERE: Final = "OpenAI chat completion"
+# How long a stream may go on after response.completed before raf stops reading it.
+_DRAIN_GRACE: Final = 1.0
 
 
 @attrs.frozen
@@ -214,10 +216,18 @@ class OpenAIResponsesClient:
                     # Remembered before the last updates go out: a consumer may leave after them.
                     self._remember(state.turn)
                     state.turn = None
+                    if state.done:
+                        # What follows the answer gets a moment, not the budget: a server
+                        # that keeps the stream open must not turn an answer into a timeout.
+                        budget.cap(_DRAIN_GRACE)
                     for update in updates:
                         yield update
+            except ChatTimeoutError:
+                if not state.done:
+                    raise
             except _http_errors() as exc:
-                raise _reword(_error_from_http(exc, model)) from exc
+                if not state.done:
+                    raise _reword(_error_from_http(exc, model)) from exc
             finally:
                 await events.aclose()
             if not state.done:
@@ -728,6 +738,10 @@ class _Budget:
             yield scope
         if self.left is not None:
             self.left = max(self.left - (anyio.current_time() - started), 0.0)
+
+    def cap(self, seconds: float) -> None:
+        """Leave at most ``seconds`` of the budget."""
+        self.left = seconds if self.left is None else min(self.left, seconds)
 
     def check(self, scope: anyio.CancelScope) -> None:
         # Only the budget's own cancellation is caught by its scope.
