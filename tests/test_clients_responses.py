@@ -30,6 +30,7 @@ from raf import (
     Usage,
     tool,
 )
+from raf.clients import responses as responses_module
 from raf.clients.responses import OpenAIResponsesClient, input_items, tool_to_wire
 from raf.errors import (
     AuthenticationError,
@@ -744,3 +745,16 @@ def test_the_docs_real_model_example_runs_against_the_loopback_server(
         exec(compile(block.code, block.where, "exec"), {"__name__": "__main__"})
     assert output.getvalue() == "It is 5555.\nUsage(input_tokens=35, output_tokens=6)\n"
     assert all(request.body["stream"] is True for request in server.requests)
+
+
+async def test_the_client_remembers_a_bounded_number_of_turns(
+    server: ResponsesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(responses_module, "_TURNS_KEPT", 2)
+    for n in range(3):
+        server.answer(text=None, calls=[(f"c{n}", "add", "{}")], reasoning=f"rs_{n}")
+    server.answer(text="no calls, nothing to remember", reasoning="rs_text")
+    async with client_for(server) as model:
+        for _ in range(4):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert list(model._turns) == ["c1", "c2"]
