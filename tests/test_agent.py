@@ -723,3 +723,19 @@ async def test_async_with_closes_the_client_and_the_stack_items() -> None:
     async with Agent(Client(["ok"]), stack=[Closable()]) as agent:
         assert (await agent.run("hi")).text == "ok"
     assert closed == ["provider", "client"]
+
+
+async def test_history_true_makes_a_session_remember_the_conversation() -> None:
+    from raf import HistoryProvider, InMemoryHistoryProvider
+
+    client = ScriptedChatClient(["first", "second"])
+    agent = Agent(client, history=True)
+    session = InMemorySession()
+    await agent.run("one", session=session)
+    await agent.run("two", session=session)
+    assert [m.content for m in await session.get_messages()] == ["one", "first", "two", "second"]
+    assert [m.content for m in client.requests[1].messages] == ["one", "first", "two"]
+    assert type(agent.stack[0]) is HistoryProvider
+    assert InMemoryHistoryProvider is HistoryProvider  # the first name still works
+    with pytest.raises(TypeError, match=r"stack\[0\] is one already"):
+        Agent(client, history=True, stack=[HistoryProvider()])
