@@ -1,5 +1,7 @@
 """raf: the context pipeline of LLM agents, built as an ASGI-style onion."""
 
+from typing import TYPE_CHECKING
+
 from raf.agent import Agent, ChatClient
 from raf.builtin import (
     AgentSkillsProvider,
@@ -47,6 +49,9 @@ from raf.pipeline import ChatRequest, Complete, Middleware, compose
 from raf.providers import ContextProvider
 from raf.sessions import InMemorySession, Session, SqliteSessionStore
 from raf.tools import FunctionTool, Tool, tool
+
+if TYPE_CHECKING:
+    from raf.sessions.redis import RedisSessionStore
 
 __all__ = [
     "EMPTY_RESULT",
@@ -111,3 +116,14 @@ __all__ = [
     "parallel",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # RedisSessionStore needs the optional extra raf[redis] (coredis): it is imported on
+    # first use, so `import raf` never imports coredis. Not in __all__ for the same
+    # reason: `from raf import *` must work without the extra.
+    if name == "RedisSessionStore":
+        from raf.sessions.redis import RedisSessionStore
+
+        return RedisSessionStore
+    raise AttributeError(f"module 'raf' has no attribute {name!r}")

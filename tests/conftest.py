@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.redis_server import redis_server  # noqa: F401  (a real redis-server for the session)
+
 
 @pytest.fixture(params=["asyncio", "trio"], scope="module")
 def anyio_backend(request: pytest.FixtureRequest) -> str:

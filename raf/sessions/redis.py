@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any, Final, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
+import anyio
 import attrs
 import coredis
 from coredis.exceptions import ConnectionError as RedisConnectionError
@@ -59,6 +60,8 @@ class RequestHash:
 # -------------------------------------------------------------------------------------
 
 DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
+#: Seconds that opening a store waits for the server to accept a connection.
+CONNECT_TIMEOUT: Final = 10.0
 
 # Lua: KEYS[1] the message list, KEYS[2] the request-hash record;
 # ARGV[1] the ttl in seconds ("0": none), ARGV[2..] the messages as raf's JSON.
@@ -154,6 +157,7 @@ class RedisSessionStore:
             raise SessionStoreError(f"{self._where}: the store is closed")
         if self._client is not None:
             return self
+        await self._check_reachable()
         # No automatic retries: resending a write whose reply was lost could store it twice.
         client: coredis.Redis[bytes] = coredis.Redis.from_url(
             self.url, decode_responses=False, retry_policy=NoRetryPolicy()
@@ -173,6 +177,21 @@ class RedisSessionStore:
         self._append = client.register_script(_APPEND)
         self._touch = client.register_script(_TOUCH)
         return self
+
+    async def _check_reachable(self) -> None:
+        # A plain TCP connect first: a server that is down is the common failure, and
+        # coredis leaves a failed connection's streams unclosed (a ResourceWarning later).
+        parts = urlsplit(self.url)
+        if parts.scheme == "unix":
+            return
+        try:
+            with anyio.fail_after(CONNECT_TIMEOUT):
+                stream = await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 6379)
+        except (OSError, TimeoutError) as exc:
+            raise SessionStoreError(
+                f"{self._where}: cannot reach the server: {_reason(exc)}"
+            ) from exc
+        await stream.aclose()
 
     async def get(self, session_id: str) -> RedisSession:
         """The session ``session_id`` (created by its first write; no round trip here)."""

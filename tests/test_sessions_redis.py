@@ -1,0 +1,554 @@
+"""RedisSessionStore against a real redis-server: the conformance suite, and what Redis adds.
+
+The server is the session-wide ``redis_server`` fixture (tests/redis_server.py);
+each test gets its own key prefix. Tests that break the server (pause it, kill
+connections, stop it) start a dedicated one.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from pathlib import Path
+
+import anyio
+import coredis
+import pytest
+
+import raf
+from raf import ChatMessage, Session
+from raf.cli import main
+from raf.errors import SessionStoreError
+from raf.sessions import request_hash
+from raf.sessions.redis import REQUEST_HASH_LIMIT, RedisSessionStore, RequestHash
+from raf.sessions.stores import open_store
+from tests.redis_server import RedisServer, free_port
+from tests.session_conformance import *  # noqa: F403
+from tests.session_conformance import conversation, fresh_id
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "agent.toml"
+_prefixes = itertools.count()
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix of this test's own: tests share one server, never a key."""
+    return f"test-{uuid.uuid4().hex[:8]}-{next(_prefixes)}"
+
+
+@pytest.fixture
+async def store(redis_server: RedisServer, prefix: str) -> AsyncIterator[RedisSessionStore]:
+    async with RedisSessionStore(redis_server.url, prefix=prefix) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def admin(redis_server: RedisServer) -> AsyncIterator[coredis.Redis[bytes]]:
+    """A plain coredis client, to look at and spoil what the store wrote."""
+    async with coredis.Redis.from_url(redis_server.url) as client:
+        yield client
+
+
+@pytest.fixture
+def dedicated() -> Iterator[RedisServer]:
+    """A server of this test's own, for tests that pause, cut or stop it."""
+    with RedisServer() as server:
+        yield server
+
+
+# --- The Session conformance suite ----------------------------------------------------
+
+
+class RedisHarness:
+    """Redis sessions: reopening is a second store (a second connection pool) on the server."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.stores: list[RedisSessionStore] = []
+
+    async def open(self) -> RedisSessionStore:
+        store = await RedisSessionStore(self.url, prefix=self.prefix).open()
+        self.stores.append(store)
+        return store
+
+    async def new(self, session_id: str) -> Session:
+        store = self.stores[0] if self.stores else await self.open()
+        return await store.get(session_id)
+
+    async def reopen(self, session: Session) -> Session:
+        return await (await self.open()).get(session.id)
+
+    async def aclose(self) -> None:
+        for store in reversed(self.stores):
+            await store.aclose()
+
+
+# When tests/session_conformance.py offers a store-factory suite, this fixture
+# and the three tests below are replaced by one line that hands it RedisHarness.
+@pytest.fixture
+async def harness(redis_server: RedisServer, prefix: str) -> AsyncIterator[RedisHarness]:
+    opened = RedisHarness(redis_server.url, prefix)
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+# The new Session contract (histories are tuples, touch_request_hash returns a
+# RequestHash): these replace the suite's tests that still read the old one.
+async def test_new_session_is_empty(harness: RedisHarness) -> None:
+    session_id = fresh_id()
+    session = await harness.new(session_id)
+    assert session.id == session_id
+    assert await session.get_messages() == ()
+
+
+async def test_round_trip_survives_reopening(harness: RedisHarness) -> None:
+    session = await harness.new(fresh_id())
+    await session.add_messages(conversation())
+    assert await session.get_messages() == tuple(conversation())
+    history = await (await harness.reopen(session)).get_messages()
+    assert type(history) is tuple
+    assert history == tuple(conversation())
+    assert [type(m) for m in history] == [ChatMessage] * len(history)
+
+
+async def test_request_hash_is_the_canonical_sha256(harness: RedisHarness) -> None:
+    session = await harness.new(fresh_id())
+    request = conversation()[:2]
+    first = await session.touch_request_hash(request)
+    assert first == RequestHash(request_hash(request), repeated=False)  # type: ignore[comparison-overlap]
+    assert len(first.digest) == 64  # type: ignore[attr-defined]
+    again = await (await harness.reopen(session)).touch_request_hash(list(request))
+    assert again == RequestHash(first.digest, repeated=True)  # type: ignore[attr-defined]
+    other = await session.touch_request_hash(request[:1])
+    assert other.digest != first.digest  # type: ignore[attr-defined]
+    assert not other.repeated  # type: ignore[attr-defined]
+    # Hashing records, it does not add to the history.
+    assert await session.get_messages() == ()
+
+
+# --- The store ---------------------------------------------------------------------------
+
+
+def test_import_raf_does_not_import_coredis() -> None:
+    code = (
+        "import sys, raf\n"
+        "assert 'coredis' not in sys.modules, 'import raf imported coredis'\n"
+        "store = raf.RedisSessionStore\n"
+        "assert 'coredis' in sys.modules\n"
+        "assert store.__module__ == 'raf.sessions.redis'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+    assert raf.RedisSessionStore is RedisSessionStore
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
+        raf.NoSuchThing  # type: ignore[attr-defined]  # noqa: B018
+
+
+async def test_one_list_per_session_in_raf_json(
+    store: RedisSessionStore, admin: coredis.Redis[bytes], prefix: str
+) -> None:
+    session = await store.get("alice")
+    assert session.keys == (f"{prefix}:{{alice}}:messages", f"{prefix}:{{alice}}:requests")
+    await session.add_messages([ChatMessage.user("h\u00e9"), ChatMessage.assistant("yo")])
+    assert await admin.type(session.keys[0]) == b"list"
+    assert await admin.lrange(session.keys[0], 0, -1) == [
+        '{"role":"user","content":"hé"}'.encode(),
+        b'{"role":"assistant","content":"yo"}',
+    ]
+
+
+async def test_a_batch_of_many_messages_is_one_contiguous_append(store: RedisSessionStore) -> None:
+    # More values than Lua's unpack() takes at once: the script appends in slices.
+    session = await store.get("big")
+    batch = [ChatMessage.user(str(index)) for index in range(12_345)]
+    await session.add_messages([ChatMessage.system("first")])
+    await session.add_messages(batch)
+    history = await session.get_messages()
+    assert history == (ChatMessage.system("first"), *batch)
+
+
+async def test_two_stores_writing_at_once_keep_every_batch_whole(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    async with (
+        RedisSessionStore(redis_server.url, prefix=prefix) as one,
+        RedisSessionStore(redis_server.url, prefix=prefix) as two,
+    ):
+        sessions = [await one.get("busy"), await two.get("busy")]
+
+        async def write(writer: int) -> None:
+            batch = [ChatMessage.user(f"{writer}:{i}") for i in range(3)]
+            await sessions[writer % 2].add_messages(batch)
+
+        async with anyio.create_task_group() as group:
+            for writer in range(40):
+                group.start_soon(write, writer)
+        stored = [m.content or "" for m in await sessions[1].get_messages()]
+    assert len(stored) == 120
+    writers = []
+    for start in range(0, 120, 3):
+        writer = stored[start].split(":")[0]
+        assert stored[start : start + 3] == [f"{writer}:{i}" for i in range(3)]
+        writers.append(int(writer))
+    assert sorted(writers) == list(range(40))
+
+
+async def test_prefixes_keep_stores_apart(redis_server: RedisServer, prefix: str) -> None:
+    async with (
+        RedisSessionStore(redis_server.url, prefix=f"{prefix}-a") as one,
+        RedisSessionStore(redis_server.url, prefix=f"{prefix}-b") as two,
+    ):
+        await (await one.get("s")).add_messages([ChatMessage.user("a")])
+        assert await (await two.get("s")).get_messages() == ()
+
+
+async def test_request_hashes_are_bounded_and_oldest_first(store: RedisSessionStore) -> None:
+    session = await store.get("hashes")
+    requests = [[ChatMessage.user(f"request {index}")] for index in range(REQUEST_HASH_LIMIT + 6)]
+    for request in requests:
+        assert not (await session.touch_request_hash(request)).repeated
+    recorded = await session.request_hashes()
+    assert list(recorded) == [request_hash(r) for r in requests[6:]]
+    times = list(recorded.values())
+    assert times == sorted(times)
+    # A digest that fell out of the record is not a repeat any more; a kept one is,
+    # and touching it makes it the newest.
+    assert not (await session.touch_request_hash(requests[0])).repeated
+    assert (await session.touch_request_hash(requests[10])).repeated
+    recorded = await session.request_hashes()
+    assert len(recorded) == REQUEST_HASH_LIMIT
+    assert list(recorded)[-2:] == [request_hash(requests[0]), request_hash(requests[10])]
+    assert request_hash(requests[6]) not in recorded
+
+
+async def test_concurrent_touches_of_one_request_see_exactly_one_first(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    request = [ChatMessage.user("retried by an impatient client")]
+    async with (
+        RedisSessionStore(redis_server.url, prefix=prefix) as one,
+        RedisSessionStore(redis_server.url, prefix=prefix) as two,
+    ):
+        sessions = [await one.get("s"), await two.get("s")]
+        results: list[RequestHash] = []
+
+        async def touch(index: int) -> None:
+            results.append(await sessions[index % 2].touch_request_hash(request))
+
+        async with anyio.create_task_group() as group:
+            for index in range(20):
+                group.start_soon(touch, index)
+    assert sorted(result.repeated for result in results) == [False] + [True] * 19
+
+
+async def test_ttl_is_put_again_on_both_keys_by_every_write(
+    redis_server: RedisServer, prefix: str, admin: coredis.Redis[bytes]
+) -> None:
+    async with RedisSessionStore(redis_server.url, prefix=prefix, ttl=1000) as store:
+        session = await store.get("s")
+        messages_key, requests_key = session.keys
+        await session.touch_request_hash([ChatMessage.user("q")])
+        assert 990 < await admin.ttl(requests_key) <= 1000
+        assert await admin.ttl(messages_key) == -2  # no list yet: nothing to expire
+        await session.add_messages([ChatMessage.user("q")])
+        for key in session.keys:
+            await admin.expire(key, 5)  # as if time had passed
+        await session.add_messages([ChatMessage.assistant("a")])
+        assert [990 < await admin.ttl(key) <= 1000 for key in session.keys] == [True, True]
+        for key in session.keys:
+            await admin.expire(key, 5)
+        await session.touch_request_hash([ChatMessage.user("q2")])
+        assert [990 < await admin.ttl(key) <= 1000 for key in session.keys] == [True, True]
+
+
+async def test_without_ttl_keys_never_expire(
+    store: RedisSessionStore, admin: coredis.Redis[bytes]
+) -> None:
+    session = await store.get("s")
+    await session.add_messages([ChatMessage.user("q")])
+    await session.touch_request_hash([ChatMessage.user("q")])
+    assert [await admin.ttl(key) for key in session.keys] == [-1, -1]
+
+
+async def test_an_expired_session_starts_again_empty(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    async with RedisSessionStore(redis_server.url, prefix=prefix, ttl=0.5) as store:
+        session = await store.get("short-lived")
+        await session.add_messages([ChatMessage.user("soon gone")])
+        assert len(await session.get_messages()) == 1
+        with anyio.fail_after(10):  # a part of a second is rounded up to 1 s
+            while await session.get_messages():
+                await anyio.sleep(0.1)
+        assert await session.request_hashes() == {}
+
+
+def test_bad_arguments_are_value_errors() -> None:
+    with pytest.raises(ValueError, match="redis:// URL"):
+        RedisSessionStore("http://localhost:6379")
+    with pytest.raises(ValueError, match="prefix"):
+        RedisSessionStore(prefix="")
+    with pytest.raises(ValueError, match="ttl"):
+        RedisSessionStore(ttl=0)
+
+
+async def test_session_ids_must_be_non_empty_strings(store: RedisSessionStore) -> None:
+    with pytest.raises(ValueError, match="non-empty str"):
+        await store.get("")
+
+
+# --- Failures: each a SessionStoreError that says which, and nothing stored is lost ---
+
+
+async def test_a_server_that_is_down_fails_on_opening() -> None:
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    with pytest.raises(SessionStoreError, match="cannot reach the server") as caught:
+        async with RedisSessionStore(url):
+            pass  # pragma: no cover
+    assert "hunter2" not in str(caught.value)  # the password is not printed
+    with pytest.raises(SessionStoreError, match="cannot reach the server"):
+        await open_store(url)
+
+
+async def test_a_store_that_is_not_open_or_closed_says_so(redis_server: RedisServer) -> None:
+    store = RedisSessionStore(redis_server.url)
+    with pytest.raises(SessionStoreError, match="not open"):
+        await store.get("s")
+    async with store:
+        session = await store.get("s")
+    with pytest.raises(SessionStoreError, match="closed"):
+        await session.get_messages()
+    with pytest.raises(SessionStoreError, match="closed"):
+        await store.open()
+
+
+async def test_a_bad_item_is_a_type_error_before_anything_is_sent(
+    redis_server: RedisServer,
+) -> None:
+    async with RedisSessionStore(redis_server.url) as store:
+        session = await store.get("s")
+    # The store is closed: had anything been sent, this would be a SessionStoreError.
+    with pytest.raises(TypeError, match=r"messages\[1\] must be a ChatMessage, got str"):
+        await session.add_messages([ChatMessage.user("a"), "b"])  # type: ignore[list-item]
+
+
+def _serve_garbage(listener: socket.socket) -> None:
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        with conn:
+            try:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            except OSError:
+                pass
+
+
+async def test_a_server_that_is_not_redis_fails_on_opening() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    thread = threading.Thread(target=_serve_garbage, args=(listener,), daemon=True)
+    thread.start()
+    try:
+        url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+        with anyio.fail_after(30), pytest.raises(SessionStoreError, match="cannot reach"):
+            async with RedisSessionStore(url):
+                pass  # pragma: no cover
+    finally:
+        listener.close()
+        thread.join(10)
+
+
+async def test_a_connection_dropped_mid_write_stores_the_batch_whole_or_not_at_all(
+    dedicated: RedisServer,
+) -> None:
+    async with (
+        RedisSessionStore(dedicated.url) as store,
+        coredis.Redis.from_url(dedicated.url) as admin,
+    ):
+        session = await store.get("s")
+        await session.add_messages([ChatMessage.user("kept")])
+        # Writes wait on the server while it is paused: the append is sent and in flight
+        # when its connection is killed.
+        await admin.client_pause(10_000, mode=coredis.PureToken.WRITE)
+        failures: list[BaseException] = []
+
+        async def append() -> None:
+            try:
+                await session.add_messages([ChatMessage.user("in flight"), ChatMessage.user("x")])
+            except SessionStoreError as exc:
+                failures.append(exc)
+
+        try:
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(append)
+                    while (await admin.info("clients"))["blocked_clients"] == 0:
+                        await anyio.sleep(0.01)
+                    for client in await admin.client_list():
+                        if client["cmd"] == "evalsha":
+                            await admin.client_kill(identifier=client["id"])
+        finally:
+            await admin.client_unpause()
+        assert len(failures) == 1
+        message = str(failures[0])
+        assert "session 's'" in message
+        assert "connection failed while trying to append 2 messages" in message
+        assert "whole or not at all" in message
+        # The store goes on with a new connection; what was stored is all there.
+        assert [m.content for m in await session.get_messages()] == ["kept"]
+        await session.add_messages([ChatMessage.user("after")])
+        assert [m.content for m in await session.get_messages()] == ["kept", "after"]
+
+
+async def _failure(call: Awaitable[object]) -> str:
+    """The message of the SessionStoreError that ``call`` raises (the exception is dropped)."""
+    try:
+        await call
+    except SessionStoreError as exc:
+        return str(exc)
+    raise AssertionError("no SessionStoreError")
+
+
+# coredis leaves the memory streams of a connection it failed to open unclosed; they
+# warn when collected. Collect them here, under this filter, not in a later test.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_server_that_goes_away_is_a_clear_error(dedicated: RedisServer) -> None:
+    async with RedisSessionStore(dedicated.url) as store:
+        session = await store.get("s")
+        await session.add_messages([ChatMessage.user("hi")])
+        dedicated.stop()
+        message = await _failure(session.add_messages([ChatMessage.user("lost")]))
+        assert "connection failed while trying to append 1 message" in message
+        assert "read the messages" in await _failure(session.get_messages())
+        touch = session.touch_request_hash([ChatMessage.user("lost")])
+        assert "record the request hash" in await _failure(touch)
+    gc.collect()
+
+
+async def test_a_key_of_another_type_is_refused_and_left_alone(
+    redis_server: RedisServer, prefix: str, admin: coredis.Redis[bytes]
+) -> None:
+    async with RedisSessionStore(redis_server.url, prefix=prefix, ttl=100) as store:
+        session = await store.get("s")
+        messages_key, requests_key = session.keys
+        await admin.set(messages_key, "someone else's string")
+        await admin.hset(requests_key, {"field": "someone else's hash"})
+        with pytest.raises(SessionStoreError, match=r"session 's'.*cannot append 1 message.*type"):
+            await session.add_messages([ChatMessage.user("x")])
+        with pytest.raises(SessionStoreError, match=r"cannot read the messages.*WrongType"):
+            await session.get_messages()
+        with pytest.raises(SessionStoreError, match=r"cannot record the request hash.*hash"):
+            await session.touch_request_hash([ChatMessage.user("x")])
+        with pytest.raises(SessionStoreError, match=r"cannot read the request hashes"):
+            await session.request_hashes()
+        # Only one key of the wrong type: the script refuses before writing the other.
+        await admin.delete([requests_key])
+        with pytest.raises(SessionStoreError, match="type"):
+            await session.touch_request_hash([ChatMessage.user("x")])
+        assert await admin.exists([requests_key]) == 0
+    assert await admin.get(messages_key) == b"someone else's string"
+    assert await admin.ttl(messages_key) == -1  # no ttl was put on a key that is not ours
+
+
+async def test_an_entry_that_is_not_raf_json_is_named_and_left_alone(
+    store: RedisSessionStore, admin: coredis.Redis[bytes]
+) -> None:
+    session = await store.get("spoiled")
+    await session.add_messages([ChatMessage.user("good")])
+    messages_key = session.keys[0]
+    for garbage in (b"not json", b'{"no": "role"}', b"[1, 2]", b"\xff\xfe", b'"role"'):
+        await admin.delete([messages_key])
+        await admin.rpush(messages_key, [b'{"role":"user","content":"good"}', garbage])
+        with pytest.raises(SessionStoreError, match=r"session 'spoiled': entry 1 of .*spoiled"):
+            await session.get_messages()
+        assert await admin.lrange(messages_key, 0, -1) == [
+            b'{"role":"user","content":"good"}',
+            garbage,
+        ]
+    # Appending still works, and touches nothing already stored.
+    await session.add_messages([ChatMessage.user("more")])
+    assert (await admin.lrange(messages_key, 0, -1))[1:] == [b'"role"', b'{"role":"user","content":"more"}']
+
+
+# --- The command line --------------------------------------------------------------------
+
+
+def test_raf_run_keeps_history_in_redis(
+    redis_server: RedisServer, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = f"{prefix}-cli"
+    args = ["--session", session, "--db", redis_server.url, "--trace"]
+    assert main(["run", str(EXAMPLE), "first", *args]) == 0
+    capsys.readouterr()
+    assert main(["run", str(EXAMPLE), "second", *args]) == 0
+    out, err = capsys.readouterr()
+    assert out == "second\n"
+    assert "(+2 messages)" in err  # the second turn saw the first one, from Redis
+
+
+def test_raf_run_with_redis_down_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    assert main(["run", str(EXAMPLE), "hi", "--session", "s", "--db", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"raf: Redis session store {url}: cannot reach the server")
+    assert "Traceback" not in err
+
+
+# --- Many processes, one conversation ----------------------------------------------------
+
+
+async def test_four_processes_serve_one_conversation(
+    redis_server: RedisServer, prefix: str, anyio_backend: str
+) -> None:
+    """4 OS processes, each an Agent with InMemoryHistoryProvider, run 50 turns of one session."""
+    workers, turns = 4, 50
+    session_id = "shared"
+    failures: list[str] = []
+
+    async def worker(index: int) -> None:
+        command = [
+            sys.executable, "-m", "tests.redis_worker", redis_server.url, prefix,
+            session_id, str(index), str(workers), str(turns), anyio_backend,
+        ]  # fmt: skip
+        result = await anyio.run_process(command, cwd=ROOT, check=False)
+        if result.returncode != 0:
+            failures.append(f"worker {index}: exit {result.returncode}\n{result.stderr.decode()}")
+
+    async with coredis.Redis.from_url(redis_server.url) as admin:
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as group:
+                for index in range(workers):
+                    group.start_soon(worker, index)
+                # Start them together, once every process is up and connected.
+                while int(await admin.get(f"{prefix}:ready") or 0) < workers and not failures:
+                    await anyio.sleep(0.01)
+                await admin.set(f"{prefix}:go", "1")
+    assert not failures, "\n".join(failures)
+
+    async with RedisSessionStore(redis_server.url, prefix=prefix) as store:
+        session = await store.get(session_id)
+        stored = await session.get_messages()
+        recorded = await session.request_hashes()
+    assert len(stored) == 2 * turns
+    # Each turn is its request then its answer, side by side, and appears exactly once.
+    pairs = [(stored[i], stored[i + 1]) for i in range(0, len(stored), 2)]
+    for request, answer in pairs:
+        assert request.role == "user"
+        assert answer == ChatMessage.assistant(request.content)
+    assert sorted(request.content or "" for request, _ in pairs) == sorted(
+        f"turn {turn}" for turn in range(turns)
+    )
+    assert len(recorded) == turns  # every run recorded its request's digest
