@@ -51,7 +51,7 @@ from raf.sessions import InMemorySession, Session, SqliteSessionStore
 from raf.tools import FunctionTool, Tool, tool
 
 if TYPE_CHECKING:
-    from raf.sessions.redis import RedisSessionStore
+    from raf.sessions.redis import RedisSessionStore as RedisSessionStore
 
 __all__ = [
     "EMPTY_RESULT",

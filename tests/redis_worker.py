@@ -23,13 +23,16 @@ from raf.sessions.redis import RedisSessionStore
 START_TIMEOUT = 60.0
 
 
-async def main(url: str, prefix: str, session_id: str, worker: int, workers: int, turns: int) -> None:
+async def main(
+    url: str, prefix: str, session_id: str, worker: int, workers: int, turns: int
+) -> None:
     agent = Agent(EchoChatClient(), stack=[InMemoryHistoryProvider()])
     async with RedisSessionStore(url, prefix=prefix) as store, coredis.Redis.from_url(url) as admin:
         session = await store.get(session_id)
         await admin.incr(f"{prefix}:ready")
         with anyio.fail_after(START_TIMEOUT):
-            while not await admin.exists([f"{prefix}:go"]):
+            # The signal comes from another process: polling Redis is the only way to see it.
+            while not await admin.exists([f"{prefix}:go"]):  # noqa: ASYNC110
                 await anyio.sleep(0.005)
         async with anyio.create_task_group() as group:
             for turn in range(worker, turns, workers):
@@ -38,6 +41,4 @@ async def main(url: str, prefix: str, session_id: str, worker: int, workers: int
 
 if __name__ == "__main__":
     url, prefix, session_id, worker, workers, turns, backend = sys.argv[1:]
-    anyio.run(
-        main, url, prefix, session_id, int(worker), int(workers), int(turns), backend=backend
-    )
+    anyio.run(main, url, prefix, session_id, int(worker), int(workers), int(turns), backend=backend)

@@ -289,7 +289,7 @@ async def test_an_expired_session_starts_again_empty(
         await session.add_messages([ChatMessage.user("soon gone")])
         assert len(await session.get_messages()) == 1
         with anyio.fail_after(10):  # a part of a second is rounded up to 1 s
-            while await session.get_messages():
+            while await session.get_messages():  # noqa: ASYNC110  (Redis expires it)
                 await anyio.sleep(0.1)
         assert await session.request_hashes() == {}
 
@@ -343,13 +343,16 @@ async def test_a_bad_item_is_a_type_error_before_anything_is_sent(
         await session.add_messages([ChatMessage.user("a"), "b"])  # type: ignore[list-item]
 
 
-def _serve_garbage(listener: socket.socket) -> None:
-    while True:
+def _serve_garbage(listener: socket.socket, stop: threading.Event) -> None:
+    """Answer every connection with an HTTP error, until ``stop`` is set."""
+    listener.settimeout(0.05)
+    while not stop.is_set():
         try:
             conn, _ = listener.accept()
-        except OSError:
-            return
+        except TimeoutError:
+            continue
         with conn:
+            conn.settimeout(5)
             try:
                 conn.recv(1024)
                 conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
@@ -358,17 +361,23 @@ def _serve_garbage(listener: socket.socket) -> None:
 
 
 async def test_a_server_that_is_not_redis_fails_on_opening() -> None:
-    listener = socket.create_server(("127.0.0.1", 0))
-    thread = threading.Thread(target=_serve_garbage, args=(listener,), daemon=True)
-    thread.start()
-    try:
-        url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
-        with anyio.fail_after(30), pytest.raises(SessionStoreError, match="cannot reach"):
-            async with RedisSessionStore(url):
-                pass  # pragma: no cover
-    finally:
-        listener.close()
-        thread.join(10)
+    stop = threading.Event()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        thread = threading.Thread(target=_serve_garbage, args=(listener, stop), daemon=True)
+        thread.start()
+        try:
+            url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+            with (
+                anyio.fail_after(30),
+                pytest.raises(
+                    SessionStoreError, match=r"127\.0\.0\.1.*does not answer as Redis does"
+                ),
+            ):
+                async with RedisSessionStore(url):
+                    pass  # pragma: no cover
+        finally:
+            stop.set()
+            thread.join(10)
 
 
 async def test_a_connection_dropped_mid_write_stores_the_batch_whole_or_not_at_all(
@@ -395,7 +404,8 @@ async def test_a_connection_dropped_mid_write_stores_the_batch_whole_or_not_at_a
             with anyio.fail_after(30):
                 async with anyio.create_task_group() as group:
                     group.start_soon(append)
-                    while (await admin.info("clients"))["blocked_clients"] == 0:
+                    # Until the server holds the append (a state of the server, not of ours).
+                    while (await admin.info("clients"))["blocked_clients"] == 0:  # noqa: ASYNC110
                         await anyio.sleep(0.01)
                     for client in await admin.client_list():
                         if client["cmd"] == "evalsha":
@@ -480,7 +490,10 @@ async def test_an_entry_that_is_not_raf_json_is_named_and_left_alone(
         ]
     # Appending still works, and touches nothing already stored.
     await session.add_messages([ChatMessage.user("more")])
-    assert (await admin.lrange(messages_key, 0, -1))[1:] == [b'"role"', b'{"role":"user","content":"more"}']
+    assert (await admin.lrange(messages_key, 0, -1))[1:] == [
+        b'"role"',
+        b'{"role":"user","content":"more"}',
+    ]
 
 
 # --- The command line --------------------------------------------------------------------
@@ -533,7 +546,8 @@ async def test_four_processes_serve_one_conversation(
                 for index in range(workers):
                     group.start_soon(worker, index)
                 # Start them together, once every process is up and connected.
-                while int(await admin.get(f"{prefix}:ready") or 0) < workers and not failures:
+                ready = f"{prefix}:ready"
+                while int(await admin.get(ready) or 0) < workers and not failures:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
                 await admin.set(f"{prefix}:go", "1")
     assert not failures, "\n".join(failures)

@@ -73,7 +73,8 @@ local expected = {'list', 'zset'}
 for i = 1, 2 do
   local kind = redis.call('TYPE', KEYS[i])['ok']
   if kind ~= 'none' and kind ~= expected[i] then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. expected[i])
+    return redis.error_reply(
+      'WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. expected[i])
   end
 end
 local length = 0
@@ -96,7 +97,8 @@ local expected = {'zset', 'list'}
 for i = 1, 2 do
   local kind = redis.call('TYPE', KEYS[i])['ok']
   if kind ~= 'none' and kind ~= expected[i] then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. expected[i])
+    return redis.error_reply(
+      'WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. expected[i])
   end
 end
 local seen = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -168,11 +170,13 @@ class RedisSessionStore:
             await client.ping()
         except BaseException as exc:
             await exit.aclose()
-            if isinstance(exc, RedisError | OSError):
-                raise SessionStoreError(
-                    f"{self._where}: cannot reach the server: {_reason(exc)}"
-                ) from exc
-            raise
+            if isinstance(exc, RedisConnectionError | OSError):
+                problem = "cannot reach the server"
+            elif isinstance(exc, RedisError):
+                problem = "the server does not answer as Redis does"
+            else:
+                raise
+            raise SessionStoreError(f"{self._where}: {problem}: {_reason(exc)}") from exc
         self._client, self._exit = client, exit
         self._append = client.register_script(_APPEND)
         self._touch = client.register_script(_TOUCH)
@@ -219,7 +223,9 @@ class RedisSessionStore:
         await self.aclose()
 
     def __repr__(self) -> str:
-        return f"RedisSessionStore({_redacted(self.url)!r}, prefix={self.prefix!r}, ttl={self.ttl!r})"
+        return (
+            f"RedisSessionStore({_redacted(self.url)!r}, prefix={self.prefix!r}, ttl={self.ttl!r})"
+        )
 
     def _require(self) -> coredis.Redis[bytes]:
         if self._client is None:
@@ -227,7 +233,9 @@ class RedisSessionStore:
             raise SessionStoreError(f"{self._where}: the store is {state}")
         return self._client
 
-    def _fail(self, exc: BaseException, what: str, session_id: str, *, writing: str = "") -> NoReturn:
+    def _fail(
+        self, exc: BaseException, what: str, session_id: str, *, writing: str = ""
+    ) -> NoReturn:
         """Raise the SessionStoreError that says what ``exc`` means for this call."""
         where = f"{self._where}, session {session_id!r}"
         if isinstance(exc, WrongTypeError) or "WRONGTYPE" in str(exc):

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from raf.errors import ConfigError
-from raf.sessions.base import Session
 
-__all__ = ["REDIS_SCHEMES", "SessionStore", "is_redis_url", "open_store"]
+if TYPE_CHECKING:
+    from raf.sessions.redis import RedisSessionStore
+    from raf.sessions.sqlite import SqliteSessionStore
+
+__all__ = ["REDIS_SCHEMES", "is_redis_url", "open_store"]
 
 #: URL schemes that name a Redis server rather than a SQLite file.
 REDIS_SCHEMES = ("redis://", "rediss://")
-
-
-class SessionStore(Protocol):
-    """What ``open_store`` returns: sessions by id, and ``aclose`` when done."""
-
-    async def get(self, session_id: str) -> Session: ...
-
-    async def aclose(self) -> None: ...
 
 
 def is_redis_url(db: str | os.PathLike[str]) -> bool:
@@ -28,7 +23,7 @@ def is_redis_url(db: str | os.PathLike[str]) -> bool:
     return isinstance(db, str) and db.lower().startswith(REDIS_SCHEMES)
 
 
-async def open_store(db: str | os.PathLike[str]) -> SessionStore:
+async def open_store(db: str | os.PathLike[str]) -> SqliteSessionStore | RedisSessionStore:
     """Open the store ``db`` names: ``redis://HOST:PORT/N`` or a SQLite file's path.
 
     A SQLite file's folder is created when missing. A Redis store is
@@ -51,5 +46,7 @@ async def open_store(db: str | os.PathLike[str]) -> SessionStore:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise ConfigError(f"--db {path}: cannot create the folder {path.parent}: {reason}") from None
+        raise ConfigError(
+            f"--db {path}: cannot create the folder {path.parent}: {reason}"
+        ) from None
     return SqliteSessionStore(path)
