@@ -1,5 +1,7 @@
 """A real ``redis-server`` on a free loopback port, for the tests and the benchmark.
 
+(No pytest here: benchmarks/bench_redis.py uses it too; the fixture is in conftest.py.)
+
 No persistence (``--save "" --appendonly no``), bound to 127.0.0.1, stopped
 at the end; on Linux the server also dies with the process that started it
 (``PR_SET_PDEATHSIG``), so a killed test run leaves no server behind.
@@ -16,13 +18,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
-import pytest
-
-__all__ = ["RedisServer", "free_port", "redis_server"]
+__all__ = ["RedisServer", "free_port"]
 
 START_TIMEOUT = 20.0
 
@@ -138,10 +137,3 @@ class RedisServer:
     ) -> None:
         self.stop()
         self._folder.cleanup()
-
-
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """One server for the whole test session, stopped at its end."""
-    with RedisServer() as server:
-        yield server

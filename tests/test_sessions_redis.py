@@ -204,6 +204,18 @@ async def test_two_stores_writing_at_once_keep_every_batch_whole(
     assert sorted(writers) == list(range(40))
 
 
+async def test_a_server_that_lost_the_scripts_gets_them_again(
+    store: RedisSessionStore, admin: coredis.Redis[bytes]
+) -> None:
+    session = await store.get("s")
+    await session.add_messages([ChatMessage.user("one")])
+    await admin.script_flush()  # as after a restart of the server
+    await session.add_messages([ChatMessage.user("two")])
+    await admin.script_flush()
+    assert (await session.touch_request_hash([ChatMessage.user("one")])).repeated is False
+    assert [m.content for m in await session.get_messages()] == ["one", "two"]
+
+
 async def test_prefixes_keep_stores_apart(redis_server: RedisServer, prefix: str) -> None:
     async with (
         RedisSessionStore(redis_server.url, prefix=f"{prefix}-a") as one,
@@ -460,7 +472,7 @@ async def test_a_key_of_another_type_is_refused_and_left_alone(
             await session.add_messages([ChatMessage.user("x")])
         with pytest.raises(SessionStoreError, match=r"cannot read the messages.*WrongType"):
             await session.get_messages()
-        with pytest.raises(SessionStoreError, match=r"cannot record the request hash.*hash"):
+        with pytest.raises(SessionStoreError, match=r"cannot record the request hash.*another type"):
             await session.touch_request_hash([ChatMessage.user("x")])
         with pytest.raises(SessionStoreError, match=r"cannot read the request hashes"):
             await session.request_hashes()

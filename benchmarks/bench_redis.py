@@ -1,0 +1,270 @@
+"""RedisSessionStore against coredis by hand (the floor), and turns per second across processes.
+
+Starts its own redis-server on a free loopback port (no persistence) and
+stops it at the end; each scenario runs in a fresh interpreter.
+
+The *floor* of a store operation is the same work written directly on
+coredis, as any application would: ``RPUSH`` of the JSON-encoded messages
+for an append, ``LRANGE`` and ``ChatMessage.from_dict`` for a load, with
+none of the store's checks (item types, key types, ttl, error mapping).
+
+The throughput rows run 1, 2 and 4 worker processes on one Redis, each an
+``Agent`` with ``InMemoryHistoryProvider`` and an instant echo model serving
+conversations of its own (8 at once, 25 turns each): turns per second of all
+workers together, from a common start to the last worker's end.
+
+    python benchmarks/bench_redis.py
+    python benchmarks/bench_redis.py --only redis/ --repeats 9 --backend trio
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import coredis  # noqa: E402
+from harness import Samples, fmt, per_op, ratio, run_isolated, table  # noqa: E402
+
+from raf import Agent, ChatMessage, EchoChatClient, InMemoryHistoryProvider  # noqa: E402
+from raf.sessions.redis import RedisSessionStore  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
+
+Figures = dict[str, Samples | str]
+Scenario = Callable[[argparse.Namespace], Awaitable[Figures]]
+
+TURN = (ChatMessage.user("a question"), ChatMessage.assistant("an answer"))
+CONVERSATIONS_PER_WORKER = 8
+TURNS_PER_CONVERSATION = 25
+WORKER_COUNTS = (1, 2, 4)
+
+
+def history(size: int) -> list[ChatMessage]:
+    """``size`` messages, alternating questions and answers of a realistic length."""
+    return [
+        ChatMessage.user(f"question {i}: " + "words " * 20)
+        if i % 2 == 0
+        else ChatMessage.assistant(f"answer {i}: " + "more words " * 40)
+        for i in range(size)
+    ]
+
+
+async def interleaved(
+    raf_op: Callable[[], Awaitable[Any]],
+    floor_op: Callable[[], Awaitable[Any]],
+    *,
+    ops: int,
+    repeats: int,
+    warmup: int,
+) -> Figures:
+    """Samples of both contenders, taken in turns: a drift in the machine's load hits both."""
+    raf_samples: Samples = []
+    floor_samples: Samples = []
+    for repeat in range(repeats):
+        first = warmup if repeat == 0 else 0
+        raf_samples += await per_op(raf_op, ops=ops, repeats=1, warmup=first)
+        floor_samples += await per_op(floor_op, ops=ops, repeats=1, warmup=first)
+    return {"raf": raf_samples, "floor": floor_samples}
+
+
+def _encode(message: ChatMessage) -> str:
+    return json.dumps(message.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+async def append_turn(args: argparse.Namespace) -> Figures:
+    """One append of a turn (two messages) to one session."""
+    async with (
+        RedisSessionStore(args.url, prefix="bench-append") as store,
+        coredis.Redis.from_url(args.url) as client,
+    ):
+        session = await store.get("s")
+
+        async def raf_append() -> None:
+            await session.add_messages(TURN)
+
+        async def floor_append() -> None:
+            await client.rpush("floor-append", [_encode(m) for m in TURN])
+
+        return await interleaved(raf_append, floor_append, ops=500, repeats=args.repeats, warmup=50)
+
+
+async def load_history(args: argparse.Namespace) -> Figures:
+    """Loading a 1,000-message history (an open store, nothing cached)."""
+    past = history(1_000)
+    async with (
+        RedisSessionStore(args.url, prefix="bench-load") as store,
+        coredis.Redis.from_url(args.url) as client,
+    ):
+        session = await store.get("s")
+        await client.delete([session.keys[0], "floor-load"])
+        await session.add_messages(past)
+        await client.rpush("floor-load", [_encode(m) for m in past])
+
+        async def raf_load() -> None:
+            assert len(await session.get_messages()) == 1_000
+
+        async def floor_load() -> None:
+            entries = await client.lrange("floor-load", 0, -1)
+            loaded = [ChatMessage.from_dict(json.loads(entry)) for entry in entries]
+            assert len(loaded) == 1_000
+
+        return await interleaved(raf_load, floor_load, ops=30, repeats=args.repeats, warmup=5)
+
+
+def throughput_scenario(workers: int) -> Scenario:
+    """Turns per second of ``workers`` processes on one Redis (one sample per repeat)."""
+
+    async def scenario(args: argparse.Namespace) -> Figures:
+        samples: Samples = []
+        for repeat in range(args.repeats):
+            samples.append(await _throughput_once(args, workers, f"bench-tp-{workers}-{repeat}"))
+        return {"raf": samples, "floor": "-"}
+
+    return scenario
+
+
+async def _throughput_once(args: argparse.Namespace, workers: int, prefix: str) -> float:
+    ends: list[float] = []
+    starts: list[float] = []
+
+    async def run_worker(index: int) -> None:
+        command = [sys.executable, __file__, "--backend", args.backend]
+        command += ["--worker", args.url, prefix, str(index)]
+        result = await anyio.run_process(command)
+        times = json.loads(result.stdout.decode().strip().splitlines()[-1])
+        starts.append(times["start"])
+        ends.append(times["end"])
+
+    async with coredis.Redis.from_url(args.url) as client:
+        with anyio.fail_after(300):
+            async with anyio.create_task_group() as group:
+                for index in range(workers):
+                    group.start_soon(run_worker, index)
+                # A common start, once every worker is up and connected.
+                while int(await client.get(f"{prefix}:ready") or 0) < workers:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+                await client.set(f"{prefix}:go", repr(time.time()))
+    total = workers * CONVERSATIONS_PER_WORKER * TURNS_PER_CONVERSATION
+    return total / (max(ends) - min(starts))
+
+
+async def worker(url: str, prefix: str, index: int) -> dict[str, float]:
+    """One worker process: wait for the start, serve its conversations, say when it ended."""
+    agent = Agent(EchoChatClient(), stack=[InMemoryHistoryProvider()])
+    async with (
+        RedisSessionStore(url, prefix=prefix) as store,
+        coredis.Redis.from_url(url) as client,
+    ):
+        await client.incr(f"{prefix}:ready")
+        while (go := await client.get(f"{prefix}:go")) is None:  # noqa: ASYNC110
+            await anyio.sleep(0.002)
+
+        async def conversation(number: int) -> None:
+            session = await store.get(f"w{index}-c{number}")
+            for turn in range(TURNS_PER_CONVERSATION):
+                await agent.run(f"turn {turn}", session=session)
+
+        async with anyio.create_task_group() as group:
+            for number in range(CONVERSATIONS_PER_WORKER):
+                group.start_soon(partial(conversation, number))
+        return {"start": float(go), "end": time.time()}
+
+
+#: name -> (unit, scenario). The names are what ``--only`` matches.
+SCENARIOS: dict[str, tuple[str, Scenario]] = {
+    "redis/append a turn (2 messages)": ("us/call", append_turn),
+    "redis/load 1,000 messages": ("us/call", load_history),
+    **{
+        f"redis/throughput, {n} worker process{'es' if n > 1 else ''}": (
+            "turns/s",
+            throughput_scenario(n),
+        )
+        for n in WORKER_COUNTS
+    },
+}
+
+
+def _median(value: Samples | str) -> float | None:
+    return None if isinstance(value, str) else sorted(value)[len(value) // 2]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--only", default="", help="run the scenarios whose name starts so")
+    parser.add_argument("--repeats", type=int, default=7, help="samples per figure")
+    parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        url, prefix, index = args.worker
+        result = anyio.run(worker, url, prefix, int(index), backend=args.backend)
+        print(json.dumps(result))
+        return
+    if args.one:
+        _, scenario = SCENARIOS[args.one]
+        print(json.dumps(anyio.run(scenario, args, backend=args.backend)))
+        return
+    chosen = [name for name in SCENARIOS if name.startswith(args.only)]
+    rows, results = [], {}
+    with RedisServer() as server:
+        extra = ["--repeats", str(args.repeats), "--backend", args.backend, "--url", server.url]
+        version = server.command("INFO", "server").split(b"redis_version:")[1].split(b"\r")[0]
+        for name in chosen:
+            result = results[name] = run_isolated(__file__, name, extra)
+            raf_fig, floor_fig = (
+                result.get("raf", result.get("error", "?")),
+                result.get("floor", "-"),
+            )
+            unit = SCENARIOS[name][0]
+            rows.append([name, unit, fmt(raf_fig), fmt(floor_fig), ratio(raf_fig, floor_fig)])
+            print(f"  measured {name}", file=sys.stderr, flush=True)
+    print(
+        f"raf on Python {sys.version.split()[0]}, {args.backend}, redis-server "
+        f"{version.decode()} on loopback, {os.cpu_count()} cores; "
+        f"median (min-max) of {args.repeats} repeats\n"
+    )
+    print(table(["scenario", "unit", "raf", "floor", "raf/floor"], rows))
+    print()
+    print(table(["target", "raf", "target", "verdict"], _targets(results)))
+
+
+def _targets(results: dict[str, dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for name in ("redis/append a turn (2 messages)", "redis/load 1,000 messages"):
+        result = results.get(name, {})
+        raf_fig, floor_fig = _median(result.get("raf", "-")), _median(result.get("floor", "-"))
+        if raf_fig is None or floor_fig is None:
+            rows.append([name, "n/a", "<= 1.3 x", "not measured"])
+            continue
+        factor = raf_fig / floor_fig
+        rows.append([name, f"{factor:.2f} x", "<= 1.3 x", "met" if factor <= 1.3 else "MISSED"])
+    one = _median(results.get("redis/throughput, 1 worker process", {}).get("raf", "-"))
+    four = _median(results.get("redis/throughput, 4 worker processes", {}).get("raf", "-"))
+    if one is not None and four is not None:
+        rows.append(
+            [
+                "throughput, 4 workers / 1 worker",
+                f"{four / one:.2f} x",
+                "> 1 x",
+                "met" if four > one else "MISSED",
+            ]
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    main()
