@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
 import socket
 import subprocess
 import sys
@@ -578,3 +579,30 @@ async def test_four_processes_serve_one_conversation(
         f"turn {turn}" for turn in range(turns)
     )
     assert len(recorded) == turns  # every run recorded its request's digest
+
+
+def test_the_deployment_example_moves_one_conversation_between_workers(
+    redis_server: RedisServer,
+) -> None:
+    """docs/deployment.md: three stateless workers behind a queue, one conversation."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    script = ROOT / "examples" / "redis_workers.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "demo", redis_server.url],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 6
+    workers = set()
+    for turn, line in enumerate(lines, start=1):
+        prefix, _, worker = line.partition(": ")
+        assert prefix == f"turn {turn}"
+        # Whoever answers has seen every earlier turn: the history is in Redis.
+        assert f"saw {2 * (turn - 1)} earlier messages, answering 'question {turn}'" in line
+        workers.add(worker.split()[0])
+    assert len(workers) > 1
