@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -606,3 +607,15 @@ def test_the_deployment_example_moves_one_conversation_between_workers(
         assert f"saw {2 * (turn - 1)} earlier messages, answering 'question {turn}'" in line
         workers.add(worker.split()[0])
     assert len(workers) > 1
+
+
+def test_the_sessions_guide_example_runs(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/sessions.md's Redis example, pointed at the test server."""
+    guide = (ROOT / "docs" / "sessions.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", guide, re.DOTALL) if "Redis" in b]
+    assert len(blocks) == 1
+    code = blocks[0].replace("redis://127.0.0.1:6379/0", redis_server.url)
+    exec(compile(code, "docs/sessions.md", "exec"), {"__name__": "guide"})
+    assert capsys.readouterr().out == "Hello again\n"
