@@ -100,7 +100,11 @@ async def append_turn(args: argparse.Namespace) -> Figures:
         async def floor_append() -> None:
             await client.rpush("floor-append", [_encode(m) for m in TURN])
 
-        return await interleaved(raf_append, floor_append, ops=500, repeats=args.repeats, warmup=50)
+        # Short samples, many of them, alternating: on a shared machine the load moves
+        # within seconds, and a long sample of one contender catches a different load.
+        return await interleaved(
+            raf_append, floor_append, ops=50, repeats=10 * args.repeats, warmup=100
+        )
 
 
 async def load_history(args: argparse.Namespace) -> Figures:
@@ -123,7 +127,7 @@ async def load_history(args: argparse.Namespace) -> Figures:
             loaded = [ChatMessage.from_dict(json.loads(entry)) for entry in entries]
             assert len(loaded) == 1_000
 
-        return await interleaved(raf_load, floor_load, ops=30, repeats=args.repeats, warmup=5)
+        return await interleaved(raf_load, floor_load, ops=5, repeats=6 * args.repeats, warmup=5)
 
 
 class SlowEcho(EchoChatClient):

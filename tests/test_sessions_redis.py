@@ -28,17 +28,32 @@ from raf import ChatMessage, Session
 from raf.cli import main
 from raf.errors import SessionStoreError
 from raf.sessions import request_hash
-from raf.sessions.redis import REQUEST_HASH_LIMIT, RedisSessionStore, RequestHash
+from raf.sessions.redis import REQUEST_HASH_LIMIT, RedisSession, RedisSessionStore, RequestHash
 from raf.sessions.stores import open_store
 from tests.redis_server import RedisServer, free_port
 from tests.session_conformance import *  # noqa: F403
 from tests.session_conformance import conversation, fresh_id
 
-pytestmark = pytest.mark.anyio
+pytestmark = [
+    pytest.mark.anyio,
+    # coredis (6.9) can leave the six memory streams of a connection object it never
+    # ran unclosed, so they warn when collected, at a random later moment: seen only on
+    # trio, now and then. Collected after each test here (see _collect), not in another
+    # module's test.
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in.*MemoryObject:pytest.PytestUnraisableExceptionWarning"
+    ),
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent.toml"
 _prefixes = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _collect() -> Iterator[None]:
+    yield
+    gc.collect()
 
 
 @pytest.fixture
@@ -170,9 +185,16 @@ async def test_one_list_per_session_in_raf_json(
     ]
 
 
-async def test_a_batch_of_many_messages_is_one_contiguous_append(store: RedisSessionStore) -> None:
-    # More values than Lua's unpack() takes at once: the script appends in slices.
-    session = await store.get("big")
+@pytest.mark.parametrize("ttl", [None, 1000])
+async def test_a_batch_of_many_messages_is_one_contiguous_append(
+    redis_server: RedisServer, prefix: str, ttl: int | None
+) -> None:
+    # More values than Lua's unpack() takes at once: with a ttl, the script appends in slices.
+    async with RedisSessionStore(redis_server.url, prefix=prefix, ttl=ttl) as store:
+        await _append_many(await store.get("big"))
+
+
+async def _append_many(session: RedisSession) -> None:
     batch = [ChatMessage.user(str(index)) for index in range(12_345)]
     await session.add_messages([ChatMessage.system("first")])
     await session.add_messages(batch)
@@ -207,9 +229,13 @@ async def test_two_stores_writing_at_once_keep_every_batch_whole(
 
 
 async def test_a_server_that_lost_the_scripts_gets_them_again(
-    store: RedisSessionStore, admin: coredis.Redis[bytes]
+    redis_server: RedisServer, prefix: str, admin: coredis.Redis[bytes]
 ) -> None:
-    session = await store.get("s")
+    async with RedisSessionStore(redis_server.url, prefix=prefix, ttl=1000) as store:
+        await _scripts_come_back(await store.get("s"), admin)
+
+
+async def _scripts_come_back(session: RedisSession, admin: coredis.Redis[bytes]) -> None:
     await session.add_messages([ChatMessage.user("one")])
     await admin.script_flush()  # as after a restart of the server
     await session.add_messages([ChatMessage.user("two")])
@@ -394,11 +420,12 @@ async def test_a_server_that_is_not_redis_fails_on_opening() -> None:
             thread.join(10)
 
 
+@pytest.mark.parametrize("ttl", [None, 1000])
 async def test_a_connection_dropped_mid_write_stores_the_batch_whole_or_not_at_all(
-    dedicated: RedisServer,
+    dedicated: RedisServer, ttl: int | None
 ) -> None:
     async with (
-        RedisSessionStore(dedicated.url) as store,
+        RedisSessionStore(dedicated.url, ttl=ttl) as store,
         coredis.Redis.from_url(dedicated.url) as admin,
     ):
         session = await store.get("s")
@@ -422,7 +449,7 @@ async def test_a_connection_dropped_mid_write_stores_the_batch_whole_or_not_at_a
                     while (await admin.info("clients"))["blocked_clients"] == 0:  # noqa: ASYNC110
                         await anyio.sleep(0.01)
                     for client in await admin.client_list():
-                        if client["cmd"] == "evalsha":
+                        if client["cmd"] in ("rpush", "evalsha"):
                             await admin.client_kill(identifier=client["id"])
         finally:
             await admin.client_unpause()
@@ -474,7 +501,9 @@ async def test_a_key_of_another_type_is_refused_and_left_alone(
             await session.add_messages([ChatMessage.user("x")])
         with pytest.raises(SessionStoreError, match=r"cannot read the messages.*WrongType"):
             await session.get_messages()
-        with pytest.raises(SessionStoreError, match=r"cannot record the request hash.*another type"):
+        with pytest.raises(
+            SessionStoreError, match=r"cannot record the request hash.*another type"
+        ):
             await session.touch_request_hash([ChatMessage.user("x")])
         with pytest.raises(SessionStoreError, match=r"cannot read the request hashes"):
             await session.request_hashes()

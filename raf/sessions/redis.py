@@ -12,9 +12,10 @@ session live in one cluster slot):
 - ``{prefix}:{id}:requests``: a sorted set, request digest -> last time seen,
   the last :data:`REQUEST_HASH_LIMIT` digests.
 
-Every write is one Lua script, so it is atomic on the server: it appends the
-whole batch (or records the digest) and puts the ``ttl`` on both keys again,
-and it fails before it changes anything when a key holds another type of value.
+Every write is one command or one Lua script, so it is atomic on the server:
+it appends the whole batch (or records the digest) and puts the ``ttl`` on
+both keys again, and it fails before it changes anything when a key holds
+another type of value. Without a ttl, an append is a single ``RPUSH``.
 """
 
 from __future__ import annotations
@@ -127,9 +128,10 @@ class RedisSessionStore:
     Open it with ``async with`` (or ``await store.open()``, then
     ``await store.aclose()`` in the same task: the client keeps its
     connections in a task group), then ``await store.get(session_id)``. A
-    session is one Redis list; ``add_messages`` appends a batch with one Lua
-    script, so it is atomic and contiguous however many processes write to
-    the session at once. ``ttl`` (seconds) is put again on every key of a
+    session is one Redis list; ``add_messages`` appends a batch with one
+    ``RPUSH`` (with a ttl: one Lua script that also puts the expiry again),
+    so it is atomic and contiguous however many processes write to the
+    session at once. ``ttl`` (seconds) is put again on every key of a
     session on every write; ``None`` means the keys never expire.
 
     Every failure is a :class:`raf.errors.SessionStoreError` that names the
@@ -319,7 +321,12 @@ class RedisSession:
         store = self._store
         client = store._require()
         try:
-            await store._run(client, _APPEND, self.keys, [store._ttl_arg, *encoded])
+            if store.ttl is None:
+                # One RPUSH of many values is atomic and contiguous by itself, and on a
+                # key of another type it fails before writing: no script needed.
+                await client.rpush(self._messages_key, encoded)
+            else:
+                await store._run(client, _APPEND, self.keys, [store._ttl_arg, *encoded])
         except (RedisError, OSError) as exc:
             store._fail(
                 exc,
