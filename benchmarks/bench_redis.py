@@ -5,8 +5,9 @@ stops it at the end; each scenario runs in a fresh interpreter.
 
 The *floor* of a store operation is the same work written directly on
 coredis, as any application would: ``RPUSH`` of the JSON-encoded messages
-for an append, ``LRANGE`` and ``ChatMessage.from_dict`` for a load, with
-none of the store's checks (item types, key types, ttl, error mapping).
+for an append (with a ttl: ``RPUSH`` and two ``EXPIRE`` in one MULTI/EXEC),
+``LRANGE`` and ``ChatMessage.from_dict`` for a load, with none of the
+store's checks (item types, key types, error mapping).
 
 The throughput rows run 1, 2 and 4 worker processes on one Redis, each an
 ``Agent`` with ``InMemoryHistoryProvider`` serving conversations of its own
@@ -86,25 +87,38 @@ def _encode(message: ChatMessage) -> str:
     return json.dumps(message.to_dict(), ensure_ascii=False, separators=(",", ":"))
 
 
-async def append_turn(args: argparse.Namespace) -> Figures:
-    """One append of a turn (two messages) to one session."""
-    async with (
-        RedisSessionStore(args.url, prefix="bench-append") as store,
-        coredis.Redis.from_url(args.url) as client,
-    ):
-        session = await store.get("s")
+def append_scenario(ttl: int | None) -> Scenario:
+    """One append of a turn (two messages) to one session, with or without a ttl."""
 
-        async def raf_append() -> None:
-            await session.add_messages(TURN)
+    async def scenario(args: argparse.Namespace) -> Figures:
+        async with (
+            RedisSessionStore(args.url, prefix=f"bench-append-{ttl}", ttl=ttl) as store,
+            coredis.Redis.from_url(args.url) as client,
+        ):
+            session = await store.get("s")
+            key = f"floor-append-{ttl}"
 
-        async def floor_append() -> None:
-            await client.rpush("floor-append", [_encode(m) for m in TURN])
+            async def raf_append() -> None:
+                await session.add_messages(TURN)
 
-        # Short samples, many of them, alternating: on a shared machine the load moves
-        # within seconds, and a long sample of one contender catches a different load.
-        return await interleaved(
-            raf_append, floor_append, ops=50, repeats=10 * args.repeats, warmup=100
-        )
+            async def floor_append() -> None:
+                await client.rpush(key, [_encode(m) for m in TURN])
+
+            async def floor_append_ttl() -> None:
+                # By hand: the append and both expiries in one transaction.
+                async with client.pipeline(transaction=True) as pipe:
+                    pipe.rpush(key, [_encode(m) for m in TURN])
+                    pipe.expire(key, ttl or 0)
+                    pipe.expire(f"{key}-requests", ttl or 0)
+
+            floor = floor_append if ttl is None else floor_append_ttl
+            # Short samples, many of them, alternating: on a shared machine the load moves
+            # within seconds, and a long sample of one contender catches a different load.
+            return await interleaved(
+                raf_append, floor, ops=50, repeats=10 * args.repeats, warmup=100
+            )
+
+    return scenario
 
 
 async def load_history(args: argparse.Namespace) -> Figures:
@@ -213,7 +227,8 @@ def _workers(n: int) -> str:
 
 #: name -> (unit, scenario). The names are what ``--only`` matches.
 SCENARIOS: dict[str, tuple[str, Scenario]] = {
-    "redis/append a turn (2 messages)": ("us/call", append_turn),
+    "redis/append a turn (2 messages)": ("us/call", append_scenario(None)),
+    "redis/append a turn, ttl set": ("us/call", append_scenario(3600)),
     "redis/load 1,000 messages": ("us/call", load_history),
     **{
         f"redis/throughput, instant model, {_workers(n)}": ("turns/s", throughput_scenario(n, 0, 8))
@@ -285,7 +300,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _targets(results: dict[str, dict[str, Any]]) -> list[list[str]]:
     rows = []
-    for name in ("redis/append a turn (2 messages)", "redis/load 1,000 messages"):
+    for name in (
+        "redis/append a turn (2 messages)",
+        "redis/append a turn, ttl set",
+        "redis/load 1,000 messages",
+    ):
         result = results.get(name, {})
         raf_fig, floor_fig = _median(result.get("raf", "-")), _median(result.get("floor", "-"))
         if raf_fig is None or floor_fig is None:
