@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import coredis  # noqa: E402
-from harness import Samples, fmt, per_op, ratio, run_isolated, table  # noqa: E402
+from harness import Samples, fmt, median, per_op, ratio, run_isolated, table  # noqa: E402
 
 from raf import Agent, ChatMessage, EchoChatClient, InMemoryHistoryProvider  # noqa: E402
 from raf.sessions.redis import RedisSessionStore  # noqa: E402
@@ -245,7 +245,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
 
 
 def _median(value: Samples | str) -> float | None:
-    return None if isinstance(value, str) else sorted(value)[len(value) // 2]
+    return None if isinstance(value, str) else median(value)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
