@@ -119,6 +119,17 @@ return 0
 )
 
 
+# A dropped connection shows as coredis's ConnectionError, an OSError, or an anyio
+# stream error, depending on where the client was when it dropped.
+_CONNECTION_FAILURES: Final = (
+    RedisConnectionError,
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+)
+_FAILURES: Final = (RedisError, *_CONNECTION_FAILURES)
+
 _SHA1: Final = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_APPEND, _TOUCH)}
 
 
@@ -177,7 +188,7 @@ class RedisSessionStore:
             await client.ping()
         except BaseException as exc:
             await exit.aclose()
-            if isinstance(exc, RedisConnectionError | OSError):
+            if isinstance(exc, _CONNECTION_FAILURES):
                 problem = "cannot reach the server"
             elif isinstance(exc, RedisError):
                 problem = "the server does not answer as Redis does"
@@ -262,7 +273,7 @@ class RedisSessionStore:
                 f"{where}: cannot {what}: a key of the session holds another type of value "
                 f"({_reason(exc)}); it was left as it is"
             ) from exc
-        if isinstance(exc, RedisConnectionError | OSError):
+        if isinstance(exc, _CONNECTION_FAILURES):
             outcome = f"; {writing}" if writing else ""
             raise SessionStoreError(
                 f"{where}: the connection failed while trying to {what}: {_reason(exc)}{outcome}"
@@ -302,7 +313,7 @@ class RedisSession:
         client = self._store._require()
         try:
             entries = await client.lrange(self._messages_key, 0, -1)
-        except (RedisError, OSError) as exc:
+        except _FAILURES as exc:
             self._store._fail(exc, "read the messages", self._id)
         return tuple([self._decode(index, entry) for index, entry in enumerate(entries)])
 
@@ -327,7 +338,7 @@ class RedisSession:
                 await client.rpush(self._messages_key, encoded)
             else:
                 await store._run(client, _APPEND, self.keys, [store._ttl_arg, *encoded])
-        except (RedisError, OSError) as exc:
+        except _FAILURES as exc:
             store._fail(
                 exc,
                 f"append {len(batch)} message{'s' if len(batch) != 1 else ''}",
@@ -344,7 +355,7 @@ class RedisSession:
         args = [store._ttl_arg, digest, repr(time.time()), str(REQUEST_HASH_LIMIT)]
         try:
             seen = await store._run(client, _TOUCH, (self._requests_key, self._messages_key), args)
-        except (RedisError, OSError) as exc:
+        except _FAILURES as exc:
             store._fail(exc, "record the request hash", self._id)
         return RequestHash(digest, bool(seen))
 
@@ -353,7 +364,7 @@ class RedisSession:
         client = self._store._require()
         try:
             pairs = await client.zrange(self._requests_key, 0, -1, withscores=True)
-        except (RedisError, OSError) as exc:
+        except _FAILURES as exc:
             self._store._fail(exc, "read the request hashes", self._id)
         return {_text(member): float(score) for member, score in pairs}
 
