@@ -17,6 +17,7 @@ import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -98,9 +99,11 @@ class RedisHarness:
         self.stores.append(store)
         return store
 
-    async def new(self, session_id: str) -> Session:
+    async def new(self, session_id: str | None = None) -> Session:
+        # With or without an id: the suite's current Harness passes one, the reusable
+        # suite (tests/session_conformance.py's next version) asks for a fresh session.
         store = self.stores[0] if self.stores else await self.open()
-        return await store.get(session_id)
+        return await store.get(session_id or fresh_id())
 
     async def reopen(self, session: Session) -> Session:
         return await (await self.open()).get(session.id)
@@ -110,15 +113,22 @@ class RedisHarness:
             await store.aclose()
 
 
-# When tests/session_conformance.py offers a store-factory suite, this fixture
-# and the three tests below are replaced by one line that hands it RedisHarness.
-@pytest.fixture
-async def harness(redis_server: RedisServer, prefix: str) -> AsyncIterator[RedisHarness]:
-    opened = RedisHarness(redis_server.url, prefix)
+@asynccontextmanager
+async def redis_harness(url: str, prefix: str | None = None) -> AsyncIterator[RedisHarness]:
+    """A harness on the server at ``url``, its stores closed at the end (in the same task)."""
+    opened = RedisHarness(url, prefix or f"conformance-{uuid.uuid4().hex[:8]}")
     try:
         yield opened
     finally:
         await opened.aclose()
+
+
+# When tests/session_conformance.py offers a store-factory suite, this fixture, the
+# star import and the three tests below give way to one entry for redis_harness there.
+@pytest.fixture
+async def harness(redis_server: RedisServer, prefix: str) -> AsyncIterator[RedisHarness]:
+    async with redis_harness(redis_server.url, prefix) as opened:
+        yield opened
 
 
 # The new Session contract (histories are tuples, touch_request_hash returns a
