@@ -565,6 +565,22 @@ def test_raf_run_keeps_history_in_redis(
     assert "(+2 messages)" in err  # the second turn saw the first one, from Redis
 
 
+def test_raf_chat_continues_a_conversation_kept_in_redis(
+    redis_server: RedisServer,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    session = f"{prefix}-chat"
+    lines = iter(["one", "two", ""])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    assert main(["chat", str(EXAMPLE), "--session", session, "--db", redis_server.url]) == 0
+    assert capsys.readouterr().out == "one\ntwo\n"
+    args = ["--session", session, "--db", redis_server.url, "--trace"]
+    assert main(["run", str(EXAMPLE), "three", *args]) == 0
+    assert "(+4 messages)" in capsys.readouterr().err  # both chat turns, from Redis
+
+
 def test_raf_run_with_redis_down_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
     assert main(["run", str(EXAMPLE), "hi", "--session", "s", "--db", url]) == 2
