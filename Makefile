@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck bench bench-redis bench-peers redis-server clean
+.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers redis-server clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ bench: $(VENV)/.redis redis-server
 
 bench-redis: $(VENV)/.redis redis-server
 	$(PY) benchmarks/bench_redis.py
+
+# A turn over a long history through OpenAIChatClient, against a plain httpx POST (loopback).
+bench-openai: $(VENV)/.base
+	$(PY) benchmarks/bench_openai.py
 
 # Peers live in their own virtualenv: they are never dependencies of raf.
 PEERS_VENV := benchmarks/.peers-venv

@@ -34,7 +34,6 @@ from harness import NotBuilt, Samples, fmt, per_op, ratio, run_isolated, table, 
 
 import raf  # noqa: E402
 from raf import AgentResponse, ChatMessage, ContextProvider, ContextResult  # noqa: E402
-from raf.messages import trusted_messages  # noqa: E402
 
 REPLY = AgentResponse((ChatMessage.assistant("ok"),))
 HISTORY_SIZES = (1_000, 10_000)
@@ -91,9 +90,9 @@ class Sleepy(ContextProvider):
         return ContextResult(instructions=f"Fact {self.name}.")
 
 
-def history(size: int) -> raf.Messages:
+def history(size: int) -> tuple[ChatMessage, ...]:
     """``size`` alternating user/assistant messages."""
-    return trusted_messages(
+    return tuple(
         ChatMessage("user" if i % 2 == 0 else "assistant", f"message {i}") for i in range(size)
     )
 

@@ -1,8 +1,8 @@
 """raf: the context pipeline of LLM agents, built as an ASGI-style onion."""
 
-from typing import TYPE_CHECKING
+import typing
 
-from raf.agent import Agent, ChatClient
+from raf.agent import Agent
 from raf.builtin import (
     AgentSkillsProvider,
     CompressionProvider,
@@ -20,6 +20,7 @@ from raf.builtin import (
     WorkspaceContextProvider,
 )
 from raf.clients import EchoChatClient, OpenAIChatClient, ScriptedChatClient
+from raf.clients.base import ChatClient
 from raf.config import (
     ContextProviderDecl,
     build_provider,
@@ -27,44 +28,60 @@ from raf.config import (
     load_provider_decls,
     register_provider_kind,
 )
-from raf.context import EMPTY_RESULT, ContextResult, Invocation, merge
+from raf.context import AgentLike, ContextResult, Invocation, merge
 from raf.errors import (
     AgentError,
+    AuthenticationError,
+    BadRequestError,
     ChatClientError,
+    ChatConnectionError,
+    ChatProtocolError,
+    ChatTimeoutError,
     CompressionError,
     ConfigError,
+    ContextResultError,
     McpError,
     PathError,
     ProviderError,
+    RateLimitError,
+    ServerError,
+    SessionStoreError,
     ToolArgumentsError,
     ToolConflictError,
     ToolError,
     ToolLoopError,
+    ToolSchemaError,
 )
-from raf.messages import AgentResponse, ChatMessage, Messages, ToolCall, Usage
+from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage
 from raf.middleware import LoggingMiddleware, RetryMiddleware
 from raf.options import AgentRunOptions, ChatOptions
 from raf.parallel import ProviderGroup, parallel
 from raf.pipeline import ChatRequest, Complete, Middleware, compose
-from raf.providers import ContextProvider
+from raf.providers import ContextProvider, ContextProviderLike
 from raf.sessions import InMemorySession, Session, SqliteSessionStore
-from raf.tools import FunctionTool, Tool, tool
+from raf.sessions.base import RequestHash
+from raf.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from raf.sessions.redis import RedisSessionStore as RedisSessionStore
 
 __all__ = [
-    "EMPTY_RESULT",
     "Agent",
     "AgentError",
+    "AgentLike",
     "AgentResponse",
     "AgentRunOptions",
     "AgentSkillsProvider",
+    "AuthenticationError",
+    "BadRequestError",
     "ChatClient",
     "ChatClientError",
+    "ChatConnectionError",
     "ChatMessage",
     "ChatOptions",
+    "ChatProtocolError",
     "ChatRequest",
+    "ChatTimeoutError",
     "Complete",
     "CompressionError",
     "CompressionProvider",
@@ -72,7 +89,9 @@ __all__ = [
     "ConfigError",
     "ContextProvider",
     "ContextProviderDecl",
+    "ContextProviderLike",
     "ContextResult",
+    "ContextResultError",
     "EchoChatClient",
     "FolderRetriever",
     "FunctionTool",
@@ -83,17 +102,20 @@ __all__ = [
     "LoggingMiddleware",
     "McpError",
     "McpToolsProvider",
-    "Messages",
     "Middleware",
     "OpenAIChatClient",
     "Passage",
     "PathError",
     "ProviderError",
+    "ProviderGroup",
+    "RateLimitError",
+    "RequestHash",
     "Retriever",
     "RetryMiddleware",
-    "ProviderGroup",
     "ScriptedChatClient",
+    "ServerError",
     "Session",
+    "SessionStoreError",
     "SqliteSessionStore",
     "SummaryStrategy",
     "TokenBudgetStrategy",
@@ -103,17 +125,20 @@ __all__ = [
     "ToolConflictError",
     "ToolError",
     "ToolLoopError",
+    "ToolSchemaError",
     "TruncationStrategy",
     "Usage",
     "WikiRetriever",
     "WorkspaceContextProvider",
     "build_provider",
     "build_providers",
+    "check_tool_arguments",
+    "check_tool_schema",
     "compose",
     "load_provider_decls",
     "merge",
-    "register_provider_kind",
     "parallel",
+    "register_provider_kind",
     "tool",
 ]
 

@@ -3,33 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, cast, runtime_checkable
+from functools import partial
+from typing import Any, cast
 
+import anyio
+
+from raf.clients.base import ChatClient
 from raf.context import Invocation
-from raf.messages import AgentResponse, ChatMessage, Messages, checked_messages, join_messages
+from raf.messages import AgentResponse, ChatMessage, checked_messages
 from raf.options import AgentRunOptions, ChatOptions
-from raf.pipeline import ChatRequest, Complete, compose, is_provider
+from raf.pipeline import ChatRequest, Complete, compose
+from raf.providers import is_provider
 from raf.sessions.base import Session
 from raf.sessions.memory import InMemorySession
 from raf.tool_loop import index_tools, run_tool_loop
 from raf.tools import Tool
 
-__all__ = ["Agent", "ChatClient"]
+__all__ = ["Agent"]
 
 _DEFAULT_OPTIONS = AgentRunOptions()
-
-
-@runtime_checkable
-class ChatClient(Protocol):
-    """A chat model: messages and options in, the model's turn out.
-
-    The response's ``messages`` hold the assistant turn (text, tool calls or
-    both); failures are :class:`raf.errors.ChatClientError` subclasses.
-    """
-
-    async def complete(
-        self, messages: Sequence[ChatMessage], options: ChatOptions
-    ) -> AgentResponse: ...
 
 
 class Agent:
@@ -37,7 +29,8 @@ class Agent:
 
     ``stack`` holds context providers and run middleware, outermost first;
     ``chat_stack`` holds middleware around every single model call (retry,
-    logging). Both onions are built here, once.
+    logging). Both onions are built here, once, so an agent is read-only:
+    build another one to change it.
 
     >>> import anyio
     >>> from raf import EchoChatClient
@@ -45,6 +38,32 @@ class Agent:
     >>> anyio.run(agent.run, "hello").text
     'hello'
     """
+
+    __slots__ = (
+        "_chat",
+        "_chat_client",
+        "_chat_options",
+        "_chat_stack",
+        "_instructions",
+        "_name",
+        "_post_timeout",
+        "_run",
+        "_stack",
+        "_tool_index",
+        "_tools",
+    )
+
+    _chat: Complete[ChatRequest] | None
+    _chat_client: ChatClient
+    _chat_options: tuple[AgentRunOptions, ChatOptions] | None
+    _chat_stack: tuple[Any, ...]
+    _instructions: str | None
+    _name: str | None
+    _post_timeout: float
+    _run: Complete[Invocation]
+    _stack: tuple[Any, ...]
+    _tool_index: dict[str, Tool]
+    _tools: tuple[Tool, ...]
 
     def __init__(
         self,
@@ -65,37 +84,77 @@ class Agent:
             )
         if not post_timeout > 0:
             raise ValueError(f"post_timeout must be positive, got {post_timeout!r}")
-        self.chat_client = chat_client
-        self.name = name
-        self.instructions = instructions or None
-        self.tools: tuple[Tool, ...] = tuple(tools)
-        for index, tool in enumerate(self.tools):
-            if not isinstance(getattr(tool, "name", None), str) or not callable(
-                getattr(tool, "invoke", None)
-            ):
-                raise TypeError(f"tools[{index}] is not a Tool: {tool!r}")
-        self._tool_index = index_tools(self.tools, source="the agent")
-        self.stack: tuple[Any, ...] = tuple(stack)
-        self.chat_stack: tuple[Any, ...] = tuple(chat_stack)
-        for index, item in enumerate(self.chat_stack):
-            if is_provider(item) or not callable(item):
+        if isinstance(stack, (str, bytes)) or not isinstance(stack, Sequence):
+            raise TypeError(f"stack must be a list of providers and middleware, got {stack!r}")
+        set_ = object.__setattr__
+        set_(self, "_chat_client", chat_client)
+        set_(self, "_name", name)
+        set_(self, "_instructions", instructions or None)
+        set_(self, "_tools", _checked_tools(tools))
+        set_(self, "_tool_index", index_tools(self._tools, (), source="the agent"))
+        set_(self, "_stack", tuple(stack))
+        set_(self, "_chat_stack", tuple(chat_stack))
+        for index, item in enumerate(self._chat_stack):
+            if is_provider(item) or not callable(item) or isinstance(item, type):
                 raise TypeError(
                     f"chat_stack[{index}] must be middleware (async (request, call_next)); "
                     f"context providers go in stack: {item!r}"
                 )
-        self.post_timeout = post_timeout
-        self._run = compose(self._core, self.stack, post_timeout=post_timeout)
-        self._chat: Complete[ChatRequest] | None = (
-            compose(self._call_model, self.chat_stack) if self.chat_stack else None
+        set_(self, "_post_timeout", post_timeout)
+        set_(self, "_run", compose(self._core, self._stack, post_timeout=post_timeout))
+        set_(
+            self,
+            "_chat",
+            compose(self._call_model, self._chat_stack) if self._chat_stack else None,
         )
         # The chat options of the last run that added no tools, by its run options:
         # most runs of an agent share one options object, and so share these.
-        self._chat_options: tuple[AgentRunOptions, ChatOptions] | None = None
+        set_(self, "_chat_options", None)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"Agent is read-only (its stacks are built once): to change {name!r}, build a new Agent"
+        )
+
+    @property
+    def chat_client(self) -> ChatClient:
+        """The model the agent calls."""
+        return self._chat_client
+
+    @property
+    def name(self) -> str | None:
+        """The agent's name, if it was given one."""
+        return self._name
+
+    @property
+    def instructions(self) -> str | None:
+        """The agent's own instructions: the first lines of the system message."""
+        return self._instructions
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """The agent's own tools; providers may add more per run."""
+        return self._tools
+
+    @property
+    def stack(self) -> tuple[Any, ...]:
+        """The run stack: providers, groups and run middleware, outermost first."""
+        return self._stack
+
+    @property
+    def chat_stack(self) -> tuple[Any, ...]:
+        """The middleware around each model call, outermost first."""
+        return self._chat_stack
+
+    @property
+    def post_timeout(self) -> float:
+        """How long each post stage of a cancelled run may take, in seconds."""
+        return self._post_timeout
 
     @property
     def providers(self) -> tuple[Any, ...]:
         """The context providers of the stack, outermost first."""
-        return tuple(item for item in self.stack if is_provider(item))
+        return tuple(item for item in self._stack if is_provider(item))
 
     async def run(
         self,
@@ -113,56 +172,150 @@ class Agent:
         request = _request_messages(messages)
         if session is None:
             session = InMemorySession()
+        elif type(session) not in _SESSION_TYPES:
+            _check_session(session)
         if options is None:
             options = _DEFAULT_OPTIONS
         elif type(options) is not AgentRunOptions:
             raise TypeError(f"options must be AgentRunOptions, got {type(options).__name__}")
-        await session.touch_request_hash(request)
-        return await self._run(Invocation(self, session, request, options))
+        touched = await session.touch_request_hash(request)
+        return await self._run(
+            Invocation(
+                self,
+                session,
+                request,
+                options,
+                request_hash=touched.digest,
+                repeated=touched.repeated,
+            )
+        )
+
+    def run_sync(
+        self,
+        messages: str | ChatMessage | Sequence[ChatMessage],
+        *,
+        session: Session | None = None,
+        options: AgentRunOptions | None = None,
+        backend: str = "asyncio",
+    ) -> AgentResponse:
+        """:meth:`run` from synchronous code (a script, a notebook cell without await).
+
+        Starts an event loop for the one turn, so it cannot be called from
+        inside a running one: there, ``await agent.run(...)``.
+
+        >>> from raf import EchoChatClient
+        >>> Agent(EchoChatClient()).run_sync("hello").text
+        'hello'
+        """
+        try:
+            anyio.get_current_task()
+        except RuntimeError:  # no event loop is running here: start one
+            pass
+        else:
+            raise RuntimeError(
+                "run_sync() was called inside a running event loop: use 'await agent.run(...)'"
+            )
+        return anyio.run(
+            partial(self.run, messages, session=session, options=options), backend=backend
+        )
+
+    async def aclose(self) -> None:
+        """Close the chat client and every stack item that has ``aclose()``, innermost first."""
+        closables = [self._chat_client, *self._chat_stack, *self._stack]
+        errors: list[BaseException] = []
+        for item in reversed(closables):
+            close = getattr(item, "aclose", None)
+            if not callable(close):
+                continue
+            try:
+                await close()
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def _core(self, invocation: Invocation) -> AgentResponse:
         """What the model sees, then the tool loop."""
         instructions = invocation.instructions
-        if self.instructions is not None:
-            instructions = (self.instructions, *instructions)
-        # Joined, not copied: a long injected history is shared as it is (raf.Messages).
+        if self._instructions is not None:
+            instructions = (self._instructions, *instructions)
         messages: Sequence[ChatMessage]
         if instructions:
             system = ChatMessage("system", "\n".join(instructions))
-            messages = join_messages((system,), invocation.messages, invocation.request_messages)
+            messages = (system, *invocation.messages, *invocation.request_messages)
         elif invocation.messages:
-            messages = join_messages(invocation.messages, invocation.request_messages)
+            messages = (*invocation.messages, *invocation.request_messages)
         else:
             messages = invocation.request_messages
         options = invocation.options
         if invocation.tools:
-            tool_index = index_tools(invocation.tools, self._tool_index)
-            chat_options = ChatOptions.from_run(options, self.tools + invocation.tools)
+            tool_index = index_tools(invocation.tools, invocation.tool_sources, self._tool_index)
+            chat_options = ChatOptions.from_run(options, self._tools + invocation.tools)
         else:
             tool_index = self._tool_index
             cached = self._chat_options
             if cached is not None and cached[0] is options:
                 chat_options = cached[1]
             else:
-                chat_options = ChatOptions.from_run(options, self.tools)
-                self._chat_options = (options, chat_options)
+                chat_options = ChatOptions.from_run(options, self._tools)
+                object.__setattr__(self, "_chat_options", (options, chat_options))
         return await run_tool_loop(
             self._chat_call, messages, chat_options, tool_index, options.max_tool_iterations
         )
 
     def _chat_call(self, messages: Sequence[ChatMessage], options: ChatOptions) -> Any:
         if self._chat is None:  # no chat middleware: no ChatRequest to build and unpack
-            return self.chat_client.complete(messages, options)
+            return self._chat_client.complete(messages, options)
         return self._chat(ChatRequest(messages, options))
 
     def _call_model(self, request: ChatRequest) -> Any:
-        return self.chat_client.complete(request.messages, request.options)
+        return self._chat_client.complete(request.messages, request.options)
 
     def __repr__(self) -> str:
         return (
-            f"<Agent name={self.name!r} client={type(self.chat_client).__name__} "
-            f"stack={len(self.stack)} chat_stack={len(self.chat_stack)}>"
+            f"<Agent name={self._name!r} client={type(self._chat_client).__name__} "
+            f"stack={len(self._stack)} chat_stack={len(self._chat_stack)}>"
         )
+
+
+_SESSION_TYPES: set[type] = set()  # session types already checked to have the methods
+
+
+def _check_session(session: object) -> None:
+    missing = [
+        name
+        for name in ("get_messages", "add_messages", "touch_request_hash", "request_hashes")
+        if not callable(getattr(session, name, None))
+    ]
+    if missing or isinstance(session, (str, bytes)):
+        raise TypeError(
+            f"session must be a Session (raf.InMemorySession(), or 'await store.get(id)' of a "
+            f"session store), got {type(session).__name__} {session!r:.60}"
+        )
+    _SESSION_TYPES.add(type(session))
+
+
+def _checked_tools(tools: Iterable[Tool]) -> tuple[Tool, ...]:
+    if isinstance(tools, (str, bytes)) or callable(tools):
+        raise TypeError(f"tools must be a list of tools, got {tools!r}")
+    checked = tuple(tools)
+    for index, item in enumerate(checked):
+        if not isinstance(getattr(item, "name", None), str) or not callable(
+            getattr(item, "invoke", None)
+        ):
+            hint = (
+                " (a plain function: decorate it with @raf.tool to make a tool of it)"
+                if callable(item)
+                else ""
+            )
+            raise TypeError(f"tools[{index}] is not a Tool: {item!r}{hint}")
+    return checked
 
 
 def _request_messages(
@@ -172,10 +325,8 @@ def _request_messages(
         return (ChatMessage("user", messages),)
     if type(messages) is ChatMessage:
         return (messages,)
-    if type(messages) is Messages:
-        return tuple(messages)
     if isinstance(messages, Sequence):
-        return checked_messages(cast("Sequence[ChatMessage]", messages), "run(messages): Messages")
+        return checked_messages(cast("Sequence[ChatMessage]", messages), "run(messages)")
     raise TypeError(
         "run(messages) takes a str, a ChatMessage or a sequence of ChatMessage, "
         f"got {type(messages).__name__}"

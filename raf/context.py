@@ -3,20 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Protocol
 
 import attrs
 
 from raf.errors import ContextResultError
-from raf.messages import ChatMessage, Messages, join_messages
+from raf.messages import ChatMessage
 from raf.options import AgentRunOptions
 from raf.sessions.base import Session
 from raf.tools import Tool
 
-if TYPE_CHECKING:
-    from raf.agent import Agent
+__all__ = ["AgentLike", "ContextResult", "Invocation", "merge"]
 
-__all__ = ["EMPTY_RESULT", "CheckedResult", "ContextResult", "Invocation", "merge", "merge_all"]
+
+class AgentLike(Protocol):
+    """What providers and middleware may see of the agent running them.
+
+    :class:`raf.Agent` is one; ``Invocation.agent`` is ``None`` for a stack
+    composed and run without an agent.
+    """
+
+    @property
+    def name(self) -> str | None:
+        """The agent's name, if it was given one."""
+        ...
+
+    @property
+    def instructions(self) -> str | None:
+        """The agent's own instructions (the first lines of the system message)."""
+        ...
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """The agent's own tools (providers' tools come on top)."""
+        ...
 
 
 @attrs.frozen(slots=True)
@@ -38,30 +58,34 @@ class ContextResult:
     replace_messages: bool = False
 
 
-#: The result that changes nothing; what ``ContextProvider.on_invoking`` returns by default.
-EMPTY_RESULT: Final = ContextResult()
-
-
 @attrs.frozen(slots=True)
 class Invocation:
     """One run on its way to the model (ASGI's ``scope``).
 
     ``request_messages`` are the caller's messages; ``instructions``,
     ``messages`` and ``tools`` are what the providers outside this point have
-    contributed, in registration order. Immutable: a layer passes an evolved
-    copy inward (see :func:`merge`).
+    contributed, in registration order (``tool_sources`` names who offered
+    each tool). ``request_hash`` is the digest the session recorded for the
+    request messages and ``repeated`` whether the session had seen it before
+    (a client's retried turn, for example). Immutable: a layer passes an
+    evolved copy inward (see :func:`merge`).
     """
 
-    agent: Agent | None
+    agent: AgentLike | None
     session: Session
     request_messages: tuple[ChatMessage, ...]
     options: AgentRunOptions
     instructions: tuple[str, ...] = ()
     messages: Sequence[ChatMessage] = ()
     tools: tuple[Tool, ...] = ()
+    request_hash: str | None = attrs.field(default=None, kw_only=True)
+    repeated: bool = attrs.field(default=False, kw_only=True)
+    tool_sources: tuple[str, ...] = attrs.field(default=(), kw_only=True, repr=False)
 
 
-def merge(invocation: Invocation, result: ContextResult) -> Invocation:
+def merge(
+    invocation: Invocation, result: ContextResult, *, source: str = "a provider"
+) -> Invocation:
     """Apply one provider's result to an invocation.
 
     Instructions and tools are appended; messages are appended, or replace
@@ -69,7 +93,8 @@ def merge(invocation: Invocation, result: ContextResult) -> Invocation:
     request messages are never touched. An empty result returns
     ``invocation`` itself, so a provider with nothing to say costs no copy.
     A field of the wrong type raises :class:`raf.errors.ContextResultError`
-    naming the field.
+    naming the field. ``source`` names the provider, for the error of a
+    tool-name clash.
 
     >>> from raf import InMemorySession, AgentRunOptions
     >>> start = Invocation(None, InMemorySession(), (), AgentRunOptions())
@@ -78,66 +103,65 @@ def merge(invocation: Invocation, result: ContextResult) -> Invocation:
     >>> merge(start, ContextResult(instructions="Be brief.")).instructions
     ('Be brief.',)
     """
-    return merge_all(invocation, (checked_result(result),))
+    if (
+        type(result) is ContextResult
+        and result.messages == ()
+        and result.tools == ()
+        and result.replace_messages is False
+    ):
+        # Instructions alone, the commonest result: one copy, no further checks.
+        text = result.instructions
+        if text is None or text == "":
+            return invocation
+        if type(text) is str:
+            return Invocation(
+                invocation.agent,
+                invocation.session,
+                invocation.request_messages,
+                invocation.options,
+                (*invocation.instructions, text),
+                invocation.messages,
+                invocation.tools,
+                request_hash=invocation.request_hash,
+                repeated=invocation.repeated,
+                tool_sources=invocation.tool_sources,
+            )
+    text, messages, tools, replace = checked_result(result)
+    if not (text or messages or tools or replace):
+        return invocation
+    injected = invocation.messages
+    if replace:
+        injected = messages
+    elif messages:
+        injected = (*injected, *messages) if injected else messages
+    if tools:
+        all_tools = (*invocation.tools, *tools)
+        sources = (*invocation.tool_sources, *(source,) * len(tools))
+    else:
+        all_tools, sources = invocation.tools, invocation.tool_sources
+    return Invocation(
+        invocation.agent,
+        invocation.session,
+        invocation.request_messages,
+        invocation.options,
+        (*invocation.instructions, text) if text else invocation.instructions,
+        injected,
+        all_tools,
+        request_hash=invocation.request_hash,
+        repeated=invocation.repeated,
+        tool_sources=sources,
+    )
 
 
 #: ``(instructions, messages, tools, replace_messages)`` of a result that passed the checks.
 CheckedResult = tuple[str | None, Any, tuple[Tool, ...], bool]
 
 
-def merge_all(invocation: Invocation, results: Sequence[CheckedResult]) -> Invocation:
-    """Apply several checked results in order, building one invocation instead of one each.
-
-    Equal to folding :func:`merge` over the results (and, like it, returns
-    ``invocation`` itself when they add nothing); the provider layer uses
-    it for consecutive providers, which see the same arguments anyway.
-
-    >>> from raf import InMemorySession, AgentRunOptions
-    >>> start = Invocation(None, InMemorySession(), (), AgentRunOptions())
-    >>> parts = [checked_result(ContextResult(instructions=t)) for t in ("A.", "B.")]
-    >>> merge_all(start, parts).instructions
-    ('A.', 'B.')
-    """
-    instructions: list[str] = []
-    base = invocation.messages
-    chunks: list[tuple[ChatMessage, ...]] = []
-    tools: list[Tool] = []
-    replaced = False
-    for text, messages, more_tools, replace in results:
-        if text:
-            instructions.append(text)
-        if replace:
-            base, replaced = messages, True
-            chunks.clear()
-        elif messages:
-            chunks.append(messages)
-        if more_tools:
-            tools.extend(more_tools)
-    if not (instructions or chunks or tools or replaced):
-        return invocation
-    if not chunks:
-        injected = base
-    elif not base and len(chunks) == 1:
-        injected = chunks[0]
-    else:
-        injected = join_messages(base, *chunks)
-    return Invocation(
-        invocation.agent,
-        invocation.session,
-        invocation.request_messages,
-        invocation.options,
-        invocation.instructions + tuple(instructions) if instructions else invocation.instructions,
-        injected,
-        invocation.tools + tuple(tools) if tools else invocation.tools,
-    )
-
-
 def checked_result(result: object) -> CheckedResult:
     """A result's ``(instructions, messages, tools, replace_messages)``, each type-checked.
 
     Raises :class:`raf.errors.ContextResultError` naming the first wrong
-    field. ``messages`` comes back as given when it is already
-    :class:`raf.Messages` (checked when it was built), else as a checked tuple.
+    field. ``messages`` comes back as a checked tuple.
     """
     if type(result) is not ContextResult and not isinstance(result, ContextResult):
         hint = " (did on_invoking forget to return?)" if result is None else ""
@@ -150,7 +174,7 @@ def checked_result(result: object) -> CheckedResult:
         raise ContextResultError("instructions", "str or None", instructions)
     if replace is not False and replace is not True:
         raise ContextResultError("replace_messages", "bool", replace)
-    if messages != () and type(messages) is not Messages:
+    if messages != ():
         messages = _checked_messages(messages)
     if tools != ():
         tools = _checked_tools(tools)

@@ -10,6 +10,7 @@ __all__ = [
     "BadRequestError",
     "ChatClientError",
     "ChatConnectionError",
+    "ChatProtocolError",
     "ChatTimeoutError",
     "CompressionError",
     "ConfigError",
@@ -24,13 +25,32 @@ __all__ = [
     "ToolConflictError",
     "ToolError",
     "ToolLoopError",
+    "ToolSchemaError",
 ]
 
 Stage = Literal["on_invoking", "on_invoked"]
 
 
 class AgentError(Exception):
-    """Base class of every error raf raises on purpose."""
+    """Base class of every error raf raises on purpose.
+
+    Every raf error survives pickling (a worker process, a task queue): it
+    is rebuilt with its message, its attributes and its notes.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # The subclasses' __init__ take other arguments than the message they pass on,
+        # so the default (cls, self.args) cannot rebuild them: restore the state instead.
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(
+    cls: type[AgentError], args: tuple[object, ...], state: dict[str, object]
+) -> AgentError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class ProviderError(AgentError):
@@ -51,15 +71,6 @@ class ProviderError(AgentError):
         self.detail = detail
         where = f"{provider}.{stage}" + (f" (field {field!r})" if field else "")
         super().__init__(f"context provider {where} failed: {detail}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_provider_error, (self.provider, self.stage, self.detail, self.field))
-
-
-def _rebuild_provider_error(
-    provider: str, stage: Stage, detail: str, field: str | None
-) -> ProviderError:
-    return ProviderError(provider, stage, detail, field=field)
 
 
 class ContextResultError(AgentError, TypeError):
@@ -99,14 +110,36 @@ class ToolLoopError(AgentError):
         )
 
 
-class ToolArgumentsError(AgentError):
-    """The arguments of a tool call do not fit the tool's JSON Schema."""
+class ToolArgumentsError(AgentError, ValueError):
+    """The arguments of a tool call do not fit the tool's parameters.
 
-    def __init__(self, tool: str, path: str, problem: str) -> None:
+    ``tool`` is the tool's name; ``problems`` lists each misfit as
+    ``"path: what is wrong"`` (``"items[2].qty: Input should be greater than
+    or equal to 1"``). Raised by :meth:`raf.FunctionTool.invoke` and
+    :func:`raf.check_tool_arguments`; the tool loop tells it to the model as the
+    call's tool message, and the run goes on.
+    """
+
+    def __init__(self, tool: str, problems: tuple[str, ...]) -> None:
         self.tool = tool
-        self.path = path
+        self.problems = problems
+        super().__init__(f"invalid arguments for {tool!r}: " + "; ".join(problems))
+
+
+class ToolSchemaError(AgentError, ValueError):
+    """A tool's ``parameters`` is not a valid JSON Schema.
+
+    ``tool`` is the tool's name, ``problem`` what is wrong and where in the
+    schema. Raised when such a tool is built (:class:`raf.FunctionTool`,
+    :func:`raf.check_tool_schema`); a tool that reaches the model anyway
+    (a hand-made ``Tool``) is refused when the model calls it: the model is
+    told, and the run goes on.
+    """
+
+    def __init__(self, tool: str, problem: str) -> None:
+        self.tool = tool
         self.problem = problem
-        super().__init__(f"invalid arguments for tool {tool!r} at {path}: {problem}")
+        super().__init__(f"tool {tool!r} has an invalid parameters schema: {problem}")
 
 
 class ConfigError(AgentError):
@@ -143,13 +176,20 @@ class ChatClientError(AgentError):
 
     ``retryable`` says whether sending the same request again can help
     (rate limits, timeouts, server errors) or not (bad request, auth).
-    ``status_code`` is the HTTP status when there was one.
+    ``status_code`` is the HTTP status when there was one. ``retry_after`` is
+    how long the server asked us to wait before trying again, in seconds (its
+    ``Retry-After`` or ``retry-after-ms`` header), or ``None`` when it said
+    nothing; :class:`raf.RetryMiddleware` honours it.
     """
 
     retryable: bool = False
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status_code: int | None = None, retry_after: float | None = None
+    ) -> None:
+        # The keywords live in __dict__, which pickling restores next to args.
         self.status_code = status_code
+        self.retry_after = retry_after
         super().__init__(message)
 
 
@@ -175,6 +215,13 @@ class ServerError(ChatClientError):
     """The server failed (HTTP 5xx) or reported a conflict (HTTP 409)."""
 
     retryable = True
+
+
+class ChatProtocolError(ChatClientError):
+    """The server answered, but not in the protocol: a reply that is not JSON,
+    lacks a field raf needs, holds a field of the wrong type, or is larger
+    than the client's size bound. The message names the field. Not retryable:
+    the same server is likely to answer the same way."""
 
 
 class BadRequestError(ChatClientError):

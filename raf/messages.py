@@ -3,25 +3,36 @@
 from __future__ import annotations
 
 import json
-import operator
-from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import accumulate, chain
-from typing import Any, Final, Literal, overload
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal
 
 import attrs
 
-__all__ = [
-    "AgentResponse",
-    "ChatMessage",
-    "Messages",
-    "Role",
-    "ToolCall",
-    "Usage",
-]
+__all__ = ["AgentResponse", "ChatMessage", "Role", "ToolCall", "Usage"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
+
+
+# Python strings can hold lone surrogates (from "\ud800" in JSON, or surrogateescape'd
+# argv), which no UTF-8 encoder accepts: one such reply would break every later turn.
+_SURROGATES: Final = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(value: Any) -> Any:
+    r"""``value`` with each lone surrogate replaced by U+FFFD; non-strings unchanged.
+
+    The one rule for text entering raf: every string field of a
+    :class:`ChatMessage` and :class:`ToolCall` goes through it, so whatever
+    a client, a session or the command line hands over can be encoded.
+
+    >>> clean_text("bad \udcff byte")
+    'bad \ufffd byte'
+    """
+    if type(value) is str and not value.isascii() and _SURROGATES.search(value):
+        return _SURROGATES.sub("\ufffd", value)
+    return value
 
 
 def _check_role(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -56,9 +67,9 @@ class ToolCall:
     {'a': 1}
     """
 
-    id: str = attrs.field(validator=_check_str)
-    name: str = attrs.field(validator=_check_str)
-    arguments: str = attrs.field(default="{}", validator=_check_str)
+    id: str = attrs.field(converter=clean_text, validator=_check_str)
+    name: str = attrs.field(converter=clean_text, validator=_check_str)
+    arguments: str = attrs.field(default="{}", converter=clean_text, validator=_check_str)
 
     @property
     def parsed_arguments(self) -> Any:
@@ -96,13 +107,17 @@ class ChatMessage:
     """
 
     role: Role = attrs.field(validator=_check_role)
-    content: str | None = attrs.field(default=None, validator=_check_optional_str)
-    name: str | None = attrs.field(default=None, validator=_check_optional_str, kw_only=True)
+    content: str | None = attrs.field(
+        default=None, converter=clean_text, validator=_check_optional_str
+    )
+    name: str | None = attrs.field(
+        default=None, converter=clean_text, validator=_check_optional_str, kw_only=True
+    )
     tool_calls: tuple[ToolCall, ...] = attrs.field(
         default=(), converter=_to_tool_calls, kw_only=True
     )
     tool_call_id: str | None = attrs.field(
-        default=None, validator=_check_optional_str, kw_only=True
+        default=None, converter=clean_text, validator=_check_optional_str, kw_only=True
     )
 
     @classmethod
@@ -152,9 +167,6 @@ class ChatMessage:
         )
 
 
-_Chunk = tuple[ChatMessage, ...]
-
-
 def checked_messages(items: Iterable[ChatMessage], where: str) -> tuple[ChatMessage, ...]:
     """``items`` as a tuple, each checked to be a ``ChatMessage``; a ``TypeError`` names
     the first that is not, as ``where[index]``."""
@@ -163,162 +175,6 @@ def checked_messages(items: Iterable[ChatMessage], where: str) -> tuple[ChatMess
         if type(item) is not ChatMessage:
             raise TypeError(f"{where}[{index}] must be a ChatMessage, got {type(item).__name__}")
     return chunk
-
-
-class Messages(Sequence[ChatMessage]):
-    """An immutable sequence whose items are known to be ``ChatMessage``.
-
-    Building one checks every item once; after that raf trusts it, so a
-    session's history of ten thousand messages is passed through a run
-    without being looked at again. Sessions return ``Messages``.
-
-    Appending does not copy what is already there: a ``Messages`` is a short
-    list of shared immutable chunks (about log2(n) of them, small ones
-    merged as they come), so ``history + new_turn`` costs the new
-    turn, and what the model sees, ``system + history + request``, is built
-    without copying the history. Indexing, slicing and iterating work as on
-    a tuple, and a ``Messages`` equals the tuple of the same messages.
-
-    >>> history = Messages([ChatMessage.user("hi")])
-    >>> longer = history + (ChatMessage.assistant("hello"),)
-    >>> [m.content for m in longer], len(history)
-    (['hi', 'hello'], 1)
-    """
-
-    __slots__ = ("_chunks", "_ends", "_len")
-
-    _chunks: tuple[_Chunk, ...]
-    _ends: tuple[int, ...]
-    _len: int
-
-    def __init__(self, items: Iterable[ChatMessage] = ()) -> None:
-        chunk = checked_messages(items, "Messages")
-        self._chunks = (chunk,) if chunk else ()
-        self._ends = (len(chunk),) if chunk else ()
-        self._len = len(chunk)
-
-    def __len__(self) -> int:
-        return self._len
-
-    def __iter__(self) -> Iterator[ChatMessage]:
-        return chain.from_iterable(self._chunks)
-
-    def __reversed__(self) -> Iterator[ChatMessage]:
-        return chain.from_iterable(map(reversed, reversed(self._chunks)))
-
-    @overload
-    def __getitem__(self, index: int) -> ChatMessage: ...
-    @overload
-    def __getitem__(self, index: slice) -> Messages: ...
-    def __getitem__(self, index: int | slice) -> ChatMessage | Messages:
-        if isinstance(index, slice):
-            return self._slice(index)
-        position = operator.index(index)
-        if position < 0:
-            position += self._len
-        if not 0 <= position < self._len:
-            raise IndexError("Messages index out of range")
-        chunks = self._chunks
-        if len(chunks) == 1:
-            return chunks[0][position]
-        found = bisect_right(self._ends, position)
-        return chunks[found][position - (self._ends[found - 1] if found else 0)]
-
-    def _slice(self, index: slice) -> Messages:
-        start, stop, step = index.indices(self._len)
-        if step != 1:
-            part = tuple(self)[index]
-            return _from_chunks((part,)) if part else EMPTY_MESSAGES
-        if start >= stop:
-            return EMPTY_MESSAGES
-        parts: list[_Chunk] = []
-        found = bisect_right(self._ends, start)
-        chunk_start = self._ends[found - 1] if found else 0
-        while chunk_start < stop:
-            chunk = self._chunks[found]
-            part = chunk[max(start - chunk_start, 0) : stop - chunk_start]
-            if part:
-                parts.append(part)
-            chunk_start = self._ends[found]
-            found += 1
-        return _from_chunks(tuple(parts))
-
-    def __add__(self, other: object) -> Messages:
-        if isinstance(other, Messages):
-            return join_messages(self, other)
-        if isinstance(other, (tuple, list)):
-            return join_messages(self, Messages(other))
-        return NotImplemented
-
-    def __radd__(self, other: object) -> Messages:
-        if isinstance(other, (tuple, list)):
-            return join_messages(Messages(other), self)
-        return NotImplemented
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Messages):
-            return self._len == other._len and (
-                self._chunks == other._chunks or all(map(operator.eq, self, other))
-            )
-        if isinstance(other, tuple):
-            return self._len == len(other) and all(map(operator.eq, self, other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Messages, (tuple(self),))
-
-    def __repr__(self) -> str:
-        return f"Messages({list(self)!r})"
-
-
-def _from_chunks(chunks: tuple[_Chunk, ...]) -> Messages:
-    """A Messages over non-empty, already checked chunks (no copy)."""
-    self = object.__new__(Messages)
-    self._chunks = chunks
-    self._ends = tuple(accumulate(map(len, chunks)))
-    self._len = self._ends[-1] if chunks else 0
-    return self
-
-
-EMPTY_MESSAGES: Final = _from_chunks(())
-
-
-def trusted_messages(items: Iterable[ChatMessage]) -> Messages:
-    """Wrap items that raf itself built or checked, without checking again."""
-    if type(items) is Messages:
-        return items
-    chunk = tuple(items)
-    return _from_chunks((chunk,)) if chunk else EMPTY_MESSAGES
-
-
-def join_messages(*parts: Sequence[ChatMessage]) -> Messages:
-    """Concatenate checked sequences (``Messages`` or tuples raf built) without copying them.
-
-    Small chunks at the end are merged as they come, so repeated appends
-    keep the chunk count near log2(n) and copy each message about log2(n)
-    times in all, never the whole history per append.
-    """
-    chunks: list[_Chunk] = []
-    for part in parts:
-        if type(part) is Messages:
-            chunks.extend(part._chunks)
-        elif part:
-            chunks.append(part if type(part) is tuple else tuple(part))
-    # Keep chunk sizes falling by more than half towards the end; but never copy a last
-    # chunk that holds most of the messages (a history after a few injected ones) just
-    # to absorb small ones before it: that costs one chunk more, and only when n doubles.
-    total = -1
-    while len(chunks) >= 2 and len(chunks[-2]) <= 2 * len(chunks[-1]):
-        if total < 0:
-            total = sum(map(len, chunks))  # only when a merge is due: merging keeps it
-        if 2 * len(chunks[-1]) > total:
-            break
-        last = chunks.pop()
-        chunks[-1] = chunks[-1] + last
-    return _from_chunks(tuple(chunks))
 
 
 # One encoder for every call: json.dumps with options builds a new one each time.

@@ -6,7 +6,13 @@ from typing import Any, ClassVar
 
 import attrs
 
-__all__ = ["ProviderGroup", "parallel"]
+__all__ = ["ProviderGroup", "parallel", "provider_name"]
+
+
+def provider_name(provider: object) -> str:
+    """The provider's ``name`` attribute, or its class name."""
+    name = getattr(provider, "name", None)
+    return name if isinstance(name, str) and name else type(provider).__name__
 
 
 @attrs.frozen(slots=True)
@@ -40,8 +46,6 @@ def parallel(*providers: Any, name: str | None = None) -> ProviderGroup:
     >>> parallel(A(), B()).name
     'parallel(A, B)'
     """
-    from raf.providers import provider_name  # late: raf.providers imports this module
-
     if not providers:
         raise TypeError("parallel() needs at least one provider")
     for index, provider in enumerate(providers):

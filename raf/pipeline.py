@@ -10,9 +10,15 @@ import attrs
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import ChatOptions
 from raf.parallel import ProviderGroup
-from raf.providers import collect_post_failures, providers_layer
+from raf.providers import (
+    check_provider,
+    group_layer,
+    is_provider,
+    provider_layer,
+    raise_post_failures,
+)
 
-__all__ = ["ChatRequest", "Complete", "Middleware", "compose", "is_provider"]
+__all__ = ["ChatRequest", "Complete", "Middleware", "compose"]
 
 Request = TypeVar("Request")
 Request_contra = TypeVar("Request_contra", contravariant=True)
@@ -46,23 +52,18 @@ class ChatRequest:
     options: ChatOptions
 
 
-def is_provider(item: object) -> bool:
-    """A stack item with ``on_invoking`` (or a :func:`raf.parallel` group) is a provider.
-
-    Other callables are middleware.
-    """
-    return isinstance(item, ProviderGroup) or callable(getattr(item, "on_invoking", None))
-
-
 def compose(
     core: Complete[Request], stack: Sequence[Any] = (), *, post_timeout: float = 10.0
 ) -> Complete[Request]:
     """Build the onion once: ``stack[0]`` outermost, ``core`` in the middle.
 
     Each item is a provider (it has ``on_invoking``; only for a run stack,
-    whose request is an :class:`raf.Invocation`) or a middleware callable.
-    Calling the result runs the whole stack; post-stage failures are raised
-    once every post stage has run.
+    whose request is an :class:`raf.Invocation`), a :func:`raf.parallel`
+    group, or a middleware callable; each is one layer. Calling the result
+    runs the whole stack. A failed post stage of a successful run does not
+    change what the providers outside it see; it is raised once their post
+    stages ran, by the nearest middleware boundary outside it (a middleware
+    sees the error its caller would) or at the outermost layer.
 
     >>> async def core(request):
     ...     return AgentResponse()
@@ -71,26 +72,33 @@ def compose(
     True
     """
     complete: Complete[Any] = core
-    has_providers = False
-    providers: list[Any] = []  # consecutive providers, innermost first: they share one layer
+    # Post-stage failures of the providers since the last boundary still travel outward
+    # with the response: a middleware must see what its caller would, so they are
+    # raised just inside it (and outermost).
+    pending = False
     for index in range(len(stack) - 1, -1, -1):
         item = stack[index]
-        if is_provider(item):
-            has_providers = True
-            providers.append(item)
-            continue
-        if not callable(item):
+        where = f"stack[{index}]"
+        if isinstance(item, ProviderGroup):
+            for number, member in enumerate(item.members):
+                check_provider(member, f"{where} ({item.name}) member {number}")
+            complete = group_layer(item, complete, post_timeout=post_timeout)
+            pending = True
+        elif is_provider(item):
+            check_provider(item, where)
+            complete = provider_layer(item, complete, post_timeout=post_timeout)
+            pending = True
+        elif isinstance(item, type) or not callable(item):
             raise TypeError(
-                f"stack[{index}] is neither a context provider (no on_invoking) nor a "
-                f"middleware callable: {item!r}"
+                f"{where} is neither a context provider (no on_invoking) nor a middleware "
+                f"callable: {item!r}"
+                + (" (a class: put an instance in the stack)" if isinstance(item, type) else "")
             )
-        if providers:
-            complete = providers_layer(providers[::-1], complete, post_timeout=post_timeout)
-            providers = []
-        complete = _bind(item, complete)
-    if providers:
-        complete = providers_layer(providers[::-1], complete, post_timeout=post_timeout)
-    return collect_post_failures(complete) if has_providers else complete  # type: ignore[return-value]
+        else:
+            if pending:
+                complete, pending = raise_post_failures(complete), False
+            complete = _bind(item, complete)
+    return raise_post_failures(complete) if pending else complete  # type: ignore[return-value]
 
 
 def _bind(middleware: Middleware[Any], call_next: Complete[Any]) -> Complete[Any]:

@@ -1,33 +1,38 @@
-"""ContextProvider, and the layer that wraps one around the rest of the run."""
+"""ContextProvider, and the layer that wraps one provider (or one parallel group) around the rest.
+
+A provider layer runs its provider's pre stage, merges the result into the
+invocation it passes inward, and runs the post stage on the way out. Post
+stages of a cancelled run run shielded and bounded; post-stage failures never
+change what the layers outside see: on an error they become notes on it, on
+success they travel outward with the response (:class:`PostStageFailures`)
+until :func:`raise_post_failures` — the layer just inside each middleware, and
+the outermost one — raises them.
+"""
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 
 import anyio
+import structlog
 
-from raf.context import (
-    EMPTY_RESULT,
-    CheckedResult,
-    ContextResult,
-    Invocation,
-    checked_result,
-    merge_all,
-)
-from raf.errors import ContextResultError, ProviderError, Stage
+from raf.context import AgentLike, ContextResult, Invocation, merge
+from raf.errors import ContextResultError, ProviderError
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
-from raf.parallel import ProviderGroup
+from raf.parallel import ProviderGroup, provider_name
 from raf.sessions.base import Session
 
-if TYPE_CHECKING:
-    from raf.agent import Agent
-
-__all__ = ["ContextProvider", "ContextProviderLike", "provider_name"]
+__all__ = ["ContextProvider", "ContextProviderLike"]
 
 CompleteInvocation = Callable[[Invocation], Awaitable[AgentResponse]]
+PostStage = Callable[..., Awaitable[None]]
+
+_log = structlog.get_logger("raf")
+_EMPTY = ContextResult()
 
 
 class _ClassName:
@@ -63,17 +68,17 @@ class ContextProvider:
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,
     ) -> ContextResult:
         """Before the model call: return what to add to the context."""
-        return EMPTY_RESULT
+        return _EMPTY
 
     async def on_invoked(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         request_messages: Sequence[ChatMessage],
         response: AgentResponse | None,
@@ -95,167 +100,364 @@ class ContextProviderLike(Protocol):
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,
     ) -> ContextResult: ...
 
 
-def provider_name(provider: object) -> str:
-    """The provider's ``name`` attribute, or its class name."""
-    name = getattr(provider, "name", None)
-    return name if isinstance(name, str) and name else type(provider).__name__
+def is_provider(item: object) -> bool:
+    """A stack item with ``on_invoking`` (or a :func:`raf.parallel` group) is a provider."""
+    return isinstance(item, ProviderGroup) or callable(getattr(item, "on_invoking", None))
 
 
-# Post-stage failures of the current run, innermost first. A contextvar,
-# not a field of the invocation, because the failures must reach the
-# outermost frame while every layer in between sees the unchanged outcome.
-_post_failures: ContextVar[list[ProviderError] | None] = ContextVar(
-    "raf_post_failures", default=None
-)
+def check_provider(provider: object, where: str) -> None:
+    """Refuse, when the stack is built, the mistakes that would only show mid-run."""
+    if isinstance(provider, type):
+        raise TypeError(
+            f"{where} is the class {provider.__name__}, not a provider: "
+            f"put an instance in the stack, {provider.__name__}(...)"
+        )
+    for stage in ("on_invoking", "on_invoked"):
+        method = getattr(provider, stage, None)
+        # Only plain functions can be told apart for sure; other callables may return awaitables.
+        if (inspect.isfunction(method) or inspect.ismethod(method)) and not (
+            inspect.iscoroutinefunction(method)
+        ):
+            raise TypeError(
+                f"{where} ({provider_name(provider)}): {stage} must be a coroutine "
+                f"function: write 'async def {stage}(...)'"
+            )
 
 
-#: One provider as the layer runs it: the provider, its ``on_invoking``, and
-#: its ``on_invoked`` (``None`` when it has none or inherits the no-op).
-_Member = tuple[Any, Callable[..., Awaitable[Any]], Callable[..., Awaitable[None]] | None]
-
-#: A step of a layer: one provider (``group`` is ``None``) or a parallel group.
-_Step = tuple[ProviderGroup | None, tuple[_Member, ...]]
-
-#: A provider whose pre stage returned, with the post stage it is owed.
-_Entered = tuple[Any, Callable[..., Awaitable[None]]]
-
-
-def _member(provider: Any) -> _Member:
+def post_stage_of(provider: object) -> PostStage | None:
+    """The provider's ``on_invoked``, or ``None`` when it has none or inherits the no-op."""
     on_invoked = getattr(provider, "on_invoked", None)
-    if getattr(type(provider), "on_invoked", None) is ContextProvider.on_invoked:
-        on_invoked = None  # the inherited no-op: skip the post stage's frames entirely
-    return (provider, provider.on_invoking, on_invoked)
+    # A method bound from the base class does nothing: skip its frames. A function set on
+    # the instance (or any other callable) has no such __func__ and is kept.
+    if on_invoked is None or getattr(on_invoked, "__func__", None) is ContextProvider.on_invoked:
+        return None
+    return on_invoked  # type: ignore[no-any-return]
 
 
-def providers_layer(
-    providers: Sequence[Any], call_next: CompleteInvocation, *, post_timeout: float
-) -> CompleteInvocation:
-    """Wrap consecutive providers (or parallel groups) around ``call_next`` as one layer.
+class PostStageFailures(Exception):
+    """A run that succeeded, on its way out, with the post stages that failed so far.
 
-    It behaves exactly like one nested layer per provider: pre stages
-    outermost first, then ``call_next``, then a post stage for every pre
-    stage that returned, innermost first, whatever happened further in.
-    Post stages run directly on the normal path; when the run is being
-    cancelled they run shielded and bounded by ``post_timeout``. Pre stages
-    only see the run's agent, session, request messages and options, which
-    no provider changes, so the layer can build the inner invocation once
-    for all of them (:func:`raf.context.merge_all`) instead of once each.
+    Raised by a provider layer whose post stage failed on success; the
+    provider layers outside it treat it as the success it carries (their
+    post stages get ``response``) and add their own failures, innermost
+    first. :func:`raise_post_failures` turns it into the public error.
     """
-    steps: tuple[_Step, ...] = tuple(
-        (item, tuple(_member(m) for m in item.members))
-        if isinstance(item, ProviderGroup)
-        else (None, (_member(item),))
-        for item in providers
-    )
+
+    def __init__(self, response: AgentResponse, failures: list[ProviderError]) -> None:
+        super().__init__(response, failures)
+        self.response = response
+        self.failures = failures
+
+
+def provider_layer(
+    provider: Any, call_next: CompleteInvocation, *, post_timeout: float
+) -> CompleteInvocation:
+    """One provider around ``call_next``: its pre stage, the rest of the run, its post stage."""
+    on_invoking = provider.on_invoking
+    on_invoked = post_stage_of(provider)
+    name = provider_name(provider)
 
     async def layer(invocation: Invocation) -> AgentResponse:
-        args = (invocation.agent, invocation.session, invocation.request_messages)
-        options = invocation.options
-        results: list[CheckedResult] = []
-        entered: list[_Entered] = []
         try:
-            for group, members in steps:
-                if group is not None:
-                    await _group_pre(members, (*args, options), results, entered)
-                    continue
-                member = members[0]
-                try:
-                    result = await member[1](*args, options)
-                except Exception as exc:
-                    raise _provider_error(member[0], "on_invoking", exc) from exc
-                results.append(_checked(member[0], result))
-                if member[2] is not None:
-                    entered.append((member[0], member[2]))
-            response = await call_next(merge_all(invocation, results) if results else invocation)
+            result = await on_invoking(
+                invocation.agent,
+                invocation.session,
+                invocation.request_messages,
+                invocation.options,
+            )
+        except Exception as exc:
+            raise _stage_error(provider, "on_invoking", exc) from exc
+        try:
+            inner = merge(invocation, result, source=name)
+        except ContextResultError as exc:
+            raise ProviderError(name, "on_invoking", str(exc), field=exc.field) from exc
+        if on_invoked is None:
+            return await call_next(inner)
+        try:
+            response = await call_next(inner)
+        except PostStageFailures as carried:
+            await _after_success(provider, on_invoked, invocation, carried, post_timeout)
+            raise
         except BaseException as error:
-            final = await _unwind(entered, invocation, None, error, post_timeout)
-            if final is error or final is None:
-                raise
-            # A cancellation (or other BaseException) that arrived in a post stage: raised
-            # as it is, ``error`` only as its implicit ``__context__``, as between layers.
-            raise final  # noqa: B904
-        if entered:
-            final = await _unwind(entered, invocation, response, None, post_timeout)
-            if final is not None:
-                raise final
-        return response
+            await _after_error(provider, on_invoked, invocation, error, post_timeout)
+            raise
+        outcome = await _after_success(provider, on_invoked, invocation, response, post_timeout)
+        if isinstance(outcome, PostStageFailures):
+            raise outcome
+        return outcome
 
     return layer
 
 
-def _checked(provider: Any, result: object) -> CheckedResult:
+def group_layer(
+    group: ProviderGroup, call_next: CompleteInvocation, *, post_timeout: float
+) -> CompleteInvocation:
+    """A parallel group as one layer: concurrent pre stages, then post stages last-first."""
+    members = tuple((member, post_stage_of(member)) for member in group.members)
+
+    async def layer(invocation: Invocation) -> AgentResponse:
+        entered: list[tuple[Any, PostStage]] = []
+        try:
+            inner = await _group_pre(members, invocation, entered)
+            outcome: AgentResponse | PostStageFailures = await call_next(inner)
+        except PostStageFailures as carried:
+            outcome = carried
+        except BaseException as error:
+            await _unwind_error(entered, invocation, error, post_timeout)
+            raise
+        while entered:
+            member, on_invoked = entered.pop()
+            try:
+                outcome = await _after_success(
+                    member, on_invoked, invocation, outcome, post_timeout
+                )
+            except BaseException as arrived:  # a cancellation now: what the rest see
+                await _unwind_error(entered, invocation, arrived, post_timeout)
+                raise
+        if isinstance(outcome, PostStageFailures):
+            raise outcome
+        return outcome
+
+    return layer
+
+
+async def _unwind_error(
+    entered: list[tuple[Any, PostStage]],
+    invocation: Invocation,
+    error: BaseException,
+    post_timeout: float,
+) -> None:
+    """The post stages of ``entered``, last first, with ``error``.
+
+    A BaseException arriving in one of them (a cancellation) is what the
+    remaining ones see, and is raised once they have run, as between
+    nested layers.
+    """
+    arrived: BaseException | None = None
+    for member, on_invoked in reversed(entered):
+        try:
+            await _after_error(member, on_invoked, invocation, arrived or error, post_timeout)
+        except BaseException as exc:
+            arrived = exc
+    if arrived is not None:
+        raise arrived
+
+
+def raise_post_failures(call_next: CompleteInvocation) -> CompleteInvocation:
+    """The layer that raises post-stage failures of a successful run, once all post stages ran.
+
+    The innermost failure is raised (a :class:`ProviderError`, the post
+    stage's exception as ``__cause__``), the others attached as notes.
+    ``compose`` puts one outermost and one just inside every middleware, so
+    a middleware sees exactly what its caller would.
+    """
+
+    async def layer(invocation: Invocation) -> AgentResponse:
+        try:
+            return await call_next(invocation)
+        except PostStageFailures as carried:
+            first, *others = carried.failures
+            for other in others:
+                first.add_note(f"raf: also, {other} (cause: {other.__cause__!r})")
+            raise first from first.__cause__
+
+    return layer
+
+
+# The stages ------------------------------------------------------------------------------
+
+
+def _merged(name: str, invocation: Invocation, result: object) -> Invocation:
     try:
-        return checked_result(result)
+        return merge(invocation, result, source=name)  # type: ignore[arg-type]
     except ContextResultError as exc:
-        raise ProviderError(
-            provider_name(provider), "on_invoking", str(exc), field=exc.field
-        ) from exc
+        raise ProviderError(name, "on_invoking", str(exc), field=exc.field) from exc
 
 
-_NOT_RETURNED: Any = object()
+async def _after_success(
+    provider: Any,
+    on_invoked: PostStage,
+    invocation: Invocation,
+    outcome: AgentResponse | PostStageFailures,
+    post_timeout: float,
+) -> AgentResponse | PostStageFailures:
+    """The post stage of a run that succeeded; returns the outcome, with its failure if any.
+
+    The caller raises what comes back when it is a ``PostStageFailures``
+    (a failure is added to one already carried). A BaseException from
+    the post stage (a cancellation arriving now) propagates, carrying the
+    failures so far as notes.
+    """
+    carried = outcome if isinstance(outcome, PostStageFailures) else None
+    response = carried.response if carried is not None else outcome
+    assert isinstance(response, AgentResponse)
+    args = (invocation.agent, invocation.session, invocation.request_messages, response, None)
+    try:
+        if _cancel_pending():
+            # The deadline fired as the model returned: the post stage still runs, shielded.
+            failure = await _bounded(provider, on_invoked, args, post_timeout)
+        else:
+            failure = None
+            try:
+                await on_invoked(*args)
+            except Exception as exc:
+                failure = _post_failure(provider, exc, None)
+    except BaseException as arrived:
+        if carried is not None:
+            _add_notes(arrived, carried.failures)
+        raise
+    if failure is None:
+        return outcome
+    if carried is not None:
+        carried.failures.append(failure)
+        return carried
+    return PostStageFailures(response, [failure])
+
+
+async def _after_error(
+    provider: Any,
+    on_invoked: PostStage,
+    invocation: Invocation,
+    error: BaseException,
+    post_timeout: float,
+) -> None:
+    """The post stage of a run that failed; its own failure becomes a note on ``error``."""
+    args = (invocation.agent, invocation.session, invocation.request_messages, None, error)
+    if _being_cancelled(error):
+        failure = await _bounded(provider, on_invoked, args, post_timeout, error)
+    else:
+        # Not cancelled: no cancel scope, the caller's own deadlines apply.
+        failure = None
+        try:
+            await on_invoked(*args)
+        except Exception as exc:
+            failure = _post_failure(provider, exc, error)
+    if failure is not None:
+        _add_notes(error, (failure,))
+
+
+async def _bounded(
+    provider: Any,
+    on_invoked: PostStage,
+    args: tuple[Any, ...],
+    post_timeout: float,
+    error: BaseException | None = None,
+) -> ProviderError | None:
+    """A post stage shielded from the cancellation and bounded by ``post_timeout``."""
+    finished = False
+    with anyio.CancelScope(shield=True), anyio.move_on_after(post_timeout) as scope:
+        try:
+            await on_invoked(*args)
+            finished = True
+        except Exception as exc:
+            return _post_failure(provider, exc, error)
+    if finished or not scope.cancelled_caught:
+        return None
+    overrun = TimeoutError(f"post_timeout={post_timeout}s")
+    failure = ProviderError(
+        provider_name(provider),
+        "on_invoked",
+        f"did not finish within post_timeout={post_timeout}s while the run was being cancelled",
+    )
+    failure.__cause__ = overrun
+    _log_failure(failure, overrun, error)
+    return failure
+
+
+def _cancel_pending() -> bool:
+    """True when the current task is inside a cancelled (unshielded) cancel scope."""
+    try:
+        return anyio.current_effective_deadline() == -math.inf
+    except Exception:  # no async library is running: nothing can be cancelling us
+        return False
+
+
+def _being_cancelled(error: BaseException) -> bool:
+    """Whether the run is being cancelled: the backend's exception, or a cancelled scope.
+
+    The scope's state also covers a cancellation wrapped in an exception
+    group, or one that a layer translated into another exception.
+    """
+    if isinstance(error, Exception) and not isinstance(error, BaseExceptionGroup):
+        return _cancel_pending()
+    try:
+        if isinstance(error, anyio.get_cancelled_exc_class()):
+            return True
+    except Exception:  # no async library is running
+        return False
+    return _cancel_pending()
 
 
 async def _group_pre(
-    members: tuple[_Member, ...],
-    args: tuple[Any, ...],
-    results: list[CheckedResult],
-    entered: list[_Entered],
-) -> None:
-    """A group's pre stages in one task group; results and entered members in declaration order.
+    members: tuple[tuple[Any, PostStage | None], ...],
+    invocation: Invocation,
+    entered: list[tuple[Any, PostStage]],
+) -> Invocation:
+    """The members' pre stages in one task group; the merged invocation, in declaration order.
 
     The first member that fails cancels the others and its ProviderError is
     raised (a BaseException that is not an Exception is raised unchanged,
-    never in an exception group); every member whose pre stage returned a
-    valid result is entered all the same, so the layer gives it its post
+    never in an exception group). Every member whose pre stage returned a
+    valid result is put in ``entered`` all the same, so it gets its post
     stage with the error.
     """
+    args = (
+        invocation.agent,
+        invocation.session,
+        invocation.request_messages,
+        invocation.options,
+    )
     outcomes: list[Any] = [_NOT_RETURNED] * len(members)
     failures: list[ProviderError] = []
     fatal: list[BaseException] = []  # a BaseException that is neither an Exception nor a cancel
 
-    async def run(index: int, member: _Member, scope: anyio.CancelScope) -> None:
+    async def run(index: int, provider: Any, scope: anyio.CancelScope) -> None:
         try:
-            outcomes[index] = await member[1](*args)
+            outcomes[index] = await provider.on_invoking(*args)
         except Exception as exc:
-            failure = _provider_error(member[0], "on_invoking", exc)
+            failure = _stage_error(provider, "on_invoking", exc)
             failure.__cause__ = exc
             failures.append(failure)
             scope.cancel()
         except BaseException as exc:
             if isinstance(exc, anyio.get_cancelled_exc_class()):
                 raise
-            # Kept out of the task group, which would wrap it in an exception group.
-            fatal.append(exc)
+            fatal.append(exc)  # kept out of the task group, which would wrap it in a group
             scope.cancel()
 
-    try:
-        async with anyio.create_task_group() as group:
-            for index, member in enumerate(members):
-                group.start_soon(run, index, member, group.cancel_scope)
-    except BaseException as error:  # cancelled from outside: what failed meanwhile is not lost
-        if fatal:
-            raise fatal[0]  # noqa: B904  (a BaseException beats the cancellation, unchanged)
-        for failure in failures:
-            error.add_note(f"raf: in the cancelled group, {failure} (cause: {failure.__cause__!r})")
-        raise
-    finally:
-        for member, outcome in zip(members, outcomes, strict=True):
+    def settle() -> Invocation:
+        # Whatever ended the group, every member that returned is merged or failed here.
+        merged = invocation
+        for (provider, on_invoked), outcome in zip(members, outcomes, strict=True):
             if outcome is _NOT_RETURNED:
                 continue
             try:
-                results.append(_checked(member[0], outcome))
+                merged = _merged(provider_name(provider), merged, outcome)
             except ProviderError as failure:
                 failures.append(failure)
                 continue
-            if member[2] is not None:
-                entered.append((member[0], member[2]))
+            if on_invoked is not None:
+                entered.append((provider, on_invoked))
+        return merged
+
+    try:
+        async with anyio.create_task_group() as group:
+            for index, (provider, _) in enumerate(members):
+                group.start_soon(run, index, provider, group.cancel_scope)
+    except BaseException as error:  # cancelled from outside: what failed meanwhile is not lost
+        settle()
+        if fatal:
+            raise fatal[0]  # noqa: B904  (a BaseException beats the cancellation, unchanged)
+        _add_notes(error, failures, "in the cancelled group")
+        raise
+    merged = settle()
     if fatal:
         raise fatal[0]
     if failures:
@@ -263,121 +465,40 @@ async def _group_pre(
         for other in others:
             first.add_note(f"raf: in the same group, {other} (cause: {other.__cause__!r})")
         raise first from first.__cause__
+    return merged
 
 
-async def _unwind(
-    entered: list[_Entered],
-    invocation: Invocation,
-    response: AgentResponse | None,
-    error: BaseException | None,
-    post_timeout: float,
-) -> BaseException | None:
-    """The post stages of ``entered``, innermost first; returns what the layer must raise.
-
-    A post stage that raises an ``Exception`` is recorded and changes
-    nothing for the others. One that raises a ``BaseException`` (a
-    cancellation arriving now) becomes the error the remaining post stages
-    see and the one raised, as it would between nested layers.
-    """
-    for provider, on_invoked in reversed(entered):
-        try:
-            if error is None:
-                await on_invoked(
-                    invocation.agent,
-                    invocation.session,
-                    invocation.request_messages,
-                    response,
-                    None,
-                )
-            else:
-                await _post_stage(provider, on_invoked, invocation, None, error, post_timeout)
-        except Exception as exc:
-            _record(_provider_error(provider, "on_invoked", exc), exc)
-        except BaseException as exc:
-            error, response = exc, None
-    return error
+_NOT_RETURNED: Any = object()
 
 
-async def _post_stage(
-    provider: Any,
-    on_invoked: Callable[..., Awaitable[None]],
-    invocation: Invocation,
-    response: None,
-    error: BaseException,
-    post_timeout: float,
-) -> None:
-    """The post stage of a run that failed: shielded and bounded if it is being cancelled."""
-    args = (invocation.agent, invocation.session, invocation.request_messages, response, error)
-    if isinstance(error, Exception) or not _is_cancellation(error):
-        # Not cancelled: no cancel scope, the caller's own deadlines apply.
-        try:
-            await on_invoked(*args)
-        except Exception as exc:
-            _record(_provider_error(provider, "on_invoked", exc), exc)
-        return
-    with anyio.CancelScope(shield=True):
-        try:
-            with anyio.fail_after(post_timeout):
-                await on_invoked(*args)
-        except TimeoutError as exc:
-            _record(
-                ProviderError(
-                    provider_name(provider),
-                    "on_invoked",
-                    f"did not finish within post_timeout={post_timeout}s while the run "
-                    "was being cancelled",
-                ),
-                exc,
-            )
-        except Exception as exc:
-            _record(_provider_error(provider, "on_invoked", exc), exc)
+# Failures ---------------------------------------------------------------------------------
 
 
-def _is_cancellation(error: BaseException) -> bool:
-    try:
-        return isinstance(error, anyio.get_cancelled_exc_class())
-    except Exception:  # no async library is running: nothing can be cancelling us
-        return False
-
-
-def _provider_error(provider: Any, stage: Stage, exc: BaseException) -> ProviderError:
+def _stage_error(provider: Any, stage: Any, exc: BaseException) -> ProviderError:
     return ProviderError(provider_name(provider), stage, f"{type(exc).__name__}: {exc}")
 
 
-def _record(error: ProviderError, cause: BaseException) -> None:
-    error.__cause__ = cause
-    failures = _post_failures.get()
-    if failures is None:  # pragma: no cover - layers only run inside collect_post_failures
-        raise error
-    failures.append(error)
+def _post_failure(provider: Any, exc: BaseException, error: BaseException | None) -> ProviderError:
+    failure = _stage_error(provider, "on_invoked", exc)
+    failure.__cause__ = exc
+    _log_failure(failure, exc, error)
+    return failure
 
 
-def collect_post_failures(complete: CompleteInvocation) -> CompleteInvocation:
-    """Run ``complete``, then raise what post stages recorded.
+def _log_failure(failure: ProviderError, exc: BaseException, error: BaseException | None) -> None:
+    # Logged as well as raised or noted: a cancel scope that swallows the cancellation
+    # carrying the note would otherwise hide it for good.
+    _log.error(
+        "provider.post_failed",
+        provider=failure.provider,
+        stage=failure.stage,
+        error=f"{type(exc).__name__}: {exc}",
+        run_error=None if error is None else type(error).__name__,
+    )
 
-    On success the innermost post-stage failure is raised, the others
-    attached to it as notes; on failure the original error propagates with
-    every post-stage failure attached as a note.
-    """
 
-    async def run(invocation: Invocation) -> AgentResponse:
-        failures: list[ProviderError] = []
-        token = _post_failures.set(failures)
-        try:
-            response = await complete(invocation)
-        except BaseException as error:
-            for failure in failures:
-                error.add_note(
-                    f"raf: while this propagated, {failure} (cause: {failure.__cause__!r})"
-                )
-            raise
-        finally:
-            _post_failures.reset(token)
-        if failures:
-            first, *others = failures
-            for other in others:
-                first.add_note(f"raf: also, {other} (cause: {other.__cause__!r})")
-            raise first
-        return response
-
-    return run
+def _add_notes(
+    error: BaseException, failures: Sequence[ProviderError], how: str = "while this propagated"
+) -> None:
+    for failure in failures:
+        error.add_note(f"raf: {how}, {failure} (cause: {failure.__cause__!r})")

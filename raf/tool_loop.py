@@ -3,33 +3,51 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
+import pydantic_core
+import structlog
 
-from raf.errors import ToolConflictError, ToolLoopError
-from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage, join_messages
+from raf.errors import ToolArgumentsError, ToolConflictError, ToolLoopError, ToolSchemaError
+from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage
 from raf.options import ChatOptions
-from raf.schema import SchemaError, check_arguments
-from raf.tools import Tool
+from raf.tools import FunctionTool, Tool, check_tool_arguments
 
-__all__ = ["index_tools", "run_tool_calls", "run_tool_loop"]
+__all__: list[str] = []  # internal: the agent's core
+
+_log = structlog.get_logger("raf")
 
 ChatCall = Callable[[Sequence[ChatMessage], ChatOptions], Awaitable[AgentResponse]]
 
 
 def index_tools(
-    tools: Sequence[Tool], known: Mapping[str, Tool] | None = None, *, source: str = "providers"
+    tools: Sequence[Tool],
+    sources: Sequence[str],
+    known: Mapping[str, Tool] | None = None,
+    *,
+    source: str = "a provider",
 ) -> dict[str, Tool]:
-    """Tools by name; a second tool with a taken name is a ToolConflictError."""
+    """Tools by name; a second tool with a taken name is a ToolConflictError.
+
+    ``sources`` names who offered each tool (parallel to ``tools``; shorter
+    means ``source`` for the rest); ``known`` are the agent's own tools.
+    """
     index = dict(known) if known else {}
-    for tool in tools:
+    offered_by: dict[str, str] = {}
+    for number, tool in enumerate(tools):
+        owner = _describe_source(sources[number] if number < len(sources) else source)
         if tool.name in index:
-            first = "the agent" if known and tool.name in known else source
-            raise ToolConflictError(tool.name, first, source)
+            first = offered_by.get(tool.name, "the agent")
+            raise ToolConflictError(tool.name, first, owner)
         index[tool.name] = tool
+        offered_by[tool.name] = owner
     return index
+
+
+def _describe_source(source: str) -> str:
+    return source if source.startswith(("the agent", "a provider")) else f"provider {source!r}"
 
 
 async def run_tool_loop(
@@ -60,7 +78,7 @@ async def run_tool_loop(
             raise ToolLoopError(max_model_calls, tuple(call.name for call in calls))
         results = await run_tool_calls(calls, tools)
         produced.extend(results)
-        messages = join_messages(messages, response.messages, results)
+        messages = (*messages, *response.messages, *results)
     raise AssertionError("unreachable: max_model_calls >= 1")  # pragma: no cover
 
 
@@ -91,6 +109,12 @@ async def run_tool_calls(
     return tuple(result for result in results if result is not None)
 
 
+#: Arguments nested deeper than this are refused before any validator walks them:
+#: recursive validators (jsonschema) and error messages (reprs) would hit Python's
+#: recursion limit long before a model's honest arguments come near it.
+MAX_ARGUMENT_DEPTH = 64
+
+
 async def _run_one(call: ToolCall, tools: Mapping[str, Tool]) -> ChatMessage:
     """One call's tool message; what goes wrong is told to the model, not raised."""
     tool = tools.get(call.name)
@@ -99,19 +123,41 @@ async def _run_one(call: ToolCall, tools: Mapping[str, Tool]) -> ChatMessage:
         return _error(call, f"there is no tool named {call.name!r} (available: {known})")
     try:
         arguments = call.parsed_arguments
+    except RecursionError:  # json's own limit, from arguments like [[[[...]]]]
+        return _error(
+            call, f"the arguments of {call.name!r} are not valid JSON (nested too deeply)"
+        )
     except ValueError as exc:
         return _error(call, f"the arguments of {call.name!r} are not valid JSON ({exc})")
     if not isinstance(arguments, dict):
         return _error(call, f"the arguments of {call.name!r} must be a JSON object")
+    if _deeper_than(arguments, MAX_ARGUMENT_DEPTH):
+        return _error(
+            call,
+            f"the arguments of {call.name!r} are not valid: "
+            f"nested deeper than {MAX_ARGUMENT_DEPTH} levels",
+        )
     try:
-        check_arguments(tool.parameters, arguments)
-    except SchemaError as exc:
-        return _error(call, f"invalid arguments for {call.name!r} at {exc.path}: {exc.problem}")
-    try:
+        if not isinstance(tool, FunctionTool):  # a FunctionTool checks its own arguments
+            check_tool_arguments(tool, arguments)
         result = await tool.invoke(arguments)
+    except (ToolArgumentsError, ToolSchemaError) as exc:
+        if exc.tool != tool.name:  # raised by another tool the tool itself called
+            return _error(call, f"tool {call.name!r} failed: {_describe(exc)}")
+        if isinstance(exc, ToolSchemaError):
+            _log.warning("tool.schema_invalid", tool=tool.name, problem=exc.problem)
+            return _error(call, f"tool {call.name!r} cannot be called: {exc}")
+        return _error(call, str(exc))
     except Exception as exc:
-        return _error(call, f"tool {call.name!r} failed: {type(exc).__name__}: {exc}")
-    return ChatMessage.tool(call.id, _as_text(result), name=call.name)
+        return _error(call, f"tool {call.name!r} failed: {_describe(exc)}")
+    try:
+        text = _as_text(result)
+    except Exception as exc:
+        reason = _describe(exc, with_type=not isinstance(exc, _Unwritable))
+        return _error(
+            call, f"the result of tool {call.name!r} cannot be sent to the model: {reason}"
+        )
+    return ChatMessage.tool(call.id, text, name=call.name)
 
 
 def _error(call: ToolCall, text: str) -> ChatMessage:
@@ -119,9 +165,47 @@ def _error(call: ToolCall, text: str) -> ChatMessage:
 
 
 def _as_text(result: Any) -> str:
+    """A ``str`` as it is, anything else as JSON (``_Unwritable`` when it cannot be)."""
     if isinstance(result, str):
         return result
     try:
-        return json.dumps(result, ensure_ascii=False, default=str)
-    except ValueError:  # circular structures
-        return repr(result)
+        return json.dumps(result, ensure_ascii=False, default=_jsonable)
+    except RecursionError:  # json's own limit: a result nested thousands deep
+        raise _Unwritable("it is nested too deeply to be written as JSON") from None
+    except ValueError as exc:  # "Circular reference detected", pydantic's depth limit
+        raise _Unwritable(f"it cannot be written as JSON ({exc})") from None
+
+
+class _Unwritable(ValueError):
+    """A tool's result that cannot be written as JSON; the message says why."""
+
+
+def _describe(exc: BaseException, *, with_type: bool = True) -> str:
+    """``"ValueError: text"``, even for an exception whose ``str()`` itself fails."""
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not turn a told failure into a crash
+        text = "(its message cannot be shown)"
+    return f"{type(exc).__name__}: {text}" if with_type else text
+
+
+def _jsonable(value: Any) -> Any:
+    # pydantic knows models, dataclasses, sets, enums, dates, paths, ...; str() the rest
+    return pydantic_core.to_jsonable_python(value, fallback=str)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether parsed JSON nests arrays and objects more than ``limit`` deep, without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

@@ -1,21 +1,42 @@
-"""Tools a model can call: the Tool protocol and the @tool decorator."""
+"""Tools a model can call: the Tool protocol, the @tool decorator, and argument checks.
+
+``@tool`` functions are described and checked by pydantic, from their
+signature: the JSON Schema, then validation and coercion of each call's
+arguments into the declared types. Any other tool (hand-made, MCP) is
+checked against its own ``parameters`` with ``jsonschema``.
+"""
 
 from __future__ import annotations
 
-import enum
 import inspect
-import types
+import itertools
+import json
+import threading
 import typing
-from collections.abc import Callable, Mapping
-from functools import partial
-from typing import Any, Protocol, get_args, get_origin, overload, runtime_checkable
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any, Protocol, get_args, get_origin, overload, runtime_checkable
 
 import anyio.to_thread
 import attrs
+import jsonschema
+import pydantic
+import referencing
+import referencing.exceptions
+from jsonschema.protocols import Validator
+from pydantic.fields import FieldInfo
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
+from pydantic_core import CoreSchema
 
-from raf.schema import description_from_docstring, schema_for_function
+from raf.errors import ToolArgumentsError, ToolSchemaError
 
-__all__ = ["FunctionTool", "Tool", "tool"]
+__all__ = ["FunctionTool", "Tool", "check_tool_arguments", "check_tool_schema", "tool"]
+
+#: How many problems of one call are told to the model; the rest are counted.
+MAX_PROBLEMS = 10
+#: Each problem's text is cut to this length (a validator may quote the whole input).
+MAX_PROBLEM_CHARS = 300
 
 
 @runtime_checkable
@@ -23,9 +44,10 @@ class Tool(Protocol):
     """Something the model can call.
 
     ``parameters`` is the JSON Schema of the arguments object. raf checks the
-    model's arguments against it before ``invoke`` is called, so ``invoke``
-    gets a mapping that fits. The result is sent back to the model: a ``str``
-    as it is, anything else as JSON.
+    model's arguments against it (with jsonschema, see :func:`check_tool_arguments`)
+    before ``invoke`` is called, so ``invoke`` gets a mapping that fits; a
+    :class:`FunctionTool` checks its own. The result is sent back to the
+    model: a ``str`` as it is, anything else as JSON.
     """
 
     @property
@@ -41,22 +63,62 @@ class Tool(Protocol):
 
 
 @attrs.frozen(slots=True)
+class _Signature:
+    """How a function's arguments are validated: a pydantic model built once, at decoration."""
+
+    model: type[pydantic.BaseModel]
+    #: (model field, parameter name) of each parameter, in order
+    fields: tuple[tuple[str, str], ...]
+
+    def bind(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of the call, validated and coerced (ToolArgumentsError)."""
+        try:
+            parsed = self.model.model_validate(arguments)
+        except pydantic.ValidationError as exc:
+            raise ToolArgumentsError(
+                tool, _problems((error["loc"], error["msg"]) for error in exc.errors())
+            ) from None
+        given = parsed.model_fields_set
+        # Only what the model sent: a missing argument takes the function's own
+        # default (the very object, not pydantic's copy of it).
+        return {name: getattr(parsed, field) for field, name in self.fields if field in given}
+
+
+@attrs.frozen(slots=True)
 class FunctionTool:
-    """A :class:`Tool` made from a Python function by :func:`tool`."""
+    """A :class:`Tool` made from a Python function, usually by :func:`tool`.
+
+    A ``FunctionTool`` made by ``@tool`` validates and coerces its arguments
+    with pydantic from the function's signature. One built by hand with its
+    own ``parameters`` has that schema checked here (a
+    :class:`~raf.ToolSchemaError` when it is not a valid JSON Schema) and
+    its arguments checked against it, as any other tool.
+    """
 
     fn: Callable[..., Any]
     name: str
     description: str
     parameters: Mapping[str, Any]
     in_thread: bool = False
-    _converters: Mapping[str, Callable[[Any], Any]] = attrs.field(factory=dict, repr=False)
+    _signature: _Signature | None = attrs.field(
+        default=None, kw_only=True, repr=False, eq=False, alias="_signature"
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self._signature is None:
+            _validator(self)  # refuse a malformed schema now, not at the first call
 
     async def invoke(self, arguments: Mapping[str, Any]) -> Any:
-        """Call the function with ``arguments`` as keyword arguments."""
-        kwargs = dict(arguments)
-        for name, convert in self._converters.items():
-            if name in kwargs and kwargs[name] is not None:
-                kwargs[name] = convert(kwargs[name])
+        """Check ``arguments``, then call the function with them as keyword arguments.
+
+        Arguments that do not fit raise :class:`~raf.ToolArgumentsError`
+        before the function is called.
+        """
+        if self._signature is not None:
+            kwargs = self._signature.bind(self.name, arguments)
+        else:
+            check_tool_arguments(self, arguments)
+            kwargs = dict(arguments)
         if self.in_thread:
             return await anyio.to_thread.run_sync(lambda: self.fn(**kwargs))
         result = self.fn(**kwargs)
@@ -85,12 +147,16 @@ def tool(
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a :class:`Tool` from a sync or async function.
 
-    The schema comes from the type hints (``int``, ``float``, ``str``,
-    ``bool``, ``list[...]``, ``dict[str, ...]``, ``Literal``, enums,
-    ``Optional``, ``Annotated[T, "description"]``), defaults make a
-    parameter optional, and the description is the docstring's first
-    paragraph; ``Args:`` entries describe the parameters. A blocking sync
-    function should say ``in_thread=True`` so it runs in a worker thread.
+    Each parameter's type hint is read by pydantic: it gives the JSON Schema
+    shown to the model, and each call's arguments are validated and coerced
+    into the declared types before the function runs (``int``, ``float``,
+    ``str``, ``bool``, ``list``, ``set``, ``tuple``, ``dict``, ``Literal``,
+    enums, ``TypedDict``, dataclasses, pydantic models, ``Optional``,
+    ``Annotated[int, Field(ge=1)]``, ...). Defaults make a parameter
+    optional; ``Annotated[T, "text"]``, ``Field(description=...)`` or a
+    Google-style ``Args:`` section describe it. The description is the
+    docstring's first paragraph. A blocking sync function should say
+    ``in_thread=True`` so it runs in a worker thread.
 
     >>> @tool
     ... def add(a: int, b: int = 1) -> int:
@@ -108,61 +174,326 @@ def tool(
                 f"@tool(in_thread=True) is for blocking sync functions; "
                 f"{function.__name__} is async and runs on the event loop already"
             )
-        parameters, _ = schema_for_function(function)
-        text = description if description is not None else description_from_docstring(function)
+        signature, parameters = _describe(function)
+        text = description if description is not None else _docstring_summary(function)
         return FunctionTool(
-            function,
-            name or function.__name__,
-            text,
-            parameters,
-            in_thread,
-            _enum_converters(function),
+            function, name or function.__name__, text, parameters, in_thread, _signature=signature
         )
 
     return make if fn is None else make(fn)
 
 
-def _enum_converters(fn: Callable[..., Any]) -> dict[str, Callable[[Any], Any]]:
-    """For each parameter whose hint holds an enum, how to turn JSON into members."""
-    found: dict[str, Callable[[Any], Any]] = {}
-    for name, hint in typing.get_type_hints(fn).items():
-        convert = _enum_converter(hint)
-        if convert is not None and name != "return":
-            found[name] = convert
+# -- @tool: a pydantic model from the signature ----------------------------------------
+
+
+class _ToolJsonSchema(GenerateJsonSchema):
+    """pydantic's JSON Schema without the titles it derives from names (noise to a model)."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def generate(self, schema: CoreSchema, mode: JsonSchemaMode = "validation") -> JsonSchemaValue:
+        result = super().generate(schema, mode)
+        result.pop("title", None)
+        return result
+
+
+_CONFIG = pydantic.ConfigDict(extra="forbid")
+
+
+def _describe(fn: Callable[..., Any]) -> tuple[_Signature, dict[str, Any]]:
+    """The pydantic model of ``fn``'s parameters, and the JSON Schema made from it."""
+    where = f"tool {fn.__name__}"
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except NameError as exc:
+        raise TypeError(
+            f"{where}: cannot resolve its type hints ({exc}); the types must be "
+            "importable from the function's module (under `from __future__ import "
+            "annotations`, a class defined inside a function is not)"
+        ) from exc
+    documented = _docstring_args(inspect.getdoc(fn) or "")
+    definitions: dict[str, Any] = {}
+    fields: list[tuple[str, str]] = []
+    for index, (name, parameter) in enumerate(inspect.signature(fn).parameters.items()):
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise TypeError(f"{where}: *args and **kwargs cannot be described to a model")
+        if parameter.kind is parameter.POSITIONAL_ONLY:
+            raise TypeError(f"{where}: parameter {name!r} is positional-only")
+        if name not in hints:
+            raise TypeError(f"{where}: parameter {name!r} needs a type hint")
+        if isinstance(parameter.default, FieldInfo):
+            raise TypeError(
+                f"{where}: parameter {name!r}: write `{name}: Annotated[T, Field(...)] = default`, "
+                "not `= Field(...)`, so that the function keeps a usable default"
+            )
+        # Field names of our own, the parameter's name as the alias: a parameter
+        # may be called `json`, `model_config` or `_x` without clashing with
+        # BaseModel's namespace.
+        field = f"p{index}"
+        hint = hints[name]
+        default = ... if parameter.default is parameter.empty else parameter.default
+        described = _description(hint, documented.get(name))
+        # description=None would count as set and hide a Field(description=...) in the hint
+        info = (
+            pydantic.Field(default, alias=name)
+            if described is None
+            else pydantic.Field(default, alias=name, description=described)
+        )
+        definitions[field] = (hint, info)
+        fields.append((field, name))
+    try:
+        with warnings.catch_warnings():
+            # pydantic warns and leaves a default that is not JSON out of the
+            # schema: refuse it where the mistake is made instead.
+            warnings.simplefilter("error", pydantic.json_schema.PydanticJsonSchemaWarning)
+            model = pydantic.create_model(
+                f"{fn.__name__}_arguments", __config__=_CONFIG, **definitions
+            )
+            schema = model.model_json_schema(schema_generator=_ToolJsonSchema)
+    except _PYDANTIC_REFUSALS:
+        raise _refusal(where, definitions, fields) from None
+    schema.setdefault("required", [])  # some APIs want the list even when empty
+    return _Signature(model, tuple(fields)), schema
+
+
+def _description(hint: Any, documented: str | None) -> str | None:
+    """A parameter's description: ``Annotated[T, "text"]``, else the docstring's ``Args:``.
+
+    pydantic ignores plain strings in ``Annotated``; a ``Field(description=...)``
+    there wins over both, and pydantic applies it itself.
+    """
+    metadata = get_args(hint)[1:] if get_origin(hint) is Annotated else ()
+    if any(isinstance(m, FieldInfo) and m.description is not None for m in metadata):
+        return None
+    text = [m for m in metadata if isinstance(m, str)]
+    return " ".join(text) if text else documented
+
+
+_PYDANTIC_REFUSALS = (
+    pydantic.PydanticUserError,
+    pydantic.PydanticUndefinedAnnotation,
+    pydantic.json_schema.PydanticJsonSchemaWarning,
+)
+
+
+def _refusal(where: str, definitions: dict[str, Any], fields: list[tuple[str, str]]) -> TypeError:
+    """Why pydantic refused the signature, naming the first parameter it refuses alone."""
+    for field, name in fields:
+        hint, info = definitions[field]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", pydantic.json_schema.PydanticJsonSchemaWarning)
+                pydantic.create_model("probe", **{field: definitions[field]}).model_json_schema()
+        except pydantic.json_schema.PydanticJsonSchemaWarning:
+            return TypeError(
+                f"{where}: parameter {name!r}: its default {info.default!r} is not JSON"
+            )
+        except _PYDANTIC_REFUSALS as exc:
+            # pydantic's first sentence; the rest is advice for model authors
+            reason = str(exc).strip().splitlines()[0].split(". ")[0].rstrip(".")
+            return TypeError(f"{where}: parameter {name!r}: {reason} (type {hint!r})")
+    return TypeError(f"{where}: pydantic cannot describe its parameters")
+
+
+def _docstring_args(doc: str) -> dict[str, str]:
+    """Parameter descriptions from a Google-style ``Args:`` section."""
+    found: dict[str, str] = {}
+    lines = doc.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() in _ARGS_HEADINGS)
+    except StopIteration:
+        return found
+    indent: int | None = None
+    current: str | None = None
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        if depth == 0:
+            break  # the next section
+        if indent is None:
+            indent = depth
+        head, sep, text = line.strip().partition(":")
+        name = head.split("(")[0].strip()
+        if depth == indent and sep and name.isidentifier():
+            current = name
+            found[name] = text.strip()
+        elif current is not None:
+            found[current] = f"{found[current]} {line.strip()}".strip()
     return found
 
 
-def _enum_converter(hint: Any) -> Callable[[Any], Any] | None:
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint
-    origin, args = get_origin(hint), get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = [c for c in map(_enum_converter, args) if c is not None]
-        return partial(_first_fit, options) if options else None
-    if origin in (dict, Mapping) and len(args) == 2:
-        value = _enum_converter(args[1])
-        return None if value is None else partial(_convert_values, value)
-    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-        return None  # fixed-length tuples of enums are too rare to be worth a converter
-    if origin is not None and args and origin not in (dict, Mapping, typing.Literal):
-        # list[E], set[E], tuple[E, ...]: the model sends a JSON array of values
-        item = _enum_converter(args[0])
-        return None if item is None else partial(_convert_items, item)
-    return None
+_ARGS_HEADINGS = frozenset({"Args:", "Arguments:", "Parameters:"})
 
 
-def _first_fit(options: list[Callable[[Any], Any]], value: Any) -> Any:
-    for convert in options:
-        try:
-            return convert(value)
-        except (ValueError, TypeError):
+def _docstring_summary(fn: Callable[..., Any]) -> str:
+    """The first paragraph of ``fn``'s docstring, on one line."""
+    doc = inspect.getdoc(fn) or ""
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
+# -- any other tool: jsonschema against its parameters ---------------------------------
+
+
+def check_tool_schema(name: str, schema: object) -> None:
+    """Raise :class:`~raf.ToolSchemaError` unless ``schema`` is a valid JSON Schema.
+
+    ``name`` is the tool's, for the message. The schema must be JSON (a
+    mapping of strings, numbers, booleans, ``None``, lists and mappings) and
+    valid against the metaschema of its ``$schema`` (draft 2020-12 when it
+    names none or one that jsonschema does not know). Call it where tools
+    come from elsewhere (an MCP server's listing, an API description), so a
+    bad one is refused where it is found.
+
+    >>> from raf import ToolSchemaError
+    >>> try:
+    ...     check_tool_schema("search", {"type": "object", "properties": []})
+    ... except ToolSchemaError as exc:
+    ...     print(exc)
+    tool 'search' has an invalid parameters schema: at properties: [] is not of type 'object'
+    """
+    _build_validator(name, schema)
+
+
+def check_tool_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
+    """Check ``arguments`` against ``tool.parameters`` with jsonschema.
+
+    Raises :class:`~raf.ToolArgumentsError` naming each misfit with its
+    path, or :class:`~raf.ToolSchemaError` when the schema itself is not
+    valid. The validator is built once per tool (and per ``parameters``
+    object) and kept. This checks, it does not coerce: a ``@tool`` function
+    gets coercion from its own signature instead.
+    """
+    validator = _validator(tool)
+    try:
+        # a bound on the errors collected: 100,000 wrong items need not make 100,000 messages
+        errors = list(itertools.islice(validator.iter_errors(arguments), _MAX_ERRORS + 1))
+    except RecursionError:
+        raise ToolArgumentsError(tool.name, ("the arguments are nested too deeply",)) from None
+    except referencing.exceptions.Unresolvable as exc:
+        raise ToolSchemaError(tool.name, f"a $ref cannot be resolved: {exc}") from None
+    if errors:
+        more = len(errors) > _MAX_ERRORS
+        errors = sorted(errors[:_MAX_ERRORS], key=lambda error: _path_order(error.absolute_path))
+        found = ((error.absolute_path, error.message) for error in errors)
+        raise ToolArgumentsError(tool.name, _problems(found, more=more))
+
+
+_MAX_ERRORS = 1000
+
+
+def _path_order(location: Iterable[Any]) -> tuple[tuple[int, int, str], ...]:
+    """Sorts paths in document order: ``n[2]`` before ``n[10]``."""
+    return tuple((0, part, "") if isinstance(part, int) else (1, 0, str(part)) for part in location)
+
+
+_CACHE_SIZE = 1024
+#: id(tool) -> (the tool or a weak reference to it, its parameters object, the validator
+#: or what is wrong with the schema); the identity checks make a reused id harmless,
+#: the size bound (oldest out first) keeps it small.
+_validators: dict[int, tuple[object, object, Validator | str]] = {}
+_validators_lock = threading.Lock()
+
+
+def _validator(tool: Tool) -> Validator:
+    parameters = tool.parameters
+    key = id(tool)
+    entry = _validators.get(key)
+    if entry is not None:
+        held, schema, built = entry
+        alive = held() if isinstance(held, weakref.ref) else held
+        if alive is tool and schema is parameters:
+            if isinstance(built, str):
+                raise ToolSchemaError(tool.name, built)  # a fresh one: no traceback piles up
+            return built
+    result: Validator | str
+    try:
+        result = _build_validator(tool.name, parameters)
+    except ToolSchemaError as exc:
+        result = exc.problem
+    try:
+        held = weakref.ref(tool)
+    except TypeError:  # not weakly referenceable: hold it (the cache is bounded)
+        held = tool
+    with _validators_lock:  # runs on several event loops in threads must not race here
+        if len(_validators) >= _CACHE_SIZE:
+            del _validators[next(iter(_validators))]
+        _validators[key] = (held, parameters, result)
+    if isinstance(result, str):
+        raise ToolSchemaError(tool.name, result)
+    return result
+
+
+_NO_REMOTE_REFS = referencing.Registry()  # a tool's $ref never reaches the network
+
+
+def _build_validator(name: str, schema: object) -> Validator:
+    if not isinstance(schema, Mapping):
+        raise ToolSchemaError(name, f"expected a JSON object, got {type(schema).__name__}")
+    try:
+        plain = _plain_json(schema)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ToolSchemaError(name, f"not JSON: {exc}") from None
+    declared = plain.get("$schema")
+    if declared is not None and not isinstance(declared, str):
+        raise ToolSchemaError(name, f"at $schema: {declared!r} is not of type 'string'")
+    cls = jsonschema.validators.validator_for(plain, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(plain)
+    except jsonschema.SchemaError as exc:
+        where = _path(exc.absolute_path)
+        raise ToolSchemaError(
+            name, f"{'at ' + where + ': ' if where else ''}{exc.message}"
+        ) from None
+    except RecursionError:
+        raise ToolSchemaError(name, "nested too deeply") from None
+    return cls(plain, registry=_NO_REMOTE_REFS)
+
+
+def _plain_json(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain copy (dicts and lists) of a schema that may hold read-only mappings and tuples."""
+    text = json.dumps(schema, default=_mapping_as_dict, allow_nan=False)
+    plain: dict[str, Any] = json.loads(text)
+    return plain
+
+
+def _mapping_as_dict(value: object) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} {value!r:.60}")
+
+
+# -- how problems are told ---------------------------------------------------------------
+
+
+def _path(location: Iterable[Any]) -> str:
+    """``items[2].qty`` from ``("items", 2, "qty")``."""
+    text = ""
+    for part in location:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif isinstance(part, str) and part.isidentifier():
+            text += f".{part}" if text else part
+        else:
+            text += f"[{json.dumps(str(part), ensure_ascii=False)}]"
+    return text
+
+
+def _problems(found: Iterable[tuple[Iterable[Any], str]], *, more: bool = False) -> tuple[str, ...]:
+    problems: list[str] = []
+    extra = 0
+    for location, message in found:
+        if len(problems) == MAX_PROBLEMS:
+            extra += 1
             continue
-    return value  # another member of the union (None, int, ...): leave it as sent
-
-
-def _convert_items(convert: Callable[[Any], Any], value: Any) -> Any:
-    return [None if item is None else convert(item) for item in value]
-
-
-def _convert_values(convert: Callable[[Any], Any], value: Any) -> Any:
-    return {key: None if item is None else convert(item) for key, item in value.items()}
+        where = _path(location)
+        text = f"{where}: {message}" if where else message
+        if len(text) > MAX_PROBLEM_CHARS:
+            text = text[: MAX_PROBLEM_CHARS - 3] + "..."
+        problems.append(text)
+    if more:
+        problems.append(f"and more than {extra} more")
+    elif extra:
+        problems.append(f"and {extra} more")
+    return tuple(problems)

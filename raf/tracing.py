@@ -1,9 +1,10 @@
-"""Tracing: report each provider stage and model call as it happens, with its duration."""
+"""Tracing: report each provider stage, model call and tool call as it happens, timed."""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -12,21 +13,33 @@ from raf.context import ContextResult
 from raf.errors import Stage
 from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
-from raf.parallel import ProviderGroup
-from raf.pipeline import ChatRequest, Complete, is_provider
-from raf.providers import provider_name
+from raf.parallel import ProviderGroup, provider_name
+from raf.pipeline import ChatRequest, Complete
+from raf.providers import is_provider
 from raf.sessions.base import Session
 
-__all__ = ["StageEvent", "TracedProvider", "trace_model", "traced_stack"]
+__all__ = [
+    "StageEvent",
+    "TracedProvider",
+    "TracedTool",
+    "trace_model",
+    "traced_stack",
+    "traced_tools",
+]
 
 
 @attrs.frozen(slots=True)
 class StageEvent:
-    """One finished stage: which provider (or ``"model"``), which stage, how long, how it ended."""
+    """One finished stage: which provider (or ``"model"``, or a tool), which stage, how long,
+    how it ended.
+
+    A tool call is ``provider`` the tool's name, ``kind`` ``"tool"``, ``stage``
+    ``"call"``, and ``detail`` its arguments and the size of its result.
+    """
 
     provider: str
     kind: str
-    stage: Stage | Literal["complete"]
+    stage: Stage | Literal["complete", "call"]
     duration_ms: float
     outcome: str
     detail: str = ""
@@ -71,6 +84,10 @@ class TracedProvider:
         result: Any = None
         try:
             result = await self.provider.on_invoking(agent, session, messages, options)
+            if isinstance(result, ContextResult) and result.tools:
+                # The provider's tools are traced too; anything else is left for
+                # the provider layer to refuse as it would untraced.
+                return attrs.evolve(result, tools=traced_tools(result.tools, self._emit))
             return result
         except BaseException as exc:
             error = exc
@@ -159,3 +176,82 @@ def trace_model(emit: Emit) -> Callable[[ChatRequest, Complete[ChatRequest]], An
             emit(StageEvent("model", "chat", "complete", elapsed, _outcome(error), detail))
 
     return middleware
+
+
+#: How much of a tool call's arguments a trace line shows.
+ARGUMENTS_SHOWN = 200
+
+
+def _describe_arguments(arguments: Mapping[str, Any]) -> str:
+    try:
+        text = json.dumps(dict(arguments), ensure_ascii=False, default=str)
+    except ValueError:  # circular structures
+        text = repr(arguments)
+    if len(text) > ARGUMENTS_SHOWN:
+        text = text[:ARGUMENTS_SHOWN] + f"... ({len(text)} chars)"
+    return text
+
+
+def _result_size(result: Any) -> int:
+    """The length of the text the model gets for ``result`` (as the tool loop sends it)."""
+    if isinstance(result, str):
+        return len(result)
+    try:
+        return len(json.dumps(result, ensure_ascii=False, default=str))
+    except ValueError:
+        return len(repr(result))
+
+
+class TracedTool:
+    """Wraps a tool and emits a :class:`StageEvent` after each call: its arguments, the
+    size of its result (in characters, as the model gets it), how long it took.
+
+    ``name``, ``description`` and ``parameters`` are the wrapped tool's.
+    """
+
+    def __init__(self, tool: Any, emit: Emit) -> None:
+        self.tool = tool
+        self._emit = emit
+
+    @property
+    def name(self) -> str:
+        """The wrapped tool's name."""
+        return str(self.tool.name)
+
+    @property
+    def description(self) -> str:
+        """The wrapped tool's description."""
+        return str(self.tool.description)
+
+    @property
+    def parameters(self) -> Mapping[str, Any]:
+        """The wrapped tool's JSON Schema."""
+        parameters: Mapping[str, Any] = self.tool.parameters
+        return parameters
+
+    async def invoke(self, arguments: Mapping[str, Any]) -> Any:
+        """The wrapped call, timed."""
+        started = time.perf_counter()
+        error: BaseException | None = None
+        size: int | None = None
+        try:
+            result = await self.tool.invoke(arguments)
+            size = _result_size(result)
+            return result
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            elapsed = (time.perf_counter() - started) * 1000
+            detail = f"arguments {_describe_arguments(arguments)}"
+            if size is not None:
+                detail += f"; result {_count(size, 'char')}"
+            self._emit(StageEvent(self.name, "tool", "call", elapsed, _outcome(error), detail))
+
+    def __repr__(self) -> str:
+        return f"TracedTool({self.tool!r})"
+
+
+def traced_tools(tools: Sequence[Any], emit: Emit) -> tuple[Any, ...]:
+    """The same tools, each in a :class:`TracedTool` (once: a traced tool stays as it is)."""
+    return tuple(t if isinstance(t, TracedTool) else TracedTool(t, emit) for t in tools)

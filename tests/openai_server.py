@@ -6,6 +6,7 @@ what the real SDK sent from :attr:`OpenAIServer.requests`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -19,13 +20,20 @@ import attrs
 
 @attrs.frozen
 class Reply:
-    """One scripted answer: a status and JSON body, or a dropped connection, maybe late."""
+    """One scripted answer: a status and JSON body, or a dropped connection, maybe late.
+
+    ``raw`` is sent as the body byte for byte instead of ``body`` as JSON (with
+    ``content_type``); ``trickle`` sends the body one byte per that many seconds.
+    """
 
     status: int = 200
     body: Any = None
     headers: Mapping[str, str] = attrs.field(factory=dict)
     delay: float = 0.0
     drop: bool = False
+    raw: bytes | None = None
+    content_type: str = "application/json"
+    trickle: float = 0.0
 
 
 @attrs.frozen
@@ -141,7 +149,19 @@ class OpenAIServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def handle(self) -> None:
+                # The client may go away between requests.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    super().handle()
+
             def do_POST(self) -> None:
+                try:
+                    self._answer()
+                except (BrokenPipeError, ConnectionResetError):
+                    # The client stopped reading (a size bound, a deadline): nothing to do.
+                    self.close_connection = True
+
+            def _answer(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 raw = self.rfile.read(length)
                 body = json.loads(raw) if raw else None
@@ -156,14 +176,22 @@ class OpenAIServer:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                data = json.dumps(reply.body).encode()
+                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 self.send_response(reply.status)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", reply.content_type)
                 self.send_header("content-length", str(len(data)))
                 for key, value in reply.headers.items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(data)
+                if not reply.trickle:
+                    self.wfile.write(data)
+                    return
+                for index in range(len(data)):
+                    self.wfile.write(data[index : index + 1])
+                    self.wfile.flush()
+                    if server._stopping.wait(reply.trickle):
+                        self.close_connection = True  # the client sees the body cut short
+                        return
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

@@ -1,62 +1,83 @@
 """The Session conformance suite: what every Session implementation must do.
 
-A test module runs it for its store by importing the tests and providing a
-``harness`` fixture that yields a :class:`Harness` (see ``test_sessions.py``)::
+Each check is a plain async function of a :class:`Harness` that raises
+``AssertionError`` naming the broken rule; nothing here needs pytest, so the
+suite can run anywhere an event loop runs (``raf.testing.check_session_store``
+wraps it for users).
 
-    from tests.session_conformance import *  # noqa: F403
+A store joins raf's own test run by adding one entry to ``STORES`` in
+``tests/test_sessions.py``: a function that takes pytest's ``tmp_path`` and
+returns an async context manager yielding its harness. Every check in
+:data:`CHECKS` and the property :func:`check_round_trip_of_arbitrary_messages`
+then run against it, on both anyio backends.
+
+A store known only by a factory of fresh sessions is tested through
+:class:`FactoryHarness`, whose ``reopen`` is the session itself.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+import hashlib
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 import anyio
 import attrs
-import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raf import Agent, ChatMessage, Messages, ScriptedChatClient, Session, ToolCall
-from raf.sessions import request_hash
+from raf import (
+    Agent,
+    ChatMessage,
+    InMemoryHistoryProvider,
+    RequestHash,
+    ScriptedChatClient,
+    Session,
+    ToolCall,
+)
+from raf.sessions import REQUEST_HASH_LIMIT, request_hash
 
 __all__ = [
+    "CHECKS",
+    "FactoryHarness",
     "Harness",
+    "check_round_trip_of_arbitrary_messages",
     "conversation",
     "messages_strategy",
-    "test_add_messages_accepts_any_iterable",
-    "test_add_messages_is_all_or_nothing",
-    "test_agent_runs_persist_through_a_history_middleware",
-    "test_concurrent_appends_lose_nothing_and_stay_together",
-    "test_empty_add_changes_nothing",
-    "test_history_keeps_order_across_appends",
-    "test_new_session_is_empty",
-    "test_request_hash_is_the_canonical_sha256",
-    "test_returned_history_is_a_snapshot",
-    "test_round_trip_of_arbitrary_messages",
-    "test_round_trip_survives_reopening",
-    "test_sessions_are_independent",
+    "Check",
+    "run_checks",
 ]
 
 
 class Harness(Protocol):
     """How the suite gets sessions from the store under test."""
 
-    async def new(self, session_id: str) -> Session:
-        """A session with this id (fresh ids are fresh sessions)."""
+    async def new(self) -> Session:
+        """A fresh, empty session (each call a different one)."""
         ...
 
     async def reopen(self, session: Session) -> Session:
-        """The same session as seen by a new store object (a durable store's file reopened)."""
+        """The same session through a new store object (a durable store's file or server
+        opened again); a store that keeps nothing beyond the object returns ``session``."""
         ...
 
 
-_ids = itertools.count()
+@attrs.frozen
+class FactoryHarness:
+    """A harness from a factory of fresh sessions (sync or async); ``reopen`` is the identity."""
 
+    factory: Callable[[], Session | Awaitable[Session]]
 
-def fresh_id() -> str:
-    return f"session-{next(_ids)}"
+    async def new(self) -> Session:
+        made = self.factory()
+        session: Session = await made if inspect.isawaitable(made) else made
+        return session
+
+    async def reopen(self, session: Session) -> Session:
+        return session
 
 
 def conversation() -> list[ChatMessage]:
@@ -99,83 +120,127 @@ def messages_strategy() -> st.SearchStrategy[list[ChatMessage]]:
     return st.lists(message, max_size=8)
 
 
-async def test_new_session_is_empty(harness: Harness) -> None:
-    session_id = fresh_id()
-    session = await harness.new(session_id)
-    assert session.id == session_id
+def _texts(messages: Sequence[ChatMessage]) -> list[str | None]:
+    return [m.content for m in messages]
+
+
+@contextmanager
+def _raises(kind: type[BaseException], fragment: str, rule: str) -> Iterator[None]:
+    try:
+        yield
+    except kind as exc:
+        if fragment not in str(exc):
+            raise AssertionError(
+                f"{rule}: the {kind.__name__} does not say {fragment!r}: {exc}"
+            ) from exc
+    else:
+        raise AssertionError(f"{rule}: no {kind.__name__} was raised")
+
+
+def _check(condition: bool, rule: str, detail: object = "") -> None:
+    if not condition:
+        raise AssertionError(f"{rule}" + (f" (got {detail!r})" if detail != "" else ""))
+
+
+async def _history(session: Session, rule: str) -> tuple[ChatMessage, ...]:
     history = await session.get_messages()
-    assert type(history) is Messages
-    assert history == ()
+    _check(type(history) is tuple, f"{rule}: get_messages() returns a tuple", type(history))
+    _check(
+        all(type(m) is ChatMessage for m in history),
+        f"{rule}: every item of the history is a ChatMessage",
+    )
+    return history
 
 
-async def test_round_trip_survives_reopening(harness: Harness) -> None:
-    session = await harness.new(fresh_id())
+# -- history ---------------------------------------------------------------------------------
+
+
+async def check_new_session_is_empty(harness: Harness) -> None:
+    session = await harness.new()
+    _check(isinstance(session, Session), "a session implements the Session protocol")
+    _check(
+        type(session.id) is str and bool(session.id),
+        "a session's id is a non-empty str",
+        session.id,
+    )
+    other = await harness.new()
+    _check(other.id != session.id, "two new sessions have different ids", other.id)
+    _check(await _history(session, "new session") == (), "a new session's history is empty")
+
+
+async def check_round_trip_survives_reopening(harness: Harness) -> None:
+    rule = "messages come back exactly, also through a reopened store"
+    session = await harness.new()
     await session.add_messages(conversation())
-    assert list(await session.get_messages()) == conversation()
+    _check(list(await _history(session, rule)) == conversation(), rule)
     again = await harness.reopen(session)
-    history = await again.get_messages()
-    assert type(history) is Messages
-    assert list(history) == conversation()
-    assert [type(m) for m in history] == [ChatMessage] * len(history)
+    _check(again.id == session.id, "a reopened session keeps its id", again.id)
+    _check(list(await _history(again, rule)) == conversation(), rule)
 
 
-async def test_history_keeps_order_across_appends(harness: Harness) -> None:
-    session = await harness.new(fresh_id())
+async def check_history_keeps_order_across_appends(harness: Harness) -> None:
+    rule = "the history keeps the order of the appends"
+    session = await harness.new()
     expected: list[ChatMessage] = []
     for turn in range(5):
         batch = [ChatMessage.user(f"q{turn}"), ChatMessage.assistant(f"a{turn}")]
         await session.add_messages(batch)
         expected += batch
-        assert list(await session.get_messages()) == expected
-    assert list(await (await harness.reopen(session)).get_messages()) == expected
+        _check(list(await session.get_messages()) == expected, rule)
+    _check(list(await (await harness.reopen(session)).get_messages()) == expected, rule)
 
 
-async def test_add_messages_accepts_any_iterable(harness: Harness) -> None:
-    session = await harness.new(fresh_id())
+async def check_add_messages_accepts_any_iterable(harness: Harness) -> None:
+    session = await harness.new()
     await session.add_messages(m for m in [ChatMessage.user("a")])
-    await session.add_messages(Messages([ChatMessage.user("b")]))
+    await session.add_messages([ChatMessage.user("b")])
     await session.add_messages((ChatMessage.user("c"),))
-    assert [m.content for m in await session.get_messages()] == ["a", "b", "c"]
+    got = _texts(await session.get_messages())
+    _check(got == ["a", "b", "c"], "add_messages takes a generator, a list or a tuple", got)
 
 
-async def test_add_messages_is_all_or_nothing(harness: Harness) -> None:
-    session = await harness.new(fresh_id())
+async def check_add_messages_is_all_or_nothing(harness: Harness) -> None:
+    rule = "add_messages with a non-ChatMessage item stores none of the batch"
+    session = await harness.new()
     await session.add_messages([ChatMessage.user("kept")])
-    with pytest.raises(TypeError, match=r"\[1\]"):
-        await session.add_messages([ChatMessage.user("lost"), "not a message"])  # type: ignore[list-item]
-    assert [m.content for m in await session.get_messages()] == ["kept"]
-    again = await harness.reopen(session)
-    assert [m.content for m in await again.get_messages()] == ["kept"]
+    bad: list[Any] = [ChatMessage.user("lost"), "not a message"]
+    with _raises(TypeError, "[1]", "add_messages raises a TypeError naming the bad index"):
+        await session.add_messages(bad)
+    _check(_texts(await session.get_messages()) == ["kept"], rule)
+    _check(_texts(await (await harness.reopen(session)).get_messages()) == ["kept"], rule)
 
 
-async def test_empty_add_changes_nothing(harness: Harness) -> None:
-    session = await harness.new(fresh_id())
+async def check_empty_add_changes_nothing(harness: Harness) -> None:
+    session = await harness.new()
     await session.add_messages([ChatMessage.user("x")])
     before = await session.get_messages()
     await session.add_messages([])
-    assert await session.get_messages() == before
+    _check(await session.get_messages() == before, "adding no messages changes nothing")
 
 
-async def test_returned_history_is_a_snapshot(harness: Harness) -> None:
-    session = await harness.new(fresh_id())
+async def check_returned_history_is_a_snapshot(harness: Harness) -> None:
+    session = await harness.new()
     await session.add_messages([ChatMessage.user("first")])
     snapshot = await session.get_messages()
     await session.add_messages([ChatMessage.user("second")])
-    assert [m.content for m in snapshot] == ["first"]
-    assert [m.content for m in await session.get_messages()] == ["first", "second"]
+    _check(_texts(snapshot) == ["first"], "a returned history does not change afterwards")
+    _check(_texts(await session.get_messages()) == ["first", "second"], "the history grows")
 
 
-async def test_sessions_are_independent(harness: Harness) -> None:
-    one = await harness.new(fresh_id())
-    two = await harness.new(fresh_id())
+async def check_sessions_are_independent(harness: Harness) -> None:
+    one = await harness.new()
+    two = await harness.new()
     await one.add_messages([ChatMessage.user("for one")])
     await two.add_messages([ChatMessage.user("for two")])
-    assert [m.content for m in await one.get_messages()] == ["for one"]
-    assert [m.content for m in await two.get_messages()] == ["for two"]
+    await one.touch_request_hash([ChatMessage.user("only one")])
+    _check(_texts(await one.get_messages()) == ["for one"], "sessions do not share history")
+    _check(_texts(await two.get_messages()) == ["for two"], "sessions do not share history")
+    _check(await two.request_hashes() == {}, "sessions do not share request hashes")
 
 
-async def test_concurrent_appends_lose_nothing_and_stay_together(harness: Harness) -> None:
-    session = await harness.new(fresh_id())
+async def check_concurrent_appends_lose_nothing_and_stay_together(harness: Harness) -> None:
+    rule = "concurrent appends lose nothing and each batch stays contiguous"
+    session = await harness.new()
     writers, batch = 40, 5
 
     async def write(writer: int) -> None:
@@ -188,58 +253,178 @@ async def test_concurrent_appends_lose_nothing_and_stay_together(harness: Harnes
             group.start_soon(write, writer)
     for view in (session, await harness.reopen(session)):
         texts = [m.content or "" for m in await view.get_messages()]
-        assert len(texts) == writers * batch
+        _check(len(texts) == writers * batch, rule, len(texts))
         chunks = [texts[i : i + batch] for i in range(0, len(texts), batch)]
         for chunk in chunks:
             writer = chunk[0].split(":")[0]
-            assert chunk == [f"{writer}:{index}" for index in range(batch)]
-        assert sorted(int(chunk[0].split(":")[0]) for chunk in chunks) == list(range(writers))
+            _check(chunk == [f"{writer}:{index}" for index in range(batch)], rule, chunk)
+        firsts = sorted(int(chunk[0].split(":")[0]) for chunk in chunks)
+        _check(firsts == list(range(writers)), rule, firsts)
 
 
-async def test_request_hash_is_the_canonical_sha256(harness: Harness) -> None:
-    session = await harness.new(fresh_id())
-    request = conversation()[:2]
-    digest = await session.touch_request_hash(request)
-    assert digest == request_hash(request)
-    assert len(digest) == 64
-    assert await session.touch_request_hash(list(request)) == digest
-    assert await session.touch_request_hash(request[:1]) != digest
-    # Hashing records, it does not add to the history.
-    assert await session.get_messages() == ()
-
-
-async def test_agent_runs_persist_through_a_history_middleware(harness: Harness) -> None:
-    """A run reads the history and appends its turn: the shape of a history provider."""
-
-    async def history(request: object, call_next: Callable[[object], Awaitable[object]]) -> object:
-        from raf import Invocation
-
-        assert isinstance(request, Invocation)
-        past = await request.session.get_messages()
-        response = await call_next(attrs.evolve(request, messages=past + request.messages))
-        await request.session.add_messages([*request.request_messages, *response.messages])  # type: ignore[attr-defined]
-        return response
-
+async def check_agent_runs_persist_through_the_history_provider(harness: Harness) -> None:
+    rule = "runs with InMemoryHistoryProvider read and append the stored history"
     model = ScriptedChatClient(["one", "two"])
-    agent = Agent(model, stack=[history])
-    session = await harness.new(fresh_id())
+    agent = Agent(model, stack=[InMemoryHistoryProvider()])
+    session = await harness.new()
     await agent.run("first", session=session)
     await agent.run("second", session=session)
-    assert [m.content for m in model.requests[1].messages] == ["first", "one", "second"]
-    stored = await (await harness.reopen(session)).get_messages()
-    assert [m.content for m in stored] == ["first", "one", "second", "two"]
+    seen = _texts(model.requests[1].messages)
+    _check(seen == ["first", "one", "second"], rule, seen)
+    stored = _texts(await (await harness.reopen(session)).get_messages())
+    _check(stored == ["first", "one", "second", "two"], rule, stored)
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+# -- request hashes --------------------------------------------------------------------------
+
+
+def _independent_digest(messages: Sequence[ChatMessage]) -> str:
+    """The contract spelled out: SHA-256 of sorted-key, compact, UTF-8 JSON of the messages."""
+    rows = []
+    for m in messages:
+        row: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.name is not None:
+            row["name"] = m.name
+        if m.tool_calls:
+            row["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+            ]
+        if m.tool_call_id is not None:
+            row["tool_call_id"] = m.tool_call_id
+        rows.append(row)
+    canonical = json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+async def check_request_hash_digest_is_the_canonical_sha256(harness: Harness) -> None:
+    rule = "touch_request_hash returns RequestHash(digest=SHA-256 of the canonical JSON)"
+    session = await harness.new()
+    request = conversation()
+    touched = await session.touch_request_hash(request)
+    _check(type(touched) is RequestHash, rule, touched)
+    _check(touched.digest == request_hash(request) == _independent_digest(request), rule, touched)
+    _check(len(touched.digest) == 64 and int(touched.digest, 16) >= 0, rule, touched.digest)
+    again = await session.touch_request_hash(tuple(request))
+    _check(again.digest == touched.digest, "the digest does not depend on the sequence type")
+    other = await session.touch_request_hash(request[:1])
+    _check(other.digest != touched.digest, "different requests have different digests")
+    _check(await session.get_messages() == (), "touching a request hash adds no history")
+
+
+async def check_request_hash_says_whether_it_was_seen(harness: Harness) -> None:
+    session = await harness.new()
+    request = [ChatMessage.user("hello")]
+    first = await session.touch_request_hash(request)
+    _check(first.repeated is False, "a digest the session never recorded is not repeated", first)
+    second = await session.touch_request_hash(list(request))
+    _check(second.repeated is True, "the same request again is repeated", second)
+    other = await session.touch_request_hash([ChatMessage.user("bye")])
+    _check(other.repeated is False, "another request is not repeated", other)
+    again = await (await harness.reopen(session)).touch_request_hash(request)
+    _check(again.repeated is True, "a reopened session remembers its digests", again)
+    fresh = await (await harness.new()).touch_request_hash(request)
+    _check(fresh.repeated is False, "a digest seen by another session is not repeated", fresh)
+
+
+async def check_request_hashes_have_one_shape(harness: Harness) -> None:
+    rule = "request_hashes() is a dict of digest -> unix time last seen, oldest first"
+    session = await harness.new()
+    _check(await session.request_hashes() == {}, "a new session has no request hashes")
+    requests = [[ChatMessage.user(f"r{i}")] for i in range(3)]
+    before = time.time()
+    digests = [(await session.touch_request_hash(r)).digest for r in requests]
+    recorded = await session.request_hashes()
+    _check(type(recorded) is dict, rule, type(recorded))
+    _check(list(recorded) == digests, rule, list(recorded))
+    for seen in recorded.values():
+        _check(type(seen) is float, rule, seen)
+        _check(abs(seen - before) < 300, f"{rule}: the times are unix seconds", seen)
+    _check(
+        list(recorded.values()) == sorted(recorded.values()), f"{rule}: times do not fall", recorded
+    )
+    await session.touch_request_hash(requests[0])
+    moved = list(await session.request_hashes())
+    _check(moved == [*digests[1:], digests[0]], f"{rule}: a touch makes it the newest", moved)
+    recorded = await session.request_hashes()
+    recorded.clear()
+    _check(len(await session.request_hashes()) == 3, "request_hashes() returns a copy")
+    reopened = await (await harness.reopen(session)).request_hashes()
+    _check(list(reopened) == moved, f"{rule}: a reopened session has the same record", reopened)
+
+
+async def check_request_hashes_are_bounded(harness: Harness) -> None:
+    rule = f"a session keeps the last REQUEST_HASH_LIMIT={REQUEST_HASH_LIMIT} digests"
+    session = await harness.new()
+    requests = [[ChatMessage.user(f"turn {i}")] for i in range(REQUEST_HASH_LIMIT + 5)]
+    digests = [(await session.touch_request_hash(r)).digest for r in requests]
+    recorded = list(await session.request_hashes())
+    _check(recorded == digests[-REQUEST_HASH_LIMIT:], rule, len(recorded))
+    reopened = list(await (await harness.reopen(session)).request_hashes())
+    _check(reopened == digests[-REQUEST_HASH_LIMIT:], rule, len(reopened))
+    evicted = await session.touch_request_hash(requests[0])
+    _check(evicted.repeated is False, f"{rule}: an evicted digest is forgotten", evicted)
+    kept = await session.touch_request_hash(requests[-1])
+    _check(kept.repeated is True, f"{rule}: a recent digest is kept", kept)
+    _check(len(await session.request_hashes()) == REQUEST_HASH_LIMIT, rule)
+
+
+async def check_concurrent_touches_record_once(harness: Harness) -> None:
+    rule = "touch_request_hash checks and records in one step: of concurrent touches, one is new"
+    session = await harness.new()
+    request = [ChatMessage.user("double click")]
+    results: list[RequestHash] = []
+
+    async def touch() -> None:
+        results.append(await session.touch_request_hash(request))
+
+    async with anyio.create_task_group() as group:
+        for _ in range(10):
+            group.start_soon(touch)
+    fresh = [r for r in results if not r.repeated]
+    _check(len(fresh) == 1, rule, results)
+    _check(list(await session.request_hashes()) == [request_hash(request)], rule)
+
+
+Check = Callable[[Harness], Awaitable[None]]
+
+#: Every check, in a sensible order (cheap first).
+CHECKS: tuple[Check, ...] = (
+    check_new_session_is_empty,
+    check_round_trip_survives_reopening,
+    check_history_keeps_order_across_appends,
+    check_add_messages_accepts_any_iterable,
+    check_add_messages_is_all_or_nothing,
+    check_empty_add_changes_nothing,
+    check_returned_history_is_a_snapshot,
+    check_sessions_are_independent,
+    check_concurrent_appends_lose_nothing_and_stay_together,
+    check_agent_runs_persist_through_the_history_provider,
+    check_request_hash_digest_is_the_canonical_sha256,
+    check_request_hash_says_whether_it_was_seen,
+    check_request_hashes_have_one_shape,
+    check_request_hashes_are_bounded,
+    check_concurrent_touches_record_once,
 )
-@given(batches=st.lists(messages_strategy(), max_size=4))
-async def test_round_trip_of_arbitrary_messages(
-    harness: Harness, batches: list[list[ChatMessage]]
+
+
+async def check_round_trip_of_arbitrary_messages(
+    harness: Harness, batches: Sequence[Sequence[ChatMessage]]
 ) -> None:
-    session = await harness.new(fresh_id())
+    """The property behind every round trip: whatever is added comes back, also reopened."""
+    rule = "arbitrary messages come back exactly"
+    session = await harness.new()
     for batch in batches:
         await session.add_messages(batch)
     expected = [m for batch in batches for m in batch]
-    assert list(await session.get_messages()) == expected
-    assert list(await (await harness.reopen(session)).get_messages()) == expected
+    _check(list(await session.get_messages()) == expected, rule)
+    _check(list(await (await harness.reopen(session)).get_messages()) == expected, rule)
+
+
+async def run_checks(harness: Harness) -> None:
+    """Run every check of :data:`CHECKS` against one harness, in order."""
+    for check in CHECKS:
+        try:
+            await check(harness)
+        except AssertionError as exc:
+            raise AssertionError(f"{check.__name__}: {exc}") from exc
+    await check_round_trip_of_arbitrary_messages(harness, [conversation(), conversation()[::-1]])

@@ -327,14 +327,20 @@ def expected_journal(scenario: Scenario) -> list[tuple[Any, ...]]:
         outcome = "response" if scenario.ending == "ok" else scenario.ending
     else:
         outcome = "pre_error"
+    # A failed post stage of a successful run does not change what the providers outside
+    # it see, up to the next middleware: that one sees the ProviderError, as a caller would.
+    failed_post = False
     for item in reversed(scenario.reached):
         if item.kind == "middleware":
+            if failed_post and outcome == "response":
+                outcome = "post_error"
             journal.append(("mw-out", item.name, outcome))
             continue
         for m in reversed(item.members):
             spec = scenario.providers[m]
             if not spec.fail_pre:
                 journal.append(("post", spec.name, outcome))
+                failed_post = failed_post or spec.fail_post
     return journal
 
 

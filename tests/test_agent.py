@@ -27,7 +27,6 @@ from raf import (
     ContextResult,
     InMemorySession,
     Invocation,
-    Messages,
     ProviderError,
     ScriptedChatClient,
     ToolCall,
@@ -35,6 +34,7 @@ from raf import (
     tool,
 )
 from raf.sessions import request_hash
+from raf.sessions.base import RequestHash
 
 pytestmark = pytest.mark.anyio
 
@@ -120,8 +120,8 @@ async def test_tool_conflicts_with_providers_are_raised_before_the_model_is_call
     with pytest.raises(ToolConflictError, match="'search'") as caught:
         await agent.run("go")
     assert caught.value.name == "search"
-    first = "the agent" if agent_tools else "providers"
-    assert f"one from {first}, one from providers" in str(caught.value)
+    first, second = ("the agent", "docs") if agent_tools else ("provider 'docs'", "web")
+    assert f"one from {first}, one from provider '{second}'" in str(caught.value)
     assert client.requests == []
 
 
@@ -235,7 +235,6 @@ async def test_default_options_leave_the_choices_to_the_client() -> None:
         ChatMessage.user("hello"),
         [ChatMessage.user("hello")],
         (ChatMessage.user("hello"),),
-        Messages([ChatMessage.user("hello")]),
     ],
 )
 async def test_run_accepts_str_message_or_sequence(given: Any) -> None:
@@ -250,8 +249,8 @@ async def test_run_accepts_str_message_or_sequence(given: Any) -> None:
         (42, "got int"),
         (None, "got NoneType"),
         ({"role": "user", "content": "hi"}, "got dict"),
-        ([ChatMessage.user("a"), "b"], r"Messages\[1\] must be a ChatMessage"),
-        (b"hi", r"Messages\[0\] must be a ChatMessage, got int"),
+        ([ChatMessage.user("a"), "b"], r"\[1\] must be a ChatMessage"),
+        (b"hi", r"\[0\] must be a ChatMessage, got int"),
     ],
 )
 async def test_run_rejects_anything_else(given: Any, problem: str) -> None:
@@ -309,7 +308,7 @@ async def test_touch_request_hash_is_called_with_the_request_messages() -> None:
     touched: list[tuple[ChatMessage, ...]] = []
 
     class Recording(InMemorySession):
-        async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> str:
+        async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
             touched.append(tuple(messages))
             return await super().touch_request_hash(messages)
 
@@ -321,7 +320,7 @@ async def test_touch_request_hash_is_called_with_the_request_messages() -> None:
     )
     await agent.run(REQUEST, session=session)
     assert touched == [tuple(REQUEST)]  # not the instructions, not what was injected
-    assert list(session.request_hashes) == [independent_digest(REQUEST)]
+    assert list(await session.request_hashes()) == [independent_digest(REQUEST)]
 
 
 def test_request_hash_is_stable_across_processes() -> None:
@@ -627,3 +626,100 @@ async def test_the_agent_is_passed_to_providers() -> None:
     await agent.run("hi", options=options)
     assert got == [(agent, (ChatMessage.user("hi"),), options)]
     assert "helper" in repr(agent)
+
+
+# -- review of the core: read-only agents, mistakes caught when the agent is built -------
+
+
+def test_agent_attributes_are_read_only() -> None:
+    agent = Agent(ScriptedChatClient(["ok"]), tools=[named_tool("a")])
+    with pytest.raises(AttributeError, match="read-only"):
+        agent.tools = (named_tool("b"),)  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="read-only"):
+        agent.stack = ()  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="read-only"):
+        agent.anything = 1  # type: ignore[attr-defined]
+    assert [t.name for t in agent.tools] == ["a"]
+
+
+def test_a_provider_class_instead_of_an_instance_is_refused() -> None:
+    class Notes(ContextProvider):
+        pass
+
+    with pytest.raises(TypeError, match=r"stack\[0\] is the class Notes.*Notes\(\.\.\.\)"):
+        Agent(ScriptedChatClient(), stack=[Notes])
+
+
+def test_a_plain_def_stage_is_refused() -> None:
+    class Sync(ContextProvider):
+        def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:  # type: ignore[override]
+            return ContextResult()
+
+    class SyncPost(ContextProvider):
+        def on_invoked(self, *args: Any) -> None:  # type: ignore[override]
+            pass
+
+    with pytest.raises(TypeError, match=r"on_invoking must be a coroutine function.*async def"):
+        Agent(ScriptedChatClient(), stack=[Sync()])
+    with pytest.raises(TypeError, match=r"on_invoked must be a coroutine function"):
+        Agent(ScriptedChatClient(), stack=[SyncPost()])
+
+
+def test_a_plain_function_in_tools_hints_at_the_decorator() -> None:
+    def search(query: str) -> str:
+        return query
+
+    with pytest.raises(TypeError, match=r"tools\[0\] is not a Tool.*@raf\.tool"):
+        Agent(ScriptedChatClient(), tools=[search])  # type: ignore[list-item]
+
+
+async def test_a_session_that_is_not_a_session_is_refused() -> None:
+    agent = Agent(ScriptedChatClient(["never"]))
+    with pytest.raises(TypeError, match=r"session must be a Session.*got str 'abc'"):
+        await agent.run("hi", session="abc")  # type: ignore[arg-type]
+
+
+async def test_the_run_carries_the_request_hash_and_whether_it_was_seen() -> None:
+    seen: list[tuple[str | None, bool]] = []
+
+    async def watch(invocation: Invocation, call_next: Any) -> AgentResponse:
+        seen.append((invocation.request_hash, invocation.repeated))
+        response: AgentResponse = await call_next(invocation)
+        return response
+
+    agent = Agent(ScriptedChatClient(["one", "two", "three"]), stack=[watch])
+    session = InMemorySession()
+    await agent.run("hi", session=session)
+    await agent.run("hi", session=session)  # the client retried the same turn
+    await agent.run("other", session=session)
+    digest = request_hash([ChatMessage.user("hi")])
+    assert seen == [
+        (digest, False),
+        (digest, True),
+        (request_hash([ChatMessage.user("other")]), False),
+    ]
+
+
+def test_run_sync_runs_one_turn_from_synchronous_code() -> None:
+    assert Agent(ScriptedChatClient(["ok"])).run_sync("hi").text == "ok"
+
+
+async def test_run_sync_inside_an_event_loop_says_to_await() -> None:
+    with pytest.raises(RuntimeError, match=r"await agent\.run"):
+        Agent(ScriptedChatClient(["ok"])).run_sync("hi")
+
+
+async def test_async_with_closes_the_client_and_the_stack_items() -> None:
+    closed: list[str] = []
+
+    class Client(ScriptedChatClient):
+        async def aclose(self) -> None:
+            closed.append("client")
+
+    class Closable(ContextProvider):
+        async def aclose(self) -> None:
+            closed.append("provider")
+
+    async with Agent(Client(["ok"]), stack=[Closable()]) as agent:
+        assert (await agent.run("hi")).text == "ok"
+    assert closed == ["provider", "client"]

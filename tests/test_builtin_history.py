@@ -12,7 +12,6 @@ from raf import (
     ChatMessage,
     InMemoryHistoryProvider,
     InMemorySession,
-    Messages,
     ScriptedChatClient,
     ToolCall,
     tool,
@@ -115,7 +114,7 @@ async def test_history_snapshot_is_passed_through_without_copying() -> None:
     snapshot = await session.get_messages()
     result = await InMemoryHistoryProvider().on_invoking(None, session, (), None)  # type: ignore[arg-type]
     assert result.messages is snapshot
-    assert type(result.messages) is Messages
+    assert type(result.messages) is tuple
 
 
 async def test_empty_session_injects_nothing_and_inject_false_keeps_persisting() -> None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raf import Agent, ChatMessage, KnowledgeProvider, Passage, ScriptedChatClient
+from raf.builtin import knowledge
 from raf.builtin.knowledge import (
     BM25Index,
     FolderRetriever,
@@ -189,4 +196,138 @@ def test_singular_and_plural_match() -> None:
         [Passage("Refunds take five business days.", "billing.md:6"), Passage("cats", "c")]
     )
     assert [p.source for p in index.search("How do I get a refund?", 3)] == ["billing.md:6"]
-    assert tokenize("queries boxes refunds glass bus") == tokenize("query boxe refund glass bus")
+    assert tokenize("queries boxes refunds glass bus") == tokenize("query box refund glass bus")
+
+
+@contextlib.contextmanager
+def rescued_after(fifo: Path, seconds: float) -> Iterator[list[bool]]:
+    """If the test still runs after ``seconds``, open ``fifo`` to free a reader blocked on it.
+
+    Yields a flag that says whether that was needed: a bounded way to prove
+    "never blocks" that leaves no thread stuck when it fails.
+    """
+    done = threading.Event()
+    rescued = [False]
+
+    def watch() -> None:
+        if not done.wait(seconds):
+            rescued[0] = True
+            os.close(os.open(fifo, os.O_RDWR | os.O_NONBLOCK))
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield rescued
+    finally:
+        done.set()
+        thread.join()
+
+
+@pytest.mark.parametrize("make", [KnowledgeProvider.folder, KnowledgeProvider.wiki])
+async def test_only_regular_files_beneath_the_root_are_read(
+    docs: Path, outside: Path, make: Callable[[Path], KnowledgeProvider]
+) -> None:
+    (outside / "leak.md").write_text("# Router\n\nreset router top secret")
+    (docs / "link-out.md").symlink_to(outside / "leak.md")
+    (docs / "dir-out").symlink_to(outside, target_is_directory=True)
+    (docs / "alias.md").symlink_to(docs / "network" / "router.md")
+    os.link(outside / "secret.txt", docs / "hard.md")
+    os.mkfifo(docs / "pipe.md")
+    client = ScriptedChatClient(["ok"])
+    with rescued_after(docs / "pipe.md", 30) as rescued:
+        await Agent(client, stack=[make(docs)]).run("reset the router, top secret")
+    assert rescued == [False], "reading the knowledge folder blocked on a FIFO"
+    system = client.requests[0].messages[0].content or ""
+    assert "top secret" not in system
+    assert "source: network/router.md:1" in system or make is KnowledgeProvider.wiki
+    for skipped in ("alias.md", "link-out", "dir-out"):  # symlinks, even to a file inside
+        assert skipped not in system
+
+
+ZERO_PROBE = """
+import resource, sys
+# Unsafe code reads /dev/zero until memory runs out: make that a MemoryError here.
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from raf.builtin.knowledge import FolderRetriever, WikiRetriever
+print([p.source for p in FolderRetriever(sys.argv[1])._build().passages])
+print([p.source for p in WikiRetriever(sys.argv[1])._build().index.passages])
+"""
+
+
+def test_a_symlink_to_dev_zero_is_not_read(tmp_path: Path) -> None:
+    (tmp_path / "z.md").symlink_to("/dev/zero")
+    (tmp_path / "page.md").write_text("a page")
+    done = subprocess.run(
+        [sys.executable, "-c", ZERO_PROBE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["['page.md:1']", "['page.md:1']"]
+
+
+def test_a_file_is_read_only_up_to_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "small.md").write_text("zebra small")
+    (tmp_path / "big.md").write_text("zebra " * 100)
+    monkeypatch.setattr(knowledge, "_MAX_FILE_BYTES", 50)
+    index = FolderRetriever(tmp_path)._build()
+    assert [p.source for p in index.passages] == ["small.md:1"]
+
+
+@pytest.mark.parametrize(
+    ("plural", "singular"),
+    [
+        # the cases of the review: "es" after a sibilant
+        ("classes", "class"),
+        ("addresses", "address"),
+        ("indexes", "index"),
+        ("statuses", "status"),
+        # kept from before
+        ("queries", "query"),
+        ("refunds", "refund"),
+        ("boxes", "box"),
+        ("notes", "note"),
+        ("releases", "release"),
+        ("employees", "employee"),
+        ("keys", "key"),
+        # every rule, and singulars that end like a stem plus "e"
+        ("processes", "process"),
+        ("buzzes", "buzz"),
+        ("matches", "match"),
+        ("wishes", "wish"),
+        ("fixes", "fix"),
+        ("buses", "bus"),
+        ("viruses", "virus"),
+        ("uses", "use"),
+        ("causes", "cause"),
+        ("houses", "house"),
+        ("caches", "cache"),
+        ("axes", "axe"),
+        ("movies", "movie"),
+        ("ties", "tie"),
+    ],
+)
+def test_a_plural_matches_its_singular(plural: str, singular: str) -> None:
+    assert tokenize(plural) == tokenize(singular)
+    assert tokenize(plural.capitalize()) == tokenize(singular)
+
+
+@pytest.mark.parametrize("word", ["glass", "bus", "status", "gas", "less", "address", "campus"])
+def test_words_that_only_look_plural_keep_their_form(word: str) -> None:
+    assert tokenize(word) == [word]
+
+
+def test_a_plural_query_finds_a_singular_passage() -> None:
+    index = BM25Index(
+        [
+            Passage("Each class has an index and a status.", "a.md:1"),
+            Passage("Send it to this address.", "b.md:1"),
+            Passage("cats", "c"),
+        ]
+    )
+    assert [p.source for p in index.search("classes indexes statuses", 3)] == ["a.md:1"]
+    assert [p.source for p in index.search("addresses", 3)] == ["b.md:1"]

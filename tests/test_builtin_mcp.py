@@ -7,11 +7,16 @@ starts in milliseconds. One test uses the ``mcp`` SDK's own server.
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
+import anyio
 import pytest
+from structlog.testing import capture_logs
 
 pytest.importorskip("mcp")
 
@@ -216,3 +221,144 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "mcp", None)
     with pytest.raises(ConfigError, match=r"pip install 'raf\[mcp\]'"):
         McpToolsProvider("server")
+
+
+# -- servers that never answer or exit at once: a McpError within ``timeout`` -------------------
+
+SILENT_SERVER = textwrap.dedent(
+    """
+    import os, sys
+    with open(sys.argv[1], "w") as pid:
+        pid.write(str(os.getpid()))
+    for line in sys.stdin:  # reads every request, answers none
+        pass
+    """
+)
+
+QUITTING_SERVER = textwrap.dedent(
+    """
+    import sys
+    sys.stderr.write("quitting server: no configuration\\n")
+    sys.exit(3)
+    """
+)
+
+MUTE_AFTER_HELLO = textwrap.dedent(
+    """
+    import json, sys
+    for line in sys.stdin:  # answers initialize, then nothing
+        message = json.loads(line)
+        if message.get("method") == "initialize":
+            result = {"protocolVersion": message["params"]["protocolVersion"],
+                      "capabilities": {"tools": {}}, "serverInfo": {"name": "mute", "version": "1"}}
+            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}))
+            sys.stdout.write("\\n")
+            sys.stdout.flush()
+    """
+)
+
+BOUND = 30  # generous: proves "does not hang", not a speed
+
+
+@pytest.fixture
+def errlog(tmp_path: Path) -> Iterator[TextIO]:
+    with open(tmp_path / "server-stderr.log", "w") as log:
+        yield log
+
+
+def server(tmp_path: Path, source: str, *args: str) -> list[str]:
+    script = tmp_path / "server.py"
+    script.write_text(source)
+    return [str(script), *args]
+
+
+async def wait_until_gone(pid: int) -> bool:
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        await anyio.sleep(0.05)
+    return False
+
+
+async def use_provider(provider: McpToolsProvider, use: str) -> None:
+    if use == "async with":
+        async with provider:
+            pass
+    elif use == "one-off listing":
+        await provider.tools()
+    else:
+        await Agent(ScriptedChatClient(["never"]), stack=[provider]).run("go")
+
+
+@pytest.mark.parametrize("use", ["async with", "one-off listing"])
+async def test_a_server_that_never_answers_is_an_mcp_error_within_timeout(
+    tmp_path: Path, errlog: TextIO, use: str
+) -> None:
+    pid_file = tmp_path / "server.pid"
+    provider = McpToolsProvider(
+        sys.executable, server(tmp_path, SILENT_SERVER, str(pid_file)), timeout=0.5, errlog=errlog
+    )
+    with anyio.fail_after(BOUND), pytest.raises(McpError) as caught:
+        await use_provider(provider, use)
+    message = str(caught.value)
+    assert "within timeout=0.5s" in message
+    assert ("did not start" if use == "async with" else "start and list its tools") in message
+    assert await wait_until_gone(int(pid_file.read_text()))  # the server was stopped, not leaked
+
+
+@pytest.mark.parametrize("use", ["async with", "one-off listing", "agent run"])
+async def test_a_server_that_exits_at_once_is_an_mcp_error(
+    tmp_path: Path, errlog: TextIO, use: str
+) -> None:
+    provider = McpToolsProvider(
+        sys.executable, server(tmp_path, QUITTING_SERVER), timeout=5, errlog=errlog, name="quits"
+    )
+    with anyio.fail_after(BOUND), pytest.raises((McpError, ProviderError)) as caught:
+        await use_provider(provider, use)
+    error = caught.value
+    if use == "agent run":
+        assert isinstance(error, ProviderError)
+        assert error.provider == "quits"
+        error = error.__cause__  # type: ignore[assignment]
+    assert type(error) is McpError  # not an ExceptionGroup from the SDK's task groups
+    assert str(error).startswith("quits: the MCP server")
+    assert "did not start" in str(error)
+    errlog.flush()
+    assert "quitting server: no configuration" in (tmp_path / "server-stderr.log").read_text()
+
+
+async def test_an_open_server_that_stops_answering_is_an_mcp_error_within_timeout(
+    tmp_path: Path, errlog: TextIO
+) -> None:
+    provider = McpToolsProvider(
+        sys.executable, server(tmp_path, MUTE_AFTER_HELLO), timeout=0.5, errlog=errlog
+    )
+    with anyio.fail_after(BOUND):
+        async with provider:
+            with pytest.raises(McpError, match=r"did not list its tools within timeout=0\.5s"):
+                await provider.tools()
+
+
+async def test_a_tool_with_a_malformed_schema_is_skipped_with_a_warning_naming_it(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "bad_schema_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            '{"name": "picture", "inputSchema": {"type": "object"}}',
+            '{"name": "picture", "inputSchema": '
+            '{"type": "object", "properties": {"x": {"type": 5}}}}',
+        )
+    )
+    log = tmp_path / "log.txt"
+    with capture_logs() as events:
+        async with McpToolsProvider(
+            sys.executable, [str(script), str(log)], tool_prefix="m_"
+        ) as mcp:
+            names = [tool.name for tool in await mcp.tools()]
+    assert names == ["m_add", "m_fail", "m_crash"]
+    skipped = [e for e in events if e["event"] == "mcp.tool_skipped"]
+    assert [e["tool"] for e in skipped] == ["m_picture"]
+    assert "at properties.x.type" in skipped[0]["reason"]

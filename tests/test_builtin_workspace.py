@@ -33,6 +33,10 @@ def assert_no_leak(text: str, *folders: Path) -> None:
     assert "top secret" not in text
 
 
+def names_under(folder: Path) -> list[str]:
+    return [name for _, _, names in os.walk(folder) for name in names]
+
+
 async def test_instructions_describe_the_workspace(root: Path) -> None:
     client = ScriptedChatClient(["ok"])
     await Agent(client, stack=[WorkspaceContextProvider(root)]).run("hi")
@@ -82,7 +86,7 @@ async def test_read_list_and_write(root: Path) -> None:
         ("write_file", {"path": "dir_out/evil.txt", "content": "x"}, "leads outside"),
         ("write_file", {"path": "link_out.txt", "content": "x"}, "leads outside"),
         ("write_file", {"path": "src", "content": "x"}, "is a folder"),
-        ("write_file", {"path": ".", "content": "x"}, "workspace folder itself"),
+        ("write_file", {"path": ".", "content": "x"}, "is the workspace itself"),
         ("write_file", {"path": "a\x00b", "content": "x"}, "NUL byte"),
     ],
 )
@@ -227,3 +231,153 @@ async def test_os_errors_are_reduced_to_their_reason(root: Path) -> None:
     assert result.startswith("Error: tool 'write_file' failed: PathError: cannot write ")
     assert "'notes.md/inside.txt'" in result
     assert str(root) not in result
+
+
+async def test_a_hard_link_is_not_read(root: Path, outside: Path) -> None:
+    os.link(outside / "secret.txt", root / "hard.txt")
+    results = await call_tools(
+        WorkspaceContextProvider(root),
+        ("read_file", {"path": "hard.txt"}),
+        ("write_file", {"path": "hard.txt", "content": "mine"}),
+        ("read_file", {"path": "hard.txt"}),
+    )
+    assert results[0] == (
+        "Error: tool 'read_file' failed: PathError: 'hard.txt' has 2 hard links; a file with "
+        "more than one is not read, since another link to it may lie outside the folder"
+    )
+    # a write replaces the name inside the workspace; the outside file keeps its text
+    assert results[1:] == ["wrote 4 bytes to hard.txt", "mine"]
+    assert (outside / "secret.txt").read_text() == "top secret"
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("write_file", {"path": "a" * 300, "content": "x"}),
+        ("write_file", {"path": "src/" + "a" * 300, "content": "x"}),
+        ("read_file", {"path": "a" * 300}),
+        ("read_file", {"path": "/".join(["d" * 200] * 30)}),
+        ("list_files", {"path": "a" * 300}),
+        ("list_files", {"path": "src/" + "a" * 300 + "/x"}),
+        ("write_file", {"path": "notes.md/x", "content": "x"}),
+        ("list_files", {"path": "notes.md/x"}),
+        ("read_file", {"path": "notes.md/x"}),
+    ],
+)
+async def test_os_errors_name_only_the_path_the_model_gave(
+    root: Path, outside: Path, tool: str, arguments: dict[str, str]
+) -> None:
+    [result] = await call_tools(WorkspaceContextProvider(root), (tool, arguments))
+    assert result.startswith(f"Error: tool {tool!r} failed: PathError: "), result
+    assert str(root.parent) not in result
+    assert "/tmp" not in result
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
+    assert not [name for name in names_under(root) if name.endswith(".tmp")]
+
+
+async def test_a_name_of_the_longest_allowed_length_is_written(root: Path) -> None:
+    name = "n" * 255  # the temporary file's name must not be longer than this one
+    results = await call_tools(
+        WorkspaceContextProvider(root),
+        ("write_file", {"path": name, "content": "long"}),
+        ("read_file", {"path": name}),
+    )
+    assert results == [f"wrote 4 bytes to {name}", "long"]
+
+
+async def test_symlinks_are_followed_while_they_stay_beneath_the_root(
+    root: Path, outside: Path
+) -> None:
+    (root / "src" / "up.md").symlink_to("../notes.md")
+    (root / "src" / "sideways").symlink_to("../src", target_is_directory=True)
+    (root / "src" / "climb.txt").symlink_to("../../outside/secret.txt")
+    (root / "src" / "chain.md").symlink_to("up.md")
+    (root / "abs_in").symlink_to(root / "src", target_is_directory=True)
+    (root / "zero.md").symlink_to("/dev/zero")
+    results = await call_tools(
+        WorkspaceContextProvider(root),
+        ("read_file", {"path": "src/up.md"}),
+        ("read_file", {"path": "src/chain.md"}),
+        ("list_files", {"path": "src/sideways/sideways"}),
+        ("read_file", {"path": "abs_in/main.py"}),
+        ("write_file", {"path": "abs_in/made.txt", "content": "here"}),
+        ("read_file", {"path": "src/climb.txt"}),
+        ("read_file", {"path": "zero.md"}),
+        ("write_file", {"path": "zero.md", "content": "x"}),
+    )
+    assert results[:2] == ["# Notes\nbuy milk\n"] * 2
+    assert "main.py" in results[2].splitlines()
+    assert results[3] == "print('hi')\n"
+    assert results[4] == "wrote 4 bytes to src/made.txt"  # the path beneath the root
+    assert (root / "src" / "made.txt").read_text() == "here"
+    for refused in results[5:]:
+        assert "leads outside the workspace" in refused
+        assert_no_leak(refused, root, outside)
+
+
+async def test_two_workspaces_in_one_agent_with_tool_prefixes(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "f.txt").write_text("in a")
+    (tmp_path / "b" / "f.txt").write_text("in b")
+    first = WorkspaceContextProvider(tmp_path / "a", tool_prefix="a_")
+    second = WorkspaceContextProvider(tmp_path / "b", tool_prefix="b_", writable=False)
+    client = ScriptedChatClient(
+        [
+            ScriptedChatClient.tool_turn(
+                ToolCall("1", "a_read_file", '{"path": "f.txt"}'),
+                ToolCall("2", "b_read_file", '{"path": "f.txt"}'),
+            ),
+            "done",
+        ]
+    )
+    response = await Agent(client, stack=[first, second]).run("go")
+    assert [t.name for t in client.requests[0].options.tools] == [
+        "a_read_file",
+        "a_write_file",
+        "a_list_files",
+        "b_read_file",
+        "b_list_files",
+    ]
+    system = client.requests[0].messages[0].content or ""
+    assert "with the tools a_read_file, a_write_file, a_list_files;" in system
+    assert "with the tools b_read_file, b_list_files;" in system
+    assert [m.content for m in response.messages if m.role == "tool"] == ["in a", "in b"]
+    with pytest.raises(TypeError, match="tool_prefix"):
+        WorkspaceContextProvider(tmp_path, tool_prefix=None)  # type: ignore[arg-type]
+
+
+async def test_symlinks_back_to_the_root_are_folders(root: Path) -> None:
+    (root / "self").symlink_to(root, target_is_directory=True)
+    (root / "dot").symlink_to(".", target_is_directory=True)
+    (root / "src" / "up").symlink_to("..", target_is_directory=True)
+    results = await call_tools(
+        WorkspaceContextProvider(root),
+        ("read_file", {"path": "self"}),
+        ("read_file", {"path": "dot"}),
+        ("read_file", {"path": "src/up"}),
+        ("write_file", {"path": "self", "content": "x"}),
+        ("read_file", {"path": "src/up/src/up/self/dot/notes.md"}),
+        ("list_files", {"path": "src/up"}),
+    )
+    for result in results[:4]:
+        assert result.endswith("is a folder, not a file"), result
+    assert results[4] == "# Notes\nbuy milk\n"
+    assert "notes.md" in results[5].splitlines()
+    assert (root / "self").is_symlink()
+
+
+async def test_absolute_symlinks_may_spell_the_root_as_it_was_given(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "notes.md").write_text("hello")
+    spelled = tmp_path / "spelled"
+    spelled.symlink_to(real, target_is_directory=True)
+    (real / "via-given.md").symlink_to(spelled / "notes.md")
+    (real / "via-real.md").symlink_to(real / "notes.md")
+    results = await call_tools(
+        WorkspaceContextProvider(spelled),
+        ("read_file", {"path": "via-given.md"}),
+        ("read_file", {"path": "via-real.md"}),
+    )
+    assert results == ["hello", "hello"]

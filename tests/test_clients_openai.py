@@ -2,27 +2,48 @@
 
 from __future__ import annotations
 
+import email.utils
+import functools
+import gzip
 import json
+import pickle
 import socket
+import time
+import tracemalloc
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import openai
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from raf import Agent, AgentRunOptions, ChatMessage, ChatOptions, ToolCall, Usage, tool
-from raf.clients.openai import OpenAIChatClient, message_to_wire, tool_to_wire
+from raf.clients import openai as openai_module
+from raf.clients.openai import (
+    _WIRE_CACHE,
+    OpenAIChatClient,
+    _dumps,
+    message_json,
+    message_to_wire,
+    messages_json,
+    retry_after_seconds,
+    tool_to_wire,
+)
 from raf.errors import (
     AuthenticationError,
     BadRequestError,
     ChatClientError,
     ChatConnectionError,
+    ChatProtocolError,
     ChatTimeoutError,
     RateLimitError,
     ServerError,
 )
 from raf.middleware import RetryMiddleware
-from tests.openai_server import OpenAIServer, Reply, completion
+from tests.openai_server import OpenAIServer, Reply, completion, error_body
 
 pytestmark = pytest.mark.anyio
 
@@ -350,4 +371,607 @@ async def test_streaming_through_extra_is_refused_before_sending(server: OpenAIS
         with pytest.raises(BadRequestError, match="'extra_body' must be a mapping"):
             await model.complete([ChatMessage.user("x")], ChatOptions(extra={"extra_body": 3}))
     assert not caught.value.retryable
+    assert server.requests == []
+
+
+# --- The wire body: built by raf, not by the SDK's request transform ---------------------
+
+
+HISTORY = [
+    ChatMessage.system("Be brief."),
+    ChatMessage.user("hi", name="ann"),
+    ChatMessage.assistant("hello"),
+    ChatMessage.user("add 2 and 3 — «quickly» 😀"),
+    ChatMessage.assistant(None, tool_calls=[ToolCall("c1", "add", '{"a": 2, "b": 3}')]),
+    ChatMessage.assistant("both", tool_calls=[ToolCall("c2", "add", "")]),
+    ChatMessage.tool("c1", "5"),
+    ChatMessage.tool("c2", "", name="add"),
+]
+
+
+async def test_the_body_is_what_the_sdks_create_would_send(server: OpenAIServer) -> None:
+    # Differential: the same call through the SDK's own create(), with its transform.
+    options = ChatOptions(
+        model="other",
+        temperature=0.5,
+        max_tokens=9,
+        tool_choice="add",
+        extra={"seed": 3, "vendor_flag": [1, 2], "extra_body": {"top_k": 4}},
+        tools=(add,),
+    )
+    server.answer()
+    server.answer()
+    async with client_for(server) as model:
+        await model.complete(HISTORY, options)
+        await model.client.chat.completions.create(
+            model="other",
+            messages=[message_to_wire(m) for m in HISTORY],  # type: ignore[misc]
+            tools=[tool_to_wire(add)],  # type: ignore[list-item]
+            temperature=0.5,
+            max_tokens=9,
+            tool_choice={"type": "function", "function": {"name": "add"}},
+            seed=3,
+            extra_body={"vendor_flag": [1, 2], "top_k": 4},
+        )
+    ours, sdks = server.requests
+    assert ours.body == sdks.body
+    assert ours.headers["content-type"] == "application/json"
+    assert ours.headers["authorization"] == sdks.headers["authorization"]
+
+
+async def test_transport_options_in_extra_go_to_the_sdk(server: OpenAIServer) -> None:
+    server.answer()
+    extra = {"extra_headers": {"x-team": "raf"}, "extra_query": {"api-version": "1"}, "timeout": 5}
+    async with client_for(server) as model:
+        await model.complete([ChatMessage.user("x")], ChatOptions(extra=extra))
+    (request,) = server.requests
+    assert request.headers["x-team"] == "raf"
+    assert request.path == "/v1/chat/completions?api-version=1"
+    assert set(request.body) == {"model", "messages"}
+
+
+async def test_bad_extra_options_are_refused_before_sending(server: OpenAIServer) -> None:
+    async with client_for(server) as model:
+        for extra, match in [
+            ({"messages": []}, "'messages' is not allowed"),
+            ({"extra_body": {"messages": []}}, "extra_body may not hold 'messages'"),
+            ({"extra_headers": ["x"]}, "'extra_headers' must be a mapping"),
+            ({"seed": object()}, "cannot be sent as JSON"),
+            ({"top_p": float("nan")}, "cannot be sent as JSON"),
+        ]:
+            with pytest.raises(BadRequestError, match=match):
+                await model.complete([ChatMessage.user("x")], ChatOptions(extra=extra))
+    assert server.requests == []
+
+
+def test_each_messages_json_is_cached_with_the_message_held() -> None:
+    message = ChatMessage.user("cached")
+    first = message_json(message)
+    assert message_json(message) is first
+    assert json.loads(first) == message_to_wire(message)
+    # The cache holds the message, so its id cannot be reused while the entry exists.
+    assert any(held is message for _, held, _ in openai_module._WIRE_HELD)
+    assert messages_json([message, message]) == [first, first]
+
+
+def test_the_cache_forgets_the_oldest_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai_module, "_WIRE_CACHE_BYTES", 1000)
+    messages = [ChatMessage.user(f"message {n}" * 10) for n in range(50)]
+    parts = messages_json(messages)
+    assert [json.loads(p)["content"] for p in parts] == [m.content for m in messages]
+    assert id(messages[0]) not in _WIRE_CACHE
+    assert id(messages[-1]) in _WIRE_CACHE
+    assert openai_module._wire_size <= 1000
+    assert sum(size for _, _, size in openai_module._WIRE_HELD) == openai_module._wire_size
+    # Forgotten ones are made again, equal.
+    assert messages_json(messages) == parts
+
+
+def test_equal_messages_are_cached_apart_and_a_bad_one_is_not_cached() -> None:
+    one, two = ChatMessage.user("same"), ChatMessage.user("same")
+    assert message_json(one) == message_json(two)
+    assert message_json(one) is not message_json(two)
+    orphan = ChatMessage("tool", "no id")
+    with pytest.raises(BadRequestError, match=r"messages\[7\]"):
+        message_json(orphan, 7)
+    assert id(orphan) not in _WIRE_CACHE
+    with pytest.raises(BadRequestError, match=r"messages\[1\]"):
+        messages_json([one, orphan])
+
+
+async def test_a_lone_surrogate_in_a_reply_breaks_nothing(server: OpenAIServer) -> None:
+    # json.dumps escapes it as \ud800, as a server would send it.
+    server.answer(content="bad \ud800 text")
+    server.answer(content="fine")
+    async with client_for(server) as model:
+        first = await model.complete([ChatMessage.user("x")], ChatOptions())
+        assert first.text in ("bad \ud800 text", "bad \ufffd text")
+        second = await model.complete([ChatMessage.user("x"), *first.messages], ChatOptions())
+    assert second.text == "fine"
+    assert server.requests[1].body["messages"][1]["content"] in (
+        "bad \ud800 text",
+        "bad \ufffd text",
+    )
+
+
+# --- Malformed replies: a ChatProtocolError that names the problem -----------------------
+
+
+def _reply_with(**message: Any) -> dict[str, Any]:
+    body = completion()
+    body["choices"][0]["message"] = message
+    return body
+
+
+def _null_message() -> dict[str, Any]:
+    body = completion()
+    body["choices"][0]["message"] = None
+    return body
+
+
+def _call(**call: Any) -> dict[str, Any]:
+    return _reply_with(role="assistant", content=None, tool_calls=[call])
+
+
+def _usage(**usage: Any) -> dict[str, Any]:
+    body = completion()
+    body["usage"] = usage
+    return body
+
+
+MALFORMED: list[tuple[str, Reply, str]] = [
+    ("not json", Reply(raw=b"this is not json"), "not JSON"),
+    (
+        "html",
+        Reply(raw=b"<html><body>502 Bad Gateway</body></html>", content_type="text/html"),
+        r"not JSON \(text/html.*502 Bad Gateway",
+    ),
+    ("empty body", Reply(raw=b""), "not JSON"),
+    ("a json list", Reply(body=[completion()]), "the reply is a list, not a JSON object"),
+    ("a json string", Reply(body="ok"), "the reply is a string, not a JSON object"),
+    ("nested deep", Reply(raw=b"[" * 100_000 + b"]" * 100_000), "not JSON"),
+    ("an error in a 200", Reply(body={"error": {"message": "quota"}}), "200 with an error.*quota"),
+    ("choices missing", Reply(body={"id": "x"}), "'choices' is missing"),
+    ("choices an object", Reply(body={"choices": {}}), "'choices' is an object, not a list"),
+    ("choices empty", Reply(body={**completion(), "choices": []}), "no choices"),
+    ("choice a number", Reply(body={**completion(), "choices": [3]}), r"choices\[0\] is a number"),
+    ("message null", Reply(body=_null_message()), r"choices\[0\]\.message is null"),
+    (
+        "content a number",
+        Reply(body=_reply_with(role="assistant", content=5)),
+        r"content is a number \(5\)",
+    ),
+    ("content a list", Reply(body=_reply_with(content=["a"])), "content is a list"),
+    ("refusal a number", Reply(body=_reply_with(content=None, refusal=1)), "refusal is a number"),
+    ("tool_calls an object", Reply(body=_reply_with(tool_calls={})), "tool_calls is an object"),
+    ("call a string", Reply(body=_reply_with(tool_calls=["c"])), r"tool_calls\[0\] is a string"),
+    (
+        "arguments an object",
+        Reply(
+            body=_call(id="c1", type="function", function={"name": "add", "arguments": {"a": 1}})
+        ),
+        r"tool_calls\[0\]\.function\.arguments is an object, not a string of JSON",
+    ),
+    (
+        "id null",
+        Reply(body=_call(id=None, type="function", function={"name": "add", "arguments": "{}"})),
+        r"tool_calls\[0\]\.id is null",
+    ),
+    (
+        "name missing",
+        Reply(body=_call(id="c1", type="function", function={"arguments": "{}"})),
+        r"tool_calls\[0\]\.function\.name is missing",
+    ),
+    (
+        "function null",
+        Reply(body=_call(id="c1", type="function", function=None)),
+        r"tool_calls\[0\]\.function is null",
+    ),
+    (
+        "a custom tool call",
+        Reply(body=_call(id="c1", type="custom", custom={"name": "x", "input": ""})),
+        "'custom' tool call; raf supports function tool calls only",
+    ),
+    ("usage a list", Reply(body={**completion(), "usage": [1]}), "'usage' is a list"),
+    (
+        "tokens a string",
+        Reply(body=_usage(prompt_tokens="5", completion_tokens=1)),
+        r"usage\.prompt_tokens is a string",
+    ),
+    (
+        "tokens a float",
+        Reply(body=_usage(prompt_tokens=5, completion_tokens=1.5)),
+        r"usage\.completion_tokens is a number \(1\.5\)",
+    ),
+    (
+        "tokens a boolean",
+        Reply(body=_usage(prompt_tokens=True)),
+        r"usage\.prompt_tokens is a boolean",
+    ),
+    (
+        "tokens negative",
+        Reply(body=_usage(prompt_tokens=-1)),
+        r"usage\.prompt_tokens is a number \(-1\)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("reply", "match"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED]
+)
+async def test_a_malformed_reply_is_a_protocol_error_that_names_the_problem(
+    server: OpenAIServer, reply: Reply, match: str
+) -> None:
+    server.reply(reply)
+    retry = RetryMiddleware(attempts=3, wait_initial=0)
+    async with client_for(server) as model:
+        with pytest.raises(ChatProtocolError, match=match) as caught:
+            await Agent(model, chat_stack=[retry]).run("x")
+    assert isinstance(caught.value, ChatClientError)
+    assert not caught.value.retryable
+    assert "test-model" in str(caught.value)
+    assert len(server.requests) == 1  # not retried
+
+
+async def test_odd_but_readable_replies_are_accepted(server: OpenAIServer) -> None:
+    # What compatible servers do: no id or object, no usage counts, arguments null.
+    body = _call(id="c1", function={"name": "add", "arguments": None})
+    del body["id"], body["object"]
+    body["usage"] = {"prompt_tokens": None}
+    server.answer(body)
+    async with client_for(server) as model:
+        response = await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert response.messages[0].tool_calls == (ToolCall("c1", "add", "{}"),)
+    assert response.usage == Usage(0, 0)
+    assert response.raw.choices[0].message.tool_calls[0].id == "c1"
+
+
+# --- The whole-call deadline ---------------------------------------------------------------
+
+
+async def test_a_trickling_server_cannot_hold_a_call_past_its_timeout(server: OpenAIServer) -> None:
+    # One byte every 0.25 s: each read is quick, so only a whole-call deadline ends it.
+    server.reply(Reply(body=completion(), trickle=0.25))
+    async with client_for(server, timeout=1.0) as model:
+        with (
+            anyio.fail_after(20),
+            pytest.raises(ChatTimeoutError, match=r"within 1\.0 s") as caught,
+        ):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert caught.value.retryable
+
+
+async def test_the_deadline_covers_the_sdks_retries(server: OpenAIServer) -> None:
+    for _ in range(3):
+        server.reply(Reply(503, error_body("busy"), headers={"retry-after": "3"}))
+    async with client_for(server, timeout=1.0, max_retries=2) as model:
+        with anyio.fail_after(20), pytest.raises(ChatTimeoutError, match="retries included"):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert len(server.requests) == 1
+
+
+async def test_a_cancellation_from_outside_is_not_a_timeout(server: OpenAIServer) -> None:
+    server.reply(Reply(body=completion(), delay=30))
+    async with client_for(server, timeout=60) as model:
+        with anyio.fail_after(20), anyio.move_on_after(0.3) as scope:
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert scope.cancelled_caught
+
+
+async def test_timeout_none_means_no_deadline(server: OpenAIServer) -> None:
+    server.reply(Reply(body=completion(content="slow"), delay=0.2))
+    async with client_for(server, timeout=None) as model:
+        assert (await model.complete([ChatMessage.user("x")], ChatOptions())).text == "slow"
+
+
+def test_bad_timeouts_and_bounds_are_refused() -> None:
+    for timeout in (0, -1, float("nan"), "5", True):
+        with pytest.raises(ValueError, match="timeout"):
+            OpenAIChatClient("m", api_key="k", timeout=timeout)  # type: ignore[arg-type]
+    for size in (0, 1.5, None):
+        with pytest.raises(ValueError, match="max_response_bytes"):
+            OpenAIChatClient("m", api_key="k", max_response_bytes=size)  # type: ignore[arg-type]
+
+
+# --- The size bound ------------------------------------------------------------------------
+
+
+async def test_a_reply_larger_than_the_bound_is_refused(server: OpenAIServer) -> None:
+    big = completion(content="x" * 5000)
+    server.answer(big)
+    server.reply(Reply(raw=json.dumps(big).encode(), headers={"transfer-encoding": "chunked"}))
+    async with client_for(server, max_response_bytes=4096) as model:
+        with pytest.raises(ChatProtocolError, match="larger than max_response_bytes=4096"):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+
+
+@functools.cache
+def _gzip_bomb(inflated: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(1 << 20)
+    parts = [packer.compress(block) for _ in range(inflated >> 20)]
+    return b"".join([*parts, packer.flush()])
+
+
+async def test_a_gzip_bomb_is_not_inflated_whole(server: OpenAIServer) -> None:
+    bomb = _gzip_bomb(512 << 20)  # 512 MiB of zeros in about half a megabyte
+    assert len(bomb) < 1 << 20
+    server.reply(Reply(raw=bomb, headers={"content-encoding": "gzip"}))
+    async with client_for(server, max_response_bytes=1 << 20) as model:
+        tracemalloc.start()
+        try:
+            with anyio.fail_after(20), pytest.raises(ChatProtocolError, match="max_response_bytes"):
+                await model.complete([ChatMessage.user("x")], ChatOptions())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 64 << 20
+
+
+async def test_a_gzipped_reply_within_the_bound_is_read(server: OpenAIServer) -> None:
+    body = gzip.compress(json.dumps(completion(content="zipped")).encode())
+    server.reply(Reply(raw=body, headers={"content-encoding": "gzip"}))
+    async with client_for(server) as model:
+        response = await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert response.text == "zipped"
+
+
+# httpx raises a decoding error from its outer stream generator and leaves the inner one to
+# the garbage collector, which trio reports; the connection itself is closed by raf.
+@pytest.mark.filterwarnings("ignore:Async generator 'httpcore2:ResourceWarning")
+async def test_a_corrupt_gzip_reply_is_a_protocol_error(server: OpenAIServer) -> None:
+    corrupt = gzip.compress(b"{}")[:10] + b"\xff" * 20  # a gzip header, then no valid block
+    server.reply(Reply(raw=corrupt, headers={"content-encoding": "gzip"}))
+    async with client_for(server) as model:
+        with pytest.raises(ChatProtocolError, match="cannot be decompressed"):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+
+
+async def test_a_connection_cut_mid_reply_is_a_connection_error(server: OpenAIServer) -> None:
+    # A content-length promising more than is sent, then the server is stopped.
+    server.reply(Reply(body=completion(), trickle=0.05))
+    async with client_for(server) as model, anyio.create_task_group() as group:
+        group.start_soon(anyio.to_thread.run_sync, _close_soon, server)
+        with anyio.fail_after(20), pytest.raises(ChatConnectionError, match="reading the reply"):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+
+
+def _close_soon(server: OpenAIServer) -> None:
+    time.sleep(0.3)
+    server.close()
+
+
+# --- Retry-After ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after": "3"}, 3.0),
+        ({"retry-after": "0.5"}, 0.5),
+        ({"retry-after-ms": "250"}, 0.25),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({"retry-after": "soon"}, None),
+        ({}, None),
+    ],
+)
+async def test_http_errors_carry_the_servers_retry_after(
+    server: OpenAIServer, headers: dict[str, str], expected: float | None
+) -> None:
+    server.reply(Reply(429, error_body("slow down"), headers=headers))
+    async with client_for(server) as model:
+        with pytest.raises(RateLimitError) as caught:
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert caught.value.retry_after == expected
+
+
+def test_retry_after_as_an_http_date() -> None:
+    now = 1_700_000_000.0
+    later = email.utils.formatdate(now + 120, usegmt=True)
+    assert retry_after_seconds({"retry-after": later}, now=now) == 120.0
+    past = email.utils.formatdate(now - 120, usegmt=True)
+    assert retry_after_seconds({"retry-after": past}, now=now) == 0.0
+    assert retry_after_seconds({"retry-after": "1e999"}) == float("inf")
+    assert retry_after_seconds({"retry-after": "nan"}) is None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ChatClientError("x", status_code=500, retry_after=1.5),
+        RateLimitError("slow", status_code=429, retry_after=30.0),
+        ChatProtocolError("bad reply"),
+        ChatTimeoutError("late"),
+    ],
+)
+def test_chat_client_errors_survive_pickling(error: ChatClientError) -> None:
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert (str(copy), copy.status_code, copy.retry_after, copy.retryable) == (
+        str(error),
+        error.status_code,
+        error.retry_after,
+        error.retryable,
+    )
+
+
+async def test_retry_middleware_gives_up_when_the_server_asks_for_too_long(
+    server: OpenAIServer,
+) -> None:
+    server.reply(Reply(429, error_body("come back tomorrow"), headers={"retry-after": "100000"}))
+    server.answer(content="too early")
+    async with client_for(server) as model:
+        agent = Agent(model, chat_stack=[RetryMiddleware(attempts=3, wait_max=8.0)])
+        with anyio.fail_after(10), pytest.raises(RateLimitError, match="tomorrow") as caught:
+            await agent.run("x")
+    assert caught.value.retry_after == 100000.0
+    assert len(server.requests) == 1
+
+
+async def test_retry_middleware_waits_what_the_server_asks(server: OpenAIServer) -> None:
+    server.reply(Reply(503, error_body("busy"), headers={"retry-after-ms": "300"}))
+    server.answer(content="after the wait")
+    async with client_for(server) as model:
+        agent = Agent(model, chat_stack=[RetryMiddleware(wait_initial=0.001)])
+        started = anyio.current_time()
+        assert (await agent.run("x")).text == "after the wait"
+    assert anyio.current_time() - started >= 0.29
+
+
+any_text = st.text(st.characters(categories=["L", "N", "P", "S", "Z", "C", "Cs"]), max_size=8)
+maybe_text = st.none() | any_text
+tool_calls_ = st.lists(st.builds(ToolCall, any_text, any_text, any_text), max_size=2)
+wire_messages = st.one_of(
+    st.builds(
+        ChatMessage, st.sampled_from(["system", "user", "assistant"]), maybe_text, name=maybe_text
+    ),
+    st.builds(ChatMessage.assistant, maybe_text, tool_calls=tool_calls_),
+    st.builds(ChatMessage, st.just("tool"), maybe_text, tool_call_id=any_text, name=maybe_text),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(wire_messages)
+@example(ChatMessage.user('lone \ud800 \x00 \u2028 "q" \\', name="\udcff"))
+@example(ChatMessage.assistant(None, tool_calls=[ToolCall("\ud800", "n", '{"a": "\\u00e9"}')]))
+def test_the_written_out_json_equals_the_generic_encoding(message: ChatMessage) -> None:
+    wire = message_to_wire(message)
+    assert message_json(message) == _dumps(wire).encode("utf-8", "backslashreplace")
+    assert json.loads(message_json(message)) == json.loads(json.dumps(wire))
+
+
+# Steps of a random conversation as the client sees it: what changes between two calls.
+call_steps = st.lists(
+    st.sampled_from(["extend", "reply", "new objects", "new system", "drop system", "truncate"]),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(call_steps, st.lists(wire_messages, min_size=1, max_size=6))
+def test_bodies_that_reuse_earlier_ones_are_what_a_fresh_encoding_gives(
+    steps: list[str], pool: list[ChatMessage]
+) -> None:
+    model = OpenAIChatClient("m", api_key="k")
+    messages: list[ChatMessage] = [ChatMessage.system("rules"), *pool]
+    for n, step in enumerate(steps):
+        if step == "extend":
+            messages += pool[: n % len(pool) + 1]
+        elif step == "reply":
+            messages += [ChatMessage.assistant(f"a{n}"), ChatMessage.user(f"q{n}")]
+        elif step == "new objects":  # a history decoded anew: equal messages, new objects
+            messages = [ChatMessage.from_dict(m.to_dict()) for m in messages]
+        elif step == "new system":
+            messages = [ChatMessage.system(f"rules {n}"), *messages[1:]]
+        elif step == "drop system" and messages and messages[0].role == "system":
+            messages = messages[1:]
+        elif step == "truncate":
+            messages = messages[: len(messages) // 2]
+        sent = tuple(messages) if n % 2 else list(messages)
+        _, body, _ = model.request_body(sent, ChatOptions())
+        assert json.loads(body) == {"model": "m", "messages": [message_to_wire(m) for m in sent]}
+
+
+def test_a_later_turn_reuses_the_earlier_bodys_chunks() -> None:
+    model = OpenAIChatClient("m", api_key="k")
+    history = [ChatMessage.user(f"q{n}") for n in range(50)]
+    model.request_body([ChatMessage.system("one"), *history], ChatOptions())
+    first = model._recent[-1]
+    model.request_body([ChatMessage.system("two"), *history, ChatMessage.user("x")], ChatOptions())
+    second = model._recent[-1]
+    assert second.ends == (1, 51, 52)
+    assert second.chunks[1] is first.chunks[1]  # the history's JSON, shared, not re-encoded
+
+
+@pytest.mark.parametrize(("status", "error_class"), [(500, ServerError), (400, BadRequestError)])
+async def test_a_gzip_bomb_as_an_error_reply_is_not_inflated_whole(
+    server: OpenAIServer, status: int, error_class: type[ChatClientError]
+) -> None:
+    # The SDK reads error replies whole to quote them: raf's hook reads them first, bounded.
+    bomb = _gzip_bomb(512 << 20)
+    server.reply(Reply(status, raw=bomb, headers={"content-encoding": "gzip"}))
+    async with client_for(server) as model:
+        tracemalloc.start()
+        try:
+            with anyio.fail_after(20), pytest.raises(error_class) as caught:
+                await model.complete([ChatMessage.user("x")], ChatOptions())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 64 << 20
+    assert len(str(caught.value)) < 2 << 20
+
+
+async def test_a_compressed_error_reply_is_still_read(server: OpenAIServer) -> None:
+    body = gzip.compress(json.dumps(error_body("the key is wrong")).encode())
+    server.reply(Reply(401, raw=body, headers={"content-encoding": "gzip"}))
+    deflated = zlib.compress(b"no such model")
+    server.reply(Reply(404, raw=deflated, headers={"content-encoding": "deflate"}))
+    server.reply(Reply(503, raw=b"x" * (3 << 20)))  # plain, but long: its start is kept
+    async with client_for(server) as model:
+        with pytest.raises(AuthenticationError, match="the key is wrong"):
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+        with pytest.raises(BadRequestError, match="HTTP 404") as not_found:
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+        with pytest.raises(ServerError, match="HTTP 503") as unavailable:
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert isinstance(not_found.value.__cause__, openai.APIStatusError)
+    assert not_found.value.__cause__.response.text == "no such model"
+    assert isinstance(unavailable.value.__cause__, openai.APIStatusError)
+    assert len(unavailable.value.__cause__.response.content) == 1 << 20
+
+
+def test_a_long_conversation_keeps_few_chunks_and_big_bodies_are_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = OpenAIChatClient("m", api_key="k")
+    messages = [ChatMessage.system("rules")]
+    for turn in range(150):
+        messages += [ChatMessage.user(f"q{turn}"), ChatMessage.assistant(f"a{turn}")]
+        _, body, _ = model.request_body(messages, ChatOptions())
+        assert json.loads(body)["messages"] == [message_to_wire(m) for m in messages]
+        assert len(model._recent[-1].chunks) <= 65
+    monkeypatch.setattr(openai_module, "_RECENT_MAX_BYTES", 100)
+    kept = len(model._recent)
+    model.request_body([*messages, ChatMessage.user("one more")], ChatOptions())
+    assert len(model._recent) == kept  # too big to keep: the deque did not change
+    assert model._recent[-1].messages == tuple(messages)
+
+
+@pytest.mark.parametrize("deployment", [None, "my-deployment"])
+async def test_an_azure_client_reaches_the_deployment_the_sdk_would(
+    server: OpenAIServer, deployment: str | None
+) -> None:
+    root = server.base_url.removesuffix("/v1")
+    sdk = openai.AsyncAzureOpenAI(
+        azure_endpoint=root,
+        azure_deployment=deployment,
+        api_key="k",
+        api_version="2024-06-01",
+        max_retries=0,
+    )
+    server.answer()
+    server.answer()
+    async with sdk, OpenAIChatClient("gpt 4o/mini", client=sdk) as model:
+        await model.complete([ChatMessage.user("x")], ChatOptions())
+        await sdk.chat.completions.create(
+            model="gpt 4o/mini", messages=[{"role": "user", "content": "x"}]
+        )
+    ours, sdks = server.requests
+    assert ours.path == sdks.path
+    assert "/deployments/" in ours.path
+    assert ours.body == sdks.body
+    assert ours.headers["api-key"] == "k"
+
+
+async def test_something_else_than_a_message_is_refused_before_sending(
+    server: OpenAIServer,
+) -> None:
+    async with client_for(server) as model:
+        with pytest.raises(BadRequestError, match=r"messages\[1\] must be a ChatMessage, got dict"):
+            await model.complete(
+                [ChatMessage.user("x"), {"role": "user", "content": "y"}],  # type: ignore[list-item]
+                ChatOptions(),
+            )
     assert server.requests == []

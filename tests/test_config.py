@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from raf import (
     InMemoryHistoryProvider,
     InMemorySession,
     KnowledgeProvider,
+    LoggingMiddleware,
+    RetryMiddleware,
     ScriptedChatClient,
     SummaryStrategy,
     TokenBudgetStrategy,
@@ -24,16 +27,20 @@ from raf import (
     WorkspaceContextProvider,
 )
 from raf.config import (
+    ENTRY_POINT_GROUP,
     PROVIDER_KINDS,
     ContextProviderDecl,
     ProviderOptions,
+    build_chat_middleware,
     build_provider,
     build_providers,
+    import_object,
     load_provider_decls,
+    parse_chat_stack_decls,
     parse_provider_decls,
     register_provider_kind,
 )
-from raf.errors import AgentError, ConfigError
+from raf.errors import AgentError, ConfigError, RateLimitError
 
 pytestmark = pytest.mark.anyio
 
@@ -284,3 +291,154 @@ def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
     path.write_bytes(b"[[providers]]\nkind = '\xff'\n")
     with pytest.raises(ConfigError, match="not valid TOML: not UTF-8"):
         load_provider_decls(path)
+
+
+def test_a_kind_by_import_path(tmp_path: Path) -> None:
+    (tmp_path / "clock_kinds.py").write_text(
+        "from tests.test_config import Clock\n"
+        "def clock(options):\n"
+        "    return Clock(options.text('zone', 'UTC'))\n"
+        "not_a_factory = 3\n"
+    )
+    decl = ContextProviderDecl("clock_kinds:clock", "tick", {"zone": "CET"}, base_dir=tmp_path)
+    clock = build_provider(decl)
+    assert (type(clock).__name__, clock.name, clock.zone) == ("Clock", "tick", "CET")
+    with pytest.raises(ConfigError, match="'clock_kinds:not_a_factory': int is not callable"):
+        build_provider(ContextProviderDecl("clock_kinds:not_a_factory", base_dir=tmp_path))
+    with pytest.raises(ConfigError, match="unknown option"):
+        build_provider(
+            ContextProviderDecl("clock_kinds:clock", options={"x": 1}, base_dir=tmp_path)
+        )
+
+
+def test_import_object_names_what_went_wrong(tmp_path: Path) -> None:
+    (tmp_path / "broken_on_import.py").write_text("raise RuntimeError('no config here')\n")
+    assert import_object("raf.errors:ConfigError.__name__") == "ConfigError"
+    cases = {
+        "raf.errors": "an import path has the form 'package.module:name'",
+        "raf.errors:": "an import path has the form",
+        "raf.errors:Nope": "'raf.errors' has no attribute 'Nope'",
+        "broken_on_import:x": "cannot import 'broken_on_import': RuntimeError: no config here",
+    }
+    for spec, message in cases.items():
+        with pytest.raises(ConfigError) as caught:
+            import_object(spec, base_dir=tmp_path, what="tool")
+        assert str(caught.value).startswith(f"tool {spec!r}: ")
+        assert message in str(caught.value)
+    assert str(tmp_path) not in __import__("sys").path  # the folder was on sys.path only to import
+
+
+def test_kinds_from_installed_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    (site / "tz_kinds-1.0.dist-info").mkdir(parents=True)
+    (site / "tz_kinds.py").write_text(
+        "from tests.test_config import Clock\ndef clock(options):\n    return Clock('UTC')\n"
+    )
+    (site / "tz_kinds-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tz-kinds\nVersion: 1.0\n"
+    )
+    (site / "tz_kinds-1.0.dist-info" / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\ntzclock = tz_kinds:clock\nbad = tz_kinds:nothing\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        build_provider(ContextProviderDecl("tzclock"))
+    assert "known kinds: compression, knowledge, mcp, memory, skills, wiki, workspace (" in str(
+        caught.value
+    )
+    monkeypatch.syspath_prepend(str(site))
+    assert build_provider(ContextProviderDecl("tzclock", "tz")).name == "tz"
+    with pytest.raises(ConfigError) as caught:
+        build_provider(ContextProviderDecl("nope"))
+    assert "known kinds: bad, compression, knowledge, mcp, memory, skills, tzclock, wiki" in str(
+        caught.value
+    )
+    with pytest.raises(ConfigError, match="its entry point 'tz_kinds:nothing'"):
+        build_provider(ContextProviderDecl("bad"))
+    # A kind of the registry wins over one of the same name from a package.
+    assert build_provider(ContextProviderDecl("memory")).kind == "memory"
+
+
+def test_chat_stack_declarations() -> None:
+    data = {
+        "chat_stack": [
+            {
+                "kind": "retry",
+                "attempts": 5,
+                "wait_initial": 0,
+                "wait_max": 1.5,
+                "retry_on": ["raf.errors:RateLimitError"],
+            },
+            {"kind": "logging"},
+        ]
+    }
+    retry, logging = (build_chat_middleware(d) for d in parse_chat_stack_decls(data))
+    assert isinstance(retry, RetryMiddleware)
+    assert (retry.attempts, retry.wait_initial, retry.wait_max) == (5, 0, 1.5)
+    assert retry.retry_on == (RateLimitError,)
+    assert isinstance(logging, LoggingMiddleware)
+    for decl, message in [
+        ({"kind": "retry", "wait_max": -1}, "chat_stack kind 'retry': option 'wait_max' must be"),
+        ({"kind": "retry", "retry_on": "x"}, "option 'retry_on' must be a list of strings"),
+        ({"kind": "retry", "retry_on": ["raf.errors:nope"]}, "has no attribute 'nope'"),
+        ({"kind": "retry", "attempts": True}, "option 'attempts' must be an integer >= 1"),
+        ({"kind": "logging", "level": "info"}, "unknown option(s) 'level'"),
+    ]:
+        [parsed] = parse_chat_stack_decls({"chat_stack": [decl]})
+        with pytest.raises(ConfigError) as caught:
+            build_chat_middleware(parsed)
+        assert message in str(caught.value)
+
+
+def test_the_error_texts_of_declaring_providers_md_are_what_the_code_says(tmp_path: Path) -> None:
+    page = (Path(__file__).parent.parent / "docs" / "declaring-providers.md").read_text()
+    errors = page.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    shown = re.findall(r"`((?:unknown|provider kind)[^`]*)`", errors)
+    (tmp_path / "docs").mkdir()
+    produced = set()
+    for decl in [
+        ContextProviderDecl("memroy"),
+        ContextProviderDecl("workspace"),
+        ContextProviderDecl("knowledge", "handbook", {"root": "docs", "top_k": 0}),
+        ContextProviderDecl("workspace", options={"root": ".", "rot": "."}),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            build_provider(attrs.evolve(decl, base_dir=tmp_path))
+        produced.add(str(caught.value))
+    assert len(shown) == 4
+    assert set(shown) == produced
+
+
+def test_a_factory_that_fails_otherwise_is_a_config_error_too() -> None:
+    def broken(options: ProviderOptions) -> object:
+        raise KeyError("zone")
+
+    with pytest.raises(ConfigError, match="provider kind 'clock': the factory failed: KeyError"):
+        build_provider(ContextProviderDecl("clock"), {"clock": broken})
+
+
+def test_a_huge_or_deeply_nested_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="/dev/zero: not a config file: larger than 1024 KiB"):
+        load_provider_decls("/dev/zero")
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 5000 + "]" * 5000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_provider_decls(deep)
+
+
+def test_workspace_and_skills_take_a_tool_prefix(tmp_path: Path) -> None:
+    from raf import ContextProviderDecl, build_provider
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "skills").mkdir()
+    workspace = build_provider(
+        ContextProviderDecl(
+            "workspace", options={"root": str(tmp_path / "ws"), "tool_prefix": "notes_"}
+        )
+    )
+    skills = build_provider(
+        ContextProviderDecl(
+            "skills", options={"root": str(tmp_path / "skills"), "tool_prefix": "s_"}
+        )
+    )
+    assert workspace.tool_prefix == "notes_"  # type: ignore[attr-defined]
+    assert skills.tool_prefix == "s_"  # type: ignore[attr-defined]

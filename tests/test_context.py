@@ -7,9 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raf import AgentRunOptions, ChatMessage, ContextResult, InMemorySession, Invocation, merge
-from raf.context import EMPTY_RESULT, checked_result, merge_all
 from raf.errors import ContextResultError
-from raf.messages import Messages
 from tests.strategies import chat_messages, context_results, make_tool, merge_model
 
 
@@ -61,7 +59,6 @@ def test_merge_never_mutates_its_input(result: ContextResult) -> None:
 @pytest.mark.parametrize(
     "empty",
     [
-        EMPTY_RESULT,
         ContextResult(),
         ContextResult(instructions=""),
         ContextResult(instructions=None, messages=[], tools=[]),
@@ -97,7 +94,7 @@ def test_replace_then_append_builds_on_the_replacement() -> None:
 
 
 def test_validated_history_is_passed_through_without_a_copy() -> None:
-    history = Messages(ChatMessage.user(str(i)) for i in range(100))
+    history = tuple(ChatMessage.user(str(i)) for i in range(100))
     merged = merge(start(), ContextResult(messages=history))
     assert merged.messages is history
     # More providers on top do not copy it either.
@@ -134,16 +131,3 @@ def test_wrong_types_name_the_field(result: object, field: str) -> None:
 def test_none_result_hints_at_a_missing_return() -> None:
     with pytest.raises(ContextResultError, match="forget to return"):
         merge(start(), None)  # type: ignore[arg-type]
-
-
-@settings(max_examples=200)
-@given(results_lists, st.lists(chat_messages(), max_size=3))
-def test_merge_all_equals_folding_merge(
-    results: list[ContextResult], seed: list[ChatMessage]
-) -> None:
-    first = merge(start(), ContextResult(messages=seed)) if seed else start()
-    together = merge_all(first, [checked_result(r) for r in results])
-    folded = fold(first, results)
-    assert together == folded
-    if folded is first:
-        assert together is first

@@ -1,19 +1,16 @@
-"""ChatMessage, ToolCall, Messages, Usage and AgentResponse."""
+"""ChatMessage, ToolCall, Usage and AgentResponse."""
 
 from __future__ import annotations
 
 import json
-import pickle
-from collections.abc import Sequence
-from itertools import accumulate
 
 import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raf import AgentResponse, ChatMessage, Messages, ToolCall, Usage
-from raf.messages import join_messages, messages_to_json, trusted_messages
+from raf import AgentResponse, ChatMessage, ToolCall, Usage
+from raf.messages import messages_to_json
 
 # -- ChatMessage constructors ------------------------------------------------
 
@@ -154,122 +151,6 @@ def test_from_dict_validates_like_the_constructor() -> None:
         ChatMessage.from_dict({"role": "robot", "content": "hi"})
     with pytest.raises(TypeError, match="content"):
         ChatMessage.from_dict({"role": "user", "content": 5})
-
-
-# -- Messages ------------------------------------------------------------------
-
-
-def test_messages_is_a_sequence_of_checked_messages() -> None:
-    items = [ChatMessage.user("a"), ChatMessage.assistant("b")]
-    messages = Messages(items)
-    assert isinstance(messages, Sequence)
-    assert list(messages) == items
-    assert messages == tuple(items)
-    assert tuple(items) == messages
-    assert Messages() == ()
-    assert repr(Messages([ChatMessage.user("a")])).startswith("Messages([ChatMessage(")
-
-
-message_pool = [ChatMessage.user(str(i)) for i in range(400)]
-chunk_sizes = st.lists(st.integers(0, 40), max_size=12)
-
-
-def build(sizes: list[int]) -> tuple[Messages, tuple[ChatMessage, ...]]:
-    """A Messages grown by appends of the given sizes, and the tuple it must equal."""
-    rope, model, used = Messages(), (), 0
-    for size in sizes:
-        part = tuple(message_pool[used : used + size])
-        used += size
-        rope = rope + part if size % 2 else join_messages(rope, part)
-        model = model + part
-    return rope, model
-
-
-@settings(max_examples=150)
-@given(chunk_sizes, st.data())
-def test_messages_behaves_like_the_tuple_it_holds(sizes: list[int], data: st.DataObject) -> None:
-    rope, model = build(sizes)
-    assert len(rope) == len(model)
-    assert tuple(rope) == model
-    assert list(reversed(rope)) == list(reversed(model))
-    assert rope == model
-    assert hash(rope) == hash(model)
-    for index in range(-len(model), len(model)):
-        assert rope[index] is model[index]
-    with pytest.raises(IndexError):
-        rope[len(model)]
-    start = data.draw(st.integers(-450, 450) | st.none())
-    stop = data.draw(st.integers(-450, 450) | st.none())
-    step = data.draw(st.sampled_from([None, 1, 2, -1, 3]))
-    piece = rope[start:stop:step]
-    assert type(piece) is Messages
-    assert piece == model[start:stop:step]
-    other, other_model = build(data.draw(chunk_sizes))
-    assert rope + other == model + other_model
-    assert pickle.loads(pickle.dumps(rope)) == model
-
-
-@given(st.lists(st.integers(1, 6), min_size=1, max_size=300))
-def test_appends_keep_few_chunks(sizes: list[int]) -> None:
-    rope, model = build([s | 1 for s in sizes])
-    assert rope == model
-    # Sizes fall by more than half towards the end, so chunks stay near log2(n).
-    assert len(rope._chunks) <= max(1, len(model)).bit_length() + 1
-
-
-def test_joining_shares_the_history_instead_of_copying_it() -> None:
-    history = Messages(message_pool[:300])
-    request = (ChatMessage.user("now"),)
-    seen = join_messages((ChatMessage.system("sys"),), history, request)
-    assert seen == (ChatMessage.system("sys"), *message_pool[:300], *request)
-    assert any(chunk is history._chunks[0] for chunk in seen._chunks)
-
-
-def test_a_few_messages_before_a_long_history_do_not_copy_it() -> None:
-    """A provider injecting one message before a history provider: the history is shared."""
-    history = Messages(message_pool[:300])
-    first = (ChatMessage.system("retrieved"),)
-    for joined in (join_messages(first, history), join_messages((), first, history)):
-        assert joined == (*first, *message_pool[:300])
-        assert any(chunk is history._chunks[0] for chunk in joined._chunks)
-
-
-@settings(max_examples=150)
-@given(chunk_sizes, st.data())
-def test_every_slice_keeps_the_chunks_non_empty(sizes: list[int], data: st.DataObject) -> None:
-    rope, model = build(sizes)
-    start = data.draw(st.integers(-450, 450) | st.none())
-    stop = data.draw(st.integers(-450, 450) | st.none())
-    step = data.draw(st.sampled_from([None, 1, 2, -1, -2, 3]))
-    piece = rope[start:stop:step]
-    assert piece == model[start:stop:step]
-    assert all(piece._chunks)
-    assert piece._ends == tuple(accumulate(map(len, piece._chunks)))
-
-
-def test_adding_a_non_message_is_refused() -> None:
-    with pytest.raises(TypeError, match=r"Messages\[0\] must be a ChatMessage"):
-        Messages() + ("nope",)  # type: ignore[operator]
-
-
-@pytest.mark.parametrize("bad", ["a string", {"role": "user"}, None, ("user", "hi")])
-def test_messages_rejects_a_non_message_naming_the_index(bad: object) -> None:
-    with pytest.raises(TypeError, match=r"Messages\[1\] must be a ChatMessage"):
-        Messages([ChatMessage.user("ok"), bad])  # type: ignore[list-item]
-
-
-def test_messages_takes_any_iterable() -> None:
-    generated = Messages(ChatMessage.user(str(i)) for i in range(3))
-    assert [m.content for m in generated] == ["0", "1", "2"]
-
-
-def test_trusted_messages_wraps_without_checking() -> None:
-    items = (ChatMessage.user("a"),)
-    trusted = trusted_messages(items)
-    assert type(trusted) is Messages
-    assert trusted == items
-    # trusted means "not looked at": that is the point, and the caller's promise
-    assert tuple(trusted_messages(["not a message"])) == ("not a message",)  # type: ignore[list-item]
 
 
 # -- Usage -----------------------------------------------------------------------

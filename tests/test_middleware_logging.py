@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -12,11 +12,12 @@ from structlog.contextvars import merge_contextvars
 from structlog.testing import capture_logs
 
 from raf import (
-    EMPTY_RESULT,
     Agent,
+    AgentRunOptions,
     ChatMessage,
     ChatOptions,
     ContextProvider,
+    ContextResult,
     EchoChatClient,
     InMemorySession,
     LoggingMiddleware,
@@ -24,7 +25,9 @@ from raf import (
     ToolCall,
     tool,
 )
+from raf.clients.openai import OpenAIChatClient
 from raf.errors import RateLimitError
+from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.anyio
 
@@ -106,7 +109,7 @@ async def test_events_logged_inside_the_run_carry_the_run_id() -> None:
     class Chatty(ContextProvider):
         async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
             structlog.get_logger("app").info("provider.hello")
-            return EMPTY_RESULT
+            return ContextResult()
 
     agent = Agent(EchoChatClient(), stack=[LoggingMiddleware(), Chatty()])
     with capture_logs(processors=[merge_contextvars]) as logs:
@@ -163,3 +166,35 @@ async def test_usage_is_none_when_the_client_reports_none() -> None:
     assert response.usage is None
     end = events(logs, "model.end")[0]
     assert end["input_tokens"] is None
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    running = OpenAIServer()
+    yield running
+    running.close()
+
+
+async def test_the_model_that_answered_is_logged_not_none(server: OpenAIServer) -> None:
+    # The client's default model is used: the run names none.
+    server.answer(model="test-model-2024-07-18")
+    model = OpenAIChatClient("test-model", base_url=server.base_url, api_key="k", max_retries=0)
+    async with model:
+        agent = Agent(model, stack=[LoggingMiddleware()], chat_stack=[LoggingMiddleware()])
+        with capture_logs() as logs:
+            await agent.run("x")
+    run_start, model_start, model_end, run_end = logs
+    assert run_start["model"] == "test-model"
+    assert model_start["model"] is None  # what the run asked for: the client's default
+    assert model_end["model"] == "test-model-2024-07-18"
+    assert run_end["model"] == "test-model-2024-07-18"
+
+
+async def test_without_a_reported_model_the_requested_one_is_logged() -> None:
+    agent = Agent(ScriptedChatClient(["a", "b"]), chat_stack=[LoggingMiddleware()])
+    with capture_logs() as logs:
+        await agent.run("x", options=AgentRunOptions(model="chosen"))
+        await agent.run("x")
+    ends = events(logs, "model.end")
+    assert [e["model"] for e in ends] == ["chosen", None]

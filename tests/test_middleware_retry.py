@@ -188,3 +188,58 @@ async def test_what_is_retried_survives_the_usual_log_level_processor() -> None:
         await agent.run("hi")
     [retry] = retries(logs)
     assert (retry["retrying"], retry["level"]) == ("model", "warning")
+
+
+async def test_the_wait_is_at_least_what_the_server_asked_for() -> None:
+    model = ScriptedChatClient([RateLimitError("slow down", retry_after=0.2), "ok"])
+    retry = RetryMiddleware(wait_initial=0.001, wait_max=5)
+    started = anyio.current_time()
+    with capture_logs() as logs:
+        assert (await Agent(model, chat_stack=[retry]).run("hi")).text == "ok"
+    assert anyio.current_time() - started >= 0.19
+    [logged] = retries(logs)
+    assert logged["wait_s"] == 0.2
+
+
+async def test_a_backoff_longer_than_the_servers_ask_wins() -> None:
+    model = ScriptedChatClient([ServerError("a", retry_after=0.0), ServerError("b"), "ok"])
+    retry = RetryMiddleware(wait_initial=0.01, wait_max=5)
+    with capture_logs() as logs:
+        await Agent(model, chat_stack=[retry]).run("hi")
+    first, second = (e["wait_s"] for e in retries(logs))
+    assert 0.01 <= first <= 0.02
+    assert 0.02 <= second <= 0.03
+
+
+@pytest.mark.parametrize("asked", [100_000.0, float("inf"), 8.5])
+async def test_when_the_server_asks_for_longer_than_wait_max_the_error_is_raised_at_once(
+    asked: float,
+) -> None:
+    error = RateLimitError("slow down", status_code=429, retry_after=asked)
+    model = ScriptedChatClient([error, "never"])
+    with capture_logs() as logs, anyio.fail_after(5), pytest.raises(RateLimitError) as caught:
+        await Agent(model, chat_stack=[RetryMiddleware(wait_max=8.0)]).run("hi")
+    assert caught.value is error
+    assert len(model.requests) == 1
+    assert retries(logs) == []
+    [gave_up] = [e for e in logs if e["event"] == "retry.gave_up"]
+    assert (gave_up["retry_after_s"], gave_up["wait_max"], gave_up["attempt"]) == (asked, 8.0, 1)
+    assert gave_up["log_level"] == "warning"
+
+
+async def test_retry_after_is_honoured_with_an_explicit_retry_on() -> None:
+    error = RateLimitError("slow down", retry_after=60.0)
+    model = ScriptedChatClient([error, "never"])
+    retry = RetryMiddleware(retry_on=(RateLimitError,), wait_max=1.0)
+    with anyio.fail_after(5), pytest.raises(RateLimitError):
+        await Agent(model, chat_stack=[retry]).run("hi")
+    assert len(model.requests) == 1
+
+
+async def test_a_short_ask_never_makes_it_give_up_even_with_wait_max_zero() -> None:
+    model = ScriptedChatClient([RateLimitError("soon", retry_after=0.02), "ok"])
+    retry = RetryMiddleware(wait_initial=0, wait_max=0)
+    with capture_logs() as logs:
+        assert (await Agent(model, chat_stack=[retry]).run("hi")).text == "ok"
+    [logged] = retries(logs)
+    assert logged["wait_s"] == 0

@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import pytest
 from hypothesis import given, settings
+from structlog.testing import capture_logs
 
 from raf import (
     Agent,
@@ -74,6 +75,8 @@ def outcome_kind(response: AgentResponse | None, error: BaseException | None) ->
         return "cancel"
     if isinstance(error, ProviderError) and isinstance(error.__cause__, PreFailure):
         return "pre_error"
+    if isinstance(error, ProviderError) and isinstance(error.__cause__, PostFailure):
+        return "post_error"
     if isinstance(error, ModelFailure):
         return "model_error"
     if isinstance(error, ModelFatal):
@@ -119,9 +122,13 @@ async def test_the_journal_matches_the_model(scenario: Scenario) -> None:
     ]
     assert collapse_groups(scenario, simplified) == expected_journal(scenario)
 
-    # Every post stage and middleware saw the same outcome object: the response or the error.
-    outcomes = {id(e[2]) if e[3] is None else id(e[3]) for e in journal if len(e) == 4}
-    assert len(outcomes) <= 1
+    # Every post stage and middleware that saw one kind of outcome saw the same object.
+    by_kind: dict[str, set[int]] = {}
+    for entry in journal:
+        if len(entry) == 4:
+            seen = id(entry[2]) if entry[3] is None else id(entry[3])
+            by_kind.setdefault(outcome_kind(entry[2], entry[3]), set()).add(seen)
+    assert all(len(ids) == 1 for ids in by_kind.values())
 
     # The model saw the merged prompt.
     if scenario.failing_pre is None:
@@ -235,32 +242,19 @@ async def test_a_hung_post_stage_of_a_cancelled_run_is_bounded_by_post_timeout()
 
 
 async def test_a_hung_post_stage_alone_is_a_timeout_provider_error() -> None:
-    """The ProviderError itself carries TimeoutError as its cause."""
-    from raf.providers import _post_failures
-
+    """The overrun is noted on the cancellation and logged: seen even if a scope eats it."""
     log: list[tuple[str, str]] = []
     box: list[anyio.CancelScope] = []
-    captured: list[ProviderError] = []
     agent = Agent(
         cancelling_model(box), stack=[Recorder("hung", log, post_sleep=60)], post_timeout=0.02
     )
-
-    class Spy:
-        async def __call__(self, request: Any, call_next: Any) -> AgentResponse:
-            try:
-                return await call_next(request)  # type: ignore[no-any-return]
-            finally:
-                failures = _post_failures.get()
-                assert failures is not None
-                captured.extend(failures)
-
-    agent = Agent(agent.chat_client, stack=[Spy(), *agent.stack], post_timeout=0.02)
-    with anyio.CancelScope() as scope:
+    with capture_logs() as events, anyio.CancelScope() as scope:
         box.append(scope)
         await agent.run("hi")
-    assert len(captured) == 1
-    assert captured[0].stage == "on_invoked"
-    assert isinstance(captured[0].__cause__, TimeoutError)
+    failed = [e for e in events if e["event"] == "provider.post_failed"]
+    assert len(failed) == 1
+    assert (failed[0]["provider"], failed[0]["stage"]) == ("hung", "on_invoked")
+    assert failed[0]["error"].startswith("TimeoutError")
 
 
 async def test_a_cancellation_during_a_post_stage_shields_the_remaining_ones() -> None:
@@ -476,3 +470,115 @@ async def test_a_base_exception_from_any_stage_of_a_mixed_stack_propagates_uncha
     assert caught.value is fatal
     inner = {"pre": [], "post": [("c", "ok"), ("b", "ok")], "model": [("c", fatal), ("b", fatal)]}
     assert log == [*inner[where], ("g2", fatal), ("g1", fatal), ("a", fatal)]
+
+
+# -- review of the core: the edges ---------------------------------------------------
+
+
+async def test_an_on_invoked_set_on_the_instance_runs() -> None:
+    log: list[str] = []
+    provider = ContextProvider()
+
+    async def on_invoked(*args: Any) -> None:
+        log.append("post")
+
+    provider.on_invoked = on_invoked  # type: ignore[method-assign]
+    await Agent(ScriptedChatClient(["ok"]), stack=[provider]).run("hi")
+    assert log == ["post"]
+
+
+async def test_a_post_stages_own_timeout_error_is_its_failure_not_an_overrun() -> None:
+    box: list[anyio.CancelScope] = []
+
+    class Times(ContextProvider):
+        async def on_invoked(self, *args: Any) -> None:
+            raise TimeoutError("the audit service timed out")
+
+    agent = Agent(cancelling_model(box), stack=[Times()], post_timeout=5)
+    notes: list[str] = []
+    with capture_logs(), anyio.CancelScope() as scope:
+        box.append(scope)
+        try:
+            await agent.run("hi")
+        except anyio.get_cancelled_exc_class() as exc:
+            notes = list(getattr(exc, "__notes__", []))
+            raise
+    assert len(notes) == 1
+    assert "TimeoutError: the audit service timed out" in notes[0]
+    assert "post_timeout" not in notes[0]
+
+
+async def test_a_deadline_firing_as_the_model_returns_still_shields_the_post_stage() -> None:
+    """The response came back, but the scope is cancelled: the save must not be cut."""
+    saved: list[str] = []
+    box: list[anyio.CancelScope] = []
+
+    async def answer(messages: Sequence[ChatMessage], options: ChatOptions) -> str:
+        box[0].cancel()  # the deadline fires, but the answer is already here
+        return "answer"
+
+    class Saves(ContextProvider):
+        async def on_invoked(
+            self, agent: Any, session: Any, request: Any, response: Any, error: Any
+        ) -> None:
+            await anyio.sleep(0.01)  # a real save awaits: cut at once without the shield
+            saved.append("saved" if response is not None else "error")
+
+    agent = Agent(ScriptedChatClient([answer]), stack=[Saves()])
+    with anyio.CancelScope() as scope:
+        box.append(scope)
+        await agent.run("hi")
+        await anyio.sleep(1)  # the cancellation lands here, after the run
+    assert saved == ["saved"]
+
+
+async def test_a_failing_post_stage_of_a_cancelled_run_is_logged_even_when_the_scope_eats_it() -> (
+    None
+):
+    class Fails(ContextProvider):
+        async def on_invoked(self, *args: Any) -> None:
+            raise OSError("disk full")
+
+    box: list[anyio.CancelScope] = []
+    with capture_logs() as events:
+        with anyio.move_on_after(5) as scope:
+            box.append(scope)
+            await Agent(cancelling_model(box), stack=[Fails()]).run("hi")
+    assert scope.cancelled_caught
+    failed = [e for e in events if e["event"] == "provider.post_failed"]
+    assert [(e["provider"], e["error"]) for e in failed] == [("Fails", "OSError: disk full")]
+
+
+async def test_a_group_members_malformed_result_is_noted_when_the_group_is_cancelled() -> None:
+    from raf import parallel
+
+    started = anyio.Event()
+
+    class Malformed(ContextProvider):
+        async def on_invoking(self, *args: Any) -> Any:
+            return "not a ContextResult"
+
+    class Slow(ContextProvider):
+        async def on_invoking(self, *args: Any) -> Any:
+            started.set()
+            await anyio.sleep(10)
+
+    agent = Agent(ScriptedChatClient(["never"]), stack=[parallel(Malformed(), Slow())])
+    notes: list[str] = []
+    async with anyio.create_task_group() as group:
+
+        async def run() -> None:
+            nonlocal notes
+            try:
+                await agent.run("hi")
+            except anyio.get_cancelled_exc_class() as exc:
+                notes = list(getattr(exc, "__notes__", []))
+                raise
+
+        group.start_soon(run)
+        await started.wait()
+        await anyio.sleep(0.01)
+        group.cancel_scope.cancel()
+    assert len(notes) == 1
+    assert "Malformed.on_invoking" in notes[0]
+    assert "expected a ContextResult" in notes[0]

@@ -23,17 +23,24 @@ from pathlib import Path
 import anyio
 import coredis
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import raf
 from raf import ChatMessage, Session
 from raf.cli import main
 from raf.errors import SessionStoreError
-from raf.sessions import request_hash
-from raf.sessions.redis import REQUEST_HASH_LIMIT, RedisSession, RedisSessionStore, RequestHash
+from raf.sessions import REQUEST_HASH_LIMIT, RequestHash, request_hash
+from raf.sessions.redis import RedisSession, RedisSessionStore
 from raf.sessions.stores import open_store
 from tests.redis_server import RedisServer, free_port
-from tests.session_conformance import *  # noqa: F403
-from tests.session_conformance import conversation, fresh_id
+from tests.session_conformance import (
+    CHECKS,
+    Check,
+    check_round_trip_of_arbitrary_messages,
+    messages_strategy,
+    run_checks,
+)
 
 pytestmark = [
     pytest.mark.anyio,
@@ -49,6 +56,7 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent.toml"
 _prefixes = itertools.count()
+_ids = itertools.count()
 
 
 @pytest.fixture(autouse=True)
@@ -99,11 +107,9 @@ class RedisHarness:
         self.stores.append(store)
         return store
 
-    async def new(self, session_id: str | None = None) -> Session:
-        # With or without an id: the suite's current Harness passes one, the reusable
-        # suite (tests/session_conformance.py's next version) asks for a fresh session.
+    async def new(self) -> Session:
         store = self.stores[0] if self.stores else await self.open()
-        return await store.get(session_id or fresh_id())
+        return await store.get(f"session-{next(_ids)}")
 
     async def reopen(self, session: Session) -> Session:
         return await (await self.open()).get(session.id)
@@ -123,46 +129,31 @@ async def redis_harness(url: str, prefix: str | None = None) -> AsyncIterator[Re
         await opened.aclose()
 
 
-# When tests/session_conformance.py offers a store-factory suite, this fixture, the
-# star import and the three tests below give way to one entry for redis_harness there.
 @pytest.fixture
 async def harness(redis_server: RedisServer, prefix: str) -> AsyncIterator[RedisHarness]:
     async with redis_harness(redis_server.url, prefix) as opened:
         yield opened
 
 
-# The new Session contract (histories are tuples, touch_request_hash returns a
-# RequestHash): these replace the suite's tests that still read the old one.
-async def test_new_session_is_empty(harness: RedisHarness) -> None:
-    session_id = fresh_id()
-    session = await harness.new(session_id)
-    assert session.id == session_id
-    assert await session.get_messages() == ()
+# The suite, as tests/test_sessions.py runs it for the other stores (its STORES entries
+# get only tmp_path; this store needs the session's server, so it runs here).
+@pytest.mark.parametrize("check", CHECKS, ids=[check.__name__ for check in CHECKS])
+async def test_conformance(harness: RedisHarness, check: Check) -> None:
+    await check(harness)
 
 
-async def test_round_trip_survives_reopening(harness: RedisHarness) -> None:
-    session = await harness.new(fresh_id())
-    await session.add_messages(conversation())
-    assert await session.get_messages() == tuple(conversation())
-    history = await (await harness.reopen(session)).get_messages()
-    assert type(history) is tuple
-    assert history == tuple(conversation())
-    assert [type(m) for m in history] == [ChatMessage] * len(history)
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batches=st.lists(messages_strategy(), max_size=4))
+async def test_round_trip_of_arbitrary_messages(
+    harness: RedisHarness, batches: list[list[ChatMessage]]
+) -> None:
+    await check_round_trip_of_arbitrary_messages(harness, batches)
 
 
-async def test_request_hash_is_the_canonical_sha256(harness: RedisHarness) -> None:
-    session = await harness.new(fresh_id())
-    request = conversation()[:2]
-    first = await session.touch_request_hash(request)
-    assert first == RequestHash(request_hash(request), repeated=False)  # type: ignore[comparison-overlap]
-    assert len(first.digest) == 64  # type: ignore[attr-defined]
-    again = await (await harness.reopen(session)).touch_request_hash(list(request))
-    assert again == RequestHash(first.digest, repeated=True)  # type: ignore[attr-defined]
-    other = await session.touch_request_hash(request[:1])
-    assert other.digest != first.digest  # type: ignore[attr-defined]
-    assert not other.repeated  # type: ignore[attr-defined]
-    # Hashing records, it does not add to the history.
-    assert await session.get_messages() == ()
+async def test_run_checks_runs_the_whole_suite(harness: RedisHarness) -> None:
+    await run_checks(harness)
 
 
 # --- The store ---------------------------------------------------------------------------
@@ -389,7 +380,9 @@ async def test_a_bad_item_is_a_type_error_before_anything_is_sent(
     async with RedisSessionStore(redis_server.url) as store:
         session = await store.get("s")
     # The store is closed: had anything been sent, this would be a SessionStoreError.
-    with pytest.raises(TypeError, match=r"messages\[1\] must be a ChatMessage, got str"):
+    with pytest.raises(
+        TypeError, match=r"add_messages\(messages\)\[1\] must be a ChatMessage, got str"
+    ):
         await session.add_messages([ChatMessage.user("a"), "b"])  # type: ignore[list-item]
 
 
@@ -572,7 +565,7 @@ def test_raf_chat_continues_a_conversation_kept_in_redis(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     session = f"{prefix}-chat"
-    lines = iter(["one", "two", ""])
+    lines = iter(["one", "two", "/exit"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
     assert main(["chat", str(EXAMPLE), "--session", session, "--db", redis_server.url]) == 0
     assert capsys.readouterr().out == "one\ntwo\n"

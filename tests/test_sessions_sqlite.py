@@ -10,9 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from raf import ChatMessage, SqliteSessionStore
+from raf import ChatMessage, RequestHash, SqliteSessionStore
 from raf.errors import SessionStoreError
-from raf.sessions import request_hash
+from raf.sessions import REQUEST_HASH_LIMIT, request_hash
 
 pytestmark = pytest.mark.anyio
 
@@ -49,15 +49,20 @@ async def test_file_is_created_in_wal_mode(store: SqliteSessionStore, db_path: P
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-async def test_sessions_are_created_on_first_use_and_listed(
+async def test_sessions_are_stored_with_their_first_write_and_listed(
     store: SqliteSessionStore, db_path: Path
 ) -> None:
     assert await store.session_ids() == []
     first = await store.get("alice")
     assert await store.get("alice") is first
-    await store.get("bob")
+    bob = await store.get("bob")
+    carol = await store.get("carol")
+    assert await store.session_ids() == []  # getting a session writes nothing
+    await first.add_messages([ChatMessage.user("hi")])
+    await bob.touch_request_hash([ChatMessage.user("hi")])
     async with SqliteSessionStore(db_path) as again:
         assert sorted(await again.session_ids()) == ["alice", "bob"]
+        assert await (await again.get(carol.id)).get_messages() == ()
 
 
 async def test_request_hashes_are_persisted_with_the_time(
@@ -65,14 +70,31 @@ async def test_request_hashes_are_persisted_with_the_time(
 ) -> None:
     session = await store.get("s")
     request = [ChatMessage.user("hello")]
-    digest = await session.touch_request_hash(request)
-    assert digest == request_hash(request)
+    touched = await session.touch_request_hash(request)
+    assert touched == RequestHash(request_hash(request), repeated=False)
     async with SqliteSessionStore(db_path) as again:
         recorded = await (await again.get("s")).request_hashes()
-    assert list(recorded) == [digest]
-    first_seen = recorded[digest]
+        assert (await (await again.get("s")).touch_request_hash(request)).repeated
+    assert list(recorded) == [touched.digest]
+    first_seen = recorded[touched.digest]
     await session.touch_request_hash(request)
-    assert (await session.request_hashes())[digest] >= first_seen
+    assert (await session.request_hashes())[touched.digest] >= first_seen
+
+
+async def test_the_request_hash_table_is_bounded_per_session(
+    store: SqliteSessionStore, db_path: Path
+) -> None:
+    one, two = await store.get("one"), await store.get("two")
+    for turn in range(REQUEST_HASH_LIMIT + 20):
+        await one.touch_request_hash([ChatMessage.user(str(turn))])
+    await two.touch_request_hash([ChatMessage.user("other")])
+    with raw_db(db_path) as db:
+        counts = dict(
+            db.execute(
+                "SELECT session_id, count(*) FROM raf_request_hashes GROUP BY session_id"
+            ).fetchall()
+        )
+    assert counts == {"one": REQUEST_HASH_LIMIT, "two": 1}
 
 
 async def test_another_store_sees_appends_from_this_one(db_path: Path) -> None:
@@ -180,7 +202,7 @@ async def test_in_memory_database_works(anyio_backend: str) -> None:
         assert texts(await session.get_messages()) == ["x"]
 
 
-async def test_a_write_cancelled_midway_finishes_and_the_cache_agrees(
+async def test_a_write_cancelled_midway_is_all_or_nothing_and_the_cache_agrees(
     store: SqliteSessionStore, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import threading
@@ -204,12 +226,53 @@ async def test_a_write_cancelled_midway_finishes_and_the_cache_agrees(
         with scope:
             await session.add_messages([ChatMessage.user("during"), ChatMessage.assistant("ok")])
 
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(write)
-        await anyio.to_thread.run_sync(started.wait, 10)
-        scope.cancel()  # delivered only once the write in the worker thread is done
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(write)
+            await anyio.to_thread.run_sync(started.wait, 10)
+            scope.cancel()  # the caller leaves at once; its thread is still encoding
+        assert not release.is_set()
+    finally:
         release.set()
     monkeypatch.setattr(sqlite_module, "_encode", encode)
-    assert texts(await session.get_messages()) == ["before", "during", "ok"]
+    # The thread finished after its caller left: it wrote nothing, and the cache agrees.
+    assert texts(await session.get_messages()) == ["before"]
     async with SqliteSessionStore(db_path) as other:
-        assert texts(await (await other.get("s")).get_messages()) == ["before", "during", "ok"]
+        assert texts(await (await other.get("s")).get_messages()) == ["before"]
+    await session.add_messages([ChatMessage.user("after")])
+    assert texts(await session.get_messages()) == ["before", "after"]
+
+
+async def test_two_stores_touching_one_request_at_once_see_it_new_once(db_path: Path) -> None:
+    async with SqliteSessionStore(db_path) as one, SqliteSessionStore(db_path) as two:
+        sessions = [await one.get("s"), await two.get("s")]
+        request = [ChatMessage.user("sent twice")]
+        results: list[RequestHash] = []
+
+        async def touch(index: int) -> None:
+            results.append(await sessions[index % 2].touch_request_hash(request))
+
+        async with anyio.create_task_group() as group:
+            for index in range(20):
+                group.start_soon(touch, index)
+    assert sorted(r.repeated for r in results) == [False] + [True] * 19
+
+
+async def test_an_older_unbounded_request_hash_table_is_read_and_pruned_to_the_limit(
+    store: SqliteSessionStore, db_path: Path
+) -> None:
+    session = await store.get("s")
+    await session.touch_request_hash([ChatMessage.user("first")])
+    with raw_db(db_path) as db:  # what an older raf left: every digest it ever saw
+        db.executemany(
+            "INSERT INTO raf_request_hashes (session_id, hash, seen_at) VALUES ('s', ?, ?)",
+            [(f"{n:064x}", 1000.0 + n) for n in range(3 * REQUEST_HASH_LIMIT)],
+        )
+    recorded = await session.request_hashes()
+    assert list(recorded) == [
+        f"{n:064x}" for n in range(2 * REQUEST_HASH_LIMIT, 3 * REQUEST_HASH_LIMIT)
+    ]
+    await session.touch_request_hash([ChatMessage.user("next")])
+    with raw_db(db_path) as db:
+        (count,) = db.execute("SELECT count(*) FROM raf_request_hashes").fetchone()
+    assert count == REQUEST_HASH_LIMIT

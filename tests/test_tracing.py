@@ -6,8 +6,17 @@ from typing import Any
 
 import pytest
 
-from raf import Agent, ContextProvider, ContextResult, ProviderError, ScriptedChatClient, parallel
-from raf.tracing import StageEvent, trace_model, traced_stack
+from raf import (
+    Agent,
+    ContextProvider,
+    ContextResult,
+    ProviderError,
+    ScriptedChatClient,
+    ToolCall,
+    parallel,
+    tool,
+)
+from raf.tracing import StageEvent, trace_model, traced_stack, traced_tools
 
 pytestmark = pytest.mark.anyio
 
@@ -59,3 +68,62 @@ async def test_members_of_a_parallel_group_are_traced_one_by_one() -> None:
     await Agent(client, stack=stack).run("hi")
     assert sorted(e.provider for e in events if e.stage == "on_invoking") == ["a", "b", "c"]
     assert client.requests[0].messages[0].content == "a\nb\nc"
+
+
+class Tools(ContextProvider):
+    def __init__(self) -> None:
+        @tool
+        def count(items: list[int]) -> dict[str, int]:
+            """Count the items."""
+            return {"count": len(items)}
+
+        @tool
+        def fail() -> str:
+            """Always fails."""
+            raise ValueError("nope")
+
+        self.tools = (count, fail)
+
+    async def on_invoking(self, *args: Any) -> ContextResult:
+        return ContextResult(tools=self.tools)
+
+
+async def test_tool_calls_are_traced_with_arguments_and_result_size() -> None:
+    @tool
+    def echo(text: str) -> str:
+        """Say it back."""
+        return text
+
+    events: list[StageEvent] = []
+    client = ScriptedChatClient(
+        [
+            ScriptedChatClient.tool_turn(
+                ToolCall("1", "count", '{"items": [1, 2, 3]}'),
+                ToolCall("2", "echo", '{"text": "' + "x" * 300 + '"}'),
+                ToolCall("3", "fail", "{}"),
+            ),
+            "done",
+        ]
+    )
+    agent = Agent(
+        client,
+        tools=traced_tools([echo], events.append),
+        stack=traced_stack([Tools()], events.append),
+    )
+    response = await agent.run("hi")
+    assert response.text == "done"
+    calls = sorted((e for e in events if e.stage == "call"), key=lambda e: e.provider)
+    assert [(e.provider, e.kind, e.outcome) for e in calls] == [
+        ("count", "tool", "ok"),
+        ("echo", "tool", "ok"),
+        ("fail", "tool", "raised ValueError"),
+    ]
+    assert calls[0].detail == 'arguments {"items": [1, 2, 3]}; result 12 chars'
+    assert calls[1].detail.startswith('arguments {"text": "xxx')
+    assert calls[1].detail.endswith("... (312 chars); result 300 chars")
+    assert calls[2].detail == "arguments {}"
+    assert str(calls[0]).startswith("count [tool] call ")
+    # The model saw the tools as they are: names, schemas, results.
+    assert [t.name for t in client.requests[0].options.tools] == ["echo", "count", "fail"]
+    assert client.requests[1].messages[-3].content == '{"count": 3}'
+    assert "Error: tool 'fail' failed: ValueError: nope" in client.requests[1].messages[-1].content

@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from raf.context import ContextResult
 from raf.errors import CompressionError
-from raf.messages import ChatMessage, Messages, trusted_messages
+from raf.messages import ChatMessage, checked_messages
 from raf.options import AgentRunOptions, ChatOptions
 from raf.providers import ContextProvider
 from raf.sessions.base import Session
 
 if TYPE_CHECKING:
-    from raf.agent import Agent, ChatClient
+    from raf.clients.base import ChatClient
+    from raf.context import AgentLike
 
 __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
@@ -108,8 +109,8 @@ def check_tool_pairing(messages: Sequence[ChatMessage]) -> str | None:
     return None
 
 
-def _flatten(units: Sequence[Unit]) -> Messages:
-    return trusted_messages(message for unit in units for message in unit)
+def _flatten(units: Sequence[Unit]) -> tuple[ChatMessage, ...]:
+    return tuple(message for unit in units for message in unit)
 
 
 def _units_from_the_end(messages: Sequence[ChatMessage]) -> Iterator[Unit]:
@@ -134,7 +135,9 @@ def _units_from_the_end(messages: Sequence[ChatMessage]) -> Iterator[Unit]:
         results = []  # results after a turn that does not call tools are orphans
 
 
-def _newest(messages: Sequence[ChatMessage], budget: int, cost: Callable[[Unit], int]) -> Messages:
+def _newest(
+    messages: Sequence[ChatMessage], budget: int, cost: Callable[[Unit], int]
+) -> tuple[ChatMessage, ...]:
     """The longest run of newest whole units whose total cost fits ``budget``.
 
     Reads from the end and stops at the first unit that does not fit, so a
@@ -173,7 +176,7 @@ class TruncationStrategy:
         _check_positive("keep_last", keep_last)
         self.keep_last = keep_last
 
-    async def compress(self, messages: Sequence[ChatMessage]) -> Messages:
+    async def compress(self, messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
         """The newest whole units, at most ``keep_last`` messages."""
         return _newest(messages, self.keep_last, len)
 
@@ -210,7 +213,7 @@ class TokenBudgetStrategy:
         self.max_tokens = max_tokens
         self.counter = counter
 
-    async def compress(self, messages: Sequence[ChatMessage]) -> Messages:
+    async def compress(self, messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
         """The newest whole units whose tokens add up to at most ``max_tokens``."""
         counter = self.counter
 
@@ -270,7 +273,7 @@ class SummaryStrategy:
         self.options = options if options is not None else ChatOptions()
         self._last: tuple[tuple[ChatMessage, ...], str] | None = None
 
-    async def compress(self, messages: Sequence[ChatMessage]) -> Messages:
+    async def compress(self, messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
         """A summary of the older messages, then the newest ``keep_last``."""
         units = message_units(messages)
         start, spent = len(units), 0
@@ -291,7 +294,7 @@ class SummaryStrategy:
                 ) from exc
             return kept
         note = ChatMessage.system(f"Summary of the earlier conversation: {summary}")
-        return trusted_messages((note, *kept))
+        return (note, *kept)
 
     async def _summary(self, older: tuple[ChatMessage, ...]) -> str:
         previous = self._last
@@ -353,7 +356,7 @@ class CompressionProvider(ContextProvider):
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,
@@ -361,11 +364,10 @@ class CompressionProvider(ContextProvider):
         """The compressed history, replacing whatever was injected before."""
         history = await session.get_messages()
         compressed = await self.strategy.compress(history)
-        if type(compressed) is not Messages:
-            try:
-                compressed = Messages(compressed)
-            except TypeError as exc:
-                raise CompressionError(f"{self.strategy!r} returned {exc}") from None
+        try:
+            compressed = checked_messages(compressed, "compress() result")
+        except TypeError as exc:
+            raise CompressionError(f"{self.strategy!r} returned {exc}") from None
         problem = check_tool_pairing(compressed)
         if problem is not None:
             raise CompressionError(f"{self.strategy!r} returned a broken history: {problem}")

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from raf.context import EMPTY_RESULT, ContextResult
-from raf.messages import AgentResponse, ChatMessage, Messages
+from raf.context import ContextResult
+from raf.messages import AgentResponse, ChatMessage
 from raf.options import AgentRunOptions
 from raf.providers import ContextProvider
 from raf.sessions.base import Session
 
 if TYPE_CHECKING:
-    from raf.agent import Agent
+    from raf.context import AgentLike
 
 __all__ = ["InMemoryHistoryProvider"]
 
@@ -49,22 +49,22 @@ class InMemoryHistoryProvider(ContextProvider):
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,
     ) -> ContextResult:
         """The stored history, as injected messages."""
         if not self.inject:
-            return EMPTY_RESULT
+            return ContextResult()
         history = await session.get_messages()
         if not history:
-            return EMPTY_RESULT
+            return ContextResult()
         return ContextResult(messages=history)
 
     async def on_invoked(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         request_messages: Sequence[ChatMessage],
         response: AgentResponse | None,
@@ -73,5 +73,4 @@ class InMemoryHistoryProvider(ContextProvider):
         """On success, append the request and every response message in one call."""
         if error is not None or response is None:
             return
-        # Messages() checks each new item once; the session then trusts it.
-        await session.add_messages(Messages((*request_messages, *response.messages)))
+        await session.add_messages((*request_messages, *response.messages))

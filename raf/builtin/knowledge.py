@@ -6,23 +6,24 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio
 import anyio.to_thread
 import attrs
 
-from raf.context import EMPTY_RESULT, ContextResult
-from raf.errors import ConfigError
+from raf.builtin._paths import read_regular, require_dir_fd
+from raf.context import ContextResult
+from raf.errors import ConfigError, PathError
 from raf.messages import ChatMessage
 from raf.options import AgentRunOptions
 from raf.providers import ContextProvider
 from raf.sessions.base import Session
 
 if TYPE_CHECKING:
-    from raf.agent import Agent
+    from raf.context import AgentLike
 
 __all__ = [
     "BM25Index",
@@ -53,7 +54,7 @@ _LINK = re.compile(r"\[\[([^\[\]|#]+)(?:#[^\[\]|]*)?(?:\|[^\[\]]*)?\]\]")
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-case word tokens without stopwords, plurals folded to the singular.
+    """Lower-case word tokens without stopwords, a plural and its singular folded to one form.
 
     >>> tokenize("How do I reset the Routers?")
     ['reset', 'router']
@@ -61,16 +62,53 @@ def tokenize(text: str) -> list[str]:
     return [_singular(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
 
 
+# Plural endings after a sibilant, where English adds "es" to the singular
+# (class-es, box-es, match-es, status-es), tried before Harman's general rules.
+_SIBILANT_PLURALS: tuple[tuple[str, str], ...] = (
+    ("sses", "ss"),
+    ("zzes", "zz"),
+    ("ches", "ch"),
+    ("shes", "sh"),
+    ("xes", "x"),
+    ("uses", "us"),
+)
+# Singulars that end like one of those stems plus an "e" (cache, axe, cause,
+# movie): "caches" cannot tell "cach" + "es" from "cache" + "s", so such a
+# singular is folded the same way, and singular and plural meet.
+_E_SINGULARS: tuple[tuple[str, str], ...] = (
+    ("sse", "ss"),
+    ("zze", "zz"),
+    ("che", "ch"),
+    ("she", "sh"),
+    ("xe", "x"),
+    ("use", "us"),
+    ("ie", "y"),
+)
+
+
 def _singular(word: str) -> str:
-    # Harman's S-stemmer: "refunds" finds "refund" without the errors of a full stemmer.
-    if len(word) < 4:
-        return word
-    if word.endswith("ies") and not word.endswith(("eies", "aies")):
-        return word[:-3] + "y"
-    if word.endswith("es") and not word.endswith(("aes", "ees", "oes")):
-        return word[:-1]
-    if word.endswith("s") and not word.endswith(("us", "ss")):
-        return word[:-1]
+    """One form for a word and its plural: Harman's S-stemmer, extended for "es" plurals.
+
+    Harman (1991): "ies" -> "y" (not after "a" or "e"), "es" -> "e" (not
+    "aes", "ees", "oes"), "s" -> "" (not "us", "ss"), for words of four
+    letters or more; before them, the sibilant plurals above lose their
+    "es"; after them, the singulars above are folded to the same stem.
+    The result is a matching key, not always a word ("cache" -> "cach").
+    """
+    if len(word) >= 4:
+        for ending, stem in _SIBILANT_PLURALS:
+            if word.endswith(ending):
+                return word[: -len(ending)] + stem
+        if word.endswith("ies") and not word.endswith(("eies", "aies")):
+            return word[:-3] + "y"
+        # Harman's "es" -> "e" and "s" -> "" both drop the final "s"; between
+        # them they spare only words in "us" and "ss" (bus, status, glass).
+        if word.endswith("s") and not word.endswith(("us", "ss")):
+            word = word[:-1]
+    if len(word) >= 3:
+        for ending, stem in _E_SINGULARS:
+            if word.endswith(ending):
+                return word[: -len(ending)] + stem
     return word
 
 
@@ -193,27 +231,31 @@ class BM25Index:
         return [attrs.evolve(self.passages[i], score=s) for i, s in ranked[:top_k] if s > 0]
 
 
-def _text_files(root: Path, extensions: Sequence[str]) -> list[Path]:
-    files: list[Path] = []
-    for directory, folders, names in os.walk(root):
+def _text_files(root: Path, extensions: Sequence[str], limit: int) -> Iterator[tuple[str, str]]:
+    """``(path beneath root, text)`` of each readable text file under ``root``, in order.
+
+    The folders are walked from descriptors (``os.fwalk``), never through a
+    symlink; only regular files with one link are read (see
+    :func:`raf.builtin._paths.read_regular`), at most ``limit`` bytes each.
+    Hidden files and folders, symlinks, special files and files that are too
+    big or not UTF-8 are skipped.
+    """
+    for directory, folders, names, folder_fd in os.fwalk(root, follow_symlinks=False):
         folders[:] = sorted(f for f in folders if not f.startswith("."))
+        relative = Path(directory).relative_to(root)
         for name in sorted(names):
-            if name.lower().endswith(tuple(extensions)) and not name.startswith("."):
-                files.append(Path(directory) / name)
-    return files
-
-
-def _read_text(path: Path) -> str | None:
-    """The file's text; ``None`` for files too big or not UTF-8 (they are skipped)."""
-    try:
-        if path.stat().st_size > _MAX_FILE_BYTES:
-            return None
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+            if not name.lower().endswith(tuple(extensions)) or name.startswith("."):
+                continue
+            try:
+                data = read_regular(folder_fd, name, max_bytes=limit, label=name, where="")
+                text = data.decode("utf-8")
+            except (PathError, UnicodeDecodeError):
+                continue
+            yield (relative / name).as_posix(), text
 
 
 def _check_root(root: str | os.PathLike[str], what: str) -> Path:
+    require_dir_fd(f"the {what} retriever")
     resolved = Path(root).resolve()
     if not resolved.is_dir():
         raise ConfigError(f"{what} root {str(root)!r} is not a directory")
@@ -243,11 +285,8 @@ class FolderRetriever:
 
     def _build(self) -> BM25Index:
         passages: list[Passage] = []
-        for path in _text_files(self.root, self.extensions):
-            text = _read_text(path)
-            if text is not None:
-                source = path.relative_to(self.root).as_posix()
-                passages.extend(split_passages(text, source, self.chunk_chars))
+        for source, text in _text_files(self.root, self.extensions, _MAX_FILE_BYTES):
+            passages.extend(split_passages(text, source, self.chunk_chars))
         return BM25Index(passages)
 
     async def index(self) -> BM25Index:
@@ -310,12 +349,8 @@ class WikiRetriever:
         pages: dict[str, str] = {}
         links: dict[str, tuple[str, ...]] = {}
         first: dict[str, list[int]] = {}
-        for path in _text_files(self.root, self.extensions):
-            text = _read_text(path)
-            if text is None:
-                continue
-            source = path.relative_to(self.root).as_posix()
-            pages.setdefault(_page_key(path.stem), source)
+        for source, text in _text_files(self.root, self.extensions, _MAX_FILE_BYTES):
+            pages.setdefault(_page_key(PurePosixPath(source).stem), source)
             links[source] = tuple(dict.fromkeys(_page_key(m) for m in _LINK.findall(text)))
             page_passages = split_passages(text, source, self.chunk_chars)
             first[source] = list(range(len(passages), len(passages) + len(page_passages)))
@@ -410,7 +445,7 @@ class KnowledgeProvider(ContextProvider):
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,
@@ -420,10 +455,10 @@ class KnowledgeProvider(ContextProvider):
             (m.content for m in reversed(messages) if m.role == "user" and m.content), None
         )
         if query is None or not tokenize(query):
-            return EMPTY_RESULT
+            return ContextResult()
         passages = await self.retriever.retrieve(query, self.top_k)
         if not passages:
-            return EMPTY_RESULT
+            return ContextResult()
         blocks = "\n\n".join(
             f"[{number}] source: {p.source}\n{p.text}" for number, p in enumerate(passages, 1)
         )

@@ -5,22 +5,26 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 import attrs
+import structlog
 
-from raf.context import EMPTY_RESULT, ContextResult
-from raf.errors import ConfigError, McpError, ToolError
+from raf.context import ContextResult
+from raf.errors import ConfigError, McpError, ToolError, ToolSchemaError
 from raf.messages import ChatMessage
 from raf.options import AgentRunOptions
 from raf.providers import ContextProvider
 from raf.sessions.base import Session
+from raf.tools import check_tool_schema
+
+_log = structlog.get_logger("raf")
 
 if TYPE_CHECKING:
-    from raf.agent import Agent
+    from raf.context import AgentLike
 
 __all__ = ["McpTool", "McpToolsProvider"]
 
@@ -139,17 +143,42 @@ class McpToolsProvider(ContextProvider):
             env=self.env,
             cwd=os.fspath(self.cwd) if self.cwd is not None else None,
         )
+        started = False
         try:
             async with (
                 stdio_client(parameters, errlog=self.errlog or sys.stderr) as (read, write),
                 ClientSession(read, write) as session,
             ):
-                await session.initialize()
+                with self._deadline():
+                    await session.initialize()
+                started = True
                 yield session
         except OSError as exc:
+            if started:
+                raise
             raise McpError(
                 f"{self.name}: cannot start the MCP server {self.command!r}: {exc.strerror or exc}"
             ) from exc
+        except Exception as exc:
+            # The SDK's task groups wrap a server that exits or never answers in exception
+            # groups; errors of the work done once it started are reported by that work.
+            if started or isinstance(exc, McpError):
+                raise
+            why = self._why(exc, "answer the initialize request")
+            if not isinstance(_leaf(exc), TimeoutError):
+                why += " (did it exit? its stderr shows why)"
+            raise McpError(
+                f"{self.name}: the MCP server {self.command!r} did not start: {why}"
+            ) from exc
+
+    def _deadline(self) -> AbstractContextManager[Any]:
+        """``timeout`` as an anyio deadline (none when ``timeout`` is None)."""
+        return anyio.fail_after(self.timeout) if self.timeout is not None else nullcontext()
+
+    def _why(self, error: BaseException, what: str) -> str:
+        if isinstance(_leaf(error), TimeoutError):
+            return f"it did not {what} within timeout={self.timeout}s"
+        return _innermost(error)
 
     @asynccontextmanager
     async def _use(self) -> AsyncIterator[Any]:
@@ -176,13 +205,16 @@ class McpToolsProvider(ContextProvider):
 
     async def _list_tools(self) -> tuple[McpTool, ...]:
         found: list[McpTool] = []
+        opened = self._session is not None
         try:
-            await self._list_pages(found)
+            with self._deadline():  # start-up (when not open) and every page, together
+                await self._list_pages(found)
         except (McpError, ToolError):
             raise
         except Exception as exc:
             raise McpError(
-                f"{self.name}: listing the tools of {self.command!r} failed: {_innermost(exc)}"
+                f"{self.name}: listing the tools of {self.command!r} failed: "
+                + self._why(exc, "list its tools" if opened else "start and list its tools")
             ) from exc
         return tuple(found)
 
@@ -193,15 +225,17 @@ class McpToolsProvider(ContextProvider):
             result = await session.list_tools()
             while True:
                 for remote in result.tools:
-                    found.append(
-                        McpTool(
-                            self.tool_prefix + remote.name,
-                            remote.description or "",
-                            dict(remote.input_schema or {"type": "object"}),
-                            remote.name,
-                            self,
+                    name = self.tool_prefix + remote.name
+                    schema = dict(remote.input_schema or {"type": "object"})
+                    try:
+                        check_tool_schema(name, schema)
+                    except ToolSchemaError as exc:
+                        # Refused where it is found, and only that tool: the others still work.
+                        _log.warning(
+                            "mcp.tool_skipped", provider=self.name, tool=name, reason=str(exc)
                         )
-                    )
+                        continue
+                    found.append(McpTool(name, remote.description or "", schema, remote.name, self))
                 if not result.next_cursor:
                     break
                 result = await session.list_tools(
@@ -226,20 +260,26 @@ class McpToolsProvider(ContextProvider):
 
     async def on_invoking(
         self,
-        agent: Agent | None,
+        agent: AgentLike | None,
         session: Session,
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,
     ) -> ContextResult:
         """The server's tools."""
         tools = await self.tools()
-        return ContextResult(tools=tools) if tools else EMPTY_RESULT
+        return ContextResult(tools=tools) if tools else ContextResult()
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The first leaf of nested exception groups (the SDK wraps errors)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
 
 
 def _innermost(error: BaseException) -> str:
-    """The message of the first leaf of nested exception groups (the SDK wraps errors)."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
+    """The type and message of the first leaf of nested exception groups."""
+    error = _leaf(error)
     return f"{type(error).__name__}: {error}"
 
 

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-import inspect
+import collections
+import contextlib
+import email.utils
 import json
+import json.encoder
+import math
+import time
+import urllib.parse
+import zlib
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import attrs
 
 from raf.errors import (
     AuthenticationError,
     BadRequestError,
     ChatClientError,
     ChatConnectionError,
+    ChatProtocolError,
     ChatTimeoutError,
     RateLimitError,
     ServerError,
@@ -24,12 +35,49 @@ from raf.tools import Tool
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["OpenAIChatClient", "error_from_sdk", "message_to_wire", "tool_to_wire"]
+__all__ = [
+    "OpenAIChatClient",
+    "error_from_sdk",
+    "message_json",
+    "message_to_wire",
+    "messages_json",
+    "response_from_reply",
+    "retry_after_seconds",
+    "tool_to_wire",
+]
 
 # The SDK takes ~0.6 s to import; raf imports it only when a client is built.
 _TOOL_CHOICE_WORDS: Final = frozenset({"auto", "none", "required"})
-# Options that would make the SDK return a stream, which complete() cannot read.
+# Options that would make the server answer with a stream, which complete() cannot read.
 _REFUSED_EXTRA: Final = frozenset({"stream", "stream_options"})
+# Extra options that are how the request is sent, not what it says: the SDK's own.
+_TRANSPORT_EXTRA: Final = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+
+# How many earlier bodies a client keeps to extend, and the largest it keeps.
+_RECENT_BODIES: Final = 4
+_RECENT_MAX_BYTES: Final = 8 * 1024 * 1024
+# The most of an error reply (4xx, 5xx) raf lets the SDK read: enough to quote it.
+_ERROR_REPLY_MAX: Final = 1024 * 1024
+_MAX_CHUNKS: Final = 64
+
+
+@attrs.frozen
+class _Body:
+    """The message part of a body sent: its messages, and their JSON in chunks; chunk
+    ``i`` holds the messages from ``ends[i - 1]`` (0 for the first) up to ``ends[i]``."""
+
+    messages: tuple[ChatMessage, ...]
+    chunks: tuple[bytes, ...]
+    ends: tuple[int, ...]
+
+
+_EMPTY_BODY: Final = _Body((), (), ())
+
+DEFAULT_TIMEOUT: Final = 60.0
+DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
+_MISSING: Final = object()
+# How much of a reply that is not JSON an error message quotes.
+_QUOTE: Final = 120
 
 
 class OpenAIChatClient:
@@ -41,12 +89,20 @@ class OpenAIChatClient:
     OpenAI-compatible server works. ``max_retries`` is the SDK's own retry
     budget for rate limits, timeouts and server errors; set it to ``0`` when a
     :class:`raf.RetryMiddleware` does the retrying. ``client`` is an
-    ``AsyncOpenAI`` you built yourself (timeouts, proxies, headers); raf then
-    leaves closing it to you.
+    ``AsyncOpenAI`` you built yourself (proxies, headers); raf then leaves
+    closing it to you.
+
+    ``timeout`` bounds each whole call in seconds, the SDK's retries and the
+    reading of the reply included (``None``: no bound); past it the call
+    raises :class:`raf.errors.ChatTimeoutError`. ``max_response_bytes`` bounds
+    the reply's size once decompressed; past it the call raises
+    :class:`raf.ChatProtocolError` without reading further.
 
     Failures raise :class:`raf.ChatClientError` subclasses whose ``retryable``
     says whether trying again can help; the SDK's exception is ``__cause__``.
-    Close the client with ``await client.aclose()`` or ``async with``::
+    A reply that is not a well-formed chat completion is a
+    :class:`raf.ChatProtocolError` naming the field. Close the client with
+    ``await client.aclose()`` or ``async with``::
 
         async with OpenAIChatClient("gpt-4o-mini") as model:
             agent = Agent(model, instructions="Be brief.")
@@ -60,6 +116,8 @@ class OpenAIChatClient:
         base_url: str | None = None,
         api_key: str | None = None,
         max_retries: int = 2,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
         if not isinstance(model, str) or not model:
@@ -68,13 +126,36 @@ class OpenAIChatClient:
             raise ValueError(
                 f"OpenAIChatClient: max_retries must be an int >= 0, got {max_retries!r}"
             )
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not timeout > 0  # also refuses NaN
+        ):
+            raise ValueError(
+                f"OpenAIChatClient: timeout must be a number of seconds > 0 or None, "
+                f"got {timeout!r}"
+            )
+        if type(max_response_bytes) is not int or max_response_bytes < 1:
+            raise ValueError(
+                f"OpenAIChatClient: max_response_bytes must be an int >= 1, "
+                f"got {max_response_bytes!r}"
+            )
         import openai
 
         self.model = model
+        self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
         if client is None:
             try:
+                # The SDK's own HTTP client and defaults, plus a hook that bounds error replies.
+                http_client = openai.DefaultAsyncHttpxClient(
+                    event_hooks={"response": [self._bound_error_reply]}
+                )
                 client = openai.AsyncOpenAI(
-                    base_url=base_url, api_key=api_key, max_retries=max_retries
+                    base_url=base_url,
+                    api_key=api_key,
+                    max_retries=max_retries,
+                    http_client=http_client,
                 )
             except openai.OpenAIError as exc:
                 raise AuthenticationError(
@@ -89,65 +170,195 @@ class OpenAIChatClient:
                 )
             self._owns_client = False
         self.client: openai.AsyncOpenAI = client
-        self._create = client.chat.completions.create
-        self._known_parameters = frozenset(inspect.signature(self._create).parameters)
+        # The messages and message chunks of the last bodies sent (see request_body).
+        self._recent: collections.deque[_Body] = collections.deque(maxlen=_RECENT_BODIES)
 
     async def complete(
         self, messages: Sequence[ChatMessage], options: ChatOptions
     ) -> AgentResponse:
         """Send one chat completion request and return the model's turn."""
-        import openai
+        model, body, request_options = self.request_body(messages, options)
+        with anyio.move_on_after(self.timeout):
+            data, content_type = await self._post(body, request_options, model)
+            return response_from_reply(data, content_type, model)
+        # Only the deadline's own cancellation lands here: any other one propagates.
+        raise ChatTimeoutError(
+            f"OpenAI chat completion (model {model!r}) did not finish within {self.timeout} s "
+            "(OpenAIChatClient timeout=, the SDK's retries included)"
+        )
 
-        request = self.request_parameters(messages, options)
-        model = request["model"]
-        try:
-            completion = await self._create(**request)
-        except openai.OpenAIError as exc:
-            raise error_from_sdk(exc, model) from exc
-        return response_from_completion(completion, model)
-
-    def request_parameters(
+    def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions
-    ) -> dict[str, Any]:
-        """The keyword arguments of ``chat.completions.create`` for one call.
+    ) -> tuple[str, bytes, dict[str, Any]]:
+        """The model, the JSON body and the SDK request options of one call.
 
-        ``options.extra`` is applied last: keys the SDK knows (``top_p``,
-        ``seed``, ``response_format``, ``timeout``, ``extra_headers``...) are
-        passed as they are, any other key goes into the request body.
+        The body is built here, not by the SDK's ``create``: its request
+        transform walks every message (a quarter of a millisecond each). Each
+        message's JSON is cached (see :func:`message_json`), and so are the
+        message parts of this client's last few bodies: a turn whose messages
+        extend an earlier call's (the next turn of a conversation, the next
+        call of a tool loop) costs its new messages and one copy.
+
+        ``options.extra`` is applied last: ``timeout`` (the SDK's per-attempt
+        timeout), ``extra_headers``, ``extra_query`` and ``extra_body`` as the
+        SDK understands them, any other key into the body.
         """
-        request: dict[str, Any] = {
-            "model": options.model or self.model,
-            "messages": [message_to_wire(m, index) for index, m in enumerate(messages)],
-        }
+        head: dict[str, Any] = {"model": options.model or self.model}
         if options.tools:
-            request["tools"] = [tool_to_wire(t) for t in options.tools]
+            head["tools"] = [tool_to_wire(t) for t in options.tools]
         if options.temperature is not None:
-            request["temperature"] = options.temperature
+            head["temperature"] = options.temperature
         if options.max_tokens is not None:
-            request["max_tokens"] = options.max_tokens
+            head["max_tokens"] = options.max_tokens
         if options.tool_choice is not None:
-            request["tool_choice"] = _tool_choice(options.tool_choice)
-        body: dict[str, Any] = {}
+            head["tool_choice"] = _tool_choice(options.tool_choice)
+        request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
         for key, value in options.extra.items():
             if key in _REFUSED_EXTRA and value:
                 raise BadRequestError(
                     f"OpenAIChatClient: extra option {key!r} is not supported; "
                     "raf reads whole chat completions, not streams"
                 )
-            if key in self._known_parameters and key != "extra_body":
-                request[key] = value
-            elif key == "extra_body":
-                if not isinstance(value, Mapping):
-                    raise BadRequestError(
-                        f"OpenAIChatClient: extra option 'extra_body' must be a mapping, "
-                        f"got {type(value).__name__}"
-                    )
-                body.update(value)
+            if key == "messages":
+                raise BadRequestError(
+                    "OpenAIChatClient: extra option 'messages' is not allowed; "
+                    "the messages are the run's"
+                )
+            if key in _TRANSPORT_EXTRA:
+                _transport_option(key, value, head, request_options)
             else:
-                body[key] = value
-        if body:
-            request["extra_body"] = body
-        return request
+                head[key] = value
+        model = head["model"]
+        if not isinstance(model, str):
+            raise BadRequestError(f"OpenAIChatClient: model must be a str, got {model!r}")
+        try:
+            head_json = _dumps(head)
+        except (TypeError, ValueError) as exc:
+            raise BadRequestError(
+                f"OpenAIChatClient: a request option cannot be sent as JSON: {exc}"
+            ) from exc
+        head_bytes = head_json.encode("utf-8", "backslashreplace")
+        pieces: list[bytes] = [head_bytes[:-1], b',"messages":[']
+        for chunk in self._messages_chunks(messages):
+            pieces += (chunk, b",")
+        if pieces[-1] == b",":
+            pieces.pop()
+        pieces.append(b"]}")
+        # One copy of a body that can be megabytes long.
+        return model, b"".join(pieces), request_options
+
+    def _messages_chunks(self, messages: Sequence[ChatMessage]) -> tuple[bytes, ...]:
+        """The messages' JSON, in chunks to join with commas, reusing an earlier call's.
+
+        Each body this client sent is kept as chunks of message JSON, with the
+        count of messages each chunk ends at. A new call reuses the longest run
+        of chunks whose messages are a prefix of its own (a tuple comparison in
+        C: identity first, then equality, so a history decoded anew each turn
+        matches too, dearer but far cheaper than encoding it again) and encodes
+        only the rest, as one new chunk. A leading system message is a chunk of
+        its own, matched apart: instructions that change each turn (retrieved
+        passages, say) do not spoil the match of the history behind them. The
+        chunks are shared between bodies, never copied; what is kept is bounded
+        in count and size.
+        """
+        current = messages if type(messages) is tuple else tuple(messages)
+        count = len(current)
+        lead = 1 if count and getattr(current[0], "role", None) == "system" else 0
+        chunks: tuple[bytes, ...] = ()
+        ends: tuple[int, ...] = ()
+        candidates = [body for body in reversed(self._recent) if body.ends[-1] <= count]
+        # Same objects first (one pointer test): they are the cheapest to compare.
+        candidates.sort(key=lambda body: body.messages[-1] is not current[len(body.messages) - 1])
+        for body in candidates:
+            skip = lead if body.ends[0] == lead else 0
+            # The longest few runs of chunks only: a long conversation has many.
+            for index in range(len(body.ends) - 1, max(len(body.ends) - 4, skip) - 1, -1):
+                end = body.ends[index]
+                if current[skip:end] == body.messages[skip:end]:
+                    chunks, ends = body.chunks[skip : index + 1], body.ends[skip : index + 1]
+                    break
+            if ends:
+                if skip:
+                    chunks, ends = (message_json(current[0]), *chunks), (1, *ends)
+                break
+        else:
+            if lead:
+                chunks, ends = (message_json(current[0]),), (1,)
+        done = ends[-1] if ends else 0
+        if done < count:
+            chunks += (b",".join(messages_json(current[done:], start=done)),)
+            ends += (count,)
+        if len(chunks) > _MAX_CHUNKS:  # one copy now keeps later joins short
+            chunks, ends = (*chunks[:lead], b",".join(chunks[lead:])), (*ends[:lead], count)
+        if chunks and sum(map(len, chunks)) <= _RECENT_MAX_BYTES:
+            self._recent.append(_Body(current, chunks, ends))
+        return chunks
+
+    async def _post(
+        self, body: bytes, request_options: dict[str, Any], model: str
+    ) -> tuple[bytes, str]:
+        """POST the body through the SDK (auth, retries, HTTP errors); the reply, bounded."""
+        import httpx2
+        import openai
+
+        try:
+            # cast_to=Response and stream=True: the SDK hands back the unread reply,
+            # so raf reads it under its own size bound and parses it itself.
+            response: httpx2.Response = await self.client.post(  # type: ignore[call-overload]
+                self._path(model),
+                cast_to=httpx2.Response,
+                content=body,
+                options=request_options,
+                stream=True,
+            )
+        except openai.OpenAIError as exc:
+            raise error_from_sdk(exc, model) from exc
+        try:
+            return await _read_bounded(response, self.max_response_bytes, model), (
+                response.headers.get("content-type", "")
+            )
+        except httpx2.HTTPError as exc:
+            raise _error_from_http(exc, model) from exc
+        finally:
+            # Bounded and shielded: returning the connection must not hang or be cut.
+            with anyio.move_on_after(5, shield=True):
+                await response.aclose()
+
+    def _path(self, model: str) -> str:
+        """The request path: Azure's client finds the deployment in a JSON body the
+        SDK encodes, which raf's body is not, so raf names it as the SDK would."""
+        import openai
+
+        if isinstance(self.client, openai.AsyncAzureOpenAI) and "/deployments" not in str(
+            self.client.base_url.path
+        ):
+            return f"/deployments/{urllib.parse.quote(model, safe='')}/chat/completions"
+        return "/chat/completions"
+
+    async def _bound_error_reply(self, response: Any) -> None:
+        """Read an error reply here, at most ``_ERROR_REPLY_MAX`` bytes once decoded.
+
+        The SDK reads an error reply whole to quote it; a hostile or broken
+        server could make that gigabytes (a gzip bomb). This hook of the HTTP
+        client raf builds runs first: it reads the raw reply, decodes gzip and
+        deflate itself with a bound, and leaves the SDK the bounded bytes (a
+        longer reply is cut: only its start is quoted).
+        """
+        import httpx2
+
+        if response.status_code < 400:
+            return
+        cap = min(self.max_response_bytes, _ERROR_REPLY_MAX)
+        raw = await _read_capped(response.aiter_raw(), cap)
+        await response.aclose()
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        data = _decode_capped(raw, coding, cap)
+        # The response now replays those bytes, as plain (already decoded) content.
+        response.stream = httpx2.ByteStream(data)
+        response.is_stream_consumed = False
+        response.is_closed = False
+        response.headers.pop("content-encoding", None)
+        response.headers["content-length"] = str(len(data))
 
     async def aclose(self) -> None:
         """Close the HTTP connections (not those of a ``client=`` you passed in)."""
@@ -169,6 +380,199 @@ class OpenAIChatClient:
         return f"OpenAIChatClient(model={self.model!r}, base_url={str(self.client.base_url)!r})"
 
 
+def _transport_option(
+    key: str, value: Any, head: dict[str, Any], request_options: dict[str, Any]
+) -> None:
+    if key == "timeout":
+        request_options["timeout"] = value
+        return
+    if not isinstance(value, Mapping):
+        raise BadRequestError(
+            f"OpenAIChatClient: extra option {key!r} must be a mapping, got {type(value).__name__}"
+        )
+    if key == "extra_body":
+        if "messages" in value:
+            raise BadRequestError(
+                "OpenAIChatClient: extra_body may not hold 'messages'; the messages are the run's"
+            )
+        head.update(value)
+    elif key == "extra_headers":
+        request_options["headers"] = dict(value)
+    else:
+        request_options["params"] = dict(value)
+
+
+async def _read_bounded(response: Any, limit: int, model: str) -> bytes:
+    """The decoded body of ``response``, refusing to hold more than ``limit`` bytes."""
+    declared = response.headers.get("content-length")
+    encoded = response.headers.get("content-encoding", "identity").strip().lower()
+    # Checked before reading only when it is the decoded size (no content-encoding).
+    if (
+        declared is not None
+        and declared.isdigit()
+        and encoded == "identity"
+        and int(declared) > limit
+    ):
+        raise _too_large(model, limit, f"it declares {int(declared)} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    # httpx decompresses a chunk at a time in bounded pieces: a gzip bomb stops here.
+    async with contextlib.aclosing(response.aiter_bytes()) as stream:
+        with anyio.CancelScope() as stop:
+            async for chunk in stream:
+                if stop.cancel_called:
+                    continue  # pieces already decoded before the cancellation lands
+                size += len(chunk)
+                if size > limit:
+                    # Stop by cancelling, which is raised inside httpx's stream at its next
+                    # read and ends each generator of it; closing the outer one from here
+                    # would leave the inner ones to the garbage collector (trio warns).
+                    stop.cancel()
+                    continue
+                chunks.append(chunk)
+    if size > limit:
+        raise _too_large(model, limit, "it is larger")
+    return b"".join(chunks)
+
+
+async def _read_capped(stream: Any, cap: int) -> bytes:
+    """At most ``cap`` bytes of an async byte stream, read no further than needed."""
+    chunks: list[bytes] = []
+    size = 0
+    async with contextlib.aclosing(stream) as pieces:
+        with anyio.CancelScope() as stop:  # see _read_bounded: stop inside the stream
+            async for chunk in pieces:
+                if stop.cancel_called:
+                    continue
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > cap:
+                    stop.cancel()
+    return b"".join(chunks)[:cap]
+
+
+def _decode_capped(raw: bytes, coding: str, cap: int) -> bytes:
+    """``raw`` decoded per its content-encoding, at most ``cap`` bytes of it."""
+    if coding in ("", "identity"):
+        return raw[:cap]
+    if coding in ("gzip", "x-gzip", "deflate"):
+        # gzip, a zlib stream, then raw deflate (servers send both as "deflate").
+        for wbits in (16 + zlib.MAX_WBITS, zlib.MAX_WBITS, -zlib.MAX_WBITS):
+            try:
+                return zlib.decompressobj(wbits).decompress(raw, cap)
+            except zlib.error:
+                continue
+    return b""  # an encoding raf does not decode: the SDK then names the status only
+
+
+def _too_large(model: str, limit: int, detail: str) -> ChatProtocolError:
+    return ChatProtocolError(
+        f"OpenAI chat completion (model {model!r}): the reply is larger than "
+        f"max_response_bytes={limit} ({detail}); raf stopped reading it"
+    )
+
+
+def _error_from_http(exc: Exception, model: str) -> ChatClientError:
+    """An error of the HTTP stack while reading a reply, as a raf error."""
+    import httpx2
+
+    where = f"OpenAI chat completion (model {model!r})"
+    if isinstance(exc, httpx2.TimeoutException):
+        return ChatTimeoutError(f"{where} timed out reading the reply: {exc!r}")
+    if isinstance(exc, httpx2.DecodingError):
+        return ChatProtocolError(f"{where}: the reply cannot be decompressed: {exc}")
+    return ChatConnectionError(f"{where}: the connection failed reading the reply: {exc!r}")
+
+
+# Each message's JSON, by identity: messages are frozen, so it never goes stale. The
+# cache holds the message itself next to its JSON, so its id cannot be reused while the
+# entry exists; it forgets the oldest entries past _WIRE_CACHE_BYTES of JSON. (Strong
+# references, not weak ones: a warm lookup is then one C loop, half the cost.)
+_WIRE_CACHE: dict[int, bytes] = {}
+_WIRE_HELD: collections.deque[tuple[int, ChatMessage, int]] = collections.deque()
+_WIRE_CACHE_BYTES: Final = 32 * 1024 * 1024
+_wire_size = 0
+
+
+def messages_json(messages: Sequence[ChatMessage], start: int = 0) -> list[bytes]:
+    """:func:`message_json` of each message, in order (a new list); an error names
+    ``messages[start + i]``.
+
+    The lookup is one C loop (``map``) and the misses are found by C scans
+    (``list.index``): over a history whose messages are cached (every turn
+    after the first, with an in-memory history) only the new turn's messages
+    cost Python work, several times less than a Python loop over all.
+    """
+    found: list[bytes | None] = list(map(_WIRE_CACHE.get, map(id, messages)))
+    index = -1
+    with contextlib.suppress(ValueError):  # no miss left
+        while True:
+            index = found.index(None, index + 1)
+            found[index] = message_json(messages[index], start + index)
+    return found  # type: ignore[return-value]
+
+
+def message_json(message: ChatMessage, index: int = 0) -> bytes:
+    """The JSON of :func:`message_to_wire` as UTF-8, cached per message object.
+
+    >>> message_json(ChatMessage.user("hi"))
+    b'{"role":"user","content":"hi"}'
+    """
+    global _wire_size
+    key = id(message)
+    data = _WIRE_CACHE.get(key)
+    if data is not None:
+        return data
+    if type(message) is not ChatMessage:
+        raise BadRequestError(
+            f"messages[{index}] must be a ChatMessage, got {type(message).__name__}"
+        )
+    text = _message_text(message, index)
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (no UTF-8 form) becomes its JSON escape \udXXX: valid JSON.
+        data = text.encode("utf-8", "backslashreplace")
+    # Held before it is visible, dropped after it is not: a cached id is always live.
+    _WIRE_HELD.append((key, message, len(data)))
+    _WIRE_CACHE[key] = data
+    _wire_size += len(data)
+    while _wire_size > _WIRE_CACHE_BYTES and _WIRE_HELD:
+        old_key, _held, size = _WIRE_HELD.popleft()
+        _WIRE_CACHE.pop(old_key, None)
+        _wire_size -= size
+    return data
+
+
+def _message_text(message: ChatMessage, index: int) -> str:
+    """``_dumps(message_to_wire(message))``, written out: a fifth of the cost for a miss.
+
+    Every string goes through the json module's own C string encoder; the
+    tests hold this equal to the generic form.
+    """
+    role = message.role
+    if role == "tool":
+        if message.tool_call_id is None:
+            raise _no_call_id(index)
+        return (
+            f'{{"role":"tool","tool_call_id":{_string(message.tool_call_id)},'
+            f'"content":{_string(message.content or "")}}}'
+        )
+    if role == "assistant" and message.tool_calls:
+        content = "null" if message.content is None else _string(message.content)
+        calls = ",".join(
+            f'{{"id":{_string(c.id)},"type":"function","function":{{"name":{_string(c.name)},'
+            f'"arguments":{_string(c.arguments)}}}}}'
+            for c in message.tool_calls
+        )
+        text = f'{{"role":"assistant","content":{content},"tool_calls":[{calls}]'
+    else:
+        text = f'{{"role":{_string(role)},"content":{_string(message.content or "")}'
+    if message.name is not None:
+        text += f',"name":{_string(message.name)}'
+    return text + "}"
+
+
 def message_to_wire(message: ChatMessage, index: int = 0) -> dict[str, Any]:
     """One message in the OpenAI wire format.
 
@@ -178,10 +582,7 @@ def message_to_wire(message: ChatMessage, index: int = 0) -> dict[str, Any]:
     role = message.role
     if role == "tool":
         if message.tool_call_id is None:
-            raise BadRequestError(
-                f"messages[{index}]: a tool message needs a tool_call_id (the id of the call "
-                "it answers)"
-            )
+            raise _no_call_id(index)
         return {
             "role": "tool",
             "tool_call_id": message.tool_call_id,
@@ -201,6 +602,12 @@ def message_to_wire(message: ChatMessage, index: int = 0) -> dict[str, Any]:
     return wire
 
 
+def _no_call_id(index: int) -> BadRequestError:
+    return BadRequestError(
+        f"messages[{index}]: a tool message needs a tool_call_id (the id of the call it answers)"
+    )
+
+
 def tool_to_wire(tool: Tool) -> dict[str, Any]:
     """A raf :class:`raf.Tool` as an OpenAI function tool with its JSON Schema."""
     function: dict[str, Any] = {"name": tool.name, "parameters": _plain(tool.parameters)}
@@ -209,32 +616,167 @@ def tool_to_wire(tool: Tool) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def response_from_completion(completion: Any, model: str) -> AgentResponse:
-    """The assistant turn, usage and raw response of a ``ChatCompletion``."""
-    if not completion.choices:
-        raise ChatClientError(f"OpenAI model {model!r} returned no choices")
-    message = completion.choices[0].message
-    calls = []
-    for call in message.tool_calls or ():
-        function = getattr(call, "function", None)
-        if function is None:
-            raise ChatClientError(
-                f"OpenAI model {model!r} returned a {call.type!r} tool call; raf supports "
-                "function tool calls only"
-            )
-        calls.append(ToolCall(call.id, function.name, function.arguments or "{}"))
-    text = message.content
+def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResponse:
+    """The assistant turn, usage and raw ``ChatCompletion`` of a 200 reply's body.
+
+    Anything that is not a chat completion raf can read is a
+    :class:`raf.ChatProtocolError` that names the problem.
+    """
+    where = f"OpenAI chat completion (model {model!r})"
+    try:
+        # Invalid UTF-8 in a text is replaced, not fatal: the rest of the answer stands.
+        reply = json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError) as exc:
+        raise ChatProtocolError(
+            f"{where}: the reply is not JSON ({content_type or 'no content-type'}; "
+            f"{exc}): {_quote(data)}"
+        ) from None
+    if not isinstance(reply, dict):
+        raise ChatProtocolError(
+            f"{where}: the reply is {_json_type(reply)}, not a JSON object: {_quote(data)}"
+        )
+    if reply.get("error") is not None:
+        raise ChatProtocolError(f"{where}: the server answered 200 with an error: {reply['error']}")
+    choices = reply.get("choices", _MISSING)
+    if not isinstance(choices, list):
+        raise ChatProtocolError(f"{where}: 'choices' is {_json_type(choices)}, not a list")
+    if not choices:
+        raise ChatProtocolError(f"{where}: the model returned no choices")
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise ChatProtocolError(f"{where}: choices[0] is {_json_type(choice)}, not an object")
+    message = choice.get("message", _MISSING)
+    if not isinstance(message, dict):
+        raise ChatProtocolError(
+            f"{where}: choices[0].message is {_json_type(message)}, not an object"
+        )
+    text = _optional_str(message, "content", where)
+    calls = [
+        _tool_call(call, f"choices[0].message.tool_calls[{n}]", where)
+        for n, call in enumerate(_optional_list(message, "tool_calls", where))
+    ]
     if text is None and not calls:
         # A refusal is what the user should read when there is no answer.
-        text = getattr(message, "refusal", None)
+        text = _optional_str(message, "refusal", where)
     usage = None
-    if completion.usage is not None:
-        usage = Usage(completion.usage.prompt_tokens or 0, completion.usage.completion_tokens or 0)
-    return AgentResponse((ChatMessage.assistant(text, tool_calls=calls),), usage, completion)
+    raw_usage = reply.get("usage")
+    if raw_usage is not None:
+        if not isinstance(raw_usage, dict):
+            raise ChatProtocolError(f"{where}: 'usage' is {_json_type(raw_usage)}, not an object")
+        usage = Usage(
+            _tokens(raw_usage, "prompt_tokens", where),
+            _tokens(raw_usage, "completion_tokens", where),
+        )
+    return AgentResponse(
+        (ChatMessage.assistant(text, tool_calls=calls),), usage, _completion(reply)
+    )
+
+
+def _tool_call(call: Any, path: str, where: str) -> ToolCall:
+    if not isinstance(call, dict):
+        raise ChatProtocolError(f"{where}: {path} is {_json_type(call)}, not an object")
+    kind = call.get("type", "function")
+    if kind != "function":
+        raise ChatProtocolError(
+            f"{where}: {path} is a {kind!r} tool call; raf supports function tool calls only"
+        )
+    call_id = call.get("id", _MISSING)
+    if not isinstance(call_id, str):
+        raise ChatProtocolError(f"{where}: {path}.id is {_json_type(call_id)}, not a string")
+    function = call.get("function", _MISSING)
+    if not isinstance(function, dict):
+        raise ChatProtocolError(
+            f"{where}: {path}.function is {_json_type(function)}, not an object"
+        )
+    name = function.get("name", _MISSING)
+    if not isinstance(name, str):
+        raise ChatProtocolError(
+            f"{where}: {path}.function.name is {_json_type(name)}, not a string"
+        )
+    arguments = function.get("arguments")
+    if arguments is None:
+        arguments = "{}"
+    elif not isinstance(arguments, str):
+        raise ChatProtocolError(
+            f"{where}: {path}.function.arguments is {_json_type(arguments)}, not a string of JSON"
+        )
+    return ToolCall(call_id, name, arguments)
+
+
+def _optional_str(data: dict[str, Any], key: str, where: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ChatProtocolError(
+            f"{where}: choices[0].message.{key} is {_json_type(value)}, not a string"
+        )
+    return value
+
+
+def _optional_list(data: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ChatProtocolError(
+            f"{where}: choices[0].message.{key} is {_json_type(value)}, not a list"
+        )
+    return value
+
+
+def _tokens(usage: dict[str, Any], key: str, where: str) -> int:
+    value = usage.get(key)
+    if value is None:
+        return 0
+    if type(value) is not int or value < 0:
+        raise ChatProtocolError(
+            f"{where}: usage.{key} is {_json_type(value)}, not a count of tokens"
+        )
+    return value
+
+
+def _completion(reply: dict[str, Any]) -> Any:
+    """The SDK's ``ChatCompletion`` for ``raw``: validated, or built leniently."""
+    from openai.types.chat import ChatCompletion
+
+    try:
+        return ChatCompletion.model_validate(reply)
+    except Exception:
+        # Compatible servers leave out or vary fields raf does not need: keep them all.
+        try:
+            return ChatCompletion.construct(**reply)
+        except Exception:
+            return reply
+
+
+def _json_type(value: object) -> str:
+    if value is _MISSING:
+        return "missing"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _quote(data: bytes) -> str:
+    text = data[:_QUOTE].decode("utf-8", "replace")
+    return repr(text) + ("..." if len(data) > _QUOTE else "")
 
 
 def error_from_sdk(exc: openai.OpenAIError, model: str) -> ChatClientError:
-    """The :class:`raf.ChatClientError` for an OpenAI SDK error."""
+    """The :class:`raf.ChatClientError` for an OpenAI SDK error.
+
+    An HTTP error carries the server's ``Retry-After`` (or ``retry-after-ms``)
+    as ``retry_after`` in seconds.
+    """
     import openai
 
     where = f"OpenAI chat completion (model {model!r})"
@@ -246,16 +788,56 @@ def error_from_sdk(exc: openai.OpenAIError, model: str) -> ChatClientError:
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         text = f"{where} failed with HTTP {status}: {exc.message}"
+        retry_after = retry_after_seconds(exc.response.headers)
+        kind: type[ChatClientError] = BadRequestError
         if status == 429:
-            return RateLimitError(text, status_code=status)
-        if status == 408:
-            return ChatTimeoutError(text, status_code=status)
-        if status == 409 or status >= 500:
-            return ServerError(text, status_code=status)
-        if status in (401, 403):
-            return AuthenticationError(text, status_code=status)
-        return BadRequestError(text, status_code=status)
+            kind = RateLimitError
+        elif status == 408:
+            kind = ChatTimeoutError
+        elif status == 409 or status >= 500:
+            kind = ServerError
+        elif status in (401, 403):
+            kind = AuthenticationError
+        return kind(text, status_code=status, retry_after=retry_after)
     return ChatClientError(f"{where} failed: {type(exc).__name__}: {exc}")
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """How long a server asks us to wait, in seconds, or ``None`` if it does not say.
+
+    ``retry-after-ms`` (milliseconds, OpenAI's) wins over ``Retry-After``
+    (seconds, or an HTTP date); a date in the past means 0; a value that
+    cannot be read is ignored.
+
+    >>> retry_after_seconds({"retry-after": "2"}), retry_after_seconds({"retry-after-ms": "150"})
+    (2.0, 0.15)
+    >>> retry_after_seconds({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, now=1445412470.0)
+    10.0
+    """
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            if name == "retry-after":
+                return _retry_after_date(value, now)
+            continue
+        if not math.isnan(seconds):
+            return max(seconds, 0.0)
+    return None
+
+
+def _retry_after_date(value: str, now: float | None) -> float | None:
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT even when it does not say so
+        return None
+    current = time.time() if now is None else now
+    return max(when.timestamp() - current, 0.0)
 
 
 def _tool_choice(choice: str | Mapping[str, Any]) -> str | dict[str, Any]:
@@ -267,6 +849,10 @@ def _tool_choice(choice: str | Mapping[str, Any]) -> str | dict[str, Any]:
     return plain
 
 
+def _dumps(value: Any) -> str:
+    return _ENCODER.encode(value)
+
+
 def _plain(value: Any) -> Any:
     # Schemas may hold read-only mappings and tuples; the wire wants dicts and lists.
     return json.loads(json.dumps(value, default=_not_json))
@@ -275,4 +861,12 @@ def _plain(value: Any) -> Any:
 def _not_json(value: object) -> Any:
     if isinstance(value, Mapping):
         return dict(value)
-    raise TypeError(f"not JSON serialisable in a tool schema: {value!r}")
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+# The SDK's own encoding (compact, UTF-8, no NaN), with mappings taken as objects; one
+# encoder for all calls, as json.dumps builds a new one per call when given options.
+_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_not_json
+)
+_string: Final[Any] = json.encoder.encode_basestring

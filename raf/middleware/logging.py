@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -27,7 +27,11 @@ class LoggingMiddleware:
     ``run.start`` / ``run.end`` (or ``model.start`` / ``model.end``); the end
     event carries ``duration_ms``, ``outcome`` (``"ok"``, ``"error"`` or
     ``"cancelled"``), the error type on failure, the message and tool call
-    counts of the response and its token usage.
+    counts of the response, its token usage and ``model``, the model that
+    answered: the one the server reports (an OpenAI reply names the exact
+    version), else the one the run asked for. On ``model.start``, ``model``
+    is the one the run asked for, ``None`` meaning the client's default; on
+    ``run.start`` it is the run's model or the client's default model.
 
     raf never configures structlog: the events go wherever your application
     sends them (see ``docs/middleware.md``). ``logger`` replaces the default
@@ -49,22 +53,29 @@ class LoggingMiddleware:
         log = self._logger if self._logger is not None else structlog.get_logger("raf")
         if isinstance(request, ChatRequest):
             level = "model"
+            requested = request.options.model
             fields: dict[str, Any] = {
-                "model": request.options.model,
+                "model": requested,
                 "messages": len(request.messages),
                 "tools": len(request.options.tools),
             }
         elif isinstance(request, Invocation):
             level = "run"
             agent = request.agent
+            requested = request.options.model
+            if requested is None:
+                default = getattr(getattr(agent, "chat_client", None), "model", None)
+                requested = default if isinstance(default, str) else None
             fields = {
                 "agent": agent.name if agent is not None else None,
+                "model": requested,
                 "session_id": request.session.id,
                 "request_messages": len(request.request_messages),
                 "tools": len(request.tools) + (len(agent.tools) if agent is not None else 0),
             }
         else:
             level = "call"
+            requested = None
             fields = {"request_type": type(request).__name__}
         run_id = structlog.contextvars.get_contextvars().get("run_id") or uuid.uuid4().hex[:16]
         with structlog.contextvars.bound_contextvars(run_id=run_id):
@@ -85,10 +96,12 @@ class LoggingMiddleware:
                 )
                 raise
             usage = response.usage
+            answered = {} if level == "call" else {"model": _answered_by(response.raw, requested)}
             log.info(
                 f"{level}.end",
                 duration_ms=_since(started),
                 outcome="ok",
+                **answered,
                 messages=len(response.messages),
                 tool_calls=len(response.tool_calls),
                 input_tokens=usage.input_tokens if usage is not None else None,
@@ -98,6 +111,12 @@ class LoggingMiddleware:
 
     def __repr__(self) -> str:
         return "LoggingMiddleware()"
+
+
+def _answered_by(raw: Any, requested: str | None) -> str | None:
+    """The model the raw response names (an SDK object or a mapping), else ``requested``."""
+    named = raw.get("model") if isinstance(raw, Mapping) else getattr(raw, "model", None)
+    return named if isinstance(named, str) and named else requested
 
 
 def _since(started: float) -> float:

@@ -11,7 +11,6 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry_if_exception,
-    stop_after_attempt,
     wait_exponential_jitter,
 )
 
@@ -22,6 +21,10 @@ from raf.pipeline import ChatRequest
 __all__ = ["RetryMiddleware"]
 
 _log = structlog.get_logger("raf")
+
+# A server's ask shorter than this (retry-after-ms: 20) means "soon", never "give up":
+# it is waited for up to wait_max, even when wait_max is 0.
+_SHORT_ASK = 1.0
 
 
 class RetryMiddleware:
@@ -38,8 +41,13 @@ class RetryMiddleware:
     whose ``retryable`` is true (rate limits, timeouts, connection and
     server errors). The wait before retry *n* is
     ``wait_initial * 2**(n-1)`` plus up to ``wait_initial`` of random jitter,
-    at most ``wait_max`` seconds. Each retry is logged (``"retry"`` event);
-    when the attempts run out, the last error is raised unchanged.
+    at most ``wait_max`` seconds. When the error says how long the server
+    asked us to wait (``ChatClientError.retry_after``, from ``Retry-After``),
+    the wait is at least that, up to ``wait_max``; when the server asks for
+    longer than ``wait_max`` (and a second or more), the error is raised at
+    once (event ``"retry.gave_up"``) rather than retried early. Each retry
+    is logged (``"retry"`` event); when the attempts run out, the last error
+    is raised unchanged.
     Cancellation, and any ``BaseException`` that is not an ``Exception``, is
     never retried.
 
@@ -47,7 +55,7 @@ class RetryMiddleware:
     >>> agent = Agent(EchoChatClient(), chat_stack=[RetryMiddleware(attempts=4)])
     """
 
-    __slots__ = ("_retrying", "attempts", "retry_on", "wait_initial", "wait_max")
+    __slots__ = ("_backoff", "_retrying", "attempts", "retry_on", "wait_initial", "wait_max")
 
     def __init__(
         self,
@@ -76,11 +84,12 @@ class RetryMiddleware:
         self.retry_on = retry_on
         self.wait_initial = wait_initial
         self.wait_max = wait_max
+        self._backoff = wait_exponential_jitter(
+            multiplier=wait_initial, max=wait_max, jitter=wait_initial
+        )
         self._retrying = AsyncRetrying(
-            stop=stop_after_attempt(attempts),
-            wait=wait_exponential_jitter(
-                multiplier=wait_initial, max=wait_max, jitter=wait_initial
-            ),
+            stop=self._stop,
+            wait=self._wait,
             retry=retry_if_exception(self.should_retry),
             sleep=anyio.sleep,
             before_sleep=self._log_retry,
@@ -94,6 +103,31 @@ class RetryMiddleware:
         if self.retry_on is None:
             return isinstance(error, ChatClientError) and error.retryable
         return isinstance(error, self.retry_on)
+
+    def _wait(self, state: RetryCallState) -> float:
+        backoff: float = self._backoff(state)
+        asked = _retry_after(state)
+        return backoff if asked is None else min(max(backoff, asked), self.wait_max)
+
+    def _stop(self, state: RetryCallState) -> bool:
+        if state.attempt_number >= self.attempts:
+            return True
+        asked = _retry_after(state)
+        if asked is None or asked <= max(self.wait_max, _SHORT_ASK):
+            return False
+        # Retrying sooner than the server asked would only be refused again.
+        error = state.outcome.exception() if state.outcome is not None else None
+        _log.warning(
+            "retry.gave_up",
+            reason="retry_after",
+            attempt=state.attempt_number,
+            attempts=self.attempts,
+            retry_after_s=asked,
+            wait_max=self.wait_max,
+            error_type=type(error).__name__,
+            error=str(error),
+        )
+        return True
 
     async def __call__(
         self, request: Any, call_next: Callable[[Any], Awaitable[AgentResponse]]
@@ -128,3 +162,10 @@ class RetryMiddleware:
             f"RetryMiddleware(attempts={self.attempts}, retry_on={self.retry_on!r}, "
             f"wait_initial={self.wait_initial}, wait_max={self.wait_max})"
         )
+
+
+def _retry_after(state: RetryCallState) -> float | None:
+    """The wait the failed attempt's error asks for, in seconds, if it says."""
+    error = state.outcome.exception() if state.outcome is not None else None
+    asked = getattr(error, "retry_after", None) if isinstance(error, ChatClientError) else None
+    return asked if isinstance(asked, float | int) else None

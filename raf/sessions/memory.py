@@ -6,8 +6,8 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 
-from raf.messages import EMPTY_MESSAGES, ChatMessage, Messages, join_messages
-from raf.sessions.base import request_hash
+from raf.messages import ChatMessage
+from raf.sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
 
 __all__ = ["InMemorySession"]
 
@@ -15,10 +15,9 @@ __all__ = ["InMemorySession"]
 class InMemorySession:
     """A session kept in memory; what ``Agent.run(session=None)`` uses.
 
-    The history is one immutable :class:`raf.Messages`: ``get_messages``
-    hands it out as it is, and ``add_messages`` builds the next one without
-    copying the old, so a turn costs what it adds, not the conversation's
-    length. A snapshot never changes after it was handed out.
+    The history is one tuple: ``get_messages`` hands it out as it is (a
+    snapshot that never changes), and ``add_messages`` replaces it with a
+    longer one.
 
     >>> import anyio
     >>> session = InMemorySession("demo")
@@ -27,13 +26,13 @@ class InMemorySession:
     1
     """
 
-    __slots__ = ("_id", "_messages", "request_hashes")
+    __slots__ = ("_hashes", "_id", "_messages")
 
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
-        self._messages: Messages = EMPTY_MESSAGES
-        #: Each request hash recorded, with the wall-clock time it was last seen.
-        self.request_hashes: dict[str, float] = {}
+        self._messages: tuple[ChatMessage, ...] = ()
+        # Digest -> time last seen; insertion order is recency (a touch moves it to the end).
+        self._hashes: dict[str, float] = {}
 
     @property
     def id(self) -> str:
@@ -42,21 +41,29 @@ class InMemorySession:
             self._id = uuid.uuid4().hex
         return self._id
 
-    async def get_messages(self) -> Messages:
+    async def get_messages(self) -> tuple[ChatMessage, ...]:
         """The history, oldest first."""
         return self._messages
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages``; a non-``ChatMessage`` item rejects the whole call."""
-        new = messages if type(messages) is Messages else Messages(messages)
+        new = checked_batch(messages)
         if new:
-            self._messages = join_messages(self._messages, new)
+            self._messages += new
 
-    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> str:
-        """Record and return the request messages' hash."""
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
+        """Record the request messages' hash with the time; say whether it was there."""
         digest = request_hash(messages)
-        self.request_hashes[digest] = time.time()
-        return digest
+        # No await between the check and the record: atomic within the event loop.
+        repeated = self._hashes.pop(digest, None) is not None
+        self._hashes[digest] = time.time()
+        if len(self._hashes) > REQUEST_HASH_LIMIT:
+            del self._hashes[next(iter(self._hashes))]
+        return RequestHash(digest, repeated)
+
+    async def request_hashes(self) -> dict[str, float]:
+        """The recorded digests with the time each was last seen, oldest first."""
+        return dict(self._hashes)
 
     def __repr__(self) -> str:
         return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"

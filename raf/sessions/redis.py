@@ -30,7 +30,6 @@ from typing import Any, Final, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
-import attrs
 import coredis
 from coredis.exceptions import ConnectionError as RedisConnectionError
 from coredis.exceptions import NoScriptError, RedisError, WrongTypeError
@@ -38,28 +37,10 @@ from coredis.retry import NoRetryPolicy
 
 from raf.errors import SessionStoreError
 from raf.messages import ChatMessage
-from raf.sessions.base import request_hash
+from raf.sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
 
-__all__ = ["REQUEST_HASH_LIMIT", "RedisSession", "RedisSessionStore", "RequestHash"]
+__all__ = ["RedisSession", "RedisSessionStore"]
 
-
-# --- Until raf/sessions/base.py carries the new Session contract --------------------
-# The lead merges this with the branch that changes base.py: then these two names are
-# imported from raf.sessions.base instead (same names, same meaning).
-
-#: How many request digests a session keeps (the most recent ones).
-REQUEST_HASH_LIMIT: Final = 64
-
-
-@attrs.frozen
-class RequestHash:
-    """What ``touch_request_hash`` found: the digest, and whether the session had seen it."""
-
-    digest: str
-    repeated: bool
-
-
-# -------------------------------------------------------------------------------------
 
 DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
 #: Seconds that opening a store waits for the server to accept a connection.
@@ -319,13 +300,7 @@ class RedisSession:
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages`` atomically and contiguously; a bad item rejects the whole call."""
-        batch = tuple(messages)
-        for index, message in enumerate(batch):
-            if type(message) is not ChatMessage:
-                raise TypeError(
-                    f"add_messages: messages[{index}] must be a ChatMessage, "
-                    f"got {type(message).__name__}"
-                )
+        batch = checked_batch(messages)
         if not batch:
             return
         encoded = [_encode(message) for message in batch]

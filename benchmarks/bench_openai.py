@@ -1,0 +1,268 @@
+"""A turn over a long history through OpenAIChatClient, against a plain httpx POST.
+
+One loopback HTTP server in a child process (so it does not share the GIL with
+what is measured) answers every POST with the same small chat completion. In
+this process, side by side and interleaved, for a stored history of 1,000 and
+10,000 messages:
+
+- ``httpx POST`` (the floor): the same JSON body that raf sends, already encoded,
+  POSTed with a plain ``httpx2.AsyncClient`` and the reply decoded with ``json.loads``;
+- ``httpx POST json=``: the same body passed as a dict, encoded by httpx;
+- ``raf turn``: ``agent.run(...)`` of an ``Agent`` with instructions and an
+  ``InMemoryHistoryProvider``, ``OpenAIChatClient`` underneath: the next turn of one
+  conversation whose session holds the history (it grows by two messages a turn);
+- ``raf turn, new objects``: the same, with the session's history rebuilt as new
+  message objects before each turn (as a store that decodes rows each turn gives
+  them), so no message is the object the client saw before;
+- ``SDK create``: ``AsyncOpenAI.chat.completions.create`` with the messages as
+  dicts, which runs the SDK's request transform over every message.
+
+Budget: ``raf turn`` <= 2x ``httpx POST``.
+
+    python benchmarks/bench_openai.py                    # both sizes, asyncio
+    python benchmarks/bench_openai.py --repeats 15 --backend trio
+    python benchmarks/bench_openai.py --sizes 1000 --sdk-repeats 0   # skip the slow SDK rows
+    RAF_SOURCE=../other-checkout python benchmarks/bench_openai.py  # measure another raf
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, os.environ.get("RAF_SOURCE", str(ROOT)))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import Samples, fmt, ratio, run_async, table  # noqa: E402
+
+REPLY = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "bench-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Noted.", "refusal": None},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+    }
+).encode()
+
+
+# --- The server (a child process) ----------------------------------------------------------
+
+
+async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: keep-alive\r\n\r\n" % len(REPLY)
+    )
+    try:
+        while True:
+            request = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in request.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            writer.write(head + REPLY)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    except asyncio.CancelledError:
+        return  # the server is stopping with this connection still open: nothing to report
+    finally:
+        writer.close()
+
+
+async def _serve() -> None:
+    server = await asyncio.start_server(_serve_one, "127.0.0.1", 0, limit=1 << 20)
+    port = server.sockets[0].getsockname()[1]
+    print(port, flush=True)
+    # The parent closes our stdin when it is done: then we stop.
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.read)
+    server.close()
+
+
+def start_server() -> tuple[subprocess.Popen[str], str]:
+    """The server process and its base URL."""
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    port = int(child.stdout.readline())
+    return child, f"http://127.0.0.1:{port}/v1"
+
+
+# --- What is measured ----------------------------------------------------------------------
+
+_TEXT = (
+    "the quick brown fox jumps over a lazy dog while the agent reads its long history "
+    "and answers questions about invoices addresses statuses and classes"
+)
+WORDS = _TEXT.split()
+
+
+def history(size: int) -> list[Any]:
+    """``size`` messages: user and assistant turns, a tool call and its result now and then."""
+    from raf import ChatMessage, ToolCall
+
+    messages: list[Any] = []
+    turn = 0
+    while len(messages) < size:
+        words = [WORDS[(turn * 7 + i) % len(WORDS)] for i in range(18)]
+        messages.append(ChatMessage.user(f"Question {turn}: " + " ".join(words) + "?"))
+        if turn % 10 == 9:
+            call = ToolCall(f"call_{turn}", "lookup", json.dumps({"query": words[0], "n": turn}))
+            messages.append(ChatMessage.assistant(None, tool_calls=[call]))
+            messages.append(ChatMessage.tool(call.id, json.dumps({"hits": words[:6]})))
+        messages.append(ChatMessage.assistant("Answer: " + " ".join(words * 2) + "."))
+        turn += 1
+    return messages[:size]
+
+
+def copies(messages: Sequence[Any]) -> list[Any]:
+    """The same messages as new objects, as a store that decodes rows gives them."""
+    from raf import ChatMessage
+
+    return [ChatMessage.from_dict(m.to_dict()) for m in messages]
+
+
+async def timed(operation: Callable[[], Awaitable[Any]]) -> float:
+    gc.collect()
+    started = time.perf_counter()
+    await operation()
+    return (time.perf_counter() - started) * 1e3
+
+
+async def measure(base_url: str, size: int, repeats: int, sdk_repeats: int) -> dict[str, Samples]:
+    import httpx2
+    import openai
+
+    from raf import Agent, ChatMessage, ChatOptions, InMemoryHistoryProvider, InMemorySession
+    from raf.clients.openai import OpenAIChatClient
+
+    stored = history(size)
+    question = "And what about the next one?"
+    instructions = "You answer questions about the history. Be brief."
+    model = OpenAIChatClient("bench-model", base_url=base_url, api_key="sk-bench", max_retries=0)
+    agent = Agent(model, instructions=instructions, stack=[InMemoryHistoryProvider()])
+    # The floor's body is exactly what raf sends for a turn (a fresh client: nothing cached).
+    _, body, _ = OpenAIChatClient("bench-model", api_key="sk-bench").request_body(
+        [ChatMessage.system(instructions), *stored, ChatMessage.user(question)], ChatOptions()
+    )
+    body_dict = json.loads(body)
+    plain = httpx2.AsyncClient(base_url=base_url)
+    headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
+    sdk = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
+
+    async def session_with(messages: Sequence[Any]) -> Any:
+        session = InMemorySession("bench")
+        await session.add_messages(messages)
+        return session
+
+    async def floor() -> None:
+        reply = await plain.post("/chat/completions", content=body, headers=headers)
+        json.loads(reply.content)
+
+    async def floor_json() -> None:
+        reply = await plain.post("/chat/completions", json=body_dict, headers=headers)
+        json.loads(reply.content)
+
+    async def sdk_create() -> None:
+        await sdk.chat.completions.create(model="bench-model", messages=body_dict["messages"])
+
+    contenders: dict[str, Callable[[], Awaitable[Any]]] = {
+        "httpx POST": floor,
+        "httpx POST json=": floor_json,
+    }
+    samples: dict[str, Samples] = {name: [] for name in contenders}
+    samples["raf turn"] = []
+    samples["raf turn, new objects"] = []
+    samples["SDK create"] = []
+
+    async with plain, sdk, model:
+        conversation = await session_with(stored)
+        # Warm-up: connections, imports, and the conversation's first turn.
+        for operation in contenders.values():
+            await operation()
+        await agent.run(question, session=conversation)
+        for _ in range(repeats):
+            for name, operation in contenders.items():
+                samples[name].append(await timed(operation))
+            samples["raf turn"].append(
+                await timed(lambda: agent.run(question, session=conversation))
+            )
+            # The same conversation, decoded anew (not timed): equal messages, new objects.
+            decoded = await session_with(copies(await conversation.get_messages()))
+            samples["raf turn, new objects"].append(
+                await timed(lambda s=decoded: agent.run(question, session=s))
+            )
+        for _ in range(sdk_repeats):
+            samples["SDK create"].append(await timed(sdk_create))
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000])
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--sdk-repeats", type=int, default=3)
+    parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(_serve())
+        return
+
+    import openai
+
+    child, base_url = start_server()
+    try:
+        rows = []
+        for size in args.sizes:
+            samples = run_async(
+                lambda size=size: measure(base_url, size, args.repeats, args.sdk_repeats),
+                args.backend,
+            )
+            floor = samples["httpx POST"]
+            for name, figure in samples.items():
+                shown: Samples | str = figure if figure else "not run"
+                best = f"x{min(figure) / min(floor):.2f}" if figure else "-"
+                rows.append([f"{size:,}", name, fmt(shown), ratio(shown, floor), best])
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=10)
+
+    print(
+        f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, openai {openai.__version__}, "
+        f"backend {args.backend}, {args.repeats} repeats ({args.sdk_repeats} for the SDK)"
+    )
+    headers = ["history", "what", "ms median (min-max)", "vs httpx POST", "best vs best"]
+    print(table(headers, rows))
+
+
+if __name__ == "__main__":
+    main()
