@@ -1328,3 +1328,24 @@ async def test_stream_and_stream_options_in_extra_are_refused(server: OpenAIServ
         server.reply(Reply(events=text_stream("ok")))
         await collect(model, ChatOptions(extra={"stream": False}))
     assert server.requests[0].body["stream"] is True
+
+
+async def test_retry_middleware_retries_a_stream_only_before_its_first_update(
+    server: OpenAIServer,
+) -> None:
+    server.fail(503)
+    server.reply(Reply(events=text_stream("fine")))
+    server.reply(Reply(events=(chunk("Once", role="assistant"),), done=False, cut=True))
+    server.reply(Reply(events=text_stream("never")))
+    texts: list[str] = []
+
+    async def on_update(update: Update) -> None:
+        texts.append(update.text)
+
+    async with client_for(server) as model:
+        agent = Agent(model, chat_stack=[RetryMiddleware(attempts=3, wait_initial=0)])
+        assert (await agent.run("x", on_update=on_update)).text == "fine"
+        with pytest.raises(ChatConnectionError):
+            await agent.run("x", on_update=on_update)
+    assert texts == ["fine", "", "Once"]
+    assert len(server.requests) == 3
