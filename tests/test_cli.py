@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from raf import Update
 from raf.cli import load_agent, load_config, main
 from tests.openai_server import OpenAIServer, Reply, completion
 
@@ -65,7 +66,7 @@ def test_a_session_keeps_history_in_the_database(
     assert out == "second\n"
     # The second turn's model call saw the first turn's two messages too.
     assert "(+2 messages)" in err
-    assert "(4 messages, 4 tools)" in err
+    assert "(4 messages, 4 tools; streamed 2 updates, first after " in err
     assert db.exists()
 
 
@@ -237,20 +238,23 @@ def test_a_failed_model_call_does_not_end_the_chat(
     from raf.errors import RateLimitError
 
     calls = {"n": 0}
-    original = EchoChatClient.complete
+    original = EchoChatClient.stream
 
     async def flaky(self: EchoChatClient, messages: Any, options: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 1:
+            # The connection drops after the first delta: what was printed stays.
+            yield Update.of_text("on")
             raise RateLimitError("slow down", status_code=429)
-        return await original(self, messages, options)
+        async for update in original(self, messages, options):
+            yield update
 
-    monkeypatch.setattr(EchoChatClient, "complete", flaky)
+    monkeypatch.setattr(EchoChatClient, "stream", flaky)
     lines = iter(["one", "two", "/exit"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
     assert main(["chat", str(EXAMPLE)]) == 0
     out, err = capsys.readouterr()
-    assert out == "two\n"
+    assert out == "on\ntwo\n"  # the broken line ended before the next answer
     assert "raf: this turn failed: slow down" in err
 
 
