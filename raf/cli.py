@@ -422,11 +422,23 @@ class _open_session:
             await self._store.aclose()
 
 
+def _same_file(one: TextIO, other: TextIO) -> bool:
+    """Whether two streams write to the same file (a terminal, both redirected to one)."""
+    try:
+        first, second = os.fstat(one.fileno()), os.fstat(other.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        return False
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
 def _trace_printer(stream: TextIO, printer: _Printer | None = None) -> Callable[[StageEvent], None]:
+    same = printer is not None and _same_file(printer.out, stream)
+
     def emit(event: StageEvent) -> None:
-        if printer is not None and printer.open and printer.out.isatty() and stream.isatty():
-            # The answer's line is open on the same terminal: the trace starts a line.
-            _write(stream, "\n")
+        if same and printer is not None:
+            # The answer and the trace go to one place (a terminal, `2>&1`): the answer's
+            # line ends before the trace line starts.
+            printer.end_line()
         _say(f"trace: {event}", stream)
 
     return emit

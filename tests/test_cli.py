@@ -942,3 +942,23 @@ def test_run_prints_the_answer_as_it_streams_with_tool_calls_on_lines_of_their_o
     assert len(model_lines) == 2  # a line per model call, not per update
     assert "streamed 2 updates, first after " in model_lines[0]
     assert "streamed 3 updates, first after " in model_lines[1]
+
+
+def test_a_trace_into_the_same_file_as_the_answer_starts_its_own_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "raf", "run", str(EXAMPLE), "and again", "--trace"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+        timeout=60,
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout
+    assert "and again" in lines  # a line of its own, not glued to the model's trace line
+    assert lines.index("and again") + 1 == next(
+        n for n, line in enumerate(lines) if line.startswith("trace: model [chat]")
+    )
+    assert "" not in lines  # and no empty line after it
