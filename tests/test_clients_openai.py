@@ -1349,3 +1349,13 @@ async def test_retry_middleware_retries_a_stream_only_before_its_first_update(
             await agent.run("x", on_update=on_update)
     assert texts == ["fine", "", "Once"]
     assert len(server.requests) == 3
+
+
+async def test_an_event_split_across_reads_is_read_whole(server: OpenAIServer) -> None:
+    whole = f"data: {json.dumps(chunk('Hello', role='assistant'))}\n\n".encode()
+    # The event in three pieces, 50 ms apart: a line cut in two, its end, the blank line.
+    pieces = (whole[:9], whole[9:-2], whole[-2:-1], whole[-1:])
+    server.reply(Reply(events=(*pieces, chunk(" you"), chunk(finish_reason="stop")), pause=0.05))
+    async with client_for(server) as model:
+        updates = await collect(model)
+    assert [u.text for u in updates] == ["Hello", " you"]

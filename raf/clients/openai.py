@@ -225,9 +225,10 @@ class OpenAIChatClient:
                     yield update
                 return
             turn = _StreamedTurn(model)
-            while (event := await budget.run(reader.next_event)) is not None:
-                for update in turn.feed(event):
-                    yield update
+            while (events := await budget.run(reader.next_events)) is not None:
+                for event in events:
+                    for update in turn.feed(event):
+                        yield update
             for update in turn.finish():
                 yield update
         finally:
@@ -634,26 +635,39 @@ class _EventReader:
             pieces.append(chunk)
         return b"".join(pieces)
 
-    async def next_event(self) -> str | None:
-        """The next event's data (its ``data:`` lines joined); ``None`` at the end."""
-        while True:
-            end = self._buffer.find(b"\n")
-            if end < 0:
-                chunk = await self._next_bytes()
-                if chunk is None:
-                    if self._buffer:  # a last line without its newline
-                        chunk = b"\n"
-                    elif self._data:  # a last event without its blank line
-                        return self._event()
-                    else:
-                        return None
-                self._buffer += chunk
+    async def next_events(self) -> list[str] | None:
+        """The data (``data:`` lines joined) of the events that the next read completes,
+        at least one; ``None`` at the end of the body.
+
+        One call per read of the body, not per event: the caller's deadline
+        scope is then paid once for all the events that came together.
+        """
+        events: list[str] = []
+        while not events:
+            chunk = await self._next_bytes()
+            if chunk is None:
+                if self._buffer:  # a last line without its newline
+                    self._lines(self._buffer, events)
+                    self._buffer = b""
+                if self._data:  # a last event without its blank line
+                    events.append(self._event())
+                return events or None
+            data = self._buffer + chunk if self._buffer else chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                self._buffer = data
                 continue
-            line = self._buffer[:end].rstrip(b"\r")
-            self._buffer = self._buffer[end + 1 :]
+            self._buffer = data[cut + 1 :]
+            self._lines(data[:cut], events)
+        return events
+
+    def _lines(self, text: bytes, events: list[str]) -> None:
+        """Read whole lines: an empty one ends an event."""
+        for raw in text.split(b"\n"):
+            line = raw[:-1] if raw.endswith(b"\r") else raw
             if not line:
                 if self._data:
-                    return self._event()
+                    events.append(self._event())
             elif line.startswith(b"data:"):
                 value = line[5:]
                 self._data.append(value[1:] if value.startswith(b" ") else value)
