@@ -27,7 +27,7 @@ from raf import (
 )
 from raf.clients.openai import OpenAIChatClient
 from raf.errors import RateLimitError
-from tests.openai_server import OpenAIServer
+from tests.openai_server import OpenAIServer, Reply, text_stream
 
 pytestmark = pytest.mark.anyio
 
@@ -189,6 +189,22 @@ async def test_the_model_that_answered_is_logged_not_none(server: OpenAIServer) 
     assert model_start["model"] is None  # what the run asked for: the client's default
     assert model_end["model"] == "test-model-2024-07-18"
     assert run_end["model"] == "test-model-2024-07-18"
+
+
+async def test_a_streamed_call_logs_the_model_its_chunks_name(server: OpenAIServer) -> None:
+    server.reply(Reply(events=tuple({**c, "model": "test-model-0613"} for c in text_stream("hi"))))
+    model = OpenAIChatClient("test-model", base_url=server.base_url, api_key="k", max_retries=0)
+
+    async def on_update(update: Any) -> None:
+        pass
+
+    async with model:
+        agent = Agent(model, stack=[LoggingMiddleware()], chat_stack=[LoggingMiddleware()])
+        with capture_logs() as logs:
+            await agent.run("x", on_update=on_update)
+    model_end, run_end = events(logs, "model.end", "run.end")
+    assert model_end["model"] == run_end["model"] == "test-model-0613"
+    assert (model_end["updates"], run_end["updates"]) == (2, 2)
 
 
 async def test_without_a_reported_model_the_requested_one_is_logged() -> None:

@@ -29,8 +29,9 @@ class LoggingMiddleware:
     event carries ``duration_ms``, ``outcome`` (``"ok"``, ``"error"`` or
     ``"cancelled"``), the error type on failure, the message and tool call
     counts of the response, its token usage and ``model``, the model that
-    answered: the one the server reports (an OpenAI reply names the exact
-    version), else the one the run asked for. On ``model.start``, ``model``
+    answered: the one the server reports (an OpenAI reply, or a streamed
+    call's first chunk, names the exact version), else the one the run asked
+    for. On ``model.start``, ``model``
     is the one the run asked for, ``None`` meaning the client's default; on
     ``run.start`` it is the run's model or the client's default model.
     The end event of a streamed run or call also carries ``updates``, the
@@ -115,7 +116,9 @@ class LoggingMiddleware:
                 )
                 raise
             usage = response.usage
-            answered = {} if level == "call" else {"model": _answered_by(response.raw, requested)}
+            # A streamed response has no raw reply of its own: its first chunk names the model.
+            raw = response.raw if response.raw is not None or stream is None else stream.raw
+            answered = {} if level == "call" else {"model": _answered_by(raw, requested)}
             log.info(
                 f"{level}.end",
                 duration_ms=_since(started),
@@ -136,17 +139,19 @@ class LoggingMiddleware:
 class _Counted:
     """The ``on_update`` of a streamed call, wrapped: counts updates, times the first."""
 
-    __slots__ = ("count", "first", "send", "started")
+    __slots__ = ("count", "first", "raw", "send", "started")
 
     def __init__(self, send: OnUpdate) -> None:
         self.send = send
         self.count = 0
         self.started = 0.0
         self.first: float | None = None
+        self.raw: Any = None  # the first update's chunk: it names the model that answers
 
     async def on_update(self, update: Update) -> None:
         if self.first is None:
             self.first = _since(self.started)
+            self.raw = update.raw
         self.count += 1
         await self.send(update)
 
