@@ -33,6 +33,7 @@ from raf import (
     tool,
 )
 from raf.clients import openai as openai_module
+from raf.clients.base import StreamingChatClient
 from raf.clients.openai import (
     _WIRE_CACHE,
     OpenAIChatClient,
@@ -1036,6 +1037,7 @@ async def test_a_streamed_text_comes_delta_by_delta_and_equals_complete(
     assert updates[-1] == Update.of_usage(Usage(11, 3))
     assert updates[0].raw["object"] == "chat.completion.chunk"
     assert AgentResponse.from_updates(updates) == whole
+    assert isinstance(model, StreamingChatClient)
     streamed, plain = (r.body for r in server.requests)
     assert streamed == {**plain, "stream": True, "stream_options": {"include_usage": True}}
     assert list(streamed)[-2:] == ["stream", "stream_options"]

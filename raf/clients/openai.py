@@ -103,6 +103,9 @@ class OpenAIChatClient:
     the reply's size once decompressed; past it the call raises
     :class:`raf.ChatProtocolError` without reading further.
 
+    :meth:`stream` sends the turn as it comes (a :class:`raf.StreamingChatClient`):
+    a streamed run uses it.
+
     Failures raise :class:`raf.ChatClientError` subclasses whose ``retryable``
     says whether trying again can help; the SDK's exception is ``__cause__``.
     A reply that is not a well-formed chat completion is a
