@@ -147,9 +147,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--session", help="keep history in this session of the store")
         command.add_argument(
             "--db",
-            type=Path,
-            default=None,
-            help=f"the session store (default {DEFAULT_DB}); missing folders are created",
+            default=None,  # a str, not a Path: Path would fold redis:// into redis:/
+            help=f"the session store: a SQLite file (default {DEFAULT_DB}; missing folders "
+            "are created) or redis://HOST:PORT/N",
         )
         command.add_argument(
             "--trace",
@@ -391,7 +391,7 @@ def _turn(
 
 
 class _open_session:
-    """The session of ``--session`` in the SQLite store, or a fresh in-memory one."""
+    """The session of ``--session`` in the ``--db`` store, or a fresh in-memory one."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self._args = args
@@ -400,20 +400,12 @@ class _open_session:
     async def __aenter__(self) -> Session:
         if self._args.session is None:
             return InMemorySession()
-        from raf.sessions.sqlite import SqliteSessionStore
+        from raf.sessions.stores import open_store
 
         if not self._args.session:
             raise ConfigError("--session: the session id must not be empty")
-        path: Path = self._args.db or DEFAULT_DB
-        try:
-            # A command line creates what it needs; the store itself refuses a missing folder.
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            raise ConfigError(
-                f"--db {path}: cannot create the folder {path.parent}: {reason}"
-            ) from None
-        self._store = SqliteSessionStore(path)
+        # A SQLite file (its folder created) or redis://HOST:PORT/N.
+        self._store = await open_store(self._args.db or DEFAULT_DB)
         session: Session = await self._store.get(_from_argv(self._args.session))
         return session
 

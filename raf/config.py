@@ -201,9 +201,9 @@ ProviderFactory = Callable[[ProviderOptions], Any]
 
 
 def _memory(o: ProviderOptions) -> Any:
-    from raf.builtin.history import InMemoryHistoryProvider
+    from raf.builtin.history import HistoryProvider
 
-    return InMemoryHistoryProvider(
+    return HistoryProvider(
         inject=o.flag("inject", True),
         persist_partial=o.flag("persist_partial", False),
         name=o.name,
