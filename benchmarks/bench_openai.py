@@ -15,9 +15,16 @@ this process, side by side and interleaved, for a stored history of 1,000 and
   message objects before each turn (as a store that decodes rows each turn gives
   them), so no message is the object the client saw before;
 - ``SDK create``: ``AsyncOpenAI.chat.completions.create`` with the messages as
-  dicts, which runs the SDK's request transform over every message.
+  dicts, which runs the SDK's request transform over every message;
+- ``httpx stream POST`` (the floor of a streamed turn): the same body with
+  ``"stream": true``, POSTed with ``httpx2.AsyncClient.stream`` and each server-sent
+  event's ``data`` decoded with ``json.loads`` (the server answers a stream request
+  with 20 text chunks, the finish and the usage);
+- ``raf streamed turn``: ``agent.run(..., on_update=...)`` of the same agent,
+  ``OpenAIChatClient.stream`` underneath.
 
-Budget: ``raf turn`` <= 2x ``httpx POST``.
+Budget: ``raf turn`` <= 2x ``httpx POST``; ``raf streamed turn`` <= 2x
+``httpx stream POST``.
 
     python benchmarks/bench_openai.py                    # both sizes, asyncio
     python benchmarks/bench_openai.py --repeats 15 --backend trio
@@ -65,6 +72,38 @@ REPLY = json.dumps(
 ).encode()
 
 
+def _event(chunk: dict[str, Any]) -> bytes:
+    data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "bench-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]
+        if usage is None
+        else [],
+        "usage": usage,
+    }
+
+
+#: The streamed answer: a role chunk, 20 words, the finish, the usage, [DONE]; chunked.
+STREAM_REPLY = (
+    b"".join(
+        [
+            _event(_chunk({"role": "assistant", "content": ""})),
+            *(_event(_chunk({"content": f"word{n} "})) for n in range(20)),
+            _event(_chunk({}, "stop")),
+            _event(_chunk({}, usage={"prompt_tokens": 10, "completion_tokens": 20})),
+        ]
+    )
+    + b"%x\r\n%s\r\n" % (len(b"data: [DONE]\n\n"), b"data: [DONE]\n\n")
+    + b"0\r\n\r\n"
+)
+
 # --- The server (a child process) ----------------------------------------------------------
 
 
@@ -73,6 +112,10 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\nconnection: keep-alive\r\n\r\n" % len(REPLY)
     )
+    stream_head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
+    )
     try:
         while True:
             request = await reader.readuntil(b"\r\n\r\n")
@@ -80,8 +123,11 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
             for line in request.split(b"\r\n"):
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":", 1)[1])
-            await reader.readexactly(length)
-            writer.write(head + REPLY)
+            body = await reader.readexactly(length)
+            if b'"stream":true' in body[-200:]:  # raf's streamed body ends with it
+                writer.write(stream_head + STREAM_REPLY)
+            else:
+                writer.write(head + REPLY)
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
@@ -172,6 +218,7 @@ async def measure(base_url: str, size: int, repeats: int, sdk_repeats: int) -> d
         [ChatMessage.system(instructions), *stored, ChatMessage.user(question)], ChatOptions()
     )
     body_dict = json.loads(body)
+    streamed_body = body[:-1] + b',"stream":true,"stream_options":{"include_usage":true}}'
     plain = httpx2.AsyncClient(base_url=base_url)
     headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
     sdk = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
@@ -192,13 +239,26 @@ async def measure(base_url: str, size: int, repeats: int, sdk_repeats: int) -> d
     async def sdk_create() -> None:
         await sdk.chat.completions.create(model="bench-model", messages=body_dict["messages"])
 
+    async def floor_stream() -> None:
+        async with plain.stream(
+            "POST", "/chat/completions", content=streamed_body, headers=headers
+        ) as reply:
+            async for line in reply.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    json.loads(line[6:])
+
+    async def on_update(update: Any) -> None:
+        pass
+
     contenders: dict[str, Callable[[], Awaitable[Any]]] = {
         "httpx POST": floor,
         "httpx POST json=": floor_json,
+        "httpx stream POST": floor_stream,
     }
     samples: dict[str, Samples] = {name: [] for name in contenders}
     samples["raf turn"] = []
     samples["raf turn, new objects"] = []
+    samples["raf streamed turn"] = []
     samples["SDK create"] = []
 
     async with plain, sdk, model:
@@ -207,6 +267,7 @@ async def measure(base_url: str, size: int, repeats: int, sdk_repeats: int) -> d
         for operation in contenders.values():
             await operation()
         await agent.run(question, session=conversation)
+        await agent.run(question, session=conversation, on_update=on_update)
         for _ in range(repeats):
             for name, operation in contenders.items():
                 samples[name].append(await timed(operation))
@@ -217,6 +278,9 @@ async def measure(base_url: str, size: int, repeats: int, sdk_repeats: int) -> d
             decoded = await session_with(copies(await conversation.get_messages()))
             samples["raf turn, new objects"].append(
                 await timed(lambda s=decoded: agent.run(question, session=s))
+            )
+            samples["raf streamed turn"].append(
+                await timed(lambda: agent.run(question, session=conversation, on_update=on_update))
             )
         for _ in range(sdk_repeats):
             samples["SDK create"].append(await timed(sdk_create))
@@ -245,8 +309,8 @@ def main() -> None:
                 lambda size=size: measure(base_url, size, args.repeats, args.sdk_repeats),
                 args.backend,
             )
-            floor = samples["httpx POST"]
             for name, figure in samples.items():
+                floor = samples["httpx stream POST" if "stream" in name else "httpx POST"]
                 shown: Samples | str = figure if figure else "not run"
                 best = f"x{min(figure) / min(floor):.2f}" if figure else "-"
                 rows.append([f"{size:,}", name, fmt(shown), ratio(shown, floor), best])
@@ -260,8 +324,9 @@ def main() -> None:
         f"Python {platform.python_version()}, openai {openai.__version__}, "
         f"backend {args.backend}, {args.repeats} repeats ({args.sdk_repeats} for the SDK)"
     )
-    headers = ["history", "what", "ms median (min-max)", "vs httpx POST", "best vs best"]
+    headers = ["history", "what", "ms median (min-max)", "vs its floor", "best vs best"]
     print(table(headers, rows))
+    print("(the floor of a streamed row is httpx stream POST; of the others httpx POST)")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,17 @@ line per component:
 - pydantic-ai: a ``@agent.system_prompt`` function per line; history as
   ``message_history``; the model is ``FunctionModel``.
 
+The streamed scenario sends 1,000 one-character text chunks through the same
+10 instruction lines, in each framework's own streaming form, and counts what
+arrives: agent-framework ``agent.run(..., stream=True)`` over a client that
+returns a ``ResponseStream``; langchain ``agent.astream(..., stream_mode="messages")``
+over a chat model whose ``_astream`` yields the chunks (and reports each token,
+as a real async model does); pydantic-ai ``agent.run_stream`` with
+``stream_text(delta=True, debounce_by=None)`` over a ``FunctionModel`` with a
+``stream_function``. raf's row is ``agent.run(..., on_update=...)`` with two chat
+middlewares that wrap ``on_update`` as well; the floor iterates the model's
+stream directly. Unit: us per update.
+
 Every (scenario, contender) pair runs in a fresh process.
 
     benchmarks/.peers-venv/bin/python benchmarks/bench_peers.py [--only run/] [--repeats 5]
@@ -50,7 +61,12 @@ SCENARIOS: dict[str, tuple[str, int, int, int]] = {
     "history/10,000 injected": ("us/run", 0, 10_000, 0),
     "history/10,000 injected + 50 providers": ("us/run", 50, 10_000, 0),
     "concurrency/300 runs, 0.3 s model, 10 providers": ("ms total", 10, 0, 300),
+    # raf's row is bench_pipeline's scenario of this name (its chat middlewares included).
+    "stream/callback, 10 providers, 2 chat mw": ("us/update", 10, 0, 0),
 }
+
+#: How many text chunks a streamed run sends.
+STREAM_CHUNKS = 1_000
 
 Run = Callable[[], Awaitable[Any]]
 
@@ -179,15 +195,138 @@ def pydantic_ai_run(providers: int, history: int, latency: float) -> Run:
     return lambda: agent.run("hi")
 
 
+# Streamed runs -------------------------------------------------------------------------------
+
+
+class Counter:
+    """The consumer of a streamed run: counts what arrives."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+
+def agent_framework_stream(providers: int, counter: Counter) -> Run:
+    import agent_framework as af
+
+    class FakeStreamingClient(af.BaseChatClient):  # type: ignore[misc]
+        def _inner_get_response(self, *, messages: Any, stream: Any, options: Any, **_: Any) -> Any:
+            async def chunks() -> Any:
+                for _ in range(STREAM_CHUNKS):
+                    yield af.ChatResponseUpdate(
+                        role="assistant", contents=[af.Content.from_text("x")]
+                    )
+
+            return self._build_response_stream(chunks())
+
+    class Line(af.ContextProvider):  # type: ignore[misc]
+        def __init__(self, index: int, line: str) -> None:
+            super().__init__(f"line{index}")
+            self.line = line
+
+        async def before_run(self, *, agent: Any, session: Any, context: Any, state: Any) -> None:
+            context.extend_instructions(self.source_id, self.line)
+
+    stack = [Line(i, line) for i, line in enumerate(_lines(providers))]
+    agent = af.Agent(FakeStreamingClient(), context_providers=stack)
+
+    async def run() -> None:
+        async for update in agent.run("hi", stream=True):
+            if update.text:
+                counter.seen += 1
+
+    return run
+
+
+def langchain_stream(providers: int, counter: Counter) -> Run:
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
+    from langchain_core.outputs import ChatGenerationChunk
+
+    class StreamingFake(GenericFakeChatModel):  # type: ignore[misc]
+        async def _astream(
+            self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
+        ) -> Any:
+            for _ in range(STREAM_CHUNKS):
+                chunk = ChatGenerationChunk(message=AIMessageChunk(content="x"))
+                if run_manager is not None:
+                    await run_manager.on_llm_new_token("x", chunk=chunk)
+                yield chunk
+
+    def line_middleware(index: int, line: str) -> Any:
+        async def awrap_model_call(self: Any, request: Any, handler: Any) -> Any:
+            prompt = request.system_prompt
+            return await handler(
+                request.override(system_prompt=f"{prompt}\n{line}" if prompt else line)
+            )
+
+        return type(f"Line{index}", (AgentMiddleware,), {"awrap_model_call": awrap_model_call})()
+
+    model = StreamingFake(messages=itertools.repeat(AIMessage("unused")))
+    agent = create_agent(
+        model, tools=[], middleware=[line_middleware(i, t) for i, t in enumerate(_lines(providers))]
+    )
+
+    async def run() -> None:
+        async for message, _ in agent.astream(
+            {"messages": [HumanMessage("hi")]}, stream_mode="messages"
+        ):
+            if isinstance(message, AIMessageChunk) and message.content:
+                counter.seen += 1
+
+    return run
+
+
+def pydantic_ai_stream(providers: int, counter: Counter) -> Run:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    async def chunks(messages: Any, info: Any) -> Any:
+        for _ in range(STREAM_CHUNKS):
+            yield "x"
+
+    agent = Agent(FunctionModel(stream_function=chunks))
+
+    def prompt_function(line: str) -> Callable[[], str]:
+        def prompt() -> str:
+            return line
+
+        return prompt
+
+    for line in _lines(providers):
+        agent.system_prompt(prompt_function(line))
+
+    async def run() -> None:
+        async with agent.run_stream("hi") as result:
+            async for _ in result.stream_text(delta=True, debounce_by=None):
+                counter.seen += 1
+
+    return run
+
+
 BUILDERS = {
     "agent-framework": agent_framework_run,
     "langchain": langchain_run,
     "pydantic-ai": pydantic_ai_run,
 }
+STREAM_BUILDERS = {
+    "agent-framework": agent_framework_stream,
+    "langchain": langchain_stream,
+    "pydantic-ai": pydantic_ai_stream,
+}
 
 
 async def measure(peer: str, name: str, repeats: int) -> Samples:
     _, providers, history, crowd = SCENARIOS[name]
+    if name.startswith("stream/"):
+        counter = Counter()
+        streamed = STREAM_BUILDERS[peer](providers, counter)
+        await streamed()
+        if counter.seen < STREAM_CHUNKS * 0.9:  # a peer that groups chunks is not comparable
+            raise RuntimeError(f"{peer} passed on {counter.seen} of {STREAM_CHUNKS} chunks")
+        samples = await per_op(streamed, ops=3, repeats=repeats, warmup=2)
+        return [sample / STREAM_CHUNKS for sample in samples]
     if crowd:
         one = BUILDERS[peer](providers, history, 0.3)
 

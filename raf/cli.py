@@ -34,7 +34,7 @@ from raf.config import (
     parse_provider_decls,
 )
 from raf.errors import AgentError, ChatClientError, ConfigError
-from raf.messages import AgentResponse
+from raf.messages import AgentResponse, Update
 from raf.options import AgentRunOptions
 from raf.sessions.base import Session
 from raf.sessions.memory import InMemorySession
@@ -168,13 +168,61 @@ class LoadedConfig:
 
 
 async def _run_command(args: argparse.Namespace) -> int:
-    loaded = load_config(args.config, emit=_trace_printer(sys.stderr) if args.trace else None)
+    printer = _Printer(sys.stdout)
+    loaded = load_config(
+        args.config, emit=_trace_printer(sys.stderr, printer) if args.trace else None
+    )
     async with _opened(args, loaded.agent) as session:
-        response = await loaded.agent.run(
-            _from_argv(args.message), session=session, options=loaded.options
-        )
-        _say(response.text, sys.stdout)
+        try:
+            await loaded.agent.run(
+                _from_argv(args.message),
+                session=session,
+                options=loaded.options,
+                on_update=printer,
+            )
+        finally:
+            # A failed turn leaves what it printed on a line of its own, before the error.
+            printer.end_line()
+        printer.finish()
         return 0
+
+
+class _Printer:
+    """The ``on_update`` of the command: the answer's text as it arrives, flushed.
+
+    Each model call's text goes on as it comes; a tool call ends the line, so
+    the next call's text starts a line of its own. ``clear`` is a stream on
+    which a "thinking…" line waits to be cleared at the first update.
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.open = False  # a line of answer text is not yet ended
+        self.printed = False
+        self.clear: TextIO | None = None
+
+    async def __call__(self, update: Update) -> None:
+        if self.clear is not None:
+            _write(self.clear, _CLEAR_LINE)
+            self.clear = None
+        if update.kind == "text":
+            if update.text:
+                _write(self.out, update.text)
+                self.open = self.printed = True
+        elif update.kind != "usage":
+            self.end_line()
+
+    def end_line(self) -> None:
+        """End the line of text being printed, if any."""
+        if self.open:
+            _write(self.out, "\n")
+            self.open = False
+
+    def finish(self) -> None:
+        """The end of an answer: its line ended (an empty answer is an empty line)."""
+        if self.open or not self.printed:
+            _write(self.out, "\n")
+        self.open = self.printed = False
 
 
 @asynccontextmanager
@@ -210,18 +258,27 @@ _CLEAR_LINE = "\r\x1b[K"
 
 
 def _chat_command(args: argparse.Namespace) -> int:
-    loaded = load_config(args.config, emit=_trace_printer(sys.stderr) if args.trace else None)
+    printer = _Printer(sys.stdout)
+    loaded = load_config(
+        args.config, emit=_trace_printer(sys.stderr, printer) if args.trace else None
+    )
     with (
         start_blocking_portal() as portal,
         portal.wrap_async_context_manager(_opened(args, loaded.agent)) as session,
     ):
         # --trace prints its own progress on stderr: no "thinking…" line in between.
-        return _chat(portal, loaded, session, thinking=not args.trace)
+        return _chat(portal, loaded, session, thinking=not args.trace, printer=printer)
 
 
 def _chat(
-    portal: BlockingPortal, loaded: LoadedConfig, session: Session, *, thinking: bool = True
+    portal: BlockingPortal,
+    loaded: LoadedConfig,
+    session: Session,
+    *,
+    thinking: bool = True,
+    printer: _Printer | None = None,
 ) -> int:
+    printer = _Printer(sys.stdout) if printer is None else printer
     # A prompt, line editing and a "thinking" line are for a person: piped input
     # gets just the answers on stdout.
     interactive = sys.stdin.isatty()
@@ -249,32 +306,47 @@ def _chat(
             if text == "/exit":
                 return 0
             try:
-                response = _turn(portal, loaded, session, line, thinking=thinking and interactive)
+                response = _turn(
+                    portal, loaded, session, line, printer, thinking=thinking and interactive
+                )
             except ChatClientError as exc:
                 # The model failed this turn (rate limit, timeout...): nothing was stored,
                 # so the conversation can go on; a broken config or provider still ends it.
+                printer.end_line()
                 _say(f"raf: this turn failed: {exc}")
                 continue
             if response is None:
+                printer.end_line()
                 _say("raf: turn cancelled")
                 continue
-            _say(response.text, sys.stdout)
+            printer.finish()
         except KeyboardInterrupt:
             # Ctrl-C at the prompt (or between turns) drops the line, as in a shell.
             _write(person, "\n")
 
 
 def _write(stream: TextIO, text: str) -> None:
-    stream.write(text)
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        stream.write(text.encode(encoding, "replace").decode(encoding))
     stream.flush()
 
 
 def _turn(
-    portal: BlockingPortal, loaded: LoadedConfig, session: Session, line: str, *, thinking: bool
+    portal: BlockingPortal,
+    loaded: LoadedConfig,
+    session: Session,
+    line: str,
+    printer: _Printer,
+    *,
+    thinking: bool,
 ) -> AgentResponse | None:
-    """One turn in the loop thread; ``None`` if Ctrl-C cancelled it.
+    """One turn in the loop thread, streamed to ``printer``; ``None`` if Ctrl-C cancelled it.
 
-    ``thinking``: show "thinking…" on stderr meanwhile, if stderr is a terminal.
+    ``thinking``: show "thinking…" on stderr until the first update, if stderr is a
+    terminal.
     """
     # While a turn runs, Ctrl-C only raises a flag: a KeyboardInterrupt could land
     # anywhere in the portal's machinery; the flag is read here, between waits.
@@ -286,13 +358,19 @@ def _turn(
     thinking = thinking and sys.stderr.isatty()
     try:
         if thinking:
-            # Until the answer is there (raf chat prints it whole for now).
+            # Until the first update (or the end of the turn).
             _write(sys.stderr, _THINKING)
+            printer.clear = sys.stderr
         scope: anyio.CancelScope = portal.call(anyio.CancelScope)
 
         async def run() -> AgentResponse | None:
+            # The callback form: the updates are printed from the loop thread as they
+            # come; Ctrl-C cancels the turn wherever it is (a pre stage, the model's
+            # stream, a tool), and its post stages run with the cancellation.
             with scope:
-                return await loaded.agent.run(line, session=session, options=loaded.options)
+                return await loaded.agent.run(
+                    line, session=session, options=loaded.options, on_update=printer
+                )
             return None  # the scope was cancelled: the turn's post stages have run
 
         future = portal.start_task_soon(run)
@@ -307,8 +385,9 @@ def _turn(
     finally:
         if in_main_thread:
             signal.signal(signal.SIGINT, previous)
-        if thinking:
+        if printer.clear is not None:  # no update came: the line is still shown
             _write(sys.stderr, _CLEAR_LINE)
+            printer.clear = None
 
 
 class _open_session:
@@ -335,8 +414,23 @@ class _open_session:
             await self._store.aclose()
 
 
-def _trace_printer(stream: TextIO) -> Callable[[StageEvent], None]:
+def _same_file(one: TextIO, other: TextIO) -> bool:
+    """Whether two streams write to the same file (a terminal, both redirected to one)."""
+    try:
+        first, second = os.fstat(one.fileno()), os.fstat(other.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        return False
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
+def _trace_printer(stream: TextIO, printer: _Printer | None = None) -> Callable[[StageEvent], None]:
+    same = printer is not None and _same_file(printer.out, stream)
+
     def emit(event: StageEvent) -> None:
+        if same and printer is not None:
+            # The answer and the trace go to one place (a terminal, `2>&1`): the answer's
+            # line ends before the trace line starts.
+            printer.end_line()
         _say(f"trace: {event}", stream)
 
     return emit

@@ -203,7 +203,11 @@ ProviderFactory = Callable[[ProviderOptions], Any]
 def _memory(o: ProviderOptions) -> Any:
     from raf.builtin.history import HistoryProvider
 
-    return HistoryProvider(inject=o.flag("inject", True), name=o.name)
+    return HistoryProvider(
+        inject=o.flag("inject", True),
+        persist_partial=o.flag("persist_partial", False),
+        name=o.name,
+    )
 
 
 def _compression(o: ProviderOptions) -> Any:

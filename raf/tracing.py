@@ -11,7 +11,7 @@ import attrs
 
 from raf.context import ContextResult
 from raf.errors import Stage
-from raf.messages import AgentResponse, ChatMessage
+from raf.messages import AgentResponse, ChatMessage, Update
 from raf.options import AgentRunOptions
 from raf.parallel import ProviderGroup, provider_name
 from raf.pipeline import ChatRequest, Complete
@@ -157,11 +157,26 @@ def traced_stack(stack: Sequence[Any], emit: Emit) -> list[Any]:
 
 
 def trace_model(emit: Emit) -> Callable[[ChatRequest, Complete[ChatRequest]], Any]:
-    """Chat-stack middleware that emits one event per model call."""
+    """Chat-stack middleware that emits one event per model call; a streamed call's
+    event also counts its updates and times the first."""
 
     async def middleware(request: ChatRequest, call_next: Complete[ChatRequest]) -> AgentResponse:
         started = time.perf_counter()
         error: BaseException | None = None
+        send = request.on_update
+        count = 0
+        first: float | None = None
+        if send is not None:
+            # A streamed call: one line for it all, with its update count and the time to
+            # its first update, not a line per update.
+            async def on_update(update: Update) -> None:
+                nonlocal count, first
+                if first is None:
+                    first = (time.perf_counter() - started) * 1000
+                count += 1
+                await send(update)
+
+            request = attrs.evolve(request, on_update=on_update)
         try:
             return await call_next(request)
         except BaseException as exc:
@@ -173,6 +188,10 @@ def trace_model(emit: Emit) -> Callable[[ChatRequest, Complete[ChatRequest]], An
                 f"{_count(len(request.messages), 'message')}, "
                 f"{_count(len(request.options.tools), 'tool')}"
             )
+            if send is not None:
+                detail += f"; streamed {_count(count, 'update')}"
+                if first is not None:
+                    detail += f", first after {first:.2f} ms"
             emit(StageEvent("model", "chat", "complete", elapsed, _outcome(error), detail))
 
     return middleware

@@ -24,6 +24,10 @@ class Reply:
 
     ``raw`` is sent as the body byte for byte instead of ``body`` as JSON (with
     ``content_type``); ``trickle`` sends the body one byte per that many seconds.
+    ``events`` makes it a server-sent event stream instead (chunked): each item
+    a chunk as JSON (a mapping), a ``data:`` line's text (a str) or raw bytes,
+    ``pause`` seconds apart, then ``data: [DONE]`` unless ``done`` is false;
+    ``cut`` then drops the connection before the body's end.
     """
 
     status: int = 200
@@ -34,6 +38,10 @@ class Reply:
     raw: bytes | None = None
     content_type: str = "application/json"
     trickle: float = 0.0
+    events: tuple[Any, ...] | None = None
+    pause: float = 0.0
+    done: bool = True
+    cut: bool = False
 
 
 @attrs.frozen
@@ -85,6 +93,62 @@ def completion(
     return body
 
 
+def chunk(
+    content: str | None = None,
+    *,
+    tool_calls: Iterable[Mapping[str, Any]] = (),
+    finish_reason: str | None = None,
+    usage: tuple[int, int] | None = None,
+    role: str | None = None,
+    choices: bool = True,
+) -> dict[str, Any]:
+    """A chat.completion.chunk; ``tool_calls`` are raw tool-call deltas (with ``index``).
+
+    ``choices=False`` makes the last chunk of a stream that includes usage
+    (no choices, only the usage).
+    """
+    delta: dict[str, Any] = {}
+    if role is not None:
+        delta["role"] = role
+    if content is not None:
+        delta["content"] = content
+    calls = [dict(call) for call in tool_calls]
+    if calls:
+        delta["tool_calls"] = calls
+    body: dict[str, Any] = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "test-model",
+        "choices": (
+            [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]
+            if choices
+            else []
+        ),
+        "usage": None,
+    }
+    if usage is not None:
+        body["usage"] = {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": sum(usage),
+        }
+    return body
+
+
+def text_stream(
+    *pieces: str, usage: tuple[int, int] | None = (5, 2), finish_reason: str = "stop"
+) -> tuple[dict[str, Any], ...]:
+    """The chunks of a streamed text answer, as OpenAI sends them: a first chunk with
+    the role and empty content, a chunk per piece, the finish, then the usage."""
+    chunks = [chunk("", role="assistant")]
+    chunks += [chunk(piece) for piece in pieces]
+    chunks.append(chunk(finish_reason=finish_reason))
+    if usage is not None:
+        chunks.append(chunk(usage=usage, choices=False))
+    return tuple(chunks)
+
+
 def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
     """An OpenAI error body."""
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
@@ -100,6 +164,8 @@ class OpenAIServer:
 
     def __init__(self) -> None:
         self.requests: list[Received] = []
+        #: Set when a client goes away in the middle of a streamed reply.
+        self.stream_aborted = threading.Event()
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -161,6 +227,39 @@ class OpenAIServer:
                     # The client stopped reading (a size bound, a deadline): nothing to do.
                     self.close_connection = True
 
+            def _stream(self, reply: Reply) -> None:
+                self.send_response(reply.status)
+                self.send_header("content-type", "text/event-stream; charset=utf-8")
+                self.send_header("transfer-encoding", "chunked")
+                for key, value in reply.headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                assert reply.events is not None
+                events = list(reply.events) + ([b"data: [DONE]\n\n"] if reply.done else [])
+                try:
+                    for event in events:
+                        if isinstance(event, bytes):
+                            data = event
+                        elif isinstance(event, str):
+                            data = f"data: {event}\n\n".encode()
+                        else:
+                            data = f"data: {json.dumps(event)}\n\n".encode()
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+                        if reply.pause and server._stopping.wait(reply.pause):
+                            reply = attrs.evolve(reply, cut=True)
+                            break
+                    if reply.cut:
+                        # No last chunk: the client sees the body end before its end.
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    server.stream_aborted.set()
+                    self.close_connection = True
+
             def _answer(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 raw = self.rfile.read(length)
@@ -175,6 +274,9 @@ class OpenAIServer:
                     # No status line at all: the client sees the connection end.
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if reply.events is not None:
+                    self._stream(reply)
                     return
                 data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 self.send_response(reply.status)

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
+from raf import Update
 from raf.cli import load_agent, load_config, main
-from tests.openai_server import OpenAIServer, Reply, completion
+from tests.openai_server import OpenAIServer, Reply, chunk, completion, text_stream
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "agent.toml"
 
@@ -65,7 +66,7 @@ def test_a_session_keeps_history_in_the_database(
     assert out == "second\n"
     # The second turn's model call saw the first turn's two messages too.
     assert "(+2 messages)" in err
-    assert "(4 messages, 4 tools)" in err
+    assert "(4 messages, 4 tools; streamed 2 updates, first after " in err
     assert db.exists()
 
 
@@ -237,20 +238,23 @@ def test_a_failed_model_call_does_not_end_the_chat(
     from raf.errors import RateLimitError
 
     calls = {"n": 0}
-    original = EchoChatClient.complete
+    original = EchoChatClient.stream
 
     async def flaky(self: EchoChatClient, messages: Any, options: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 1:
+            # The connection drops after the first delta: what was printed stays.
+            yield Update.of_text("on")
             raise RateLimitError("slow down", status_code=429)
-        return await original(self, messages, options)
+        async for update in original(self, messages, options):
+            yield update
 
-    monkeypatch.setattr(EchoChatClient, "complete", flaky)
+    monkeypatch.setattr(EchoChatClient, "stream", flaky)
     lines = iter(["one", "two", "/exit"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
     assert main(["chat", str(EXAMPLE)]) == 0
     out, err = capsys.readouterr()
-    assert out == "two\n"
+    assert out == "on\ntwo\n"  # the broken line ended before the next answer
     assert "raf: this turn failed: slow down" in err
 
 
@@ -607,10 +611,18 @@ class Terminal:
     from the line discipline. ``stdout_pipe`` sends stdout to a pipe instead (to tell it apart
     from stderr, which stays on the terminal)."""
 
-    def __init__(self, *args: str, cwd: Path, stdout_pipe: bool = False) -> None:
+    def __init__(
+        self, *args: str, cwd: Path, stdout_pipe: bool = False, env: dict[str, str] | None = None
+    ) -> None:
         master, slave = os.openpty()
         self.master = master
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", "INPUTRC": "/dev/null"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "TERM": "xterm",
+            "INPUTRC": "/dev/null",
+            **(env or {}),
+        }
 
         def controlling_terminal() -> None:  # in the child, before exec
             os.setsid()
@@ -828,3 +840,125 @@ def test_the_support_example_runs_offline(tmp_path: Path) -> None:
     loaded = load_config(ROOT / "examples" / "support.toml")
     assert [t.name for t in loaded.agent.tools] == ["order_status", "today"]
     assert (loaded.options.temperature, loaded.options.max_tokens) == (0.2, 500)
+
+
+# raf chat streams ------------------------------------------------------------------------------
+
+
+def streaming_config(tmp_path: Path, server: OpenAIServer) -> Path:
+    (tmp_path / "slowkinds.py").write_text(SLOW_MODULE)
+    return openai_config(
+        tmp_path, server, extra="\n[[providers]]\nkind = 'slowkinds:record'\nfile = 'turns.log'\n"
+    )
+
+
+STREAM_ENV = {"SUPPORT_BOT_KEY": "sk-test", "NO_PROXY": "127.0.0.1,localhost"}
+
+
+def test_chat_prints_the_answer_as_it_streams_and_clears_thinking_at_the_first_update(
+    tmp_path: Path, terminals: list[Terminal], server: OpenAIServer
+) -> None:
+    # A word a second: the first shows long before the last has come.
+    server.reply(Reply(events=text_stream("Hello")))
+    words = (chunk("", role="assistant"), chunk("Once"), chunk(" upon"), chunk(" a time"))
+    server.reply(Reply(events=(*words, chunk(finish_reason="stop")), pause=1.0))
+    path = streaming_config(tmp_path, server)
+    terminal = Terminal("chat", str(path), cwd=tmp_path, env=STREAM_ENV)
+    terminals.append(terminal)
+    terminal.expect("> ")
+    terminal.send(b"hi\r")
+    terminal.expect("Hello\r\n")
+    terminal.expect("> ")
+    terminal.send(b"story\r")
+    terminal.expect("thinking…")
+    terminal.expect("\r\x1b[K")  # cleared at the first update, before the answer
+    terminal.expect("Once")
+    assert "a time" not in terminal.seen.decode(errors="replace")  # not yet come
+    terminal.expect(" upon a time\r\n")
+    terminal.expect("> ")
+    terminal.send(b"\x04")
+    assert terminal.close() == 0
+    assert (tmp_path / "turns.log").read_text() == "hi: ok\nstory: ok\n"
+
+
+def test_ctrl_c_during_a_streamed_answer_ends_that_turn_not_the_chat(
+    tmp_path: Path, terminals: list[Terminal], server: OpenAIServer
+) -> None:
+    events = (chunk("", role="assistant"), *(chunk(f"w{n} ") for n in range(600)))
+    server.reply(Reply(events=events, pause=0.1))
+    server.reply(Reply(events=text_stream("fine")))
+    path = streaming_config(tmp_path, server)
+    terminal = Terminal("chat", str(path), cwd=tmp_path, env=STREAM_ENV)
+    terminals.append(terminal)
+    terminal.expect("> ")
+    terminal.send(b"count\r")
+    terminal.expect("w2 ")  # the answer is streaming
+    terminal.send(b"\x03")
+    terminal.expect("raf: turn cancelled")
+    terminal.expect("> ")
+    # The turn's post stages ran, with the cancellation; the stream's connection is closed.
+    assert (tmp_path / "turns.log").read_text() == "count: CancelledError\n"
+    assert server.stream_aborted.wait(20)
+    terminal.send(b"next\r")
+    terminal.expect("fine\r\n")
+    terminal.expect("> ")
+    terminal.send(b"\x04")
+    assert terminal.close() == 0
+    assert (tmp_path / "turns.log").read_text() == "count: CancelledError\nnext: ok\n"
+
+
+def test_run_prints_the_answer_as_it_streams_with_tool_calls_on_lines_of_their_own(
+    tmp_path: Path, server: OpenAIServer
+) -> None:
+    (tmp_path / "house_tools.py").write_text(TOOLS_MODULE)
+    call = {
+        "index": 0,
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "shout", "arguments": '{"text": "hi"}'},
+    }
+    server.reply(
+        Reply(
+            events=(
+                chunk("Let me shout.", role="assistant"),
+                chunk(tool_calls=[call]),
+                chunk(finish_reason="tool_calls"),
+            )
+        ),
+        Reply(events=text_stream("HI", "!")),
+    )
+    path = openai_config(tmp_path, server, extra='tools = ["house_tools:shout"]')
+    done = raf(
+        "run",
+        str(path),
+        "shout hi",
+        "--trace",
+        env=STREAM_ENV,
+        cwd=tmp_path,
+        pythonpath=(tmp_path,),
+    )
+    assert (done.returncode, done.stdout) == (0, "Let me shout.\nHI!\n"), done.stderr
+    model_lines = [line for line in done.stderr.splitlines() if " model [chat] " in line]
+    assert len(model_lines) == 2  # a line per model call, not per update
+    assert "streamed 2 updates, first after " in model_lines[0]
+    assert "streamed 3 updates, first after " in model_lines[1]
+
+
+def test_a_trace_into_the_same_file_as_the_answer_starts_its_own_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "raf", "run", str(EXAMPLE), "and again", "--trace"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+        timeout=60,
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout
+    assert "and again" in lines  # a line of its own, not glued to the model's trace line
+    assert lines.index("and again") + 1 == next(
+        n for n, line in enumerate(lines) if line.startswith("trace: model [chat]")
+    )
+    assert "" not in lines  # and no empty line after it

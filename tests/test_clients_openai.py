@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import functools
 import gzip
@@ -20,8 +21,19 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from raf import Agent, AgentRunOptions, ChatMessage, ChatOptions, ToolCall, Usage, tool
+from raf import (
+    Agent,
+    AgentResponse,
+    AgentRunOptions,
+    ChatMessage,
+    ChatOptions,
+    ToolCall,
+    Update,
+    Usage,
+    tool,
+)
 from raf.clients import openai as openai_module
+from raf.clients.base import StreamingChatClient
 from raf.clients.openai import (
     _WIRE_CACHE,
     OpenAIChatClient,
@@ -43,7 +55,14 @@ from raf.errors import (
     ServerError,
 )
 from raf.middleware import RetryMiddleware
-from tests.openai_server import OpenAIServer, Reply, completion, error_body
+from tests.openai_server import (
+    OpenAIServer,
+    Reply,
+    chunk,
+    completion,
+    error_body,
+    text_stream,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -975,3 +994,370 @@ async def test_something_else_than_a_message_is_refused_before_sending(
                 ChatOptions(),
             )
     assert server.requests == []
+
+
+# --- Streaming: stream() over server-sent events ---------------------------------------------
+
+
+async def collect(model: OpenAIChatClient, options: ChatOptions | None = None) -> list[Update]:
+    updates: list[Update] = []
+    async with contextlib.aclosing(
+        model.stream([ChatMessage.user("x")], options or ChatOptions())
+    ) as stream:
+        async for update in stream:
+            updates.append(update)
+    return updates
+
+
+def call_delta(
+    index: int, *, id: str | None = None, name: str | None = None, args: str | None = None
+) -> dict[str, Any]:
+    delta: dict[str, Any] = {"index": index}
+    if id is not None:
+        delta |= {"id": id, "type": "function"}
+    function: dict[str, Any] = {}
+    if name is not None:
+        function["name"] = name
+    if args is not None:
+        function["arguments"] = args
+    if function:
+        delta["function"] = function
+    return delta
+
+
+async def test_a_streamed_text_comes_delta_by_delta_and_equals_complete(
+    server: OpenAIServer,
+) -> None:
+    server.reply(Reply(events=text_stream("Hel", "lo ", "there", usage=(11, 3))))
+    server.answer(content="Hello there", usage=(11, 3))
+    async with client_for(server) as model:
+        updates = await collect(model)
+        whole = await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert [u.text for u in updates if u.kind == "text"] == ["Hel", "lo ", "there"]
+    assert updates[-1] == Update.of_usage(Usage(11, 3))
+    assert updates[0].raw["object"] == "chat.completion.chunk"
+    assert AgentResponse.from_updates(updates) == whole
+    assert isinstance(model, StreamingChatClient)
+    streamed, plain = (r.body for r in server.requests)
+    assert streamed == {**plain, "stream": True, "stream_options": {"include_usage": True}}
+    assert list(streamed)[-2:] == ["stream", "stream_options"]
+
+
+async def test_tool_call_deltas_interleaved_by_index_are_assembled(server: OpenAIServer) -> None:
+    events = (
+        chunk(None, role="assistant", tool_calls=[call_delta(0, id="c1", name="add", args="")]),
+        chunk(tool_calls=[call_delta(1, id="c2", name="add", args='{"a"')]),
+        chunk(tool_calls=[call_delta(0, args='{"a": 2,')]),
+        chunk(tool_calls=[call_delta(1, args=": 7, "), call_delta(0, args=' "b": 3}')]),
+        chunk(tool_calls=[call_delta(1, args='"b": 1}')]),
+        chunk(tool_calls=[call_delta(2, id="c3", name="now")]),
+        chunk(finish_reason="tool_calls"),
+        chunk(usage=(9, 4), choices=False),
+    )
+    server.reply(Reply(events=events))
+    calls = [
+        ("c1", "add", '{"a": 2, "b": 3}'),
+        ("c2", "add", '{"a": 7, "b": 1}'),
+        ("c3", "now", "{}"),
+    ]
+    server.answer(completion(content=None, tool_calls=calls, usage=(9, 4)))
+    async with client_for(server) as model:
+        updates = await collect(model)
+        whole = await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert [u.kind for u in updates] == ["tool_call", "tool_call", "tool_call", "usage"]
+    assert [u.tool_call for u in updates[:3]] == [ToolCall(*call) for call in calls]
+    assert AgentResponse.from_updates(updates) == whole
+    assert whole.messages[0].content is None
+
+
+@pytest.mark.parametrize(
+    ("events", "body"),
+    [
+        # An empty answer is "", not None, as in a whole completion.
+        (text_stream(), completion(content="")),
+        # A refusal with no text is the text.
+        (
+            (
+                chunk(role="assistant"),
+                {**chunk(), "choices": [{"index": 0, "delta": {"refusal": "No"}}]},
+                chunk(finish_reason="stop"),
+            ),
+            completion(content=None, refusal="No", usage=None),
+        ),
+        # Text and a tool call, no usage.
+        (
+            (
+                chunk("Let me", role="assistant"),
+                chunk(" see.", tool_calls=[call_delta(0, id="c1", name="add", args="{}")]),
+                chunk(finish_reason="tool_calls"),
+            ),
+            completion(content="Let me see.", tool_calls=[("c1", "add", "{}")], usage=None),
+        ),
+    ],
+)
+async def test_odd_streamed_answers_equal_their_completions(
+    server: OpenAIServer, events: tuple[Any, ...], body: dict[str, Any]
+) -> None:
+    server.reply(Reply(events=events))
+    server.answer(body)
+    async with client_for(server) as model:
+        updates = await collect(model)
+        whole = await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert AgentResponse.from_updates(updates) == whole
+
+
+async def test_a_stream_through_an_agent_with_tools_equals_the_unstreamed_run(
+    server: OpenAIServer,
+) -> None:
+    turn = (
+        chunk(
+            None,
+            role="assistant",
+            tool_calls=[call_delta(0, id="call_1", name="add", args='{"a": 2, ')],
+        ),
+        chunk(tool_calls=[call_delta(0, args='"b": 3}')]),
+        chunk(finish_reason="tool_calls"),
+        chunk(usage=(20, 4), choices=False),
+    )
+    server.reply(Reply(events=turn), Reply(events=text_stream("2 + 3 ", "= 5", usage=(30, 5))))
+    server.answer(content=None, tool_calls=[("call_1", "add", '{"a": 2, "b": 3}')], usage=(20, 4))
+    server.answer(content="2 + 3 = 5", usage=(30, 5))
+    seen: list[Update] = []
+
+    async def on_update(update: Update) -> None:
+        seen.append(update)
+
+    async with client_for(server) as model:
+        agent = Agent(model, tools=[add])
+        streamed = await agent.run("2+3?", on_update=on_update)
+        plain = await agent.run("2+3?")
+    assert streamed == plain
+    assert streamed.text == "2 + 3 = 5"
+    assert [u.kind for u in seen] == ["tool_call", "usage", "tool_result", "text", "text", "usage"]
+
+
+async def test_a_connection_dropped_mid_stream_is_a_connection_error(server: OpenAIServer) -> None:
+    server.reply(
+        Reply(events=(chunk("Once", role="assistant"), chunk(" upon")), done=False, cut=True)
+    )
+    got: list[Update] = []
+
+    async def consume(model: OpenAIChatClient) -> None:
+        async with contextlib.aclosing(
+            model.stream([ChatMessage.user("x")], ChatOptions())
+        ) as stream:
+            async for update in stream:
+                got.append(update)
+
+    async with client_for(server) as model:
+        with (
+            anyio.fail_after(20),
+            pytest.raises(ChatConnectionError, match="reading the reply") as caught,
+        ):
+            await consume(model)
+    assert [u.text for u in got] == ["Once", " upon"]
+    assert caught.value.retryable
+
+
+@pytest.mark.parametrize("done", [True, False])
+async def test_a_stream_without_a_finish_reason_is_a_connection_error(
+    server: OpenAIServer, done: bool
+) -> None:
+    # The body ends properly, with or without [DONE], but the model never finished.
+    server.reply(Reply(events=(chunk("Once", role="assistant"), chunk(" upon")), done=done))
+    async with client_for(server) as model:
+        with pytest.raises(ChatConnectionError, match="no finish_reason"):
+            await collect(model)
+
+
+@pytest.mark.parametrize(
+    ("event", "problem"),
+    [
+        ("{not json", "a chunk is not JSON"),
+        ("[1, 2]", "a chunk is a list, not a JSON object"),
+        ('{"choices": {}}', "'choices' is an object, not a list"),
+        ('{"choices": [{"index": 0, "delta": "hi"}]}', r"choices\[0\]\.delta is a string"),
+        ('{"choices": [{"index": 0, "delta": {"content": 3}}]}', r"delta\.content is a number"),
+        (
+            '{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": "0"}]}}]}',
+            r"index is a string",
+        ),
+        ('{"choices": [], "usage": {"prompt_tokens": -1}}', r"usage\.prompt_tokens"),
+        ('{"error": {"message": "overloaded"}}', "sent an error mid-stream: .*overloaded"),
+    ],
+)
+async def test_a_malformed_chunk_is_a_protocol_error(
+    server: OpenAIServer, event: str, problem: str
+) -> None:
+    server.reply(Reply(events=(chunk("Hi", role="assistant"), event, chunk(finish_reason="stop"))))
+    async with client_for(server) as model:
+        with pytest.raises(ChatProtocolError, match=problem) as caught:
+            await collect(model)
+    assert not caught.value.retryable
+
+
+async def test_a_tool_call_without_id_or_name_is_a_protocol_error(server: OpenAIServer) -> None:
+    server.reply(
+        Reply(
+            events=(
+                chunk(tool_calls=[call_delta(0, name="add", args="{}")]),
+                chunk(finish_reason="tool_calls"),
+            )
+        )
+    )
+    async with client_for(server) as model:
+        with pytest.raises(ChatProtocolError, match="index 0 has no id"):
+            await collect(model)
+
+
+@pytest.mark.parametrize(
+    ("status", "error_class"),
+    [(429, RateLimitError), (500, ServerError), (401, AuthenticationError)],
+)
+async def test_http_errors_before_the_stream_map_as_for_complete(
+    server: OpenAIServer, status: int, error_class: type[ChatClientError]
+) -> None:
+    server.reply(Reply(status, error_body("scripted"), headers={"retry-after": "2"}))
+    async with client_for(server) as model:
+        with pytest.raises(error_class, match=f"HTTP {status}") as caught:
+            await collect(model)
+    assert caught.value.status_code == status
+    assert caught.value.retry_after == 2.0
+
+
+async def test_the_sdks_retries_cover_an_error_before_the_stream(server: OpenAIServer) -> None:
+    server.fail(503)
+    server.reply(Reply(events=text_stream("fine")))
+    async with client_for(server, max_retries=1) as model:
+        assert AgentResponse.from_updates(await collect(model)).text == "fine"
+
+
+async def test_a_server_that_answers_with_a_whole_completion_still_streams(
+    server: OpenAIServer,
+) -> None:
+    server.answer(content="whole", usage=(1, 2))
+    async with client_for(server) as model:
+        updates = await collect(model)
+    assert updates == [Update.of_text("whole"), Update.of_usage(Usage(1, 2))]
+
+
+async def test_an_early_close_closes_the_http_response(server: OpenAIServer) -> None:
+    # A long stream, a chunk every 20 ms: the consumer leaves after two.
+    events = (chunk("", role="assistant"), *(chunk(f"{n} ") for n in range(500)))
+    server.reply(Reply(events=events, pause=0.02))
+    async with client_for(server) as model:
+        stream = model.stream([ChatMessage.user("x")], ChatOptions())
+        async with contextlib.aclosing(stream):
+            async for update in stream:
+                if update.text == "1 ":
+                    break
+        assert await anyio.to_thread.run_sync(server.stream_aborted.wait, 20)
+
+
+async def test_an_early_close_of_an_agent_stream_closes_the_http_response(
+    server: OpenAIServer,
+) -> None:
+    events = (chunk("", role="assistant"), *(chunk(f"{n} ") for n in range(500)))
+    server.reply(Reply(events=events, pause=0.02))
+    async with client_for(server) as model:
+        async with Agent(model).stream("count") as stream:
+            async for update in stream:
+                if update.text == "2 ":
+                    break
+        assert stream.response is None
+        assert await anyio.to_thread.run_sync(server.stream_aborted.wait, 20)
+
+
+async def test_a_slow_stream_is_held_to_the_timeout(server: OpenAIServer) -> None:
+    events = (chunk("", role="assistant"), *(chunk("x") for _ in range(100)))
+    server.reply(Reply(events=events, pause=0.25))
+    async with client_for(server, timeout=1.0) as model:
+        with (
+            anyio.fail_after(20),
+            pytest.raises(ChatTimeoutError, match=r"within 1\.0 s") as caught,
+        ):
+            await collect(model)
+    assert caught.value.retryable
+
+
+async def test_the_time_a_consumer_holds_an_update_is_not_the_servers(
+    server: OpenAIServer,
+) -> None:
+    server.reply(Reply(events=text_stream("a", "b", "c")))
+    async with client_for(server, timeout=0.5) as model:
+        stream = model.stream([ChatMessage.user("x")], ChatOptions())
+        texts = []
+        async with contextlib.aclosing(stream):
+            async for update in stream:
+                texts.append(update.text)
+                await anyio.sleep(0.3)  # 1.5 s in all, three times the timeout
+    assert texts == ["a", "b", "c", ""]
+
+
+async def test_a_cancellation_from_outside_is_not_a_stream_timeout(server: OpenAIServer) -> None:
+    server.reply(Reply(events=text_stream("a"), pause=5))
+    async with client_for(server, timeout=60) as model:
+        with anyio.fail_after(20), anyio.move_on_after(0.3) as scope:
+            await collect(model)
+    assert scope.cancelled_caught
+
+
+async def test_a_stream_larger_than_the_bound_is_refused(server: OpenAIServer) -> None:
+    server.reply(Reply(events=text_stream(*(["x" * 100] * 100))))
+    async with client_for(server, max_response_bytes=4096) as model:
+        with pytest.raises(ChatProtocolError, match="larger than max_response_bytes=4096"):
+            await collect(model)
+
+
+async def test_sse_comments_crlf_and_multiline_data_are_read(server: OpenAIServer) -> None:
+    first = json.dumps(chunk("Hi", role="assistant"))
+    events = (
+        b": keep-alive\r\n\r\n",
+        f"event: message\r\ndata: {first}\r\n\r\n".encode(),
+        b'data: {"choices": [{"index": 0,\ndata: "delta": {"content": " you"}}]}\n\n',
+        chunk(finish_reason="stop"),
+    )
+    server.reply(Reply(events=events))
+    async with client_for(server) as model:
+        updates = await collect(model)
+    assert AgentResponse.from_updates(updates).text == "Hi you"
+
+
+async def test_stream_and_stream_options_in_extra_are_refused(server: OpenAIServer) -> None:
+    async with client_for(server) as model:
+        with pytest.raises(BadRequestError, match="'stream_options'"):
+            await collect(model, ChatOptions(extra={"stream_options": {"x": 1}}))
+        server.reply(Reply(events=text_stream("ok")))
+        await collect(model, ChatOptions(extra={"stream": False}))
+    assert server.requests[0].body["stream"] is True
+
+
+async def test_retry_middleware_retries_a_stream_only_before_its_first_update(
+    server: OpenAIServer,
+) -> None:
+    server.fail(503)
+    server.reply(Reply(events=text_stream("fine")))
+    server.reply(Reply(events=(chunk("Once", role="assistant"),), done=False, cut=True))
+    server.reply(Reply(events=text_stream("never")))
+    texts: list[str] = []
+
+    async def on_update(update: Update) -> None:
+        texts.append(update.text)
+
+    async with client_for(server) as model:
+        agent = Agent(model, chat_stack=[RetryMiddleware(attempts=3, wait_initial=0)])
+        assert (await agent.run("x", on_update=on_update)).text == "fine"
+        with pytest.raises(ChatConnectionError):
+            await agent.run("x", on_update=on_update)
+    assert texts == ["fine", "", "Once"]
+    assert len(server.requests) == 3
+
+
+async def test_an_event_split_across_reads_is_read_whole(server: OpenAIServer) -> None:
+    whole = f"data: {json.dumps(chunk('Hello', role='assistant'))}\n\n".encode()
+    # The event in three pieces, 50 ms apart: a line cut in two, its end, the blank line.
+    pieces = (whole[:9], whole[9:-2], whole[-2:-1], whole[-1:])
+    server.reply(Reply(events=(*pieces, chunk(" you"), chunk(finish_reason="stop")), pause=0.05))
+    async with client_for(server) as model:
+        updates = await collect(model)
+    assert [u.text for u in updates] == ["Hello", " you"]

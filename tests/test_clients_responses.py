@@ -617,7 +617,8 @@ async def test_retry_and_logging_middleware_in_the_chat_stack(
 
 
 async def test_a_stream_error_is_retried_by_the_middleware(server: ResponsesServer) -> None:
-    server.reply(Answer(body=response_body("lost"), drop_after=3))
+    """Dropped before its first text delta: nothing was sent onward, so it is retried."""
+    server.reply(Answer(body=response_body("lost"), drop_after=2))
     server.answer(text="made it")
     async with client_for(server) as model:
         agent = Agent(model, chat_stack=[RetryMiddleware(attempts=2, wait_initial=0)])
@@ -625,7 +626,25 @@ async def test_a_stream_error_is_retried_by_the_middleware(server: ResponsesServ
             texts = [update.text async for update in stream if update.kind == "text"]
     assert stream.response is not None
     assert stream.response.text == "made it"
-    assert "made " in texts
+    assert texts == ["made ", "it"]
+
+
+async def test_a_stream_dropped_after_an_update_is_not_retried(server: ResponsesServer) -> None:
+    """The consumer already saw 'lost': a retry would send a second answer after it."""
+    server.reply(Answer(body=response_body("lost"), drop_after=3))
+    server.answer(text="made it")
+    async with client_for(server) as model:
+        agent = Agent(model, chat_stack=[RetryMiddleware(attempts=2, wait_initial=0)])
+        texts: list[str] = []
+
+        async def read() -> None:
+            async with agent.stream("x") as stream:
+                async for update in stream:
+                    texts.append(update.text)
+
+        with pytest.raises(ChatConnectionError):
+            await read()
+    assert texts == ["lost"]
 
 
 # --- The client itself ----------------------------------------------------------------------

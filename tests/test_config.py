@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -442,3 +443,25 @@ def test_workspace_and_skills_take_a_tool_prefix(tmp_path: Path) -> None:
     )
     assert workspace.tool_prefix == "notes_"  # type: ignore[attr-defined]
     assert skills.tool_prefix == "s_"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("flag", [True, False])
+async def test_a_declared_memory_takes_persist_partial(flag: bool) -> None:
+    text = f"[[providers]]\nkind = 'memory'\npersist_partial = {str(flag).lower()}\n"
+    (provider,) = build_providers(parse_provider_decls(tomllib.loads(text)))
+    assert isinstance(provider, InMemoryHistoryProvider)
+    assert provider.persist_partial is flag
+    session = InMemorySession()
+    agent = Agent(ScriptedChatClient([["Once ", "upon"]]), stack=[provider])
+    async with agent.stream("story", session=session) as stream:
+        async for _ in stream:
+            break  # the consumer leaves after the first update
+    stored = [m.content for m in await session.get_messages()]
+    assert stored == (["story", "Once "] if flag else [])
+
+
+def test_persist_partial_must_be_a_boolean() -> None:
+    with pytest.raises(ConfigError, match="persist_partial"):
+        build_providers(
+            parse_provider_decls({"providers": [{"kind": "memory", "persist_partial": 1}]})
+        )

@@ -27,7 +27,7 @@ from raf import (
 )
 from raf.clients.openai import OpenAIChatClient
 from raf.errors import RateLimitError
-from tests.openai_server import OpenAIServer
+from tests.openai_server import OpenAIServer, Reply, text_stream
 
 pytestmark = pytest.mark.anyio
 
@@ -191,6 +191,22 @@ async def test_the_model_that_answered_is_logged_not_none(server: OpenAIServer) 
     assert run_end["model"] == "test-model-2024-07-18"
 
 
+async def test_a_streamed_call_logs_the_model_its_chunks_name(server: OpenAIServer) -> None:
+    server.reply(Reply(events=tuple({**c, "model": "test-model-0613"} for c in text_stream("hi"))))
+    model = OpenAIChatClient("test-model", base_url=server.base_url, api_key="k", max_retries=0)
+
+    async def on_update(update: Any) -> None:
+        pass
+
+    async with model:
+        agent = Agent(model, stack=[LoggingMiddleware()], chat_stack=[LoggingMiddleware()])
+        with capture_logs() as logs:
+            await agent.run("x", on_update=on_update)
+    model_end, run_end = events(logs, "model.end", "run.end")
+    assert model_end["model"] == run_end["model"] == "test-model-0613"
+    assert (model_end["updates"], run_end["updates"]) == (2, 2)
+
+
 async def test_without_a_reported_model_the_requested_one_is_logged() -> None:
     agent = Agent(ScriptedChatClient(["a", "b"]), chat_stack=[LoggingMiddleware()])
     with capture_logs() as logs:
@@ -198,3 +214,70 @@ async def test_without_a_reported_model_the_requested_one_is_logged() -> None:
         await agent.run("x")
     ends = events(logs, "model.end")
     assert [e["model"] for e in ends] == ["chosen", None]
+
+
+# --- Streamed runs: time to first update and the update count --------------------------------
+
+
+async def test_a_streamed_run_logs_its_updates_and_time_to_first_update() -> None:
+    agent = Agent(EchoChatClient(), stack=[LoggingMiddleware()], chat_stack=[LoggingMiddleware()])
+    with capture_logs() as logs:
+        async with agent.stream("one two three") as stream:
+            async for _ in stream:
+                pass
+    run_end, model_end = events(logs, "run.end")[0], events(logs, "model.end")[0]
+    for end in (run_end, model_end):
+        assert end["outcome"] == "ok"
+        assert end["updates"] == 4  # three words and the usage
+        assert isinstance(end["ttfu_ms"], float)
+        assert 0 <= end["ttfu_ms"] <= end["duration_ms"]
+
+
+async def test_an_unstreamed_run_logs_no_stream_fields() -> None:
+    agent = Agent(EchoChatClient(), stack=[LoggingMiddleware()])
+    with capture_logs() as logs:
+        await agent.run("hello")
+    (end,) = events(logs, "run.end")
+    assert "updates" not in end
+    assert "ttfu_ms" not in end
+
+
+async def test_a_stream_that_failed_logs_what_it_sent() -> None:
+    model = ScriptedChatClient([["Hel", RateLimitError("cut")]])
+    agent = Agent(model, chat_stack=[LoggingMiddleware()])
+
+    async def on_update(update: Any) -> None:
+        pass
+
+    with capture_logs() as logs, pytest.raises(RateLimitError):
+        await agent.run("hi", on_update=on_update)
+    (end,) = events(logs, "model.end")
+    assert (end["outcome"], end["updates"]) == ("error", 1)
+    assert isinstance(end["ttfu_ms"], float)
+
+
+async def test_a_stream_that_sent_nothing_logs_no_time_to_first_update() -> None:
+    model = ScriptedChatClient([[RateLimitError("at once")]])
+    agent = Agent(model, stack=[LoggingMiddleware()])
+
+    async def consume() -> None:
+        async with agent.stream("hi") as stream:
+            async for _ in stream:
+                pass
+
+    with capture_logs() as logs, pytest.raises(RateLimitError):
+        await consume()
+    (end,) = events(logs, "run.end")
+    assert (end["updates"], end["ttfu_ms"]) == (0, None)
+
+
+async def test_an_early_close_logs_the_updates_the_consumer_got() -> None:
+    agent = Agent(EchoChatClient(), stack=[LoggingMiddleware()])
+    with capture_logs() as logs:
+        async with agent.stream("a b c d e") as stream:
+            async for update in stream:
+                if update.text == "b ":
+                    break
+    (end,) = events(logs, "run.end")
+    assert (end["outcome"], end["error_type"]) == ("error", "StreamClosedError")
+    assert end["updates"] == 2

@@ -20,6 +20,7 @@ from raf import (
     RetryMiddleware,
     ScriptedChatClient,
     ToolCall,
+    Update,
     tool,
 )
 from raf.errors import BadRequestError, ChatConnectionError, RateLimitError, ServerError
@@ -243,3 +244,80 @@ async def test_a_short_ask_never_makes_it_give_up_even_with_wait_max_zero() -> N
         assert (await Agent(model, chat_stack=[retry]).run("hi")).text == "ok"
     [logged] = retries(logs)
     assert logged["wait_s"] == 0
+
+
+# --- Streamed runs: retried only while nothing was sent onward -------------------------------
+
+
+async def _streamed(agent: Agent) -> tuple[list[str], AgentResponse]:
+    texts: list[str] = []
+
+    async def on_update(update: Update) -> None:
+        if update.kind == "text":
+            texts.append(update.text)
+
+    response = await agent.run("hi", on_update=on_update)
+    return texts, response
+
+
+@pytest.mark.parametrize("where", ["chat_stack", "stack"])
+async def test_a_streamed_call_that_failed_before_its_first_update_is_retried(
+    where: str,
+) -> None:
+    model = ScriptedChatClient([[ServerError("busy"), "never"], ["Hel", "lo"]])
+    agent = Agent(model, **{where: [RetryMiddleware(attempts=3, **FAST)]})
+    with capture_logs() as logs:
+        texts, response = await _streamed(agent)
+    assert texts == ["Hel", "lo"]  # nothing of the failed attempt reached the consumer
+    assert response.text == "Hello"
+    assert len(model.requests) == 2
+    assert [e["error_type"] for e in retries(logs)] == ["ServerError"]
+
+
+@pytest.mark.parametrize("where", ["chat_stack", "stack"])
+async def test_a_streamed_call_that_failed_after_an_update_is_not_retried(where: str) -> None:
+    error = ChatConnectionError("dropped mid-stream")
+    model = ScriptedChatClient([["Hel", error], ["never"]])
+    agent = Agent(model, **{where: [RetryMiddleware(attempts=3, **FAST)]})
+    texts: list[str] = []
+
+    async def on_update(update: Update) -> None:
+        texts.append(update.text)
+
+    with capture_logs() as logs, pytest.raises(ChatConnectionError) as caught:
+        await agent.run("hi", on_update=on_update)
+    assert caught.value is error
+    assert texts == ["Hel"]
+    assert len(model.requests) == 1
+    assert retries(logs) == []
+    (gave_up,) = [e for e in logs if e["event"] == "retry.gave_up"]
+    assert (gave_up["reason"], gave_up["error_type"]) == ("streamed", "ChatConnectionError")
+
+
+async def test_each_streamed_attempt_starts_with_nothing_sent() -> None:
+    # Attempt 1 fails before sending, attempt 2 too: both are retried; attempt 3 streams.
+    model = ScriptedChatClient([RateLimitError("a"), [ServerError("b")], ["ok"]])
+    agent = Agent(model, chat_stack=[RetryMiddleware(attempts=3, **FAST)])
+    async with agent.stream("hi") as stream:
+        texts = [update.text async for update in stream if update.kind == "text"]
+    assert texts == ["ok"]
+    assert len(model.requests) == 3
+
+
+@tool
+def echo(text: str) -> str:
+    """Echo the text."""
+    return text
+
+
+async def test_a_tool_loop_retries_each_streamed_model_call_on_its_own() -> None:
+    # In the chat stack each model call is its own streamed call: the second call's
+    # failure before its first update is retried although the first call streamed.
+    call = ToolCall("c1", "echo", '{"text": "x"}')
+    model = ScriptedChatClient(
+        [ScriptedChatClient.tool_turn(call, text="Let me see."), [ServerError("busy")], "done"]
+    )
+    agent = Agent(model, tools=[echo], chat_stack=[RetryMiddleware(attempts=2, **FAST)])
+    texts, response = await _streamed(agent)
+    assert response.text == "done"
+    assert texts == ["Let me see.", "done"]

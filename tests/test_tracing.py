@@ -127,3 +127,31 @@ async def test_tool_calls_are_traced_with_arguments_and_result_size() -> None:
     assert [t.name for t in client.requests[0].options.tools] == ["echo", "count", "fail"]
     assert client.requests[1].messages[-3].content == '{"count": 3}'
     assert "Error: tool 'fail' failed: ValueError: nope" in client.requests[1].messages[-1].content
+
+
+async def test_a_streamed_model_call_is_one_event_with_its_update_count() -> None:
+    events: list[StageEvent] = []
+    model = ScriptedChatClient([["one ", "two ", "three"], ["cut", RuntimeError("dropped")]])
+    agent = Agent(model, chat_stack=[trace_model(events.append)])
+    seen: list[str] = []
+
+    async def on_update(update: Any) -> None:
+        seen.append(update.text)
+
+    await agent.run("hi", on_update=on_update)
+    with pytest.raises(RuntimeError):
+        await agent.run("again", on_update=on_update)
+    assert seen == ["one ", "two ", "three", "cut"]  # the wrapped on_update passes them on
+    ok, failed = events
+    assert ok.detail.startswith("1 message, 0 tools; streamed 3 updates, first after ")
+    assert ok.detail.endswith(" ms")
+    assert failed.outcome == "raised RuntimeError"
+    assert "streamed 1 update, first after " in failed.detail
+
+
+async def test_an_unstreamed_model_call_says_nothing_of_updates() -> None:
+    events: list[StageEvent] = []
+    agent = Agent(ScriptedChatClient(["ok"]), chat_stack=[trace_model(events.append)])
+    await agent.run("hi")
+    (event,) = events
+    assert event.detail == "1 message, 0 tools"

@@ -11,9 +11,9 @@ import math
 import time
 import urllib.parse
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 import attrs
@@ -28,12 +28,15 @@ from raf.errors import (
     RateLimitError,
     ServerError,
 )
-from raf.messages import AgentResponse, ChatMessage, ToolCall, Usage
+from raf.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf.options import ChatOptions
 from raf.tools import Tool
 
 if TYPE_CHECKING:
+    import httpx2
     import openai
+
+T = TypeVar("T")
 
 __all__ = [
     "OpenAIChatClient",
@@ -59,6 +62,8 @@ _RECENT_MAX_BYTES: Final = 8 * 1024 * 1024
 # The most of an error reply (4xx, 5xx) raf lets the SDK read: enough to quote it.
 _ERROR_REPLY_MAX: Final = 1024 * 1024
 _MAX_CHUNKS: Final = 64
+# What a streamed call adds to its body: the usage comes in a last chunk of its own.
+_STREAM_TAIL: Final = b',"stream":true,"stream_options":{"include_usage":true}'
 
 
 @attrs.frozen
@@ -97,6 +102,9 @@ class OpenAIChatClient:
     raises :class:`raf.errors.ChatTimeoutError`. ``max_response_bytes`` bounds
     the reply's size once decompressed; past it the call raises
     :class:`raf.ChatProtocolError` without reading further.
+
+    :meth:`stream` sends the turn as it comes (a :class:`raf.StreamingChatClient`):
+    a streamed run uses it.
 
     Failures raise :class:`raf.ChatClientError` subclasses whose ``retryable``
     says whether trying again can help; the SDK's exception is ``__cause__``.
@@ -187,6 +195,70 @@ class OpenAIChatClient:
             "(OpenAIChatClient timeout=, the SDK's retries included)"
         )
 
+    async def stream(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AsyncIterator[Update]:
+        """Send one chat completion request with ``stream: true``; the turn, update by update.
+
+        Text deltas are sent as they come; the tool calls, assembled from
+        their deltas by ``index``, once the model finished (only then are
+        their arguments known to be complete); the usage last (the request
+        asks for it with ``stream_options.include_usage``). What the updates
+        assemble to equals what :meth:`complete` returns for the same answer.
+
+        A stream that ends before the model's ``finish_reason``, or whose
+        connection breaks, is a :class:`raf.ChatConnectionError` (a truncated
+        answer is never passed off as complete); a chunk that is not a chat
+        completion chunk is a :class:`raf.ChatProtocolError`; HTTP errors map
+        as for :meth:`complete`. ``timeout`` bounds the time spent waiting on
+        the server (the time a consumer holds an update does not count), and
+        ``max_response_bytes`` the size of the whole stream. The HTTP
+        response is closed whatever ends the stream, ``aclose()`` included.
+        """
+        model, body, request_options = self._request_body(messages, options, _STREAM_TAIL)
+        budget = _Budget(self.timeout, model)
+        response = await budget.run(self._open, body, request_options, model)
+        reader = _EventReader(response, self.max_response_bytes, model)
+        try:
+            content_type = response.headers.get("content-type", "")
+            if not content_type.startswith("text/event-stream"):
+                # A server that ignores "stream" answers with one chat completion: its updates.
+                data = await budget.run(reader.read_all)
+                for update in response_from_reply(data, content_type, model).to_updates():
+                    yield update
+                return
+            turn = _StreamedTurn(model)
+            while (events := await budget.run(reader.next_events)) is not None:
+                for event in events:
+                    for update in turn.feed(event):
+                        yield update
+            for update in turn.finish():
+                yield update
+        finally:
+            # Bounded and shielded: returning the connection must not hang or be cut, also
+            # when the consumer left (aclose) or the run is being cancelled.
+            with anyio.move_on_after(5, shield=True):
+                await reader.aclose()
+
+    async def _open(
+        self, body: bytes, request_options: dict[str, Any], model: str
+    ) -> httpx2.Response:
+        """POST a streamed call's body through the SDK; the response, its body unread."""
+        import httpx2
+        import openai
+
+        try:
+            response: httpx2.Response = await self.client.post(  # type: ignore[call-overload]
+                self._path(model),
+                cast_to=httpx2.Response,
+                content=body,
+                options=request_options,
+                stream=True,
+            )
+        except openai.OpenAIError as exc:
+            raise error_from_sdk(exc, model) from exc
+        return response
+
     def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions
     ) -> tuple[str, bytes, dict[str, Any]]:
@@ -203,6 +275,12 @@ class OpenAIChatClient:
         timeout), ``extra_headers``, ``extra_query`` and ``extra_body`` as the
         SDK understands them, any other key into the body.
         """
+        return self._request_body(messages, options, b"")
+
+    def _request_body(
+        self, messages: Sequence[ChatMessage], options: ChatOptions, tail: bytes
+    ) -> tuple[str, bytes, dict[str, Any]]:
+        """:meth:`request_body`, with ``tail`` (``b',"key":value'``) closing the body."""
         head: dict[str, Any] = {"model": options.model or self.model}
         if options.tools:
             head["tools"] = [tool_to_wire(t) for t in options.tools]
@@ -214,11 +292,14 @@ class OpenAIChatClient:
             head["tool_choice"] = _tool_choice(options.tool_choice)
         request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
         for key, value in options.extra.items():
-            if key in _REFUSED_EXTRA and value:
-                raise BadRequestError(
-                    f"OpenAIChatClient: extra option {key!r} is not supported; "
-                    "raf reads whole chat completions, not streams"
-                )
+            if key in _REFUSED_EXTRA:
+                if value:
+                    raise BadRequestError(
+                        f"OpenAIChatClient: extra option {key!r} is not supported; "
+                        "stream a run instead (agent.stream(...) or on_update=)"
+                    )
+                if tail:  # a streamed call says "stream" itself: no second key
+                    continue
             if key == "messages":
                 raise BadRequestError(
                     "OpenAIChatClient: extra option 'messages' is not allowed; "
@@ -243,7 +324,7 @@ class OpenAIChatClient:
             pieces += (chunk, b",")
         if pieces[-1] == b",":
             pieces.pop()
-        pieces.append(b"]}")
+        pieces += (b"]", tail, b"}")
         # One copy of a body that can be megabytes long.
         return model, b"".join(pieces), request_options
 
@@ -482,6 +563,336 @@ def _error_from_http(exc: Exception, model: str) -> ChatClientError:
     if isinstance(exc, httpx2.DecodingError):
         return ChatProtocolError(f"{where}: the reply cannot be decompressed: {exc}")
     return ChatConnectionError(f"{where}: the connection failed reading the reply: {exc!r}")
+
+
+class _Budget:
+    """The whole-call ``timeout`` of a stream: the time spent waiting on the server.
+
+    Each wait (the POST, each read) runs under what is left of it, with no
+    yield inside the scope, so the deadline never lands in the consumer's code
+    and the time the consumer holds an update is not counted.
+    """
+
+    __slots__ = ("left", "model", "timeout")
+
+    def __init__(self, timeout: float | None, model: str) -> None:
+        self.timeout = timeout
+        self.left = timeout
+        self.model = model
+
+    async def run(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
+        left = self.left
+        if left is None:
+            return await function(*args)
+        started = anyio.current_time()
+        with anyio.move_on_after(left) as scope:
+            try:
+                return await function(*args)
+            finally:
+                self.left = left - (anyio.current_time() - started)
+        # Only the deadline's own cancellation lands here: any other one propagates.
+        assert scope.cancelled_caught
+        raise ChatTimeoutError(
+            f"OpenAI chat completion stream (model {self.model!r}) did not finish within "
+            f"{self.timeout} s of waiting on the server (OpenAIChatClient timeout=, the SDK's "
+            "retries included)"
+        )
+
+
+class _EventReader:
+    """The ``data`` of each server-sent event of a response, read under a size bound."""
+
+    __slots__ = ("_buffer", "_chunks", "_data", "_done", "limit", "model", "response", "size")
+
+    def __init__(self, response: Any, limit: int, model: str) -> None:
+        self.response = response
+        self.limit = limit
+        self.model = model
+        self.size = 0
+        self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
+        self._done = False
+        self._buffer = b""
+        self._data: list[bytes] = []
+
+    async def _next_bytes(self) -> bytes | None:
+        """The next decoded piece of the body; ``None`` at its end."""
+        import httpx2
+
+        try:
+            chunk = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            self._done = True
+            return None
+        except httpx2.HTTPError as exc:
+            self._done = True  # the exception went through the stream's generators
+            raise _error_from_http(exc, self.model) from exc
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise _too_large(self.model, self.limit, "it is larger")
+        return chunk
+
+    async def read_all(self) -> bytes:
+        """The rest of the body (a reply that is not a stream)."""
+        pieces = [self._buffer]
+        while (chunk := await self._next_bytes()) is not None:
+            pieces.append(chunk)
+        return b"".join(pieces)
+
+    async def next_events(self) -> list[str] | None:
+        """The data (``data:`` lines joined) of the events that the next read completes,
+        at least one; ``None`` at the end of the body.
+
+        One call per read of the body, not per event: the caller's deadline
+        scope is then paid once for all the events that came together.
+        """
+        events: list[str] = []
+        while not events:
+            chunk = await self._next_bytes()
+            if chunk is None:
+                if self._buffer:  # a last line without its newline
+                    self._lines(self._buffer, events)
+                    self._buffer = b""
+                if self._data:  # a last event without its blank line
+                    events.append(self._event())
+                return events or None
+            data = self._buffer + chunk if self._buffer else chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                self._buffer = data
+                continue
+            self._buffer = data[cut + 1 :]
+            self._lines(data[:cut], events)
+        return events
+
+    def _lines(self, text: bytes, events: list[str]) -> None:
+        """Read whole lines: an empty one ends an event."""
+        for raw in text.split(b"\n"):
+            line = raw[:-1] if raw.endswith(b"\r") else raw
+            if not line:
+                if self._data:
+                    events.append(self._event())
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                self._data.append(value[1:] if value.startswith(b" ") else value)
+            # Comments (": keep-alive"), "event:", "id:" and "retry:" lines carry no data.
+
+    def _event(self) -> str:
+        data, self._data = b"\n".join(self._data), []
+        return data.decode("utf-8", "replace")
+
+    async def aclose(self) -> None:
+        """Stop reading and close the response (call shielded)."""
+        if not self._done:
+            # Stop inside the HTTP stack: a cancellation raised at its next read ends each
+            # of its generators in turn; closing only the outer one would leave the inner
+            # ones to the garbage collector (trio warns). Pieces already decoded come first.
+            with anyio.CancelScope() as stop:
+                stop.cancel()
+                with contextlib.suppress(Exception):
+                    async for _ in self._chunks:
+                        pass
+            self._done = True
+        await self.response.aclose()
+
+
+class _StreamedTurn:
+    """The updates of one streamed chat completion, from its chunks' JSON."""
+
+    __slots__ = ("calls", "empty_text", "finished", "model", "refusal", "text_sent", "where")
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.where = f"OpenAI chat completion stream (model {model!r})"
+        # index -> [id, name, argument pieces or None when no arguments came, last chunk]
+        self.calls: dict[int, list[Any]] = {}
+        self.finished: str | None = None
+        self.text_sent = False
+        self.empty_text = False
+        self.refusal: list[str] = []
+
+    def feed(self, data: str) -> list[Update]:
+        """The updates one event's data makes (``[DONE]`` and usage-only chunks included)."""
+        where = self.where
+        if data == "[DONE]":
+            if self.finished is None:
+                raise ChatConnectionError(
+                    f"{where} ended ([DONE]) before the model finished its answer "
+                    "(no finish_reason): the answer is incomplete"
+                )
+            return []
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise ChatProtocolError(
+                f"{where}: a chunk is not JSON ({exc}): {_quote(data.encode())}"
+            ) from None
+        if not isinstance(chunk, dict):
+            raise ChatProtocolError(
+                f"{where}: a chunk is {_json_type(chunk)}, not a JSON object: "
+                f"{_quote(data.encode())}"
+            )
+        if chunk.get("error") is not None:
+            raise ChatProtocolError(
+                f"{where}: the server sent an error mid-stream: {chunk['error']}"
+            )
+        updates: list[Update] = []
+        choices = chunk.get("choices")
+        if choices is None:
+            choices = []
+        if not isinstance(choices, list):
+            raise ChatProtocolError(
+                f"{where}: a chunk's 'choices' is {_json_type(choices)}, not a list"
+            )
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise ChatProtocolError(
+                    f"{where}: a chunk's choice is {_json_type(choice)}, not an object"
+                )
+            if choice.get("index", 0) != 0:
+                continue  # raf asks for one choice: others are not its answer
+            self._choice(choice, chunk, updates)
+        raw_usage = chunk.get("usage")
+        if raw_usage is not None:
+            if not isinstance(raw_usage, dict):
+                raise ChatProtocolError(
+                    f"{where}: a chunk's 'usage' is {_json_type(raw_usage)}, not an object"
+                )
+            usage = Usage(
+                _tokens(raw_usage, "prompt_tokens", where),
+                _tokens(raw_usage, "completion_tokens", where),
+            )
+            # The usage comes after the finish: the tool calls go out before it.
+            updates += self._finish_updates(chunk)
+            updates.append(Update("usage", usage=usage, raw=chunk))
+        return updates
+
+    def _choice(self, choice: dict[str, Any], chunk: Any, updates: list[Update]) -> None:
+        where = self.where
+        delta = choice.get("delta")
+        if delta is None:
+            delta = {}
+        if not isinstance(delta, dict):
+            raise ChatProtocolError(
+                f"{where}: choices[0].delta is {_json_type(delta)}, not an object"
+            )
+        content = delta.get("content")
+        if content is not None:
+            if not isinstance(content, str):
+                raise ChatProtocolError(
+                    f"{where}: choices[0].delta.content is {_json_type(content)}, not a string"
+                )
+            if content:
+                self.text_sent = True
+                updates.append(Update("text", content, raw=chunk))
+            else:
+                self.empty_text = True
+        refusal = delta.get("refusal")
+        if refusal is not None:
+            if not isinstance(refusal, str):
+                raise ChatProtocolError(
+                    f"{where}: choices[0].delta.refusal is {_json_type(refusal)}, not a string"
+                )
+            self.refusal.append(refusal)
+        tool_calls = delta.get("tool_calls")
+        if tool_calls is not None:
+            if not isinstance(tool_calls, list):
+                raise ChatProtocolError(
+                    f"{where}: choices[0].delta.tool_calls is {_json_type(tool_calls)}, not a list"
+                )
+            for position, piece in enumerate(tool_calls):
+                self._tool_call_delta(piece, position, chunk)
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            if not isinstance(reason, str):
+                raise ChatProtocolError(
+                    f"{where}: choices[0].finish_reason is {_json_type(reason)}, not a string"
+                )
+            self.finished = reason
+
+    def _tool_call_delta(self, piece: Any, position: int, chunk: Any) -> None:
+        where = self.where
+        path = f"choices[0].delta.tool_calls[{position}]"
+        if not isinstance(piece, dict):
+            raise ChatProtocolError(f"{where}: {path} is {_json_type(piece)}, not an object")
+        index = piece.get("index", position)
+        if type(index) is not int:
+            raise ChatProtocolError(f"{where}: {path}.index is {_json_type(index)}, not an int")
+        kind = piece.get("type")
+        if kind is not None and kind != "function":
+            raise ChatProtocolError(
+                f"{where}: {path} is a {kind!r} tool call; raf supports function tool calls only"
+            )
+        call = self.calls.get(index)
+        if call is None:
+            call = self.calls[index] = [None, None, None, chunk]
+        call[3] = chunk
+        call_id = piece.get("id")
+        if call_id is not None:
+            if not isinstance(call_id, str):
+                raise ChatProtocolError(
+                    f"{where}: {path}.id is {_json_type(call_id)}, not a string"
+                )
+            if call[0] is None:
+                call[0] = call_id
+        function = piece.get("function")
+        if function is None:
+            return
+        if not isinstance(function, dict):
+            raise ChatProtocolError(
+                f"{where}: {path}.function is {_json_type(function)}, not an object"
+            )
+        name = function.get("name")
+        if name is not None:
+            if not isinstance(name, str):
+                raise ChatProtocolError(
+                    f"{where}: {path}.function.name is {_json_type(name)}, not a string"
+                )
+            if not call[1]:
+                call[1] = name
+        arguments = function.get("arguments")
+        if arguments is not None:
+            if not isinstance(arguments, str):
+                raise ChatProtocolError(
+                    f"{where}: {path}.function.arguments is {_json_type(arguments)}, "
+                    "not a string of JSON"
+                )
+            if call[2] is None:
+                call[2] = [arguments]
+            else:
+                call[2].append(arguments)
+
+    def _finish_updates(self, chunk: Any) -> list[Update]:
+        """The updates held until the model finished: tool calls (complete only then),
+        and the text of an answer that had no text delta (an empty one, a refusal)."""
+        if self.finished is None:
+            return []
+        updates: list[Update] = []
+        if not self.text_sent and not self.calls:
+            if self.empty_text:
+                updates.append(Update("text", "", raw=chunk))
+            elif self.refusal:
+                updates.append(Update("text", "".join(self.refusal), raw=chunk))
+            self.text_sent = True
+        for index in sorted(self.calls):
+            call_id, name, arguments, last = self.calls[index]
+            path = f"the tool call of index {index}"
+            if call_id is None:
+                raise ChatProtocolError(f"{self.where}: {path} has no id")
+            if name is None:
+                raise ChatProtocolError(f"{self.where}: {path} has no function name")
+            text = "{}" if arguments is None else "".join(arguments)
+            updates.append(Update("tool_call", tool_call=ToolCall(call_id, name, text), raw=last))
+        self.calls = {}
+        return updates
+
+    def finish(self) -> list[Update]:
+        """The updates left once the stream ended; a stream cut short is an error."""
+        if self.finished is None:
+            raise ChatConnectionError(
+                f"{self.where} ended before the model finished its answer (no finish_reason): "
+                "the answer is incomplete"
+            )
+        return self._finish_updates(None)
 
 
 # Each message's JSON, by identity: messages are frozen, so it never goes stale. The

@@ -8,10 +8,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
+import attrs
 import structlog
 
 from raf.context import Invocation
-from raf.messages import AgentResponse
+from raf.messages import AgentResponse, OnUpdate, Update
 from raf.pipeline import ChatRequest
 
 __all__ = ["LoggingMiddleware"]
@@ -28,10 +29,14 @@ class LoggingMiddleware:
     event carries ``duration_ms``, ``outcome`` (``"ok"``, ``"error"`` or
     ``"cancelled"``), the error type on failure, the message and tool call
     counts of the response, its token usage and ``model``, the model that
-    answered: the one the server reports (an OpenAI reply names the exact
-    version), else the one the run asked for. On ``model.start``, ``model``
+    answered: the one the server reports (an OpenAI reply, or a streamed
+    call's first chunk, names the exact version), else the one the run asked
+    for. On ``model.start``, ``model``
     is the one the run asked for, ``None`` meaning the client's default; on
     ``run.start`` it is the run's model or the client's default model.
+    The end event of a streamed run or call also carries ``updates``, the
+    count of updates it sent, and ``ttfu_ms``, the time from the start to
+    the first update (``None`` when there was none).
 
     raf never configures structlog: the events go wherever your application
     sends them (see ``docs/middleware.md``). ``logger`` replaces the default
@@ -78,13 +83,27 @@ class LoggingMiddleware:
             requested = None
             fields = {"request_type": type(request).__name__}
         run_id = structlog.contextvars.get_contextvars().get("run_id") or uuid.uuid4().hex[:16]
+        send = getattr(request, "on_update", None)
+        stream: _Counted | None = None
+        if send is not None:
+            # A streamed call: count its updates on their way out, as ASGI middleware
+            # wraps send.
+            stream = _Counted(send)
+            request = attrs.evolve(request, on_update=stream.on_update)
         with structlog.contextvars.bound_contextvars(run_id=run_id):
             log.info(f"{level}.start", **fields)
             started = time.perf_counter()
+            if stream is not None:
+                stream.started = started
             try:
                 response = await call_next(request)
             except anyio.get_cancelled_exc_class():
-                log.warning(f"{level}.end", duration_ms=_since(started), outcome="cancelled")
+                log.warning(
+                    f"{level}.end",
+                    duration_ms=_since(started),
+                    outcome="cancelled",
+                    **_streamed(stream),
+                )
                 raise
             except BaseException as error:
                 log.error(
@@ -93,10 +112,13 @@ class LoggingMiddleware:
                     outcome="error",
                     error_type=type(error).__name__,
                     error=str(error),
+                    **_streamed(stream),
                 )
                 raise
             usage = response.usage
-            answered = {} if level == "call" else {"model": _answered_by(response.raw, requested)}
+            # A streamed response has no raw reply of its own: its first chunk names the model.
+            raw = response.raw if response.raw is not None or stream is None else stream.raw
+            answered = {} if level == "call" else {"model": _answered_by(raw, requested)}
             log.info(
                 f"{level}.end",
                 duration_ms=_since(started),
@@ -106,11 +128,39 @@ class LoggingMiddleware:
                 tool_calls=len(response.tool_calls),
                 input_tokens=usage.input_tokens if usage is not None else None,
                 output_tokens=usage.output_tokens if usage is not None else None,
+                **_streamed(stream),
             )
             return response
 
     def __repr__(self) -> str:
         return "LoggingMiddleware()"
+
+
+class _Counted:
+    """The ``on_update`` of a streamed call, wrapped: counts updates, times the first."""
+
+    __slots__ = ("count", "first", "raw", "send", "started")
+
+    def __init__(self, send: OnUpdate) -> None:
+        self.send = send
+        self.count = 0
+        self.started = 0.0
+        self.first: float | None = None
+        self.raw: Any = None  # the first update's chunk: it names the model that answers
+
+    async def on_update(self, update: Update) -> None:
+        if self.first is None:
+            self.first = _since(self.started)
+            self.raw = update.raw
+        self.count += 1
+        await self.send(update)
+
+
+def _streamed(stream: _Counted | None) -> dict[str, Any]:
+    """The end event's fields of a streamed call: none for a call that is not streamed."""
+    if stream is None:
+        return {}
+    return {"updates": stream.count, "ttfu_ms": stream.first}
 
 
 def _answered_by(raw: Any, requested: str | None) -> str | None:

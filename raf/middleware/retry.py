@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import attrs
 import structlog
 from tenacity import (
     AsyncRetrying,
@@ -15,7 +16,7 @@ from tenacity import (
 )
 
 from raf.errors import ChatClientError
-from raf.messages import AgentResponse
+from raf.messages import AgentResponse, OnUpdate, Update
 from raf.pipeline import ChatRequest
 
 __all__ = ["RetryMiddleware"]
@@ -49,7 +50,10 @@ class RetryMiddleware:
     is logged (``"retry"`` event); when the attempts run out, the last error
     is raised unchanged.
     Cancellation, and any ``BaseException`` that is not an ``Exception``, is
-    never retried.
+    never retried. In a streamed run, an attempt is retried only while it
+    has sent no update onward (the consumer has seen what it sent); after
+    its first update, its error goes through (event ``"retry.gave_up"``,
+    ``reason="streamed"``).
 
     >>> from raf import Agent, EchoChatClient
     >>> agent = Agent(EchoChatClient(), chat_stack=[RetryMiddleware(attempts=4)])
@@ -135,6 +139,9 @@ class RetryMiddleware:
         """Call ``call_next(request)`` until it succeeds or the attempts run out."""
         if self.attempts == 1:
             return await call_next(request)
+        send = getattr(request, "on_update", None)
+        if send is not None:
+            return await self._streamed(request, call_next, send)
 
         # tenacity awaits only what it sees as a coroutine function (call_next is a lambda).
         async def attempt(request: Any) -> AgentResponse:
@@ -142,6 +149,49 @@ class RetryMiddleware:
 
         # A copy per call: tenacity keeps per-run statistics on the object.
         response: AgentResponse = await self._retrying.copy()(attempt, request)
+        return response
+
+    async def _streamed(
+        self,
+        request: Any,
+        call_next: Callable[[Any], Awaitable[AgentResponse]],
+        send: OnUpdate,
+    ) -> AgentResponse:
+        """A streamed call: retried only while the failed attempt sent no update onward.
+
+        The consumer has already seen what an attempt sent, so a second
+        attempt would repeat or contradict it: once an update went out, the
+        error goes through as it is.
+        """
+        sent = False
+
+        async def on_update(update: Update) -> None:
+            nonlocal sent
+            sent = True
+            await send(update)
+
+        wrapped = attrs.evolve(request, on_update=on_update)
+
+        async def attempt(request: Any) -> AgentResponse:
+            nonlocal sent
+            sent = False  # each attempt starts with nothing sent
+            return await call_next(request)
+
+        def should_retry(error: BaseException) -> bool:
+            if not self.should_retry(error):
+                return False
+            if sent:
+                _log.warning(
+                    "retry.gave_up",
+                    reason="streamed",
+                    error_type=type(error).__name__,
+                    error=str(error),
+                )
+                return False
+            return True
+
+        retrying = self._retrying.copy(retry=retry_if_exception(should_retry))
+        response: AgentResponse = await retrying(attempt, wrapped)
         return response
 
     def _log_retry(self, state: RetryCallState) -> None:
