@@ -557,9 +557,11 @@ class _Battery:
         )
         self.make()
         try:
+            # Cancellation first: a stage that shields slow work fails fast here, where
+            # the other rules would wait for it again and again.
+            await self.cancellation()
             await self.outcomes()
             await self.per_run_state()
-            await self.cancellation()
         except _Broken as broken:
             raise self.failure(broken) from broken.__cause__
 
