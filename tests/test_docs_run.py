@@ -144,7 +144,9 @@ def run_test_file(block: Block, folder: Path) -> None:
         "    return request.param\n\n"
         # raf's pytest plugin, as a reader who installed raf has it (an editable install
         # made before the plugin existed has no entry point for it).
-        "if not any(ep.name == 'raf' for ep in importlib.metadata.entry_points(group='pytest11')):\n"
+        "if not any(\n"
+        "    ep.name == 'raf' for ep in importlib.metadata.entry_points(group='pytest11')\n"
+        "):\n"
         "    pytest_plugins = ['raf.testing.plugin']\n"
     )
     (folder / "conftest.py").write_text(conftest)

@@ -223,8 +223,8 @@ async def check_concurrent_appends_lose_nothing_and_stay_together(harness: Harne
         _check(len(texts) == writers * batch, rule, len(texts))
         chunks = [texts[i : i + batch] for i in range(0, len(texts), batch)]
         for chunk in chunks:
-            writer = chunk[0].split(":")[0]
-            _check(chunk == [f"{writer}:{index}" for index in range(batch)], rule, chunk)
+            owner = chunk[0].split(":")[0]
+            _check(chunk == [f"{owner}:{index}" for index in range(batch)], rule, chunk)
         firsts = sorted(int(chunk[0].split(":")[0]) for chunk in chunks)
         _check(firsts == list(range(writers)), rule, firsts)
 
