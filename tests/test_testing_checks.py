@@ -75,8 +75,8 @@ BUILTINS: dict[str, Callable[[Path], Callable[[], Any]]] = {
     "history-persist-partial": lambda tmp: lambda: InMemoryHistoryProvider(persist_partial=True),
     "compression-truncation": lambda tmp: lambda: CompressionProvider(TruncationStrategy(2)),
     "compression-token-budget": lambda tmp: lambda: CompressionProvider(TokenBudgetStrategy(30)),
-    "compression-summary": lambda tmp: lambda: CompressionProvider(
-        SummaryStrategy(EchoChatClient(), keep_last=2)
+    "compression-summary": lambda tmp: (
+        lambda: CompressionProvider(SummaryStrategy(EchoChatClient(), keep_last=2))
     ),
     "skills": lambda tmp: lambda: AgentSkillsProvider(skills_root(tmp)),
     "workspace": lambda tmp: lambda: WorkspaceContextProvider(tmp),

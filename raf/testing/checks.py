@@ -56,8 +56,7 @@ RULES: dict[str, tuple[str, str]] = {
         "`error` (raf propagates it itself) and catch the failures of your own clean-up",
     ),
     "per-run-state": (
-        "one provider instance serves concurrent runs: each run's stages see that run's "
-        "own state",
+        "one provider instance serves concurrent runs: each run's stages see that run's own state",
         "keep per-run state in local variables, in a closure (a tool built in on_invoking), "
         "in the session, or in a dict keyed by session.id, never in an attribute of self "
         "that on_invoking sets and on_invoked reads",
@@ -207,8 +206,7 @@ def _check_untouched(run: _Run, stage: str) -> None:
     """Raise the no-mutation rule if ``stage`` changed the messages or options of ``run``."""
     messages = run.messages
     if len(messages) != len(run.originals) or any(
-        now is not then or now != then
-        for now, then in zip(messages, run.originals, strict=False)
+        now is not then or now != then for now, then in zip(messages, run.originals, strict=False)
     ):
         raise _Broken(
             "no-mutation",
@@ -268,9 +266,7 @@ class _Battery:
         """``on_invoking`` of ``run``: its result, checked, and the arguments checked after."""
         self.step = f"{what}: on_invoking of run {run.spec.key}"
         try:
-            result = await provider.on_invoking(
-                self.agent, run.session, run.messages, run.options
-            )
+            result = await provider.on_invoking(self.agent, run.session, run.messages, run.options)
         except Exception as exc:
             raise _Broken(
                 "returns-context-result",
@@ -445,9 +441,7 @@ class _Battery:
         for first in (0, 1):
             await self.compare_concurrent(first, references)
 
-    async def compare(
-        self, order: Sequence[tuple[str, int]], reference: Any, again: Any
-    ) -> None:
+    async def compare(self, order: Sequence[tuple[str, int]], reference: Any, again: Any) -> None:
         """Raise per-run-state if the runs in ``order`` leave what the sequential runs
         (``reference``, ``again``: twice, to know what is stable) do not; tried twice."""
         for attempt in range(2):

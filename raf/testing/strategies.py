@@ -560,7 +560,6 @@ def stacks(draw: st.DrawFn, max_providers: int = 6, failures: bool = True) -> Re
     return RecordingStack(scenario, build_stack(scenario, journal), journal)
 
 
-
 # Streamed runs ---------------------------------------------------------------------------
 
 
