@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import subprocess
 import sys
 import time
@@ -498,3 +499,32 @@ def test_importing_raf_testing_imports_neither_hypothesis_nor_pytest() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+_REQUEST: contextvars.ContextVar[tuple[ChatMessage, ...]] = contextvars.ContextVar("request")
+
+
+class KeepsTheRequestInAContextVariable(ContextProvider):
+    """Right: a run's stages run in its task, and a context variable is per task."""
+
+    async def on_invoking(
+        self, agent: Any, session: Session, messages: Messages, options: AgentRunOptions
+    ) -> ContextResult:
+        _REQUEST.set(tuple(messages))
+        return ContextResult()
+
+    async def on_invoked(
+        self,
+        agent: Any,
+        session: Session,
+        request_messages: Messages,
+        response: AgentResponse | None,
+        error: BaseException | None,
+    ) -> None:
+        request = _REQUEST.get()
+        if response is not None:
+            await session.add_messages([*request, *response.messages])
+
+
+def test_state_kept_in_a_context_variable_passes() -> None:
+    check_provider(KeepsTheRequestInAContextVariable)

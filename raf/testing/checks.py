@@ -11,12 +11,14 @@ instead of hanging the test.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+import types
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from typing import Any
 
 import anyio
@@ -177,6 +179,9 @@ class _Run:
     option_ids: dict[str, int] = attrs.Factory(dict)
     result: Any = None
     post_error: str | None = None
+    #: The run's own context: its stages see its context variables, as the stages of a
+    #: real run (one task) do, however the battery interleaves them with other runs'.
+    context: contextvars.Context = attrs.Factory(contextvars.copy_context)
 
 
 async def _new_run(spec: _RunSpec, *, yielding: bool = False) -> _Run:
@@ -195,6 +200,33 @@ async def _new_run(spec: _RunSpec, *, yielding: bool = False) -> _Run:
         field.name: id(getattr(options, field.name)) for field in attrs.fields(AgentRunOptions)
     }
     return run
+
+
+@types.coroutine
+def _in_context(
+    context: contextvars.Context, awaitable: Awaitable[Any]
+) -> Generator[Any, Any, Any]:
+    """Await ``awaitable`` with each of its steps run in ``context``.
+
+    What the event loop sees passes through unchanged (so it works on any
+    backend); only the context the stage's code runs in is ``context``.
+    """
+    steps = awaitable.__await__()
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            if error is not None:
+                yielded = context.run(steps.throw, error)
+            else:
+                yielded = context.run(steps.send, value)
+        except StopIteration as stop:
+            return stop.value
+        value, error = None, None
+        try:
+            value = yield yielded
+        except BaseException as exc:
+            error = exc
 
 
 def _short(value: object, limit: int = 300) -> str:
@@ -266,7 +298,10 @@ class _Battery:
         """``on_invoking`` of ``run``: its result, checked, and the arguments checked after."""
         self.step = f"{what}: on_invoking of run {run.spec.key}"
         try:
-            result = await provider.on_invoking(self.agent, run.session, run.messages, run.options)
+            result = await _in_context(
+                run.context,
+                provider.on_invoking(self.agent, run.session, run.messages, run.options),
+            )
         except Exception as exc:
             raise _Broken(
                 "returns-context-result",
@@ -294,7 +329,9 @@ class _Battery:
             return
         self.step = f"{what}: on_invoked of run {run.spec.key}"
         try:
-            await on_invoked(self.agent, run.session, run.messages, response, error)
+            await _in_context(
+                run.context, on_invoked(self.agent, run.session, run.messages, response, error)
+            )
         except Exception as exc:
             raise _Broken(
                 "post-stage-never-raises",
@@ -317,7 +354,10 @@ class _Battery:
             except anyio.get_cancelled_exc_class() as cancelled:
                 with anyio.CancelScope(shield=True):
                     try:
-                        await on_invoked(self.agent, run.session, run.messages, None, cancelled)
+                        await _in_context(
+                            run.context,
+                            on_invoked(self.agent, run.session, run.messages, None, cancelled),
+                        )
                     except BaseException as exc:
                         failure = exc
                 raise
@@ -382,7 +422,10 @@ class _Battery:
             return
         self.step = f"{what}: on_invoked of run {run.spec.key}"
         try:
-            await on_invoked(self.agent, run.session, run.messages, run.spec.response, None)
+            await _in_context(
+                run.context,
+                on_invoked(self.agent, run.session, run.messages, run.spec.response, None),
+            )
         except Exception as exc:  # seen as an outcome: a leak may make a post stage fail
             run.post_error = f"{type(exc).__name__}: {exc}"
 
@@ -503,8 +546,9 @@ class _Battery:
                     if point == "at its start":
                         times["cancelled"] = time.monotonic()
                         scope.cancel()
-                    outcome["result"] = await provider.on_invoking(
-                        self.agent, run.session, run.messages, run.options
+                    outcome["result"] = await _in_context(
+                        run.context,
+                        provider.on_invoking(self.agent, run.session, run.messages, run.options),
                     )
             except Exception as exc:
                 outcome["error"] = exc
