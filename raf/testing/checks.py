@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import importlib.util
 import json
 import queue
 import threading
@@ -708,6 +709,11 @@ def check_provider(
     if not isinstance(backends, (list, tuple)) or not backends:
         raise TypeError(f"check_provider: backends must be a non-empty list, got {backends!r}")
     for backend in backends:
+        if backend == "trio" and importlib.util.find_spec("trio") is None:
+            raise RuntimeError(
+                "check_provider: the trio backend needs trio (pip install 'raf[testing]'); "
+                "or check on asyncio alone: check_provider(factory, backends=['asyncio'])"
+            )
         _run_backend(factory, backend, cancel_grace, timeout)
 
 

@@ -35,7 +35,13 @@ from typing import Any, Literal
 import anyio
 import anyio.lowlevel
 import attrs
-from hypothesis import strategies as st
+
+try:
+    from hypothesis import strategies as st
+except ModuleNotFoundError as exc:  # pragma: no cover - the extra is not installed
+    raise ModuleNotFoundError(
+        "raf.testing.strategies needs hypothesis: pip install 'raf[testing]'", name="hypothesis"
+    ) from exc
 
 from raf.builtin.compression import check_tool_pairing
 from raf.context import ContextResult, Invocation
