@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck bench bench-openai bench-peers clean
+.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers redis-server clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,18 @@ $(VENV)/.base: pyproject.toml
 $(VENV)/.test: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
+
+$(VENV)/.redis: $(VENV)/.base
+	$(PY) -m pip install -q -e '.[redis]'
+	touch $@
+
+# The Redis tests and benchmark start their own redis-server on a free loopback port
+# (and stop it); this only installs the program, from Debian's packages, when missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+redis-server:
+	@command -v redis-server >/dev/null || ( \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null)
 
 demo: $(VENV)/.base
 	@rm -f .raf/demo.db .raf/demo.db-wal .raf/demo.db-shm
@@ -26,13 +38,17 @@ demo: $(VENV)/.base
 	@echo '$$ python examples/stages.py   # the order of the stages, and what the model sees'
 	@$(PY) examples/stages.py
 
-test: $(VENV)/.test
+test: $(VENV)/.test redis-server
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(PY) -m mypy
 	$(PY) -m ruff check .
 
-bench: $(VENV)/.base
+bench: $(VENV)/.redis redis-server
 	$(PY) benchmarks/bench_pipeline.py
+	$(PY) benchmarks/bench_redis.py
+
+bench-redis: $(VENV)/.redis redis-server
+	$(PY) benchmarks/bench_redis.py
 
 # A turn over a long history through OpenAIChatClient, against a plain httpx POST (loopback).
 bench-openai: $(VENV)/.base

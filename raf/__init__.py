@@ -1,11 +1,14 @@
 """raf: the context pipeline of LLM agents, built as an ASGI-style onion."""
 
+import typing
+
 from raf.agent import Agent
 from raf.builtin import (
     AgentSkillsProvider,
     CompressionProvider,
     CompressionStrategy,
     FolderRetriever,
+    HistoryProvider,
     InMemoryHistoryProvider,
     KnowledgeProvider,
     McpToolsProvider,
@@ -17,7 +20,12 @@ from raf.builtin import (
     WikiRetriever,
     WorkspaceContextProvider,
 )
-from raf.clients import EchoChatClient, OpenAIChatClient, ScriptedChatClient
+from raf.clients import (
+    EchoChatClient,
+    OpenAIChatClient,
+    OpenAIResponsesClient,
+    ScriptedChatClient,
+)
 from raf.clients.base import ChatClient, StreamingChatClient
 from raf.config import (
     ContextProviderDecl,
@@ -62,6 +70,9 @@ from raf.sessions.base import RequestHash
 from raf.streaming import AgentStream
 from raf.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
 
+if typing.TYPE_CHECKING:
+    from raf.sessions.redis import RedisSessionStore as RedisSessionStore
+
 __all__ = [
     "Agent",
     "AgentError",
@@ -93,6 +104,7 @@ __all__ = [
     "EchoChatClient",
     "FolderRetriever",
     "FunctionTool",
+    "HistoryProvider",
     "InMemoryHistoryProvider",
     "InMemorySession",
     "Invocation",
@@ -102,6 +114,7 @@ __all__ = [
     "McpToolsProvider",
     "Middleware",
     "OpenAIChatClient",
+    "OpenAIResponsesClient",
     "Passage",
     "PathError",
     "ProviderError",
@@ -142,3 +155,14 @@ __all__ = [
     "register_provider_kind",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # RedisSessionStore needs the optional extra raf[redis] (coredis): it is imported on
+    # first use, so `import raf` never imports coredis. Not in __all__ for the same
+    # reason: `from raf import *` must work without the extra.
+    if name == "RedisSessionStore":
+        from raf.sessions.redis import RedisSessionStore
+
+        return RedisSessionStore
+    raise AttributeError(f"module 'raf' has no attribute {name!r}")

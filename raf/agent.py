@@ -33,6 +33,11 @@ class Agent:
     logging). Both onions are built here, once, so an agent is read-only:
     build another one to change it.
 
+    A session keeps whatever a history provider gives it, and nothing on
+    its own: ``history=True`` puts a :class:`raf.HistoryProvider` outermost
+    in the stack, so ``agent.run(text, session=session)`` remembers the
+    conversation.
+
     >>> import anyio
     >>> from raf import EchoChatClient
     >>> agent = Agent(EchoChatClient(), instructions="Be brief.")
@@ -76,6 +81,7 @@ class Agent:
         stack: Sequence[Any] = (),
         chat_stack: Sequence[Any] = (),
         post_timeout: float = 10.0,
+        history: bool = False,
     ) -> None:
         if not callable(getattr(chat_client, "complete", None)):
             raise TypeError(f"chat_client must have an async complete() method: {chat_client!r}")
@@ -87,6 +93,8 @@ class Agent:
             raise ValueError(f"post_timeout must be positive, got {post_timeout!r}")
         if isinstance(stack, (str, bytes)) or not isinstance(stack, Sequence):
             raise TypeError(f"stack must be a list of providers and middleware, got {stack!r}")
+        if history:
+            stack = _with_history(stack)
         set_ = object.__setattr__
         set_(self, "_chat_client", chat_client)
         set_(self, "_name", name)
@@ -335,6 +343,19 @@ class Agent:
             f"<Agent name={self._name!r} client={type(self._chat_client).__name__} "
             f"stack={len(self._stack)} chat_stack={len(self._chat_stack)}>"
         )
+
+
+def _with_history(stack: Sequence[Any]) -> tuple[Any, ...]:
+    """``stack`` with a :class:`raf.HistoryProvider` outermost (``Agent(history=True)``)."""
+    from raf.builtin.history import HistoryProvider  # the one built-in the core offers
+
+    for index, item in enumerate(stack):
+        if getattr(item, "kind", None) == "memory":
+            raise TypeError(
+                f"history=True adds a history provider, but stack[{index}] is one already "
+                f"({item!r}): drop one of the two"
+            )
+    return (HistoryProvider(), *stack)
 
 
 _SESSION_TYPES: set[type] = set()  # session types already checked to have the methods

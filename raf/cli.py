@@ -147,9 +147,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--session", help="keep history in this session of the store")
         command.add_argument(
             "--db",
-            type=Path,
-            default=None,
-            help=f"the session store (default {DEFAULT_DB}); missing folders are created",
+            default=None,  # a str, not a Path: Path would fold redis:// into redis:/
+            help=f"the session store: a SQLite file (default {DEFAULT_DB}; missing folders "
+            "are created) or redis://HOST:PORT/N",
         )
         command.add_argument(
             "--trace",
@@ -312,7 +312,7 @@ def _turn(
 
 
 class _open_session:
-    """The session of ``--session`` in the SQLite store, or a fresh in-memory one."""
+    """The session of ``--session`` in the ``--db`` store, or a fresh in-memory one."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self._args = args
@@ -321,20 +321,12 @@ class _open_session:
     async def __aenter__(self) -> Session:
         if self._args.session is None:
             return InMemorySession()
-        from raf.sessions.sqlite import SqliteSessionStore
+        from raf.sessions.stores import open_store
 
         if not self._args.session:
             raise ConfigError("--session: the session id must not be empty")
-        path: Path = self._args.db or DEFAULT_DB
-        try:
-            # A command line creates what it needs; the store itself refuses a missing folder.
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            raise ConfigError(
-                f"--db {path}: cannot create the folder {path.parent}: {reason}"
-            ) from None
-        self._store = SqliteSessionStore(path)
+        # A SQLite file (its folder created) or redis://HOST:PORT/N.
+        self._store = await open_store(self._args.db or DEFAULT_DB)
         session: Session = await self._store.get(_from_argv(self._args.session))
         return session
 
@@ -494,26 +486,31 @@ def _chat_client(model: dict[str, Any], path: Path) -> ChatClient:
     kind = model.get("client", "echo")
     if kind == "echo":
         return EchoChatClient()
-    if kind == "openai":
+    if kind in ("openai", "openai-responses"):
         from raf.clients.openai import OpenAIChatClient
+        from raf.clients.responses import OpenAIResponsesClient
 
         name = model.get("model")
         if not isinstance(name, str) or not name:
-            raise ConfigError(f'{path}: [model] client = "openai" needs model = "<model name>"')
+            raise ConfigError(f'{path}: [model] client = "{kind}" needs model = "<model name>"')
         key_env: str = model.get("api_key_env", "OPENAI_API_KEY")
         api_key = os.environ.get(key_env)
         if not api_key:
             named = " (named by [model] api_key_env)" if "api_key_env" in model else ""
-            raise ConfigError(f'{path}: [model] client = "openai" needs {key_env} set{named}')
+            raise ConfigError(f'{path}: [model] client = "{kind}" needs {key_env} set{named}')
         extra: dict[str, Any] = {}
         if timeout is not None:
             # A deadline for the whole call (connection, retries, a trickling reply).
             extra["timeout"] = timeout
+        # The Responses API client ("openai-responses") takes the same keywords.
+        factory = OpenAIChatClient if kind == "openai" else OpenAIResponsesClient
         try:
-            return OpenAIChatClient(name, base_url=model.get("base_url"), api_key=api_key, **extra)
+            return factory(name, base_url=model.get("base_url"), api_key=api_key, **extra)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: [model]: {exc}") from exc
-    raise ConfigError(f'{path}: [model] client must be "echo" or "openai", got {kind!r}')
+    raise ConfigError(
+        f'{path}: [model] client must be "echo" or "openai" or "openai-responses", got {kind!r}'
+    )
 
 
 def _tools(agent: dict[str, Any], path: Path) -> list[Any]:

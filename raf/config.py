@@ -201,9 +201,9 @@ ProviderFactory = Callable[[ProviderOptions], Any]
 
 
 def _memory(o: ProviderOptions) -> Any:
-    from raf.builtin.history import InMemoryHistoryProvider
+    from raf.builtin.history import HistoryProvider
 
-    return InMemoryHistoryProvider(inject=o.flag("inject", True), name=o.name)
+    return HistoryProvider(inject=o.flag("inject", True), name=o.name)
 
 
 def _compression(o: ProviderOptions) -> Any:

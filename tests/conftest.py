@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.redis_server import RedisServer
 
 
 @pytest.fixture(params=["asyncio", "trio"], scope="module")
@@ -19,3 +22,10 @@ def outside(tmp_path: Path) -> Path:
     folder.mkdir()
     (folder / "secret.txt").write_text("top secret")
     return folder
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port, for the whole session, stopped at its end."""
+    with RedisServer() as server:
+        yield server

@@ -723,3 +723,42 @@ async def test_async_with_closes_the_client_and_the_stack_items() -> None:
     async with Agent(Client(["ok"]), stack=[Closable()]) as agent:
         assert (await agent.run("hi")).text == "ok"
     assert closed == ["provider", "client"]
+
+
+async def test_history_true_makes_a_session_remember_the_conversation() -> None:
+    from raf import HistoryProvider, InMemoryHistoryProvider
+
+    client = ScriptedChatClient(["first", "second"])
+    agent = Agent(client, history=True)
+    session = InMemorySession()
+    await agent.run("one", session=session)
+    await agent.run("two", session=session)
+    assert [m.content for m in await session.get_messages()] == ["one", "first", "two", "second"]
+    assert [m.content for m in client.requests[1].messages] == ["one", "first", "two"]
+    assert type(agent.stack[0]) is HistoryProvider
+    assert InMemoryHistoryProvider is HistoryProvider  # the first name still works
+    with pytest.raises(TypeError, match=r"stack\[0\] is one already"):
+        Agent(client, history=True, stack=[HistoryProvider()])
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_a_reply_with_a_lone_surrogate_does_not_break_the_conversation(
+    store: str, tmp_path: Path
+) -> None:
+    """One rule for text entering raf: lone surrogates become U+FFFD, so every later
+    turn can be hashed, stored and sent."""
+    from raf import HistoryProvider, SqliteSessionStore
+
+    client = ScriptedChatClient(["bad \ud800 reply", "fine"])
+    agent = Agent(client, stack=[HistoryProvider()])
+    async with SqliteSessionStore(tmp_path / "s.db") as sqlite:
+        session = InMemorySession() if store == "memory" else await sqlite.get("s")
+        first = await agent.run("hello \udcff", session=session)
+        second = await agent.run("again", session=session)
+        stored = [m.content for m in await session.get_messages()]
+    assert first.text == "bad \ufffd reply"
+    assert second.text == "fine"
+    assert stored == ["hello \ufffd", "bad \ufffd reply", "again", "fine"]
+    for text in stored:
+        assert text is not None
+        text.encode("utf-8")  # never raises

@@ -42,13 +42,13 @@ def test_trace_prints_each_stage_in_order(capsys: pytest.CaptureFixture[str]) ->
     err = capsys.readouterr().err.splitlines()
     stages = [" ".join(line.split()[1:4:2]) for line in err]
     assert stages == [
-        "InMemoryHistoryProvider on_invoking",
+        "HistoryProvider on_invoking",
         "AgentSkillsProvider on_invoking",
         "WorkspaceContextProvider on_invoking",
         "model complete",
         "WorkspaceContextProvider on_invoked",
         "AgentSkillsProvider on_invoked",
-        "InMemoryHistoryProvider on_invoked",
+        "HistoryProvider on_invoked",
     ]
     assert "+tools load_skill, read_skill_resource" in err[1]
 

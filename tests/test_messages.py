@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import attrs
 import pytest
@@ -219,3 +220,24 @@ def test_raw_is_not_part_of_equality() -> None:
 def test_from_dict_without_a_role_says_so() -> None:
     with pytest.raises(ValueError, match="no 'role'"):
         ChatMessage.from_dict({"content": "hi"})
+
+
+@pytest.mark.parametrize(
+    ("field", "build"),
+    [
+        ("content", lambda text: ChatMessage.user(text).content),
+        ("name", lambda text: ChatMessage.user("x", name=text).name),
+        ("tool_call_id", lambda text: ChatMessage.tool(text, "r").tool_call_id),
+        ("arguments", lambda text: ToolCall("c", "f", text).arguments),
+        ("tool name", lambda text: ToolCall("c", text).name),
+    ],
+)
+def test_lone_surrogates_become_the_replacement_character(field: str, build: Any) -> None:
+    assert build("a\ud800b\udfffc") == "a\ufffdb\ufffdc"
+    assert build("naïve ✓") == "naïve ✓"  # other text is kept as it is
+
+
+def test_json_with_a_lone_surrogate_escape_round_trips_as_replacement() -> None:
+    message = ChatMessage.from_dict(json.loads('{"role": "assistant", "content": "x\\ud800"}'))
+    assert message.content == "x\ufffd"
+    assert messages_to_json([message]).encode("utf-8")

@@ -10,7 +10,7 @@ from raf.builtin.compression import (
     check_tool_pairing,
     message_units,
 )
-from raf.builtin.history import InMemoryHistoryProvider
+from raf.builtin.history import HistoryProvider, InMemoryHistoryProvider
 from raf.builtin.knowledge import (
     BM25Index,
     FolderRetriever,
@@ -29,6 +29,7 @@ __all__ = [
     "CompressionProvider",
     "CompressionStrategy",
     "FolderRetriever",
+    "HistoryProvider",
     "InMemoryHistoryProvider",
     "KnowledgeProvider",
     "McpTool",

@@ -336,7 +336,7 @@ class CompressionProvider(ContextProvider):
 
     The result has ``replace_messages=True``: it replaces every message
     injected by providers registered before it. Place it after (inside) an
-    :class:`raf.builtin.InMemoryHistoryProvider`, which still saves each turn
+    :class:`raf.HistoryProvider`, which still saves each turn
     in full; give that one ``inject=False`` to skip an injection that would
     be replaced anyway. The session keeps the whole history; only what the
     model sees is compressed. A strategy result that splits a tool call from

@@ -1,4 +1,4 @@
-"""InMemoryHistoryProvider: the session's history in, the turn's messages back to the session."""
+"""HistoryProvider: the session's history in, the turn's messages back to the session."""
 
 from __future__ import annotations
 
@@ -17,11 +17,15 @@ from raf.sessions.base import Session
 if TYPE_CHECKING:
     from raf.context import AgentLike
 
-__all__ = ["InMemoryHistoryProvider"]
+__all__ = ["HistoryProvider", "InMemoryHistoryProvider"]
 
 
-class InMemoryHistoryProvider(ContextProvider):
+class HistoryProvider(ContextProvider):
     """Conversation memory: what the session holds goes in, the new turn goes back.
+
+    It works with every session store (in memory, SQLite, Redis): the
+    session is where the history is kept, this provider is what reads and
+    writes it. ``Agent(..., history=True)`` puts one outermost in the stack.
 
     Pre stage: the session's history, injected before the request messages
     (the session's snapshot is passed on as it is, so a long history costs
@@ -39,7 +43,7 @@ class InMemoryHistoryProvider(ContextProvider):
 
     >>> import anyio
     >>> from raf import Agent, EchoChatClient, InMemorySession
-    >>> agent = Agent(EchoChatClient(), stack=[InMemoryHistoryProvider()])
+    >>> agent = Agent(EchoChatClient(), stack=[HistoryProvider()])
     >>> session = InMemorySession()
     >>> anyio.run(lambda: agent.run("hello", session=session)).text
     'hello'
@@ -105,3 +109,7 @@ def _answered(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
             message = attrs.evolve(message, tool_calls=calls)
         kept.append(message)
     return tuple(kept)
+
+
+#: The first name of :class:`HistoryProvider`, kept so existing code runs unchanged.
+InMemoryHistoryProvider = HistoryProvider
