@@ -21,7 +21,7 @@ from raf import (
     Update,
     Usage,
 )
-from tests.strategies import run_responses
+from raf.testing.strategies import run_responses
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from raf import AgentRunOptions, ChatMessage, ContextResult, InMemorySession, Invocation, merge
 from raf.errors import ContextResultError
-from tests.strategies import chat_messages, context_results, make_tool, merge_model
+from raf.testing.strategies import chat_messages, context_results, make_tool, merge_model
 
 
 def start(request: tuple[ChatMessage, ...] = (ChatMessage.user("hi"),)) -> Invocation:

@@ -20,7 +20,7 @@ from raf import (
     ProviderError,
     ScriptedChatClient,
 )
-from tests.strategies import (
+from raf.testing.strategies import (
     ModelFailure,
     ModelFatal,
     PostFailure,

@@ -2,7 +2,7 @@
 
 To add a store, add an entry to ``STORES``: a function of pytest's
 ``tmp_path`` that returns an async context manager yielding a
-:class:`tests.session_conformance.Harness` (skip inside it when the store's
+:class:`raf.testing.conformance.Harness` (skip inside it when the store's
 server is not there).
 """
 
@@ -21,15 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raf import ChatMessage, InMemorySession, Session, SqliteSessionStore
-from tests.session_conformance import (
+from raf.testing import check_session_store
+from raf.testing.conformance import (
     CHECKS,
     Check,
     FactoryHarness,
     Harness,
     check_round_trip_of_arbitrary_messages,
-    messages_strategy,
     run_checks,
 )
+from raf.testing.strategies import chat_messages
 
 pytestmark = pytest.mark.anyio
 
@@ -92,7 +93,7 @@ async def test_conformance(harness: Harness, check: Check) -> None:
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(batches=st.lists(messages_strategy(), max_size=4))
+@given(batches=st.lists(st.lists(chat_messages(tool_traffic=True), max_size=8), max_size=4))
 async def test_round_trip_of_arbitrary_messages(
     harness: Harness, batches: list[list[ChatMessage]]
 ) -> None:
@@ -110,6 +111,30 @@ async def test_a_broken_store_is_named_by_the_rule_it_breaks() -> None:
 
     with pytest.raises(AssertionError, match="check_request_hashes_have_one_shape"):
         await run_checks(FactoryHarness(Forgetful))
+
+
+def test_check_session_store_runs_the_suite_on_both_backends() -> None:
+    check_session_store(InMemorySession)
+
+
+def test_check_session_store_takes_an_async_factory(tmp_path: Path) -> None:
+    paths = iter(range(1000))
+
+    async def fresh() -> Session:
+        # A store per session: each backend's event loop opens its own.
+        n = next(paths)
+        return await SqliteSessionStore(tmp_path / f"s{n}.db").get(f"session-{n}")
+
+    check_session_store(fresh)
+
+
+def test_check_session_store_names_the_broken_rule() -> None:
+    class Unordered(InMemorySession):
+        async def get_messages(self) -> tuple[ChatMessage, ...]:
+            return tuple(reversed(await super().get_messages()))
+
+    with pytest.raises(AssertionError, match=r"check_session_store \(asyncio\): check_round_trip"):
+        check_session_store(Unordered)
 
 
 def test_the_sessions_guide_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

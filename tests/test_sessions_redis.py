@@ -33,14 +33,14 @@ from raf.errors import SessionStoreError
 from raf.sessions import REQUEST_HASH_LIMIT, RequestHash, request_hash
 from raf.sessions.redis import RedisSession, RedisSessionStore
 from raf.sessions.stores import open_store
-from tests.redis_server import RedisServer, free_port
-from tests.session_conformance import (
+from raf.testing.conformance import (
     CHECKS,
     Check,
     check_round_trip_of_arbitrary_messages,
-    messages_strategy,
     run_checks,
 )
+from raf.testing.strategies import chat_messages
+from tests.redis_server import RedisServer, free_port
 
 pytestmark = [
     pytest.mark.anyio,
@@ -145,7 +145,7 @@ async def test_conformance(harness: RedisHarness, check: Check) -> None:
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(batches=st.lists(messages_strategy(), max_size=4))
+@given(batches=st.lists(st.lists(chat_messages(tool_traffic=True), max_size=8), max_size=4))
 async def test_round_trip_of_arbitrary_messages(
     harness: RedisHarness, batches: list[list[ChatMessage]]
 ) -> None:

@@ -30,7 +30,7 @@ from raf import (
     Update,
     Usage,
 )
-from tests.strategies import (
+from raf.testing.strategies import (
     ModelFailure,
     ModelFatal,
     PostFailure,

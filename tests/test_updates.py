@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raf import AgentResponse, ChatMessage, ToolCall, Update, Usage
-from tests.strategies import rechunk, run_responses, updates
+from raf.testing.strategies import rechunk, run_responses, updates
 
 CALL = ToolCall("c1", "add", '{"a": 1}')
 

@@ -54,7 +54,11 @@ class ScriptedChatClient:
     """
 
     def __init__(self, script: Iterable[ScriptStep] = ()) -> None:
+        #: The steps still to play, first first: append to it to script more answers.
         self.script: list[ScriptStep] = list(script)
+        #: Every call the client got, in order, also those that raised or found no step
+        #: left: the messages (a snapshot), the options (``.tools`` is what the model was
+        #: offered) and whether it was ``streamed`` (recorded when its iteration starts).
         self.requests: list[ScriptedCall] = []
 
     @staticmethod

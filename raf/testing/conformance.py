@@ -1,18 +1,15 @@
 """The Session conformance suite: what every Session implementation must do.
 
 Each check is a plain async function of a :class:`Harness` that raises
-``AssertionError`` naming the broken rule; nothing here needs pytest, so the
-suite can run anywhere an event loop runs (``raf.testing.check_session_store``
-wraps it for users).
+``AssertionError`` naming the broken rule; nothing here needs pytest or
+hypothesis, so the suite runs anywhere an event loop runs.
+:func:`check_session_store` runs it for a factory of fresh sessions, on both
+anyio backends; :func:`run_checks` runs it against a harness inside a
+running event loop (a harness can also reopen a session through a second
+store object, which a durable store should be tested with).
 
-A store joins raf's own test run by adding one entry to ``STORES`` in
-``tests/test_sessions.py``: a function that takes pytest's ``tmp_path`` and
-returns an async context manager yielding its harness. Every check in
-:data:`CHECKS` and the property :func:`check_round_trip_of_arbitrary_messages`
-then run against it, on both anyio backends.
-
-A store known only by a factory of fresh sessions is tested through
-:class:`FactoryHarness`, whose ``reopen`` is the session itself.
+raf's own stores run it in ``tests/test_sessions.py``; a store joins by
+adding one entry to ``STORES`` there.
 """
 
 from __future__ import annotations
@@ -27,27 +24,22 @@ from typing import Any, Protocol
 
 import anyio
 import attrs
-from hypothesis import strategies as st
 
-from raf import (
-    Agent,
-    ChatMessage,
-    InMemoryHistoryProvider,
-    RequestHash,
-    ScriptedChatClient,
-    Session,
-    ToolCall,
-)
+from raf.agent import Agent
+from raf.builtin.history import InMemoryHistoryProvider
+from raf.clients.scripted import ScriptedChatClient
+from raf.messages import ChatMessage, ToolCall
 from raf.sessions import REQUEST_HASH_LIMIT, request_hash
+from raf.sessions.base import RequestHash, Session
 
 __all__ = [
     "CHECKS",
     "FactoryHarness",
     "Harness",
-    "check_round_trip_of_arbitrary_messages",
-    "conversation",
-    "messages_strategy",
     "Check",
+    "check_round_trip_of_arbitrary_messages",
+    "check_session_store",
+    "conversation",
     "run_checks",
 ]
 
@@ -93,31 +85,6 @@ def conversation() -> list[ChatMessage]:
         ChatMessage.assistant('line one\nline two\t"quoted" \\ back'),
         ChatMessage.user(""),
     ]
-
-
-_text = st.text(max_size=30)
-_calls = st.builds(ToolCall, st.text(min_size=1, max_size=8), st.text(max_size=8), _text)
-
-
-def messages_strategy() -> st.SearchStrategy[list[ChatMessage]]:
-    """Lists of arbitrary valid messages."""
-    message = st.one_of(
-        st.builds(ChatMessage.user, _text),
-        st.builds(ChatMessage.system, _text),
-        st.builds(
-            ChatMessage.assistant,
-            st.none() | _text,
-            tool_calls=st.lists(_calls, max_size=3),
-        ),
-        st.builds(ChatMessage.tool, st.text(min_size=1, max_size=8), _text),
-        st.builds(
-            ChatMessage,
-            st.sampled_from(["user", "assistant"]),
-            st.none() | _text,
-            name=st.none() | st.text(max_size=5),
-        ),
-    )
-    return st.lists(message, max_size=8)
 
 
 def _texts(messages: Sequence[ChatMessage]) -> list[str | None]:
@@ -256,8 +223,8 @@ async def check_concurrent_appends_lose_nothing_and_stay_together(harness: Harne
         _check(len(texts) == writers * batch, rule, len(texts))
         chunks = [texts[i : i + batch] for i in range(0, len(texts), batch)]
         for chunk in chunks:
-            writer = chunk[0].split(":")[0]
-            _check(chunk == [f"{writer}:{index}" for index in range(batch)], rule, chunk)
+            owner = chunk[0].split(":")[0]
+            _check(chunk == [f"{owner}:{index}" for index in range(batch)], rule, chunk)
         firsts = sorted(int(chunk[0].split(":")[0]) for chunk in chunks)
         _check(firsts == list(range(writers)), rule, firsts)
 
@@ -428,3 +395,29 @@ async def run_checks(harness: Harness) -> None:
         except AssertionError as exc:
             raise AssertionError(f"{check.__name__}: {exc}") from exc
     await check_round_trip_of_arbitrary_messages(harness, [conversation(), conversation()[::-1]])
+
+
+def check_session_store(
+    factory: Callable[[], Session | Awaitable[Session]],
+    *,
+    backends: Sequence[str] = ("asyncio", "trio"),
+) -> None:
+    """Run the session conformance suite against the sessions ``factory`` makes.
+
+    ``factory()`` (awaited if it returns a coroutine) returns a fresh,
+    empty :class:`raf.Session`, a different one on each call. A plain
+    function: it runs every check of :data:`CHECKS` on each of ``backends``
+    with :func:`anyio.run`, and raises ``AssertionError`` naming the check
+    and the rule the store broke. Call it from a plain (not async) test.
+
+    >>> from raf import InMemorySession
+    >>> check_session_store(InMemorySession)
+    """
+    if not callable(factory):
+        raise TypeError(f"check_session_store(factory): factory must be callable, got {factory!r}")
+    harness = FactoryHarness(factory)
+    for backend in backends:
+        try:
+            anyio.run(run_checks, harness, backend=backend)
+        except AssertionError as exc:
+            raise AssertionError(f"check_session_store ({backend}): {exc}") from exc

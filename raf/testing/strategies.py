@@ -1,51 +1,176 @@
-"""Hypothesis strategies for raf: messages, context results, and whole run scenarios.
+"""Hypothesis strategies for raf: messages, tool calls, context results, updates and stacks.
 
-A :class:`Scenario` is a random stack of journaling providers, parallel
-groups and run middleware plus a random way for the run to end (success, a
-failing pre stage, a failing model, a cancellation, a BaseException from the
-model, failing post stages). :func:`expected_journal` is the simple
-model the real pipeline is checked against, in the style of pluggy's
-journal tests.
+Every strategy here is a function that takes no required argument and
+returns a hypothesis strategy, for ``@given``::
+
+    from hypothesis import given
+    from raf.testing import strategies as rs
+
+    @given(rs.context_results())
+    def test_merge_takes_any_result(result): ...
+
+- :func:`chat_messages`, :func:`tool_calls`, :func:`histories` (well-formed
+  conversations: every tool call answered), :func:`context_results`;
+- :func:`updates`: the updates of a streamed answer, text split anywhere,
+  that :meth:`raf.AgentResponse.from_updates` assembles;
+- :func:`stacks`: random stacks of recording providers, parallel groups and
+  run middleware, with random failure points, that write what runs into a
+  journal (:class:`RecordingStack`).
+
+The journal law of raf (pluggy's journal tests, made random) is spelled out
+by :func:`expected_journal`: the order in which the stages of a
+:class:`Scenario` must run and the outcome each must see. This module is the
+only part of :mod:`raf.testing` that imports hypothesis (the ``testing``
+extra: ``pip install 'raf[testing]'``).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import string
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
 import attrs
-from hypothesis import strategies as st
 
-from raf import (
-    AgentResponse,
-    ChatMessage,
-    ContextProvider,
-    ContextResult,
-    FunctionTool,
-    Invocation,
-    ToolCall,
-    Update,
-    Usage,
-    parallel,
-    tool,
-)
+try:
+    from hypothesis import strategies as st
+except ModuleNotFoundError as exc:  # pragma: no cover - the extra is not installed
+    raise ModuleNotFoundError(
+        "raf.testing.strategies needs hypothesis: pip install 'raf[testing]'", name="hypothesis"
+    ) from exc
 
+from raf.builtin.compression import check_tool_pairing
+from raf.context import ContextResult, Invocation
+from raf.messages import AgentResponse, ChatMessage, Role, ToolCall, Update, Usage
+from raf.parallel import parallel
+from raf.providers import ContextProvider
+from raf.tools import FunctionTool, tool
+
+__all__ = [
+    "Ending",
+    "ModelFailure",
+    "ModelFatal",
+    "PostFailure",
+    "PreFailure",
+    "ProviderSpec",
+    "RecordingMiddleware",
+    "RecordingProvider",
+    "RecordingStack",
+    "Scenario",
+    "StackItem",
+    "build_stack",
+    "chat_messages",
+    "collapse_groups",
+    "context_results",
+    "expected_journal",
+    "expected_prompt",
+    "histories",
+    "make_tool",
+    "merge_model",
+    "rechunk",
+    "run_responses",
+    "scenarios",
+    "stacks",
+    "texts",
+    "tool_calls",
+    "updates",
+]
+
+#: Short texts over a small alphabet: collisions and edge cases come up often.
 texts = st.text(alphabet="abcdefgh xyz\n", max_size=12)
 
-roles = st.sampled_from(["user", "assistant", "system"])
+_PLAIN_ROLES: tuple[Role, ...] = ("system", "user", "assistant")
+_NAME_CHARS = string.ascii_lowercase + string.digits + "_"
+
+
+def tool_calls(*, name: st.SearchStrategy[str] | None = None) -> st.SearchStrategy[ToolCall]:
+    """A tool call as a model sends it: an id, a tool name and JSON-object arguments.
+
+    ``name`` draws the tool name (default: short identifiers). The arguments
+    are always a valid JSON object, as a model's usually are.
+    """
+    names = name if name is not None else st.text(_NAME_CHARS, min_size=1, max_size=10)
+    values = st.none() | st.booleans() | st.integers(-99, 99) | st.text(max_size=8)
+    arguments = st.dictionaries(st.text(_NAME_CHARS, min_size=1, max_size=6), values, max_size=3)
+    return st.builds(
+        ToolCall,
+        st.text(_NAME_CHARS, min_size=1, max_size=8),
+        names,
+        arguments.map(lambda a: json.dumps(a, ensure_ascii=False)),
+    )
+
+
+def chat_messages(
+    *,
+    roles: Sequence[Role] = _PLAIN_ROLES,
+    text: st.SearchStrategy[str] | None = None,
+    tool_traffic: bool = False,
+) -> st.SearchStrategy[ChatMessage]:
+    """One chat message, any of ``roles``, with text from ``text`` (default: any unicode) or none.
+
+    With ``tool_traffic=True`` an assistant message may carry tool calls and
+    ``"tool"`` messages come too (answering calls that may not be there: a
+    list of these is not a well-formed history; :func:`histories` draws those).
+    """
+    texts_ = text if text is not None else st.text(max_size=20)
+    options: list[st.SearchStrategy[ChatMessage]] = [
+        st.builds(ChatMessage, st.sampled_from(list(roles)), st.none() | texts_)
+    ]
+    if tool_traffic:
+        options.append(
+            st.builds(
+                ChatMessage.assistant,
+                st.none() | texts_,
+                tool_calls=st.lists(tool_calls(), min_size=1, max_size=3),
+            )
+        )
+        options.append(
+            st.builds(
+                ChatMessage.tool,
+                st.text(_NAME_CHARS, min_size=1, max_size=8),
+                texts_,
+                name=st.none() | st.text(_NAME_CHARS, min_size=1, max_size=8),
+            )
+        )
+    return st.one_of(options)
 
 
 @st.composite
-def chat_messages(draw: st.DrawFn) -> ChatMessage:
-    """A plain chat message (no tool traffic)."""
-    return ChatMessage(draw(roles), draw(st.none() | texts))
+def histories(draw: st.DrawFn, max_turns: int = 8) -> tuple[ChatMessage, ...]:
+    """A well-formed conversation: every tool call is answered right after its turn.
+
+    Maybe a system message first, then turns of user messages, assistant
+    answers and assistant tool calls each followed by one result per call
+    (:func:`raf.builtin.check_tool_pairing` finds nothing wrong with it).
+    What a session holds after a few runs; what a compression strategy gets.
+    """
+    messages: list[ChatMessage] = []
+    if draw(st.booleans()):
+        messages.append(ChatMessage.system(draw(st.text(max_size=20))))
+    for turn in range(draw(st.integers(0, max_turns))):
+        kind = draw(st.sampled_from(["user", "assistant", "tools"]))
+        if kind == "user":
+            messages.append(ChatMessage.user(draw(st.text(max_size=20))))
+        elif kind == "assistant":
+            messages.append(ChatMessage.assistant(draw(st.text(max_size=20))))
+        else:
+            calls = [
+                ToolCall(f"call_{turn}_{n}", call.name, call.arguments)
+                for n, call in enumerate(draw(st.lists(tool_calls(), min_size=1, max_size=3)))
+            ]
+            messages.append(ChatMessage.assistant(draw(st.none() | texts), tool_calls=calls))
+            for call in calls:
+                messages.append(ChatMessage.tool(call.id, draw(texts), name=call.name))
+    assert check_tool_pairing(messages) is None
+    return tuple(messages)
 
 
 def make_tool(name: str) -> FunctionTool:
-    """A tool named ``name`` that echoes its argument."""
+    """A tool named ``name`` that echoes its argument ``text``."""
 
     def echo(text: str = "") -> str:
         """Echo the text."""
@@ -55,12 +180,18 @@ def make_tool(name: str) -> FunctionTool:
 
 
 @st.composite
-def context_results(draw: st.DrawFn, tool_prefix: str = "t") -> ContextResult:
-    """Any well-formed ContextResult; tool names are unique per prefix."""
+def context_results(
+    draw: st.DrawFn, tool_prefix: str = "t", max_messages: int = 3
+) -> ContextResult:
+    """Any well-formed ContextResult; its tools are named ``tool_prefix`` + a number.
+
+    Results drawn with different prefixes can be merged into one run
+    without a tool-name clash.
+    """
     n_tools = draw(st.integers(0, 2))
     return ContextResult(
         instructions=draw(st.none() | texts),
-        messages=tuple(draw(st.lists(chat_messages(), max_size=3))),
+        messages=tuple(draw(st.lists(chat_messages(text=texts), max_size=max_messages))),
         tools=tuple(make_tool(f"{tool_prefix}{i}") for i in range(n_tools)),
         replace_messages=draw(st.booleans()),
     )
@@ -213,7 +344,7 @@ class ModelFatal(BaseException):
     """What the model raises for the ending "fatal": a BaseException, not an Exception."""
 
 
-class JournalingProvider(ContextProvider):
+class RecordingProvider(ContextProvider):
     """A provider that writes each stage it runs into a shared journal."""
 
     def __init__(self, spec: ProviderSpec, journal: list[tuple[Any, ...]]) -> None:
@@ -244,7 +375,7 @@ class JournalingProvider(ContextProvider):
             raise PostFailure(self.name)
 
 
-class JournalingMiddleware:
+class RecordingMiddleware:
     """Run middleware that journals the way in (with the instructions so far) and out."""
 
     def __init__(self, name: str, journal: list[tuple[Any, ...]]) -> None:
@@ -267,9 +398,9 @@ def build_stack(scenario: Scenario, journal: list[tuple[Any, ...]]) -> list[Any]
     stack: list[Any] = []
     for item in scenario.items:
         if item.kind == "middleware":
-            stack.append(JournalingMiddleware(item.name, journal))
+            stack.append(RecordingMiddleware(item.name, journal))
             continue
-        members = [JournalingProvider(scenario.providers[m], journal) for m in item.members]
+        members = [RecordingProvider(scenario.providers[m], journal) for m in item.members]
         stack.append(parallel(*members) if item.kind == "group" else members[0])
     return stack
 
@@ -371,9 +502,68 @@ def collapse_groups(scenario: Scenario, journal: list[tuple[Any, ...]]) -> list[
     return collapsed
 
 
-def tool_call(name: str, arguments: str = "{}", call_id: str = "c1") -> ToolCall:
-    """Shorthand for a ToolCall."""
-    return ToolCall(call_id, name, arguments)
+@attrs.define
+class RecordingStack:
+    """A drawn stack: ``items`` for ``Agent(stack=...)``, and the ``journal`` they write.
+
+    The items are fresh :class:`RecordingProvider` objects (alone or in
+    :func:`raf.parallel` groups) and :class:`RecordingMiddleware`, some of
+    whose stages fail as ``scenario`` says (:class:`PreFailure`,
+    :class:`PostFailure`). Each appends what it runs to ``journal``:
+    ``("pre", name)``, ``("post", name, response, error)``,
+    ``("mw", name, instructions)`` and ``("mw-out", name, response, error)``.
+    """
+
+    scenario: Scenario
+    items: list[Any]
+    journal: list[tuple[Any, ...]]
+
+    @property
+    def entered(self) -> tuple[str, ...]:
+        """The providers whose pre stage returned, in registration order (as the scenario says)."""
+        return tuple(spec.name for spec in self.scenario.entered)
+
+    def check_journal(self) -> None:
+        """Assert the journal law, whatever the model did.
+
+        The pre stages ran in registration order (a group's in any order),
+        up to the first failing one; every provider whose pre stage
+        returned got exactly one post stage, innermost first; middleware
+        ran where it stands. Outcomes are not compared (they depend on the
+        model and on what was put in the stack around these items); raises
+        ``AssertionError`` with both journals.
+        """
+        expected = [entry[:2] for entry in expected_journal(self.scenario) if entry[0] != "model"]
+        simplified = [entry[:2] for entry in self.journal if entry[0] != "model"]
+        got = collapse_groups(self.scenario, simplified)
+        if got != expected:
+            raise AssertionError(
+                f"the stages ran as {got}, the journal law says {expected} "
+                f"(stack {self.scenario.items}, failing pre stage: {self.scenario.failing_pre})"
+            )
+
+
+@st.composite
+def stacks(draw: st.DrawFn, max_providers: int = 6, failures: bool = True) -> RecordingStack:
+    """A random stack of recording providers, parallel groups and run middleware.
+
+    Up to ``max_providers`` providers, each contributing a random
+    :func:`context_results`; with ``failures`` (the default) a pre stage
+    fails now and then (the run ends there with a :class:`raf.ProviderError`)
+    and a post stage too. Put your own provider or middleware anywhere in
+    ``stack.items``, run, and call :meth:`RecordingStack.check_journal`.
+    """
+    scenario = draw(scenarios(max_providers=max_providers))
+    if not failures:
+        scenario = attrs.evolve(
+            scenario,
+            providers=tuple(
+                attrs.evolve(spec, fail_pre=False, fail_post=False) for spec in scenario.providers
+            ),
+            ending="ok",
+        )
+    journal: list[tuple[Any, ...]] = []
+    return RecordingStack(scenario, build_stack(scenario, journal), journal)
 
 
 # Streamed runs ---------------------------------------------------------------------------
@@ -421,7 +611,12 @@ def rechunk(updates: Sequence[Update], cuts: Sequence[int]) -> list[Update]:
 
 @st.composite
 def updates(draw: st.DrawFn) -> list[Update]:
-    """The updates of a streamed run's answer, text split anywhere: ``from_updates`` assembles
-    them to a run-shaped response (what ``raf.testing.strategies.updates()`` is to offer)."""
+    """The updates of a streamed run's answer, text split anywhere.
+
+    :meth:`raf.AgentResponse.from_updates` assembles them to a response
+    shaped like a run's (:func:`run_responses`): assistant turns, tool calls,
+    tool results and maybe the usage. Script a streamed model with them:
+    ``ScriptedChatClient([updates])``.
+    """
     response = draw(run_responses())
     return rechunk(response.to_updates(), draw(st.lists(st.integers(0, 20), max_size=4)))

@@ -1,0 +1,744 @@
+"""check_provider: a battery of simulated runs that a context provider must pass.
+
+The battery calls the provider's stages directly, as the provider layer
+does, with arguments it can watch: the request messages as a ``list`` and
+options whose ``extra`` is a plain ``dict`` (so a stage that writes to them
+is caught), each simulated run with its own :class:`raf.InMemorySession`
+holding a short history. It runs on asyncio and trio, each backend in a
+worker thread of its own, so a stage that never returns fails the check
+instead of hanging the test.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+import importlib.util
+import json
+import queue
+import threading
+import time
+import types
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import attrs
+
+from raf.agent import Agent
+from raf.clients.scripted import ScriptedChatClient
+from raf.context import checked_result
+from raf.errors import ContextResultError, ProviderError, StreamClosedError
+from raf.messages import AgentResponse, ChatMessage, ToolCall
+from raf.options import AgentRunOptions
+from raf.parallel import ProviderGroup, provider_name
+from raf.providers import post_stage_of
+from raf.sessions.memory import InMemorySession
+
+__all__ = ["RULES", "check_provider"]
+
+#: The rules of :func:`check_provider`: name -> (what the rule says, how to fix a breach).
+RULES: dict[str, tuple[str, str]] = {
+    "returns-context-result": (
+        "on_invoking returns a raf.ContextResult on every path",
+        "end every path of on_invoking with 'return ContextResult(...)' "
+        "('return ContextResult()' when there is nothing to add), with a str or None as "
+        "instructions and sequences of ChatMessage and Tool as messages and tools",
+    ),
+    "no-mutation": (
+        "a stage leaves the request messages and the options it is given as they were",
+        "never write to the arguments: copy what you need to change "
+        "(list(messages), dict(options.extra)) and return what to add in the ContextResult; "
+        "the same objects go on to the model and to the other providers",
+    ),
+    "post-stage-never-raises": (
+        "on_invoked returns normally after a success, an error, a cancellation "
+        "or an early close of a stream (raf.StreamClosedError)",
+        "look at `error` first: when it is not None, `response` is None; do not re-raise "
+        "`error` (raf propagates it itself) and catch the failures of your own clean-up",
+    ),
+    "per-run-state": (
+        "one provider instance serves concurrent runs: each run's stages see that run's own state",
+        "keep per-run state in local variables, in a closure (a tool built in on_invoking), "
+        "in the session, or in a dict keyed by session.id, never in an attribute of self "
+        "that on_invoking sets and on_invoked reads",
+    ),
+    "prompt-cancellation": (
+        "on_invoking returns (or raises) promptly once its run is cancelled",
+        "let the cancellation through: no shielded scope and no 'except' that swallows "
+        "anyio.get_cancelled_exc_class() around waiting; no time.sleep or other blocking "
+        "calls (use anyio.to_thread.run_sync(..., abandon_on_cancel=True) or do the work "
+        "ahead of time)",
+    ),
+}
+
+
+class _Broken(AssertionError):
+    """A rule the provider broke, with what happened."""
+
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__(rule, detail)
+        self.rule = rule
+        self.detail = detail
+
+
+# The simulated runs --------------------------------------------------------------------
+
+
+@attrs.frozen
+class _RunSpec:
+    """One simulated run: its key, the session's history, the request, options and answer."""
+
+    key: str
+    history: tuple[ChatMessage, ...]
+    request: tuple[ChatMessage, ...]
+    model: str
+    extra: dict[str, Any]
+    tool_choice: Any
+    response: AgentResponse
+
+
+_CALL_A = ToolCall("call_alpha", "lookup", '{"project": "alpha"}')
+_CALL_B = ToolCall("call_bravo", "lookup", '{"project": "bravo"}')
+
+_RUNS = (
+    _RunSpec(
+        "A",
+        history=(
+            ChatMessage.user("Earlier in session A: when does project alpha ship?"),
+            ChatMessage.assistant("Alpha ships in May."),
+        ),
+        request=(ChatMessage.user("What does alpha cost? Answer for session A."),),
+        model="model-a",
+        extra={"user": "ann", "tags": ["alpha"]},
+        tool_choice="auto",
+        response=AgentResponse(
+            (
+                ChatMessage.assistant(None, tool_calls=[_CALL_A]),
+                ChatMessage.tool("call_alpha", "alpha: 3 units", name="lookup"),
+                ChatMessage.assistant("Alpha costs 3 units."),
+            )
+        ),
+    ),
+    _RunSpec(
+        "B",
+        history=(
+            ChatMessage.system("Session B speaks French."),
+            ChatMessage.user("Quand sort le projet bravo ?"),
+            ChatMessage.assistant(None, tool_calls=[_CALL_B]),
+            ChatMessage.tool("call_bravo", "bravo: juin", name="lookup"),
+            ChatMessage.assistant("Bravo sort en juin."),
+        ),
+        request=(
+            ChatMessage.user("Et combien coûte bravo ? (session B)", name="bob"),
+            ChatMessage.user("Réponds en une phrase."),
+        ),
+        model="model-b",
+        extra={"user": "bob", "budget": {"max": 5}},
+        tool_choice={"type": "function", "function": {"name": "lookup"}},
+        response=AgentResponse((ChatMessage.assistant("Bravo coûte 5 unités."),)),
+    ),
+)
+
+
+def _options(spec: _RunSpec) -> AgentRunOptions:
+    """The run's options, with ``extra`` a plain dict a stage could write to (and be caught)."""
+    options = AgentRunOptions(model=spec.model, temperature=0.2, tool_choice=spec.tool_choice)
+    # AgentRunOptions freezes extra into a read-only view; the check hands a writable
+    # dict on purpose, to see whether the provider writes to it.
+    object.__setattr__(options, "extra", copy.deepcopy(spec.extra))
+    return options
+
+
+class _YieldingSession(InMemorySession):
+    """An InMemorySession that lets other tasks run in every call, as a remote store would."""
+
+    async def get_messages(self) -> tuple[ChatMessage, ...]:
+        await anyio.lowlevel.checkpoint()
+        messages = await super().get_messages()
+        await anyio.lowlevel.checkpoint()
+        return messages
+
+    async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
+        await anyio.lowlevel.checkpoint()
+        await super().add_messages(messages)
+        await anyio.lowlevel.checkpoint()
+
+
+@attrs.define
+class _Run:
+    """One simulated run in progress: its arguments, and what its stages did."""
+
+    spec: _RunSpec
+    session: InMemorySession
+    messages: list[ChatMessage]
+    options: AgentRunOptions
+    originals: tuple[ChatMessage, ...] = ()
+    snapshot: tuple[ChatMessage, ...] = ()
+    options_before: dict[str, Any] = attrs.Factory(dict)
+    option_ids: dict[str, int] = attrs.Factory(dict)
+    result: Any = None
+    post_error: str | None = None
+    #: The run's own context: its stages see its context variables, as the stages of a
+    #: real run (one task) do, however the battery interleaves them with other runs'.
+    context: contextvars.Context = attrs.Factory(contextvars.copy_context)
+
+
+async def _new_run(spec: _RunSpec, *, yielding: bool = False) -> _Run:
+    session = (_YieldingSession if yielding else InMemorySession)(f"check-{spec.key}")
+    await InMemorySession.add_messages(session, spec.history)
+    options = _options(spec)
+    # Copies: a stage that changes a message in place must not change the next runs'.
+    run = _Run(spec, session, [attrs.evolve(m) for m in spec.request], options)
+    run.originals = tuple(run.messages)
+    run.snapshot = tuple(attrs.evolve(m) for m in run.messages)
+    run.options_before = {
+        field.name: copy.deepcopy(getattr(options, field.name))
+        for field in attrs.fields(AgentRunOptions)
+    }
+    run.option_ids = {
+        field.name: id(getattr(options, field.name)) for field in attrs.fields(AgentRunOptions)
+    }
+    return run
+
+
+@types.coroutine
+def _in_context(
+    context: contextvars.Context, awaitable: Awaitable[Any]
+) -> Generator[Any, Any, Any]:
+    """Await ``awaitable`` with each of its steps run in ``context``.
+
+    What the event loop sees passes through unchanged (so it works on any
+    backend); only the context the stage's code runs in is ``context``.
+    """
+    steps = awaitable.__await__()
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            if error is not None:
+                yielded = context.run(steps.throw, error)
+            else:
+                yielded = context.run(steps.send, value)
+        except StopIteration as stop:
+            return stop.value
+        value, error = None, None
+        try:
+            value = yield yielded
+        except BaseException as exc:
+            error = exc
+
+
+def _short(value: object, limit: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_untouched(run: _Run, stage: str) -> None:
+    """Raise the no-mutation rule if ``stage`` changed the messages or options of ``run``."""
+    messages = run.messages
+    if len(messages) != len(run.originals) or any(
+        now is not then or now != then for now, then in zip(messages, run.originals, strict=False)
+    ):
+        raise _Broken(
+            "no-mutation",
+            f"{stage} changed the request messages it was given: they were "
+            f"{_short(list(run.spec.request))}, afterwards they are {_short(messages)}",
+        )
+    if tuple(messages) != run.snapshot:
+        raise _Broken(
+            "no-mutation",
+            f"{stage} changed a request message in place: {_short(messages)}",
+        )
+    for name, before in run.options_before.items():
+        now = getattr(run.options, name)
+        if now != before or id(now) != run.option_ids[name]:
+            raise _Broken(
+                "no-mutation",
+                f"{stage} changed options.{name}: it was {_short(before)}, "
+                f"afterwards it is {_short(now)}",
+            )
+
+
+# The battery -------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Battery:
+    """The state of one backend's battery: the factory, the agent, where it is."""
+
+    factory: Callable[[], Any]
+    backend: str
+    grace: float
+    report: queue.Queue[tuple[str, BaseException | None]]
+    agent: Any = None
+    label: str = "the provider"
+    step: str = "starting"
+
+    def make(self) -> Any:
+        provider = self.factory()
+        if isinstance(provider, ProviderGroup):
+            raise TypeError(
+                "check_provider(factory): factory() returned a parallel group; "
+                "check each of its providers on its own"
+            )
+        if isinstance(provider, type) or not callable(getattr(provider, "on_invoking", None)):
+            raise TypeError(
+                "check_provider(factory): factory() must return a context provider "
+                f"(an object with an async on_invoking), got {provider!r}"
+            )
+        if self.label == "the provider":
+            name = provider_name(provider)
+            cls = type(provider)
+            where = f"{cls.__module__}.{cls.__qualname__}"
+            self.label = f"{name!r} ({where})" if name != cls.__name__ else f"{name!r}"
+        return provider
+
+    async def pre(self, provider: Any, run: _Run, what: str) -> Any:
+        """``on_invoking`` of ``run``: its result, checked, and the arguments checked after."""
+        self.step = f"{what}: on_invoking of run {run.spec.key}"
+        try:
+            result = await _in_context(
+                run.context,
+                provider.on_invoking(self.agent, run.session, run.messages, run.options),
+            )
+        except Exception as exc:
+            raise _Broken(
+                "returns-context-result",
+                f"{what}: on_invoking raised {type(exc).__name__}: {exc}",
+            ) from exc
+        try:
+            checked_result(result)
+        except ContextResultError as exc:
+            raise _Broken("returns-context-result", f"{what}: on_invoking returned {exc}") from None
+        _check_untouched(run, f"{what}: on_invoking")
+        run.result = result
+        return result
+
+    async def post(
+        self,
+        provider: Any,
+        run: _Run,
+        what: str,
+        response: AgentResponse | None,
+        error: BaseException | None,
+    ) -> None:
+        """``on_invoked`` of ``run`` with the outcome; it must return normally."""
+        on_invoked = post_stage_of(provider)
+        if on_invoked is None:
+            return
+        self.step = f"{what}: on_invoked of run {run.spec.key}"
+        try:
+            await _in_context(
+                run.context, on_invoked(self.agent, run.session, run.messages, response, error)
+            )
+        except Exception as exc:
+            raise _Broken(
+                "post-stage-never-raises",
+                f"{what}: on_invoked raised {type(exc).__name__}: {exc}",
+            ) from exc
+        _check_untouched(run, f"{what}: on_invoked")
+
+    async def post_cancelled(self, provider: Any, run: _Run, what: str) -> None:
+        """``on_invoked`` as a cancelled run calls it: with the backend's cancellation
+        exception, inside a cancelled scope, shielded (raf's post stages of a cancelled run)."""
+        on_invoked = post_stage_of(provider)
+        if on_invoked is None:
+            return
+        self.step = f"{what}: on_invoked of run {run.spec.key}, handed a cancellation"
+        failure: BaseException | None = None
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            try:
+                await anyio.lowlevel.checkpoint()
+            except anyio.get_cancelled_exc_class() as cancelled:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await _in_context(
+                            run.context,
+                            on_invoked(self.agent, run.session, run.messages, None, cancelled),
+                        )
+                    except BaseException as exc:
+                        failure = exc
+                raise
+        if failure is not None:
+            raise _Broken(
+                "post-stage-never-raises",
+                f"{what}: handed the run's cancellation, on_invoked raised "
+                f"{type(failure).__name__}: {failure}",
+            ) from failure
+        _check_untouched(run, f"{what}: on_invoked")
+
+    # Rules 1-3: results, arguments, post stages --------------------------------------
+
+    async def outcomes(self) -> None:
+        """Each run, ended each way, with a fresh provider each time."""
+        errors: list[tuple[str, Callable[[_RunSpec], BaseException]]] = [
+            ("a run that failed", lambda spec: RuntimeError("the model failed")),
+            (
+                "a run whose later provider failed",
+                lambda spec: ProviderError("inner", "on_invoking", "RuntimeError: broken"),
+            ),
+            (
+                "a stream closed early",
+                lambda spec: StreamClosedError(
+                    AgentResponse((ChatMessage.assistant(spec.response.text[:5]),))
+                ),
+            ),
+        ]
+        for spec in _RUNS:
+            provider = self.make()
+            run = await _new_run(spec)
+            await self.pre(provider, run, "a successful run")
+            await self.post(provider, run, "a successful run", spec.response, None)
+            for what, error in errors:
+                provider = self.make()
+                run = await _new_run(spec)
+                await self.pre(provider, run, what)
+                await self.post(provider, run, what, None, error(spec))
+            provider = self.make()
+            run = await _new_run(spec)
+            await self.pre(provider, run, "a cancelled run")
+            await self.post_cancelled(provider, run, "a cancelled run")
+
+    # Rule 4: per-run state ---------------------------------------------------------
+
+    async def observe(self, order: Sequence[tuple[str, int]], *, yielding: bool = False) -> Any:
+        """Run the stages of runs 0 and 1 of ``_RUNS`` on one fresh provider, in ``order``
+        (``("pre", i)`` / ``("post", i)``); what each run got and left behind."""
+        provider = self.make()
+        runs = [await _new_run(spec, yielding=yielding) for spec in _RUNS]
+        for stage, index in order:
+            await self.stage(provider, runs[index], stage)
+        return [await self.seen(run) for run in runs]
+
+    async def stage(self, provider: Any, run: _Run, stage: str) -> None:
+        what = "runs of one instance"
+        if stage == "pre":
+            await self.pre(provider, run, what)
+            return
+        on_invoked = post_stage_of(provider)
+        if on_invoked is None:
+            return
+        self.step = f"{what}: on_invoked of run {run.spec.key}"
+        try:
+            await _in_context(
+                run.context,
+                on_invoked(self.agent, run.session, run.messages, run.spec.response, None),
+            )
+        except Exception as exc:  # seen as an outcome: a leak may make a post stage fail
+            run.post_error = f"{type(exc).__name__}: {exc}"
+
+    async def seen(self, run: _Run) -> tuple[Any, tuple[ChatMessage, ...], str | None]:
+        history = await InMemorySession.get_messages(run.session)
+        return (_normalized(run.result), history, run.post_error)
+
+    async def concurrently(self, first: int) -> Any:
+        """Both runs in one task group (pre, then post, each), sessions that yield."""
+        provider = self.make()
+        runs = [await _new_run(spec, yielding=True) for spec in _RUNS]
+
+        async def one(run: _Run) -> None:
+            await self.stage(provider, run, "pre")
+            await anyio.lowlevel.checkpoint()
+            await self.stage(provider, run, "post")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(one, runs[first])
+            group.start_soon(one, runs[1 - first])
+        return [await self.seen(run) for run in runs]
+
+    async def per_run_state(self) -> None:
+        """Interleaved runs of one instance leave what the same runs leave one after another.
+
+        Stage by stage: for runs X and Y, ``pre X, pre Y, post X, post Y`` (and
+        ``post Y, post X``) must leave each session as ``pre X, post X, pre Y,
+        post Y`` does: a post stage that reads what the last pre stage put on
+        ``self`` finds run Y's state in run X. Concurrently: both runs in
+        tasks whose session calls let the other run in, compared with each
+        run alone on a fresh instance (or after the other one): a stage that
+        keeps run state on ``self`` across an await finds the other run's.
+        Only what the provider does the same way twice is compared (a clock
+        or a random id in a result is not a leak).
+        """
+        for x in (0, 1):
+            y = 1 - x
+            sequential = await self.observe([("pre", x), ("post", x), ("pre", y), ("post", y)])
+            again = await self.observe([("pre", x), ("post", x), ("pre", y), ("post", y)])
+            for order in (
+                [("pre", x), ("pre", y), ("post", x), ("post", y)],
+                [("pre", x), ("pre", y), ("post", y), ("post", x)],
+            ):
+                await self.compare(order, sequential, again)
+        alone = [await self.observe([("pre", i), ("post", i)]) for i in (0, 1)]
+        alone_again = [await self.observe([("pre", i), ("post", i)]) for i in (0, 1)]
+        after = [
+            await self.observe([("pre", 1 - i), ("post", 1 - i), ("pre", i), ("post", i)])
+            for i in (0, 1)
+        ]
+        references = [
+            # For run i: alone, alone again, after the other run.
+            [alone[0][0], alone_again[0][0], after[0][0]],
+            [alone[1][1], alone_again[1][1], after[1][1]],
+        ]
+        for first in (0, 1):
+            await self.compare_concurrent(first, references)
+
+    async def compare(self, order: Sequence[tuple[str, int]], reference: Any, again: Any) -> None:
+        """Raise per-run-state if the runs in ``order`` leave what the sequential runs
+        (``reference``, ``again``: twice, to know what is stable) do not; tried twice."""
+        for attempt in range(2):
+            got = await self.observe(order)
+            difference = _difference(got, reference, again, ["post"])
+            if difference is None:
+                return
+            if attempt == 1:
+                raise _Broken(
+                    "per-run-state",
+                    f"with the stages in the order {_describe_order(order)}, {difference}",
+                )
+
+    async def compare_concurrent(self, first: int, references: list[list[Any]]) -> None:
+        for attempt in range(2):
+            got = await self.concurrently(first)
+            problems = []
+            for index in (0, 1):
+                alone, alone_again, after = references[index]
+                ok = any(
+                    _difference_one(got[index], reference, alone_again, ["pre", "post"]) is None
+                    for reference in (alone, after)
+                )
+                if not ok:
+                    problems.append(
+                        _difference_one(got[index], alone, alone_again, ["pre", "post"])
+                        or "differs"
+                    )
+            if not problems:
+                return
+            if attempt == 1:
+                raise _Broken(
+                    "per-run-state",
+                    f"with runs A and B at once (run {_RUNS[first].key} started first), "
+                    + "; ".join(problems),
+                )
+
+    # Rule 5: cancellation ----------------------------------------------------------
+
+    async def cancellation(self) -> None:
+        """on_invoking cancelled at its start, after its first step and after 50 ms."""
+        for spec in _RUNS:
+            for point in ("at its start", "after its first step", "after 50 ms"):
+                await self.cancel_probe(spec, point)
+
+    async def cancel_probe(self, spec: _RunSpec, point: str) -> None:
+        provider = self.make()
+        run = await _new_run(spec)
+        what = f"a run cancelled {point}"
+        self.step = f"{what}: on_invoking of run {spec.key}"
+        finished = anyio.Event()
+        times: dict[str, float] = {}
+        outcome: dict[str, Any] = {}
+        scope = anyio.CancelScope()
+
+        async def stage() -> None:
+            try:
+                with scope:
+                    if point == "at its start":
+                        times["cancelled"] = time.monotonic()
+                        scope.cancel()
+                    outcome["result"] = await _in_context(
+                        run.context,
+                        provider.on_invoking(self.agent, run.session, run.messages, run.options),
+                    )
+            except Exception as exc:
+                outcome["error"] = exc
+            finally:
+                times["finished"] = time.monotonic()
+                finished.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(stage)
+            if point == "after its first step":
+                await anyio.lowlevel.checkpoint()
+            elif point == "after 50 ms":
+                await anyio.sleep(0.05)
+            if not finished.is_set() and "cancelled" not in times:
+                times["cancelled"] = time.monotonic()
+                scope.cancel()
+            with anyio.move_on_after(self.grace):
+                await finished.wait()
+            late = not finished.is_set() or (
+                "cancelled" in times and times["finished"] - times["cancelled"] > self.grace
+            )
+            if late:
+                failure = _Broken(
+                    "prompt-cancellation",
+                    f"{what}: on_invoking of run {spec.key} was still running {self.grace} s "
+                    "after the cancellation",
+                )
+                # Reported now: the stage may never end, and this task group waits for it.
+                self.report.put(("fail", self.failure(failure)))
+        if "result" in outcome:
+            await self.post_cancelled(provider, run, what)
+
+    def failure(self, broken: _Broken) -> AssertionError:
+        said, fix = RULES[broken.rule]
+        return AssertionError(
+            f"check_provider: {self.label} broke the rule {broken.rule!r}: {said}.\n"
+            f"  What happened (on {self.backend}): {broken.detail}\n"
+            f"  How to fix it: {fix}."
+        )
+
+    async def run_all(self) -> None:
+        self.agent = Agent(
+            ScriptedChatClient(), name="check_provider", instructions="You are being checked."
+        )
+        self.make()
+        try:
+            # Cancellation first: a stage that shields slow work fails fast here, where
+            # the other rules would wait for it again and again.
+            await self.cancellation()
+            await self.outcomes()
+            await self.per_run_state()
+        except _Broken as broken:
+            raise self.failure(broken) from broken.__cause__
+
+
+def _describe_order(order: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{stage} {_RUNS[index].key}" for stage, index in order)
+
+
+def _normalized(result: Any) -> Any:
+    """A ContextResult as plain values (tools by name, description and schema)."""
+    if result is None:
+        return None
+    tools = []
+    for item in result.tools:
+        try:
+            schema = json.dumps(getattr(item, "parameters", None), sort_keys=True, default=repr)
+        except (TypeError, ValueError):
+            schema = repr(getattr(item, "parameters", None))
+        tools.append((item.name, getattr(item, "description", None), schema))
+    return (result.instructions, tuple(result.messages), tuple(tools), result.replace_messages)
+
+
+def _difference_one(got: Any, reference: Any, again: Any, parts: list[str]) -> str | None:
+    """What differs between one run's observation and its reference, where it is stable."""
+    result, history, error = got
+    ref_result, ref_history, ref_error = reference
+    again_result, again_history, again_error = again
+    if "pre" in parts and ref_result == again_result and result != ref_result:
+        return f"on_invoking returned {_short(result)} instead of {_short(ref_result)}"
+    if "post" in parts:
+        if ref_error == again_error and error != ref_error:
+            return f"on_invoked raised {error} (one run at a time: {ref_error})"
+        if ref_history == again_history and history != ref_history:
+            start = next(
+                (i for i, (a, b) in enumerate(zip(history, ref_history, strict=False)) if a != b),
+                min(len(history), len(ref_history)),
+            )
+            return (
+                f"the session holds {_lines(history[start:])} after message {start}, "
+                f"instead of {_lines(ref_history[start:])}"
+            )
+    return None
+
+
+def _lines(messages: Sequence[ChatMessage]) -> str:
+    return _short([f"{m.role}: {m.content}" for m in messages]) if messages else "nothing"
+
+
+def _difference(got: Any, reference: Any, again: Any, parts: list[str]) -> str | None:
+    for index, spec in enumerate(_RUNS):
+        difference = _difference_one(got[index], reference[index], again[index], parts)
+        if difference is not None:
+            return f"run {spec.key}: {difference} (as when the runs come one after the other)"
+    return None
+
+
+# The public function ---------------------------------------------------------------------
+
+
+def check_provider(
+    factory: Callable[[], Any],
+    *,
+    backends: Sequence[str] = ("asyncio", "trio"),
+    cancel_grace: float = 1.0,
+    timeout: float = 60.0,
+) -> None:
+    """Run a context provider through raf's battery of simulated runs; fail loudly.
+
+    ``factory()`` returns a fresh provider (a class with no required
+    argument is a factory; else ``lambda: MyProvider(...)``); the battery
+    makes one per simulated run, and two runs share one where it checks
+    per-run state. On each of ``backends`` (each with :func:`anyio.run`, in
+    a worker thread) it raises ``AssertionError`` naming the provider, the
+    rule it broke (a key of :data:`RULES`), what happened and how to fix
+    it, when the provider
+
+    - returns something that is not a :class:`raf.ContextResult` from
+      ``on_invoking``, or raises there on a plain run
+      (``"returns-context-result"``);
+    - changes the request messages or the options it is given
+      (``"no-mutation"``);
+    - raises from ``on_invoked`` after a success, an error, a cancellation
+      or a :class:`raf.StreamClosedError` (``"post-stage-never-raises"``);
+    - leaks state between concurrent runs of one instance
+      (``"per-run-state"``);
+    - keeps a cancelled run waiting: ``on_invoking`` still running
+      ``cancel_grace`` seconds after its run was cancelled
+      (``"prompt-cancellation"``).
+
+    Each simulated run has its own :class:`raf.InMemorySession` holding a
+    short history. A battery that does not finish within ``timeout``
+    seconds on a backend fails, naming the stage it was in. A plain
+    function: call it from a plain (not async) test.
+
+    >>> from raf import ContextProvider, ContextResult
+    >>> class Tone(ContextProvider):
+    ...     async def on_invoking(self, agent, session, messages, options):
+    ...         return ContextResult(instructions="Be brief.")
+    >>> check_provider(Tone)
+    """
+    if not callable(factory):
+        raise TypeError(
+            f"check_provider(factory): factory must be callable (a class, or a function "
+            f"returning a fresh provider), got {factory!r}"
+        )
+    if not isinstance(backends, (list, tuple)) or not backends:
+        raise TypeError(f"check_provider: backends must be a non-empty list, got {backends!r}")
+    for backend in backends:
+        if backend == "trio" and importlib.util.find_spec("trio") is None:
+            raise RuntimeError(
+                "check_provider: the trio backend needs trio (pip install 'raf[testing]'); "
+                "or check on asyncio alone: check_provider(factory, backends=['asyncio'])"
+            )
+        _run_backend(factory, backend, cancel_grace, timeout)
+
+
+def _run_backend(factory: Callable[[], Any], backend: str, grace: float, timeout: float) -> None:
+    report: queue.Queue[tuple[str, BaseException | None]] = queue.Queue()
+    battery = _Battery(factory, backend, grace, report)
+
+    def work() -> None:
+        try:
+            anyio.run(battery.run_all, backend=backend)
+        except BaseException as exc:
+            report.put(("fail", exc))
+        else:
+            report.put(("done", None))
+
+    # A thread of its own, so that a stage that blocks forever fails the check, not the
+    # test run: the thread is left behind (a daemon) until the stage ends.
+    worker = threading.Thread(target=work, name=f"raf-check-provider-{backend}", daemon=True)
+    worker.start()
+    try:
+        kind, error = report.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError(
+            f"check_provider: the battery did not finish within {timeout} s on {backend}; "
+            f"{battery.label} was at: {battery.step} (a stage that never returns?)"
+        ) from None
+    if kind == "fail" and error is not None:
+        raise error
