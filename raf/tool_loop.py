@@ -215,13 +215,13 @@ async def _run_one(
             return _error(call, f"tool {call.name!r} cannot be called: {exc}")
         return _error(call, str(exc))
     except _Unwritable as exc:
-        return _error(
-            call, f"the result of tool {call.name!r} cannot be sent to the model: {exc}"
-        )
+        return _error(call, f"the result of tool {call.name!r} cannot be sent to the model: {exc}")
     except Exception as exc:
         return _error(call, f"tool {call.name!r} failed: {_describe(exc)}")
-    if type(message) is not ChatMessage or message.tool_call_id != call.id or (
-        message.role != "tool"
+    if (
+        type(message) is not ChatMessage
+        or message.tool_call_id != call.id
+        or (message.role != "tool")
     ):
         # A bug in a tool middleware, not something the model can mend: the run ends.
         raise TypeError(
