@@ -92,7 +92,6 @@ async def test_middleware_wrap_each_call_outermost_first_and_see_the_request() -
 
     call = ToolCall("c1", "add", '{"a": 2, "b": 3}')
     client = ScriptedChatClient([turn(call), "5"])
-    agent = Agent(client, tools=[add], tool_stack=[recorder("outer"), recorder("inner")])
     session_seen: list[Session] = []
 
     class Spy(ContextProvider):
