@@ -545,12 +545,14 @@ async def test_the_copy_keeps_the_agent_and_the_original_is_untouched(tracing: T
         3.0,
     )
     assert traced.chat_client is agent.chat_client
-    assert len(agent.chat_stack) == 0 and len(agent.tool_stack) == 0
+    assert len(agent.chat_stack) == 0
+    assert len(agent.tool_stack) == 0
     # The history provider, the clock (no post stage: the proxy has none) and the group.
     history, traced_clock, group = traced.stack[1:]
     assert history.name == agent.stack[0].name
     assert post_stage_of(traced_clock) is None
-    assert traced_clock.name == "Clock" and traced_clock.kind == "clock"
+    assert traced_clock.name == "Clock"
+    assert traced_clock.kind == "clock"
     assert post_stage_of(group.members[0]) is not None
     session = InMemorySession()
     assert (await traced.run("hi", session=session)).text == "hi"
