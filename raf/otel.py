@@ -140,6 +140,12 @@ class _Spans:
 
 # Starting and ending spans ------------------------------------------------------------------
 
+#: Whether the run the current task works for has a recorded invoke_agent span. The spans
+#: inside a run are started only then: a run that is not recorded (a no-op tracer provider,
+#: or sampled out, which every standard sampler decides for the whole trace) costs its
+#: stages, model and tool calls a context-variable lookup each, no span.
+_RECORDING: ContextVar[bool] = ContextVar("raf_otel_recording", default=False)
+
 
 def _attach(span: Span) -> Token[Context] | None:
     # Only a recording span is made current: a no-op tracer's spans cost no context switch,
@@ -207,6 +213,10 @@ class _RunSpan:
             if span.get_span_context().is_valid
             else None
         )
+        recording = span.is_recording()
+        # Set when it changes anything: a run inside a recorded run (an agent as a tool)
+        # that is not recorded itself must say so to its own stages.
+        flag = _RECORDING.set(recording) if recording or _RECORDING.get() else None
         try:
             if spans.capture and span.is_recording():
                 span.set_attribute(
@@ -220,6 +230,8 @@ class _RunSpan:
             _failed(span, error)
             raise
         finally:
+            if flag is not None:
+                _RECORDING.reset(flag)
             if token is not None:
                 otel_context.detach(token)
             span.end()
@@ -285,6 +297,8 @@ class _TracedProvider:
 
     async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
         """The provider's pre stage inside its span."""
+        if not _RECORDING.get():
+            return await self.provider.on_invoking(agent, session, messages, options)
         name, attributes = self._pre
         span = self._spans.tracer.start_span(name, kind=_INTERNAL, attributes=attributes)
         token = _attach(span)
@@ -328,6 +342,10 @@ class _TracedPostProvider(_TracedProvider):
         error: BaseException | None,
     ) -> None:
         """The provider's post stage inside its span."""
+        if not _RECORDING.get():
+            return await self.provider.on_invoked(  # type: ignore[no-any-return]
+                agent, session, request_messages, response, error
+            )
         name, attributes = self._post
         span = self._spans.tracer.start_span(name, kind=_INTERNAL, attributes=attributes)
         token = _attach(span)
@@ -386,6 +404,8 @@ class _ChatSpan:
     async def __call__(
         self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
     ) -> AgentResponse:
+        if not _RECORDING.get():
+            return await call_next(request)
         spans = self._spans
         options = request.options
         model = options.model or spans.default_model
@@ -484,6 +504,8 @@ class _ToolSpan:
     async def __call__(
         self, request: ToolRequest, call_next: Callable[[ToolRequest], Awaitable[ChatMessage]]
     ) -> ChatMessage:
+        if not _RECORDING.get():
+            return await call_next(request)
         spans = self._spans
         tool_name = str(request.tool.name)
         attributes: dict[str, Any] = {
