@@ -602,3 +602,33 @@ async def test_a_no_op_tracer_provider_changes_nothing() -> None:
     response = await traced.run("go")
     assert response.text == "2"
     assert [m.content for m in response.messages if m.role == "tool"] == ["2"]
+
+
+async def test_a_run_that_is_not_sampled_starts_no_inner_spans(tracing: Tracing) -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    dropped = TracerProvider(sampler=ALWAYS_OFF)
+    dropped.add_span_processor(SimpleSpanProcessor(tracing.exporter))
+    inner = raf.otel.instrument(
+        Agent(EchoChatClient(), name="inner", stack=[Notes("inner notes")]),
+        tracer_provider=dropped,
+    )
+
+    @tool
+    async def ask_inner(question: str) -> str:
+        """Ask another agent."""
+        return (await inner.run(question)).text
+
+    client = ScriptedChatClient([turn(ToolCall("1", "ask_inner", '{"question": "q"}')), "ok"])
+    outer = Agent(client, name="outer", tools=[ask_inner], stack=[Notes()])
+    traced = raf.otel.instrument(outer, tracer_provider=tracing.provider)
+    assert (await traced.run("go")).text == "ok"
+    # The inner run was not sampled: none of its spans; the outer run's, all of them.
+    assert tree(tracing.spans) == [
+        (
+            "invoke_agent outer",
+            leaves(
+                "on_invoking notes", "chat", "execute_tool ask_inner", "chat", "on_invoked notes"
+            ),
+        )
+    ]
