@@ -474,6 +474,10 @@ async def test_an_early_close_of_a_stream_ends_every_span(tracing: Tracing) -> N
     ]
     (post,) = tracing.named("on_invoked notes")
     assert attributes(post)["raf.run.error.type"] == "raf.errors.StreamClosedError"
+    (chat,) = tracing.named("chat")
+    assert chat.status.status_code is StatusCode.ERROR
+    assert attributes(chat)["error.type"] == "raf.errors.StreamClosedError"
+    assert "gen_ai.response.time_to_first_chunk" in attributes(chat)
 
 
 # Content ---------------------------------------------------------------------------------------
@@ -632,3 +636,35 @@ async def test_a_run_that_is_not_sampled_starts_no_inner_spans(tracing: Tracing)
             ),
         )
     ]
+
+
+async def test_a_cancelled_stream_ends_every_span(tracing: Tracing) -> None:
+    started = anyio.Event()
+
+    class Hanging(ScriptedChatClient):
+        async def stream(self, messages: Any, options: Any) -> Any:
+            yield Update.of_text("first ")
+            started.set()
+            await anyio.sleep_forever()
+
+    notes = Notes()
+    traced = raf.otel.instrument(Agent(Hanging(), stack=[notes]), tracer_provider=tracing.provider)
+
+    async def consume() -> None:
+        async with traced.stream("go") as stream:
+            async for _update in stream:
+                pass
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(consume)
+            await started.wait()
+            group.cancel_scope.cancel()
+    assert not tracing.open.open
+    assert tree(tracing.spans) == [
+        ("invoke_agent", leaves("on_invoking notes", "chat", "on_invoked notes"))
+    ]
+    cancelled = anyio.get_cancelled_exc_class()
+    assert isinstance(notes.seen[0], cancelled)
+    (run,) = tracing.named("invoke_agent")
+    assert attributes(run)["error.type"].endswith(cancelled.__qualname__)
