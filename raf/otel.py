@@ -93,7 +93,7 @@ def instrument(
     chat_stack: list[Any] = [_ChatSpan(spans), *agent.chat_stack]
     if agent.chat_stack:
         # Attempts inside the chat span: a retried call shows each failed attempt.
-        chat_stack.append(_AttemptRecorder())
+        chat_stack.append(_AttemptRecorder(spans))
     return Agent(
         client,
         name=agent.name,
@@ -382,10 +382,11 @@ def _record_result(span: Span, result: ContextResult) -> None:
 class _ChatCall:
     """The span of one model call, for the attempts inside it."""
 
-    __slots__ = ("attempts", "span")
+    __slots__ = ("attempts", "owner", "span")
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span, owner: _Spans) -> None:
         self.span = span
+        self.owner = owner  # the traced agent whose chat stack opened the span
         self.attempts = 0
 
 
@@ -428,7 +429,7 @@ class _ChatSpan:
                 return await call_next(request)
             finally:
                 span.end()
-        call = _ChatCall(span)
+        call = _ChatCall(span, spans)
         marker = _CURRENT_CALL.set(call)
         try:
             if spans.capture:
@@ -474,13 +475,17 @@ class _AttemptRecorder:
     the outcome of the whole call.
     """
 
-    __slots__ = ()
+    __slots__ = ("_spans",)
+
+    def __init__(self, spans: _Spans) -> None:
+        self._spans = spans
 
     async def __call__(
         self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
     ) -> AgentResponse:
         call = _CURRENT_CALL.get()
-        if call is None:
+        if call is None or call.owner is not self._spans:
+            # Not recorded, or the call of another agent (this one runs inside it).
             return await call_next(request)
         call.attempts += 1
         try:
