@@ -20,7 +20,12 @@ from raf.builtin import (
     WikiRetriever,
     WorkspaceContextProvider,
 )
-from raf.clients import EchoChatClient, OpenAIChatClient, ScriptedChatClient
+from raf.clients import (
+    EchoChatClient,
+    OpenAIChatClient,
+    OpenAIResponsesClient,
+    ScriptedChatClient,
+)
 from raf.clients.base import ChatClient, StreamingChatClient
 from raf.config import (
     ContextProviderDecl,
@@ -110,6 +115,7 @@ __all__ = [
     "McpToolsProvider",
     "Middleware",
     "OpenAIChatClient",
+    "OpenAIResponsesClient",
     "Passage",
     "PathError",
     "ProviderError",

@@ -486,26 +486,31 @@ def _chat_client(model: dict[str, Any], path: Path) -> ChatClient:
     kind = model.get("client", "echo")
     if kind == "echo":
         return EchoChatClient()
-    if kind == "openai":
+    if kind in ("openai", "openai-responses"):
         from raf.clients.openai import OpenAIChatClient
+        from raf.clients.responses import OpenAIResponsesClient
 
         name = model.get("model")
         if not isinstance(name, str) or not name:
-            raise ConfigError(f'{path}: [model] client = "openai" needs model = "<model name>"')
+            raise ConfigError(f'{path}: [model] client = "{kind}" needs model = "<model name>"')
         key_env: str = model.get("api_key_env", "OPENAI_API_KEY")
         api_key = os.environ.get(key_env)
         if not api_key:
             named = " (named by [model] api_key_env)" if "api_key_env" in model else ""
-            raise ConfigError(f'{path}: [model] client = "openai" needs {key_env} set{named}')
+            raise ConfigError(f'{path}: [model] client = "{kind}" needs {key_env} set{named}')
         extra: dict[str, Any] = {}
         if timeout is not None:
             # A deadline for the whole call (connection, retries, a trickling reply).
             extra["timeout"] = timeout
+        # The Responses API client ("openai-responses") takes the same keywords.
+        factory = OpenAIChatClient if kind == "openai" else OpenAIResponsesClient
         try:
-            return OpenAIChatClient(name, base_url=model.get("base_url"), api_key=api_key, **extra)
+            return factory(name, base_url=model.get("base_url"), api_key=api_key, **extra)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: [model]: {exc}") from exc
-    raise ConfigError(f'{path}: [model] client must be "echo" or "openai", got {kind!r}')
+    raise ConfigError(
+        f'{path}: [model] client must be "echo" or "openai" or "openai-responses", got {kind!r}'
+    )
 
 
 def _tools(agent: dict[str, Any], path: Path) -> list[Any]:

@@ -2,6 +2,14 @@
 
 from raf.clients.echo import EchoChatClient
 from raf.clients.openai import OpenAIChatClient
+from raf.clients.responses import OpenAIResponsesClient
 from raf.clients.scripted import ScriptedCall, ScriptedChatClient, ScriptStep
 
-__all__ = ["EchoChatClient", "OpenAIChatClient", "ScriptStep", "ScriptedCall", "ScriptedChatClient"]
+__all__ = [
+    "EchoChatClient",
+    "OpenAIChatClient",
+    "OpenAIResponsesClient",
+    "ScriptStep",
+    "ScriptedCall",
+    "ScriptedChatClient",
+]

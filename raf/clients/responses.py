@@ -1,0 +1,846 @@
+"""OpenAIResponsesClient: a chat model behind the OpenAI Responses API (``POST /responses``)."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import attrs
+
+from raf.clients.openai import (
+    _MISSING,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_TIMEOUT,
+    _decode_capped,
+    _dumps,
+    _error_from_http,
+    _json_type,
+    _plain,
+    _quote,
+    _read_bounded,
+    _read_capped,
+    error_from_sdk,
+)
+from raf.errors import (
+    AuthenticationError,
+    BadRequestError,
+    ChatClientError,
+    ChatConnectionError,
+    ChatProtocolError,
+    ChatTimeoutError,
+)
+from raf.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
+from raf.options import ChatOptions
+from raf.tools import Tool
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = ["OpenAIResponsesClient", "input_items", "response_from_reply", "tool_to_wire"]
+
+_TOOL_CHOICE_WORDS: Final = frozenset({"auto", "none", "required"})
+_TRANSPORT_EXTRA: Final = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+# Keys of the body that are the run's own, never an option's.
+_OWN_KEYS: Final = frozenset({"input", "stream"})
+_REASONING_INCLUDE: Final = "reasoning.encrypted_content"
+# The most of an error reply (4xx, 5xx) raf lets the SDK read, as the chat client.
+_ERROR_REPLY_MAX: Final = 1024 * 1024
+# How many tool-call turns a client remembers the reasoning items of.
+_TURNS_KEPT: Final = 1024
+_CHAT_WHERE: Final = "OpenAI chat completion"
+# How long a stream may go on after response.completed before raf stops reading it.
+_DRAIN_GRACE: Final = 1.0
+
+
+@attrs.frozen
+class _Turn:
+    """The order of one reply's output, for replay: reasoning items as they came,
+    ``("text", None)`` where the text was, ``("call", call_id)`` for each call."""
+
+    call_ids: tuple[str, ...]
+    order: tuple[tuple[str, Any], ...]
+
+
+class OpenAIResponsesClient:
+    """A :class:`raf.StreamingChatClient` on the OpenAI Responses API (``POST /responses``).
+
+    The keywords are those of :class:`raf.OpenAIChatClient` (``base_url``,
+    ``api_key``, ``max_retries``, ``timeout``, ``max_response_bytes``,
+    ``client``), with the same errors and ``retryable``, plus ``store``.
+
+    ``store=False`` (the default) keeps nothing on the server: every request
+    sends the whole conversation and asks for the reasoning items in
+    encrypted form (``include=["reasoning.encrypted_content"]``). The client
+    remembers the reasoning items of each reply that calls tools, by the
+    calls' ids, and sends them back before those calls on the next request of
+    the tool loop, so a reasoning model keeps its chain of thought across tool
+    calls without server-side state.
+
+    ``timeout`` bounds the time a call waits on the server, in total: the
+    request, the SDK's retries and the reading of the reply or of every
+    event of a stream (``None``: no bound); time a stream's consumer spends
+    between updates does not count. ``max_response_bytes`` bounds the reply,
+    or the whole stream, once decompressed.
+
+        async with OpenAIResponsesClient("gpt-5-mini") as model:
+            agent = Agent(model, instructions="Be brief.")
+            print((await agent.run("Hello!")).text)
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        store: bool = False,
+        max_retries: int = 2,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        client: openai.AsyncOpenAI | None = None,
+    ) -> None:
+        name = "OpenAIResponsesClient"
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"{name}: model must be a non-empty str, got {model!r}")
+        if type(store) is not bool:
+            raise ValueError(f"{name}: store must be True or False, got {store!r}")
+        if type(max_retries) is not int or max_retries < 0:
+            raise ValueError(f"{name}: max_retries must be an int >= 0, got {max_retries!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+        ):
+            raise ValueError(
+                f"{name}: timeout must be a number of seconds > 0 or None, got {timeout!r}"
+            )
+        if type(max_response_bytes) is not int or max_response_bytes < 1:
+            raise ValueError(
+                f"{name}: max_response_bytes must be an int >= 1, got {max_response_bytes!r}"
+            )
+        import openai
+
+        self.model = model
+        self.store = store
+        self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
+        if client is None:
+            try:
+                http_client = openai.DefaultAsyncHttpxClient(
+                    event_hooks={"response": [self._bound_error_reply]}
+                )
+                client = openai.AsyncOpenAI(
+                    base_url=base_url,
+                    api_key=api_key,
+                    max_retries=max_retries,
+                    http_client=http_client,
+                )
+            except openai.OpenAIError as exc:
+                raise AuthenticationError(
+                    f"{name}({model!r}): cannot build the OpenAI client: {exc}"
+                ) from exc
+            self._owns_client = True
+        else:
+            if base_url is not None or api_key is not None:
+                raise ValueError(
+                    f"{name}: pass base_url and api_key to the AsyncOpenAI client you give "
+                    f"as client=, not to {name}"
+                )
+            self._owns_client = False
+        self.client: openai.AsyncOpenAI = client
+        # Reasoning to replay, by the first call id of the turn it came with (oldest first).
+        self._turns: collections.OrderedDict[str, _Turn] = collections.OrderedDict()
+
+    # --- complete -----------------------------------------------------------------------
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse:
+        """Send one Responses API request and return the model's turn."""
+        model, body, request_options = self.request_body(messages, options)
+        with anyio.move_on_after(self.timeout):
+            response = await self._post(body, request_options, model)
+            try:
+                data = await _reworded(_read_bounded(response, self.max_response_bytes, model))
+            except _http_errors() as exc:
+                raise _reword(_error_from_http(exc, model)) from exc
+            finally:
+                await _close(response)
+            answer, turn = response_from_reply(
+                data, response.headers.get("content-type", ""), model
+            )
+            self._remember(turn)
+            return answer
+        raise ChatTimeoutError(
+            f"{_where(model)} did not finish within {self.timeout} s "
+            "(OpenAIResponsesClient timeout=, the SDK's retries included)"
+        )
+
+    # --- stream -------------------------------------------------------------------------
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AsyncIterator[Update]:
+        """The model's turn as it comes (``"stream": true``), update by update.
+
+        Text deltas (``response.output_text.delta``), each function call once
+        its arguments are done, and the usage of ``response.completed``. A
+        ``response.failed``, ``response.incomplete`` or ``error`` event is a
+        :class:`raf.ChatClientError` (not retryable); a stream that ends
+        before one of them or ``response.completed`` is a
+        :class:`raf.errors.ChatConnectionError`.
+        """
+        model, body, request_options = self.request_body(messages, options, stream=True)
+        budget = _Budget(self.timeout, model)
+        with budget.scope() as scope:
+            response = await self._post(body, request_options, model)
+        budget.check(scope)
+        try:
+            content_type = response.headers.get("content-type", "")
+            if not content_type.startswith("text/event-stream"):
+                data = await _reworded(_read_bounded(response, _ERROR_REPLY_MAX, model))
+                raise ChatProtocolError(
+                    f"{_where(model)}: a streamed request was answered with "
+                    f"{content_type or 'no content-type'}, not an event stream: {_quote(data)}"
+                )
+            state = _StreamState(model)
+            events = _events(response.aiter_bytes(), budget, self.max_response_bytes, model)
+            try:
+                async for event in events:
+                    if state.done:
+                        continue  # read to the end: the connection can then be reused
+                    updates = state.feed(event)
+                    # Remembered before the last updates go out: a consumer may leave after them.
+                    self._remember(state.turn)
+                    state.turn = None
+                    if state.done:
+                        # What follows the answer gets a moment, not the budget: a server
+                        # that keeps the stream open must not turn an answer into a timeout.
+                        budget.cap(_DRAIN_GRACE)
+                    for update in updates:
+                        yield update
+            except ChatTimeoutError:
+                if not state.done:
+                    raise
+            except _http_errors() as exc:
+                if not state.done:
+                    raise _reword(_error_from_http(exc, model)) from exc
+            finally:
+                await events.aclose()
+            if not state.done:
+                raise ChatConnectionError(
+                    f"{_where(model)}: the event stream ended before response.completed"
+                )
+        finally:
+            await _close(response)
+
+    # --- the request --------------------------------------------------------------------
+
+    def request_body(
+        self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False
+    ) -> tuple[str, bytes, dict[str, Any]]:
+        """The model, the JSON body and the SDK request options of one call.
+
+        ``options.extra`` is applied last, as with :class:`raf.OpenAIChatClient`:
+        ``timeout``, ``extra_headers``, ``extra_query`` and ``extra_body`` as the
+        SDK understands them, any other key into the body; an ``include`` list
+        is added to raf's own.
+        """
+        where = "OpenAIResponsesClient"
+        body: dict[str, Any] = {"model": options.model or self.model}
+        body["input"] = input_items(messages, self._turns)
+        if options.tools:
+            body["tools"] = [tool_to_wire(t) for t in options.tools]
+        if options.temperature is not None:
+            body["temperature"] = options.temperature
+        if options.max_tokens is not None:
+            body["max_output_tokens"] = options.max_tokens
+        if options.tool_choice is not None:
+            body["tool_choice"] = _tool_choice(options.tool_choice)
+        body["store"] = self.store
+        include = [] if self.store else [_REASONING_INCLUDE]
+        request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
+        extra = dict(options.extra)
+        extra_body = extra.pop("extra_body", {})
+        if not isinstance(extra_body, Mapping):
+            raise BadRequestError(
+                f"{where}: extra option 'extra_body' must be a mapping, "
+                f"got {type(extra_body).__name__}"
+            )
+        extra.update(extra_body)  # the SDK merges extra_body into the body: so does raf
+        for key, value in extra.items():
+            if key in _OWN_KEYS or key == "stream_options":
+                raise BadRequestError(
+                    f"{where}: extra option {key!r} is not allowed; "
+                    "the input is the run's messages, and stream() is how to stream"
+                )
+            if key in _TRANSPORT_EXTRA:
+                if key == "timeout":
+                    request_options["timeout"] = value
+                elif not isinstance(value, Mapping):
+                    raise BadRequestError(
+                        f"{where}: extra option {key!r} must be a mapping, "
+                        f"got {type(value).__name__}"
+                    )
+                else:
+                    request_options["headers" if key == "extra_headers" else "params"] = dict(value)
+            elif key == "include":
+                if not isinstance(value, list | tuple) or not all(
+                    isinstance(v, str) for v in value
+                ):
+                    raise BadRequestError(
+                        f"{where}: extra option 'include' must be a list of str, got {value!r}"
+                    )
+                include += [v for v in value if v not in include]
+            else:
+                body[key] = value
+        if include:
+            body["include"] = include
+        if stream:
+            body["stream"] = True
+        model = body["model"]
+        if not isinstance(model, str):
+            raise BadRequestError(f"{where}: model must be a str, got {model!r}")
+        try:
+            data = _dumps(body).encode("utf-8", "backslashreplace")
+        except (TypeError, ValueError) as exc:
+            raise BadRequestError(
+                f"{where}: a request option cannot be sent as JSON: {exc}"
+            ) from exc
+        return model, data, request_options
+
+    async def _post(self, body: bytes, request_options: dict[str, Any], model: str) -> Any:
+        """POST the body through the SDK (auth, retries, HTTP errors); the unread reply."""
+        import httpx2
+        import openai
+
+        try:
+            return await self.client.post(  # type: ignore[call-overload]
+                "/responses",
+                cast_to=httpx2.Response,
+                content=body,
+                options=request_options,
+                stream=True,
+            )
+        except openai.OpenAIError as exc:
+            raise _reword(error_from_sdk(exc, model)) from exc
+
+    def _remember(self, turn: _Turn | None) -> None:
+        if turn is None or not turn.call_ids:
+            return
+        self._turns[turn.call_ids[0]] = turn
+        self._turns.move_to_end(turn.call_ids[0])
+        while len(self._turns) > _TURNS_KEPT:
+            self._turns.popitem(last=False)
+
+    async def _bound_error_reply(self, response: Any) -> None:
+        """Read an error reply here, bounded, as :class:`raf.OpenAIChatClient` does."""
+        import httpx2
+
+        if response.status_code < 400:
+            return
+        cap = min(self.max_response_bytes, _ERROR_REPLY_MAX)
+        raw = await _read_capped(response.aiter_raw(), cap)
+        await response.aclose()
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        data = _decode_capped(raw, coding, cap)
+        response.stream = httpx2.ByteStream(data)
+        response.is_stream_consumed = False
+        response.is_closed = False
+        response.headers.pop("content-encoding", None)
+        response.headers["content-length"] = str(len(data))
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections (not those of a ``client=`` you passed in)."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> OpenAIResponsesClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAIResponsesClient(model={self.model!r}, "
+            f"base_url={str(self.client.base_url)!r}, store={self.store})"
+        )
+
+
+# --- Messages to input items ------------------------------------------------------------
+
+
+def input_items(
+    messages: Sequence[ChatMessage], turns: Mapping[str, _Turn] | None = None
+) -> list[dict[str, Any]]:
+    """The Responses API ``input`` of a conversation.
+
+    System, user and assistant text are messages (``{"role", "content"}``; the
+    API has no message names, so ``name`` is not sent); an assistant's tool
+    calls are ``function_call`` items and tool messages ``function_call_output``
+    items, joined by ``call_id``. ``turns`` holds the reasoning to replay
+    before the calls of a turn it remembers.
+
+    >>> input_items([ChatMessage.user("hi"), ChatMessage.tool("c1", "42")])
+    [{'role': 'user', 'content': 'hi'},
+     {'type': 'function_call_output', 'call_id': 'c1', 'output': '42'}]
+    """
+    items: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        if type(message) is not ChatMessage:
+            raise BadRequestError(
+                f"messages[{index}] must be a ChatMessage, got {type(message).__name__}"
+            )
+        role = message.role
+        if role == "tool":
+            if message.tool_call_id is None:
+                raise BadRequestError(
+                    f"messages[{index}]: a tool message needs a tool_call_id "
+                    "(the id of the call it answers)"
+                )
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.tool_call_id,
+                    "output": message.content or "",
+                }
+            )
+        elif role == "assistant" and message.tool_calls:
+            items += _assistant_turn(message, turns)
+        else:
+            items.append({"role": role, "content": message.content or ""})
+    return items
+
+
+def _assistant_turn(
+    message: ChatMessage, turns: Mapping[str, _Turn] | None
+) -> list[dict[str, Any]]:
+    calls = {call.id: call for call in message.tool_calls}
+    text = (
+        [{"role": "assistant", "content": message.content}] if message.content is not None else []
+    )
+    turn = turns.get(message.tool_calls[0].id) if turns else None
+    if turn is None or turn.call_ids != tuple(calls):
+        # Not a turn this client answered (or one changed since): no reasoning to replay.
+        return [*text, *(_function_call(call) for call in message.tool_calls)]
+    items: list[dict[str, Any]] = []
+    for kind, value in turn.order:
+        if kind == "reasoning":
+            items.append(value)
+        elif kind == "text":
+            items += text
+            text = []
+        else:
+            items.append(_function_call(calls[value]))
+    if text:  # text the reply did not have: before the calls
+        first = next(i for i, item in enumerate(items) if item.get("type") == "function_call")
+        items[first:first] = text
+    return items
+
+
+def _function_call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
+
+
+def tool_to_wire(tool: Tool) -> dict[str, Any]:
+    """A raf :class:`raf.Tool` as a Responses API function tool.
+
+    ``strict`` is false, as with chat completions: raf checks the arguments
+    itself, and a strict schema would refuse optional parameters.
+    """
+    wire: dict[str, Any] = {"type": "function", "name": tool.name}
+    if tool.description:
+        wire["description"] = tool.description
+    wire["parameters"] = _plain(tool.parameters)
+    wire["strict"] = False
+    return wire
+
+
+def _tool_choice(choice: str | Mapping[str, Any]) -> str | dict[str, Any]:
+    if isinstance(choice, str):
+        if choice in _TOOL_CHOICE_WORDS:
+            return choice
+        return {"type": "function", "name": choice}
+    plain: dict[str, Any] = _plain(choice)
+    return plain
+
+
+# --- Replies ------------------------------------------------------------------------------
+
+
+def response_from_reply(
+    data: bytes, content_type: str, model: str
+) -> tuple[AgentResponse, _Turn | None]:
+    """The assistant turn of a 200 reply's body, and the reasoning to remember.
+
+    A reply that is not a response raf can read is a :class:`raf.ChatProtocolError`;
+    a failed or incomplete one a :class:`raf.ChatClientError`.
+    """
+    where = _where(model)
+    try:
+        reply = json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError) as exc:
+        raise ChatProtocolError(
+            f"{where}: the reply is not JSON ({content_type or 'no content-type'}; "
+            f"{exc}): {_quote(data)}"
+        ) from None
+    if not isinstance(reply, dict):
+        raise ChatProtocolError(
+            f"{where}: the reply is {_json_type(reply)}, not a JSON object: {_quote(data)}"
+        )
+    _check_status(reply, where)
+    message, usage, turn = _read_response(reply, where)
+    return AgentResponse((message,), usage, _sdk_response(reply)), turn
+
+
+def _check_status(reply: dict[str, Any], where: str) -> None:
+    """A failed or incomplete response as an error (not retryable, as the design says)."""
+    status = reply.get("status")
+    if status == "failed" or (status is None and reply.get("error") is not None):
+        error = reply.get("error")
+        code, text = _error_text(error)
+        raise ChatClientError(f"{where}: the response failed{code}: {text}")
+    if status == "incomplete":
+        details = reply.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        raise ChatClientError(
+            f"{where}: the response is incomplete"
+            + (f" ({reason})" if reason else "")
+            + (" - raise max_tokens" if reason == "max_output_tokens" else "")
+        )
+
+
+def _error_text(error: Any) -> tuple[str, str]:
+    if isinstance(error, dict):
+        code = error.get("code")
+        message = error.get("message")
+        return (f" ({code})" if code else "", str(message) if message else repr(error))
+    return "", repr(error)
+
+
+def _read_response(reply: dict[str, Any], where: str) -> tuple[ChatMessage, Usage | None, _Turn]:
+    output = reply.get("output", _MISSING)
+    if not isinstance(output, list):
+        raise ChatProtocolError(f"{where}: 'output' is {_json_type(output)}, not a list")
+    texts: list[str] | None = None
+    refusals: list[str] = []
+    calls: list[ToolCall] = []
+    order: list[tuple[str, Any]] = []
+    for n, item in enumerate(output):
+        path = f"output[{n}]"
+        if not isinstance(item, dict):
+            raise ChatProtocolError(f"{where}: {path} is {_json_type(item)}, not an object")
+        kind = item.get("type")
+        if kind == "message":
+            content = item.get("content", _MISSING)
+            if not isinstance(content, list):
+                raise ChatProtocolError(
+                    f"{where}: {path}.content is {_json_type(content)}, not a list"
+                )
+            for m, part in enumerate(content):
+                if not isinstance(part, dict):
+                    raise ChatProtocolError(
+                        f"{where}: {path}.content[{m}] is {_json_type(part)}, not an object"
+                    )
+                field = {"output_text": "text", "refusal": "refusal"}.get(part.get("type", ""))
+                if field is None:
+                    continue
+                value = part.get(field, _MISSING)
+                if not isinstance(value, str):
+                    raise ChatProtocolError(
+                        f"{where}: {path}.content[{m}].{field} is {_json_type(value)}, not a string"
+                    )
+                if field == "text":
+                    texts = [*(texts or ()), value]
+                else:
+                    refusals.append(value)
+            if not order or order[-1][0] != "text":
+                order.append(("text", None))
+        elif kind == "function_call":
+            call = _function_call_item(item, path, where)
+            calls.append(call)
+            order.append(("call", call.id))
+        elif kind == "reasoning":
+            order.append(("reasoning", item))
+        # Other items (built-in tools a run asked for through extra) stay in raw.
+    text = None if texts is None else "".join(texts)
+    if text is None and not calls and refusals:
+        text = "".join(refusals)
+    message = ChatMessage.assistant(text, tool_calls=calls)
+    turn = _Turn(tuple(call.id for call in calls), tuple(order))
+    return message, _usage(reply.get("usage"), where), turn
+
+
+def _function_call_item(item: dict[str, Any], path: str, where: str) -> ToolCall:
+    call_id = item.get("call_id", _MISSING)
+    if not isinstance(call_id, str):
+        raise ChatProtocolError(f"{where}: {path}.call_id is {_json_type(call_id)}, not a string")
+    name = item.get("name", _MISSING)
+    if not isinstance(name, str):
+        raise ChatProtocolError(f"{where}: {path}.name is {_json_type(name)}, not a string")
+    arguments = item.get("arguments")
+    if arguments is None:
+        arguments = "{}"
+    elif not isinstance(arguments, str):
+        raise ChatProtocolError(
+            f"{where}: {path}.arguments is {_json_type(arguments)}, not a string of JSON"
+        )
+    return ToolCall(call_id, name, arguments)
+
+
+def _usage(raw: Any, where: str) -> Usage | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ChatProtocolError(f"{where}: 'usage' is {_json_type(raw)}, not an object")
+    return Usage(
+        _tokens(raw, "input_tokens", where),
+        _tokens(raw, "output_tokens", where),
+        cached_input_tokens=_tokens(raw, "input_tokens_details.cached_tokens", where),
+        reasoning_tokens=_tokens(raw, "output_tokens_details.reasoning_tokens", where),
+    )
+
+
+def _tokens(usage: dict[str, Any], path: str, where: str) -> int:
+    value: Any = usage
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    if value is None:
+        return 0
+    if type(value) is not int or value < 0:
+        raise ChatProtocolError(
+            f"{where}: usage.{path} is {_json_type(value)}, not a count of tokens"
+        )
+    return value
+
+
+def _sdk_response(reply: dict[str, Any]) -> Any:
+    """The SDK's ``Response`` for ``raw``: validated, or built leniently."""
+    from openai.types.responses import Response
+
+    try:
+        return Response.model_validate(reply)
+    except Exception:
+        try:
+            return Response.construct(**reply)
+        except Exception:
+            return reply
+
+
+# --- Streams ------------------------------------------------------------------------------
+
+
+class _StreamState:
+    """What a stream's events amount to so far; :meth:`feed` turns one into updates."""
+
+    def __init__(self, model: str) -> None:
+        self.where = _where(model)
+        self.calls: dict[str, tuple[str, str]] = {}  # item id -> (call_id, name)
+        self.sent_calls: set[str] = set()
+        self.sent_text = False
+        self.done = False
+        self.turn: _Turn | None = None
+
+    def feed(self, event: Any) -> list[Update]:
+        where = self.where
+        if not isinstance(event, dict):
+            raise ChatProtocolError(f"{where}: an event is {_json_type(event)}, not an object")
+        kind = event.get("type")
+        if kind == "response.output_text.delta":
+            delta = event.get("delta", _MISSING)
+            if not isinstance(delta, str):
+                raise ChatProtocolError(
+                    f"{where}: a {kind} event's delta is {_json_type(delta)}, not a string"
+                )
+            self.sent_text = True
+            return [Update.of_text(delta, raw=event)]
+        if kind == "response.output_item.added":
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                call = _function_call_item(item, "output_item.added item", where)
+                self.calls[str(item.get("id"))] = (call.id, call.name)
+            return []
+        if kind == "response.function_call_arguments.done":
+            known = self.calls.get(str(event.get("item_id")))
+            arguments = event.get("arguments")
+            if known is None or not isinstance(arguments, str) or known[0] in self.sent_calls:
+                return []  # the call is sent from its output item or response.completed
+            self.sent_calls.add(known[0])
+            return [Update.of_tool_call(ToolCall(known[0], known[1], arguments), raw=event)]
+        if kind == "response.output_item.done":
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                call = _function_call_item(item, "output_item.done item", where)
+                if call.id not in self.sent_calls:
+                    self.sent_calls.add(call.id)
+                    return [Update.of_tool_call(call, raw=event)]
+            return []
+        if kind == "response.completed":
+            return self._completed(event)
+        if kind in ("response.failed", "response.incomplete"):
+            response = event.get("response")
+            _check_status(response if isinstance(response, dict) else {"status": kind[9:]}, where)
+            raise ChatClientError(f"{where}: the response ended with {kind}")
+        if kind == "error":
+            code, text = _error_text(event)
+            raise ChatClientError(f"{where}: the server sent an error event{code}: {text}")
+        return []  # deltas raf does not stream (reasoning summaries, refusals, ...)
+
+    def _completed(self, event: dict[str, Any]) -> list[Update]:
+        response = event.get("response")
+        if not isinstance(response, dict):
+            raise ChatProtocolError(
+                f"{self.where}: response.completed's response is {_json_type(response)}, "
+                "not an object"
+            )
+        message, usage, self.turn = _read_response(response, self.where)
+        updates: list[Update] = []
+        # Whatever the events did not carry: the answer is the completed response's.
+        if not self.sent_text and message.content is not None:
+            updates.append(Update.of_text(message.content, raw=event))
+        updates += [
+            Update.of_tool_call(call, raw=event)
+            for call in message.tool_calls
+            if call.id not in self.sent_calls
+        ]
+        if usage is not None:
+            updates.append(Update.of_usage(usage, raw=event))
+        self.done = True
+        return updates
+
+
+class _Budget:
+    """The time a call may still wait on the server (``None``: no bound)."""
+
+    def __init__(self, timeout: float | None, model: str) -> None:
+        self.timeout = timeout
+        self.left = timeout
+        self.model = model
+
+    @contextlib.contextmanager
+    def scope(self) -> Any:
+        started = anyio.current_time()
+        with anyio.move_on_after(self.left) as scope:
+            yield scope
+        if self.left is not None:
+            self.left = max(self.left - (anyio.current_time() - started), 0.0)
+
+    def cap(self, seconds: float) -> None:
+        """Leave at most ``seconds`` of the budget."""
+        self.left = seconds if self.left is None else min(self.left, seconds)
+
+    def check(self, scope: anyio.CancelScope) -> None:
+        # Only the budget's own cancellation is caught by its scope.
+        if scope.cancelled_caught:
+            raise ChatTimeoutError(
+                f"{_where(self.model)} did not finish within {self.timeout} s of waiting "
+                "(OpenAIResponsesClient timeout=, the SDK's retries included)"
+            )
+
+
+async def _events(
+    chunks: AsyncIterator[bytes], budget: _Budget, limit: int, model: str
+) -> AsyncGenerator[Any, None]:
+    """The JSON ``data`` of each server-sent event, reading within the budget and bound."""
+    buffer = b""
+    data: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            with budget.scope() as scope:
+                chunk = await anext(chunks, None)
+            budget.check(scope)
+            if chunk is None:
+                return
+            size += len(chunk)
+            if size > limit:
+                raise ChatProtocolError(
+                    f"{_where(model)}: the event stream is larger than "
+                    f"max_response_bytes={limit}; raf stopped reading it"
+                )
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                line = line.removesuffix(b"\r")
+                if not line:
+                    if data:
+                        text = b"\n".join(data)
+                        data = []
+                        if text.strip() == b"[DONE]":
+                            continue
+                        try:
+                            yield json.loads(text.decode("utf-8", "replace"))
+                        except (ValueError, RecursionError) as exc:
+                            raise ChatProtocolError(
+                                f"{_where(model)}: an event is not JSON ({exc}): {_quote(text)}"
+                            ) from None
+                elif line.startswith(b"data:"):
+                    data.append(line[5:].removeprefix(b" "))
+                # event:, id:, retry: and comments carry nothing raf needs (data has "type").
+    finally:
+        await _finish(chunks)
+
+
+async def _finish(chunks: AsyncIterator[bytes]) -> None:
+    """End httpx's byte stream from inside: a cancellation raised at its next read
+    unwinds each of its nested generators. Closing the outer one from here would
+    leave the inner ones to the garbage collector, which trio reports."""
+    with anyio.CancelScope() as stop:
+        stop.cancel()
+        while await anext(chunks, None) is not None:
+            pass  # pieces decoded before the cancellation lands
+
+
+# --- Shared with the chat completions client, worded for this one -------------------------
+
+
+def _where(model: str) -> str:
+    return f"OpenAI response (model {model!r})"
+
+
+def _reword(error: ChatClientError) -> ChatClientError:
+    """The chat client's helpers name a chat completion: name a response instead."""
+    text = str(error)
+    if not text.startswith(_CHAT_WHERE):
+        return error
+    copy = type(error)(
+        "OpenAI response" + text[len(_CHAT_WHERE) :],
+        status_code=error.status_code,
+        retry_after=error.retry_after,
+    )
+    copy.__cause__ = error.__cause__
+    return copy
+
+
+async def _reworded(awaitable: Any) -> Any:
+    try:
+        return await awaitable
+    except ChatClientError as exc:
+        raise _reword(exc) from exc.__cause__
+
+
+def _http_errors() -> type[Exception]:
+    import httpx2
+
+    error: type[Exception] = httpx2.HTTPError
+    return error
+
+
+async def _close(response: Any) -> None:
+    # Bounded and shielded: returning the connection must not hang or be cut.
+    with anyio.move_on_after(5, shield=True):
+        await response.aclose()
