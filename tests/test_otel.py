@@ -24,6 +24,7 @@ from raf import (
     EchoChatClient,
     InMemorySession,
     OpenAIChatClient,
+    OpenAIResponsesClient,
     ProviderError,
     RateLimitError,
     RetryMiddleware,
@@ -567,9 +568,13 @@ async def test_the_copy_keeps_the_agent_and_the_original_is_untouched(tracing: T
         raf.otel.instrument("agent")  # type: ignore[arg-type]
 
 
-def test_gen_ai_provider_name() -> None:
-    client = OpenAIChatClient("gpt-x", base_url="http://127.0.0.1:9/v1", api_key="k")
-    assert raf.otel.gen_ai_provider_name(client) == "openai"
+async def test_gen_ai_provider_name() -> None:
+    async with (
+        OpenAIChatClient("gpt-x", base_url="http://127.0.0.1:9/v1", api_key="k") as chat,
+        OpenAIResponsesClient("gpt-x", base_url="http://127.0.0.1:9/v1", api_key="k") as other,
+    ):
+        assert raf.otel.gen_ai_provider_name(chat) == "openai"
+        assert raf.otel.gen_ai_provider_name(other) == "openai"
     assert raf.otel.gen_ai_provider_name(EchoChatClient()) == "echo"
     assert raf.otel.gen_ai_provider_name(ScriptedChatClient()) == "scripted"
 
