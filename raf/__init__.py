@@ -68,6 +68,7 @@ from raf.providers import ContextProvider, ContextProviderLike
 from raf.sessions import InMemorySession, Session, SqliteSessionStore
 from raf.sessions.base import RequestHash
 from raf.streaming import AgentStream
+from raf.tool_loop import ToolRequest
 from raf.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
 
 if typing.TYPE_CHECKING:
@@ -138,6 +139,7 @@ __all__ = [
     "ToolConflictError",
     "ToolError",
     "ToolLoopError",
+    "ToolRequest",
     "ToolSchemaError",
     "TruncationStrategy",
     "Update",

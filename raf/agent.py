@@ -17,7 +17,7 @@ from raf.providers import is_provider
 from raf.sessions.base import Session
 from raf.sessions.memory import InMemorySession
 from raf.streaming import CLOSING, AgentStream, stream_model
-from raf.tool_loop import index_tools, run_tool_loop
+from raf.tool_loop import ToolRequest, ToolStack, index_tools, invoke_tool, run_tool_loop
 from raf.tools import Tool
 
 __all__ = ["Agent"]
@@ -30,8 +30,10 @@ class Agent:
 
     ``stack`` holds context providers and run middleware, outermost first;
     ``chat_stack`` holds middleware around every single model call (retry,
-    logging). Both onions are built here, once, so an agent is read-only:
-    build another one to change it.
+    logging); ``tool_stack`` holds middleware around every single tool call,
+    ``async (request: ToolRequest, call_next) -> ChatMessage`` (approve or
+    refuse, time out, retry, log). The three onions are built here, once,
+    so an agent is read-only: build another one to change it.
 
     A session keeps whatever a history provider gives it, and nothing on
     its own: ``history=True`` puts a :class:`raf.HistoryProvider` outermost
@@ -55,7 +57,9 @@ class Agent:
         "_post_timeout",
         "_run",
         "_stack",
+        "_tool_call",
         "_tool_index",
+        "_tool_stack",
         "_tools",
     )
 
@@ -68,7 +72,9 @@ class Agent:
     _post_timeout: float
     _run: Complete[Invocation]
     _stack: tuple[Any, ...]
+    _tool_call: ToolStack
     _tool_index: dict[str, Tool]
+    _tool_stack: tuple[Any, ...]
     _tools: tuple[Tool, ...]
 
     def __init__(
@@ -80,6 +86,7 @@ class Agent:
         tools: Iterable[Tool] = (),
         stack: Sequence[Any] = (),
         chat_stack: Sequence[Any] = (),
+        tool_stack: Sequence[Any] = (),
         post_timeout: float = 10.0,
         history: bool = False,
     ) -> None:
@@ -102,13 +109,8 @@ class Agent:
         set_(self, "_tools", _checked_tools(tools))
         set_(self, "_tool_index", index_tools(self._tools, (), source="the agent"))
         set_(self, "_stack", tuple(stack))
-        set_(self, "_chat_stack", tuple(chat_stack))
-        for index, item in enumerate(self._chat_stack):
-            if is_provider(item) or not callable(item) or isinstance(item, type):
-                raise TypeError(
-                    f"chat_stack[{index}] must be middleware (async (request, call_next)); "
-                    f"context providers go in stack: {item!r}"
-                )
+        set_(self, "_chat_stack", _middleware_only(chat_stack, "chat_stack"))
+        set_(self, "_tool_stack", _middleware_only(tool_stack, "tool_stack"))
         set_(self, "_post_timeout", post_timeout)
         set_(self, "_run", compose(self._core, self._stack, post_timeout=post_timeout))
         set_(
@@ -116,6 +118,10 @@ class Agent:
             "_chat",
             compose(self._call_model, self._chat_stack) if self._chat_stack else None,
         )
+        # compose is typed for the run and chat stacks (AgentResponse out); the tool stack
+        # is the same onion with a ChatMessage out.
+        tool_core = cast("Complete[ToolRequest]", invoke_tool)
+        set_(self, "_tool_call", cast("ToolStack", compose(tool_core, self._tool_stack)))
         # The chat options of the last run that added no tools, by its run options:
         # most runs of an agent share one options object, and so share these.
         set_(self, "_chat_options", None)
@@ -154,6 +160,11 @@ class Agent:
     def chat_stack(self) -> tuple[Any, ...]:
         """The middleware around each model call, outermost first."""
         return self._chat_stack
+
+    @property
+    def tool_stack(self) -> tuple[Any, ...]:
+        """The middleware around each tool call, outermost first."""
+        return self._tool_stack
 
     @property
     def post_timeout(self) -> float:
@@ -261,7 +272,7 @@ class Agent:
 
     async def aclose(self) -> None:
         """Close the chat client and every stack item that has ``aclose()``, innermost first."""
-        closables = [self._chat_client, *self._chat_stack, *self._stack]
+        closables = [self._chat_client, *self._tool_stack, *self._chat_stack, *self._stack]
         errors: list[BaseException] = []
         for item in reversed(closables):
             close = getattr(item, "aclose", None)
@@ -308,7 +319,13 @@ class Agent:
         on_update = invocation.on_update
         if on_update is None:
             return await run_tool_loop(
-                self._chat_call, messages, chat_options, tool_index, options.max_tool_iterations
+                self._chat_call,
+                messages,
+                chat_options,
+                tool_index,
+                options.max_tool_iterations,
+                invocation=invocation,
+                tool_stack=self._tool_call,
             )
         return await run_tool_loop(
             partial(self._streamed_chat_call, on_update),
@@ -317,6 +334,8 @@ class Agent:
             tool_index,
             options.max_tool_iterations,
             on_update,
+            invocation=invocation,
+            tool_stack=self._tool_call,
         )
 
     def _chat_call(self, messages: Sequence[ChatMessage], options: ChatOptions) -> Any:
@@ -343,6 +362,20 @@ class Agent:
             f"<Agent name={self._name!r} client={type(self._chat_client).__name__} "
             f"stack={len(self._stack)} chat_stack={len(self._chat_stack)}>"
         )
+
+
+def _middleware_only(items: Iterable[Any], where: str) -> tuple[Any, ...]:
+    """The chat or tool stack, checked: middleware callables, nothing else."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise TypeError(f"{where} must be a list of middleware, got {items!r}")
+    checked = tuple(items)
+    for index, item in enumerate(checked):
+        if is_provider(item) or not callable(item) or isinstance(item, type):
+            raise TypeError(
+                f"{where}[{index}] must be middleware (async (request, call_next)); "
+                f"context providers go in stack: {item!r}"
+            )
+    return checked
 
 
 def _with_history(stack: Sequence[Any]) -> tuple[Any, ...]:

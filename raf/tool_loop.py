@@ -7,20 +7,60 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
+import attrs
 import pydantic_core
 import structlog
 
+from raf.context import Invocation
 from raf.errors import ToolArgumentsError, ToolConflictError, ToolLoopError, ToolSchemaError
 from raf.messages import AgentResponse, ChatMessage, OnUpdate, ToolCall, Update, Usage
 from raf.options import ChatOptions
 from raf.streaming import closable
 from raf.tools import FunctionTool, Tool, check_tool_arguments
 
-__all__: list[str] = []  # internal: the agent's core
+__all__ = ["ToolRequest"]
 
 _log = structlog.get_logger("raf")
 
 ChatCall = Callable[[Sequence[ChatMessage], ChatOptions], Awaitable[AgentResponse]]
+
+
+@attrs.frozen(slots=True)
+class ToolRequest:
+    """One tool call on its way through the tool stack (``Agent(tool_stack=[...])``).
+
+    ``call`` is the model's call as it came; ``tool`` the tool it names;
+    ``arguments`` the call's arguments parsed from JSON (always a JSON
+    object, so a ``dict``), **not yet checked against the tool's schema**:
+    the check is the first step of the innermost point, just before
+    ``tool.invoke``, so arguments that a middleware rewrites (with
+    ``attrs.evolve(request, arguments=...)``) are checked too. A middleware
+    that must see only valid arguments calls
+    ``raf.check_tool_arguments(request.tool, request.arguments)`` itself.
+    ``invocation`` is the run the call belongs to (its session, options,
+    agent).
+
+    A call that names no known tool, or whose arguments are not a JSON
+    object, never reaches the tool stack: there is no tool (or no
+    arguments) to hand it, and the model is told at once.
+    """
+
+    call: ToolCall
+    tool: Tool
+    arguments: Mapping[str, Any]
+    invocation: Invocation = attrs.field(repr=False)
+
+    def reply(self, text: str) -> ChatMessage:
+        """The tool message that answers this call with ``text``, without running the tool.
+
+        What a middleware returns to refuse or short-cut a call: the model
+        reads ``text`` as the tool's result.
+        """
+        return ChatMessage.tool(self.call.id, text, name=self.call.name)
+
+
+#: The composed tool stack: a tool request in, the call's tool message out.
+ToolStack = Callable[[ToolRequest], Awaitable[ChatMessage]]
 
 
 def index_tools(
@@ -58,6 +98,9 @@ async def run_tool_loop(
     tools: Mapping[str, Tool],
     max_model_calls: int,
     on_update: OnUpdate | None = None,
+    *,
+    invocation: Invocation,
+    tool_stack: ToolStack | None = None,
 ) -> AgentResponse:
     """Call the model until it stops asking for tools, at most ``max_model_calls`` times.
 
@@ -65,7 +108,10 @@ async def run_tool_loop(
     the final answer), the summed usage and the last raw response. In a
     streamed run (``on_update`` set; ``chat`` then streams each call), each
     tool message is sent as a ``"tool_result"`` update once the batch ran.
+    Each call goes through ``tool_stack`` (the composed tool stack, whose
+    core is :func:`invoke_tool`; ``None`` means that core alone).
     """
+    call_tool = invoke_tool if tool_stack is None else tool_stack
     produced: list[ChatMessage] = []
     usage: Usage | None = None
     for call_number in range(1, max_model_calls + 1):
@@ -81,10 +127,10 @@ async def run_tool_loop(
         if call_number == max_model_calls:
             raise ToolLoopError(max_model_calls, tuple(call.name for call in calls))
         if on_update is None:
-            results = await run_tool_calls(calls, tools)
+            results = await run_tool_calls(calls, tools, call_tool, invocation)
         else:
             # An early close of an iterator-form run cancels the running tools.
-            results = await closable(run_tool_calls, calls, tools)
+            results = await closable(run_tool_calls, calls, tools, call_tool, invocation)
             for result in results:
                 await on_update(Update("tool_result", message=result))
         produced.extend(results)
@@ -93,17 +139,20 @@ async def run_tool_loop(
 
 
 async def run_tool_calls(
-    calls: Sequence[ToolCall], tools: Mapping[str, Tool]
+    calls: Sequence[ToolCall],
+    tools: Mapping[str, Tool],
+    call_tool: ToolStack,
+    invocation: Invocation,
 ) -> tuple[ChatMessage, ...]:
     """Run the calls concurrently; the tool messages come back in call order."""
     if len(calls) == 1:
-        return (await _run_one(calls[0], tools),)
+        return (await _run_one(calls[0], tools, call_tool, invocation),)
     results: list[ChatMessage | None] = [None] * len(calls)
     escaped: list[BaseException] = []
 
     async def run(index: int, call: ToolCall, scope: anyio.CancelScope) -> None:
         try:
-            results[index] = await _run_one(call, tools)
+            results[index] = await _run_one(call, tools, call_tool, invocation)
         except BaseException as exc:
             if isinstance(exc, anyio.get_cancelled_exc_class()):
                 raise
@@ -125,8 +174,17 @@ async def run_tool_calls(
 MAX_ARGUMENT_DEPTH = 64
 
 
-async def _run_one(call: ToolCall, tools: Mapping[str, Tool]) -> ChatMessage:
-    """One call's tool message; what goes wrong is told to the model, not raised."""
+async def _run_one(
+    call: ToolCall, tools: Mapping[str, Tool], call_tool: ToolStack, invocation: Invocation
+) -> ChatMessage:
+    """One call's tool message; what goes wrong is told to the model, not raised.
+
+    The checks that need no tool stack come first (a known tool, arguments
+    that are a JSON object); then the call goes through the tool stack,
+    and an ``Exception`` out of it (the tool's, or a middleware's) becomes
+    the tool message. A ``BaseException`` that is not an ``Exception``
+    propagates unchanged.
+    """
     tool = tools.get(call.name)
     if tool is None:
         known = ", ".join(sorted(tools)) or "none"
@@ -148,9 +206,7 @@ async def _run_one(call: ToolCall, tools: Mapping[str, Tool]) -> ChatMessage:
             f"nested deeper than {MAX_ARGUMENT_DEPTH} levels",
         )
     try:
-        if not isinstance(tool, FunctionTool):  # a FunctionTool checks its own arguments
-            check_tool_arguments(tool, arguments)
-        result = await tool.invoke(arguments)
+        message = await call_tool(ToolRequest(call, tool, arguments, invocation))
     except (ToolArgumentsError, ToolSchemaError) as exc:
         if exc.tool != tool.name:  # raised by another tool the tool itself called
             return _error(call, f"tool {call.name!r} failed: {_describe(exc)}")
@@ -158,16 +214,42 @@ async def _run_one(call: ToolCall, tools: Mapping[str, Tool]) -> ChatMessage:
             _log.warning("tool.schema_invalid", tool=tool.name, problem=exc.problem)
             return _error(call, f"tool {call.name!r} cannot be called: {exc}")
         return _error(call, str(exc))
+    except _Unwritable as exc:
+        return _error(call, f"the result of tool {call.name!r} cannot be sent to the model: {exc}")
     except Exception as exc:
         return _error(call, f"tool {call.name!r} failed: {_describe(exc)}")
+    if (
+        type(message) is not ChatMessage
+        or message.tool_call_id != call.id
+        or (message.role != "tool")
+    ):
+        # A bug in a tool middleware, not something the model can mend: the run ends.
+        raise TypeError(
+            f"the tool stack answered call {call.id!r} (tool {call.name!r}) with "
+            f"{message!r:.100}, not its tool message: a tool middleware must return "
+            "'await call_next(request)' or 'request.reply(text)'"
+        )
+    return message
+
+
+async def invoke_tool(request: ToolRequest) -> ChatMessage:
+    """The core of the tool stack: check the arguments, invoke the tool, write its result.
+
+    Raises what goes wrong (the tool's own exception, ``ToolArgumentsError``
+    for arguments that do not fit the schema), so the tool middleware see
+    it; the tool loop turns it into the message for the model.
+    """
+    tool, arguments = request.tool, request.arguments
+    if not isinstance(tool, FunctionTool):  # a FunctionTool checks its own arguments
+        check_tool_arguments(tool, arguments)
+    result = await tool.invoke(arguments)
     try:
         text = _as_text(result)
+    except _Unwritable:
+        raise
     except Exception as exc:
-        reason = _describe(exc, with_type=not isinstance(exc, _Unwritable))
-        return _error(
-            call, f"the result of tool {call.name!r} cannot be sent to the model: {reason}"
-        )
-    return ChatMessage.tool(call.id, text, name=call.name)
+        raise _Unwritable(_describe(exc)) from exc
+    return ChatMessage.tool(request.call.id, text, name=request.call.name)
 
 
 def _error(call: ToolCall, text: str) -> ChatMessage:

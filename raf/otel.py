@@ -1,0 +1,594 @@
+"""OpenTelemetry spans of raf runs, in the GenAI semantic conventions (extra ``raf[otel]``).
+
+``instrument(agent)`` returns a traced copy of an agent: the same client,
+instructions and tools, with its three stacks wrapped —
+
+- an outermost run middleware opens ``invoke_agent {agent}`` around the run;
+- each provider (and each member of a parallel group) is wrapped in a proxy
+  whose stages open ``on_invoking {provider}`` / ``on_invoked {provider}``;
+- an outermost chat middleware opens ``chat {model}`` around each model call
+  (covering its retries, as the conventions ask);
+- an outermost tool middleware opens ``execute_tool {tool}`` around each tool call.
+
+Spans are made current with OpenTelemetry's contextvars-based context, so
+they nest under the span that was current when the run started, and
+whatever the providers, the model client and the tools trace nests under
+them. raf only uses ``opentelemetry-api``: it never configures a tracer
+provider (``tracer_provider=None`` means the global one, whatever the
+application sets, now or later).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar, Token
+from typing import Any, Final
+
+import attrs
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+
+from raf.agent import Agent
+from raf.context import ContextResult, Invocation
+from raf.messages import AgentResponse, ChatMessage, OnUpdate, Update
+from raf.parallel import ProviderGroup, provider_name
+from raf.pipeline import ChatRequest
+from raf.providers import is_provider, post_stage_of
+from raf.tool_loop import ToolRequest
+
+__all__ = ["CAPTURE_CONTENT_ENV", "instrument"]
+
+#: The environment variable that turns message content capture on (``true``).
+CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+_INSTRUMENTATION = "raf"
+_INTERNAL = SpanKind.INTERNAL
+_CLIENT = SpanKind.CLIENT
+
+
+def instrument(
+    agent: Agent,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    capture_content: bool = False,
+) -> Agent:
+    """A traced copy of ``agent``: OpenTelemetry spans for its runs, stages, model and tool calls.
+
+    ``tracer_provider=None`` uses the global tracer provider (the one the
+    application sets with ``opentelemetry.trace.set_tracer_provider``).
+    Message content (the messages, the system instructions, tool arguments
+    and results) is recorded only when ``capture_content`` is true or the
+    environment variable ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
+    is ``true``. The agent itself is not changed (an agent is read-only).
+
+    >>> from raf import Agent, EchoChatClient
+    >>> from opentelemetry.trace import NoOpTracerProvider
+    >>> traced = instrument(Agent(EchoChatClient(), name="helper"),
+    ...                     tracer_provider=NoOpTracerProvider())
+    >>> traced.run_sync("hi").text
+    'hi'
+    """
+    if not isinstance(agent, Agent):
+        raise TypeError(f"raf.otel.instrument() takes a raf.Agent, got {type(agent).__name__}")
+    if any(isinstance(item, _RunSpan) for item in agent.stack):
+        raise ValueError(
+            f"{agent!r} is already instrumented (its stack starts with raf.otel's run span): "
+            "instrument the agent it was made from"
+        )
+    capture = capture_content or os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
+    tracer = trace.get_tracer(_INSTRUMENTATION, tracer_provider=tracer_provider)
+    client = agent.chat_client
+    default_model = getattr(client, "model", None)
+    spans = _Spans(
+        tracer,
+        capture,
+        gen_ai_provider_name(client),
+        default_model if isinstance(default_model, str) and default_model else None,
+    )
+    chat_stack: list[Any] = [_ChatSpan(spans), *agent.chat_stack]
+    if agent.chat_stack:
+        # Attempts inside the chat span: a retried call shows each failed attempt.
+        chat_stack.append(_AttemptRecorder(spans))
+    return Agent(
+        client,
+        name=agent.name,
+        instructions=agent.instructions,
+        tools=agent.tools,
+        stack=[_RunSpan(spans, agent.name), *(traced_item(item, spans) for item in agent.stack)],
+        chat_stack=chat_stack,
+        tool_stack=[_ToolSpan(spans), *agent.tool_stack],
+        post_timeout=agent.post_timeout,
+    )
+
+
+def gen_ai_provider_name(client: object) -> str:
+    """``gen_ai.provider.name`` for a chat client.
+
+    A client's own ``gen_ai_provider_name`` attribute (a ``str``) wins;
+    raf's OpenAI clients are ``"openai"``; any other client is its class
+    name without the ``ChatClient`` / ``Client`` suffix, lower-cased
+    (``EchoChatClient`` -> ``"echo"``).
+    """
+    declared = getattr(client, "gen_ai_provider_name", None)
+    if isinstance(declared, str) and declared:
+        return declared
+    cls = type(client)
+    if cls.__module__.startswith("raf.clients.openai") or cls.__name__.startswith("OpenAI"):
+        return "openai"
+    name = cls.__name__
+    for suffix in ("ChatClient", "Client"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+            break
+    return name.lower()
+
+
+@attrs.frozen(slots=True)
+class _Spans:
+    """What every span of one traced agent shares."""
+
+    tracer: Tracer
+    capture: bool
+    provider: str
+    default_model: str | None
+
+
+# Starting and ending spans ------------------------------------------------------------------
+
+#: Whether the run the current task works for has a recorded invoke_agent span. The spans
+#: inside a run are started only then: a run that is not recorded (a no-op tracer provider,
+#: or sampled out, which every standard sampler decides for the whole trace) costs its
+#: stages, model and tool calls a context-variable lookup each, no span.
+_RECORDING: ContextVar[bool] = ContextVar("raf_otel_recording", default=False)
+
+
+def _attach(span: Span) -> Token[Context] | None:
+    # Only a recording span is made current: a no-op tracer's spans cost no context switch,
+    # and what runs inside them nests under the nearest recorded span.
+    if span.is_recording():
+        return otel_context.attach(trace.set_span_in_context(span))
+    return None
+
+
+def _failed(span: Span, error: BaseException) -> None:
+    """Status ERROR, ``error.type`` and an ``exception`` event: the error passed through here."""
+    if not span.is_recording():
+        return
+    kind = _error_type(error)
+    span.set_attribute("error.type", kind)
+    span.record_exception(error, escaped=True)
+    span.set_status(Status(StatusCode.ERROR, f"{kind}: {_text_of(error)}"))
+
+
+def _error_type(error: BaseException) -> str:
+    cls = type(error)
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def _text_of(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # a broken __str__ must not break the span
+        return "(its message cannot be shown)"
+
+
+# The run: invoke_agent ----------------------------------------------------------------------
+
+
+class _RunSpan:
+    """Run middleware, outermost: ``invoke_agent {agent}`` around the whole run."""
+
+    __slots__ = ("_agent_name", "_name", "_spans")
+
+    def __init__(self, spans: _Spans, agent_name: str | None) -> None:
+        self._spans = spans
+        self._agent_name = agent_name
+        self._name = f"invoke_agent {agent_name}" if agent_name else "invoke_agent"
+
+    async def __call__(
+        self, invocation: Invocation, call_next: Callable[[Invocation], Awaitable[AgentResponse]]
+    ) -> AgentResponse:
+        spans = self._spans
+        model = invocation.options.model or spans.default_model
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": spans.provider,
+            "gen_ai.conversation.id": invocation.session.id,
+        }
+        if self._agent_name:
+            attributes["gen_ai.agent.name"] = self._agent_name
+        if model:
+            attributes["gen_ai.request.model"] = model
+        span = spans.tracer.start_span(self._name, kind=_INTERNAL, attributes=attributes)
+        # Made current whenever it carries a trace, even unrecorded: a run that a sampler
+        # dropped must keep its model and tool calls (and their HTTP calls) dropped too.
+        token = (
+            otel_context.attach(trace.set_span_in_context(span))
+            if span.get_span_context().is_valid
+            else None
+        )
+        recording = span.is_recording()
+        # Set when it changes anything: a run inside a recorded run (an agent as a tool)
+        # that is not recorded itself must say so to its own stages.
+        flag = _RECORDING.set(recording) if recording or _RECORDING.get() else None
+        try:
+            if spans.capture and span.is_recording():
+                span.set_attribute(
+                    "gen_ai.input.messages", _messages_json(invocation.request_messages)
+                )
+            response = await call_next(invocation)
+            if span.is_recording():
+                _record_response(span, response, spans.capture)
+            return response
+        except BaseException as error:
+            _failed(span, error)
+            raise
+        finally:
+            if flag is not None:
+                _RECORDING.reset(flag)
+            if token is not None:
+                otel_context.detach(token)
+            span.end()
+
+
+def _record_response(span: Span, response: AgentResponse, capture: bool) -> None:
+    usage = response.usage
+    if usage is not None:
+        span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+    raw = response.raw
+    model = getattr(raw, "model", None)
+    if isinstance(model, str) and model:
+        span.set_attribute("gen_ai.response.model", model)
+    response_id = getattr(raw, "id", None)
+    if isinstance(response_id, str) and response_id:
+        span.set_attribute("gen_ai.response.id", response_id)
+    if capture:
+        span.set_attribute("gen_ai.output.messages", _messages_json(response.messages))
+
+
+# Provider stages ----------------------------------------------------------------------------
+
+
+def traced_item(item: Any, spans: _Spans) -> Any:
+    """A stack item with each provider (or group member) behind a span-opening proxy."""
+    if isinstance(item, ProviderGroup):
+        return attrs.evolve(item, members=tuple(_proxy(member, spans) for member in item.members))
+    if is_provider(item):
+        return _proxy(item, spans)
+    return item  # run middleware: its work shows inside invoke_agent
+
+
+def _proxy(provider: Any, spans: _Spans) -> Any:
+    # raf skips a post stage that is absent or the base no-op: so must the proxy.
+    if post_stage_of(provider) is None:
+        return _TracedProvider(provider, spans)
+    return _TracedPostProvider(provider, spans)
+
+
+class _TracedProvider:
+    """A provider behind a proxy whose ``on_invoking`` opens ``on_invoking {provider}``.
+
+    ``name`` and ``kind`` are the provider's, so errors still name it; other
+    attributes are read from it.
+    """
+
+    __slots__ = ("_pre", "_spans", "kind", "name", "provider")
+
+    def __init__(self, provider: Any, spans: _Spans) -> None:
+        self.provider = provider
+        self.name = provider_name(provider)
+        self.kind = str(getattr(provider, "kind", "unknown"))
+        self._spans = spans
+        self._pre = self._stage("on_invoking")
+
+    def _stage(self, stage: str) -> tuple[str, dict[str, str]]:
+        return f"{stage} {self.name}", {
+            "raf.provider.name": self.name,
+            "raf.provider.kind": self.kind,
+            "raf.provider.stage": stage,
+        }
+
+    async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+        """The provider's pre stage inside its span."""
+        if not _RECORDING.get():
+            return await self.provider.on_invoking(agent, session, messages, options)
+        name, attributes = self._pre
+        span = self._spans.tracer.start_span(name, kind=_INTERNAL, attributes=attributes)
+        token = _attach(span)
+        try:
+            result = await self.provider.on_invoking(agent, session, messages, options)
+            if token is not None and isinstance(result, ContextResult):
+                _record_result(span, result)
+            return result
+        except BaseException as error:
+            _failed(span, error)
+            raise
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+            span.end()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("on_invoked", "provider") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.provider, name)
+
+    def __repr__(self) -> str:
+        return f"<traced {self.provider!r}>"
+
+
+class _TracedPostProvider(_TracedProvider):
+    """A proxy for a provider with a post stage: ``on_invoked {provider}`` around it."""
+
+    __slots__ = ("_post",)
+
+    def __init__(self, provider: Any, spans: _Spans) -> None:
+        super().__init__(provider, spans)
+        self._post = self._stage("on_invoked")
+
+    async def on_invoked(
+        self,
+        agent: Any,
+        session: Any,
+        request_messages: Sequence[ChatMessage],
+        response: AgentResponse | None,
+        error: BaseException | None,
+    ) -> None:
+        """The provider's post stage inside its span."""
+        if not _RECORDING.get():
+            return await self.provider.on_invoked(  # type: ignore[no-any-return]
+                agent, session, request_messages, response, error
+            )
+        name, attributes = self._post
+        span = self._spans.tracer.start_span(name, kind=_INTERNAL, attributes=attributes)
+        token = _attach(span)
+        try:
+            if token is not None and error is not None:
+                span.set_attribute("raf.run.error.type", _error_type(error))
+            await self.provider.on_invoked(agent, session, request_messages, response, error)
+        except BaseException as failure:
+            _failed(span, failure)
+            raise
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+            span.end()
+
+
+def _record_result(span: Span, result: ContextResult) -> None:
+    """What the provider added, in counts (never the content)."""
+    if result.instructions:
+        span.set_attribute("raf.context.instructions", len(result.instructions.splitlines()))
+    if result.messages or result.replace_messages:
+        span.set_attribute("raf.context.messages", len(result.messages))
+    if result.replace_messages:
+        span.set_attribute("raf.context.replace_messages", True)
+    if result.tools:
+        span.set_attribute(
+            "raf.context.tools", [str(getattr(tool, "name", "?")) for tool in result.tools]
+        )
+
+
+# Model calls: chat --------------------------------------------------------------------------
+
+
+class _ChatCall:
+    """The span of one model call, for the attempts inside it."""
+
+    __slots__ = ("attempts", "owner", "span")
+
+    def __init__(self, span: Span, owner: _Spans) -> None:
+        self.span = span
+        self.owner = owner  # the traced agent whose chat stack opened the span
+        self.attempts = 0
+
+
+#: The model call whose span the attempts inside it report to.
+_CURRENT_CALL: ContextVar[_ChatCall | None] = ContextVar("raf_otel_chat_call", default=None)
+
+
+class _ChatSpan:
+    """Chat middleware, outermost: ``chat {model}`` around each model call, retries included."""
+
+    __slots__ = ("_spans",)
+
+    def __init__(self, spans: _Spans) -> None:
+        self._spans = spans
+
+    async def __call__(
+        self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
+    ) -> AgentResponse:
+        if not _RECORDING.get():
+            return await call_next(request)
+        spans = self._spans
+        options = request.options
+        model = options.model or spans.default_model
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": spans.provider,
+        }
+        if model:
+            attributes["gen_ai.request.model"] = model
+        if options.temperature is not None:
+            attributes["gen_ai.request.temperature"] = options.temperature
+        if options.max_tokens is not None:
+            attributes["gen_ai.request.max_tokens"] = options.max_tokens
+        span = spans.tracer.start_span(
+            f"chat {model}" if model else "chat", kind=_CLIENT, attributes=attributes
+        )
+        token = _attach(span)
+        if token is None:  # not recorded: nothing to measure
+            try:
+                return await call_next(request)
+            finally:
+                span.end()
+        call = _ChatCall(span, spans)
+        marker = _CURRENT_CALL.set(call)
+        try:
+            if spans.capture:
+                _record_input(span, request.messages, options.tools)
+            if request.on_update is not None:
+                request = attrs.evolve(request, on_update=_first_chunk(span, request.on_update))
+            response = await call_next(request)
+            _record_response(span, response, spans.capture)
+            if call.attempts > 1:
+                span.set_attribute("raf.chat.attempts", call.attempts)
+            return response
+        except BaseException as error:
+            if call.attempts > 1:
+                span.set_attribute("raf.chat.attempts", call.attempts)
+            _failed(span, error)
+            raise
+        finally:
+            _CURRENT_CALL.reset(marker)
+            otel_context.detach(token)
+            span.end()
+
+
+def _first_chunk(span: Span, on_update: OnUpdate) -> OnUpdate:
+    """``on_update`` that records ``gen_ai.response.time_to_first_chunk`` (seconds) once."""
+    started = time.perf_counter()
+    first = True
+
+    async def timed(update: Update) -> None:
+        nonlocal first
+        if first:
+            first = False
+            span.set_attribute("gen_ai.response.time_to_first_chunk", time.perf_counter() - started)
+        await on_update(update)
+
+    return timed
+
+
+class _AttemptRecorder:
+    """Chat middleware, innermost: counts the attempts of a model call, records each failure.
+
+    A failed attempt that a retry middleware retries is an ``exception`` event
+    on the chat span (with ``raf.chat.attempt``); the span's status stays
+    the outcome of the whole call.
+    """
+
+    __slots__ = ("_spans",)
+
+    def __init__(self, spans: _Spans) -> None:
+        self._spans = spans
+
+    async def __call__(
+        self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
+    ) -> AgentResponse:
+        call = _CURRENT_CALL.get()
+        if call is None or call.owner is not self._spans:
+            # Not recorded, or the call of another agent (this one runs inside it).
+            return await call_next(request)
+        call.attempts += 1
+        try:
+            return await call_next(request)
+        except Exception as error:
+            call.span.record_exception(error, attributes={"raf.chat.attempt": call.attempts})
+            raise
+
+
+# Tool calls: execute_tool -------------------------------------------------------------------
+
+
+class _ToolSpan:
+    """Tool middleware, outermost: ``execute_tool {tool}`` around each tool call."""
+
+    __slots__ = ("_spans",)
+
+    def __init__(self, spans: _Spans) -> None:
+        self._spans = spans
+
+    async def __call__(
+        self, request: ToolRequest, call_next: Callable[[ToolRequest], Awaitable[ChatMessage]]
+    ) -> ChatMessage:
+        if not _RECORDING.get():
+            return await call_next(request)
+        spans = self._spans
+        tool_name = str(request.tool.name)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool_name,
+            "gen_ai.tool.call.id": request.call.id,
+            "gen_ai.tool.type": "function",
+        }
+        span = spans.tracer.start_span(
+            f"execute_tool {tool_name}", kind=_INTERNAL, attributes=attributes
+        )
+        token = _attach(span)
+        try:
+            if token is not None:
+                description = getattr(request.tool, "description", None)
+                if isinstance(description, str) and description:
+                    span.set_attribute("gen_ai.tool.description", description)
+                if spans.capture:
+                    span.set_attribute("gen_ai.tool.call.arguments", request.call.arguments)
+            message = await call_next(request)
+            if token is not None and spans.capture and message.content is not None:
+                span.set_attribute("gen_ai.tool.call.result", message.content)
+            return message
+        except BaseException as error:
+            _failed(span, error)
+            raise
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+            span.end()
+
+
+# Content, when asked for --------------------------------------------------------------------
+
+
+def _record_input(span: Span, messages: Sequence[ChatMessage], tools: Sequence[Any]) -> None:
+    system = [message.content or "" for message in messages if message.role == "system"]
+    if system:
+        span.set_attribute(
+            "gen_ai.system_instructions",
+            json.dumps([{"type": "text", "content": text} for text in system], ensure_ascii=False),
+        )
+    others = [message for message in messages if message.role != "system"]
+    span.set_attribute("gen_ai.input.messages", _messages_json(others))
+    if tools:
+        span.set_attribute(
+            "gen_ai.tool.definitions",
+            json.dumps(
+                [
+                    {
+                        "type": "function",
+                        "name": str(tool.name),
+                        "description": str(getattr(tool, "description", "")),
+                        "parameters": dict(getattr(tool, "parameters", {})),
+                    }
+                    for tool in tools
+                ],
+                ensure_ascii=False,
+                default=str,
+            ),
+        )
+
+
+def _messages_json(messages: Sequence[ChatMessage]) -> str:
+    """Messages in the GenAI conventions' JSON shape: a role and a list of parts."""
+    return json.dumps([_message_parts(message) for message in messages], ensure_ascii=False)
+
+
+def _message_parts(message: ChatMessage) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    if message.role == "tool":
+        parts.append(
+            {"type": "tool_call_response", "id": message.tool_call_id, "response": message.content}
+        )
+    elif message.content is not None:
+        parts.append({"type": "text", "content": message.content})
+    for call in message.tool_calls:
+        parts.append(
+            {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
+        )
+    return {"role": message.role, "parts": parts}
