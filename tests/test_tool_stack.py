@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from structlog.testing import capture_logs
 
 from raf import (
     Agent,
@@ -234,10 +235,12 @@ async def test_a_retry_middleware_calls_a_flaky_tool_again() -> None:
 
     client = ScriptedChatClient([turn(ToolCall("1", "fetch", '{"url": "x"}')), "got it"])
     retry = RetryMiddleware(attempts=3, retry_on=(ConnectionError,), wait_initial=0, wait_max=0)
-    response = await Agent(client, tools=[fetch], tool_stack=[retry]).run("go")
+    with capture_logs() as events:
+        response = await Agent(client, tools=[fetch], tool_stack=[retry]).run("go")
 
     assert attempts == [1, 2, 3]
     assert tool_messages(response) == ["<html>x</html>"]
+    assert [e["retrying"] for e in events if e["event"] == "retry"] == ["tool", "tool"]
 
 
 async def test_when_the_retries_run_out_the_model_is_told_the_last_error() -> None:

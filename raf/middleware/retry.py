@@ -18,6 +18,7 @@ from tenacity import (
 from raf.errors import ChatClientError
 from raf.messages import AgentResponse, OnUpdate, Update
 from raf.pipeline import ChatRequest
+from raf.tool_loop import ToolRequest
 
 __all__ = ["RetryMiddleware"]
 
@@ -199,7 +200,7 @@ class RetryMiddleware:
         request = state.args[0] if state.args else None
         _log.warning(
             "retry",
-            retrying="model" if isinstance(request, ChatRequest) else "run",
+            retrying=_what(request),
             attempt=state.attempt_number,
             attempts=self.attempts,
             wait_s=round(state.upcoming_sleep, 3),
@@ -219,3 +220,10 @@ def _retry_after(state: RetryCallState) -> float | None:
     error = state.outcome.exception() if state.outcome is not None else None
     asked = getattr(error, "retry_after", None) if isinstance(error, ChatClientError) else None
     return asked if isinstance(asked, float | int) else None
+
+
+def _what(request: object) -> str:
+    """What a retry re-runs, for its log event: a model call, a tool call or a run."""
+    if isinstance(request, ChatRequest):
+        return "model"
+    return "tool" if isinstance(request, ToolRequest) else "run"
