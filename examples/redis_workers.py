@@ -46,7 +46,7 @@ class CountingModel:
 
 async def worker(url: str, name: str) -> None:
     """Take jobs from the queue until a stop job: run the agent on the job's session."""
-    agent = raf.Agent(CountingModel(name), stack=[raf.InMemoryHistoryProvider()])
+    agent = raf.Agent(CountingModel(name), stack=[raf.HistoryProvider()])
     async with (
         raf.RedisSessionStore(url, prefix="raf-example") as store,
         coredis.Redis.from_url(url, decode_responses=True) as queue,
