@@ -417,29 +417,7 @@ class OpenAIChatClient:
         return "/chat/completions"
 
     async def _bound_error_reply(self, response: Any) -> None:
-        """Read an error reply here, at most ``_ERROR_REPLY_MAX`` bytes once decoded.
-
-        The SDK reads an error reply whole to quote it; a hostile or broken
-        server could make that gigabytes (a gzip bomb). This hook of the HTTP
-        client raf builds runs first: it reads the raw reply, decodes gzip and
-        deflate itself with a bound, and leaves the SDK the bounded bytes (a
-        longer reply is cut: only its start is quoted).
-        """
-        import httpx2
-
-        if response.status_code < 400:
-            return
-        cap = min(self.max_response_bytes, _ERROR_REPLY_MAX)
-        raw = await _read_capped(response.aiter_raw(), cap)
-        await response.aclose()
-        coding = response.headers.get("content-encoding", "identity").strip().lower()
-        data = _decode_capped(raw, coding, cap)
-        # The response now replays those bytes, as plain (already decoded) content.
-        response.stream = httpx2.ByteStream(data)
-        response.is_stream_consumed = False
-        response.is_closed = False
-        response.headers.pop("content-encoding", None)
-        response.headers["content-length"] = str(len(data))
+        await bound_error_reply(response, self.max_response_bytes)
 
     async def aclose(self) -> None:
         """Close the HTTP connections (not those of a ``client=`` you passed in)."""
@@ -1281,3 +1259,29 @@ _ENCODER: Final = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_not_json
 )
 _string: Final[Any] = json.encoder.encode_basestring
+
+
+async def bound_error_reply(response: Any, max_response_bytes: int) -> None:
+    """Read an error reply here, at most ``_ERROR_REPLY_MAX`` bytes once decoded.
+
+    The SDK reads an error reply whole to quote it; a hostile or broken
+    server could make that gigabytes (a gzip bomb). This hook of the HTTP
+    client raf builds (both OpenAI clients use it) runs first: it reads the
+    raw reply, decodes gzip and deflate itself with a bound, and leaves the
+    SDK the bounded bytes (a longer reply is cut: only its start is quoted).
+    """
+    import httpx2
+
+    if response.status_code < 400:
+        return
+    cap = min(max_response_bytes, _ERROR_REPLY_MAX)
+    raw = await _read_capped(response.aiter_raw(), cap)
+    await response.aclose()
+    coding = response.headers.get("content-encoding", "identity").strip().lower()
+    data = _decode_capped(raw, coding, cap)
+    # The response now replays those bytes, as plain (already decoded) content.
+    response.stream = httpx2.ByteStream(data)
+    response.is_stream_consumed = False
+    response.is_closed = False
+    response.headers.pop("content-encoding", None)
+    response.headers["content-length"] = str(len(data))

@@ -16,14 +16,13 @@ from raf.clients.openai import (
     _MISSING,
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
-    _decode_capped,
     _dumps,
     _error_from_http,
     _json_type,
     _plain,
     _quote,
     _read_bounded,
-    _read_capped,
+    bound_error_reply,
     error_from_sdk,
 )
 from raf.errors import (
@@ -337,21 +336,7 @@ class OpenAIResponsesClient:
             self._turns.popitem(last=False)
 
     async def _bound_error_reply(self, response: Any) -> None:
-        """Read an error reply here, bounded, as :class:`raf.OpenAIChatClient` does."""
-        import httpx2
-
-        if response.status_code < 400:
-            return
-        cap = min(self.max_response_bytes, _ERROR_REPLY_MAX)
-        raw = await _read_capped(response.aiter_raw(), cap)
-        await response.aclose()
-        coding = response.headers.get("content-encoding", "identity").strip().lower()
-        data = _decode_capped(raw, coding, cap)
-        response.stream = httpx2.ByteStream(data)
-        response.is_stream_consumed = False
-        response.is_closed = False
-        response.headers.pop("content-encoding", None)
-        response.headers["content-length"] = str(len(data))
+        await bound_error_reply(response, self.max_response_bytes)
 
     async def aclose(self) -> None:
         """Close the HTTP connections (not those of a ``client=`` you passed in)."""
