@@ -52,6 +52,7 @@ class Agent:
         "_chat_client",
         "_chat_options",
         "_chat_stack",
+        "_default_model",
         "_instructions",
         "_name",
         "_post_timeout",
@@ -66,6 +67,7 @@ class Agent:
     _chat: Complete[ChatRequest] | None
     _chat_client: ChatClient
     _chat_options: tuple[AgentRunOptions, ChatOptions] | None
+    _default_model: str | None
     _chat_stack: tuple[Any, ...]
     _instructions: str | None
     _name: str | None
@@ -104,6 +106,9 @@ class Agent:
             stack = _with_history(stack)
         set_ = object.__setattr__
         set_(self, "_chat_client", chat_client)
+        # The client's own model, if it says: what a run that names none will use.
+        default_model = getattr(chat_client, "model", None)
+        set_(self, "_default_model", default_model if isinstance(default_model, str) else None)
         set_(self, "_name", name)
         set_(self, "_instructions", instructions or None)
         set_(self, "_tools", _checked_tools(tools))
@@ -307,14 +312,16 @@ class Agent:
         options = invocation.options
         if invocation.tools:
             tool_index = index_tools(invocation.tools, invocation.tool_sources, self._tool_index)
-            chat_options = ChatOptions.from_run(options, self._tools + invocation.tools)
+            chat_options = ChatOptions.from_run(
+                options, self._tools + invocation.tools, self._default_model
+            )
         else:
             tool_index = self._tool_index
             cached = self._chat_options
             if cached is not None and cached[0] is options:
                 chat_options = cached[1]
             else:
-                chat_options = ChatOptions.from_run(options, self._tools)
+                chat_options = ChatOptions.from_run(options, self._tools, self._default_model)
                 object.__setattr__(self, "_chat_options", (options, chat_options))
         on_update = invocation.on_update
         if on_update is None:

@@ -58,10 +58,16 @@ class ChatOptions:
     tools: tuple[Tool, ...] = ()
 
     @classmethod
-    def from_run(cls, options: AgentRunOptions, tools: tuple[Tool, ...]) -> ChatOptions:
-        """The chat options for a run with ``options`` offering ``tools``."""
+    def from_run(
+        cls, options: AgentRunOptions, tools: tuple[Tool, ...], default_model: str | None = None
+    ) -> ChatOptions:
+        """The chat options for a run with ``options`` offering ``tools``.
+
+        ``default_model`` (the client's own) stands in for a run that names
+        none, so the chat stack sees the model the call will use.
+        """
         return cls(
-            options.model,
+            options.model if options.model is not None else default_model,
             options.temperature,
             options.max_tokens,
             options.tool_choice,

@@ -186,7 +186,7 @@ async def test_the_model_that_answered_is_logged_not_none(server: OpenAIServer) 
             await agent.run("x")
     run_start, model_start, model_end, run_end = logs
     assert run_start["model"] == "test-model"
-    assert model_start["model"] is None  # what the run asked for: the client's default
+    assert model_start["model"] == "test-model"  # the client's default, named: never None
     assert model_end["model"] == "test-model-2024-07-18"
     assert run_end["model"] == "test-model-2024-07-18"
 

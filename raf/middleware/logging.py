@@ -31,9 +31,9 @@ class LoggingMiddleware:
     counts of the response, its token usage and ``model``, the model that
     answered: the one the server reports (an OpenAI reply, or a streamed
     call's first chunk, names the exact version), else the one the run asked
-    for. On ``model.start``, ``model``
-    is the one the run asked for, ``None`` meaning the client's default; on
-    ``run.start`` it is the run's model or the client's default model.
+    for. On ``model.start`` and ``run.start``, ``model`` is the one the
+    call will use: the run's, else the client's default (an agent hands
+    the chat stack its client's ``model`` when the run names none).
     The end event of a streamed run or call also carries ``updates``, the
     count of updates it sent, and ``ttfu_ms``, the time from the start to
     the first update (``None`` when there was none).
