@@ -1112,13 +1112,17 @@ def _optional_list(data: dict[str, Any], key: str, where: str) -> list[Any]:
     return value
 
 
-def _tokens(usage: dict[str, Any], key: str, where: str) -> int:
-    value = usage.get(key)
+def _tokens(usage: dict[str, Any], path: str, where: str) -> int:
+    """The count of tokens at ``path`` (dotted, e.g. ``input_tokens_details.cached_tokens``)
+    of a reply's usage; 0 when absent, a ChatProtocolError when it is not a count."""
+    value: Any = usage
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
     if value is None:
         return 0
     if type(value) is not int or value < 0:
         raise ChatProtocolError(
-            f"{where}: usage.{key} is {_json_type(value)}, not a count of tokens"
+            f"{where}: usage.{path} is {_json_type(value)}, not a count of tokens"
         )
     return value
 
@@ -1127,12 +1131,17 @@ def _completion(reply: dict[str, Any]) -> Any:
     """The SDK's ``ChatCompletion`` for ``raw``: validated, or built leniently."""
     from openai.types.chat import ChatCompletion
 
+    return _sdk_object(ChatCompletion, reply)
+
+
+def _sdk_object(model: Any, reply: dict[str, Any]) -> Any:
+    """``model`` (an SDK pydantic type) for ``reply``: validated, or built leniently."""
     try:
-        return ChatCompletion.model_validate(reply)
+        return model.model_validate(reply)
     except Exception:
         # Compatible servers leave out or vary fields raf does not need: keep them all.
         try:
-            return ChatCompletion.construct(**reply)
+            return model.construct(**reply)
         except Exception:
             return reply
 

@@ -22,6 +22,8 @@ from raf.clients.openai import (
     _plain,
     _quote,
     _read_bounded,
+    _sdk_object,
+    _tokens,
     bound_error_reply,
     error_from_sdk,
 )
@@ -600,30 +602,11 @@ def _usage(raw: Any, where: str) -> Usage | None:
     )
 
 
-def _tokens(usage: dict[str, Any], path: str, where: str) -> int:
-    value: Any = usage
-    for key in path.split("."):
-        value = value.get(key) if isinstance(value, dict) else None
-    if value is None:
-        return 0
-    if type(value) is not int or value < 0:
-        raise ChatProtocolError(
-            f"{where}: usage.{path} is {_json_type(value)}, not a count of tokens"
-        )
-    return value
-
-
 def _sdk_response(reply: dict[str, Any]) -> Any:
     """The SDK's ``Response`` for ``raw``: validated, or built leniently."""
     from openai.types.responses import Response
 
-    try:
-        return Response.model_validate(reply)
-    except Exception:
-        try:
-            return Response.construct(**reply)
-        except Exception:
-            return reply
+    return _sdk_object(Response, reply)
 
 
 # --- Streams ------------------------------------------------------------------------------
