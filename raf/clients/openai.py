@@ -12,6 +12,7 @@ import time
 import urllib.parse
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -128,55 +129,19 @@ class OpenAIChatClient:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"OpenAIChatClient: model must be a non-empty str, got {model!r}")
-        if type(max_retries) is not int or max_retries < 0:
-            raise ValueError(
-                f"OpenAIChatClient: max_retries must be an int >= 0, got {max_retries!r}"
-            )
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not timeout > 0  # also refuses NaN
-        ):
-            raise ValueError(
-                f"OpenAIChatClient: timeout must be a number of seconds > 0 or None, "
-                f"got {timeout!r}"
-            )
-        if type(max_response_bytes) is not int or max_response_bytes < 1:
-            raise ValueError(
-                f"OpenAIChatClient: max_response_bytes must be an int >= 1, "
-                f"got {max_response_bytes!r}"
-            )
-        import openai
-
         self.model = model
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
-        if client is None:
-            try:
-                # The SDK's own HTTP client and defaults, plus a hook that bounds error replies.
-                http_client = openai.DefaultAsyncHttpxClient(
-                    event_hooks={"response": [self._bound_error_reply]}
-                )
-                client = openai.AsyncOpenAI(
-                    base_url=base_url,
-                    api_key=api_key,
-                    max_retries=max_retries,
-                    http_client=http_client,
-                )
-            except openai.OpenAIError as exc:
-                raise AuthenticationError(
-                    f"OpenAIChatClient({model!r}): cannot build the OpenAI client: {exc}"
-                ) from exc
-            self._owns_client = True
-        else:
-            if base_url is not None or api_key is not None:
-                raise ValueError(
-                    "OpenAIChatClient: pass base_url and api_key to the AsyncOpenAI client "
-                    "you give as client=, not to OpenAIChatClient"
-                )
-            self._owns_client = False
+        client, self._owns_client = sdk_client(
+            "OpenAIChatClient",
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            timeout=timeout,
+            max_response_bytes=max_response_bytes,
+            client=client,
+        )
         self.client: openai.AsyncOpenAI = client
         # The messages and message chunks of the last bodies sent (see request_body).
         self._recent: collections.deque[_Body] = collections.deque(maxlen=_RECENT_BODIES)
@@ -415,9 +380,6 @@ class OpenAIChatClient:
         ):
             return f"/deployments/{urllib.parse.quote(model, safe='')}/chat/completions"
         return "/chat/completions"
-
-    async def _bound_error_reply(self, response: Any) -> None:
-        await bound_error_reply(response, self.max_response_bytes)
 
     async def aclose(self) -> None:
         """Close the HTTP connections (not those of a ``client=`` you passed in)."""
@@ -1294,3 +1256,61 @@ async def bound_error_reply(response: Any, max_response_bytes: int) -> None:
     response.is_closed = False
     response.headers.pop("content-encoding", None)
     response.headers["content-length"] = str(len(data))
+
+
+def sdk_client(
+    name: str,
+    model: object,
+    *,
+    base_url: str | None,
+    api_key: str | None,
+    max_retries: object,
+    timeout: object,
+    max_response_bytes: object,
+    client: Any,
+) -> tuple[Any, bool]:
+    """The arguments both OpenAI clients share, checked; their SDK client, and whether raf
+    built it (and so closes it).
+
+    A client raf builds is the SDK's own HTTP client and defaults, plus the hook that
+    bounds error replies (:func:`bound_error_reply`); a ``client=`` given is used as is.
+    """
+    import openai
+
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"{name}: model must be a non-empty str, got {model!r}")
+    if type(max_retries) is not int or max_retries < 0:
+        raise ValueError(f"{name}: max_retries must be an int >= 0, got {max_retries!r}")
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not timeout > 0  # also refuses NaN
+    ):
+        raise ValueError(
+            f"{name}: timeout must be a number of seconds > 0 or None, got {timeout!r}"
+        )
+    if type(max_response_bytes) is not int or max_response_bytes < 1:
+        raise ValueError(
+            f"{name}: max_response_bytes must be an int >= 1, got {max_response_bytes!r}"
+        )
+    if client is not None:
+        if base_url is not None or api_key is not None:
+            raise ValueError(
+                f"{name}: pass base_url and api_key to the AsyncOpenAI client you give "
+                f"as client=, not to {name}"
+            )
+        return client, False
+    try:
+        http_client = openai.DefaultAsyncHttpxClient(
+            event_hooks={
+                "response": [partial(bound_error_reply, max_response_bytes=max_response_bytes)]
+            }
+        )
+        built = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key, max_retries=max_retries, http_client=http_client
+        )
+    except openai.OpenAIError as exc:
+        raise AuthenticationError(
+            f"{name}({model!r}): cannot build the OpenAI client: {exc}"
+        ) from exc
+    return built, True

@@ -24,11 +24,10 @@ from raf.clients.openai import (
     _read_bounded,
     _sdk_object,
     _tokens,
-    bound_error_reply,
     error_from_sdk,
+    sdk_client,
 )
 from raf.errors import (
-    AuthenticationError,
     BadRequestError,
     ChatClientError,
     ChatConnectionError,
@@ -106,51 +105,22 @@ class OpenAIResponsesClient:
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
         name = "OpenAIResponsesClient"
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"{name}: model must be a non-empty str, got {model!r}")
         if type(store) is not bool:
             raise ValueError(f"{name}: store must be True or False, got {store!r}")
-        if type(max_retries) is not int or max_retries < 0:
-            raise ValueError(f"{name}: max_retries must be an int >= 0, got {max_retries!r}")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-        ):
-            raise ValueError(
-                f"{name}: timeout must be a number of seconds > 0 or None, got {timeout!r}"
-            )
-        if type(max_response_bytes) is not int or max_response_bytes < 1:
-            raise ValueError(
-                f"{name}: max_response_bytes must be an int >= 1, got {max_response_bytes!r}"
-            )
-        import openai
-
+        client, self._owns_client = sdk_client(
+            name,
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            timeout=timeout,
+            max_response_bytes=max_response_bytes,
+            client=client,
+        )
         self.model = model
         self.store = store
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
-        if client is None:
-            try:
-                http_client = openai.DefaultAsyncHttpxClient(
-                    event_hooks={"response": [self._bound_error_reply]}
-                )
-                client = openai.AsyncOpenAI(
-                    base_url=base_url,
-                    api_key=api_key,
-                    max_retries=max_retries,
-                    http_client=http_client,
-                )
-            except openai.OpenAIError as exc:
-                raise AuthenticationError(
-                    f"{name}({model!r}): cannot build the OpenAI client: {exc}"
-                ) from exc
-            self._owns_client = True
-        else:
-            if base_url is not None or api_key is not None:
-                raise ValueError(
-                    f"{name}: pass base_url and api_key to the AsyncOpenAI client you give "
-                    f"as client=, not to {name}"
-                )
-            self._owns_client = False
         self.client: openai.AsyncOpenAI = client
         # Reasoning to replay, by the first call id of the turn it came with (oldest first).
         self._turns: collections.OrderedDict[str, _Turn] = collections.OrderedDict()
@@ -336,9 +306,6 @@ class OpenAIResponsesClient:
         self._turns.move_to_end(turn.call_ids[0])
         while len(self._turns) > _TURNS_KEPT:
             self._turns.popitem(last=False)
-
-    async def _bound_error_reply(self, response: Any) -> None:
-        await bound_error_reply(response, self.max_response_bytes)
 
     async def aclose(self) -> None:
         """Close the HTTP connections (not those of a ``client=`` you passed in)."""
