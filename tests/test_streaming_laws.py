@@ -38,6 +38,7 @@ from raf.testing.strategies import (
     Scenario,
     build_stack,
     collapse_groups,
+    expected_pre_journal,
     make_tool,
     scenarios,
     texts,
@@ -168,20 +169,7 @@ def expected_outcome(scenario: StreamScenario) -> str:
 def expected_journal(scenario: StreamScenario) -> list[tuple[Any, ...]]:
     """Pre stages in order, the updates seen, post stages in reverse (as in test_providers)."""
     base = scenario.base
-    journal: list[tuple[Any, ...]] = []
-    instructions: list[str] = []
-    for item in base.reached:
-        names = [base.providers[m].name for m in item.members]
-        if item.kind == "middleware":
-            journal.append(("mw", item.name, tuple(instructions)))
-        elif item.kind == "group":
-            journal.append(("pre-group", frozenset(names)))
-        else:
-            journal.append(("pre", names[0]))
-        for m in item.members:
-            text = base.providers[m].result.instructions
-            if text:
-                instructions.append(text)
+    journal = expected_pre_journal(base)
     outcome = expected_outcome(scenario)
     if outcome != "pre_error":
         journal.extend(("update", update) for update in seen_updates(scenario))

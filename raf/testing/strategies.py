@@ -67,6 +67,7 @@ __all__ = [
     "collapse_groups",
     "context_results",
     "expected_journal",
+    "expected_pre_journal",
     "expected_prompt",
     "histories",
     "make_tool",
@@ -432,14 +433,9 @@ def merge_model(
     return tuple(instructions), tuple(injected), tuple(tools)
 
 
-def expected_journal(scenario: Scenario) -> list[tuple[Any, ...]]:
-    """The stages in the order they must run, with each outcome's kind.
-
-    The pre stages of a group run concurrently, in no fixed order: a group
-    is one entry ``("pre-group", frozenset(names))`` (see
-    :func:`collapse_groups`). A middleware's entry on the way in carries the
-    instructions the providers outside it contributed.
-    """
+def expected_pre_journal(scenario: Scenario) -> list[tuple[Any, ...]]:
+    """The way in of :func:`expected_journal`: pre stages in order (a group's as one
+    order-free entry), and each middleware with the instructions outside it."""
     journal: list[tuple[Any, ...]] = []
     instructions: list[str] = []
     for item in scenario.reached:
@@ -454,6 +450,18 @@ def expected_journal(scenario: Scenario) -> list[tuple[Any, ...]]:
             text = scenario.providers[m].result.instructions
             if text:
                 instructions.append(text)
+    return journal
+
+
+def expected_journal(scenario: Scenario) -> list[tuple[Any, ...]]:
+    """The stages in the order they must run, with each outcome's kind.
+
+    The pre stages of a group run concurrently, in no fixed order: a group
+    is one entry ``("pre-group", frozenset(names))`` (see
+    :func:`collapse_groups`). A middleware's entry on the way in carries the
+    instructions the providers outside it contributed.
+    """
+    journal = expected_pre_journal(scenario)
     k = scenario.failing_item
     outcome: str
     if k is None:
