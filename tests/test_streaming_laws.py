@@ -38,6 +38,7 @@ from raf.testing.strategies import (
     Scenario,
     build_stack,
     collapse_groups,
+    expected_post_journal,
     expected_pre_journal,
     make_tool,
     scenarios,
@@ -173,19 +174,7 @@ def expected_journal(scenario: StreamScenario) -> list[tuple[Any, ...]]:
     outcome = expected_outcome(scenario)
     if outcome != "pre_error":
         journal.extend(("update", update) for update in seen_updates(scenario))
-    failed_post = False
-    for item in reversed(base.reached):
-        if item.kind == "middleware":
-            if failed_post and outcome == "response":
-                outcome = "post_error"
-            journal.append(("mw-out", item.name, outcome))
-            continue
-        for m in reversed(item.members):
-            spec = base.providers[m]
-            if not spec.fail_pre:
-                journal.append(("post", spec.name, outcome))
-                failed_post = failed_post or spec.fail_post
-    return journal
+    return journal + expected_post_journal(base, outcome)
 
 
 def seen_updates(scenario: StreamScenario) -> tuple[Update, ...]:

@@ -67,6 +67,7 @@ __all__ = [
     "collapse_groups",
     "context_results",
     "expected_journal",
+    "expected_post_journal",
     "expected_pre_journal",
     "expected_prompt",
     "histories",
@@ -469,6 +470,13 @@ def expected_journal(scenario: Scenario) -> list[tuple[Any, ...]]:
         outcome = "response" if scenario.ending == "ok" else scenario.ending
     else:
         outcome = "pre_error"
+    return journal + expected_post_journal(scenario, outcome)
+
+
+def expected_post_journal(scenario: Scenario, outcome: str) -> list[tuple[Any, ...]]:
+    """The way out of :func:`expected_journal`: post stages and middleware, innermost
+    first, each with the kind of outcome it sees, starting from ``outcome``."""
+    journal: list[tuple[Any, ...]] = []
     # A failed post stage of a successful run does not change what the providers outside
     # it see, up to the next middleware: that one sees the ProviderError, as a caller would.
     failed_post = False
