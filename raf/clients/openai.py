@@ -974,18 +974,7 @@ def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResp
     :class:`raf.ChatProtocolError` that names the problem.
     """
     where = f"OpenAI chat completion (model {model!r})"
-    try:
-        # Invalid UTF-8 in a text is replaced, not fatal: the rest of the answer stands.
-        reply = json.loads(data.decode("utf-8", "replace"))
-    except (ValueError, RecursionError) as exc:
-        raise ChatProtocolError(
-            f"{where}: the reply is not JSON ({content_type or 'no content-type'}; "
-            f"{exc}): {_quote(data)}"
-        ) from None
-    if not isinstance(reply, dict):
-        raise ChatProtocolError(
-            f"{where}: the reply is {_json_type(reply)}, not a JSON object: {_quote(data)}"
-        )
+    reply = json_object(data, content_type, where)
     if reply.get("error") is not None:
         raise ChatProtocolError(f"{where}: the server answered 200 with an error: {reply['error']}")
     choices = reply.get("choices", _MISSING)
@@ -1314,3 +1303,20 @@ def sdk_client(
             f"{name}({model!r}): cannot build the OpenAI client: {exc}"
         ) from exc
     return built, True
+
+
+def json_object(data: bytes, content_type: str | None, where: str) -> dict[str, Any]:
+    """A reply's bytes as a JSON object, or a ChatProtocolError that quotes them."""
+    try:
+        # Invalid UTF-8 in a text is replaced, not fatal: the rest of the answer stands.
+        reply = json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError) as exc:
+        raise ChatProtocolError(
+            f"{where}: the reply is not JSON ({content_type or 'no content-type'}; "
+            f"{exc}): {_quote(data)}"
+        ) from None
+    if not isinstance(reply, dict):
+        raise ChatProtocolError(
+            f"{where}: the reply is {_json_type(reply)}, not a JSON object: {_quote(data)}"
+        )
+    return reply

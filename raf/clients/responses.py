@@ -25,6 +25,7 @@ from raf.clients.openai import (
     _sdk_object,
     _tokens,
     error_from_sdk,
+    json_object,
     sdk_client,
 )
 from raf.errors import (
@@ -445,17 +446,7 @@ def response_from_reply(
     a failed or incomplete one a :class:`raf.ChatClientError`.
     """
     where = _where(model)
-    try:
-        reply = json.loads(data.decode("utf-8", "replace"))
-    except (ValueError, RecursionError) as exc:
-        raise ChatProtocolError(
-            f"{where}: the reply is not JSON ({content_type or 'no content-type'}; "
-            f"{exc}): {_quote(data)}"
-        ) from None
-    if not isinstance(reply, dict):
-        raise ChatProtocolError(
-            f"{where}: the reply is {_json_type(reply)}, not a JSON object: {_quote(data)}"
-        )
+    reply = json_object(data, content_type, where)
     _check_status(reply, where)
     message, usage, turn = _read_response(reply, where)
     return AgentResponse((message,), usage, _sdk_response(reply)), turn
