@@ -80,13 +80,14 @@ class ProviderError(AgentError):
 class StreamClosedError(AgentError):
     """The consumer of a streamed run left before its end: what the post stages see then.
 
-    Raised inside the run (never to the consumer) when the consumer leaves
-    ``async with agent.stream(...)`` early; every entered provider's
+    Raised inside the run when the consumer leaves ``async with
+    agent.stream(...)`` early; every entered provider's
     ``on_invoked`` gets it as ``error``. ``partial`` is the
     :class:`raf.AgentResponse` assembled from the updates the consumer
     received. ``post_failures`` collects the post stages that failed on the
     way out (the innermost first), which the ``async with`` raises as after
-    a successful run.
+    a successful run. The consumer sees it only when it reads again after
+    one of its reads was cancelled (which took the model's stream with it).
     """
 
     def __init__(self, partial: AgentResponse | None = None) -> None:

@@ -668,3 +668,146 @@ async def test_leaving_after_the_last_update_is_still_an_early_close() -> None:
     error = log[-1][3]
     assert isinstance(error, StreamClosedError)
     assert error.partial == AgentResponse((ChatMessage.assistant("a b"),), Usage(2, 2))
+
+
+# --- The iterator form reads the model's stream in the consumer's task -------------------
+
+
+class WaitingModel:
+    """Streams ``first``, waits for ``go``, streams ``then``; records how its wait ended."""
+
+    def __init__(self, first: str, then: str) -> None:
+        self.first, self.then = first, then
+        self.waiting = anyio.Event()
+        self.go = anyio.Event()
+        self.cancelled = False
+        self.closed = False
+
+    async def complete(self, messages: Any, options: Any) -> AgentResponse:
+        raise AssertionError("a streamed run calls stream()")
+
+    async def stream(self, messages: Any, options: Any) -> AsyncIterator[Update]:
+        try:
+            yield Update.of_text(self.first)
+            self.waiting.set()
+            try:
+                await self.go.wait()
+            except anyio.get_cancelled_exc_class():
+                self.cancelled = True
+                raise
+            yield Update.of_text(self.then)
+        finally:
+            self.closed = True
+
+
+async def test_the_models_stream_sees_the_runs_context_variables() -> None:
+    tag: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="none")
+
+    async def tagging(request: ChatRequest, call_next: Any) -> AgentResponse:
+        tag.set("set by the chat stack")
+        return await call_next(request)  # type: ignore[no-any-return]
+
+    class Tagged:
+        async def complete(self, messages: Any, options: Any) -> AgentResponse:
+            raise AssertionError
+
+        async def stream(self, messages: Any, options: Any) -> AsyncIterator[Update]:
+            for _ in range(2):
+                yield Update.of_text(tag.get() + " ")
+
+    tag.set("the consumer's")
+    async with Agent(Tagged(), chat_stack=[tagging]).stream("hi") as stream:
+        seen = texts([update async for update in stream])
+        assert tag.get() == "the consumer's"  # and the run's own stays the run's
+    assert seen == ["set by the chat stack "] * 2
+
+
+async def test_a_chat_middlewares_deadline_stops_a_model_that_waits() -> None:
+    async def deadline(request: ChatRequest, call_next: Any) -> AgentResponse:
+        with anyio.fail_after(0.05):
+            return await call_next(request)  # type: ignore[no-any-return]
+
+    log: list[Any] = []
+    model = HangingModel(["only "])
+    agent = Agent(model, stack=[Recorder("p", log)], chat_stack=[deadline])
+    seen: list[Update] = []
+    with pytest.raises(TimeoutError) as raised:
+        async with agent.stream("hi") as stream:
+            async for update in stream:
+                seen.append(update)
+    assert texts(seen) == ["only "]
+    assert model.cancelled and model.closed
+    assert log[-1][3] is raised.value  # the post stage saw what the consumer got
+
+
+@pytest.mark.parametrize("outer_deadline", [False, True])
+async def test_reading_again_after_a_cancelled_read_raises_the_closed_stream(
+    outer_deadline: bool,
+) -> None:
+    # With an outer deadline each read has a cancel scope; without, none: both ways a
+    # cancelled read takes the model's stream with it.
+    log: list[Any] = []
+    model = HangingModel(["only "])
+    agent = Agent(model, stack=[Recorder("p", log)])
+    with anyio.fail_after(5) if outer_deadline else anyio.CancelScope():
+        async with agent.stream("hi") as stream:
+            assert (await stream.__anext__()).text == "only "
+            with anyio.move_on_after(0.02) as waited:
+                await stream.__anext__()
+            assert waited.cancelled_caught
+            with pytest.raises(StreamClosedError) as raised:
+                await stream.__anext__()
+    assert model.cancelled and model.closed
+    assert raised.value.partial.text == "only "
+    assert log[-1][3] is raised.value
+    assert stream.response is None
+
+
+async def test_a_stream_is_read_by_one_task_at_a_time() -> None:
+    model = HangingModel(["one "])
+    with anyio.fail_after(5):
+        async with Agent(model).stream("hi") as stream:
+            await stream.__anext__()
+            async with anyio.create_task_group() as group:
+                group.start_soon(stream.__anext__)
+                await model.waiting.wait()
+                with pytest.raises(RuntimeError, match="one task at a time"):
+                    await stream.__anext__()
+                group.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("outer_deadline", [False, True])
+async def test_a_cancellation_from_inside_the_run_reaches_a_read(outer_deadline: bool) -> None:
+    """A middleware cancels its own scope while the consumer's read waits for the model."""
+    scopes: list[anyio.CancelScope] = []
+
+    async def stoppable(request: ChatRequest, call_next: Any) -> AgentResponse:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            return await call_next(request)  # type: ignore[no-any-return]
+        return AgentResponse((ChatMessage.assistant("stopped"),))
+
+    model = WaitingModel("first ", "then ")
+    agent = Agent(model, chat_stack=[stoppable])
+
+    async def stop_then_go() -> None:
+        await model.waiting.wait()
+        scopes[0].cancel()
+        await anyio.sleep(0.02)
+        model.go.set()
+
+    seen: list[Update] = []
+    with anyio.fail_after(5) if outer_deadline else anyio.CancelScope():
+        async with anyio.create_task_group() as group:
+            group.start_soon(stop_then_go)
+            async with agent.stream("hi") as stream:
+                seen = [update async for update in stream]
+    assert stream.response is not None
+    assert stream.response.text == "stopped"
+    assert model.closed
+    if outer_deadline:  # the read waits in a cancel scope that the run cancels at once
+        assert model.cancelled
+        assert texts(seen) == ["first "]
+    else:  # no scope to cancel: the run goes on once the read has its update
+        assert not model.cancelled
+        assert texts(seen) == ["first ", "then "]
