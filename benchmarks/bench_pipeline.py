@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("RAF_SOURCE", str(ROOT)))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import NotBuilt, Samples, fmt, per_op, ratio, run_isolated, table, wall  # noqa: E402
+from harness import (  # noqa: E402
+    NotBuilt,
+    Samples,
+    fmt,
+    per_interval,
+    per_op,
+    ratio,
+    run_isolated,
+    table,
+    wall,
+)
 
 import raf  # noqa: E402
 from raf import AgentResponse, ChatMessage, ContextProvider, ContextResult  # noqa: E402
@@ -486,6 +497,110 @@ def streaming_scenario(form: str, updates: int, middlewares: int = 2) -> Scenari
     return scenario
 
 
+class StampingModel(StreamingModel):
+    """A one-update streaming model that notes when its ``complete`` was called."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.called = 0.0
+
+    async def complete(self, messages: Sequence[ChatMessage], options: Any) -> AgentResponse:
+        self.called = time.perf_counter()
+        response: AgentResponse = await super().complete(messages, options)
+        return response
+
+
+def first_update_scenario(form: str) -> Scenario:
+    """The time from the call to the first update, 10 providers and no chat middleware.
+
+    The floor is the time the same run, unstreamed, takes from the call to
+    its model: the difference is what streaming adds before the first update.
+    """
+
+    async def scenario(args: argparse.Namespace) -> Figures:
+        model = StampingModel()
+        if not hasattr(raf.Agent, "stream"):
+            raise NotBuilt("Agent.stream")
+        agent = raf.Agent(model, stack=[Line(i) for i in range(10)])
+
+        async def callback() -> float:
+            first = 0.0
+
+            async def consume(update: Any) -> None:
+                nonlocal first
+                first = first or time.perf_counter()
+
+            start = time.perf_counter()
+            await agent.run("hi", on_update=consume)
+            return first - start
+
+        async def iterator() -> float:
+            first = 0.0
+            start = time.perf_counter()
+            async with agent.stream("hi") as stream:
+                async for _ in stream:
+                    first = first or time.perf_counter()
+            return first - start
+
+        async def unstreamed() -> float:
+            start = time.perf_counter()
+            await agent.run("hi")
+            return model.called - start
+
+        operation = callback if form == "callback" else iterator
+        return {
+            "raf": await per_interval(operation, ops=1_000, repeats=args.repeats),
+            "floor": await per_interval(unstreamed, ops=1_000, repeats=args.repeats),
+        }
+
+    return scenario
+
+
+async def anyio_task_start(args: argparse.Namespace) -> Figures:
+    """What any iterator needs that runs its producer in a task: bare anyio, no raf.
+
+    ``raf``: a task group that starts one task which sets an event, and a
+    wait for that event (a task start and one switch each way); ``floor``:
+    a round trip between two tasks that already run (two events).
+    """
+
+    async def start_and_wait() -> None:
+        ready = anyio.Event()
+
+        async def producer() -> None:
+            ready.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(producer)
+            await ready.wait()
+
+    class Pair:
+        """Two tasks that pass a token back and forth, one event each way."""
+
+        def __init__(self) -> None:
+            self.ping, self.pong, self.stop = anyio.Event(), anyio.Event(), False
+
+        async def other(self) -> None:
+            while not self.stop:
+                await self.ping.wait()
+                self.ping = anyio.Event()
+                self.pong.set()
+
+        async def round_trip(self) -> None:
+            self.ping.set()
+            await self.pong.wait()
+            self.pong = anyio.Event()
+
+    started = await per_op(start_and_wait, ops=1_000, repeats=args.repeats)
+    pair = Pair()
+    async with anyio.create_task_group() as group:
+        group.start_soon(pair.other)
+        trips = await per_op(pair.round_trip, ops=3_000, repeats=args.repeats)
+        pair.stop = True
+        await pair.round_trip()
+    return {"raf": started, "floor": trips}
+
+
 #: name -> (unit, scenario). The names are what ``--only`` matches.
 SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "run/0 providers": ("us/run", providers_scenario(0)),
@@ -520,6 +635,18 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "stream/1-update run, iterator (floor: unstreamed)": (
         "us/run",
         streaming_scenario("iterator", 1),
+    ),
+    "stream/to the first update, callback (floor: unstreamed, to the model)": (
+        "us",
+        first_update_scenario("callback"),
+    ),
+    "stream/to the first update, iterator (floor: unstreamed, to the model)": (
+        "us",
+        first_update_scenario("iterator"),
+    ),
+    "anyio/task group + 1 task + 1 wait (floor: a round trip between 2 tasks)": (
+        "us",
+        anyio_task_start,
     ),
 }
 
@@ -569,13 +696,15 @@ def targets(results: dict[str, dict[str, Any]]) -> list[list[str]]:
         figure, floor = raf_of(name), _median(results.get(name, {}).get("floor", "-"))
         added = None if figure is None or floor is None else figure - floor
         rows.append(check(f"raf per update over the floor ({form})", added, 2, "us"))
-    # What streaming adds before the first update, raf's own part: no chat middleware
-    # (a middleware that wraps on_update pays its own attrs.evolve, about 1 us each).
-    name = "stream/1-update run, callback, no chat mw (floor: unstreamed)"
-    figure, floor = raf_of(name), _median(results.get(name, {}).get("floor", "-"))
-    first = None if figure is None or floor is None else figure - floor
+    # What streaming adds before the first update: the time from the call to the first
+    # update against the time the unstreamed run takes to reach its model (no chat
+    # middleware: one that wraps on_update pays its own attrs.evolve, about 1 us).
     limit = round(zero, 2) if zero is not None else 15
-    rows.append(check("added before the first update (callback)", first, limit, "us"))
+    for form in ("callback", "iterator"):
+        name = f"stream/to the first update, {form} (floor: unstreamed, to the model)"
+        figure, floor = raf_of(name), _median(results.get(name, {}).get("floor", "-"))
+        first = None if figure is None or floor is None else figure - floor
+        rows.append(check(f"added before the first update ({form})", first, limit, "us"))
     return rows
 
 

@@ -47,6 +47,31 @@ async def per_op(
     return samples
 
 
+async def per_interval(
+    operation: Callable[[], Awaitable[float]], *, ops: int, repeats: int, warmup: int = 50
+) -> Samples:
+    """Microseconds of the interval that each call of ``operation`` measures and returns.
+
+    For a part of an operation (the time to a run's first update): the
+    operation times that part itself with ``time.perf_counter`` and returns
+    it in seconds. One sample per repeat of ``ops`` calls, the collector off.
+    """
+    for _ in range(warmup):
+        await operation()
+    samples: Samples = []
+    for _ in range(repeats):
+        gc.collect()
+        gc.disable()
+        try:
+            total = 0.0
+            for _ in range(ops):
+                total += await operation()
+        finally:
+            gc.enable()
+        samples.append(total / ops * 1e6)
+    return samples
+
+
 async def wall(operation: Callable[[], Awaitable[Any]], *, repeats: int, scale: float) -> Samples:
     """Wall-clock time of ``operation`` per repeat, multiplied by ``scale`` (1e3 for ms)."""
     await operation()  # warm-up: imports, first-call caches

@@ -27,6 +27,7 @@ from raf import (
     AgentRunOptions,
     ChatMessage,
     ChatOptions,
+    StreamClosedError,
     ToolCall,
     Update,
     Usage,
@@ -1265,6 +1266,36 @@ async def test_an_early_close_of_an_agent_stream_closes_the_http_response(
                 if update.text == "2 ":
                     break
         assert stream.response is None
+        assert await anyio.to_thread.run_sync(server.stream_aborted.wait, 20)
+
+
+async def test_an_agent_stream_reads_chunks_that_arrive_apart(server: OpenAIServer) -> None:
+    # Each read waits on the socket, in the consumer's task: the answer is whole.
+    events = (chunk("", role="assistant"), *(chunk(f"{n} ") for n in range(5)))
+    server.reply(Reply(events=(*events, chunk("", finish_reason="stop")), pause=0.01))
+    async with client_for(server) as model:
+        with anyio.fail_after(20):
+            async with Agent(model).stream("count") as stream:
+                seen = [update.text async for update in stream]
+    assert seen == ["0 ", "1 ", "2 ", "3 ", "4 "]
+    assert stream.response is not None
+    assert stream.response.text == "0 1 2 3 4 "
+
+
+async def test_a_cancelled_read_of_an_agent_stream_closes_the_http_response(
+    server: OpenAIServer,
+) -> None:
+    events = (chunk("", role="assistant"), chunk("first "), *(chunk("x") for _ in range(50)))
+    server.reply(Reply(events=events, pause=0.5))
+    async with client_for(server) as model:
+        async with Agent(model).stream("count") as stream:
+            first = await stream.__anext__()
+            with anyio.move_on_after(0.05):  # the next chunk is 0.5 s away: give up
+                await stream.__anext__()
+            with pytest.raises(StreamClosedError) as raised:
+                await stream.__anext__()
+        assert first.text == "first "
+        assert raised.value.partial.text == "first "
         assert await anyio.to_thread.run_sync(server.stream_aborted.wait, 20)
 
 

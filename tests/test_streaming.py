@@ -731,12 +731,17 @@ async def test_a_chat_middlewares_deadline_stops_a_model_that_waits() -> None:
     model = HangingModel(["only "])
     agent = Agent(model, stack=[Recorder("p", log)], chat_stack=[deadline])
     seen: list[Update] = []
-    with pytest.raises(TimeoutError) as raised:
+
+    async def read_all() -> None:
         async with agent.stream("hi") as stream:
             async for update in stream:
                 seen.append(update)
+
+    with pytest.raises(TimeoutError) as raised:
+        await read_all()
     assert texts(seen) == ["only "]
-    assert model.cancelled and model.closed
+    assert model.cancelled
+    assert model.closed
     assert log[-1][3] is raised.value  # the post stage saw what the consumer got
 
 
@@ -757,7 +762,8 @@ async def test_reading_again_after_a_cancelled_read_raises_the_closed_stream(
             assert waited.cancelled_caught
             with pytest.raises(StreamClosedError) as raised:
                 await stream.__anext__()
-    assert model.cancelled and model.closed
+    assert model.cancelled
+    assert model.closed
     assert raised.value.partial.text == "only "
     assert log[-1][3] is raised.value
     assert stream.response is None
