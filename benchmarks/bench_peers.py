@@ -22,7 +22,8 @@ returns a ``ResponseStream``; langchain ``agent.astream(..., stream_mode="messag
 over a chat model whose ``_astream`` yields the chunks (and reports each token,
 as a real async model does); pydantic-ai ``agent.run_stream`` with
 ``stream_text(delta=True, debounce_by=None)`` over a ``FunctionModel`` with a
-``stream_function``. raf's row is ``agent.run(..., on_update=...)`` with two chat
+``stream_function``. raf's rows are ``agent.run(..., on_update=...)`` and
+``async with agent.stream(...)``, each with two chat
 middlewares that wrap ``on_update`` as well; the floor iterates the model's
 stream directly. Unit: us per update.
 
@@ -63,6 +64,8 @@ SCENARIOS: dict[str, tuple[str, int, int, int]] = {
     "concurrency/300 runs, 0.3 s model, 10 providers": ("ms total", 10, 0, 300),
     # raf's row is bench_pipeline's scenario of this name (its chat middlewares included).
     "stream/callback, 10 providers, 2 chat mw": ("us/update", 10, 0, 0),
+    # The peers stream in one form only (an async iterator), measured again here.
+    "stream/iterator, 10 providers, 2 chat mw": ("us/update", 10, 0, 0),
 }
 
 #: How many text chunks a streamed run sends.
