@@ -199,9 +199,11 @@ class _Printer:
         self.out = out
         self.open = False  # a line of answer text is not yet ended
         self.printed = False
+        self.updated = False  # an update came in this turn
         self.clear: TextIO | None = None
 
     async def __call__(self, update: Update) -> None:
+        self.updated = True
         if self.clear is not None:
             _write(self.clear, _CLEAR_LINE)
             self.clear = None
@@ -252,7 +254,7 @@ async def _opened(args: argparse.Namespace, agent: Agent) -> AsyncIterator[Sessi
 # scope in the loop, whose post stages then run (shielded, bounded by the
 # agent's post_timeout), and the chat goes on.
 
-_BANNER = "raf chat — /exit or Ctrl-D ends the conversation; Ctrl-C cancels the current turn."
+_BANNER = "raf chat — /exit or Ctrl-D ends the conversation; Ctrl-C stops the current turn."
 _THINKING = "thinking…"
 _CLEAR_LINE = "\r\x1b[K"
 
@@ -315,9 +317,9 @@ def _chat(
                 printer.end_line()
                 _say(f"raf: this turn failed: {exc}")
                 continue
-            if response is None:
+            if isinstance(response, str):  # Ctrl-C ended it
                 printer.end_line()
-                _say("raf: turn cancelled")
+                _say(f"raf: {response}")
                 continue
             printer.finish()
         except KeyboardInterrupt:
@@ -342,11 +344,15 @@ def _turn(
     printer: _Printer,
     *,
     thinking: bool,
-) -> AgentResponse | None:
-    """One turn in the loop thread, streamed to ``printer``; ``None`` if Ctrl-C cancelled it.
+) -> AgentResponse | str:
+    """One turn in the loop thread, streamed to ``printer``: its response, or how Ctrl-C ended it.
 
-    ``thinking``: show "thinking…" on stderr until the first update, if stderr is a
-    terminal.
+    A first Ctrl-C once the answer has begun stops it there ("answer
+    stopped"): an early close, so the post stages see ``StreamClosedError``
+    (not under cancellation) and a history provider with ``persist_partial``
+    keeps what was said. Before the first update, or a second time, Ctrl-C
+    cancels the turn wherever it is ("turn cancelled"). ``thinking``: show
+    "thinking…" on stderr until the first update, if stderr is a terminal.
     """
     # While a turn runs, Ctrl-C only raises a flag: a KeyboardInterrupt could land
     # anywhere in the portal's machinery; the flag is read here, between waits.
@@ -356,32 +362,45 @@ def _turn(
     if in_main_thread:  # signal handlers belong to the main thread
         previous = signal.signal(signal.SIGINT, lambda number, frame: interrupted.set())
     thinking = thinking and sys.stderr.isatty()
+    printer.updated = False
     try:
         if thinking:
             # Until the first update (or the end of the turn).
             _write(sys.stderr, _THINKING)
             printer.clear = sys.stderr
-        scope: anyio.CancelScope = portal.call(anyio.CancelScope)
+        turn: anyio.CancelScope = portal.call(anyio.CancelScope)
+        reading: anyio.CancelScope = portal.call(anyio.CancelScope)
 
         async def run() -> AgentResponse | None:
-            # The callback form: the updates are printed from the loop thread as they
-            # come; Ctrl-C cancels the turn wherever it is (a pre stage, the model's
-            # stream, a tool), and its post stages run with the cancellation.
-            with scope:
-                return await loaded.agent.run(
-                    line, session=session, options=loaded.options, on_update=printer
-                )
-            return None  # the scope was cancelled: the turn's post stages have run
+            # The iterator form, printed as it is read. Cancelling ``reading`` leaves the
+            # block normally: an early close. Cancelling ``turn`` is a cancellation: the
+            # post stages run with it, shielded and bounded.
+            with turn:
+                async with loaded.agent.stream(
+                    line, session=session, options=loaded.options
+                ) as stream:
+                    with reading:
+                        async for update in stream:
+                            await printer(update)
+                return stream.response
+            return None
 
         future = portal.start_task_soon(run)
-        cancelled = False
+        stopped = cancelled = False
         while not future.done():
             wait([future], timeout=0.05)
             if interrupted.is_set() and not cancelled:
-                # Cancel the turn, then wait for its post stages to finish.
-                portal.call(scope.cancel)
-                cancelled = True
-        return future.result()
+                interrupted.clear()
+                if printer.updated and not stopped:
+                    portal.call(reading.cancel)  # then wait for the post stages
+                    stopped = True
+                else:
+                    portal.call(turn.cancel)
+                    cancelled = True
+        response = future.result()
+        if response is not None:
+            return response
+        return "turn cancelled" if cancelled else "answer stopped"
     finally:
         if in_main_thread:
             signal.signal(signal.SIGINT, previous)

@@ -724,8 +724,19 @@ class Slow(ContextProvider):
             await anyio.sleep(60)
         return ContextResult()
 
+class HangOnStop(ContextProvider):
+    """A post stage that never ends when the answer was stopped."""
+
+    async def on_invoked(self, agent, session, request_messages, response, error):
+        if type(error).__name__ == "StreamClosedError":
+            pathlib.Path("hanging").write_text("yes")
+            await anyio.sleep(600)
+
 def record(options):
     return Record(options.path("file"))
+
+def hang_on_stop(options):
+    return HangOnStop()
 
 def slow(options):
     return Slow()
@@ -881,30 +892,72 @@ def test_chat_prints_the_answer_as_it_streams_and_clears_thinking_at_the_first_u
     assert (tmp_path / "turns.log").read_text() == "hi: ok\nstory: ok\n"
 
 
-def test_ctrl_c_during_a_streamed_answer_ends_that_turn_not_the_chat(
+def test_ctrl_c_during_a_streamed_answer_stops_it_and_keeps_what_was_said(
     tmp_path: Path, terminals: list[Terminal], server: OpenAIServer
 ) -> None:
     events = (chunk("", role="assistant"), *(chunk(f"w{n} ") for n in range(600)))
     server.reply(Reply(events=events, pause=0.1))
     server.reply(Reply(events=text_stream("fine")))
-    path = streaming_config(tmp_path, server)
-    terminal = Terminal("chat", str(path), cwd=tmp_path, env=STREAM_ENV)
+    (tmp_path / "slowkinds.py").write_text(SLOW_MODULE)
+    path = openai_config(
+        tmp_path,
+        server,
+        extra="\n[[providers]]\nkind = 'slowkinds:record'\nfile = 'turns.log'\n"
+        "\n[[providers]]\nkind = 'memory'\npersist_partial = true\n",
+    )
+    terminal = Terminal("chat", str(path), "--session", "me", cwd=tmp_path, env=STREAM_ENV)
     terminals.append(terminal)
     terminal.expect("> ")
     terminal.send(b"count\r")
     terminal.expect("w2 ")  # the answer is streaming
     terminal.send(b"\x03")
-    terminal.expect("raf: turn cancelled")
+    terminal.expect("raf: answer stopped")
     terminal.expect("> ")
-    # The turn's post stages ran, with the cancellation; the stream's connection is closed.
-    assert (tmp_path / "turns.log").read_text() == "count: CancelledError\n"
+    # An early close: the post stages ran, not under cancellation; the connection is closed.
+    assert (tmp_path / "turns.log").read_text() == "count: StreamClosedError\n"
     assert server.stream_aborted.wait(20)
     terminal.send(b"next\r")
     terminal.expect("fine\r\n")
     terminal.expect("> ")
     terminal.send(b"\x04")
     assert terminal.close() == 0
-    assert (tmp_path / "turns.log").read_text() == "count: CancelledError\nnext: ok\n"
+    assert (tmp_path / "turns.log").read_text() == "count: StreamClosedError\nnext: ok\n"
+    # The memory provider kept what was said of the stopped answer: the next turn sent it.
+    sent = server.requests[-1].body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    stopped = sent[1]["content"]
+    assert stopped.startswith("w0 w1 w2 ")
+    assert set(stopped.split()) <= {f"w{n}" for n in range(600)}
+
+
+def test_a_second_ctrl_c_cancels_a_turn_that_does_not_stop(
+    tmp_path: Path, terminals: list[Terminal], server: OpenAIServer
+) -> None:
+    events = (chunk("", role="assistant"), *(chunk(f"w{n} ") for n in range(600)))
+    server.reply(Reply(events=events, pause=0.1))
+    server.reply(Reply(events=text_stream("fine")))
+    (tmp_path / "slowkinds.py").write_text(SLOW_MODULE)
+    path = openai_config(
+        tmp_path, server, extra="\n[[providers]]\nkind = 'slowkinds:hang_on_stop'\n"
+    )
+    terminal = Terminal("chat", str(path), cwd=tmp_path, env=STREAM_ENV)
+    terminals.append(terminal)
+    terminal.expect("> ")
+    terminal.send(b"count\r")
+    terminal.expect("w2 ")
+    terminal.send(b"\x03")  # stop: the early close's post stage hangs
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "hanging").exists():
+        assert time.monotonic() < deadline, terminal.seen
+        time.sleep(0.05)
+    terminal.send(b"\x03")  # cancel
+    terminal.expect("raf: turn cancelled")
+    terminal.expect("> ")
+    terminal.send(b"next\r")
+    terminal.expect("fine\r\n")
+    terminal.expect("> ")
+    terminal.send(b"\x04")
+    assert terminal.close() == 0
 
 
 def test_run_prints_the_answer_as_it_streams_with_tool_calls_on_lines_of_their_own(
