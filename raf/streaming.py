@@ -104,32 +104,38 @@ async def stream_model(
     consumer's task reads the stream (see :class:`AgentStream`).
     """
     closing = CLOSING.get()
+    name = type(client).__name__
     stream = getattr(client, "stream", None)
     if stream is None:
         if closing is None:
             response: AgentResponse = await client.complete(messages, options)
+            await pump(name, _replay(response), on_update)
         else:
             response = await closing.run(client.complete, messages, options)
-        if closing is None:
-            for update in response.to_updates():
-                await on_update(update)
-        else:
-            await closing.drive(type(client).__name__, _replay(response), on_update)
+            await closing.drive(name, _replay(response), on_update)
         return response
     iterator = _open(client, stream, messages, options)
-    if closing is not None:
-        return AgentResponse.from_updates(
-            await closing.drive(type(client).__name__, iterator, on_update)
-        )
+    if closing is None:
+        return AgentResponse.from_updates(await pump(name, iterator, on_update))
+    return AgentResponse.from_updates(await closing.drive(name, iterator, on_update))
+
+
+async def pump(client: str, iterator: AsyncIterator[Update], on_update: OnUpdate) -> list[Update]:
+    """Send each update of a model's stream to ``on_update``, here: the updates sent.
+
+    The callback form's way; the iterator form hands the stream to its
+    consumer instead (:meth:`AgentStream._drive`).
+    """
     updates: list[Update] = []
     try:
         async for update in iterator:
-            _check(client, update)
+            if type(update) is not Update:
+                _check(client, update)
             updates.append(update)
             await on_update(update)
     finally:
         await _aclose(iterator)
-    return AgentResponse.from_updates(updates)
+    return updates
 
 
 def _open(
@@ -146,10 +152,9 @@ def _open(
     return iterator  # type: ignore[no-any-return]
 
 
-def _check(client: Any, update: object) -> None:
+def _check(client: str, update: object) -> None:
     if type(update) is not Update:
-        name = client if isinstance(client, str) else type(client).__name__
-        raise TypeError(f"{name}.stream() yielded {update!r:.80}, not a raf.Update")
+        raise TypeError(f"{client}.stream() yielded {update!r:.80}, not a raf.Update")
 
 
 async def _replay(response: AgentResponse) -> AsyncIterator[Update]:
@@ -419,6 +424,12 @@ class AgentStream:
     ) -> list[Update]:
         """Hand a model stream to the consumer and wait until it is over: its updates."""
         closing = self._closing
+        if self._model_stream is not None:
+            # A second model stream at once (a middleware that calls the model twice
+            # concurrently): this one goes the callback form's way, its updates handed
+            # over one by one, so neither waits for the other.
+            return await closing.run(pump, client, iterator, on_update)
+        stream: _ModelStream | None = None
         try:
             if closing.closed:
                 raise closing.error
@@ -444,7 +455,8 @@ class AgentStream:
                 raise stream.outcome
             return stream.updates
         finally:
-            self._model_stream = None
+            if stream is not None and self._model_stream is stream:
+                self._model_stream = None
             await _aclose(iterator)
 
     async def _send(self, update: Update) -> None:
@@ -598,14 +610,20 @@ class AgentStream:
 
     async def _close_after_interruption(self, stream: _ModelStream) -> None:
         """A read again after a cancelled one: close the run, raise its StreamClosedError."""
-        self._closing.close(AgentResponse.from_updates(self._received))
-        stream.finish(self._closing.error)
+        closing = self._closing
+        closing.close(AgentResponse.from_updates(self._received))
+        stream.finish(closing.error)
         while self._state == "running":
             assert self._ready is not None
             await self._ready.wait()
             self._ready = anyio.Event()
+        error = self._error
+        if error is None or error is closing.error:
+            error = closing.error
+            for failure in error.post_failures:  # none is lost: notes on what is raised
+                error.add_note(f"raf: on the early close, {failure} (cause: {failure.__cause__!r})")
         self._error_delivered = True
-        raise self._closing.error
+        raise error
 
     def _end(self) -> Update:
         error = self._error

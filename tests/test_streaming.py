@@ -817,3 +817,39 @@ async def test_a_cancellation_from_inside_the_run_reaches_a_read(outer_deadline:
     else:  # no scope to cancel: the run goes on once the read has its update
         assert not model.cancelled
         assert texts(seen) == ["first ", "then "]
+
+
+async def test_two_model_streams_at_once_both_reach_the_consumer() -> None:
+    async def twice(request: ChatRequest, call_next: Any) -> AgentResponse:
+        """Calls the model twice at once and keeps the first answer (a hedged request)."""
+        answers: list[AgentResponse] = []
+
+        async def call() -> None:
+            answers.append(await call_next(request))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            group.start_soon(call)
+        return answers[0]
+
+    agent = Agent(EchoChatClient(), chat_stack=[twice])
+    with anyio.fail_after(5):
+        async with agent.stream("a b") as stream:
+            seen = texts([update async for update in stream])
+    assert sorted(seen) == ["a ", "a ", "b", "b"]
+    assert stream.response is not None
+    assert stream.response.text == "a b"
+
+
+async def test_a_post_failure_after_a_cancelled_read_is_a_note_on_what_is_raised() -> None:
+    log: list[Any] = []
+    model = HangingModel(["only "])
+    agent = Agent(model, stack=[Recorder("p", log, fail_post=True)])
+    async with agent.stream("hi") as stream:
+        await stream.__anext__()
+        with anyio.move_on_after(0.02):
+            await stream.__anext__()
+        with pytest.raises(StreamClosedError) as raised:
+            await stream.__anext__()
+    notes = getattr(raised.value, "__notes__", [])
+    assert any("p cannot write" in note for note in notes)
