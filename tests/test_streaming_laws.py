@@ -11,6 +11,8 @@ each with the right outcome.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import anyio
@@ -184,8 +186,33 @@ def seen_updates(scenario: StreamScenario) -> tuple[Update, ...]:
     return updates if scenario.close_after is None else updates[: scenario.close_after]
 
 
+@asynccontextmanager
+async def at_most_10_s(deadline: bool) -> AsyncIterator[None]:
+    """A bound on a scenario: a deadline, or a watchdog that fails the test.
+
+    The iterator form reads the model's stream in a cancel scope only when
+    the run has a deadline; the watchdog leaves it none, so both ways of
+    reading are under the laws.
+    """
+    if deadline:
+        with anyio.fail_after(10):
+            yield
+        return
+
+    async def watchdog() -> None:
+        await anyio.sleep(10)
+        raise AssertionError("the streamed run hung")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watchdog)
+        try:
+            yield
+        finally:
+            group.cancel_scope.cancel()
+
+
 async def run_streamed(
-    scenario: StreamScenario, journal: list[tuple[Any, ...]]
+    scenario: StreamScenario, journal: list[tuple[Any, ...]], *, deadline: bool = True
 ) -> tuple[AgentResponse | None, BaseException | None, bool, list[Any]]:
     """Run the scenario in its form; the response, what was raised, whether cancelled."""
     base = scenario.base
@@ -214,35 +241,38 @@ async def run_streamed(
             await anyio.sleep(5)
         return True
 
-    with anyio.fail_after(10), anyio.CancelScope() as scope:
-        try:
-            if scenario.form == "callback":
+    async with at_most_10_s(deadline):
+        with anyio.CancelScope() as scope:
+            try:
+                if scenario.form == "callback":
 
-                async def on_update(update: Update) -> None:
-                    if await consumer_step(update, scope):
-                        raise ConsumerStop
+                    async def on_update(update: Update) -> None:
+                        if await consumer_step(update, scope):
+                            raise ConsumerStop
 
-                response = await agent.run(base.request, on_update=on_update)
-            else:
-                async with agent.stream(base.request) as stream:
-                    if scenario.close_after != 0:
-                        async for update in stream:
-                            if await consumer_step(update, scope):
-                                break
-                response = stream.response
-        except BaseException as exc:
-            raised = exc
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise
+                    response = await agent.run(base.request, on_update=on_update)
+                else:
+                    async with agent.stream(base.request) as stream:
+                        if scenario.close_after != 0:
+                            async for update in stream:
+                                if await consumer_step(update, scope):
+                                    break
+                    response = stream.response
+            except BaseException as exc:
+                raised = exc
+                if isinstance(exc, anyio.get_cancelled_exc_class()):
+                    raise
     return response, raised, scope.cancelled_caught, [failure]
 
 
 @settings(max_examples=200, deadline=None)
-@given(stream_scenarios())
-async def test_the_journal_of_a_streamed_run(scenario: StreamScenario) -> None:
+@given(stream_scenarios(), st.booleans())
+async def test_the_journal_of_a_streamed_run(scenario: StreamScenario, deadline: bool) -> None:
     event(f"{scenario.form}: {expected_outcome(scenario)}")
     journal: list[tuple[Any, ...]] = []
-    response, raised, cancelled, (failure,) = await run_streamed(scenario, journal)
+    response, raised, cancelled, (failure,) = await run_streamed(
+        scenario, journal, deadline=deadline
+    )
     simplified = [
         (entry[0], entry[1], outcome_kind(entry[2], entry[3]))
         if entry[0] in ("post", "mw-out")
