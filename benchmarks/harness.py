@@ -30,21 +30,14 @@ async def per_op(
     The garbage collector is off inside a timed loop (as in ``timeit``) and runs
     between repeats, so a sample is not one unlucky collection.
     """
-    for _ in range(warmup):
-        await operation()
-    samples: Samples = []
-    for _ in range(repeats):
-        gc.collect()
-        gc.disable()
-        try:
-            start = time.perf_counter()
-            for _ in range(ops):
-                await operation()
-            elapsed = time.perf_counter() - start
-        finally:
-            gc.enable()
-        samples.append(elapsed / ops * 1e6)
-    return samples
+
+    async def timed() -> float:
+        start = time.perf_counter()
+        for _ in range(ops):
+            await operation()
+        return (time.perf_counter() - start) / ops * 1e6
+
+    return await _sampled(operation, timed, repeats=repeats, warmup=warmup)
 
 
 async def per_interval(
@@ -56,6 +49,24 @@ async def per_interval(
     operation times that part itself with ``time.perf_counter`` and returns
     it in seconds. One sample per repeat of ``ops`` calls, the collector off.
     """
+
+    async def timed() -> float:
+        total = 0.0
+        for _ in range(ops):
+            total += await operation()
+        return total / ops * 1e6
+
+    return await _sampled(operation, timed, repeats=repeats, warmup=warmup)
+
+
+async def _sampled(
+    operation: Callable[[], Awaitable[Any]],
+    timed: Callable[[], Awaitable[float]],
+    *,
+    repeats: int,
+    warmup: int,
+) -> Samples:
+    """``warmup`` calls of ``operation``, then ``repeats`` samples of ``timed``, collector off."""
     for _ in range(warmup):
         await operation()
     samples: Samples = []
@@ -63,12 +74,9 @@ async def per_interval(
         gc.collect()
         gc.disable()
         try:
-            total = 0.0
-            for _ in range(ops):
-                total += await operation()
+            samples.append(await timed())
         finally:
             gc.enable()
-        samples.append(total / ops * 1e6)
     return samples
 
 

@@ -170,9 +170,12 @@ async def _aclose(iterator: AsyncIterator[Update]) -> None:
         await aclose()
 
 
-#: What a read of the consumer's ends with besides an update: the run's deadline passed.
-_DEADLINE = StreamClosedError()  # a marker, never raised
-#: A read's first step is taken inside the awaitable (see _Steps).
+class _DeadlinePassed(Exception):
+    """How a read ends when the run's deadline passed while it waited: never raised."""
+
+
+_DEADLINE = _DeadlinePassed()
+#: In _Steps: no step of the coroutine is under way: take the next one now.
 _UNSTARTED = object()
 
 

@@ -892,24 +892,37 @@ def test_chat_prints_the_answer_as_it_streams_and_clears_thinking_at_the_first_u
     assert (tmp_path / "turns.log").read_text() == "hi: ok\nstory: ok\n"
 
 
-def test_ctrl_c_during_a_streamed_answer_stops_it_and_keeps_what_was_said(
-    tmp_path: Path, terminals: list[Terminal], server: OpenAIServer
-) -> None:
+def counting_chat(
+    tmp_path: Path, terminals: list[Terminal], server: OpenAIServer, providers: str
+) -> Terminal:
+    """``raf chat --session me`` with ``providers``, in the middle of a long streamed answer.
+
+    The model counts ``w0 w1 ...`` a word every 0.1 s for a minute, then
+    answers "fine" to the next turn.
+    """
     events = (chunk("", role="assistant"), *(chunk(f"w{n} ") for n in range(600)))
     server.reply(Reply(events=events, pause=0.1))
     server.reply(Reply(events=text_stream("fine")))
     (tmp_path / "slowkinds.py").write_text(SLOW_MODULE)
-    path = openai_config(
-        tmp_path,
-        server,
-        extra="\n[[providers]]\nkind = 'slowkinds:record'\nfile = 'turns.log'\n"
-        "\n[[providers]]\nkind = 'memory'\npersist_partial = true\n",
-    )
+    path = openai_config(tmp_path, server, extra=providers)
     terminal = Terminal("chat", str(path), "--session", "me", cwd=tmp_path, env=STREAM_ENV)
     terminals.append(terminal)
     terminal.expect("> ")
     terminal.send(b"count\r")
     terminal.expect("w2 ")  # the answer is streaming
+    return terminal
+
+
+def test_ctrl_c_during_a_streamed_answer_stops_it_and_keeps_what_was_said(
+    tmp_path: Path, terminals: list[Terminal], server: OpenAIServer
+) -> None:
+    terminal = counting_chat(
+        tmp_path,
+        terminals,
+        server,
+        "\n[[providers]]\nkind = 'slowkinds:record'\nfile = 'turns.log'\n"
+        "\n[[providers]]\nkind = 'memory'\npersist_partial = true\n",
+    )
     terminal.send(b"\x03")
     terminal.expect("raf: answer stopped")
     terminal.expect("> ")
@@ -933,18 +946,9 @@ def test_ctrl_c_during_a_streamed_answer_stops_it_and_keeps_what_was_said(
 def test_a_second_ctrl_c_cancels_a_turn_that_does_not_stop(
     tmp_path: Path, terminals: list[Terminal], server: OpenAIServer
 ) -> None:
-    events = (chunk("", role="assistant"), *(chunk(f"w{n} ") for n in range(600)))
-    server.reply(Reply(events=events, pause=0.1))
-    server.reply(Reply(events=text_stream("fine")))
-    (tmp_path / "slowkinds.py").write_text(SLOW_MODULE)
-    path = openai_config(
-        tmp_path, server, extra="\n[[providers]]\nkind = 'slowkinds:hang_on_stop'\n"
+    terminal = counting_chat(
+        tmp_path, terminals, server, "\n[[providers]]\nkind = 'slowkinds:hang_on_stop'\n"
     )
-    terminal = Terminal("chat", str(path), cwd=tmp_path, env=STREAM_ENV)
-    terminals.append(terminal)
-    terminal.expect("> ")
-    terminal.send(b"count\r")
-    terminal.expect("w2 ")
     terminal.send(b"\x03")  # stop: the early close's post stage hangs
     deadline = time.monotonic() + 30
     while not (tmp_path / "hanging").exists():
