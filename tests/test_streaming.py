@@ -853,3 +853,20 @@ async def test_a_post_failure_after_a_cancelled_read_is_a_note_on_what_is_raised
             await stream.__anext__()
     notes = getattr(raised.value, "__notes__", [])
     assert any("p cannot write" in note for note in notes)
+
+
+async def test_a_consumers_deadline_during_a_read_is_a_cancellation() -> None:
+    log: list[Any] = []
+    model = HangingModel(["only "])
+    agent = Agent(model, stack=[Recorder("p", log)])
+    seen: list[Update] = []
+    with anyio.move_on_after(0.05) as scope:
+        async with agent.stream("hi") as stream:
+            async for update in stream:  # the second read waits for the model
+                seen.append(update)
+    assert scope.cancelled_caught
+    assert texts(seen) == ["only "]
+    assert model.cancelled
+    assert model.closed
+    assert isinstance(log[-1][3], anyio.get_cancelled_exc_class())
+    assert stream.response is None
