@@ -870,3 +870,55 @@ async def test_a_consumers_deadline_during_a_read_is_a_cancellation() -> None:
     assert model.closed
     assert isinstance(log[-1][3], anyio.get_cancelled_exc_class())
     assert stream.response is None
+
+
+async def test_a_middleware_may_send_more_or_fewer_updates_than_the_model() -> None:
+    async def split_and_drop(request: ChatRequest, call_next: Any) -> AgentResponse:
+        send = request.on_update
+        assert send is not None
+
+        async def on_update(update: Update) -> None:
+            if update.kind == "usage":
+                return  # dropped
+            for letter in update.text:
+                await send(Update.of_text(letter))
+
+        return await call_next(attrs.evolve(request, on_update=on_update))  # type: ignore[no-any-return]
+
+    agent = Agent(EchoChatClient(), chat_stack=[split_and_drop])
+    async with agent.stream("ab cd") as stream:
+        seen = [update async for update in stream]
+    assert [update.text for update in seen] == ["a", "b", " ", "c", "d"]
+    assert stream.response is not None
+    assert stream.response.text == "ab cd"  # what the model said, as unstreamed
+
+
+async def test_a_read_cancelled_while_a_middleware_waits_is_an_early_close() -> None:
+    async def slow_second(request: ChatRequest, call_next: Any) -> AgentResponse:
+        send = request.on_update
+        assert send is not None
+        count = 0
+
+        async def on_update(update: Update) -> None:
+            nonlocal count
+            count += 1
+            if count == 2:
+                await anyio.sleep(5)  # the read waits here, not in the model
+            await send(update)
+
+        return await call_next(attrs.evolve(request, on_update=on_update))  # type: ignore[no-any-return]
+
+    log: list[Any] = []
+    model = HangingModel(["one ", "two ", "three "])
+    agent = Agent(model, stack=[Recorder("p", log)], chat_stack=[slow_second])
+    async with agent.stream("hi") as stream:
+        first = await stream.__anext__()
+        with anyio.move_on_after(0.05) as waited:
+            await stream.__anext__()
+    assert waited.cancelled_caught
+    assert first.text == "one "
+    assert model.closed
+    assert not model.cancelled  # it was waiting at its yield, not in an await: closed
+    error = log[-1][3]
+    assert isinstance(error, StreamClosedError)
+    assert error.partial.text == "one "
