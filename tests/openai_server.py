@@ -46,12 +46,13 @@ class Reply:
 
 @attrs.frozen
 class Received:
-    """One request the server got."""
+    """One request the server got: ``body`` parsed, ``raw`` its bytes as sent."""
 
     method: str
     path: str
     headers: Mapping[str, str]
     body: Any
+    raw: bytes = b""
 
 
 def completion(
