@@ -58,10 +58,12 @@ from raf.errors import (
 )
 from raf.middleware import RetryMiddleware
 from tests.openai_server import (
+    HISTORY_EDITS,
     OpenAIServer,
     Reply,
     chunk,
     completion,
+    edit_history,
     error_body,
     text_stream,
 )
@@ -863,7 +865,7 @@ def test_the_written_out_json_equals_the_generic_encoding(message: ChatMessage) 
 
 # Steps of a random conversation as the client sees it: what changes between two calls.
 call_steps = st.lists(
-    st.sampled_from(["extend", "reply", "new objects", "new system", "drop system", "truncate"]),
+    st.sampled_from(["reply", *HISTORY_EDITS]),
     min_size=1,
     max_size=12,
 )
@@ -877,18 +879,9 @@ def test_bodies_that_reuse_earlier_ones_are_what_a_fresh_encoding_gives(
     model = OpenAIChatClient("m", api_key="k")
     messages: list[ChatMessage] = [ChatMessage.system("rules"), *pool]
     for n, step in enumerate(steps):
-        if step == "extend":
-            messages += pool[: n % len(pool) + 1]
-        elif step == "reply":
+        if step == "reply":
             messages += [ChatMessage.assistant(f"a{n}"), ChatMessage.user(f"q{n}")]
-        elif step == "new objects":  # a history decoded anew: equal messages, new objects
-            messages = [ChatMessage.from_dict(m.to_dict()) for m in messages]
-        elif step == "new system":
-            messages = [ChatMessage.system(f"rules {n}"), *messages[1:]]
-        elif step == "drop system" and messages and messages[0].role == "system":
-            messages = messages[1:]
-        elif step == "truncate":
-            messages = messages[: len(messages) // 2]
+        messages = edit_history(step, n, messages, pool)
         sent = tuple(messages) if n % 2 else list(messages)
         _, body, _ = model.request_body(sent, ChatOptions())
         assert json.loads(body) == {"model": "m", "messages": [message_to_wire(m) for m in sent]}

@@ -46,6 +46,7 @@ from raf.errors import (
     RateLimitError,
     ServerError,
 )
+from tests.openai_server import HISTORY_EDITS, edit_history
 from tests.responses_server import Answer, ResponsesServer, events_of, response_body
 
 pytestmark = pytest.mark.anyio
@@ -372,9 +373,7 @@ def test_the_written_out_items_equal_the_generic_encoding(message: ChatMessage) 
 # "call c1" is a reply that calls tools with reasoning, its first call's id c1: ids repeat,
 # so a later reply can take the key of a turn already in the history.
 call_steps = st.lists(
-    st.sampled_from(
-        ["extend", "call c1", "call c2", "new objects", "new system", "drop system", "truncate"]
-    ),
+    st.sampled_from(["call c1", "call c2", *HISTORY_EDITS]),
     min_size=1,
     max_size=8,
 )
@@ -392,23 +391,14 @@ async def test_cached_bodies_are_the_uncached_bytes_and_the_sdks(
     messages: list[ChatMessage] = [ChatMessage.system("rules"), *pool]
     async with client_for(server) as model:
         for n, step in enumerate(steps):
-            if step == "extend":
-                messages += pool[: n % len(pool) + 1]
-            elif step.startswith("call"):
+            if step.startswith("call"):
                 key = step.split()[1]
                 server.answer(
                     text=None if n % 2 else f"thinking {n}",
                     calls=[(key, "add", f'{{"a": {n}}}'), (f"x{n}", "add", "{}")][: n % 2 + 1],
                     reasoning=f"rs_{n}",
                 )
-            elif step == "new objects":  # a history decoded anew: equal messages, new objects
-                messages = [ChatMessage.from_dict(m.to_dict()) for m in messages]
-            elif step == "new system":
-                messages = [ChatMessage.system(f"rules {n}"), *messages[1:]]
-            elif step == "drop system" and messages and messages[0].role == "system":
-                messages = messages[1:]
-            elif step == "truncate":
-                messages = messages[: len(messages) // 2]
+            messages = edit_history(step, n, messages, pool)
             if not step.startswith("call"):
                 server.answer()
             sent = tuple(messages) if n % 2 else list(messages)
