@@ -286,6 +286,13 @@ class OpenAIResponsesClient:
     ) -> tuple[str, bytes, dict[str, Any]]:
         """The model, the JSON body and the SDK request options of one call.
 
+        The body is the bytes ``responses.create`` would send, its keys in the
+        SDK's order, built as :meth:`raf.OpenAIChatClient.request_body` builds
+        its own: each message's input items are cached (see :func:`input_json`),
+        and so are the input parts of this client's last few bodies, so a turn
+        whose messages extend an earlier call's costs its new messages and one
+        copy. ``stream`` adds ``"stream": true``.
+
         ``options.extra`` is applied last, as with :class:`raf.OpenAIChatClient`:
         ``timeout``, ``extra_headers``, ``extra_query`` and ``extra_body`` as the
         SDK understands them, any other key into the body; an ``include`` list
