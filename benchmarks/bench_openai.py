@@ -1,4 +1,5 @@
-"""A turn over a long history through OpenAIChatClient, against a plain httpx POST.
+"""A turn over a long history through OpenAIChatClient (and OpenAIResponsesClient), against
+a plain httpx POST.
 
 One loopback HTTP server in a child process (so it does not share the GIL with
 what is measured) answers every POST with the same small chat completion. In
@@ -23,12 +24,19 @@ this process, side by side and interleaved, for a stored history of 1,000 and
 - ``raf streamed turn``: ``agent.run(..., on_update=...)`` of the same agent,
   ``OpenAIChatClient.stream`` underneath.
 
+With ``--clients chat responses`` the same rows are measured for
+``OpenAIResponsesClient`` too (``POST /responses``; the server answers with a
+response object, or with the events of one: 20 text deltas and
+``response.completed``), each row named ``responses:``; the SDK row is then
+``AsyncOpenAI.responses.create`` with the input items.
+
 Budget: ``raf turn`` <= 2x ``httpx POST``; ``raf streamed turn`` <= 2x
 ``httpx stream POST``.
 
     python benchmarks/bench_openai.py                    # both sizes, asyncio
     python benchmarks/bench_openai.py --repeats 15 --backend trio
     python benchmarks/bench_openai.py --sizes 1000 --sdk-repeats 0   # skip the slow SDK rows
+    python benchmarks/bench_openai.py --clients chat responses        # both clients
     RAF_SOURCE=../other-checkout python benchmarks/bench_openai.py  # measure another raf
 """
 
@@ -104,6 +112,63 @@ STREAM_REPLY = (
     + b"0\r\n\r\n"
 )
 
+RESPONSE = {
+    "id": "resp_bench",
+    "object": "response",
+    "created_at": 1700000000,
+    "model": "bench-model",
+    "status": "completed",
+    "output": [
+        {
+            "type": "message",
+            "id": "msg_bench",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "Noted.", "annotations": []}],
+        }
+    ],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [],
+    "usage": {
+        "input_tokens": 10,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 2,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 12,
+    },
+}
+RESPONSES_REPLY = json.dumps(RESPONSE).encode()
+
+
+def _response_event(event: dict[str, Any]) -> bytes:
+    data = b"event: %s\ndata: %s\n\n" % (event["type"].encode(), json.dumps(event).encode())
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+#: The streamed response: created, 20 text deltas, completed; chunked.
+RESPONSES_STREAM_REPLY = (
+    b"".join(
+        [
+            _response_event({"type": "response.created", "response": RESPONSE}),
+            *(
+                _response_event(
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": "msg_bench",
+                        "output_index": 0,
+                        "content_index": 0,
+                        "delta": f"word{n} ",
+                    }
+                )
+                for n in range(20)
+            ),
+            _response_event({"type": "response.completed", "response": RESPONSE}),
+        ]
+    )
+    + b"0\r\n\r\n"
+)
+
 # --- The server (a child process) ----------------------------------------------------------
 
 
@@ -111,6 +176,10 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
     head = (
         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\nconnection: keep-alive\r\n\r\n" % len(REPLY)
+    )
+    responses_head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: keep-alive\r\n\r\n" % len(RESPONSES_REPLY)
     )
     stream_head = (
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -124,7 +193,14 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":", 1)[1])
             body = await reader.readexactly(length)
-            if b'"stream":true' in body[-200:]:  # raf's streamed body ends with it
+            if request.split(b" ", 2)[1].endswith(b"/responses"):
+                # raf's Responses body says "stream" after the model (the SDK's order;
+                # at the end before that order was followed).
+                if b'"stream":true' in body[:300] or b'"stream":true' in body[-100:]:
+                    writer.write(stream_head + RESPONSES_STREAM_REPLY)
+                else:
+                    writer.write(responses_head + RESPONSES_REPLY)
+            elif b'"stream":true' in body[-200:]:  # raf's streamed body ends with it
                 writer.write(stream_head + STREAM_REPLY)
             else:
                 writer.write(head + REPLY)
@@ -201,24 +277,35 @@ async def timed(operation: Callable[[], Awaitable[Any]]) -> float:
     return (time.perf_counter() - started) * 1e3
 
 
-async def measure(base_url: str, size: int, repeats: int, sdk_repeats: int) -> dict[str, Samples]:
+async def measure(
+    base_url: str, size: int, repeats: int, sdk_repeats: int, kind: str = "chat"
+) -> dict[str, Samples]:
     import httpx2
     import openai
 
     from raf import Agent, ChatMessage, ChatOptions, InMemoryHistoryProvider, InMemorySession
     from raf.clients.openai import OpenAIChatClient
+    from raf.clients.responses import OpenAIResponsesClient
 
     stored = history(size)
     question = "And what about the next one?"
     instructions = "You answer questions about the history. Be brief."
-    model = OpenAIChatClient("bench-model", base_url=base_url, api_key="sk-bench", max_retries=0)
+    client_class = OpenAIChatClient if kind == "chat" else OpenAIResponsesClient
+    path = "/chat/completions" if kind == "chat" else "/responses"
+    model = client_class("bench-model", base_url=base_url, api_key="sk-bench", max_retries=0)
     agent = Agent(model, instructions=instructions, stack=[InMemoryHistoryProvider()])
     # The floor's body is exactly what raf sends for a turn (a fresh client: nothing cached).
-    _, body, _ = OpenAIChatClient("bench-model", api_key="sk-bench").request_body(
-        [ChatMessage.system(instructions), *stored, ChatMessage.user(question)], ChatOptions()
+    turn_messages = [ChatMessage.system(instructions), *stored, ChatMessage.user(question)]
+    _, body, _ = client_class("bench-model", api_key="sk-bench").request_body(
+        turn_messages, ChatOptions()
     )
     body_dict = json.loads(body)
-    streamed_body = body[:-1] + b',"stream":true,"stream_options":{"include_usage":true}}'
+    if kind == "chat":
+        streamed_body = body[:-1] + b',"stream":true,"stream_options":{"include_usage":true}}'
+    else:
+        _, streamed_body, _ = OpenAIResponsesClient("bench-model", api_key="sk-bench").request_body(
+            turn_messages, ChatOptions(), stream=True
+        )
     plain = httpx2.AsyncClient(base_url=base_url)
     headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
     sdk = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
@@ -229,20 +316,26 @@ async def measure(base_url: str, size: int, repeats: int, sdk_repeats: int) -> d
         return session
 
     async def floor() -> None:
-        reply = await plain.post("/chat/completions", content=body, headers=headers)
+        reply = await plain.post(path, content=body, headers=headers)
         json.loads(reply.content)
 
     async def floor_json() -> None:
-        reply = await plain.post("/chat/completions", json=body_dict, headers=headers)
+        reply = await plain.post(path, json=body_dict, headers=headers)
         json.loads(reply.content)
 
     async def sdk_create() -> None:
-        await sdk.chat.completions.create(model="bench-model", messages=body_dict["messages"])
+        if kind == "chat":
+            await sdk.chat.completions.create(model="bench-model", messages=body_dict["messages"])
+        else:
+            await sdk.responses.create(
+                model="bench-model",
+                input=body_dict["input"],
+                store=False,
+                include=["reasoning.encrypted_content"],
+            )
 
     async def floor_stream() -> None:
-        async with plain.stream(
-            "POST", "/chat/completions", content=streamed_body, headers=headers
-        ) as reply:
+        async with plain.stream("POST", path, content=streamed_body, headers=headers) as reply:
             async for line in reply.aiter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
                     json.loads(line[6:])
@@ -293,6 +386,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--sdk-repeats", type=int, default=3)
     parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
+    parser.add_argument("--clients", nargs="+", default=["chat"], choices=["chat", "responses"])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -304,16 +398,20 @@ def main() -> None:
     child, base_url = start_server()
     try:
         rows = []
-        for size in args.sizes:
-            samples = run_async(
-                lambda size=size: measure(base_url, size, args.repeats, args.sdk_repeats),
-                args.backend,
-            )
-            for name, figure in samples.items():
-                floor = samples["httpx stream POST" if "stream" in name else "httpx POST"]
-                shown: Samples | str = figure if figure else "not run"
-                best = f"x{min(figure) / min(floor):.2f}" if figure else "-"
-                rows.append([f"{size:,}", name, fmt(shown), ratio(shown, floor), best])
+        for kind in args.clients:
+            for size in args.sizes:
+                samples = run_async(
+                    lambda size=size, kind=kind: measure(
+                        base_url, size, args.repeats, args.sdk_repeats, kind
+                    ),
+                    args.backend,
+                )
+                prefix = "" if kind == "chat" else "responses: "
+                for name, figure in samples.items():
+                    floor = samples["httpx stream POST" if "stream" in name else "httpx POST"]
+                    shown: Samples | str = figure if figure else "not run"
+                    best = f"x{min(figure) / min(floor):.2f}" if figure else "-"
+                    rows.append([f"{size:,}", prefix + name, fmt(shown), ratio(shown, floor), best])
     finally:
         assert child.stdin is not None
         child.stdin.close()

@@ -11,11 +11,13 @@ import json
 import socket
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import attrs
+
+from raf import ChatMessage
 
 
 @attrs.frozen
@@ -46,12 +48,37 @@ class Reply:
 
 @attrs.frozen
 class Received:
-    """One request the server got."""
+    """One request the server got: ``body`` parsed, ``raw`` its bytes as sent."""
 
     method: str
     path: str
     headers: Mapping[str, str]
     body: Any
+    raw: bytes = b""
+
+
+#: What can change in a conversation between two calls of a client (see :func:`edit_history`).
+HISTORY_EDITS = ("extend", "new objects", "new system", "drop system", "truncate")
+
+
+def edit_history(
+    step: str, n: int, messages: list[ChatMessage], pool: Sequence[ChatMessage]
+) -> list[ChatMessage]:
+    """``messages`` after step ``n`` of a random conversation, one of :data:`HISTORY_EDITS`
+    (another step leaves them as they are): more of ``pool``, a history decoded anew
+    (equal messages, new objects), another leading system message, none, or its first half.
+    """
+    if step == "extend":
+        return [*messages, *pool[: n % len(pool) + 1]]
+    if step == "new objects":
+        return [ChatMessage.from_dict(m.to_dict()) for m in messages]
+    if step == "new system":
+        return [ChatMessage.system(f"rules {n}"), *messages[1:]]
+    if step == "drop system" and messages and messages[0].role == "system":
+        return messages[1:]
+    if step == "truncate":
+        return messages[: len(messages) // 2]
+    return messages
 
 
 def completion(

@@ -247,7 +247,7 @@ class ResponsesServer:
                 body = json.loads(raw) if raw else None
                 headers = {key.lower(): value for key, value in self.headers.items()}
                 with server._lock:
-                    server.requests.append(Received("POST", self.path, headers, body))
+                    server.requests.append(Received("POST", self.path, headers, body, raw))
                 answer = server._next()
                 if answer.delay and server._stopping.wait(answer.delay):
                     return

@@ -33,10 +33,11 @@ from raf import (
     Usage,
     tool,
 )
+from raf.clients import _wire as wire_module
 from raf.clients import openai as openai_module
 from raf.clients.base import StreamingChatClient
 from raf.clients.openai import (
-    _WIRE_CACHE,
+    _WIRE,
     OpenAIChatClient,
     _dumps,
     message_json,
@@ -57,10 +58,12 @@ from raf.errors import (
 )
 from raf.middleware import RetryMiddleware
 from tests.openai_server import (
+    HISTORY_EDITS,
     OpenAIServer,
     Reply,
     chunk,
     completion,
+    edit_history,
     error_body,
     text_stream,
 )
@@ -470,19 +473,19 @@ def test_each_messages_json_is_cached_with_the_message_held() -> None:
     assert message_json(message) is first
     assert json.loads(first) == message_to_wire(message)
     # The cache holds the message, so its id cannot be reused while the entry exists.
-    assert any(held is message for _, held, _ in openai_module._WIRE_HELD)
+    assert any(held is message for _, held, _ in openai_module._WIRE.held)
     assert messages_json([message, message]) == [first, first]
 
 
 def test_the_cache_forgets_the_oldest_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(openai_module, "_WIRE_CACHE_BYTES", 1000)
+    monkeypatch.setattr(openai_module._WIRE, "max_bytes", 1000)
     messages = [ChatMessage.user(f"message {n}" * 10) for n in range(50)]
     parts = messages_json(messages)
     assert [json.loads(p)["content"] for p in parts] == [m.content for m in messages]
-    assert id(messages[0]) not in _WIRE_CACHE
-    assert id(messages[-1]) in _WIRE_CACHE
-    assert openai_module._wire_size <= 1000
-    assert sum(size for _, _, size in openai_module._WIRE_HELD) == openai_module._wire_size
+    assert id(messages[0]) not in _WIRE.json
+    assert id(messages[-1]) in _WIRE.json
+    assert openai_module._WIRE.size <= 1000
+    assert sum(size for _, _, size in openai_module._WIRE.held) == openai_module._WIRE.size
     # Forgotten ones are made again, equal.
     assert messages_json(messages) == parts
 
@@ -494,7 +497,7 @@ def test_equal_messages_are_cached_apart_and_a_bad_one_is_not_cached() -> None:
     orphan = ChatMessage("tool", "no id")
     with pytest.raises(BadRequestError, match=r"messages\[7\]"):
         message_json(orphan, 7)
-    assert id(orphan) not in _WIRE_CACHE
+    assert id(orphan) not in _WIRE.json
     with pytest.raises(BadRequestError, match=r"messages\[1\]"):
         messages_json([one, orphan])
 
@@ -862,7 +865,7 @@ def test_the_written_out_json_equals_the_generic_encoding(message: ChatMessage) 
 
 # Steps of a random conversation as the client sees it: what changes between two calls.
 call_steps = st.lists(
-    st.sampled_from(["extend", "reply", "new objects", "new system", "drop system", "truncate"]),
+    st.sampled_from(["reply", *HISTORY_EDITS]),
     min_size=1,
     max_size=12,
 )
@@ -876,18 +879,9 @@ def test_bodies_that_reuse_earlier_ones_are_what_a_fresh_encoding_gives(
     model = OpenAIChatClient("m", api_key="k")
     messages: list[ChatMessage] = [ChatMessage.system("rules"), *pool]
     for n, step in enumerate(steps):
-        if step == "extend":
-            messages += pool[: n % len(pool) + 1]
-        elif step == "reply":
+        if step == "reply":
             messages += [ChatMessage.assistant(f"a{n}"), ChatMessage.user(f"q{n}")]
-        elif step == "new objects":  # a history decoded anew: equal messages, new objects
-            messages = [ChatMessage.from_dict(m.to_dict()) for m in messages]
-        elif step == "new system":
-            messages = [ChatMessage.system(f"rules {n}"), *messages[1:]]
-        elif step == "drop system" and messages and messages[0].role == "system":
-            messages = messages[1:]
-        elif step == "truncate":
-            messages = messages[: len(messages) // 2]
+        messages = edit_history(step, n, messages, pool)
         sent = tuple(messages) if n % 2 else list(messages)
         _, body, _ = model.request_body(sent, ChatOptions())
         assert json.loads(body) == {"model": "m", "messages": [message_to_wire(m) for m in sent]}
@@ -897,9 +891,9 @@ def test_a_later_turn_reuses_the_earlier_bodys_chunks() -> None:
     model = OpenAIChatClient("m", api_key="k")
     history = [ChatMessage.user(f"q{n}") for n in range(50)]
     model.request_body([ChatMessage.system("one"), *history], ChatOptions())
-    first = model._recent[-1]
+    first = model._bodies.recent[-1]
     model.request_body([ChatMessage.system("two"), *history, ChatMessage.user("x")], ChatOptions())
-    second = model._recent[-1]
+    second = model._bodies.recent[-1]
     assert second.ends == (1, 51, 52)
     assert second.chunks[1] is first.chunks[1]  # the history's JSON, shared, not re-encoded
 
@@ -951,12 +945,12 @@ def test_a_long_conversation_keeps_few_chunks_and_big_bodies_are_not_kept(
         messages += [ChatMessage.user(f"q{turn}"), ChatMessage.assistant(f"a{turn}")]
         _, body, _ = model.request_body(messages, ChatOptions())
         assert json.loads(body)["messages"] == [message_to_wire(m) for m in messages]
-        assert len(model._recent[-1].chunks) <= 65
-    monkeypatch.setattr(openai_module, "_RECENT_MAX_BYTES", 100)
-    kept = len(model._recent)
+        assert len(model._bodies.recent[-1].chunks) <= 65
+    monkeypatch.setattr(wire_module, "RECENT_MAX_BYTES", 100)
+    kept = len(model._bodies.recent)
     model.request_body([*messages, ChatMessage.user("one more")], ChatOptions())
-    assert len(model._recent) == kept  # too big to keep: the deque did not change
-    assert model._recent[-1].messages == tuple(messages)
+    assert len(model._bodies.recent) == kept  # too big to keep: the deque did not change
+    assert model._bodies.recent[-1].messages == tuple(messages)
 
 
 @pytest.mark.parametrize("deployment", [None, "my-deployment"])

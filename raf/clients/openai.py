@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import email.utils
 import json
@@ -11,14 +10,15 @@ import math
 import time
 import urllib.parse
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import attrs
 
+from raf.clients._sse import Budget, EventReader
+from raf.clients._wire import NO_KEYS, RecentBodies, WireCache, utf8
 from raf.errors import (
     AuthenticationError,
     BadRequestError,
@@ -36,8 +36,6 @@ from raf.tools import Tool
 if TYPE_CHECKING:
     import httpx2
     import openai
-
-T = TypeVar("T")
 
 __all__ = [
     "OpenAIChatClient",
@@ -57,27 +55,11 @@ _REFUSED_EXTRA: Final = frozenset({"stream", "stream_options"})
 # Extra options that are how the request is sent, not what it says: the SDK's own.
 _TRANSPORT_EXTRA: Final = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
 
-# How many earlier bodies a client keeps to extend, and the largest it keeps.
-_RECENT_BODIES: Final = 4
-_RECENT_MAX_BYTES: Final = 8 * 1024 * 1024
 # The most of an error reply (4xx, 5xx) raf lets the SDK read: enough to quote it.
 _ERROR_REPLY_MAX: Final = 1024 * 1024
-_MAX_CHUNKS: Final = 64
 # What a streamed call adds to its body: the usage comes in a last chunk of its own.
 _STREAM_TAIL: Final = b',"stream":true,"stream_options":{"include_usage":true}'
 
-
-@attrs.frozen
-class _Body:
-    """The message part of a body sent: its messages, and their JSON in chunks; chunk
-    ``i`` holds the messages from ``ends[i - 1]`` (0 for the first) up to ``ends[i]``."""
-
-    messages: tuple[ChatMessage, ...]
-    chunks: tuple[bytes, ...]
-    ends: tuple[int, ...]
-
-
-_EMPTY_BODY: Final = _Body((), (), ())
 
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
@@ -144,7 +126,7 @@ class OpenAIChatClient:
         )
         self.client: openai.AsyncOpenAI = client
         # The messages and message chunks of the last bodies sent (see request_body).
-        self._recent: collections.deque[_Body] = collections.deque(maxlen=_RECENT_BODIES)
+        self._bodies = RecentBodies(_messages_run)
 
     async def complete(
         self, messages: Sequence[ChatMessage], options: ChatOptions
@@ -181,9 +163,19 @@ class OpenAIChatClient:
         response is closed whatever ends the stream, ``aclose()`` included.
         """
         model, body, request_options = self._request_body(messages, options, _STREAM_TAIL)
-        budget = _Budget(self.timeout, model)
+        budget = Budget(
+            self.timeout,
+            f"OpenAI chat completion stream (model {model!r}) did not finish within "
+            f"{self.timeout} s of waiting on the server (OpenAIChatClient timeout=, the SDK's "
+            "retries included)",
+        )
         response = await budget.run(self._open, body, request_options, model)
-        reader = _EventReader(response, self.max_response_bytes, model)
+        reader = EventReader(
+            response,
+            self.max_response_bytes,
+            too_large=partial(_too_large, model, self.max_response_bytes, "it is larger"),
+            http_error=partial(_error_from_http, model=model),
+        )
         try:
             content_type = response.headers.get("content-type", "")
             if not content_type.startswith("text/event-stream"):
@@ -285,60 +277,13 @@ class OpenAIChatClient:
             ) from exc
         head_bytes = head_json.encode("utf-8", "backslashreplace")
         pieces: list[bytes] = [head_bytes[:-1], b',"messages":[']
-        for chunk in self._messages_chunks(messages):
+        for chunk in self._bodies.chunks(messages):
             pieces += (chunk, b",")
         if pieces[-1] == b",":
             pieces.pop()
         pieces += (b"]", tail, b"}")
         # One copy of a body that can be megabytes long.
         return model, b"".join(pieces), request_options
-
-    def _messages_chunks(self, messages: Sequence[ChatMessage]) -> tuple[bytes, ...]:
-        """The messages' JSON, in chunks to join with commas, reusing an earlier call's.
-
-        Each body this client sent is kept as chunks of message JSON, with the
-        count of messages each chunk ends at. A new call reuses the longest run
-        of chunks whose messages are a prefix of its own (a tuple comparison in
-        C: identity first, then equality, so a history decoded anew each turn
-        matches too, dearer but far cheaper than encoding it again) and encodes
-        only the rest, as one new chunk. A leading system message is a chunk of
-        its own, matched apart: instructions that change each turn (retrieved
-        passages, say) do not spoil the match of the history behind them. The
-        chunks are shared between bodies, never copied; what is kept is bounded
-        in count and size.
-        """
-        current = messages if type(messages) is tuple else tuple(messages)
-        count = len(current)
-        lead = 1 if count and getattr(current[0], "role", None) == "system" else 0
-        chunks: tuple[bytes, ...] = ()
-        ends: tuple[int, ...] = ()
-        candidates = [body for body in reversed(self._recent) if body.ends[-1] <= count]
-        # Same objects first (one pointer test): they are the cheapest to compare.
-        candidates.sort(key=lambda body: body.messages[-1] is not current[len(body.messages) - 1])
-        for body in candidates:
-            skip = lead if body.ends[0] == lead else 0
-            # The longest few runs of chunks only: a long conversation has many.
-            for index in range(len(body.ends) - 1, max(len(body.ends) - 4, skip) - 1, -1):
-                end = body.ends[index]
-                if current[skip:end] == body.messages[skip:end]:
-                    chunks, ends = body.chunks[skip : index + 1], body.ends[skip : index + 1]
-                    break
-            if ends:
-                if skip:
-                    chunks, ends = (message_json(current[0]), *chunks), (1, *ends)
-                break
-        else:
-            if lead:
-                chunks, ends = (message_json(current[0]),), (1,)
-        done = ends[-1] if ends else 0
-        if done < count:
-            chunks += (b",".join(messages_json(current[done:], start=done)),)
-            ends += (count,)
-        if len(chunks) > _MAX_CHUNKS:  # one copy now keeps later joins short
-            chunks, ends = (*chunks[:lead], b",".join(chunks[lead:])), (*ends[:lead], count)
-        if chunks and sum(map(len, chunks)) <= _RECENT_MAX_BYTES:
-            self._recent.append(_Body(current, chunks, ends))
-        return chunks
 
     async def _post(
         self, body: bytes, request_options: dict[str, Any], model: str
@@ -503,136 +448,6 @@ def _error_from_http(exc: Exception, model: str) -> ChatClientError:
     if isinstance(exc, httpx2.DecodingError):
         return ChatProtocolError(f"{where}: the reply cannot be decompressed: {exc}")
     return ChatConnectionError(f"{where}: the connection failed reading the reply: {exc!r}")
-
-
-class _Budget:
-    """The whole-call ``timeout`` of a stream: the time spent waiting on the server.
-
-    Each wait (the POST, each read) runs under what is left of it, with no
-    yield inside the scope, so the deadline never lands in the consumer's code
-    and the time the consumer holds an update is not counted.
-    """
-
-    __slots__ = ("left", "model", "timeout")
-
-    def __init__(self, timeout: float | None, model: str) -> None:
-        self.timeout = timeout
-        self.left = timeout
-        self.model = model
-
-    async def run(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
-        left = self.left
-        if left is None:
-            return await function(*args)
-        started = anyio.current_time()
-        with anyio.move_on_after(left) as scope:
-            try:
-                return await function(*args)
-            finally:
-                self.left = left - (anyio.current_time() - started)
-        # Only the deadline's own cancellation lands here: any other one propagates.
-        assert scope.cancelled_caught
-        raise ChatTimeoutError(
-            f"OpenAI chat completion stream (model {self.model!r}) did not finish within "
-            f"{self.timeout} s of waiting on the server (OpenAIChatClient timeout=, the SDK's "
-            "retries included)"
-        )
-
-
-class _EventReader:
-    """The ``data`` of each server-sent event of a response, read under a size bound."""
-
-    __slots__ = ("_buffer", "_chunks", "_data", "_done", "limit", "model", "response", "size")
-
-    def __init__(self, response: Any, limit: int, model: str) -> None:
-        self.response = response
-        self.limit = limit
-        self.model = model
-        self.size = 0
-        self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
-        self._done = False
-        self._buffer = b""
-        self._data: list[bytes] = []
-
-    async def _next_bytes(self) -> bytes | None:
-        """The next decoded piece of the body; ``None`` at its end."""
-        import httpx2
-
-        try:
-            chunk = await self._chunks.__anext__()
-        except StopAsyncIteration:
-            self._done = True
-            return None
-        except httpx2.HTTPError as exc:
-            self._done = True  # the exception went through the stream's generators
-            raise _error_from_http(exc, self.model) from exc
-        self.size += len(chunk)
-        if self.size > self.limit:
-            raise _too_large(self.model, self.limit, "it is larger")
-        return chunk
-
-    async def read_all(self) -> bytes:
-        """The rest of the body (a reply that is not a stream)."""
-        pieces = [self._buffer]
-        while (chunk := await self._next_bytes()) is not None:
-            pieces.append(chunk)
-        return b"".join(pieces)
-
-    async def next_events(self) -> list[str] | None:
-        """The data (``data:`` lines joined) of the events that the next read completes,
-        at least one; ``None`` at the end of the body.
-
-        One call per read of the body, not per event: the caller's deadline
-        scope is then paid once for all the events that came together.
-        """
-        events: list[str] = []
-        while not events:
-            chunk = await self._next_bytes()
-            if chunk is None:
-                if self._buffer:  # a last line without its newline
-                    self._lines(self._buffer, events)
-                    self._buffer = b""
-                if self._data:  # a last event without its blank line
-                    events.append(self._event())
-                return events or None
-            data = self._buffer + chunk if self._buffer else chunk
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                self._buffer = data
-                continue
-            self._buffer = data[cut + 1 :]
-            self._lines(data[:cut], events)
-        return events
-
-    def _lines(self, text: bytes, events: list[str]) -> None:
-        """Read whole lines: an empty one ends an event."""
-        for raw in text.split(b"\n"):
-            line = raw[:-1] if raw.endswith(b"\r") else raw
-            if not line:
-                if self._data:
-                    events.append(self._event())
-            elif line.startswith(b"data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(b" ") else value)
-            # Comments (": keep-alive"), "event:", "id:" and "retry:" lines carry no data.
-
-    def _event(self) -> str:
-        data, self._data = b"\n".join(self._data), []
-        return data.decode("utf-8", "replace")
-
-    async def aclose(self) -> None:
-        """Stop reading and close the response (call shielded)."""
-        if not self._done:
-            # Stop inside the HTTP stack: a cancellation raised at its next read ends each
-            # of its generators in turn; closing only the outer one would leave the inner
-            # ones to the garbage collector (trio warns). Pieces already decoded come first.
-            with anyio.CancelScope() as stop:
-                stop.cancel()
-                with contextlib.suppress(Exception):
-                    async for _ in self._chunks:
-                        pass
-            self._done = True
-        await self.response.aclose()
 
 
 class _StreamedTurn:
@@ -835,16 +650,6 @@ class _StreamedTurn:
         return self._finish_updates(None)
 
 
-# Each message's JSON, by identity: messages are frozen, so it never goes stale. The
-# cache holds the message itself next to its JSON, so its id cannot be reused while the
-# entry exists; it forgets the oldest entries past _WIRE_CACHE_BYTES of JSON. (Strong
-# references, not weak ones: a warm lookup is then one C loop, half the cost.)
-_WIRE_CACHE: dict[int, bytes] = {}
-_WIRE_HELD: collections.deque[tuple[int, ChatMessage, int]] = collections.deque()
-_WIRE_CACHE_BYTES: Final = 32 * 1024 * 1024
-_wire_size = 0
-
-
 def messages_json(messages: Sequence[ChatMessage], start: int = 0) -> list[bytes]:
     """:func:`message_json` of each message, in order (a new list); an error names
     ``messages[start + i]``.
@@ -854,45 +659,22 @@ def messages_json(messages: Sequence[ChatMessage], start: int = 0) -> list[bytes
     after the first, with an in-memory history) only the new turn's messages
     cost Python work, several times less than a Python loop over all.
     """
-    found: list[bytes | None] = list(map(_WIRE_CACHE.get, map(id, messages)))
-    index = -1
-    with contextlib.suppress(ValueError):  # no miss left
-        while True:
-            index = found.index(None, index + 1)
-            found[index] = message_json(messages[index], start + index)
-    return found  # type: ignore[return-value]
+    return _WIRE.many(messages, start)
 
 
 def message_json(message: ChatMessage, index: int = 0) -> bytes:
-    """The JSON of :func:`message_to_wire` as UTF-8, cached per message object.
+    """The JSON of :func:`message_to_wire` as UTF-8, cached per message object
+    (bounded: the oldest entries go past 32 MiB of JSON).
 
     >>> message_json(ChatMessage.user("hi"))
     b'{"role":"user","content":"hi"}'
     """
-    global _wire_size
-    key = id(message)
-    data = _WIRE_CACHE.get(key)
-    if data is not None:
-        return data
-    if type(message) is not ChatMessage:
-        raise BadRequestError(
-            f"messages[{index}] must be a ChatMessage, got {type(message).__name__}"
-        )
-    text = _message_text(message, index)
-    try:
-        data = text.encode()
-    except UnicodeEncodeError:
-        # A lone surrogate (no UTF-8 form) becomes its JSON escape \udXXX: valid JSON.
-        data = text.encode("utf-8", "backslashreplace")
-    # Held before it is visible, dropped after it is not: a cached id is always live.
-    _WIRE_HELD.append((key, message, len(data)))
-    _WIRE_CACHE[key] = data
-    _wire_size += len(data)
-    while _wire_size > _WIRE_CACHE_BYTES and _WIRE_HELD:
-        old_key, _held, size = _WIRE_HELD.popleft()
-        _WIRE_CACHE.pop(old_key, None)
-        _wire_size -= size
-    return data
+    return _WIRE.one(message, index)
+
+
+def _messages_run(messages: tuple[ChatMessage, ...], start: int) -> tuple[bytes, frozenset[str]]:
+    """The JSON of a run of messages, for :class:`RecentBodies`: it depends on them alone."""
+    return b",".join(_WIRE.many(messages, start)), NO_KEYS
 
 
 def _message_text(message: ChatMessage, index: int) -> str:
@@ -922,6 +704,14 @@ def _message_text(message: ChatMessage, index: int) -> str:
     if message.name is not None:
         text += f',"name":{_string(message.name)}'
     return text + "}"
+
+
+def _message_bytes(message: ChatMessage, index: int) -> bytes:
+    return utf8(_message_text(message, index))
+
+
+# Each message's JSON, by identity (see WireCache), shared by all chat clients.
+_WIRE: Final = WireCache(_message_bytes)
 
 
 def message_to_wire(message: ChatMessage, index: int = 0) -> dict[str, Any]:

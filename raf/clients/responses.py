@@ -5,13 +5,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import attrs
 
+from raf.clients._sse import Budget, EventReader
+from raf.clients._wire import NO_KEYS, RecentBodies, WireCache, utf8
 from raf.clients.openai import (
     _MISSING,
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -19,10 +21,12 @@ from raf.clients.openai import (
     _dumps,
     _error_from_http,
     _json_type,
+    _no_call_id,
     _plain,
     _quote,
     _read_bounded,
     _sdk_object,
+    _string,
     _tokens,
     error_from_sdk,
     json_object,
@@ -42,7 +46,13 @@ from raf.tools import Tool
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["OpenAIResponsesClient", "input_items", "response_from_reply", "tool_to_wire"]
+__all__ = [
+    "OpenAIResponsesClient",
+    "input_items",
+    "input_json",
+    "response_from_reply",
+    "tool_to_wire",
+]
 
 _TOOL_CHOICE_WORDS: Final = frozenset({"auto", "none", "required"})
 _TRANSPORT_EXTRA: Final = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
@@ -56,6 +66,46 @@ _TURNS_KEPT: Final = 1024
 _CHAT_WHERE: Final = "OpenAI chat completion"
 # How long a stream may go on after response.completed before raf stops reading it.
 _DRAIN_GRACE: Final = 1.0
+# The keys of the body the SDK's responses.create sends, in its order (openai 3.57): raf
+# sends the same bytes (the suite compares them). Keys it does not name come last, as the
+# SDK's extra_body.
+_BEFORE_INPUT: Final = (
+    "model",
+    "stream",
+    "service_tier",
+    "access_programs",
+    "background",
+    "background_options",
+    "context_management",
+    "conversation",
+    "image",
+    "include",
+)
+_AFTER_INPUT: Final = (
+    "instructions",
+    "max_output_tokens",
+    "max_tool_calls",
+    "metadata",
+    "moderation",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "prompt",
+    "prompt_cache_key",
+    "prompt_cache_options",
+    "prompt_cache_retention",
+    "reasoning",
+    "safety_identifier",
+    "store",
+    "stream_options",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "truncation",
+    "user",
+)
 
 
 @attrs.frozen
@@ -125,6 +175,11 @@ class OpenAIResponsesClient:
         self.client: openai.AsyncOpenAI = client
         # Reasoning to replay, by the first call id of the turn it came with (oldest first).
         self._turns: collections.OrderedDict[str, _Turn] = collections.OrderedDict()
+        # The JSON of the assistant turn each remembered turn was last replayed into, by the
+        # same key, with the message and the turn it was written from.
+        self._replayed: dict[str, tuple[ChatMessage, _Turn, bytes]] = {}
+        # The input parts of the last bodies sent, to extend (see request_body).
+        self._bodies = RecentBodies(self._input_run)
 
     # --- complete -----------------------------------------------------------------------
 
@@ -166,10 +221,22 @@ class OpenAIResponsesClient:
         :class:`raf.errors.ChatConnectionError`.
         """
         model, body, request_options = self.request_body(messages, options, stream=True)
-        budget = _Budget(self.timeout, model)
-        with budget.scope() as scope:
-            response = await self._post(body, request_options, model)
-        budget.check(scope)
+        budget = Budget(
+            self.timeout,
+            f"{_where(model)} did not finish within {self.timeout} s of waiting "
+            "(OpenAIResponsesClient timeout=, the SDK's retries included)",
+        )
+        response = await budget.run(self._post, body, request_options, model)
+        limit = self.max_response_bytes
+        reader = EventReader(
+            response,
+            limit,
+            too_large=lambda: ChatProtocolError(
+                f"{_where(model)}: the event stream is larger than "
+                f"max_response_bytes={limit}; raf stopped reading it"
+            ),
+            http_error=lambda exc: _reword(_error_from_http(exc, model)),
+        )
         try:
             content_type = response.headers.get("content-type", "")
             if not content_type.startswith("text/event-stream"):
@@ -179,35 +246,38 @@ class OpenAIResponsesClient:
                     f"{content_type or 'no content-type'}, not an event stream: {_quote(data)}"
                 )
             state = _StreamState(model)
-            events = _events(response.aiter_bytes(), budget, self.max_response_bytes, model)
             try:
-                async for event in events:
+                while (events := await budget.run(reader.next_events)) is not None:
                     if state.done:
                         continue  # read to the end: the connection can then be reused
-                    updates = state.feed(event)
-                    # Remembered before the last updates go out: a consumer may leave after them.
-                    self._remember(state.turn)
-                    state.turn = None
-                    if state.done:
-                        # What follows the answer gets a moment, not the budget: a server
-                        # that keeps the stream open must not turn an answer into a timeout.
-                        budget.cap(_DRAIN_GRACE)
-                    for update in updates:
-                        yield update
-            except ChatTimeoutError:
+                    for data in events:
+                        if data.strip() == "[DONE]":
+                            continue
+                        updates = state.feed(_event(data, model))
+                        # Remembered before the updates go out: a consumer may leave after them.
+                        self._remember(state.turn)
+                        state.turn = None
+                        if state.done:
+                            # What follows the answer gets a moment, not the budget: a server
+                            # that keeps the stream open must not turn an answer into a timeout.
+                            budget.cap(_DRAIN_GRACE)
+                        for update in updates:
+                            yield update
+                        if state.done:
+                            break
+            except ChatClientError:
+                # Once the answer is complete, what goes wrong reading past it is no error.
                 if not state.done:
                     raise
-            except _http_errors() as exc:
-                if not state.done:
-                    raise _reword(_error_from_http(exc, model)) from exc
-            finally:
-                await events.aclose()
             if not state.done:
                 raise ChatConnectionError(
                     f"{_where(model)}: the event stream ended before response.completed"
                 )
         finally:
-            await _close(response)
+            # Bounded and shielded: returning the connection must not hang or be cut, also
+            # when the consumer left (aclose) or the run is being cancelled.
+            with anyio.move_on_after(5, shield=True):
+                await reader.aclose()
 
     # --- the request --------------------------------------------------------------------
 
@@ -216,6 +286,13 @@ class OpenAIResponsesClient:
     ) -> tuple[str, bytes, dict[str, Any]]:
         """The model, the JSON body and the SDK request options of one call.
 
+        The body is the bytes ``responses.create`` would send, its keys in the
+        SDK's order, built as :meth:`raf.OpenAIChatClient.request_body` builds
+        its own: each message's input items are cached (see :func:`input_json`),
+        and so are the input parts of this client's last few bodies, so a turn
+        whose messages extend an earlier call's costs its new messages and one
+        copy. ``stream`` adds ``"stream": true``.
+
         ``options.extra`` is applied last, as with :class:`raf.OpenAIChatClient`:
         ``timeout``, ``extra_headers``, ``extra_query`` and ``extra_body`` as the
         SDK understands them, any other key into the body; an ``include`` list
@@ -223,7 +300,6 @@ class OpenAIResponsesClient:
         """
         where = "OpenAIResponsesClient"
         body: dict[str, Any] = {"model": options.model or self.model}
-        body["input"] = input_items(messages, self._turns)
         if options.tools:
             body["tools"] = [tool_to_wire(t) for t in options.tools]
         if options.temperature is not None:
@@ -276,13 +352,68 @@ class OpenAIResponsesClient:
         model = body["model"]
         if not isinstance(model, str):
             raise BadRequestError(f"{where}: model must be a str, got {model!r}")
+        # In the SDK's order: the keys before "input", "input", the keys after it.
+        head = {key: body.pop(key) for key in _BEFORE_INPUT if key in body}
+        tail: dict[str, Any] = {key: body.pop(key) for key in _AFTER_INPUT if key in body}
+        tail.update(body)
         try:
-            data = _dumps(body).encode("utf-8", "backslashreplace")
+            head_json = _dumps(head).encode("utf-8", "backslashreplace")
+            tail_json = _dumps(tail).encode("utf-8", "backslashreplace")
         except (TypeError, ValueError) as exc:
             raise BadRequestError(
                 f"{where}: a request option cannot be sent as JSON: {exc}"
             ) from exc
-        return model, data, request_options
+        pieces: list[bytes] = [head_json[:-1], b',"input":[']
+        for chunk in self._bodies.chunks(messages):
+            pieces += (chunk, b",")
+        if pieces[-1] == b",":
+            pieces.pop()
+        pieces += (b"],", tail_json[1:])  # "store" is always there: the tail is never empty
+        # One copy of a body that can be megabytes long.
+        return model, b"".join(pieces), request_options
+
+    def _input_run(
+        self, messages: tuple[ChatMessage, ...], start: int
+    ) -> tuple[bytes, frozenset[str]]:
+        """The input items of a run of messages (``messages[start:]`` of a call) as JSON,
+        and the turns' keys it depends on (the first call id of each assistant turn with
+        tool calls, whether or not reasoning is replayed into it: see :meth:`_remember`).
+
+        Each message's items are cached by identity (see :func:`input_json`); an
+        assistant turn whose reasoning this client replays is written from the turn,
+        and kept by the turn's key until the turn changes.
+        """
+        found = _ITEMS.many(messages, start)
+        types = list(map(type, found))  # one C loop: the assistant turns with calls stand out
+        if _CallItems not in types:
+            return b",".join(found), NO_KEYS
+        keys: set[str] = set()
+        index = -1
+        with contextlib.suppress(ValueError):  # no assistant turn with calls left
+            while True:
+                index = types.index(_CallItems, index + 1)
+                message = messages[index]
+                key = message.tool_calls[0].id
+                keys.add(key)
+                turn = _turn_for(message, self._turns)
+                if turn is not None:
+                    found[index] = self._replay(key, message, turn)
+        return b",".join(found), frozenset(keys)
+
+    def _replay(self, key: str, message: ChatMessage, turn: _Turn) -> bytes:
+        """The items of ``message`` with the reasoning of ``turn`` replayed, as JSON."""
+        kept = self._replayed.get(key)
+        if kept is not None and kept[0] is message and kept[1] is turn:
+            return kept[2]
+        try:
+            text = ",".join(map(_dumps, _assistant_turn(message, self._turns)))
+        except (TypeError, ValueError) as exc:
+            raise BadRequestError(
+                f"OpenAIResponsesClient: a request option cannot be sent as JSON: {exc}"
+            ) from exc
+        data = utf8(text)
+        self._replayed[key] = (message, turn, data)
+        return data
 
     async def _post(self, body: bytes, request_options: dict[str, Any], model: str) -> Any:
         """POST the body through the SDK (auth, retries, HTTP errors); the unread reply."""
@@ -303,10 +434,17 @@ class OpenAIResponsesClient:
     def _remember(self, turn: _Turn | None) -> None:
         if turn is None or not turn.call_ids:
             return
-        self._turns[turn.call_ids[0]] = turn
-        self._turns.move_to_end(turn.call_ids[0])
+        key = turn.call_ids[0]
+        self._turns[key] = turn
+        self._turns.move_to_end(key)
+        self._changed(key)
         while len(self._turns) > _TURNS_KEPT:
-            self._turns.popitem(last=False)
+            self._changed(self._turns.popitem(last=False)[0])
+
+    def _changed(self, key: str) -> None:
+        """What ``key`` names changed: the JSON written with it is stale."""
+        self._replayed.pop(key, None)
+        self._bodies.forget(key)
 
     async def aclose(self) -> None:
         """Close the HTTP connections (not those of a ``client=`` you passed in)."""
@@ -376,6 +514,16 @@ def input_items(
     return items
 
 
+def _turn_for(message: ChatMessage, turns: Mapping[str, _Turn] | None) -> _Turn | None:
+    """The remembered turn whose reasoning goes back with ``message`` (an assistant turn
+    with tool calls), if any: the turn of its first call, with the same calls."""
+    turn = turns.get(message.tool_calls[0].id) if turns else None
+    if turn is None or turn.call_ids != tuple({call.id: None for call in message.tool_calls}):
+        # Not a turn this client answered (or one changed since): no reasoning to replay.
+        return None
+    return turn
+
+
 def _assistant_turn(
     message: ChatMessage, turns: Mapping[str, _Turn] | None
 ) -> list[dict[str, Any]]:
@@ -383,9 +531,8 @@ def _assistant_turn(
     text = (
         [{"role": "assistant", "content": message.content}] if message.content is not None else []
     )
-    turn = turns.get(message.tool_calls[0].id) if turns else None
-    if turn is None or turn.call_ids != tuple(calls):
-        # Not a turn this client answered (or one changed since): no reasoning to replay.
+    turn = _turn_for(message, turns)
+    if turn is None:
         return [*text, *(_function_call(call) for call in message.tool_calls)]
     items: list[dict[str, Any]] = []
     for kind, value in turn.order:
@@ -400,6 +547,52 @@ def _assistant_turn(
         first = next(i for i, item in enumerate(items) if item.get("type") == "function_call")
         items[first:first] = text
     return items
+
+
+class _CallItems(bytes):
+    """The JSON of an assistant turn with tool calls, with no reasoning: a type of its
+    own, so that the turns a client may replay reasoning into are found by a C scan."""
+
+    __slots__ = ()
+
+
+def _items_bytes(message: ChatMessage, index: int) -> bytes:
+    """The JSON of :func:`input_items` of one message, written out (a fifth of the cost of
+    the generic form; the tests hold the two equal), with no reasoning replayed."""
+    role = message.role
+    if role == "tool":
+        if message.tool_call_id is None:
+            raise _no_call_id(index)
+        return utf8(
+            f'{{"type":"function_call_output","call_id":{_string(message.tool_call_id)},'
+            f'"output":{_string(message.content or "")}}}'
+        )
+    if role == "assistant" and message.tool_calls:
+        calls = ",".join(
+            f'{{"type":"function_call","call_id":{_string(c.id)},"name":{_string(c.name)},'
+            f'"arguments":{_string(c.arguments)}}}'
+            for c in message.tool_calls
+        )
+        if message.content is not None:
+            calls = f'{{"role":"assistant","content":{_string(message.content)}}},{calls}'
+        return _CallItems(utf8(calls))
+    return utf8(f'{{"role":{_string(role)},"content":{_string(message.content or "")}}}')
+
+
+# Each message's input items as JSON, by identity (see WireCache), shared by all Responses
+# clients: only what depends on the message alone (a client's reasoning is its own).
+_ITEMS: Final = WireCache(_items_bytes)
+
+
+def input_json(message: ChatMessage, index: int = 0) -> bytes:
+    """The JSON of :func:`input_items` of one message (its items joined with commas),
+    with no reasoning replayed, cached per message object (bounded: the oldest entries
+    go past 32 MiB of JSON).
+
+    >>> input_json(ChatMessage.tool("c1", "42"))
+    b'{"type":"function_call_output","call_id":"c1","output":"42"}'
+    """
+    return _ITEMS.one(message, index)
 
 
 def _function_call(call: ToolCall) -> dict[str, Any]:
@@ -649,86 +842,14 @@ class _StreamState:
         return updates
 
 
-class _Budget:
-    """The time a call may still wait on the server (``None``: no bound)."""
-
-    def __init__(self, timeout: float | None, model: str) -> None:
-        self.timeout = timeout
-        self.left = timeout
-        self.model = model
-
-    @contextlib.contextmanager
-    def scope(self) -> Any:
-        started = anyio.current_time()
-        with anyio.move_on_after(self.left) as scope:
-            yield scope
-        if self.left is not None:
-            self.left = max(self.left - (anyio.current_time() - started), 0.0)
-
-    def cap(self, seconds: float) -> None:
-        """Leave at most ``seconds`` of the budget."""
-        self.left = seconds if self.left is None else min(self.left, seconds)
-
-    def check(self, scope: anyio.CancelScope) -> None:
-        # Only the budget's own cancellation is caught by its scope.
-        if scope.cancelled_caught:
-            raise ChatTimeoutError(
-                f"{_where(self.model)} did not finish within {self.timeout} s of waiting "
-                "(OpenAIResponsesClient timeout=, the SDK's retries included)"
-            )
-
-
-async def _events(
-    chunks: AsyncIterator[bytes], budget: _Budget, limit: int, model: str
-) -> AsyncGenerator[Any, None]:
-    """The JSON ``data`` of each server-sent event, reading within the budget and bound."""
-    buffer = b""
-    data: list[bytes] = []
-    size = 0
+def _event(data: str, model: str) -> Any:
+    """The JSON of one event's data."""
     try:
-        while True:
-            with budget.scope() as scope:
-                chunk = await anext(chunks, None)
-            budget.check(scope)
-            if chunk is None:
-                return
-            size += len(chunk)
-            if size > limit:
-                raise ChatProtocolError(
-                    f"{_where(model)}: the event stream is larger than "
-                    f"max_response_bytes={limit}; raf stopped reading it"
-                )
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                line = line.removesuffix(b"\r")
-                if not line:
-                    if data:
-                        text = b"\n".join(data)
-                        data = []
-                        if text.strip() == b"[DONE]":
-                            continue
-                        try:
-                            yield json.loads(text.decode("utf-8", "replace"))
-                        except (ValueError, RecursionError) as exc:
-                            raise ChatProtocolError(
-                                f"{_where(model)}: an event is not JSON ({exc}): {_quote(text)}"
-                            ) from None
-                elif line.startswith(b"data:"):
-                    data.append(line[5:].removeprefix(b" "))
-                # event:, id:, retry: and comments carry nothing raf needs (data has "type").
-    finally:
-        await _finish(chunks)
-
-
-async def _finish(chunks: AsyncIterator[bytes]) -> None:
-    """End httpx's byte stream from inside: a cancellation raised at its next read
-    unwinds each of its nested generators. Closing the outer one from here would
-    leave the inner ones to the garbage collector, which trio reports."""
-    with anyio.CancelScope() as stop:
-        stop.cancel()
-        while await anext(chunks, None) is not None:
-            pass  # pieces decoded before the cancellation lands
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ChatProtocolError(
+            f"{_where(model)}: an event is not JSON ({exc}): {_quote(data.encode())}"
+        ) from None
 
 
 # --- Shared with the chat completions client, worded for this one -------------------------
