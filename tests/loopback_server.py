@@ -163,12 +163,7 @@ class Exchange(BaseHTTPRequestHandler):
         trickle: float = 0.0,
     ) -> None:
         """Send ``data`` as the body, at once, or one byte per ``trickle`` seconds."""
-        self.send_response(status)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(data)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
+        self._head(status, content_type, ("content-length", str(len(data))), headers)
         if not trickle:
             self.wfile.write(data)
             return
@@ -196,12 +191,7 @@ class Exchange(BaseHTTPRequestHandler):
         stops (a minute at most). A server that stops during a pause cuts the body.
         A client that goes away sets :attr:`LoopbackServer.stream_aborted`.
         """
-        self.send_response(status)
-        self.send_header("content-type", content_type)
-        self.send_header("transfer-encoding", "chunked")
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
+        self._head(status, content_type, ("transfer-encoding", "chunked"), headers)
         try:
             for frame in frames:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
@@ -231,6 +221,21 @@ class Exchange(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def _head(
+        self,
+        status: int,
+        content_type: str,
+        framing: tuple[str, str],
+        headers: Mapping[str, str] | None,
+    ) -> None:
+        """The status line and headers: ``framing`` says where the body ends."""
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header(*framing)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
 
     def _answer(self) -> None:
         length = int(self.headers.get("content-length", "0"))
