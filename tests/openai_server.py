@@ -6,18 +6,26 @@ what the real SDK sent from :attr:`OpenAIServer.requests`.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
-import threading
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import attrs
 
 from raf import ChatMessage
+from tests.loopback_server import Exchange, LoopbackServer, Received, error_body, sse
+
+__all__ = [
+    "HISTORY_EDITS",
+    "OpenAIServer",
+    "Received",
+    "Reply",
+    "chunk",
+    "completion",
+    "edit_history",
+    "error_body",
+    "text_stream",
+]
 
 
 @attrs.frozen
@@ -44,17 +52,6 @@ class Reply:
     pause: float = 0.0
     done: bool = True
     cut: bool = False
-
-
-@attrs.frozen
-class Received:
-    """One request the server got: ``body`` parsed, ``raw`` its bytes as sent."""
-
-    method: str
-    path: str
-    headers: Mapping[str, str]
-    body: Any
-    raw: bytes = b""
 
 
 #: What can change in a conversation between two calls of a client (see :func:`edit_history`).
@@ -112,11 +109,7 @@ def completion(
         ],
     }
     if usage is not None:
-        body["usage"] = {
-            "prompt_tokens": usage[0],
-            "completion_tokens": usage[1],
-            "total_tokens": sum(usage),
-        }
+        body["usage"] = _usage(usage)
     return body
 
 
@@ -155,11 +148,7 @@ def chunk(
         "usage": None,
     }
     if usage is not None:
-        body["usage"] = {
-            "prompt_tokens": usage[0],
-            "completion_tokens": usage[1],
-            "total_tokens": sum(usage),
-        }
+        body["usage"] = _usage(usage)
     return body
 
 
@@ -176,153 +165,44 @@ def text_stream(
     return tuple(chunks)
 
 
-def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
-    """An OpenAI error body."""
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+def _usage(usage: tuple[int, int]) -> dict[str, int]:
+    """The usage of a body or chunk, from ``(prompt, completion)`` token counts."""
+    return {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
 
 
-class OpenAIServer:
-    """A ThreadingHTTPServer in a background thread that plays scripted replies.
-
-    With no reply queued it answers 500, so a test that forgot one fails loudly.
-    Retryable error replies carry ``retry-after-ms: 1`` so the SDK's own
-    retries wait a millisecond instead of half a second.
-    """
+class OpenAIServer(LoopbackServer[Reply]):
+    """A loopback server that plays scripted chat completions replies (see
+    :class:`tests.loopback_server.LoopbackServer`: with no reply queued it answers
+    500; :meth:`fail` replies let the SDK retry after a millisecond)."""
 
     def __init__(self) -> None:
-        self.requests: list[Received] = []
-        #: Set when a client goes away in the middle of a streamed reply.
-        self.stream_aborted = threading.Event()
-        self._replies: deque[Reply] = deque()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def base_url(self) -> str:
-        """The ``/v1`` URL of the server."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def reply(self, *replies: Reply) -> None:
-        """Queue replies, answered in order."""
-        with self._lock:
-            self._replies.extend(replies)
+        super().__init__(Reply)
 
     def answer(self, body: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """Queue one 200 reply: ``body``, or ``completion(**kwargs)``."""
         self.reply(Reply(200, dict(body) if body is not None else completion(**kwargs)))
 
-    def fail(self, status: int, message: str = "scripted failure", **kwargs: Any) -> None:
-        """Queue one error reply with an OpenAI error body."""
-        headers = {"retry-after-ms": "1"} if status in (408, 409, 429) or status >= 500 else {}
-        self.reply(Reply(status, error_body(message), headers=headers, **kwargs))
+    def respond(self, exchange: Exchange, request: Received, reply: Reply) -> None:
+        """A JSON body (or ``raw`` bytes), or the ``events`` as ``data:`` lines."""
+        if reply.events is not None:
+            frames = [_frame(event) for event in reply.events]
+            if reply.done:
+                frames.append(sse("[DONE]"))
+            exchange.stream(
+                frames,
+                "text/event-stream; charset=utf-8",
+                reply.headers,
+                status=reply.status,
+                pause=reply.pause,
+                end="cut" if reply.cut else "done",
+            )
+            return
+        data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
+        exchange.send(reply.status, data, reply.content_type, reply.headers, trickle=reply.trickle)
 
-    def close(self) -> None:
-        """Stop serving and release the port (also wakes delayed handlers)."""
-        self._stopping.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
 
-    def _next_reply(self) -> Reply:
-        with self._lock:
-            if self._replies:
-                return self._replies.popleft()
-        return Reply(500, error_body("no scripted reply left", "server_error"))
-
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def handle(self) -> None:
-                # The client may go away between requests.
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    super().handle()
-
-            def do_POST(self) -> None:
-                try:
-                    self._answer()
-                except (BrokenPipeError, ConnectionResetError):
-                    # The client stopped reading (a size bound, a deadline): nothing to do.
-                    self.close_connection = True
-
-            def _stream(self, reply: Reply) -> None:
-                self.send_response(reply.status)
-                self.send_header("content-type", "text/event-stream; charset=utf-8")
-                self.send_header("transfer-encoding", "chunked")
-                for key, value in reply.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                assert reply.events is not None
-                events = list(reply.events) + ([b"data: [DONE]\n\n"] if reply.done else [])
-                try:
-                    for event in events:
-                        if isinstance(event, bytes):
-                            data = event
-                        elif isinstance(event, str):
-                            data = f"data: {event}\n\n".encode()
-                        else:
-                            data = f"data: {json.dumps(event)}\n\n".encode()
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                        self.wfile.flush()
-                        if reply.pause and server._stopping.wait(reply.pause):
-                            reply = attrs.evolve(reply, cut=True)
-                            break
-                    if reply.cut:
-                        # No last chunk: the client sees the body end before its end.
-                        self.close_connection = True
-                        self.connection.shutdown(socket.SHUT_RDWR)
-                        return
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    server.stream_aborted.set()
-                    self.close_connection = True
-
-            def _answer(self) -> None:
-                length = int(self.headers.get("content-length", "0"))
-                raw = self.rfile.read(length)
-                body = json.loads(raw) if raw else None
-                headers = {key.lower(): value for key, value in self.headers.items()}
-                with server._lock:
-                    server.requests.append(Received("POST", self.path, headers, body))
-                reply = server._next_reply()
-                if reply.delay and server._stopping.wait(reply.delay):
-                    return
-                if reply.drop:
-                    # No status line at all: the client sees the connection end.
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                if reply.events is not None:
-                    self._stream(reply)
-                    return
-                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
-                self.send_response(reply.status)
-                self.send_header("content-type", reply.content_type)
-                self.send_header("content-length", str(len(data)))
-                for key, value in reply.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                if not reply.trickle:
-                    self.wfile.write(data)
-                    return
-                for index in range(len(data)):
-                    self.wfile.write(data[index : index + 1])
-                    self.wfile.flush()
-                    if server._stopping.wait(reply.trickle):
-                        self.close_connection = True  # the client sees the body cut short
-                        return
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        return Handler
+def _frame(event: Any) -> bytes:
+    """An item of ``Reply.events`` as it goes on the wire."""
+    if isinstance(event, bytes):
+        return event
+    return sse(event if isinstance(event, str) else json.dumps(event))

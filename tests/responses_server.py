@@ -8,18 +8,13 @@ JSON, or as server-sent events when the request asks for a stream) or
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
-import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
-from tests.openai_server import Received, error_body
+from tests.loopback_server import Exchange, LoopbackServer, Received, error_body, sse
 
 
 @attrs.frozen
@@ -172,147 +167,48 @@ def events_of(body: Mapping[str, Any], *, terminal: bool = True) -> list[dict[st
     return events
 
 
-class ResponsesServer:
-    """A ThreadingHTTPServer in a background thread that plays scripted answers.
-
-    With no answer queued it answers 500, so a test that forgot one fails loudly.
-    Retryable error replies carry ``retry-after-ms: 1`` so the SDK's own retries
-    wait a millisecond.
-    """
+class ResponsesServer(LoopbackServer[Answer]):
+    """A loopback server that plays scripted Responses API answers (see
+    :class:`tests.loopback_server.LoopbackServer`: with no answer queued it answers
+    500; :meth:`fail` replies let the SDK retry after a millisecond)."""
 
     def __init__(self) -> None:
-        self.requests: list[Received] = []
-        self._answers: deque[Answer] = deque()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def base_url(self) -> str:
-        """The ``/v1`` URL of the server."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def reply(self, *answers: Answer) -> None:
-        """Queue answers, answered in order."""
-        with self._lock:
-            self._answers.extend(answers)
+        super().__init__(Answer)
 
     def answer(self, body: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """Queue one 200 answer: ``body``, or ``response_body(**kwargs)``."""
         self.reply(Answer(body=dict(body) if body is not None else response_body(**kwargs)))
 
-    def fail(self, status: int, message: str = "scripted failure", **kwargs: Any) -> None:
-        """Queue one error reply with an OpenAI error body."""
-        headers = {"retry-after-ms": "1"} if status in (408, 409, 429) or status >= 500 else {}
-        self.reply(Answer(status, error_body(message), headers=headers, **kwargs))
+    def respond(self, exchange: Exchange, request: Received, answer: Answer) -> None:
+        """A 400 when ``require`` refuses the request; the events of a 200 answer to a
+        request for a stream (or of one that has ``events``); else a JSON body."""
+        problem = answer.require(request.body) if answer.require is not None else None
+        if problem is not None:
+            exchange.send(400, json.dumps(error_body(problem)).encode(), "application/json")
+            return
+        streamed = isinstance(request.body, dict) and request.body.get("stream") is True
+        if answer.status == 200 and answer.raw is None and (answer.events is not None or streamed):
+            events = answer.events if answer.events is not None else events_of(answer.body)
+            count, end = _ending(answer, len(events))
+            exchange.stream(
+                [sse(json.dumps(event), event.get("type", "message")) for event in events[:count]],
+                answer.content_type or "text/event-stream",
+                answer.headers,
+                end=end,
+            )
+            return
+        data = answer.raw if answer.raw is not None else json.dumps(answer.body).encode()
+        exchange.send(
+            answer.status, data, answer.content_type or "application/json", answer.headers
+        )
 
-    def close(self) -> None:
-        """Stop serving and release the port (also wakes delayed handlers)."""
-        self._stopping.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
 
-    def _next(self) -> Answer:
-        with self._lock:
-            if self._answers:
-                return self._answers.popleft()
-        return Answer(500, error_body("no scripted answer left", "server_error"))
-
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def handle(self) -> None:
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    super().handle()
-
-            def do_POST(self) -> None:
-                try:
-                    self._answer()
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True
-
-            def _answer(self) -> None:
-                length = int(self.headers.get("content-length", "0"))
-                raw = self.rfile.read(length)
-                body = json.loads(raw) if raw else None
-                headers = {key.lower(): value for key, value in self.headers.items()}
-                with server._lock:
-                    server.requests.append(Received("POST", self.path, headers, body, raw))
-                answer = server._next()
-                if answer.delay and server._stopping.wait(answer.delay):
-                    return
-                if answer.drop:
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                problem = answer.require(body) if answer.require is not None else None
-                if problem is not None:
-                    self._send(400, json.dumps(error_body(problem)).encode(), "application/json")
-                    return
-                streamed = isinstance(body, dict) and body.get("stream") is True
-                if (
-                    answer.status == 200
-                    and answer.raw is None
-                    and (answer.events is not None or streamed)
-                ):
-                    events = answer.events if answer.events is not None else events_of(answer.body)
-                    self._stream(events, answer)
-                    return
-                data = answer.raw if answer.raw is not None else json.dumps(answer.body).encode()
-                self._send(
-                    answer.status, data, answer.content_type or "application/json", answer.headers
-                )
-
-            def _send(
-                self,
-                status: int,
-                data: bytes,
-                content_type: str,
-                headers: Mapping[str, str] | None = None,
-            ) -> None:
-                self.send_response(status)
-                self.send_header("content-type", content_type)
-                self.send_header("content-length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, events: Sequence[Mapping[str, Any]], answer: Answer) -> None:
-                self.send_response(200)
-                self.send_header("content-type", answer.content_type or "text/event-stream")
-                self.send_header("transfer-encoding", "chunked")
-                for key, value in answer.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                for number, event in enumerate(events):
-                    if answer.drop_after is not None and number >= answer.drop_after:
-                        # The connection ends mid-stream, without the last chunk.
-                        self.wfile.flush()
-                        self.close_connection = True
-                        self.connection.shutdown(socket.SHUT_RDWR)
-                        return
-                    if number == answer.stall_after:
-                        server._stopping.wait(60)
-                        self.close_connection = True
-                        return
-                    kind = event.get("type", "message")
-                    data = f"event: {kind}\ndata: {json.dumps(event)}\n\n".encode()
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        return Handler
+def _ending(answer: Answer, count: int) -> tuple[int, Literal["done", "cut", "stall"]]:
+    """How many of ``count`` events are sent, and how the stream then ends: at the
+    first event that ``drop_after`` or ``stall_after`` reaches."""
+    for number in range(count):
+        if answer.drop_after is not None and number >= answer.drop_after:
+            return number, "cut"
+        if number == answer.stall_after:
+            return number, "stall"
+    return count, "done"
