@@ -11,11 +11,11 @@ from raf.messages import AgentResponse, ChatMessage, OnUpdate
 from raf.options import ChatOptions
 from raf.parallel import ProviderGroup
 from raf.providers import (
-    check_provider,
     group_layer,
     is_provider,
     provider_layer,
     raise_post_failures,
+    validate_stages,
 )
 
 __all__ = ["ChatRequest", "Complete", "Middleware", "compose"]
@@ -87,11 +87,11 @@ def compose(
         where = f"stack[{index}]"
         if isinstance(item, ProviderGroup):
             for number, member in enumerate(item.members):
-                check_provider(member, f"{where} ({item.name}) member {number}")
+                validate_stages(member, f"{where} ({item.name}) member {number}")
             complete = group_layer(item, complete, post_timeout=post_timeout)
             pending = True
         elif is_provider(item):
-            check_provider(item, where)
+            validate_stages(item, where)
             complete = provider_layer(item, complete, post_timeout=post_timeout)
             pending = True
         elif isinstance(item, type) or not callable(item):

@@ -112,7 +112,7 @@ def is_provider(item: object) -> bool:
     return isinstance(item, ProviderGroup) or callable(getattr(item, "on_invoking", None))
 
 
-def check_provider(provider: object, where: str) -> None:
+def validate_stages(provider: object, where: str) -> None:
     """Refuse, when the stack is built, the mistakes that would only show mid-run."""
     if isinstance(provider, type):
         raise TypeError(
