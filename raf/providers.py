@@ -174,10 +174,7 @@ def provider_layer(
             )
         except Exception as exc:
             raise _stage_error(provider, "on_invoking", exc) from exc
-        try:
-            inner = merge(invocation, result, source=name)
-        except ContextResultError as exc:
-            raise ProviderError(name, "on_invoking", str(exc), field=exc.field) from exc
+        inner = _merged(name, invocation, result)
         if on_invoked is None:
             return await call_next(inner)
         try:
@@ -275,6 +272,7 @@ def raise_post_failures(call_next: CompleteInvocation) -> CompleteInvocation:
 
 
 def _merged(name: str, invocation: Invocation, result: object) -> Invocation:
+    """``merge``, a malformed result becoming the provider's ProviderError."""
     try:
         return merge(invocation, result, source=name)  # type: ignore[arg-type]
     except ContextResultError as exc:
