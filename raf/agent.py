@@ -12,8 +12,8 @@ from raf.clients.base import ChatClient
 from raf.context import Invocation, start_invocation
 from raf.messages import AgentResponse, ChatMessage, OnUpdate, checked_messages
 from raf.options import AgentRunOptions, ChatOptions
+from raf.parallel import is_provider
 from raf.pipeline import CallNext, ChatRequest, compose
-from raf.providers import is_provider
 from raf.sessions.base import Session
 from raf.sessions.memory import InMemorySession
 from raf.streaming import CLOSING, AgentStream, stream_model

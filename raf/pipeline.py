@@ -9,14 +9,8 @@ import attrs
 
 from raf.messages import AgentResponse, ChatMessage, OnUpdate
 from raf.options import ChatOptions
-from raf.parallel import ProviderGroup
-from raf.providers import (
-    group_layer,
-    is_provider,
-    provider_layer,
-    raise_post_failures,
-    validate_stages,
-)
+from raf.parallel import ProviderGroup, group_layer, is_provider
+from raf.providers import provider_layer, raise_post_failures, validate_stages
 
 __all__ = ["CallNext", "ChatRequest", "Middleware", "compose"]
 

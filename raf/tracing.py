@@ -13,9 +13,9 @@ from raf.context import ContextResult
 from raf.errors import Stage
 from raf.messages import AgentResponse, ChatMessage, Update
 from raf.options import AgentRunOptions
-from raf.parallel import ProviderGroup, provider_name
+from raf.parallel import ProviderGroup, is_provider
 from raf.pipeline import CallNext, ChatRequest
-from raf.providers import is_provider
+from raf.providers import provider_name
 from raf.sessions.base import Session
 
 __all__ = [
