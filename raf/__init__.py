@@ -47,6 +47,7 @@ from raf.errors import (
     ConfigError,
     ContextResultError,
     McpError,
+    OfflineError,
     PathError,
     ProviderError,
     RateLimitError,
@@ -63,7 +64,7 @@ from raf.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf.middleware import LoggingMiddleware, RetryMiddleware
 from raf.options import AgentRunOptions, ChatOptions
 from raf.parallel import ProviderGroup, parallel
-from raf.pipeline import ChatRequest, Complete, Middleware, compose
+from raf.pipeline import CallNext, ChatRequest, Middleware, compose
 from raf.providers import ContextProvider, ContextProviderLike
 from raf.sessions import InMemorySession, Session, SqliteSessionStore
 from raf.sessions.base import RequestHash
@@ -84,6 +85,7 @@ __all__ = [
     "AgentStream",
     "AuthenticationError",
     "BadRequestError",
+    "CallNext",
     "ChatClient",
     "ChatClientError",
     "ChatConnectionError",
@@ -92,7 +94,6 @@ __all__ = [
     "ChatProtocolError",
     "ChatRequest",
     "ChatTimeoutError",
-    "Complete",
     "CompressionError",
     "CompressionProvider",
     "CompressionStrategy",
@@ -114,6 +115,7 @@ __all__ = [
     "McpError",
     "McpToolsProvider",
     "Middleware",
+    "OfflineError",
     "OpenAIChatClient",
     "OpenAIResponsesClient",
     "Passage",

@@ -12,8 +12,8 @@ from raf.clients.base import ChatClient
 from raf.context import Invocation, start_invocation
 from raf.messages import AgentResponse, ChatMessage, OnUpdate, checked_messages
 from raf.options import AgentRunOptions, ChatOptions
-from raf.pipeline import ChatRequest, Complete, compose
-from raf.providers import is_provider
+from raf.parallel import is_provider
+from raf.pipeline import CallNext, ChatRequest, compose
 from raf.sessions.base import Session
 from raf.sessions.memory import InMemorySession
 from raf.streaming import CLOSING, AgentStream, stream_model
@@ -64,7 +64,7 @@ class Agent:
         "_tools",
     )
 
-    _chat: Complete[ChatRequest] | None
+    _chat: CallNext[ChatRequest] | None
     _chat_client: ChatClient
     _chat_options: tuple[AgentRunOptions, ChatOptions] | None
     _default_model: str | None
@@ -72,7 +72,7 @@ class Agent:
     _instructions: str | None
     _name: str | None
     _post_timeout: float
-    _run: Complete[Invocation]
+    _run: CallNext[Invocation]
     _stack: tuple[Any, ...]
     _tool_call: ToolStack
     _tool_index: dict[str, Tool]
@@ -125,7 +125,7 @@ class Agent:
         )
         # compose is typed for the run and chat stacks (AgentResponse out); the tool stack
         # is the same onion with a ChatMessage out.
-        tool_core = cast("Complete[ToolRequest]", invoke_tool)
+        tool_core = cast("CallNext[ToolRequest]", invoke_tool)
         set_(self, "_tool_call", cast("ToolStack", compose(tool_core, self._tool_stack)))
         # The chat options of the last run that added no tools, by its run options:
         # most runs of an agent share one options object, and so share these.

@@ -147,11 +147,34 @@ def merge(
     )
 
 
+def start_invocation(
+    agent: AgentLike | None,
+    session: Session,
+    request_messages: tuple[ChatMessage, ...],
+    options: AgentRunOptions,
+    request_hash: str | None,
+    repeated: bool,
+    on_update: OnUpdate | None,
+) -> Invocation:
+    """A run's first invocation, nothing contributed yet."""
+    return Invocation(
+        agent,
+        session,
+        request_messages,
+        options,
+        request_hash=request_hash,
+        repeated=repeated,
+        on_update=on_update,
+    )
+
+
 # merge() copies an invocation once per provider with something to say: the copy is
 # the per-provider cost of a run. Setting the slots directly skips the generated
-# __init__ (keyword arguments and a bound __setattr__ per field: 0.4 us of 1 us), which
-# has no validator or converter to run. The check below fails at import when a field
-# is added to Invocation and not here.
+# __init__ (keyword arguments and a bound __setattr__ per field), which has no validator
+# or converter to run. A benchmark row needs it (benchmarks/bench_pipeline.py): through
+# Invocation(...) run/10 providers is 15 % slower and run/50 providers 20 %; through
+# attrs.evolve (2 us a copy) far more. The check below fails at import when a field is
+# added to Invocation and not here.
 _FIELDS = (
     "agent",
     "session",
@@ -181,32 +204,6 @@ if tuple(field.name for field in attrs.fields(Invocation)) != _FIELDS:  # pragma
     _set_on_update,
 ) = (vars(Invocation)[name].__set__ for name in _FIELDS)
 _new = object.__new__
-
-
-def start_invocation(
-    agent: AgentLike | None,
-    session: Session,
-    request_messages: tuple[ChatMessage, ...],
-    options: AgentRunOptions,
-    request_hash: str | None,
-    repeated: bool,
-    on_update: OnUpdate | None,
-) -> Invocation:
-    """A run's first invocation, nothing contributed yet (``Agent.run``'s, without the
-    generated ``__init__``: its arguments are already checked)."""
-    invocation: Invocation = _new(Invocation)
-    _set_agent(invocation, agent)
-    _set_session(invocation, session)
-    _set_request(invocation, request_messages)
-    _set_options(invocation, options)
-    _set_instructions(invocation, ())
-    _set_messages(invocation, ())
-    _set_tools(invocation, ())
-    _set_hash(invocation, request_hash)
-    _set_repeated(invocation, repeated)
-    _set_sources(invocation, ())
-    _set_on_update(invocation, on_update)
-    return invocation
 
 
 def _copy(

@@ -1,4 +1,36 @@
-"""Every exception raf raises, each saying what went wrong and where."""
+"""Every exception raf raises, each saying what went wrong and where.
+
+The hierarchy (``except`` a branch to catch everything below it)::
+
+    AgentError
+    ├── ProviderError                 a provider's stage failed (.provider, .stage)
+    ├── ContextResultError            a ContextResult of the wrong shape (also a TypeError)
+    ├── StreamClosedError             the consumer left a streamed run early (.partial)
+    ├── ConfigError                   a declaration or a config file is wrong
+    ├── CompressionError              a compression strategy could not compress
+    ├── McpError                      an MCP server could not be started or spoken to
+    ├── SessionStoreError             a session store cannot be opened or read
+    ├── OfflineError                  a raf_offline test reached out (also a ConnectionRefusedError)
+    ├── ToolError                     a tool failed, or the run's tools or tool loop did
+    │   ├── ToolArgumentsError        a call's arguments do not fit (also a ValueError)
+    │   ├── ToolSchemaError           a tool's parameters schema is invalid (also a ValueError)
+    │   ├── PathError                 a file tool refused a path
+    │   ├── ToolConflictError         two tools of one run share a name
+    │   └── ToolLoopError             still asking for tools after max_tool_iterations
+    └── ChatClientError               the model could not answer (.retryable, .status_code)
+        ├── RateLimitError            HTTP 429
+        ├── ChatTimeoutError          HTTP 408 or a client-side timeout (also a TimeoutError)
+        ├── ChatConnectionError       the server could not be reached
+        ├── ServerError               HTTP 5xx or 409
+        ├── ChatProtocolError         an answer that is not in the protocol
+        └── BadRequestError           other HTTP 4xx
+            └── AuthenticationError   HTTP 401/403
+
+A tool's own failure (a :class:`ToolError`, or any exception) and the
+:class:`ToolArgumentsError` / :class:`ToolSchemaError` of a call are told to
+the model as that call's tool message, and the run goes on; a
+:class:`ToolConflictError` or a :class:`ToolLoopError` ends the run.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +51,7 @@ __all__ = [
     "ConfigError",
     "ContextResultError",
     "McpError",
+    "OfflineError",
     "PathError",
     "ProviderError",
     "RateLimitError",
@@ -121,7 +154,16 @@ class ContextResultError(AgentError, TypeError):
         super().__init__(f"{field}: expected {expected}, got {_describe(got)}")
 
 
-class ToolConflictError(AgentError):
+class ToolError(AgentError):
+    """Something about tools went wrong: the base of the ``Tool*Error`` classes.
+
+    Raised as it is by a tool to report that it failed, with a message
+    written for the model to read (the tool loop tells it to the model as
+    the call's tool message).
+    """
+
+
+class ToolConflictError(ToolError):
     """Two tools offered to the model in one run share a name."""
 
     def __init__(self, name: str, first: str, second: str) -> None:
@@ -132,7 +174,7 @@ class ToolConflictError(AgentError):
         )
 
 
-class ToolLoopError(AgentError):
+class ToolLoopError(ToolError):
     """The model still asked for tools after ``max_tool_iterations`` calls."""
 
     def __init__(self, max_tool_iterations: int, pending: tuple[str, ...]) -> None:
@@ -144,7 +186,7 @@ class ToolLoopError(AgentError):
         )
 
 
-class ToolArgumentsError(AgentError, ValueError):
+class ToolArgumentsError(ToolError, ValueError):
     """The arguments of a tool call do not fit the tool's parameters.
 
     ``tool`` is the tool's name; ``problems`` lists each misfit as
@@ -160,7 +202,7 @@ class ToolArgumentsError(AgentError, ValueError):
         super().__init__(f"invalid arguments for {tool!r}: " + "; ".join(problems))
 
 
-class ToolSchemaError(AgentError, ValueError):
+class ToolSchemaError(ToolError, ValueError):
     """A tool's ``parameters`` is not a valid JSON Schema.
 
     ``tool`` is the tool's name, ``problem`` what is wrong and where in the
@@ -185,15 +227,11 @@ class CompressionError(AgentError):
     returned a history that splits a tool call from its results."""
 
 
-class ToolError(AgentError):
-    """A tool reports that it failed; the message is written for the model to read."""
-
-
 class McpError(AgentError):
     """An MCP server could not be started or spoken to."""
 
 
-class PathError(AgentError):
+class PathError(ToolError):
     """A file tool refused a path (outside its folder, absolute, too big, ...).
 
     The message names the path as the model gave it and never the folder's
@@ -203,6 +241,15 @@ class PathError(AgentError):
 
 class SessionStoreError(AgentError):
     """A session store cannot be opened or read (corrupt or foreign data)."""
+
+
+class OfflineError(AgentError, ConnectionRefusedError):
+    """A ``raf_offline`` test tried to reach (or look up) a host that is not loopback.
+
+    Raised by raf's pytest plugin where the connection would have been
+    made; a ``ConnectionRefusedError`` too, so the code under test fails as
+    on a refused connection (the test fails even if that code swallows it).
+    """
 
 
 class ChatClientError(AgentError):
@@ -233,7 +280,7 @@ class RateLimitError(ChatClientError):
     retryable = True
 
 
-class ChatTimeoutError(ChatClientError):
+class ChatTimeoutError(ChatClientError, TimeoutError):
     """The request timed out (HTTP 408 or a client-side timeout)."""
 
     retryable = True

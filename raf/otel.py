@@ -36,9 +36,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 from raf.agent import Agent
 from raf.context import ContextResult, Invocation
 from raf.messages import AgentResponse, ChatMessage, OnUpdate, Update
-from raf.parallel import ProviderGroup, provider_name
+from raf.parallel import ProviderGroup, is_provider
 from raf.pipeline import ChatRequest
-from raf.providers import is_provider, post_stage_of
+from raf.providers import post_stage_of, provider_name
 from raf.tool_loop import ToolRequest
 
 __all__ = ["CAPTURE_CONTENT_ENV", "instrument"]

@@ -9,22 +9,16 @@ import attrs
 
 from raf.messages import AgentResponse, ChatMessage, OnUpdate
 from raf.options import ChatOptions
-from raf.parallel import ProviderGroup
-from raf.providers import (
-    check_provider,
-    group_layer,
-    is_provider,
-    provider_layer,
-    raise_post_failures,
-)
+from raf.parallel import ProviderGroup, group_layer, is_provider
+from raf.providers import provider_layer, raise_post_failures, validate_stages
 
-__all__ = ["ChatRequest", "Complete", "Middleware", "compose"]
+__all__ = ["CallNext", "ChatRequest", "Middleware", "compose"]
 
 Request = TypeVar("Request")
 Request_contra = TypeVar("Request_contra", contravariant=True)
 
 #: The inner rest of a stack: ``await call_next(request)`` runs it.
-Complete = Callable[[Request], Awaitable[AgentResponse]]
+CallNext = Callable[[Request], Awaitable[AgentResponse]]
 
 
 class Middleware(Protocol[Request_contra]):
@@ -40,7 +34,7 @@ class Middleware(Protocol[Request_contra]):
     """
 
     async def __call__(
-        self, request: Request_contra, call_next: Callable[[Any], Awaitable[AgentResponse]], /
+        self, request: Request_contra, call_next: CallNext[Any], /
     ) -> AgentResponse: ...
 
 
@@ -59,8 +53,8 @@ class ChatRequest:
 
 
 def compose(
-    core: Complete[Request], stack: Sequence[Any] = (), *, post_timeout: float = 10.0
-) -> Complete[Request]:
+    core: CallNext[Request], stack: Sequence[Any] = (), *, post_timeout: float = 10.0
+) -> CallNext[Request]:
     """Build the onion once: ``stack[0]`` outermost, ``core`` in the middle.
 
     Each item is a provider (it has ``on_invoking``; only for a run stack,
@@ -77,7 +71,7 @@ def compose(
     >>> run is core
     True
     """
-    complete: Complete[Any] = core
+    complete: CallNext[Any] = core
     # Post-stage failures of the providers since the last boundary still travel outward
     # with the response: a middleware must see what its caller would, so they are
     # raised just inside it (and outermost).
@@ -87,11 +81,11 @@ def compose(
         where = f"stack[{index}]"
         if isinstance(item, ProviderGroup):
             for number, member in enumerate(item.members):
-                check_provider(member, f"{where} ({item.name}) member {number}")
+                validate_stages(member, f"{where} ({item.name}) member {number}")
             complete = group_layer(item, complete, post_timeout=post_timeout)
             pending = True
         elif is_provider(item):
-            check_provider(item, where)
+            validate_stages(item, where)
             complete = provider_layer(item, complete, post_timeout=post_timeout)
             pending = True
         elif isinstance(item, type) or not callable(item):
@@ -107,6 +101,6 @@ def compose(
     return raise_post_failures(complete) if pending else complete  # type: ignore[return-value]
 
 
-def _bind(middleware: Middleware[Any], call_next: Complete[Any]) -> Complete[Any]:
+def _bind(middleware: Middleware[Any], call_next: CallNext[Any]) -> CallNext[Any]:
     # A lambda, not a coroutine: the middleware's own coroutine is the only frame.
     return lambda request: middleware(request, call_next)

@@ -96,13 +96,13 @@ async def run_tool_loop(
     messages: Sequence[ChatMessage],
     options: ChatOptions,
     tools: Mapping[str, Tool],
-    max_model_calls: int,
+    max_tool_iterations: int,
     on_update: OnUpdate | None = None,
     *,
     invocation: Invocation,
     tool_stack: ToolStack | None = None,
 ) -> AgentResponse:
-    """Call the model until it stops asking for tools, at most ``max_model_calls`` times.
+    """Call the model until it stops asking for tools: at most ``max_tool_iterations`` calls.
 
     Returns every message the loop produced (assistant turns, tool results,
     the final answer), the summed usage and the last raw response. In a
@@ -114,7 +114,7 @@ async def run_tool_loop(
     call_tool = invoke_tool if tool_stack is None else tool_stack
     produced: list[ChatMessage] = []
     usage: Usage | None = None
-    for call_number in range(1, max_model_calls + 1):
+    for call_number in range(1, max_tool_iterations + 1):
         response = await chat(messages, options)
         produced.extend(response.messages)
         if response.usage is not None:
@@ -124,8 +124,8 @@ async def run_tool_loop(
             if call_number == 1 and type(response) is AgentResponse:
                 return response  # one call, no tools: it already is the run's response
             return AgentResponse(tuple(produced), usage, response.raw)
-        if call_number == max_model_calls:
-            raise ToolLoopError(max_model_calls, tuple(call.name for call in calls))
+        if call_number == max_tool_iterations:
+            raise ToolLoopError(max_tool_iterations, tuple(call.name for call in calls))
         if on_update is None:
             results = await run_tool_calls(calls, tools, call_tool, invocation)
         else:
@@ -135,7 +135,7 @@ async def run_tool_loop(
                 await on_update(Update("tool_result", message=result))
         produced.extend(results)
         messages = (*messages, *response.messages, *results)
-    raise AssertionError("unreachable: max_model_calls >= 1")  # pragma: no cover
+    raise AssertionError("unreachable: max_tool_iterations >= 1")  # pragma: no cover
 
 
 async def run_tool_calls(

@@ -13,9 +13,9 @@ from raf.context import ContextResult
 from raf.errors import Stage
 from raf.messages import AgentResponse, ChatMessage, Update
 from raf.options import AgentRunOptions
-from raf.parallel import ProviderGroup, provider_name
-from raf.pipeline import ChatRequest, Complete
-from raf.providers import is_provider
+from raf.parallel import ProviderGroup, is_provider
+from raf.pipeline import CallNext, ChatRequest
+from raf.providers import provider_name
 from raf.sessions.base import Session
 
 __all__ = [
@@ -156,11 +156,11 @@ def traced_stack(stack: Sequence[Any], emit: Emit) -> list[Any]:
     return traced
 
 
-def trace_model(emit: Emit) -> Callable[[ChatRequest, Complete[ChatRequest]], Any]:
+def trace_model(emit: Emit) -> Callable[[ChatRequest, CallNext[ChatRequest]], Any]:
     """Chat-stack middleware that emits one event per model call; a streamed call's
     event also counts its updates and times the first."""
 
-    async def middleware(request: ChatRequest, call_next: Complete[ChatRequest]) -> AgentResponse:
+    async def middleware(request: ChatRequest, call_next: CallNext[ChatRequest]) -> AgentResponse:
         started = time.perf_counter()
         error: BaseException | None = None
         send = request.on_update

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 
+import raf
 from raf import AgentResponse, ChatMessage, errors
 
 
@@ -21,6 +23,10 @@ from raf import AgentResponse, ChatMessage, errors
         errors.SessionStoreError("corrupt file"),
         errors.AgentError("plain"),
         errors.StreamClosedError(AgentResponse((ChatMessage.assistant("Hel"),))),
+        errors.ChatTimeoutError("timed out", status_code=408, retry_after=1.5),
+        errors.OfflineError("raf_offline: this test may not reach example.com:443"),
+        errors.ToolArgumentsError("search", ("query: Field required",)),
+        errors.PathError("the path '../x' uses '..'"),
     ],
     ids=lambda e: type(e).__name__,
 )
@@ -33,3 +39,53 @@ def test_every_error_survives_pickling_with_its_attributes_and_notes(
     assert str(back) == str(error)
     assert back.__dict__ == error.__dict__
     assert back.__notes__ == ["raf: a note"]
+
+
+def test_the_error_tree() -> None:
+    exported = {name: getattr(errors, name) for name in errors.__all__}
+    for name, cls in exported.items():
+        assert issubclass(cls, errors.AgentError), name
+        assert getattr(raf, name) is cls, name
+    tool_errors = {name for name in exported if name.startswith("Tool")} | {"PathError"}
+    assert {name for name, cls in exported.items() if issubclass(cls, errors.ToolError)} == (
+        tool_errors
+    )
+    assert issubclass(errors.ChatTimeoutError, TimeoutError)
+    assert issubclass(errors.ContextResultError, TypeError)
+    assert issubclass(errors.ToolArgumentsError, ValueError)
+    assert issubclass(errors.ToolSchemaError, ValueError)
+    assert issubclass(errors.OfflineError, ConnectionRefusedError)
+    chat = {name for name, cls in exported.items() if issubclass(cls, errors.ChatClientError)}
+    assert chat == {
+        "ChatClientError",
+        "RateLimitError",
+        "ChatTimeoutError",
+        "ChatConnectionError",
+        "ServerError",
+        "ChatProtocolError",
+        "BadRequestError",
+        "AuthenticationError",
+    }
+
+
+def test_the_tree_is_drawn_in_the_docstring() -> None:
+    # Each drawn line is "<indent>[├└]── Name   what it is"; AgentError is the root.
+    drawn = {
+        match.group(2): len(match.group(1))
+        for match in re.finditer(
+            r"^( *(?:[│ ]   )*(?:[├└]── )?)(\w+Error)\b", errors.__doc__ or "", re.M
+        )
+    }
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        assert name in drawn, name
+        if cls is not errors.AgentError:
+            # drawn one level (four columns) below its first parent
+            assert drawn[name] == drawn[cls.__mro__[1].__name__] + 4, name
+
+
+def test_a_chat_timeout_is_caught_as_a_timeout() -> None:
+    with pytest.raises(TimeoutError):
+        raise errors.ChatTimeoutError("the request timed out")
+    assert errors.ChatTimeoutError("x").retryable
+    assert str(errors.ChatTimeoutError("x", status_code=408)) == "x"

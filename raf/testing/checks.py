@@ -32,8 +32,8 @@ from raf.context import checked_result
 from raf.errors import ContextResultError, ProviderError, StreamClosedError
 from raf.messages import AgentResponse, ChatMessage, ToolCall
 from raf.options import AgentRunOptions
-from raf.parallel import ProviderGroup, provider_name
-from raf.providers import post_stage_of
+from raf.parallel import ProviderGroup
+from raf.providers import post_stage_of, provider_name
 from raf.sessions.memory import InMemorySession
 
 __all__ = ["RULES", "check_provider"]

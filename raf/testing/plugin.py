@@ -12,7 +12,7 @@ off with ``-p no:raf``). It gives
   name still wins;
 - the marker ``@pytest.mark.raf_offline`` and the option ``--raf-offline``
   (every test): a connection to, or a name lookup of, any host that is not
-  loopback fails with :class:`OfflineError` and fails the test, even if the
+  loopback fails with :class:`raf.OfflineError` and fails the test, even if the
   code under test swallowed the error. A real model (``OpenAIChatClient``
   with no ``base_url`` on 127.0.0.1) cannot be called by accident; a test
   server on 127.0.0.1 still can.
@@ -28,13 +28,10 @@ from typing import Any
 import pytest
 
 from raf.clients.scripted import ScriptedChatClient
+from raf.errors import OfflineError
 from raf.testing import _backends
 
-__all__ = ["OfflineError"]
-
-
-class OfflineError(ConnectionRefusedError):
-    """A connection a ``raf_offline`` test tried to make to a host that is not loopback."""
+__all__: list[str] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
