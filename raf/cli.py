@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import wait
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from importlib.metadata import PackageNotFoundError, version
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,17 +30,12 @@ from raf.tracing import StageEvent
 __all__ = ["main"]
 
 DEFAULT_DB = Path(".raf") / "sessions.db"
-_TOP_LEVEL = {"agent": "[agent]", "model": "[model]", "providers": "[[providers]]"}
-_TOP_LEVEL["chat_stack"] = "[[chat_stack]]"
-_AGENT_KEYS = frozenset({"name", "instructions", "tools"})
-_MODEL_KEYS = frozenset(
-    {"client", "model", "base_url", "api_key_env", "temperature", "max_tokens", "timeout"}
-)
 _EPILOG = """\
 The config is a TOML file: [agent] (name, instructions, tools), [model] (client,
 model, base_url, api_key_env, temperature, max_tokens, timeout), [[providers]]
-and [[chat_stack]]. The docs are in raf's repository: docs/cli.md for this
-command and its config, docs/declaring-providers.md for the provider kinds."""
+and [[chat_stack]]; `raf schema` prints its JSON Schema. The docs are in raf's
+repository: docs/cli.md for this command and its config,
+docs/declaring-providers.md for the provider kinds."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if logs_here:
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     try:
+        if args.command == "schema":
+            _say(_schema(), sys.stdout)
+            return 0
         if args.command == "chat":
             return _chat_command(args)
         return anyio.run(_run_command, args)
@@ -63,6 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if logs_here:
             structlog.reset_defaults()
+
+
+def _schema() -> str:
+    """The JSON Schema of a config file, as shipped in the package (no pydantic needed)."""
+    return (files("raf") / "config.schema.json").read_text(encoding="utf-8").rstrip("\n")
 
 
 def _tolerant_streams() -> None:
@@ -128,6 +132,10 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     chat.add_argument("config", type=Path, help="the agent's TOML config file")
+    commands.add_parser(
+        "schema",
+        help="print the JSON Schema of the config file (for an editor: see docs/cli.md)",
+    )
     for command in (run, chat):
         command.add_argument("--session", help="keep history in this session of the store")
         command.add_argument(

@@ -10,6 +10,7 @@ mistake is, the field, and what the field must be.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -46,6 +47,8 @@ __all__ = [
     "config_schema",
     "integer_type",
     "number_type",
+    "option_error",
+    "schema_text",
     "unknown_options_error",
 ]
 
@@ -157,7 +160,7 @@ CompressionOptions = Annotated[
 class SkillsOptions(_Closed):
     """``kind = "skills"``: the agent skills of a folder."""
 
-    root: PathText
+    root: PathText = Field(description="a folder; a relative path starts at the config's folder")
     max_bytes: Count = _MAX_BYTES
     tool_prefix: AnyText = ""
 
@@ -165,7 +168,7 @@ class SkillsOptions(_Closed):
 class WorkspaceOptions(_Closed):
     """``kind = "workspace"``: a folder the model reads (and writes)."""
 
-    root: PathText
+    root: PathText = Field(description="a folder; a relative path starts at the config's folder")
     writable: Flag = True
     max_bytes: Count = _MAX_BYTES
     tool_prefix: AnyText = ""
@@ -174,7 +177,7 @@ class WorkspaceOptions(_Closed):
 class KnowledgeOptions(_Closed):
     """``kind = "knowledge"`` and ``kind = "wiki"``: retrieval over a folder."""
 
-    root: PathText
+    root: PathText = Field(description="a folder; a relative path starts at the config's folder")
     top_k: Count = 3
 
 
@@ -222,7 +225,7 @@ BUILTIN_CHAT_STACK_OPTIONS: dict[str, Any] = {"retry": RetryOptions, "logging": 
 
 
 class AgentTable(_Closed):
-    """``[agent]``."""
+    """``[agent]``: the agent's name, its instructions, its tools (import paths)."""
 
     name: AnyText | None = None
     instructions: AnyText | None = None
@@ -449,9 +452,6 @@ def _entry_error(source: str, table: str, loc: Sequence[Any], error: Any) -> Con
 
 # The JSON Schema ----------------------------------------------------------------------------
 
-#: Where the schema says it lives (its ``$id``).
-SCHEMA_ID = "https://raw.githubusercontent.com/raf/raf/main/raf/config.schema.json"
-
 
 def _entries(kinds: Mapping[str, Any], table: str) -> Any:
     """The entries of ``[[table]]`` for the schema: one closed model per built-in kind
@@ -488,13 +488,25 @@ def _entries(kinds: Mapping[str, Any], table: str) -> Any:
 
 
 def config_schema() -> dict[str, Any]:
-    """The JSON Schema of a config file of the ``raf`` command, from the models."""
+    """The JSON Schema of a config file of the ``raf`` command, from the models.
+
+    ``raf/config.schema.json`` holds it as text (:func:`schema_text`); a
+    test checks that the two agree.
+    """
     model = _create_model(
         "RafConfig",
         __base__=ConfigFile,
-        __doc__="A config file of the raf command (docs/cli.md).",
+        __doc__="A config file of the raf command: see docs/cli.md in raf's repository.",
         providers=(_entries(BUILTIN_PROVIDER_OPTIONS, "providers"), []),
         chat_stack=(_entries(BUILTIN_CHAT_STACK_OPTIONS, "chat_stack"), []),
     )
-    schema = model.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **schema}
+    return model.model_json_schema()
+
+
+def schema_text() -> str:
+    """:func:`config_schema` as the text of ``raf/config.schema.json``."""
+    return json.dumps(config_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":  # regenerate: python -m raf.config_models > raf/config.schema.json
+    print(schema_text(), end="")
