@@ -212,3 +212,13 @@ def test_import_raf_does_not_import_the_models() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert done.stdout == "False\n"
+
+
+@pytest.mark.parametrize("page", ["cli.md", "declaring-providers.md"])
+def test_the_configs_in_the_docs_follow_the_schema(page: str) -> None:
+    text = (ROOT / "docs" / page).read_text()
+    blocks = [block.split("```", 1)[0] for block in text.split("```toml\n")[1:]]
+    configs = [block for block in blocks if "[project" not in block]  # not pyproject.toml
+    assert configs
+    for block in configs:
+        jsonschema.validate(_toml(block), config_schema())
