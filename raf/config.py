@@ -320,9 +320,10 @@ def register_provider_kind(
 ) -> None:
     """Make ``kind`` buildable: ``factory(options)`` returns the provider.
 
-    The factory reads its options with the :class:`ProviderOptions` getters,
-    so a wrong or missing option gets a clear error, and an option it never
-    asks for is refused as unknown. Registering a taken kind needs
+    The factory reads its options through :class:`ProviderOptions` (a
+    pydantic model with :meth:`~ProviderOptions.parse`, or the getters), so a
+    wrong or missing option gets a clear error, and an option it never reads
+    is refused as unknown. Registering a taken kind needs
     ``replace=True``.
 
     >>> from raf import ContextProvider
