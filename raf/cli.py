@@ -3,58 +3,39 @@
 from __future__ import annotations
 
 import argparse
-import difflib
-import math
 import os
 import signal
 import sys
 import threading
-import tomllib
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import wait
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from importlib.metadata import PackageNotFoundError, version
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
-import attrs
 import structlog
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from raf.agent import Agent
-from raf.clients.base import ChatClient
-from raf.clients.echo import EchoChatClient
-from raf.config import (
-    MAX_CONFIG_BYTES,
-    build_chat_middleware,
-    build_provider,
-    import_object,
-    parse_chat_stack_decls,
-    parse_provider_decls,
-)
+from raf.config_file import LoadedConfig, load_config
 from raf.errors import AgentError, ChatClientError, ConfigError
 from raf.messages import AgentResponse, Update
-from raf.options import AgentRunOptions
 from raf.sessions.base import Session
 from raf.sessions.memory import InMemorySession
-from raf.tools import Tool
-from raf.tracing import StageEvent, trace_model, traced_stack, traced_tools
+from raf.tracing import StageEvent
 
-__all__ = ["MAX_CONFIG_BYTES", "LoadedConfig", "load_agent", "load_config", "main", "read_config"]
+__all__ = ["main"]
 
 DEFAULT_DB = Path(".raf") / "sessions.db"
-_TOP_LEVEL = {"agent": "[agent]", "model": "[model]", "providers": "[[providers]]"}
-_TOP_LEVEL["chat_stack"] = "[[chat_stack]]"
-_AGENT_KEYS = frozenset({"name", "instructions", "tools"})
-_MODEL_KEYS = frozenset(
-    {"client", "model", "base_url", "api_key_env", "temperature", "max_tokens", "timeout"}
-)
 _EPILOG = """\
 The config is a TOML file: [agent] (name, instructions, tools), [model] (client,
 model, base_url, api_key_env, temperature, max_tokens, timeout), [[providers]]
-and [[chat_stack]]. The docs are in raf's repository: docs/cli.md for this
-command and its config, docs/declaring-providers.md for the provider kinds."""
+and [[chat_stack]]; `raf schema` prints its JSON Schema. The docs are in raf's
+repository: docs/cli.md for this command and its config,
+docs/declaring-providers.md for the provider kinds."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if logs_here:
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     try:
+        if args.command == "schema":
+            _say(_schema(), sys.stdout)
+            return 0
         if args.command == "chat":
             return _chat_command(args)
         return anyio.run(_run_command, args)
@@ -78,6 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if logs_here:
             structlog.reset_defaults()
+
+
+def _schema() -> str:
+    """The JSON Schema of a config file, as shipped in the package (no pydantic needed)."""
+    return (files("raf") / "config.schema.json").read_text(encoding="utf-8").rstrip("\n")
 
 
 def _tolerant_streams() -> None:
@@ -143,6 +132,10 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     chat.add_argument("config", type=Path, help="the agent's TOML config file")
+    commands.add_parser(
+        "schema",
+        help="print the JSON Schema of the config file (for an editor: see docs/cli.md)",
+    )
     for command in (run, chat):
         command.add_argument("--session", help="keep history in this session of the store")
         command.add_argument(
@@ -157,14 +150,6 @@ def _parser() -> argparse.ArgumentParser:
             help="print each provider stage, model call and tool call as it happens",
         )
     return parser
-
-
-@attrs.frozen
-class LoadedConfig:
-    """What a config file describes: the agent, and the options of each of its runs."""
-
-    agent: Agent
-    options: AgentRunOptions
 
 
 async def _run_command(args: argparse.Namespace) -> int:
@@ -453,222 +438,6 @@ def _trace_printer(stream: TextIO, printer: _Printer | None = None) -> Callable[
         _say(f"trace: {event}", stream)
 
     return emit
-
-
-# The config file -----------------------------------------------------------------------------
-
-
-def load_agent(path: Path, *, emit: Callable[[StageEvent], None] | None = None) -> Agent:
-    """Build the agent a config file describes (``ConfigError`` says what is wrong, where)."""
-    return load_config(path, emit=emit).agent
-
-
-def load_config(path: Path, *, emit: Callable[[StageEvent], None] | None = None) -> LoadedConfig:
-    """The agent and run options a config file describes; ``emit`` traces every stage.
-
-    Every mistake is a :class:`ConfigError` naming the file, the table, the
-    entry and the key.
-    """
-    data = read_config(path)
-    _refuse_unknown_tables(data, path)
-    agent_table = _table(data, "agent", path, _AGENT_KEYS)
-    model_table = _model_table(data, path)
-    client = _chat_client(model_table, path)
-    options = _run_options(model_table, path)
-    providers = _providers(data, path, client)
-    chat_stack = _chat_stack(data, path)
-    tools = _tools(agent_table, path)
-    stack: list[Any] = providers
-    if emit is not None:
-        stack = traced_stack(providers, emit)
-        # Innermost, so each actual model call is reported (a retried one too).
-        chat_stack = [*chat_stack, trace_model(emit)]
-        tools = list(traced_tools(tools, emit))
-    name = agent_table.get("name")
-    instructions = agent_table.get("instructions")
-    for key, value in (("name", name), ("instructions", instructions)):
-        if value is not None and not isinstance(value, str):
-            raise ConfigError(f"{path}: [agent] {key} must be a string, got {value!r}")
-    try:
-        agent = Agent(
-            client,
-            name=name,
-            instructions=instructions,
-            tools=tools,
-            stack=stack,
-            chat_stack=chat_stack,
-        )
-    except (TypeError, ValueError, AgentError) as exc:
-        raise ConfigError(f"{path}: [agent]: {exc}") from exc
-    return LoadedConfig(agent, options)
-
-
-def read_config(path: Path) -> dict[str, Any]:
-    """The TOML document at ``path`` (at most :data:`MAX_CONFIG_BYTES`)."""
-    try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise ConfigError(f"{path}: cannot read the config file: {reason}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: not a config file: larger than {MAX_CONFIG_BYTES // 1024} KiB")
-    try:
-        return tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except RecursionError:
-        raise ConfigError(
-            f"{path}: not a usable config: arrays or tables nested too deeply"
-        ) from None
-
-
-def _refuse_unknown_tables(data: dict[str, Any], path: Path) -> None:
-    for key, value in data.items():
-        if key in _TOP_LEVEL:
-            continue
-        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            shown = f"table [[{key}]]"
-        elif isinstance(value, dict):
-            shown = f"table [{key}]"
-        else:
-            shown = f"key {key!r}"
-        close = difflib.get_close_matches(key, list(_TOP_LEVEL), n=1)
-        hint = f"; did you mean {_TOP_LEVEL[close[0]]}?" if close else ""
-        allowed = ", ".join(_TOP_LEVEL.values())
-        raise ConfigError(f"{path}: unknown top-level {shown}{hint} (allowed: {allowed})")
-
-
-def _table(data: dict[str, Any], key: str, path: Path, allowed: frozenset[str]) -> dict[str, Any]:
-    table = data.get(key, {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: [{key}] must be a table")
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise ConfigError(f"{path}: [{key}] has unknown keys {unknown}; allowed: {sorted(allowed)}")
-    return table
-
-
-def _model_table(data: dict[str, Any], path: Path) -> dict[str, Any]:
-    table = data.get("model", {})
-    if isinstance(table, dict) and "api_key" in table:
-        raise ConfigError(
-            f"{path}: [model] api_key: a key does not belong in a config file; put it in an "
-            'environment variable and name the variable: api_key_env = "OPENAI_API_KEY"'
-        )
-    return _table(data, "model", path, _MODEL_KEYS)
-
-
-def _number(model: dict[str, Any], key: str, path: Path, *, positive: bool) -> float | None:
-    value = model.get(key)
-    if value is None:
-        return None
-    expected = "a positive number" if positive else "a number >= 0"
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or not (value > 0 if positive else value >= 0)
-    ):
-        raise ConfigError(f"{path}: [model] {key} must be {expected}, got {value!r}")
-    return float(value)
-
-
-def _run_options(model: dict[str, Any], path: Path) -> AgentRunOptions:
-    max_tokens = model.get("max_tokens")
-    if max_tokens is not None and (
-        not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
-    ):
-        raise ConfigError(f"{path}: [model] max_tokens must be an integer >= 1, got {max_tokens!r}")
-    return AgentRunOptions(
-        temperature=_number(model, "temperature", path, positive=False), max_tokens=max_tokens
-    )
-
-
-def _chat_client(model: dict[str, Any], path: Path) -> ChatClient:
-    for key in ("model", "base_url", "api_key_env"):
-        if key in model and not (isinstance(model[key], str) and model[key]):
-            raise ConfigError(
-                f"{path}: [model] {key} must be a non-empty string, got {model[key]!r}"
-            )
-    timeout = _number(model, "timeout", path, positive=True)
-    kind = model.get("client", "echo")
-    if kind == "echo":
-        return EchoChatClient()
-    if kind in ("openai", "openai-responses"):
-        from raf.clients.openai import OpenAIChatClient
-        from raf.clients.responses import OpenAIResponsesClient
-
-        name = model.get("model")
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f'{path}: [model] client = "{kind}" needs model = "<model name>"')
-        key_env: str = model.get("api_key_env", "OPENAI_API_KEY")
-        api_key = os.environ.get(key_env)
-        if not api_key:
-            named = " (named by [model] api_key_env)" if "api_key_env" in model else ""
-            raise ConfigError(f'{path}: [model] client = "{kind}" needs {key_env} set{named}')
-        extra: dict[str, Any] = {}
-        if timeout is not None:
-            # A deadline for the whole call (connection, retries, a trickling reply).
-            extra["timeout"] = timeout
-        # The Responses API client ("openai-responses") takes the same keywords.
-        factory = OpenAIChatClient if kind == "openai" else OpenAIResponsesClient
-        try:
-            return factory(name, base_url=model.get("base_url"), api_key=api_key, **extra)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{path}: [model]: {exc}") from exc
-    raise ConfigError(
-        f'{path}: [model] client must be "echo" or "openai" or "openai-responses", got {kind!r}'
-    )
-
-
-def _tools(agent: dict[str, Any], path: Path) -> list[Any]:
-    specs = agent.get("tools", [])
-    if not isinstance(specs, list) or not all(isinstance(spec, str) for spec in specs):
-        raise ConfigError(
-            f"{path}: [agent] tools must be a list of import paths "
-            f"('package.module:name'), got {specs!r}"
-        )
-    tools = []
-    for index, spec in enumerate(specs):
-        where = f"[agent] tools[{index}]"
-        try:
-            found = import_object(spec, base_dir=path.parent, what=where)
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-        if not isinstance(found, Tool):
-            hint = " (decorate the function with @raf.tool)" if callable(found) else ""
-            raise ConfigError(
-                f"{path}: {where} {spec!r} is a {type(found).__name__}, not a raf Tool{hint}"
-            )
-        tools.append(found)
-    return tools
-
-
-def _providers(data: dict[str, Any], path: Path, client: ChatClient) -> list[Any]:
-    decls = parse_provider_decls(data, base_dir=path.parent, source=str(path))
-    providers = []
-    for index, decl in enumerate(decls):
-        try:
-            providers.append(build_provider(decl, chat_client=client))
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: providers[{index}]: {exc}") from None
-    return providers
-
-
-def _chat_stack(data: dict[str, Any], path: Path) -> list[Any]:
-    decls = parse_chat_stack_decls(data, base_dir=path.parent, source=str(path))
-    middleware = []
-    for index, decl in enumerate(decls):
-        try:
-            middleware.append(build_chat_middleware(decl))
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: chat_stack[{index}]: {exc}") from None
-    return middleware
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import sys
 import tomllib
@@ -19,7 +18,6 @@ import attrs
 from raf.errors import AgentError, ConfigError
 
 __all__ = [
-    "CHAT_STACK_KINDS",
     "ENTRY_POINT_GROUP",
     "MAX_CONFIG_BYTES",
     "PROVIDER_KINDS",
@@ -27,11 +25,10 @@ __all__ = [
     "ProviderFactory",
     "ProviderOptions",
     "build_provider",
-    "build_chat_middleware",
     "build_providers",
     "import_object",
     "load_provider_decls",
-    "parse_chat_stack_decls",
+    "read_config",
     "parse_provider_decls",
     "register_provider_kind",
 ]
@@ -82,10 +79,14 @@ _NO_DEFAULT: Any = object()
 class ProviderOptions:
     """A declaration's options, as a factory reads them.
 
-    Each getter checks the type and raises a :class:`ConfigError` naming the
-    kind, the option and what was expected; :func:`build_provider` then
-    refuses options no getter asked for. ``chat_client`` is the client
-    passed to :func:`build_provider`, for kinds that need a model.
+    A built-in kind reads them all at once with :meth:`parse`, against the
+    pydantic model of its options; a kind of your own can do the same with
+    a model of its own, or read them one by one with the getters (``text``,
+    ``integer``...). Either way a wrong or missing option is a
+    :class:`ConfigError` naming the kind, the option and what was expected,
+    and :func:`build_provider` refuses options that were not read.
+    ``chat_client`` is the client passed to :func:`build_provider`, for
+    kinds that need a model.
     """
 
     def __init__(
@@ -95,101 +96,99 @@ class ProviderOptions:
         self.kind = decl.kind
         self.name = decl.name
         self.chat_client = chat_client
-        #: What is being built, for error messages ("provider", "chat_stack middleware").
+        #: What is being built, for error messages ("provider", "chat_stack").
         self.what = what
         #: The options a getter asked for.
         self.read: set[str] = set()
 
-    def _error(self, option: str, expected: str, got: object = _NO_DEFAULT) -> ConfigError:
-        where = f"{self.what} kind {self.kind!r}" + (f" (name {self.name!r})" if self.name else "")
-        if got is _NO_DEFAULT:
-            return ConfigError(f"{where}: option {option!r} is required: {expected}")
-        return ConfigError(f"{where}: option {option!r} must be {expected}, got {got!r}")
+    @property
+    def where(self) -> str:
+        """How an error message names the declaration: ``provider kind 'x' (name 'y')``."""
+        named = f" (name {self.name!r})" if self.name else ""
+        return f"{self.what} kind {self.kind!r}{named}"
 
-    def _get(self, option: str, default: Any, expected: str) -> Any:
+    def parse(self, model: Any) -> Any:
+        """All the options, validated as ``model`` (a pydantic model with ``extra="forbid"``).
+
+        >>> from pydantic import BaseModel, ConfigDict
+        >>> class Zone(BaseModel):
+        ...     model_config = ConfigDict(extra="forbid")
+        ...     zone: str = "UTC"
+        >>> ProviderOptions(ContextProviderDecl("clock", options={"zone": 1})).parse(Zone)
+        Traceback (most recent call last):
+        raf.errors.ConfigError: provider kind 'clock': option 'zone' must be a valid string, got 1
+        """
+        from raf.config_models import check_options
+
+        parsed = check_options(model, self.decl.options, self.where)
+        self.read.update(self.decl.options)
+        return parsed
+
+    def resolve(self, path: str | os.PathLike[str]) -> Path:
+        """``path`` as a Path; a relative one joins the declaration's ``base_dir``."""
+        resolved = Path(path).expanduser()
+        if not resolved.is_absolute() and self.decl.base_dir is not None:
+            resolved = self.decl.base_dir / resolved
+        return resolved
+
+    def _get(self, option: str, default: Any, tp: Any) -> Any:
+        from raf.config_models import _expect, check_value, option_error
+
         self.read.add(option)
-        if option in self.decl.options:
-            return self.decl.options[option]
-        if default is _NO_DEFAULT:
-            raise self._error(option, expected)
-        return default
+        if option not in self.decl.options:
+            if default is _NO_DEFAULT:
+                raise option_error(self.where, option, _expect(tp))
+            return default
+        return check_value(tp, self.decl.options[option], self.where, option)
 
     def text(self, option: str, default: Any = _NO_DEFAULT, *, allow_empty: bool = False) -> Any:
         """A string (non-empty unless ``allow_empty``)."""
-        expected = "a string" if allow_empty else "a non-empty string"
-        value = self._get(option, default, expected)
-        if value is not default and (not isinstance(value, str) or not (value or allow_empty)):
-            raise self._error(option, expected, value)
-        return value
+        from raf.config_models import AnyText, Text
+
+        return self._get(option, default, AnyText if allow_empty else Text)
 
     def integer(self, option: str, default: Any = _NO_DEFAULT, *, minimum: int = 1) -> Any:
         """An integer of at least ``minimum``."""
-        expected = f"an integer >= {minimum}"
-        value = self._get(option, default, expected)
-        if value is not default and (
-            not isinstance(value, int) or isinstance(value, bool) or value < minimum
-        ):
-            raise self._error(option, expected, value)
-        return value
+        from raf.config_models import integer_type
+
+        return self._get(option, default, integer_type(minimum))
 
     def number(self, option: str, default: Any = _NO_DEFAULT, *, allow_zero: bool = False) -> Any:
         """A positive number (or zero, with ``allow_zero``)."""
-        expected = "a number >= 0" if allow_zero else "a positive number"
-        value = self._get(option, default, expected)
-        if value is not default and (
-            not isinstance(value, (int, float))
-            or isinstance(value, bool)
-            or not math.isfinite(value)
-            or not (value >= 0 if allow_zero else value > 0)
-        ):
-            raise self._error(option, expected, value)
-        return value
+        from raf.config_models import number_type
+
+        return self._get(option, default, number_type(allow_zero=allow_zero))
 
     def flag(self, option: str, default: Any = _NO_DEFAULT) -> Any:
         """``true`` or ``false``."""
-        value = self._get(option, default, "true or false")
-        if value is not default and not isinstance(value, bool):
-            raise self._error(option, "true or false", value)
-        return value
+        from raf.config_models import Flag
+
+        return self._get(option, default, Flag)
 
     def choice(self, option: str, choices: Sequence[str], default: Any = _NO_DEFAULT) -> Any:
         """One of ``choices``."""
-        expected = "one of " + ", ".join(repr(c) for c in choices)
-        value = self._get(option, default, expected)
-        if value is not default and value not in choices:
-            raise self._error(option, expected, value)
-        return value
+        from raf.config_models import choice_type
+
+        return self._get(option, default, choice_type(choices))
 
     def text_list(self, option: str, default: Any = _NO_DEFAULT) -> Any:
         """A list of strings."""
-        value = self._get(option, default, "a list of strings")
-        if value is not default and (
-            not isinstance(value, list) or not all(isinstance(v, str) for v in value)
-        ):
-            raise self._error(option, "a list of strings", value)
-        return value
+        from raf.config_models import TextList
+
+        return self._get(option, default, TextList)
 
     def text_table(self, option: str, default: Any = _NO_DEFAULT) -> Any:
         """A table of string values."""
-        value = self._get(option, default, "a table of strings")
-        if value is not default and (
-            not isinstance(value, Mapping)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
-        ):
-            raise self._error(option, "a table of strings", value)
-        return value
+        from raf.config_models import TextTable
+
+        return self._get(option, default, TextTable)
 
     def path(self, option: str, default: Any = _NO_DEFAULT) -> Any:
         """A path; a relative one is resolved against the declaration's ``base_dir``."""
-        value = self._get(option, default, "a path (a string)")
-        if value is default:
-            return value
-        if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
-            raise self._error(option, "a path (a non-empty string)", value)
-        path = Path(value).expanduser()
-        if not path.is_absolute() and self.decl.base_dir is not None:
-            path = self.decl.base_dir / path
-        return path
+        from raf.config_models import PathText
+
+        value = self._get(option, default, PathText)
+        return value if value is default else self.resolve(value)
 
     def unread(self) -> list[str]:
         """The options no getter asked for, sorted."""
@@ -202,11 +201,11 @@ ProviderFactory = Callable[[ProviderOptions], Any]
 
 def _memory(o: ProviderOptions) -> Any:
     from raf.builtin.history import HistoryProvider
+    from raf.config_models import MemoryOptions
 
+    options = o.parse(MemoryOptions)
     return HistoryProvider(
-        inject=o.flag("inject", True),
-        persist_partial=o.flag("persist_partial", False),
-        name=o.name,
+        inject=options.inject, persist_partial=options.persist_partial, name=o.name
     )
 
 
@@ -218,13 +217,14 @@ def _compression(o: ProviderOptions) -> Any:
         TokenBudgetStrategy,
         TruncationStrategy,
     )
+    from raf.config_models import CompressionOptions, TokenBudgetOptions, TruncationOptions
 
-    strategy_name = o.choice("strategy", ("truncation", "token_budget", "summary"), "truncation")
+    options = o.parse(CompressionOptions)
     strategy: Any
-    if strategy_name == "truncation":
-        strategy = TruncationStrategy(o.integer("keep_last", 20))
-    elif strategy_name == "token_budget":
-        strategy = TokenBudgetStrategy(o.integer("max_tokens"))
+    if isinstance(options, TruncationOptions):
+        strategy = TruncationStrategy(options.keep_last)
+    elif isinstance(options, TokenBudgetOptions):
+        strategy = TokenBudgetStrategy(options.max_tokens)
     else:
         if o.chat_client is None:
             raise ConfigError(
@@ -233,58 +233,68 @@ def _compression(o: ProviderOptions) -> Any:
             )
         strategy = SummaryStrategy(
             o.chat_client,
-            o.integer("keep_last", 20),
-            o.text("prompt", DEFAULT_SUMMARY_PROMPT),
-            on_failure=o.choice("on_failure", ("truncate", "raise"), "truncate"),
+            options.keep_last,
+            DEFAULT_SUMMARY_PROMPT if options.prompt is None else options.prompt,
+            on_failure=options.on_failure,
         )
     return CompressionProvider(strategy, name=o.name)
 
 
 def _skills(o: ProviderOptions) -> Any:
-    from raf.builtin.skills import DEFAULT_MAX_BYTES, AgentSkillsProvider
+    from raf.builtin.skills import AgentSkillsProvider
+    from raf.config_models import SkillsOptions
 
+    options = o.parse(SkillsOptions)
     return AgentSkillsProvider(
-        o.path("root"),
-        max_bytes=o.integer("max_bytes", DEFAULT_MAX_BYTES),
-        tool_prefix=o.text("tool_prefix", "", allow_empty=True),
+        o.resolve(options.root),
+        max_bytes=options.max_bytes,
+        tool_prefix=options.tool_prefix,
         name=o.name,
     )
 
 
 def _workspace(o: ProviderOptions) -> Any:
-    from raf.builtin.workspace import DEFAULT_MAX_BYTES, WorkspaceContextProvider
+    from raf.builtin.workspace import WorkspaceContextProvider
+    from raf.config_models import WorkspaceOptions
 
+    options = o.parse(WorkspaceOptions)
     return WorkspaceContextProvider(
-        o.path("root"),
-        writable=o.flag("writable", True),
-        max_bytes=o.integer("max_bytes", DEFAULT_MAX_BYTES),
-        tool_prefix=o.text("tool_prefix", "", allow_empty=True),
+        o.resolve(options.root),
+        writable=options.writable,
+        max_bytes=options.max_bytes,
+        tool_prefix=options.tool_prefix,
         name=o.name,
     )
 
 
 def _knowledge(o: ProviderOptions) -> Any:
     from raf.builtin.knowledge import KnowledgeProvider
+    from raf.config_models import KnowledgeOptions
 
-    return KnowledgeProvider.folder(o.path("root"), top_k=o.integer("top_k", 3), name=o.name)
+    options = o.parse(KnowledgeOptions)
+    return KnowledgeProvider.folder(o.resolve(options.root), top_k=options.top_k, name=o.name)
 
 
 def _wiki(o: ProviderOptions) -> Any:
     from raf.builtin.knowledge import KnowledgeProvider
+    from raf.config_models import KnowledgeOptions
 
-    return KnowledgeProvider.wiki(o.path("root"), top_k=o.integer("top_k", 3), name=o.name)
+    options = o.parse(KnowledgeOptions)
+    return KnowledgeProvider.wiki(o.resolve(options.root), top_k=options.top_k, name=o.name)
 
 
 def _mcp(o: ProviderOptions) -> Any:
     from raf.builtin.mcp import McpToolsProvider
+    from raf.config_models import McpOptions
 
+    options = o.parse(McpOptions)
     return McpToolsProvider(
-        o.text("command"),
-        o.text_list("args", []),
-        env=o.text_table("env", None),
-        cwd=o.path("cwd", None),
-        tool_prefix=o.text("tool_prefix", "", allow_empty=True),
-        timeout=o.number("timeout", 60.0),
+        options.command,
+        list(options.args),
+        env=None if options.env is None else dict(options.env),
+        cwd=None if options.cwd is None else o.resolve(options.cwd),
+        tool_prefix=options.tool_prefix,
+        timeout=options.timeout,
         name=o.name,
     )
 
@@ -310,9 +320,10 @@ def register_provider_kind(
 ) -> None:
     """Make ``kind`` buildable: ``factory(options)`` returns the provider.
 
-    The factory reads its options with the :class:`ProviderOptions` getters,
-    so a wrong or missing option gets a clear error, and an option it never
-    asks for is refused as unknown. Registering a taken kind needs
+    The factory reads its options through :class:`ProviderOptions` (a
+    pydantic model with :meth:`~ProviderOptions.parse`, or the getters), so a
+    wrong or missing option gets a clear error, and an option it never reads
+    is refused as unknown. Registering a taken kind needs
     ``replace=True``.
 
     >>> from raf import ContextProvider
@@ -393,48 +404,52 @@ def parse_provider_decls(
 def _parse_decls(
     data: Mapping[str, Any], key: str, base_dir: Path | None, source: str
 ) -> list[ContextProviderDecl]:
-    tables = data.get(key, [])
-    if not isinstance(tables, list):
-        raise ConfigError(f"{source}: {key!r} must be an array of tables ([[{key}]])")
-    decls: list[ContextProviderDecl] = []
-    for index, table in enumerate(tables):
-        where = f"{source}: {key}[{index}]"
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"{where} must be a table")
-        options = dict(table)
-        kind = options.pop("kind", None)
-        name = options.pop("name", None)
-        if not isinstance(kind, str) or not kind:
-            raise ConfigError(f"{where}: 'kind' is required and must be a non-empty string")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise ConfigError(f"{where}: 'name' must be a non-empty string")
-        decls.append(ContextProviderDecl(kind, name, options, base_dir=base_dir))
-    return decls
+    from raf.config_models import check_file
+
+    entries = getattr(check_file({key: data.get(key, [])}, source), key)
+    return [
+        ContextProviderDecl(entry.kind, entry.name, entry.model_extra or {}, base_dir=base_dir)
+        for entry in entries
+    ]
 
 
 def load_provider_decls(path: str | os.PathLike[str]) -> list[ContextProviderDecl]:
     """The ``[[providers]]`` of a TOML file; relative paths resolve against its folder.
 
-    The file is at most :data:`MAX_CONFIG_BYTES`; one larger, or nested too
-    deeply to parse, is a :class:`ConfigError` like any other bad file.
+    The file is read as :func:`read_config` reads it (at most
+    :data:`MAX_CONFIG_BYTES`; any problem is a :class:`ConfigError`).
+    """
+    file = Path(path)
+    return parse_provider_decls(read_config(file), base_dir=file.resolve().parent, source=str(file))
+
+
+def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The TOML document at ``path``: at most :data:`MAX_CONFIG_BYTES`, or a ConfigError.
+
+    A file too large (``/dev/zero``), not UTF-8, not TOML or nested too
+    deeply to parse is one line that names the file.
     """
     file = Path(path)
     try:
         with file.open("rb") as handle:
             raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: cannot be read: no such config file") from None
     except OSError as exc:
-        raise ConfigError(f"{file}: cannot be read: {exc.strerror or exc}") from None
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"{file}: cannot read the config file: {reason}") from None
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{file}: not a config file: larger than {MAX_CONFIG_BYTES // 1024} KiB")
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
     except RecursionError:
-        raise ConfigError(f"{file}: not a usable config: nested too deeply") from None
-    return parse_provider_decls(data, base_dir=file.resolve().parent, source=str(file))
+        raise ConfigError(
+            f"{file}: not a usable config: arrays or tables nested too deeply"
+        ) from None
 
 
 #: A config is a few kilobytes; anything past this is not one (``/dev/zero``, a log file).
@@ -532,79 +547,6 @@ def import_object(spec: str, *, base_dir: Path | None = None, what: str = "impor
     return found
 
 
-def _retry(o: ProviderOptions) -> Any:
-    from raf.middleware.retry import RetryMiddleware
-
-    retry_on = o.text_list("retry_on", None)
-    types: tuple[type[BaseException], ...] | None = None
-    if retry_on is not None:
-        found = []
-        for spec in retry_on:
-            error = import_object(spec, base_dir=o.decl.base_dir, what="retry_on")
-            if not (isinstance(error, type) and issubclass(error, BaseException)):
-                raise o._error("retry_on", "a list of exception classes", spec)
-            found.append(error)
-        types = tuple(found)
-    return RetryMiddleware(
-        attempts=o.integer("attempts", 3),
-        retry_on=types,
-        wait_initial=o.number("wait_initial", 0.5, allow_zero=True),
-        wait_max=o.number("wait_max", 8.0, allow_zero=True),
-    )
-
-
-def _logging(o: ProviderOptions) -> Any:
-    from raf.middleware.logging import LoggingMiddleware
-
-    return LoggingMiddleware()
-
-
-#: The kinds of ``[[chat_stack]]`` entries: middleware around each model call.
-CHAT_STACK_KINDS: dict[str, ProviderFactory] = {"retry": _retry, "logging": _logging}
-
-
-def parse_chat_stack_decls(
-    data: Mapping[str, Any], *, base_dir: Path | None = None, source: str = "config"
-) -> list[ContextProviderDecl]:
-    """The ``[[chat_stack]]`` of parsed TOML as declarations (``kind`` and options).
-
-    >>> [decl] = parse_chat_stack_decls({"chat_stack": [{"kind": "retry", "attempts": 5}]})
-    >>> build_chat_middleware(decl)
-    RetryMiddleware(attempts=5, retry_on=None, wait_initial=0.5, wait_max=8.0)
-    """
-    return _parse_decls(data, "chat_stack", base_dir, source)
-
-
-def build_chat_middleware(decl: ContextProviderDecl) -> Any:
-    """The chat-stack middleware ``decl`` declares: ``retry``, ``logging``, or an import path.
-
-    ``retry`` takes :class:`raf.RetryMiddleware`'s options (``attempts``,
-    ``wait_initial``, ``wait_max``, ``retry_on`` as a list of import paths of
-    exception classes); ``logging`` takes none. A kind of the form
-    ``"package.module:factory"`` is a factory like a provider kind's, which
-    returns the middleware.
-    """
-    factory = CHAT_STACK_KINDS.get(decl.kind)
-    if factory is None:
-        if ":" not in decl.kind:
-            known = ", ".join(sorted(CHAT_STACK_KINDS))
-            raise ConfigError(
-                f"unknown chat_stack kind {decl.kind!r}; known kinds: {known} "
-                "(or an import path 'package.module:factory')"
-            )
-        factory = import_object(decl.kind, base_dir=decl.base_dir, what="chat_stack kind")
-        if not callable(factory):
-            raise ConfigError(f"chat_stack kind {decl.kind!r} is not callable")
-    options = ProviderOptions(decl, what="chat_stack")
-    middleware = _built(factory, options, f"chat_stack kind {decl.kind!r}")
-    if not callable(middleware):
-        raise ConfigError(
-            f"chat_stack kind {decl.kind!r}: the factory returned {type(middleware).__name__}, "
-            "not middleware (async (request, call_next))"
-        )
-    return middleware
-
-
 def _built(factory: Callable[[ProviderOptions], Any], options: ProviderOptions, what: str) -> Any:
     """``factory(options)``; whatever goes wrong, and any option it did not read, is one
     ConfigError that starts with ``what``."""
@@ -622,8 +564,7 @@ def _built(factory: Callable[[ProviderOptions], Any], options: ProviderOptions, 
         raise ConfigError(f"{what}: the factory failed: {type(exc).__name__}: {exc}") from exc
     unread = options.unread()
     if unread:
-        used = ", ".join(sorted(options.read)) or "none"
-        raise ConfigError(
-            f"{what}: unknown option(s) {', '.join(map(repr, unread))} (options read here: {used})"
-        )
+        from raf.config_models import unknown_options_error
+
+        raise unknown_options_error(options.where, unread, sorted(options.read))
     return built

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from raf import Update
-from raf.cli import load_agent, load_config, main
+from raf.cli import main
+from raf.config_file import load_agent, load_config
 from tests.openai_server import OpenAIServer, Reply, chunk, completion, text_stream
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "agent.toml"

@@ -32,15 +32,14 @@ from raf.config import (
     PROVIDER_KINDS,
     ContextProviderDecl,
     ProviderOptions,
-    build_chat_middleware,
     build_provider,
     build_providers,
     import_object,
     load_provider_decls,
-    parse_chat_stack_decls,
     parse_provider_decls,
     register_provider_kind,
 )
+from raf.config_file import build_chat_middleware, parse_chat_stack_decls
 from raf.errors import AgentError, ConfigError, RateLimitError
 
 pytestmark = pytest.mark.anyio
