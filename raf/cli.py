@@ -39,7 +39,7 @@ from raf.options import AgentRunOptions
 from raf.sessions.base import Session
 from raf.sessions.memory import InMemorySession
 from raf.tools import Tool
-from raf.tracing import StageEvent, trace_model, traced_stack, traced_tools
+from raf.tracing import StageEvent, TraceObserver
 
 __all__ = ["MAX_CONFIG_BYTES", "LoadedConfig", "load_agent", "load_config", "main", "read_config"]
 
@@ -236,9 +236,8 @@ async def _opened(args: argparse.Namespace, agent: Agent) -> AsyncIterator[Sessi
     """
     async with AsyncExitStack() as resources:
         for provider in agent.providers:
-            inner = getattr(provider, "provider", provider)  # see through tracing
-            if hasattr(inner, "__aenter__"):
-                await resources.enter_async_context(inner)
+            if hasattr(provider, "__aenter__"):
+                await resources.enter_async_context(provider)
         if hasattr(agent.chat_client, "aclose"):
             resources.push_async_callback(agent.chat_client.aclose)
         yield await resources.enter_async_context(_open_session(args))
@@ -478,12 +477,7 @@ def load_config(path: Path, *, emit: Callable[[StageEvent], None] | None = None)
     providers = _providers(data, path, client)
     chat_stack = _chat_stack(data, path)
     tools = _tools(agent_table, path)
-    stack: list[Any] = providers
-    if emit is not None:
-        stack = traced_stack(providers, emit)
-        # Innermost, so each actual model call is reported (a retried one too).
-        chat_stack = [*chat_stack, trace_model(emit)]
-        tools = list(traced_tools(tools, emit))
+    observers = [] if emit is None else [TraceObserver(emit)]
     name = agent_table.get("name")
     instructions = agent_table.get("instructions")
     for key, value in (("name", name), ("instructions", instructions)):
@@ -495,8 +489,9 @@ def load_config(path: Path, *, emit: Callable[[StageEvent], None] | None = None)
             name=name,
             instructions=instructions,
             tools=tools,
-            stack=stack,
+            stack=providers,
             chat_stack=chat_stack,
+            observers=observers,
         )
     except (TypeError, ValueError, AgentError) as exc:
         raise ConfigError(f"{path}: [agent]: {exc}") from exc

@@ -8,6 +8,7 @@ from typing import Any, Protocol, TypeVar
 import attrs
 
 from raf.messages import AgentResponse, ChatMessage, OnUpdate
+from raf.observe import StageHook
 from raf.options import ChatOptions
 from raf.parallel import ProviderGroup
 from raf.providers import (
@@ -59,7 +60,11 @@ class ChatRequest:
 
 
 def compose(
-    core: Complete[Request], stack: Sequence[Any] = (), *, post_timeout: float = 10.0
+    core: Complete[Request],
+    stack: Sequence[Any] = (),
+    *,
+    post_timeout: float = 10.0,
+    observe: StageHook | None = None,
 ) -> Complete[Request]:
     """Build the onion once: ``stack[0]`` outermost, ``core`` in the middle.
 
@@ -69,7 +74,9 @@ def compose(
     runs the whole stack. A failed post stage of a successful run does not
     change what the providers outside it see; it is raised once their post
     stages ran, by the nearest middleware boundary outside it (a middleware
-    sees the error its caller would) or at the outermost layer.
+    sees the error its caller would) or at the outermost layer. ``observe``
+    wraps every provider stage (the observers' ``provider_stage`` hooks, see
+    :class:`raf.Observer`).
 
     >>> async def core(request):
     ...     return AgentResponse()
@@ -88,11 +95,11 @@ def compose(
         if isinstance(item, ProviderGroup):
             for number, member in enumerate(item.members):
                 check_provider(member, f"{where} ({item.name}) member {number}")
-            complete = group_layer(item, complete, post_timeout=post_timeout)
+            complete = group_layer(item, complete, post_timeout=post_timeout, observe=observe)
             pending = True
         elif is_provider(item):
             check_provider(item, where)
-            complete = provider_layer(item, complete, post_timeout=post_timeout)
+            complete = provider_layer(item, complete, post_timeout=post_timeout, observe=observe)
             pending = True
         elif isinstance(item, type) or not callable(item):
             raise TypeError(

@@ -22,6 +22,7 @@ import structlog
 from raf.context import AgentLike, ContextResult, Invocation, merge
 from raf.errors import ContextResultError, ProviderError, StreamClosedError
 from raf.messages import AgentResponse, ChatMessage
+from raf.observe import ProviderStage, StageHook
 from raf.options import AgentRunOptions
 from raf.parallel import ProviderGroup, provider_name
 from raf.sessions.base import Session
@@ -29,6 +30,7 @@ from raf.sessions.base import Session
 __all__ = ["ContextProvider", "ContextProviderLike"]
 
 CompleteInvocation = Callable[[Invocation], Awaitable[AgentResponse]]
+PreStage = Callable[..., Awaitable[Any]]
 PostStage = Callable[..., Awaitable[None]]
 
 _log = structlog.get_logger("raf")
@@ -141,6 +143,35 @@ def post_stage_of(provider: object) -> PostStage | None:
     return on_invoked  # type: ignore[no-any-return]
 
 
+def stages_of(provider: Any, observe: StageHook | None) -> tuple[PreStage, PostStage | None]:
+    """The provider's pre and post stage (``None``: it has none), each inside ``observe``.
+
+    With an observer, a post stage inherited from :class:`ContextProvider`
+    runs too (``ProviderStage.inherited``), so the observer may report it.
+    """
+    on_invoking = provider.on_invoking
+    on_invoked = post_stage_of(provider)
+    if observe is None:
+        return on_invoking, on_invoked
+    name, kind = provider_name(provider), str(getattr(provider, "kind", "unknown"))
+    pre = ProviderStage(provider, name, kind, "on_invoking")
+
+    async def observed_pre(*args: Any) -> Any:
+        return await observe(pre, lambda: on_invoking(*args))
+
+    post = on_invoked or getattr(provider, "on_invoked", None)
+    if post is None:
+        return observed_pre, None
+    inherited = on_invoked is None
+
+    async def observed_post(*args: Any) -> None:
+        # args: agent, session, request_messages, response, error
+        stage = ProviderStage(provider, name, kind, "on_invoked", args[4], inherited)
+        await observe(stage, lambda: post(*args))
+
+    return observed_pre, observed_post
+
+
 class PostStageFailures(Exception):
     """A run that succeeded, on its way out, with the post stages that failed so far.
 
@@ -157,11 +188,14 @@ class PostStageFailures(Exception):
 
 
 def provider_layer(
-    provider: Any, call_next: CompleteInvocation, *, post_timeout: float
+    provider: Any,
+    call_next: CompleteInvocation,
+    *,
+    post_timeout: float,
+    observe: StageHook | None = None,
 ) -> CompleteInvocation:
     """One provider around ``call_next``: its pre stage, the rest of the run, its post stage."""
-    on_invoking = provider.on_invoking
-    on_invoked = post_stage_of(provider)
+    on_invoking, on_invoked = stages_of(provider, observe)
     name = provider_name(provider)
 
     async def layer(invocation: Invocation) -> AgentResponse:
@@ -197,10 +231,14 @@ def provider_layer(
 
 
 def group_layer(
-    group: ProviderGroup, call_next: CompleteInvocation, *, post_timeout: float
+    group: ProviderGroup,
+    call_next: CompleteInvocation,
+    *,
+    post_timeout: float,
+    observe: StageHook | None = None,
 ) -> CompleteInvocation:
     """A parallel group as one layer: concurrent pre stages, then post stages last-first."""
-    members = tuple((member, post_stage_of(member)) for member in group.members)
+    members = tuple((member, *stages_of(member, observe)) for member in group.members)
 
     async def layer(invocation: Invocation) -> AgentResponse:
         entered: list[tuple[Any, PostStage]] = []
@@ -399,7 +437,7 @@ def _being_cancelled(error: BaseException) -> bool:
 
 
 async def _group_pre(
-    members: tuple[tuple[Any, PostStage | None], ...],
+    members: tuple[tuple[Any, PreStage, PostStage | None], ...],
     invocation: Invocation,
     entered: list[tuple[Any, PostStage]],
 ) -> Invocation:
@@ -421,9 +459,11 @@ async def _group_pre(
     failures: list[ProviderError] = []
     fatal: list[BaseException] = []  # a BaseException that is neither an Exception nor a cancel
 
-    async def run(index: int, provider: Any, scope: anyio.CancelScope) -> None:
+    async def run(
+        index: int, provider: Any, on_invoking: PreStage, scope: anyio.CancelScope
+    ) -> None:
         try:
-            outcomes[index] = await provider.on_invoking(*args)
+            outcomes[index] = await on_invoking(*args)
         except Exception as exc:
             failure = _stage_error(provider, "on_invoking", exc)
             failure.__cause__ = exc
@@ -438,7 +478,7 @@ async def _group_pre(
     def settle() -> Invocation:
         # Whatever ended the group, every member that returned is merged or failed here.
         merged = invocation
-        for (provider, on_invoked), outcome in zip(members, outcomes, strict=True):
+        for (provider, _, on_invoked), outcome in zip(members, outcomes, strict=True):
             if outcome is _NOT_RETURNED:
                 continue
             try:
@@ -452,8 +492,8 @@ async def _group_pre(
 
     try:
         async with anyio.create_task_group() as group:
-            for index, (provider, _) in enumerate(members):
-                group.start_soon(run, index, provider, group.cancel_scope)
+            for index, (provider, on_invoking, _) in enumerate(members):
+                group.start_soon(run, index, provider, on_invoking, group.cancel_scope)
     except BaseException as error:  # cancelled from outside: what failed meanwhile is not lost
         settle()
         if fatal:
