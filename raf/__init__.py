@@ -61,6 +61,7 @@ from raf.errors import (
 )
 from raf.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf.middleware import LoggingMiddleware, RetryMiddleware
+from raf.observe import Observer, ProviderStage
 from raf.options import AgentRunOptions, ChatOptions
 from raf.parallel import ProviderGroup, parallel
 from raf.pipeline import ChatRequest, Complete, Middleware, compose
@@ -70,6 +71,7 @@ from raf.sessions.base import RequestHash
 from raf.streaming import AgentStream
 from raf.tool_loop import ToolRequest
 from raf.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
+from raf.tracing import StageEvent, TraceObserver
 
 if typing.TYPE_CHECKING:
     from raf.sessions.redis import RedisSessionStore as RedisSessionStore
@@ -114,12 +116,14 @@ __all__ = [
     "McpError",
     "McpToolsProvider",
     "Middleware",
+    "Observer",
     "OpenAIChatClient",
     "OpenAIResponsesClient",
     "Passage",
     "PathError",
     "ProviderError",
     "ProviderGroup",
+    "ProviderStage",
     "RateLimitError",
     "RequestHash",
     "Retriever",
@@ -129,6 +133,7 @@ __all__ = [
     "Session",
     "SessionStoreError",
     "SqliteSessionStore",
+    "StageEvent",
     "StreamClosedError",
     "StreamingChatClient",
     "SummaryStrategy",
@@ -141,6 +146,7 @@ __all__ = [
     "ToolLoopError",
     "ToolRequest",
     "ToolSchemaError",
+    "TraceObserver",
     "TruncationStrategy",
     "Update",
     "Usage",
