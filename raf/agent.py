@@ -11,7 +11,7 @@ import anyio
 from raf.clients.base import ChatClient
 from raf.context import Invocation, start_invocation
 from raf.messages import AgentResponse, ChatMessage, OnUpdate, checked_messages
-from raf.observe import checked_observers, hooks, stage_hook
+from raf.observe import checked_observers, hooks
 from raf.options import AgentRunOptions, ChatOptions
 from raf.pipeline import ChatRequest, Complete, compose
 from raf.providers import is_provider
@@ -127,9 +127,7 @@ class Agent:
         set_(self, "_observers", observing)
         # The observers' hooks are the outermost layers (model_attempt the innermost chat
         # middleware); without observers, the stacks are exactly the ones given.
-        run = compose(
-            self._core, self._stack, post_timeout=post_timeout, observe=stage_hook(observing)
-        )
+        run = compose(self._core, self._stack, post_timeout=post_timeout, observers=observing)
         set_(self, "_run", compose(run, hooks(observing, "run")))
         chat = (
             *hooks(observing, "model_call"),

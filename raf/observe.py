@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from functools import reduce
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -54,9 +54,7 @@ class ProviderStage:
     ``name`` and ``kind`` are the provider's (``kind`` ``"unknown"`` when it
     says none); ``stage`` is ``"on_invoking"`` or ``"on_invoked"``; on a
     post stage, ``error`` is the error that ended the run (``None`` on
-    success). ``inherited`` is true for a post stage that the provider
-    inherits from :class:`raf.ContextProvider`, which does nothing: raf
-    runs it only when an observer watches, which may report it or not.
+    success).
     """
 
     provider: Any = attrs.field(repr=False)
@@ -64,7 +62,6 @@ class ProviderStage:
     kind: str
     stage: Stage
     error: BaseException | None = None
-    inherited: bool = False
 
 
 class Observer:
@@ -91,6 +88,10 @@ class Observer:
     """
 
     __slots__ = ()
+
+    #: Whether ``provider_stage`` also wraps the post stages that providers inherit from
+    #: :class:`raf.ContextProvider`: they do nothing, and raf skips them for the others.
+    inherited_post_stages: ClassVar[bool] = False
 
     async def run(
         self, invocation: Invocation, call_next: Callable[[Invocation], Awaitable[AgentResponse]]
@@ -150,8 +151,13 @@ def hooks(observers: Iterable[Any], name: str) -> list[Callable[..., Any]]:
     return found
 
 
-def stage_hook(observers: Iterable[Any]) -> StageHook | None:
-    """The observers' ``provider_stage`` hooks as one (the first outermost), or ``None``."""
+def stage_hook(observers: Iterable[Any], *, inherited: bool = False) -> StageHook | None:
+    """The observers' ``provider_stage`` hooks as one (the first outermost), or ``None``.
+
+    ``inherited``: only the hooks of the observers that see inherited post stages.
+    """
+    if inherited:
+        observers = [o for o in observers if getattr(o, "inherited_post_stages", False)]
     found: list[StageHook] = hooks(observers, "provider_stage")
     if not found:
         return None

@@ -237,9 +237,7 @@ class _Observer(Observer):
 
     async def provider_stage(self, stage: ProviderStage, call_next: RunStage) -> Any:
         """``on_invoking {provider}`` / ``on_invoked {provider}`` around one provider stage."""
-        # A post stage inherited from ContextProvider does nothing: raf skips it unobserved,
-        # so it has no span.
-        if stage.inherited or not _RECORDING.get():
+        if not _RECORDING.get():
             return await call_next()
         attributes = {
             "raf.provider.name": stage.name,

@@ -8,7 +8,6 @@ from typing import Any, Protocol, TypeVar
 import attrs
 
 from raf.messages import AgentResponse, ChatMessage, OnUpdate
-from raf.observe import StageHook
 from raf.options import ChatOptions
 from raf.parallel import ProviderGroup
 from raf.providers import (
@@ -64,7 +63,7 @@ def compose(
     stack: Sequence[Any] = (),
     *,
     post_timeout: float = 10.0,
-    observe: StageHook | None = None,
+    observers: Sequence[Any] = (),
 ) -> Complete[Request]:
     """Build the onion once: ``stack[0]`` outermost, ``core`` in the middle.
 
@@ -74,9 +73,9 @@ def compose(
     runs the whole stack. A failed post stage of a successful run does not
     change what the providers outside it see; it is raised once their post
     stages ran, by the nearest middleware boundary outside it (a middleware
-    sees the error its caller would) or at the outermost layer. ``observe``
-    wraps every provider stage (the observers' ``provider_stage`` hooks, see
-    :class:`raf.Observer`).
+    sees the error its caller would) or at the outermost layer. The
+    ``provider_stage`` hooks of ``observers`` (see :class:`raf.Observer`)
+    wrap every provider stage.
 
     >>> async def core(request):
     ...     return AgentResponse()
@@ -95,11 +94,13 @@ def compose(
         if isinstance(item, ProviderGroup):
             for number, member in enumerate(item.members):
                 check_provider(member, f"{where} ({item.name}) member {number}")
-            complete = group_layer(item, complete, post_timeout=post_timeout, observe=observe)
+            complete = group_layer(item, complete, post_timeout=post_timeout, observers=observers)
             pending = True
         elif is_provider(item):
             check_provider(item, where)
-            complete = provider_layer(item, complete, post_timeout=post_timeout, observe=observe)
+            complete = provider_layer(
+                item, complete, post_timeout=post_timeout, observers=observers
+            )
             pending = True
         elif isinstance(item, type) or not callable(item):
             raise TypeError(

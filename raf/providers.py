@@ -22,7 +22,7 @@ import structlog
 from raf.context import AgentLike, ContextResult, Invocation, merge
 from raf.errors import ContextResultError, ProviderError, StreamClosedError
 from raf.messages import AgentResponse, ChatMessage
-from raf.observe import ProviderStage, StageHook
+from raf.observe import ProviderStage, StageHook, stage_hook
 from raf.options import AgentRunOptions
 from raf.parallel import ProviderGroup, provider_name
 from raf.sessions.base import Session
@@ -143,14 +143,16 @@ def post_stage_of(provider: object) -> PostStage | None:
     return on_invoked  # type: ignore[no-any-return]
 
 
-def stages_of(provider: Any, observe: StageHook | None) -> tuple[PreStage, PostStage | None]:
-    """The provider's pre and post stage (``None``: it has none), each inside ``observe``.
+def stages_of(provider: Any, observers: Sequence[Any]) -> tuple[PreStage, PostStage | None]:
+    """The provider's pre and post stage (``None``: it has none), each inside the observers'
+    ``provider_stage`` hooks (see :class:`raf.Observer`).
 
-    With an observer, a post stage inherited from :class:`ContextProvider`
-    runs too (``ProviderStage.inherited``), so the observer may report it.
+    A post stage inherited from :class:`ContextProvider` does nothing and is
+    skipped, unless an observer asks to see it (``inherited_post_stages``).
     """
     on_invoking = provider.on_invoking
     on_invoked = post_stage_of(provider)
+    observe = stage_hook(observers) if observers else None
     if observe is None:
         return on_invoking, on_invoked
     name, kind = provider_name(provider), str(getattr(provider, "kind", "unknown"))
@@ -159,15 +161,18 @@ def stages_of(provider: Any, observe: StageHook | None) -> tuple[PreStage, PostS
     async def observed_pre(*args: Any) -> Any:
         return await observe(pre, lambda: on_invoking(*args))
 
-    post = on_invoked or getattr(provider, "on_invoked", None)
-    if post is None:
+    post: PostStage | None = on_invoked
+    observe_post: StageHook | None = observe
+    if on_invoked is None:
+        post = getattr(provider, "on_invoked", None)
+        observe_post = stage_hook(observers, inherited=True)
+    if post is None or observe_post is None:
         return observed_pre, None
-    inherited = on_invoked is None
 
     async def observed_post(*args: Any) -> None:
         # args: agent, session, request_messages, response, error
-        stage = ProviderStage(provider, name, kind, "on_invoked", args[4], inherited)
-        await observe(stage, lambda: post(*args))
+        stage = ProviderStage(provider, name, kind, "on_invoked", args[4])
+        await observe_post(stage, lambda: post(*args))
 
     return observed_pre, observed_post
 
@@ -192,10 +197,10 @@ def provider_layer(
     call_next: CompleteInvocation,
     *,
     post_timeout: float,
-    observe: StageHook | None = None,
+    observers: Sequence[Any] = (),
 ) -> CompleteInvocation:
     """One provider around ``call_next``: its pre stage, the rest of the run, its post stage."""
-    on_invoking, on_invoked = stages_of(provider, observe)
+    on_invoking, on_invoked = stages_of(provider, observers)
     name = provider_name(provider)
 
     async def layer(invocation: Invocation) -> AgentResponse:
@@ -235,10 +240,10 @@ def group_layer(
     call_next: CompleteInvocation,
     *,
     post_timeout: float,
-    observe: StageHook | None = None,
+    observers: Sequence[Any] = (),
 ) -> CompleteInvocation:
     """A parallel group as one layer: concurrent pre stages, then post stages last-first."""
-    members = tuple((member, *stages_of(member, observe)) for member in group.members)
+    members = tuple((member, *stages_of(member, observers)) for member in group.members)
 
     async def layer(invocation: Invocation) -> AgentResponse:
         entered: list[tuple[Any, PostStage]] = []

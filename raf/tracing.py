@@ -64,6 +64,9 @@ class TraceObserver(Observer):
     'hi'
     """
 
+    #: Every stage a provider has is reported, the ``on_invoked`` it inherits included.
+    inherited_post_stages = True
+
     def __init__(self, emit: Emit) -> None:
         self._emit = emit
 

@@ -80,6 +80,12 @@ class Journal(Observer):
         return result
 
 
+class SeesAll(Journal):
+    """A journal that sees the post stages inherited from ContextProvider too."""
+
+    inherited_post_stages = True
+
+
 class Named(ContextProvider):
     """A pre stage; a post stage of its own only with ``post=True``."""
 
@@ -139,9 +145,7 @@ async def test_the_hooks_wrap_the_run_its_stages_and_its_calls_in_order() -> Non
         "attempt>",
         "attempt<",
         "model<",
-        "b.on_invoked>",  # inherited from ContextProvider: runs only because it is observed
-        "b.on_invoked<",
-        "a.on_invoked>",
+        "a.on_invoked>",  # b's post stage is ContextProvider's, which does nothing: skipped
         "a.on_invoked<",
         "run<",
     ]
@@ -181,6 +185,7 @@ async def test_two_observers_nest_the_first_outermost() -> None:
 
 async def test_a_stage_hook_sees_the_provider_and_the_runs_error() -> None:
     journal: list[str] = []
+    everything: list[str] = []
     observer = Journal(journal)
 
     class Bare:  # no on_invoked at all: no post stage, observed or not
@@ -193,7 +198,7 @@ async def test_a_stage_hook_sees_the_provider_and_the_runs_error() -> None:
     agent = Agent(
         ScriptedChatClient([]),
         stack=[outer, inherited, Bare(), Named("x", fail=True)],
-        observers=[observer],
+        observers=[observer, SeesAll(everything)],
     )
     with pytest.raises(ProviderError) as info:
         await agent.run("hi")
@@ -207,21 +212,16 @@ async def test_a_stage_hook_sees_the_provider_and_the_runs_error() -> None:
         "bare.on_invoking<",
         "x.on_invoking>",
         "x.on_invoking!RuntimeError",  # the hook sees the stage's own error
-        "inherited.on_invoked>",
-        "inherited.on_invoked<",
         "outer.on_invoked>",
         "outer.on_invoked<",
         "run!ProviderError",
     ]
+    # The inherited post stage, which does nothing, only for the observer that asks for it.
+    inherited_post = ["inherited.on_invoked>", "inherited.on_invoked<"]
+    assert everything == [*journal[:-3], *inherited_post, *journal[-3:]]
     stages = {(stage.name, stage.stage): stage for stage in observer.stages}
     post = stages["outer", "on_invoked"]
-    assert (post.kind, post.error, post.inherited, post.provider) == (
-        "test",
-        info.value,
-        False,
-        outer,
-    )
-    assert stages["inherited", "on_invoked"].inherited
+    assert (post.kind, post.error, post.provider) == ("test", info.value, outer)
     assert stages["bare", "on_invoking"].kind == "unknown"
     assert outer.seen == [info.value]
 
