@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, overload, runtime_checkable
 
 import anyio
+import attrs
 import structlog
 
 from raf.context import AgentLike, ContextResult, Invocation, merge
@@ -158,8 +159,9 @@ def stages_of(provider: Any, observers: Sequence[Any]) -> tuple[PreStage, PostSt
     name, kind = provider_name(provider), str(getattr(provider, "kind", "unknown"))
     pre = ProviderStage(provider, name, kind, "on_invoking")
 
-    async def observed_pre(*args: Any) -> Any:
-        return await observe(pre, lambda: on_invoking(*args))
+    # Plain functions that return the hook's coroutine: no frame of their own per stage.
+    def observed_pre(*args: Any) -> Awaitable[Any]:
+        return observe(pre, lambda: on_invoking(*args))
 
     post: PostStage | None = on_invoked
     observe_post: StageHook | None = observe
@@ -169,10 +171,12 @@ def stages_of(provider: Any, observers: Sequence[Any]) -> tuple[PreStage, PostSt
     if post is None or observe_post is None:
         return observed_pre, None
 
-    async def observed_post(*args: Any) -> None:
-        # args: agent, session, request_messages, response, error
-        stage = ProviderStage(provider, name, kind, "on_invoked", args[4])
-        await observe_post(stage, lambda: post(*args))
+    succeeded = ProviderStage(provider, name, kind, "on_invoked")
+
+    def observed_post(*args: Any) -> Awaitable[None]:
+        error = args[4]  # agent, session, request_messages, response, error
+        stage = succeeded if error is None else attrs.evolve(succeeded, error=error)
+        return observe_post(stage, lambda: post(*args))
 
     return observed_pre, observed_post
 
