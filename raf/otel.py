@@ -8,7 +8,8 @@ added whose hooks open the spans —
 - ``provider_stage``: ``on_invoking {provider}`` / ``on_invoked {provider}``
   around each stage of a provider (and of each member of a parallel group);
 - ``model_call``: ``chat {model}`` around each model call (covering its
-  retries, as the conventions ask); ``model_attempt`` records the attempts;
+  retries, as the conventions ask); ``model_attempt`` records the attempts
+  of an agent with chat middleware;
 - ``tool_call``: ``execute_tool {tool}`` around each tool call.
 
 Spans are made current with OpenTelemetry's contextvars-based context, so
@@ -84,7 +85,8 @@ def instrument(
     tracer = trace.get_tracer(_INSTRUMENTATION, tracer_provider=tracer_provider)
     client = agent.chat_client
     default_model = getattr(client, "model", None)
-    observer = _Observer(
+    # Attempts can differ from calls only with chat middleware in between (a retry).
+    observer = (_ObserverOfAttempts if agent.chat_stack else _Observer)(
         tracer,
         capture,
         gen_ai_provider_name(client),
@@ -312,26 +314,6 @@ class _Observer(Observer):
             otel_context.detach(token)
             span.end()
 
-    async def model_attempt(
-        self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
-    ) -> AgentResponse:
-        """Counts the attempts of a model call, records each failure.
-
-        A failed attempt that a retry middleware retries is an ``exception``
-        event on the chat span (with ``raf.chat.attempt``); the span's status
-        stays the outcome of the whole call.
-        """
-        call = _CURRENT_CALL.get()
-        if call is None or call.owner is not self:
-            # Not recorded, or the call of another agent (this one runs inside it).
-            return await call_next(request)
-        call.attempts += 1
-        try:
-            return await call_next(request)
-        except Exception as error:
-            call.span.record_exception(error, attributes={"raf.chat.attempt": call.attempts})
-            raise
-
     async def tool_call(
         self, request: ToolRequest, call_next: Callable[[ToolRequest], Awaitable[ChatMessage]]
     ) -> ChatMessage:
@@ -367,6 +349,32 @@ class _Observer(Observer):
             if token is not None:
                 otel_context.detach(token)
             span.end()
+
+
+class _ObserverOfAttempts(_Observer):
+    """The observer of an agent with chat middleware, which may retry: it records attempts."""
+
+    __slots__ = ()
+
+    async def model_attempt(
+        self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
+    ) -> AgentResponse:
+        """Counts the attempts of a model call, records each failure.
+
+        A failed attempt that a retry middleware retries is an ``exception``
+        event on the chat span (with ``raf.chat.attempt``); the span's status
+        stays the outcome of the whole call.
+        """
+        call = _CURRENT_CALL.get()
+        if call is None or call.owner is not self:
+            # Not recorded, or the call of another agent (this one runs inside it).
+            return await call_next(request)
+        call.attempts += 1
+        try:
+            return await call_next(request)
+        except Exception as error:
+            call.span.record_exception(error, attributes={"raf.chat.attempt": call.attempts})
+            raise
 
 
 def _record_response(span: Span, response: AgentResponse, capture: bool) -> None:
