@@ -62,6 +62,7 @@ from raf.errors import (
 )
 from raf.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf.middleware import LoggingMiddleware, RetryMiddleware
+from raf.observe import Observer, ProviderStage
 from raf.options import AgentRunOptions, ChatOptions
 from raf.parallel import ProviderGroup, parallel
 from raf.pipeline import CallNext, ChatRequest, Middleware, compose
@@ -71,6 +72,7 @@ from raf.sessions.base import RequestHash
 from raf.streaming import AgentStream
 from raf.tool_loop import ToolRequest
 from raf.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
+from raf.tracing import StageEvent, TraceObserver
 
 if typing.TYPE_CHECKING:
     from raf.sessions.redis import RedisSessionStore as RedisSessionStore
@@ -115,6 +117,7 @@ __all__ = [
     "McpError",
     "McpToolsProvider",
     "Middleware",
+    "Observer",
     "OfflineError",
     "OpenAIChatClient",
     "OpenAIResponsesClient",
@@ -122,6 +125,7 @@ __all__ = [
     "PathError",
     "ProviderError",
     "ProviderGroup",
+    "ProviderStage",
     "RateLimitError",
     "RequestHash",
     "Retriever",
@@ -131,6 +135,7 @@ __all__ = [
     "Session",
     "SessionStoreError",
     "SqliteSessionStore",
+    "StageEvent",
     "StreamClosedError",
     "StreamingChatClient",
     "SummaryStrategy",
@@ -143,6 +148,7 @@ __all__ = [
     "ToolLoopError",
     "ToolRequest",
     "ToolSchemaError",
+    "TraceObserver",
     "TruncationStrategy",
     "Update",
     "Usage",

@@ -11,6 +11,7 @@ import anyio
 from raf.clients.base import ChatClient
 from raf.context import Invocation, start_invocation
 from raf.messages import AgentResponse, ChatMessage, OnUpdate, checked_messages
+from raf.observe import checked_observers, hooks
 from raf.options import AgentRunOptions, ChatOptions
 from raf.parallel import is_provider
 from raf.pipeline import CallNext, ChatRequest, compose
@@ -32,8 +33,10 @@ class Agent:
     ``chat_stack`` holds middleware around every single model call (retry,
     logging); ``tool_stack`` holds middleware around every single tool call,
     ``async (request: ToolRequest, call_next) -> ChatMessage`` (approve or
-    refuse, time out, retry, log). The three onions are built here, once,
-    so an agent is read-only: build another one to change it.
+    refuse, time out, retry, log). ``observers`` watch every run: their
+    hooks wrap the run, each provider stage, model call and tool call (see
+    :class:`raf.Observer`). The three onions are built here, once, so an
+    agent is read-only: build another one to change it.
 
     A session keeps whatever a history provider gives it, and nothing on
     its own: ``history=True`` puts a :class:`raf.HistoryProvider` outermost
@@ -55,6 +58,7 @@ class Agent:
         "_default_model",
         "_instructions",
         "_name",
+        "_observers",
         "_post_timeout",
         "_run",
         "_stack",
@@ -71,6 +75,7 @@ class Agent:
     _chat_stack: tuple[Any, ...]
     _instructions: str | None
     _name: str | None
+    _observers: tuple[Any, ...]
     _post_timeout: float
     _run: CallNext[Invocation]
     _stack: tuple[Any, ...]
@@ -91,6 +96,7 @@ class Agent:
         tool_stack: Sequence[Any] = (),
         post_timeout: float = 10.0,
         history: bool = False,
+        observers: Iterable[Any] = (),
     ) -> None:
         if not callable(getattr(chat_client, "complete", None)):
             raise TypeError(f"chat_client must have an async complete() method: {chat_client!r}")
@@ -117,16 +123,23 @@ class Agent:
         set_(self, "_chat_stack", _middleware_only(chat_stack, "chat_stack"))
         set_(self, "_tool_stack", _middleware_only(tool_stack, "tool_stack"))
         set_(self, "_post_timeout", post_timeout)
-        set_(self, "_run", compose(self._core, self._stack, post_timeout=post_timeout))
-        set_(
-            self,
-            "_chat",
-            compose(self._call_model, self._chat_stack) if self._chat_stack else None,
+        observing = checked_observers(observers)
+        set_(self, "_observers", observing)
+        # The observers' hooks are the outermost layers (model_attempt the innermost chat
+        # middleware); without observers, the stacks are exactly the ones given.
+        run = compose(self._core, self._stack, post_timeout=post_timeout, observers=observing)
+        set_(self, "_run", compose(run, hooks(observing, "run")))
+        chat = (
+            *hooks(observing, "model_call"),
+            *self._chat_stack,
+            *hooks(observing, "model_attempt"),
         )
+        set_(self, "_chat", compose(self._call_model, chat) if chat else None)
         # compose is typed for the run and chat stacks (AgentResponse out); the tool stack
         # is the same onion with a ChatMessage out.
         tool_core = cast("CallNext[ToolRequest]", invoke_tool)
-        set_(self, "_tool_call", cast("ToolStack", compose(tool_core, self._tool_stack)))
+        tool_stack = (*hooks(observing, "tool_call"), *self._tool_stack)
+        set_(self, "_tool_call", cast("ToolStack", compose(tool_core, tool_stack)))
         # The chat options of the last run that added no tools, by its run options:
         # most runs of an agent share one options object, and so share these.
         set_(self, "_chat_options", None)
@@ -170,6 +183,11 @@ class Agent:
     def tool_stack(self) -> tuple[Any, ...]:
         """The middleware around each tool call, outermost first."""
         return self._tool_stack
+
+    @property
+    def observers(self) -> tuple[Any, ...]:
+        """The observers that watch every run (see :class:`raf.Observer`), outermost first."""
+        return self._observers
 
     @property
     def post_timeout(self) -> float:

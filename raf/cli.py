@@ -221,9 +221,8 @@ async def _opened(args: argparse.Namespace, agent: Agent) -> AsyncIterator[Sessi
     """
     async with AsyncExitStack() as resources:
         for provider in agent.providers:
-            inner = getattr(provider, "provider", provider)  # see through tracing
-            if hasattr(inner, "__aenter__"):
-                await resources.enter_async_context(inner)
+            if hasattr(provider, "__aenter__"):
+                await resources.enter_async_context(provider)
         if hasattr(agent.chat_client, "aclose"):
             resources.push_async_callback(agent.chat_client.aclose)
         yield await resources.enter_async_context(_open_session(args))

@@ -31,7 +31,7 @@ from raf.config import (
 from raf.errors import AgentError, ConfigError
 from raf.options import AgentRunOptions
 from raf.tools import Tool
-from raf.tracing import StageEvent, trace_model, traced_stack, traced_tools
+from raf.tracing import StageEvent, TraceObserver
 
 if TYPE_CHECKING:
     from raf.config_models import ModelTable
@@ -76,20 +76,16 @@ def load_config(path: Path, *, emit: Callable[[StageEvent], None] | None = None)
     providers = _each(data, "providers", path, lambda d: build_provider(d, chat_client=client))
     chat_stack = _each(data, "chat_stack", path, build_chat_middleware)
     tools = _tools(config.agent.tools, path)
-    stack: list[Any] = providers
-    if emit is not None:
-        stack = traced_stack(providers, emit)
-        # Innermost, so each actual model call is reported (a retried one too).
-        chat_stack = [*chat_stack, trace_model(emit)]
-        tools = list(traced_tools(tools, emit))
+    observers = [] if emit is None else [TraceObserver(emit)]
     try:
         agent = Agent(
             client,
             name=config.agent.name,
             instructions=config.agent.instructions,
             tools=tools,
-            stack=stack,
+            stack=providers,
             chat_stack=chat_stack,
+            observers=observers,
         )
     except (TypeError, ValueError, AgentError) as exc:
         raise ConfigError(f"{path}: [agent]: {exc}") from exc

@@ -1,14 +1,16 @@
 """OpenTelemetry spans of raf runs, in the GenAI semantic conventions (extra ``raf[otel]``).
 
 ``instrument(agent)`` returns a traced copy of an agent: the same client,
-instructions and tools, with its three stacks wrapped —
+instructions, tools and stacks, with an observer (:class:`raf.Observer`)
+added whose hooks open the spans —
 
-- an outermost run middleware opens ``invoke_agent {agent}`` around the run;
-- each provider (and each member of a parallel group) is wrapped in a proxy
-  whose stages open ``on_invoking {provider}`` / ``on_invoked {provider}``;
-- an outermost chat middleware opens ``chat {model}`` around each model call
-  (covering its retries, as the conventions ask);
-- an outermost tool middleware opens ``execute_tool {tool}`` around each tool call.
+- ``run``: ``invoke_agent {agent}`` around the run;
+- ``provider_stage``: ``on_invoking {provider}`` / ``on_invoked {provider}``
+  around each stage of a provider (and of each member of a parallel group);
+- ``model_call``: ``chat {model}`` around each model call (covering its
+  retries, as the conventions ask); ``model_attempt`` records the attempts
+  of an agent with chat middleware;
+- ``tool_call``: ``execute_tool {tool}`` around each tool call.
 
 Spans are made current with OpenTelemetry's contextvars-based context, so
 they nest under the span that was current when the run started, and
@@ -36,9 +38,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 from raf.agent import Agent
 from raf.context import ContextResult, Invocation
 from raf.messages import AgentResponse, ChatMessage, OnUpdate, Update
-from raf.parallel import ProviderGroup, is_provider
+from raf.observe import Observer, ProviderStage, RunStage
 from raf.pipeline import ChatRequest
-from raf.providers import post_stage_of, provider_name
 from raf.tool_loop import ToolRequest
 
 __all__ = ["CAPTURE_CONTENT_ENV", "instrument"]
@@ -75,34 +76,34 @@ def instrument(
     """
     if not isinstance(agent, Agent):
         raise TypeError(f"raf.otel.instrument() takes a raf.Agent, got {type(agent).__name__}")
-    if any(isinstance(item, _RunSpan) for item in agent.stack):
+    if any(isinstance(observer, _Observer) for observer in agent.observers):
         raise ValueError(
-            f"{agent!r} is already instrumented (its stack starts with raf.otel's run span): "
+            f"{agent!r} is already instrumented (it has raf.otel's observer): "
             "instrument the agent it was made from"
         )
     capture = capture_content or os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
     tracer = trace.get_tracer(_INSTRUMENTATION, tracer_provider=tracer_provider)
     client = agent.chat_client
     default_model = getattr(client, "model", None)
-    spans = _Spans(
+    # Attempts can differ from calls only with chat middleware in between (a retry).
+    observer = (_ObserverOfAttempts if agent.chat_stack else _Observer)(
         tracer,
         capture,
         gen_ai_provider_name(client),
         default_model if isinstance(default_model, str) and default_model else None,
+        agent.name,
     )
-    chat_stack: list[Any] = [_ChatSpan(spans), *agent.chat_stack]
-    if agent.chat_stack:
-        # Attempts inside the chat span: a retried call shows each failed attempt.
-        chat_stack.append(_AttemptRecorder(spans))
     return Agent(
         client,
         name=agent.name,
         instructions=agent.instructions,
         tools=agent.tools,
-        stack=[_RunSpan(spans, agent.name), *(traced_item(item, spans) for item in agent.stack)],
-        chat_stack=chat_stack,
-        tool_stack=[_ToolSpan(spans), *agent.tool_stack],
+        stack=agent.stack,
+        chat_stack=agent.chat_stack,
+        tool_stack=agent.tool_stack,
         post_timeout=agent.post_timeout,
+        # Outermost: the other observers' work nests under raf's spans.
+        observers=[observer, *agent.observers],
     )
 
 
@@ -126,16 +127,6 @@ def gen_ai_provider_name(client: object) -> str:
             name = name[: -len(suffix)]
             break
     return name.lower()
-
-
-@attrs.frozen(slots=True)
-class _Spans:
-    """What every span of one traced agent shares."""
-
-    tracer: Tracer
-    capture: bool
-    provider: str
-    default_model: str | None
 
 
 # Starting and ending spans ------------------------------------------------------------------
@@ -178,34 +169,44 @@ def _text_of(error: BaseException) -> str:
         return "(its message cannot be shown)"
 
 
-# The run: invoke_agent ----------------------------------------------------------------------
+# The observer -------------------------------------------------------------------------------
 
 
-class _RunSpan:
-    """Run middleware, outermost: ``invoke_agent {agent}`` around the whole run."""
+class _Observer(Observer):
+    """The spans of one traced agent: its runs, provider stages, model calls and tool calls."""
 
-    __slots__ = ("_agent_name", "_name", "_spans")
+    __slots__ = ("_agent_name", "_run_name", "capture", "default_model", "provider", "tracer")
 
-    def __init__(self, spans: _Spans, agent_name: str | None) -> None:
-        self._spans = spans
+    def __init__(
+        self,
+        tracer: Tracer,
+        capture: bool,
+        provider: str,
+        default_model: str | None,
+        agent_name: str | None,
+    ) -> None:
+        self.tracer = tracer
+        self.capture = capture
+        self.provider = provider
+        self.default_model = default_model
         self._agent_name = agent_name
-        self._name = f"invoke_agent {agent_name}" if agent_name else "invoke_agent"
+        self._run_name = f"invoke_agent {agent_name}" if agent_name else "invoke_agent"
 
-    async def __call__(
+    async def run(
         self, invocation: Invocation, call_next: Callable[[Invocation], Awaitable[AgentResponse]]
     ) -> AgentResponse:
-        spans = self._spans
-        model = invocation.options.model or spans.default_model
+        """``invoke_agent {agent}`` around the whole run."""
+        model = invocation.options.model or self.default_model
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.provider.name": spans.provider,
+            "gen_ai.provider.name": self.provider,
             "gen_ai.conversation.id": invocation.session.id,
         }
         if self._agent_name:
             attributes["gen_ai.agent.name"] = self._agent_name
         if model:
             attributes["gen_ai.request.model"] = model
-        span = spans.tracer.start_span(self._name, kind=_INTERNAL, attributes=attributes)
+        span = self.tracer.start_span(self._run_name, kind=_INTERNAL, attributes=attributes)
         # Made current whenever it carries a trace, even unrecorded: a run that a sampler
         # dropped must keep its model and tool calls (and their HTTP calls) dropped too.
         token = (
@@ -218,13 +219,13 @@ class _RunSpan:
         # that is not recorded itself must say so to its own stages.
         flag = _RECORDING.set(recording) if recording or _RECORDING.get() else None
         try:
-            if spans.capture and span.is_recording():
+            if self.capture and span.is_recording():
                 span.set_attribute(
                     "gen_ai.input.messages", _messages_json(invocation.request_messages)
                 )
             response = await call_next(invocation)
             if span.is_recording():
-                _record_response(span, response, spans.capture)
+                _record_response(span, response, self.capture)
             return response
         except BaseException as error:
             _failed(span, error)
@@ -235,6 +236,145 @@ class _RunSpan:
             if token is not None:
                 otel_context.detach(token)
             span.end()
+
+    async def provider_stage(self, stage: ProviderStage, call_next: RunStage) -> Any:
+        """``on_invoking {provider}`` / ``on_invoked {provider}`` around one provider stage."""
+        if not _RECORDING.get():
+            return await call_next()
+        attributes = {
+            "raf.provider.name": stage.name,
+            "raf.provider.kind": stage.kind,
+            "raf.provider.stage": stage.stage,
+        }
+        span = self.tracer.start_span(
+            f"{stage.stage} {stage.name}", kind=_INTERNAL, attributes=attributes
+        )
+        token = _attach(span)
+        try:
+            if token is not None and stage.error is not None:
+                span.set_attribute("raf.run.error.type", _error_type(stage.error))
+            result = await call_next()
+            if token is not None and isinstance(result, ContextResult):
+                _record_result(span, result)
+            return result
+        except BaseException as error:
+            _failed(span, error)
+            raise
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+            span.end()
+
+    async def model_call(
+        self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
+    ) -> AgentResponse:
+        """``chat {model}`` around each model call, retries included."""
+        if not _RECORDING.get():
+            return await call_next(request)
+        options = request.options
+        model = options.model or self.default_model
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": self.provider,
+        }
+        if model:
+            attributes["gen_ai.request.model"] = model
+        if options.temperature is not None:
+            attributes["gen_ai.request.temperature"] = options.temperature
+        if options.max_tokens is not None:
+            attributes["gen_ai.request.max_tokens"] = options.max_tokens
+        span = self.tracer.start_span(
+            f"chat {model}" if model else "chat", kind=_CLIENT, attributes=attributes
+        )
+        token = _attach(span)
+        if token is None:  # not recorded: nothing to measure
+            try:
+                return await call_next(request)
+            finally:
+                span.end()
+        call = _ChatCall(span, self)
+        marker = _CURRENT_CALL.set(call)
+        try:
+            if self.capture:
+                _record_input(span, request.messages, options.tools)
+            if request.on_update is not None:
+                request = attrs.evolve(request, on_update=_first_chunk(span, request.on_update))
+            response = await call_next(request)
+            _record_response(span, response, self.capture)
+            if call.attempts > 1:
+                span.set_attribute("raf.chat.attempts", call.attempts)
+            return response
+        except BaseException as error:
+            if call.attempts > 1:
+                span.set_attribute("raf.chat.attempts", call.attempts)
+            _failed(span, error)
+            raise
+        finally:
+            _CURRENT_CALL.reset(marker)
+            otel_context.detach(token)
+            span.end()
+
+    async def tool_call(
+        self, request: ToolRequest, call_next: Callable[[ToolRequest], Awaitable[ChatMessage]]
+    ) -> ChatMessage:
+        """``execute_tool {tool}`` around each tool call."""
+        if not _RECORDING.get():
+            return await call_next(request)
+        tool_name = str(request.tool.name)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool_name,
+            "gen_ai.tool.call.id": request.call.id,
+            "gen_ai.tool.type": "function",
+        }
+        span = self.tracer.start_span(
+            f"execute_tool {tool_name}", kind=_INTERNAL, attributes=attributes
+        )
+        token = _attach(span)
+        try:
+            if token is not None:
+                description = getattr(request.tool, "description", None)
+                if isinstance(description, str) and description:
+                    span.set_attribute("gen_ai.tool.description", description)
+                if self.capture:
+                    span.set_attribute("gen_ai.tool.call.arguments", request.call.arguments)
+            message = await call_next(request)
+            if token is not None and self.capture and message.content is not None:
+                span.set_attribute("gen_ai.tool.call.result", message.content)
+            return message
+        except BaseException as error:
+            _failed(span, error)
+            raise
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+            span.end()
+
+
+class _ObserverOfAttempts(_Observer):
+    """The observer of an agent with chat middleware, which may retry: it records attempts."""
+
+    __slots__ = ()
+
+    async def model_attempt(
+        self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
+    ) -> AgentResponse:
+        """Counts the attempts of a model call, records each failure.
+
+        A failed attempt that a retry middleware retries is an ``exception``
+        event on the chat span (with ``raf.chat.attempt``); the span's status
+        stays the outcome of the whole call.
+        """
+        call = _CURRENT_CALL.get()
+        if call is None or call.owner is not self:
+            # Not recorded, or the call of another agent (this one runs inside it).
+            return await call_next(request)
+        call.attempts += 1
+        try:
+            return await call_next(request)
+        except Exception as error:
+            call.span.record_exception(error, attributes={"raf.chat.attempt": call.attempts})
+            raise
 
 
 def _record_response(span: Span, response: AgentResponse, capture: bool) -> None:
@@ -253,115 +393,6 @@ def _record_response(span: Span, response: AgentResponse, capture: bool) -> None
         span.set_attribute("gen_ai.output.messages", _messages_json(response.messages))
 
 
-# Provider stages ----------------------------------------------------------------------------
-
-
-def traced_item(item: Any, spans: _Spans) -> Any:
-    """A stack item with each provider (or group member) behind a span-opening proxy."""
-    if isinstance(item, ProviderGroup):
-        return attrs.evolve(item, members=tuple(_proxy(member, spans) for member in item.members))
-    if is_provider(item):
-        return _proxy(item, spans)
-    return item  # run middleware: its work shows inside invoke_agent
-
-
-def _proxy(provider: Any, spans: _Spans) -> Any:
-    # raf skips a post stage that is absent or the base no-op: so must the proxy.
-    if post_stage_of(provider) is None:
-        return _TracedProvider(provider, spans)
-    return _TracedPostProvider(provider, spans)
-
-
-class _TracedProvider:
-    """A provider behind a proxy whose ``on_invoking`` opens ``on_invoking {provider}``.
-
-    ``name`` and ``kind`` are the provider's, so errors still name it; other
-    attributes are read from it.
-    """
-
-    __slots__ = ("_pre", "_spans", "kind", "name", "provider")
-
-    def __init__(self, provider: Any, spans: _Spans) -> None:
-        self.provider = provider
-        self.name = provider_name(provider)
-        self.kind = str(getattr(provider, "kind", "unknown"))
-        self._spans = spans
-        self._pre = self._stage("on_invoking")
-
-    def _stage(self, stage: str) -> tuple[str, dict[str, str]]:
-        return f"{stage} {self.name}", {
-            "raf.provider.name": self.name,
-            "raf.provider.kind": self.kind,
-            "raf.provider.stage": stage,
-        }
-
-    async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
-        """The provider's pre stage inside its span."""
-        if not _RECORDING.get():
-            return await self.provider.on_invoking(agent, session, messages, options)
-        name, attributes = self._pre
-        span = self._spans.tracer.start_span(name, kind=_INTERNAL, attributes=attributes)
-        token = _attach(span)
-        try:
-            result = await self.provider.on_invoking(agent, session, messages, options)
-            if token is not None and isinstance(result, ContextResult):
-                _record_result(span, result)
-            return result
-        except BaseException as error:
-            _failed(span, error)
-            raise
-        finally:
-            if token is not None:
-                otel_context.detach(token)
-            span.end()
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("on_invoked", "provider") or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.provider, name)
-
-    def __repr__(self) -> str:
-        return f"<traced {self.provider!r}>"
-
-
-class _TracedPostProvider(_TracedProvider):
-    """A proxy for a provider with a post stage: ``on_invoked {provider}`` around it."""
-
-    __slots__ = ("_post",)
-
-    def __init__(self, provider: Any, spans: _Spans) -> None:
-        super().__init__(provider, spans)
-        self._post = self._stage("on_invoked")
-
-    async def on_invoked(
-        self,
-        agent: Any,
-        session: Any,
-        request_messages: Sequence[ChatMessage],
-        response: AgentResponse | None,
-        error: BaseException | None,
-    ) -> None:
-        """The provider's post stage inside its span."""
-        if not _RECORDING.get():
-            return await self.provider.on_invoked(  # type: ignore[no-any-return]
-                agent, session, request_messages, response, error
-            )
-        name, attributes = self._post
-        span = self._spans.tracer.start_span(name, kind=_INTERNAL, attributes=attributes)
-        token = _attach(span)
-        try:
-            if token is not None and error is not None:
-                span.set_attribute("raf.run.error.type", _error_type(error))
-            await self.provider.on_invoked(agent, session, request_messages, response, error)
-        except BaseException as failure:
-            _failed(span, failure)
-            raise
-        finally:
-            if token is not None:
-                otel_context.detach(token)
-            span.end()
-
-
 def _record_result(span: Span, result: ContextResult) -> None:
     """What the provider added, in counts (never the content)."""
     if result.instructions:
@@ -376,80 +407,19 @@ def _record_result(span: Span, result: ContextResult) -> None:
         )
 
 
-# Model calls: chat --------------------------------------------------------------------------
-
-
 class _ChatCall:
     """The span of one model call, for the attempts inside it."""
 
     __slots__ = ("attempts", "owner", "span")
 
-    def __init__(self, span: Span, owner: _Spans) -> None:
+    def __init__(self, span: Span, owner: _Observer) -> None:
         self.span = span
-        self.owner = owner  # the traced agent whose chat stack opened the span
+        self.owner = owner  # the observer (of one traced agent) that opened the span
         self.attempts = 0
 
 
 #: The model call whose span the attempts inside it report to.
 _CURRENT_CALL: ContextVar[_ChatCall | None] = ContextVar("raf_otel_chat_call", default=None)
-
-
-class _ChatSpan:
-    """Chat middleware, outermost: ``chat {model}`` around each model call, retries included."""
-
-    __slots__ = ("_spans",)
-
-    def __init__(self, spans: _Spans) -> None:
-        self._spans = spans
-
-    async def __call__(
-        self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
-    ) -> AgentResponse:
-        if not _RECORDING.get():
-            return await call_next(request)
-        spans = self._spans
-        options = request.options
-        model = options.model or spans.default_model
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": spans.provider,
-        }
-        if model:
-            attributes["gen_ai.request.model"] = model
-        if options.temperature is not None:
-            attributes["gen_ai.request.temperature"] = options.temperature
-        if options.max_tokens is not None:
-            attributes["gen_ai.request.max_tokens"] = options.max_tokens
-        span = spans.tracer.start_span(
-            f"chat {model}" if model else "chat", kind=_CLIENT, attributes=attributes
-        )
-        token = _attach(span)
-        if token is None:  # not recorded: nothing to measure
-            try:
-                return await call_next(request)
-            finally:
-                span.end()
-        call = _ChatCall(span, spans)
-        marker = _CURRENT_CALL.set(call)
-        try:
-            if spans.capture:
-                _record_input(span, request.messages, options.tools)
-            if request.on_update is not None:
-                request = attrs.evolve(request, on_update=_first_chunk(span, request.on_update))
-            response = await call_next(request)
-            _record_response(span, response, spans.capture)
-            if call.attempts > 1:
-                span.set_attribute("raf.chat.attempts", call.attempts)
-            return response
-        except BaseException as error:
-            if call.attempts > 1:
-                span.set_attribute("raf.chat.attempts", call.attempts)
-            _failed(span, error)
-            raise
-        finally:
-            _CURRENT_CALL.reset(marker)
-            otel_context.detach(token)
-            span.end()
 
 
 def _first_chunk(span: Span, on_update: OnUpdate) -> OnUpdate:
@@ -465,82 +435,6 @@ def _first_chunk(span: Span, on_update: OnUpdate) -> OnUpdate:
         await on_update(update)
 
     return timed
-
-
-class _AttemptRecorder:
-    """Chat middleware, innermost: counts the attempts of a model call, records each failure.
-
-    A failed attempt that a retry middleware retries is an ``exception`` event
-    on the chat span (with ``raf.chat.attempt``); the span's status stays
-    the outcome of the whole call.
-    """
-
-    __slots__ = ("_spans",)
-
-    def __init__(self, spans: _Spans) -> None:
-        self._spans = spans
-
-    async def __call__(
-        self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
-    ) -> AgentResponse:
-        call = _CURRENT_CALL.get()
-        if call is None or call.owner is not self._spans:
-            # Not recorded, or the call of another agent (this one runs inside it).
-            return await call_next(request)
-        call.attempts += 1
-        try:
-            return await call_next(request)
-        except Exception as error:
-            call.span.record_exception(error, attributes={"raf.chat.attempt": call.attempts})
-            raise
-
-
-# Tool calls: execute_tool -------------------------------------------------------------------
-
-
-class _ToolSpan:
-    """Tool middleware, outermost: ``execute_tool {tool}`` around each tool call."""
-
-    __slots__ = ("_spans",)
-
-    def __init__(self, spans: _Spans) -> None:
-        self._spans = spans
-
-    async def __call__(
-        self, request: ToolRequest, call_next: Callable[[ToolRequest], Awaitable[ChatMessage]]
-    ) -> ChatMessage:
-        if not _RECORDING.get():
-            return await call_next(request)
-        spans = self._spans
-        tool_name = str(request.tool.name)
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": tool_name,
-            "gen_ai.tool.call.id": request.call.id,
-            "gen_ai.tool.type": "function",
-        }
-        span = spans.tracer.start_span(
-            f"execute_tool {tool_name}", kind=_INTERNAL, attributes=attributes
-        )
-        token = _attach(span)
-        try:
-            if token is not None:
-                description = getattr(request.tool, "description", None)
-                if isinstance(description, str) and description:
-                    span.set_attribute("gen_ai.tool.description", description)
-                if spans.capture:
-                    span.set_attribute("gen_ai.tool.call.arguments", request.call.arguments)
-            message = await call_next(request)
-            if token is not None and spans.capture and message.content is not None:
-                span.set_attribute("gen_ai.tool.call.result", message.content)
-            return message
-        except BaseException as error:
-            _failed(span, error)
-            raise
-        finally:
-            if token is not None:
-                otel_context.detach(token)
-            span.end()
 
 
 # Content, when asked for --------------------------------------------------------------------

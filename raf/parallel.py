@@ -8,6 +8,7 @@ stages as a single provider's layer (:mod:`raf.providers`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -20,13 +21,14 @@ from raf.providers import (
     CompleteInvocation,
     PostStage,
     PostStageFailures,
+    PreStage,
     _add_notes,
     _after_error,
     _after_success,
     _merged,
     _stage_error,
-    post_stage_of,
     provider_name,
+    stages_of,
 )
 
 __all__ = ["ProviderGroup", "parallel"]
@@ -87,10 +89,14 @@ def is_provider(item: object) -> bool:
 
 
 def group_layer(
-    group: ProviderGroup, call_next: CompleteInvocation, *, post_timeout: float
+    group: ProviderGroup,
+    call_next: CompleteInvocation,
+    *,
+    post_timeout: float,
+    observers: Sequence[Any] = (),
 ) -> CompleteInvocation:
     """A parallel group as one layer: concurrent pre stages, then post stages last-first."""
-    members = tuple((member, post_stage_of(member)) for member in group.members)
+    members = tuple((member, *stages_of(member, observers)) for member in group.members)
 
     async def layer(invocation: Invocation) -> AgentResponse:
         entered: list[tuple[Any, PostStage]] = []
@@ -141,7 +147,7 @@ async def _unwind_error(
 
 
 async def _group_pre(
-    members: tuple[tuple[Any, PostStage | None], ...],
+    members: tuple[tuple[Any, PreStage, PostStage | None], ...],
     invocation: Invocation,
     entered: list[tuple[Any, PostStage]],
 ) -> Invocation:
@@ -163,9 +169,11 @@ async def _group_pre(
     failures: list[ProviderError] = []
     fatal: list[BaseException] = []  # a BaseException that is neither an Exception nor a cancel
 
-    async def run(index: int, provider: Any, scope: anyio.CancelScope) -> None:
+    async def run(
+        index: int, provider: Any, on_invoking: PreStage, scope: anyio.CancelScope
+    ) -> None:
         try:
-            outcomes[index] = await provider.on_invoking(*args)
+            outcomes[index] = await on_invoking(*args)
         except Exception as exc:
             failure = _stage_error(provider, "on_invoking", exc)
             failure.__cause__ = exc
@@ -180,7 +188,7 @@ async def _group_pre(
     def settle() -> Invocation:
         # Whatever ended the group, every member that returned is merged or failed here.
         merged = invocation
-        for (provider, on_invoked), outcome in zip(members, outcomes, strict=True):
+        for (provider, _, on_invoked), outcome in zip(members, outcomes, strict=True):
             if outcome is _NOT_RETURNED:
                 continue
             try:
@@ -194,8 +202,8 @@ async def _group_pre(
 
     try:
         async with anyio.create_task_group() as group:
-            for index, (provider, _) in enumerate(members):
-                group.start_soon(run, index, provider, group.cancel_scope)
+            for index, (provider, on_invoking, _) in enumerate(members):
+                group.start_soon(run, index, provider, on_invoking, group.cancel_scope)
     except BaseException as error:  # cancelled from outside: what failed meanwhile is not lost
         settle()
         if fatal:

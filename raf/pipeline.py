@@ -53,7 +53,11 @@ class ChatRequest:
 
 
 def compose(
-    core: CallNext[Request], stack: Sequence[Any] = (), *, post_timeout: float = 10.0
+    core: CallNext[Request],
+    stack: Sequence[Any] = (),
+    *,
+    post_timeout: float = 10.0,
+    observers: Sequence[Any] = (),
 ) -> CallNext[Request]:
     """Build the onion once: ``stack[0]`` outermost, ``core`` in the middle.
 
@@ -63,7 +67,9 @@ def compose(
     runs the whole stack. A failed post stage of a successful run does not
     change what the providers outside it see; it is raised once their post
     stages ran, by the nearest middleware boundary outside it (a middleware
-    sees the error its caller would) or at the outermost layer.
+    sees the error its caller would) or at the outermost layer. The
+    ``provider_stage`` hooks of ``observers`` (see :class:`raf.Observer`)
+    wrap every provider stage.
 
     >>> async def core(request):
     ...     return AgentResponse()
@@ -82,11 +88,13 @@ def compose(
         if isinstance(item, ProviderGroup):
             for number, member in enumerate(item.members):
                 validate_stages(member, f"{where} ({item.name}) member {number}")
-            complete = group_layer(item, complete, post_timeout=post_timeout)
+            complete = group_layer(item, complete, post_timeout=post_timeout, observers=observers)
             pending = True
         elif is_provider(item):
             validate_stages(item, where)
-            complete = provider_layer(item, complete, post_timeout=post_timeout)
+            complete = provider_layer(
+                item, complete, post_timeout=post_timeout, observers=observers
+            )
             pending = True
         elif isinstance(item, type) or not callable(item):
             raise TypeError(

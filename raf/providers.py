@@ -19,17 +19,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, overload, runtime_checkable
 
 import anyio
+import attrs
 import structlog
 
 from raf.context import AgentLike, ContextResult, Invocation, merge
 from raf.errors import ContextResultError, ProviderError, StreamClosedError
 from raf.messages import AgentResponse, ChatMessage
+from raf.observe import ProviderStage, StageHook, stage_hook
 from raf.options import AgentRunOptions
 from raf.sessions.base import Session
 
 __all__ = ["ContextProvider", "ContextProviderLike"]
 
 CompleteInvocation = Callable[[Invocation], Awaitable[AgentResponse]]
+PreStage = Callable[..., Awaitable[Any]]
 PostStage = Callable[..., Awaitable[None]]
 
 _log = structlog.get_logger("raf")
@@ -143,6 +146,43 @@ def post_stage_of(provider: object) -> PostStage | None:
     return on_invoked  # type: ignore[no-any-return]
 
 
+def stages_of(provider: Any, observers: Sequence[Any]) -> tuple[PreStage, PostStage | None]:
+    """The provider's pre and post stage (``None``: it has none), each inside the observers'
+    ``provider_stage`` hooks (see :class:`raf.Observer`).
+
+    A post stage inherited from :class:`ContextProvider` does nothing and is
+    skipped, unless an observer asks to see it (``inherited_post_stages``).
+    """
+    on_invoking = provider.on_invoking
+    on_invoked = post_stage_of(provider)
+    observe = stage_hook(observers) if observers else None
+    if observe is None:
+        return on_invoking, on_invoked
+    name, kind = provider_name(provider), str(getattr(provider, "kind", "unknown"))
+    pre = ProviderStage(provider, name, kind, "on_invoking")
+
+    # Plain functions that return the hook's coroutine: no frame of their own per stage.
+    def observed_pre(*args: Any) -> Awaitable[Any]:
+        return observe(pre, lambda: on_invoking(*args))
+
+    post: PostStage | None = on_invoked
+    observe_post: StageHook | None = observe
+    if on_invoked is None:
+        post = getattr(provider, "on_invoked", None)
+        observe_post = stage_hook(observers, inherited=True)
+    if post is None or observe_post is None:
+        return observed_pre, None
+
+    succeeded = ProviderStage(provider, name, kind, "on_invoked")
+
+    def observed_post(*args: Any) -> Awaitable[None]:
+        error = args[4]  # agent, session, request_messages, response, error
+        stage = succeeded if error is None else attrs.evolve(succeeded, error=error)
+        return observe_post(stage, lambda: post(*args))
+
+    return observed_pre, observed_post
+
+
 class PostStageFailures(Exception):
     """A run that succeeded, on its way out, with the post stages that failed so far.
 
@@ -159,11 +199,14 @@ class PostStageFailures(Exception):
 
 
 def provider_layer(
-    provider: Any, call_next: CompleteInvocation, *, post_timeout: float
+    provider: Any,
+    call_next: CompleteInvocation,
+    *,
+    post_timeout: float,
+    observers: Sequence[Any] = (),
 ) -> CompleteInvocation:
     """One provider around ``call_next``: its pre stage, the rest of the run, its post stage."""
-    on_invoking = provider.on_invoking
-    on_invoked = post_stage_of(provider)
+    on_invoking, on_invoked = stages_of(provider, observers)
     name = provider_name(provider)
 
     async def layer(invocation: Invocation) -> AgentResponse:

@@ -1,10 +1,10 @@
-"""Tracing: report each provider stage, model call and tool call as it happens, timed."""
+"""Tracing: an observer that reports each provider stage, model call and tool call, timed."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -12,20 +12,11 @@ import attrs
 from raf.context import ContextResult
 from raf.errors import Stage
 from raf.messages import AgentResponse, ChatMessage, Update
-from raf.options import AgentRunOptions
-from raf.parallel import ProviderGroup, is_provider
-from raf.pipeline import CallNext, ChatRequest
-from raf.providers import provider_name
-from raf.sessions.base import Session
+from raf.observe import Observer, ProviderStage, RunStage
+from raf.pipeline import ChatRequest
+from raf.tool_loop import ToolRequest
 
-__all__ = [
-    "StageEvent",
-    "TracedProvider",
-    "TracedTool",
-    "trace_model",
-    "traced_stack",
-    "traced_tools",
-]
+__all__ = ["StageEvent", "TraceObserver"]
 
 
 @attrs.frozen(slots=True)
@@ -58,109 +49,49 @@ def _outcome(error: BaseException | None) -> str:
     return "ok" if error is None else f"raised {type(error).__name__}"
 
 
-class TracedProvider:
-    """Wraps a provider and emits a :class:`StageEvent` after each of its stages.
+class TraceObserver(Observer):
+    """An observer that emits one timed :class:`StageEvent` per provider stage, model call
+    and tool call, as each ends (what ``raf run --trace`` prints).
 
-    ``name`` and ``kind`` are the wrapped provider's, so errors still name it.
+    Model calls are reported one per call that reaches the model (each attempt of a
+    retried call); a streamed one counts its updates and times the first.
+
+    >>> import anyio
+    >>> from raf import Agent, EchoChatClient
+    >>> agent = Agent(EchoChatClient(), observers=[TraceObserver(print)])
+    >>> anyio.run(agent.run, "hi").text  # doctest: +ELLIPSIS
+    model [chat] complete ... ms ok (1 message, 0 tools)
+    'hi'
     """
 
-    def __init__(self, provider: Any, emit: Emit) -> None:
-        self.provider = provider
-        self.name = provider_name(provider)
-        self.kind = str(getattr(provider, "kind", "unknown"))
-        self._emit = emit
-        self._on_invoked = getattr(provider, "on_invoked", None)
+    #: Every stage a provider has is reported, the ``on_invoked`` it inherits included.
+    inherited_post_stages = True
 
-    async def on_invoking(
-        self,
-        agent: Any,
-        session: Session,
-        messages: Sequence[ChatMessage],
-        options: AgentRunOptions,
-    ) -> Any:
-        """The wrapped pre stage, timed."""
+    def __init__(self, emit: Emit) -> None:
+        self._emit = emit
+
+    async def provider_stage(self, stage: ProviderStage, call_next: RunStage) -> Any:
+        """The stage, timed; a pre stage's event says what it added."""
         started = time.perf_counter()
         error: BaseException | None = None
         result: Any = None
         try:
-            result = await self.provider.on_invoking(agent, session, messages, options)
-            if isinstance(result, ContextResult) and result.tools:
-                # The provider's tools are traced too; anything else is left for
-                # the provider layer to refuse as it would untraced.
-                return attrs.evolve(result, tools=traced_tools(result.tools, self._emit))
+            result = await call_next()
             return result
         except BaseException as exc:
             error = exc
             raise
         finally:
-            self._report("on_invoking", started, error, _describe_result(result))
+            elapsed = (time.perf_counter() - started) * 1000
+            detail = _describe_result(result) if stage.stage == "on_invoking" else ""
+            self._emit(
+                StageEvent(stage.name, stage.kind, stage.stage, elapsed, _outcome(error), detail)
+            )
 
-    async def on_invoked(
-        self,
-        agent: Any,
-        session: Session,
-        request_messages: Sequence[ChatMessage],
-        response: AgentResponse | None,
-        error: BaseException | None,
-    ) -> None:
-        """The wrapped post stage, timed (nothing if the provider has none)."""
-        if self._on_invoked is None:
-            return
-        started = time.perf_counter()
-        failure: BaseException | None = None
-        try:
-            await self._on_invoked(agent, session, request_messages, response, error)
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            self._report("on_invoked", started, failure)
-
-    def _report(
-        self, stage: Stage, started: float, error: BaseException | None, detail: str = ""
-    ) -> None:
-        elapsed = (time.perf_counter() - started) * 1000
-        self._emit(StageEvent(self.name, self.kind, stage, elapsed, _outcome(error), detail))
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
-def _describe_result(result: Any) -> str:
-    if not isinstance(result, ContextResult):
-        return ""
-    parts = []
-    if result.instructions:
-        parts.append("+" + _count(len(result.instructions.splitlines()), "instruction line"))
-    if result.replace_messages:
-        parts.append(f"replaced messages with {len(result.messages)}")
-    elif result.messages:
-        parts.append("+" + _count(len(result.messages), "message"))
-    if result.tools:
-        parts.append("+tools " + ", ".join(getattr(t, "name", "?") for t in result.tools))
-    return "; ".join(parts) or "nothing added"
-
-
-def traced_stack(stack: Sequence[Any], emit: Emit) -> list[Any]:
-    """The same stack with each provider and group member in a :class:`TracedProvider`."""
-    traced: list[Any] = []
-    for item in stack:
-        if isinstance(item, ProviderGroup):
-            members = tuple(TracedProvider(member, emit) for member in item.members)
-            traced.append(attrs.evolve(item, members=members))
-        elif is_provider(item):
-            traced.append(TracedProvider(item, emit))
-        else:
-            traced.append(item)
-    return traced
-
-
-def trace_model(emit: Emit) -> Callable[[ChatRequest, CallNext[ChatRequest]], Any]:
-    """Chat-stack middleware that emits one event per model call; a streamed call's
-    event also counts its updates and times the first."""
-
-    async def middleware(request: ChatRequest, call_next: CallNext[ChatRequest]) -> AgentResponse:
+    async def model_attempt(
+        self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
+    ) -> AgentResponse:
+        """The call to the model, timed; a streamed one with its updates counted."""
         started = time.perf_counter()
         error: BaseException | None = None
         send = request.on_update
@@ -192,9 +123,49 @@ def trace_model(emit: Emit) -> Callable[[ChatRequest, CallNext[ChatRequest]], An
                 detail += f"; streamed {_count(count, 'update')}"
                 if first is not None:
                     detail += f", first after {first:.2f} ms"
-            emit(StageEvent("model", "chat", "complete", elapsed, _outcome(error), detail))
+            self._emit(StageEvent("model", "chat", "complete", elapsed, _outcome(error), detail))
 
-    return middleware
+    async def tool_call(
+        self, request: ToolRequest, call_next: Callable[[ToolRequest], Awaitable[ChatMessage]]
+    ) -> ChatMessage:
+        """The tool call, timed: its arguments and the size of its result (in characters,
+        as the model gets it)."""
+        started = time.perf_counter()
+        error: BaseException | None = None
+        size: int | None = None
+        try:
+            message = await call_next(request)
+            size = len(message.content or "")
+            return message
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            elapsed = (time.perf_counter() - started) * 1000
+            detail = f"arguments {_describe_arguments(request.arguments)}"
+            if size is not None:
+                detail += f"; result {_count(size, 'char')}"
+            name = str(request.tool.name)
+            self._emit(StageEvent(name, "tool", "call", elapsed, _outcome(error), detail))
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _describe_result(result: Any) -> str:
+    if not isinstance(result, ContextResult):
+        return ""
+    parts = []
+    if result.instructions:
+        parts.append("+" + _count(len(result.instructions.splitlines()), "instruction line"))
+    if result.replace_messages:
+        parts.append(f"replaced messages with {len(result.messages)}")
+    elif result.messages:
+        parts.append("+" + _count(len(result.messages), "message"))
+    if result.tools:
+        parts.append("+tools " + ", ".join(getattr(t, "name", "?") for t in result.tools))
+    return "; ".join(parts) or "nothing added"
 
 
 #: How much of a tool call's arguments a trace line shows.
@@ -209,68 +180,3 @@ def _describe_arguments(arguments: Mapping[str, Any]) -> str:
     if len(text) > ARGUMENTS_SHOWN:
         text = text[:ARGUMENTS_SHOWN] + f"... ({len(text)} chars)"
     return text
-
-
-def _result_size(result: Any) -> int:
-    """The length of the text the model gets for ``result`` (as the tool loop sends it)."""
-    if isinstance(result, str):
-        return len(result)
-    try:
-        return len(json.dumps(result, ensure_ascii=False, default=str))
-    except ValueError:
-        return len(repr(result))
-
-
-class TracedTool:
-    """Wraps a tool and emits a :class:`StageEvent` after each call: its arguments, the
-    size of its result (in characters, as the model gets it), how long it took.
-
-    ``name``, ``description`` and ``parameters`` are the wrapped tool's.
-    """
-
-    def __init__(self, tool: Any, emit: Emit) -> None:
-        self.tool = tool
-        self._emit = emit
-
-    @property
-    def name(self) -> str:
-        """The wrapped tool's name."""
-        return str(self.tool.name)
-
-    @property
-    def description(self) -> str:
-        """The wrapped tool's description."""
-        return str(self.tool.description)
-
-    @property
-    def parameters(self) -> Mapping[str, Any]:
-        """The wrapped tool's JSON Schema."""
-        parameters: Mapping[str, Any] = self.tool.parameters
-        return parameters
-
-    async def invoke(self, arguments: Mapping[str, Any]) -> Any:
-        """The wrapped call, timed."""
-        started = time.perf_counter()
-        error: BaseException | None = None
-        size: int | None = None
-        try:
-            result = await self.tool.invoke(arguments)
-            size = _result_size(result)
-            return result
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            elapsed = (time.perf_counter() - started) * 1000
-            detail = f"arguments {_describe_arguments(arguments)}"
-            if size is not None:
-                detail += f"; result {_count(size, 'char')}"
-            self._emit(StageEvent(self.name, "tool", "call", elapsed, _outcome(error), detail))
-
-    def __repr__(self) -> str:
-        return f"TracedTool({self.tool!r})"
-
-
-def traced_tools(tools: Sequence[Any], emit: Emit) -> tuple[Any, ...]:
-    """The same tools, each in a :class:`TracedTool` (once: a traced tool stays as it is)."""
-    return tuple(t if isinstance(t, TracedTool) else TracedTool(t, emit) for t in tools)

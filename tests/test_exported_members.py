@@ -33,7 +33,14 @@ def test_every_error_class_is_exported() -> None:
 def test_internal_helpers_are_not_exported() -> None:
     assert "EMPTY_RESULT" not in raf.__all__
     assert "Messages" not in raf.__all__
-    for module in ("raf.pipeline", "raf.providers", "raf.context", "raf.messages"):
+    for module in (
+        "raf.pipeline",
+        "raf.providers",
+        "raf.context",
+        "raf.messages",
+        "raf.observe",
+        "raf.tracing",
+    ):
         exported = set(__import__(module, fromlist=["__all__"]).__all__)
         assert exported <= set(raf.__all__) | {"Role"}, module
 

@@ -552,8 +552,9 @@ async def test_the_copy_keeps_the_agent_and_the_original_is_untouched(tracing: T
     assert traced.chat_client is agent.chat_client
     assert len(agent.chat_stack) == 0
     assert len(agent.tool_stack) == 0
-    # The history provider, the clock (no post stage: the proxy has none) and the group.
-    history, traced_clock, group = traced.stack[1:]
+    # The history provider, the clock (no post stage) and the group: the same, no proxies.
+    assert traced.stack == agent.stack
+    history, traced_clock, group = traced.stack
     assert history.name == agent.stack[0].name
     assert post_stage_of(traced_clock) is None
     assert traced_clock.name == "Clock"

@@ -17,7 +17,9 @@ from raf import (
     ChatOptions,
     ContextProvider,
     ContextResult,
+    Observer,
     ProviderError,
+    ProviderStage,
     ScriptedChatClient,
 )
 from raf.testing.strategies import (
@@ -85,7 +87,7 @@ def outcome_kind(response: AgentResponse | None, error: BaseException | None) ->
 
 
 async def run_scenario(
-    scenario: Scenario,
+    scenario: Scenario, observers: Sequence[Any] = ()
 ) -> tuple[list[tuple[Any, ...]], JournalModel, AgentResponse | None, BaseException | None, bool]:
     journal: list[tuple[Any, ...]] = []
     model = JournalModel(scenario, journal)
@@ -93,6 +95,7 @@ async def run_scenario(
         model,
         instructions=scenario.agent_instructions,
         stack=build_stack(scenario, journal),
+        observers=observers,
     )
     response: AgentResponse | None = None
     raised: BaseException | None = None
@@ -168,6 +171,70 @@ async def test_the_journal_matches_the_model(scenario: Scenario) -> None:
         assert len(notes) == len(post_failures)
         for spec, note in zip(reversed(post_failures), notes, strict=True):
             assert f"{spec.name}.on_invoked" in note
+
+
+class Watcher(Observer):
+    """Sees every stage, model call and attempt, and how each ended; changes nothing."""
+
+    inherited_post_stages = True
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    async def _watch(self, what: str, call: Any) -> Any:
+        try:
+            result = await call()
+        except BaseException as error:
+            self.seen.append((what, type(error).__name__))
+            raise
+        self.seen.append((what, "ok"))
+        return result
+
+    async def run(self, invocation: Any, call_next: Any) -> Any:
+        return await self._watch("run", lambda: call_next(invocation))
+
+    async def provider_stage(self, stage: ProviderStage, call_next: Any) -> Any:
+        return await self._watch(f"{stage.name}.{stage.stage}", call_next)
+
+    async def model_call(self, request: Any, call_next: Any) -> Any:
+        return await self._watch("model", lambda: call_next(request))
+
+    async def model_attempt(self, request: Any, call_next: Any) -> Any:
+        return await self._watch("attempt", lambda: call_next(request))
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios())
+async def test_observers_change_nothing_and_see_every_stage(scenario: Scenario) -> None:
+    watchers = (Watcher(), Watcher())
+    journal, _, response, raised, _ = await run_scenario(scenario, watchers)
+    plain, _, plain_response, plain_raised, _ = await run_scenario(scenario)
+
+    def simplified(entries: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        return collapse_groups(
+            scenario,
+            [
+                entry
+                if entry[0] not in ("post", "mw-out")
+                else (entry[0], entry[1], outcome_kind(entry[2], entry[3]))
+                for entry in entries
+            ],
+        )
+
+    assert simplified(journal) == simplified(plain) == expected_journal(scenario)
+    assert type(raised) is type(plain_raised)
+    assert (response is None) == (plain_response is None)
+    first, second = (watcher.seen for watcher in watchers)
+    assert first == second  # the outer one sees what the inner one passed on
+    assert first[-1] == ("run", "ok" if raised is None else type(raised).__name__)
+    # One observed stage per pre stage that ran and per post stage, as the providers wrote.
+    stages = sorted(what for what, _ in first if what.endswith(("on_invoking", "on_invoked")))
+    written = sorted(
+        f"{entry[1]}.on_invoking" if entry[0] == "pre" else f"{entry[1]}.on_invoked"
+        for entry in journal
+        if entry[0] in ("pre", "post")
+    )
+    assert stages == written
 
 
 class Recorder(ContextProvider):

@@ -16,7 +16,7 @@ from raf import (
     parallel,
     tool,
 )
-from raf.tracing import StageEvent, trace_model, traced_stack, traced_tools
+from raf.tracing import StageEvent, TraceObserver
 
 pytestmark = pytest.mark.anyio
 
@@ -36,8 +36,11 @@ class Named(ContextProvider):
 
 async def test_trace_lists_stages_in_run_order() -> None:
     events: list[StageEvent] = []
-    stack = traced_stack([Named("a"), Named("b")], events.append)
-    agent = Agent(ScriptedChatClient(["ok"]), stack=stack, chat_stack=[trace_model(events.append)])
+    agent = Agent(
+        ScriptedChatClient(["ok"]),
+        stack=[Named("a"), Named("b")],
+        observers=[TraceObserver(events.append)],
+    )
     await agent.run("hi")
     assert [(e.provider, e.stage, e.outcome) for e in events] == [
         ("a", "on_invoking", "ok"),
@@ -53,7 +56,9 @@ async def test_trace_lists_stages_in_run_order() -> None:
 async def test_a_traced_failure_still_names_the_real_provider() -> None:
     events: list[StageEvent] = []
     agent = Agent(
-        ScriptedChatClient([]), stack=traced_stack([Named("x", fail=True)], events.append)
+        ScriptedChatClient([]),
+        stack=[Named("x", fail=True)],
+        observers=[TraceObserver(events.append)],
     )
     with pytest.raises(ProviderError) as info:
         await agent.run("hi")
@@ -63,9 +68,9 @@ async def test_a_traced_failure_still_names_the_real_provider() -> None:
 
 async def test_members_of_a_parallel_group_are_traced_one_by_one() -> None:
     events: list[StageEvent] = []
-    stack = traced_stack([parallel(Named("a"), Named("b")), Named("c")], events.append)
+    stack = [parallel(Named("a"), Named("b")), Named("c")]
     client = ScriptedChatClient(["ok"])
-    await Agent(client, stack=stack).run("hi")
+    await Agent(client, stack=stack, observers=[TraceObserver(events.append)]).run("hi")
     assert sorted(e.provider for e in events if e.stage == "on_invoking") == ["a", "b", "c"]
     assert client.requests[0].messages[0].content == "a\nb\nc"
 
@@ -107,8 +112,9 @@ async def test_tool_calls_are_traced_with_arguments_and_result_size() -> None:
     )
     agent = Agent(
         client,
-        tools=traced_tools([echo], events.append),
-        stack=traced_stack([Tools()], events.append),
+        tools=[echo],
+        stack=[Tools()],
+        observers=[TraceObserver(events.append)],
     )
     response = await agent.run("hi")
     assert response.text == "done"
@@ -132,7 +138,7 @@ async def test_tool_calls_are_traced_with_arguments_and_result_size() -> None:
 async def test_a_streamed_model_call_is_one_event_with_its_update_count() -> None:
     events: list[StageEvent] = []
     model = ScriptedChatClient([["one ", "two ", "three"], ["cut", RuntimeError("dropped")]])
-    agent = Agent(model, chat_stack=[trace_model(events.append)])
+    agent = Agent(model, observers=[TraceObserver(events.append)])
     seen: list[str] = []
 
     async def on_update(update: Any) -> None:
@@ -151,7 +157,7 @@ async def test_a_streamed_model_call_is_one_event_with_its_update_count() -> Non
 
 async def test_an_unstreamed_model_call_says_nothing_of_updates() -> None:
     events: list[StageEvent] = []
-    agent = Agent(ScriptedChatClient(["ok"]), chat_stack=[trace_model(events.append)])
+    agent = Agent(ScriptedChatClient(["ok"]), observers=[TraceObserver(events.append)])
     await agent.run("hi")
     (event,) = events
     assert event.detail == "1 message, 0 tools"
