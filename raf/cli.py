@@ -23,7 +23,6 @@ import structlog
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from raf.agent import Agent
-from raf.clients.base import ChatClient
 from raf.clients.echo import EchoChatClient
 from raf.config import (
     MAX_CONFIG_BYTES,
@@ -34,7 +33,7 @@ from raf.config import (
     parse_provider_decls,
 )
 from raf.errors import AgentError, ChatClientError, ConfigError
-from raf.messages import AgentResponse, Update
+from raf.messages import AgentResponse, ChatClient, Update
 from raf.options import AgentRunOptions
 from raf.sessions.base import Session
 from raf.sessions.memory import InMemorySession
