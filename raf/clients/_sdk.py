@@ -15,7 +15,8 @@ import time
 import zlib
 from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import anyio
 
@@ -38,6 +39,7 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_TIMEOUT",
     "ERROR_REPLY_MAX",
+    "SdkClient",
     "bound_error_reply",
     "close",
     "error_from_http",
@@ -56,6 +58,57 @@ DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 #: The most of an error reply (4xx, 5xx) raf lets the SDK read: enough to quote it.
 ERROR_REPLY_MAX: Final = 1024 * 1024
+
+
+class SdkClient:
+    """What both OpenAI clients are besides their API: the SDK client and its closing,
+    the model, the call's ``timeout`` and the reply's ``max_response_bytes``.
+
+    The arguments are checked (``ValueError``) and the SDK client built as
+    :func:`sdk_client` says, the errors naming the subclass.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        max_retries: int,
+        timeout: float | None,
+        max_response_bytes: int,
+        client: openai.AsyncOpenAI | None,
+    ) -> None:
+        built, self._owns_client = sdk_client(
+            type(self).__name__,
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            timeout=timeout,
+            max_response_bytes=max_response_bytes,
+            client=client,
+        )
+        self.model = model
+        self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
+        self.client: openai.AsyncOpenAI = built
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections (not those of a ``client=`` you passed in)."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
 
 def sdk_client(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -15,11 +14,11 @@ from raf.clients._chat_wire import STREAM_TAIL, messages_run, request_body
 from raf.clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
+    SdkClient,
     close,
     error_from_http,
     post,
     read_reply,
-    sdk_client,
     too_large,
 )
 from raf.clients._sse import Budget, EventReader
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["OpenAIChatClient"]
 
 
-class OpenAIChatClient:
+class OpenAIChatClient(SdkClient):
     """A :class:`raf.ChatClient` on ``openai.AsyncOpenAI`` (chat completions, tools).
 
     ``model`` is used unless a run's ``AgentRunOptions.model`` names another.
@@ -77,11 +76,7 @@ class OpenAIChatClient:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
-        self.model = model
-        self.timeout = timeout
-        self.max_response_bytes = max_response_bytes
-        client, self._owns_client = sdk_client(
-            "OpenAIChatClient",
+        super().__init__(
             model,
             base_url=base_url,
             api_key=api_key,
@@ -90,7 +85,6 @@ class OpenAIChatClient:
             max_response_bytes=max_response_bytes,
             client=client,
         )
-        self.client: openai.AsyncOpenAI = client
         # The messages and message chunks of the last bodies sent (see request_body).
         self._bodies = RecentBodies(messages_run)
 
@@ -195,22 +189,6 @@ class OpenAIChatClient:
         ):
             return f"/deployments/{urllib.parse.quote(model, safe='')}/chat/completions"
         return "/chat/completions"
-
-    async def aclose(self) -> None:
-        """Close the HTTP connections (not those of a ``client=`` you passed in)."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> OpenAIChatClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"OpenAIChatClient(model={self.model!r}, base_url={str(self.client.base_url)!r})"

@@ -6,7 +6,6 @@ import collections
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -30,12 +29,12 @@ from raf.clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
     ERROR_REPLY_MAX,
+    SdkClient,
     close,
     error_from_http,
     post,
     read_bounded,
     read_reply,
-    sdk_client,
 )
 from raf.clients._sse import Budget, EventReader
 from raf.clients._wire import NO_KEYS, RecentBodies, dumps, utf8
@@ -60,7 +59,7 @@ _TURNS_KEPT: Final = 1024
 _DRAIN_GRACE: Final = 1.0
 
 
-class OpenAIResponsesClient:
+class OpenAIResponsesClient(SdkClient):
     """A :class:`raf.StreamingChatClient` on the OpenAI Responses API (``POST /responses``).
 
     The keywords are those of :class:`raf.OpenAIChatClient` (``base_url``,
@@ -98,11 +97,9 @@ class OpenAIResponsesClient:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
-        name = "OpenAIResponsesClient"
         if type(store) is not bool:
-            raise ValueError(f"{name}: store must be True or False, got {store!r}")
-        client, self._owns_client = sdk_client(
-            name,
+            raise ValueError(f"OpenAIResponsesClient: store must be True or False, got {store!r}")
+        super().__init__(
             model,
             base_url=base_url,
             api_key=api_key,
@@ -111,11 +108,7 @@ class OpenAIResponsesClient:
             max_response_bytes=max_response_bytes,
             client=client,
         )
-        self.model = model
         self.store = store
-        self.timeout = timeout
-        self.max_response_bytes = max_response_bytes
-        self.client: openai.AsyncOpenAI = client
         # Reasoning to replay, by the first call id of the turn it came with (oldest first).
         self._turns: collections.OrderedDict[str, Turn] = collections.OrderedDict()
         # The JSON of the assistant turn each remembered turn was last replayed into, by the
@@ -294,22 +287,6 @@ class OpenAIResponsesClient:
         """What ``key`` names changed: the JSON written with it is stale."""
         self._replayed.pop(key, None)
         self._bodies.forget(key)
-
-    async def aclose(self) -> None:
-        """Close the HTTP connections (not those of a ``client=`` you passed in)."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> OpenAIResponsesClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return (
