@@ -63,6 +63,7 @@ def sdk_object(model: Any, reply: dict[str, Any]) -> Any:
 
 
 def json_type(value: object) -> str:
+    """What a JSON value is, for an error message: ``"a string"``, ``"missing"``, ..."""
     if value is MISSING:
         return "missing"
     if value is None:
@@ -81,5 +82,6 @@ def json_type(value: object) -> str:
 
 
 def quote(data: bytes) -> str:
+    """The start of a reply, quoted for an error message."""
     text = data[:_QUOTE].decode("utf-8", "replace")
     return repr(text) + ("..." if len(data) > _QUOTE else "")

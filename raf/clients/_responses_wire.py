@@ -224,6 +224,8 @@ def turn_for(message: ChatMessage, turns: Mapping[str, Turn] | None) -> Turn | N
 
 
 def assistant_turn(message: ChatMessage, turns: Mapping[str, Turn] | None) -> list[dict[str, Any]]:
+    """The input items of an assistant turn with tool calls, with the reasoning of its
+    remembered turn (if any) replayed in the order the reply had."""
     calls = {call.id: call for call in message.tool_calls}
     text = (
         [{"role": "assistant", "content": message.content}] if message.content is not None else []
