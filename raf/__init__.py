@@ -20,13 +20,7 @@ from raf.builtin import (
     WikiRetriever,
     WorkspaceContextProvider,
 )
-from raf.clients import (
-    EchoChatClient,
-    OpenAIChatClient,
-    OpenAIResponsesClient,
-    ScriptedChatClient,
-)
-from raf.clients.base import ChatClient, StreamingChatClient
+from raf.clients import EchoChatClient, ScriptedChatClient
 from raf.config import (
     ContextProviderDecl,
     build_provider,
@@ -60,7 +54,15 @@ from raf.errors import (
     ToolLoopError,
     ToolSchemaError,
 )
-from raf.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
+from raf.messages import (
+    AgentResponse,
+    ChatClient,
+    ChatMessage,
+    StreamingChatClient,
+    ToolCall,
+    Update,
+    Usage,
+)
 from raf.middleware import LoggingMiddleware, RetryMiddleware
 from raf.observe import Observer, ProviderStage
 from raf.options import AgentRunOptions, ChatOptions
@@ -75,6 +77,8 @@ from raf.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schem
 from raf.tracing import StageEvent, TraceObserver
 
 if typing.TYPE_CHECKING:
+    from raf.clients.openai import OpenAIChatClient as OpenAIChatClient
+    from raf.clients.responses import OpenAIResponsesClient as OpenAIResponsesClient
     from raf.sessions.redis import RedisSessionStore as RedisSessionStore
 
 __all__ = [
@@ -168,6 +172,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
+    # The OpenAI clients are imported on first use, so that `import raf` imports none of
+    # the SDK's stack (openai, httpx, pydantic): an offline agent never pays for it.
+    if name in ("OpenAIChatClient", "OpenAIResponsesClient"):
+        import raf.clients
+
+        value: object = getattr(raf.clients, name)
+        globals()[name] = value  # public like the rest: vars(raf) has it from now on
+        return value
     # RedisSessionStore needs the optional extra raf[redis] (coredis): it is imported on
     # first use, so `import raf` never imports coredis. Not in __all__ for the same
     # reason: `from raf import *` must work without the extra.

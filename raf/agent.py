@@ -8,9 +8,8 @@ from typing import Any, cast
 
 import anyio
 
-from raf.clients.base import ChatClient
 from raf.context import Invocation, start_invocation
-from raf.messages import AgentResponse, ChatMessage, OnUpdate, checked_messages
+from raf.messages import AgentResponse, ChatClient, ChatMessage, OnUpdate, checked_messages
 from raf.observe import checked_observers, hooks
 from raf.options import AgentRunOptions, ChatOptions
 from raf.parallel import is_provider

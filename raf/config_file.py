@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from raf.agent import Agent
-from raf.clients.base import ChatClient
 from raf.clients.echo import EchoChatClient
 from raf.config import (
     ContextProviderDecl,
@@ -29,6 +28,7 @@ from raf.config import (
     read_config,
 )
 from raf.errors import AgentError, ConfigError
+from raf.messages import ChatClient
 from raf.options import AgentRunOptions
 from raf.tools import Tool
 from raf.tracing import StageEvent, TraceObserver

@@ -1,15 +1,28 @@
-"""The messages a model reads and writes: ChatMessage, ToolCall, Usage, AgentResponse, Update."""
+"""The messages a model reads and writes (ChatMessage, ToolCall, Usage, AgentResponse,
+Update), and the ChatClient protocol of what reads and writes them."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
 import attrs
 
-__all__ = ["AgentResponse", "ChatMessage", "Role", "ToolCall", "Update", "Usage"]
+if TYPE_CHECKING:
+    from raf.options import ChatOptions
+
+__all__ = [
+    "AgentResponse",
+    "ChatClient",
+    "ChatMessage",
+    "Role",
+    "StreamingChatClient",
+    "ToolCall",
+    "Update",
+    "Usage",
+]
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
@@ -423,3 +436,38 @@ class Update:
 
 #: Where a streamed run sends its updates: ``async (Update) -> None`` (ASGI's ``send``).
 OnUpdate = Callable[[Update], Awaitable[None]]
+
+
+@runtime_checkable
+class ChatClient(Protocol):
+    """A chat model: messages and options in, the model's turn out.
+
+    The response's ``messages`` hold the assistant turn (text, tool calls or
+    both); failures are :class:`raf.errors.ChatClientError` subclasses.
+    A client may also have ``stream`` (see :class:`StreamingChatClient`); a
+    streamed run of a client without it sends the answer of ``complete`` as
+    updates once it has come.
+    """
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse: ...
+
+
+@runtime_checkable
+class StreamingChatClient(ChatClient, Protocol):
+    """A chat client that can also send its turn as it comes.
+
+    ``stream`` returns an async iterator (an async generator, typically) of
+    :class:`raf.Update`: text deltas, each tool call once its arguments are
+    complete, and the call's usage. ``AgentResponse.from_updates`` of what it
+    yields must equal what ``complete`` returns for the same answer. raf
+    closes the iterator with ``aclose()`` when the run stops early, so a
+    generator's ``finally`` is where the connection is released.
+    """
+
+    def stream(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AsyncIterator[Update]:
+        """The model's turn, update by update."""
+        ...

@@ -8,7 +8,6 @@ from typing import Any
 
 import anyio
 import attrs
-import pydantic_core
 import structlog
 
 from raf.context import Invocation
@@ -282,6 +281,9 @@ def _describe(exc: BaseException, *, with_type: bool = True) -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    # Imported here: only a result that is not plain JSON needs it, and `import raf` must not.
+    import pydantic_core
+
     # pydantic knows models, dataclasses, sets, enums, dates, paths, ...; str() the rest
     return pydantic_core.to_jsonable_python(value, fallback=str)
 

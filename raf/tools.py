@@ -1,9 +1,10 @@
 """Tools a model can call: the Tool protocol, the @tool decorator, and argument checks.
 
 ``@tool`` functions are described and checked by pydantic, from their
-signature: the JSON Schema, then validation and coercion of each call's
-arguments into the declared types. Any other tool (hand-made, MCP) is
-checked against its own ``parameters`` with ``jsonschema``.
+signature (see :mod:`raf.tool_signature`): the JSON Schema, then validation
+and coercion of each call's arguments into the declared types. Any other
+tool (hand-made, MCP) is checked against its own ``parameters`` with
+``jsonschema``. Both are imported when first needed, not with raf.
 """
 
 from __future__ import annotations
@@ -12,24 +13,19 @@ import inspect
 import itertools
 import json
 import threading
-import typing
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Annotated, Any, Protocol, get_args, get_origin, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
 import anyio.to_thread
 import attrs
-import jsonschema
-import pydantic
-import referencing
-import referencing.exceptions
-from jsonschema.protocols import Validator
-from pydantic.fields import FieldInfo
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
-from pydantic_core import CoreSchema
 
 from raf.errors import ToolArgumentsError, ToolSchemaError
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
+    from raf.tool_signature import Signature
 
 __all__ = ["FunctionTool", "Tool", "check_tool_arguments", "check_tool_schema", "tool"]
 
@@ -63,28 +59,6 @@ class Tool(Protocol):
 
 
 @attrs.frozen(slots=True)
-class _Signature:
-    """How a function's arguments are validated: a pydantic model built once, at decoration."""
-
-    model: type[pydantic.BaseModel]
-    #: (model field, parameter name) of each parameter, in order
-    fields: tuple[tuple[str, str], ...]
-
-    def bind(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        """The keyword arguments of the call, validated and coerced (ToolArgumentsError)."""
-        try:
-            parsed = self.model.model_validate(arguments)
-        except pydantic.ValidationError as exc:
-            raise ToolArgumentsError(
-                tool, _problems((error["loc"], error["msg"]) for error in exc.errors())
-            ) from None
-        given = parsed.model_fields_set
-        # Only what the model sent: a missing argument takes the function's own
-        # default (the very object, not pydantic's copy of it).
-        return {name: getattr(parsed, field) for field, name in self.fields if field in given}
-
-
-@attrs.frozen(slots=True)
 class FunctionTool:
     """A :class:`Tool` made from a Python function, usually by :func:`tool`.
 
@@ -100,7 +74,7 @@ class FunctionTool:
     description: str
     parameters: Mapping[str, Any]
     in_thread: bool = False
-    _signature: _Signature | None = attrs.field(
+    _signature: Signature | None = attrs.field(
         default=None, kw_only=True, repr=False, eq=False, alias="_signature"
     )
 
@@ -174,157 +148,15 @@ def tool(
                 f"@tool(in_thread=True) is for blocking sync functions; "
                 f"{function.__name__} is async and runs on the event loop already"
             )
-        signature, parameters = _describe(function)
+        from raf.tool_signature import describe  # pydantic: imported when a tool is made
+
+        signature, parameters = describe(function)
         text = description if description is not None else _docstring_summary(function)
         return FunctionTool(
             function, name or function.__name__, text, parameters, in_thread, _signature=signature
         )
 
     return make if fn is None else make(fn)
-
-
-# -- @tool: a pydantic model from the signature ----------------------------------------
-
-
-class _ToolJsonSchema(GenerateJsonSchema):
-    """pydantic's JSON Schema without the titles it derives from names (noise to a model)."""
-
-    def field_title_should_be_set(self, schema: Any) -> bool:
-        return False
-
-    def generate(self, schema: CoreSchema, mode: JsonSchemaMode = "validation") -> JsonSchemaValue:
-        result = super().generate(schema, mode)
-        result.pop("title", None)
-        return result
-
-
-_CONFIG = pydantic.ConfigDict(extra="forbid")
-
-
-def _describe(fn: Callable[..., Any]) -> tuple[_Signature, dict[str, Any]]:
-    """The pydantic model of ``fn``'s parameters, and the JSON Schema made from it."""
-    where = f"tool {fn.__name__}"
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except NameError as exc:
-        raise TypeError(
-            f"{where}: cannot resolve its type hints ({exc}); the types must be "
-            "importable from the function's module (under `from __future__ import "
-            "annotations`, a class defined inside a function is not)"
-        ) from exc
-    documented = _docstring_args(inspect.getdoc(fn) or "")
-    definitions: dict[str, Any] = {}
-    fields: list[tuple[str, str]] = []
-    for index, (name, parameter) in enumerate(inspect.signature(fn).parameters.items()):
-        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-            raise TypeError(f"{where}: *args and **kwargs cannot be described to a model")
-        if parameter.kind is parameter.POSITIONAL_ONLY:
-            raise TypeError(f"{where}: parameter {name!r} is positional-only")
-        if name not in hints:
-            raise TypeError(f"{where}: parameter {name!r} needs a type hint")
-        if isinstance(parameter.default, FieldInfo):
-            raise TypeError(
-                f"{where}: parameter {name!r}: write `{name}: Annotated[T, Field(...)] = default`, "
-                "not `= Field(...)`, so that the function keeps a usable default"
-            )
-        # Field names of our own, the parameter's name as the alias: a parameter
-        # may be called `json`, `model_config` or `_x` without clashing with
-        # BaseModel's namespace.
-        field = f"p{index}"
-        hint = hints[name]
-        default = ... if parameter.default is parameter.empty else parameter.default
-        described = _description(hint, documented.get(name))
-        # description=None would count as set and hide a Field(description=...) in the hint
-        info = (
-            pydantic.Field(default, alias=name)
-            if described is None
-            else pydantic.Field(default, alias=name, description=described)
-        )
-        definitions[field] = (hint, info)
-        fields.append((field, name))
-    try:
-        with warnings.catch_warnings():
-            # pydantic warns and leaves a default that is not JSON out of the
-            # schema: refuse it where the mistake is made instead.
-            warnings.simplefilter("error", pydantic.json_schema.PydanticJsonSchemaWarning)
-            model = pydantic.create_model(
-                f"{fn.__name__}_arguments", __config__=_CONFIG, **definitions
-            )
-            schema = model.model_json_schema(schema_generator=_ToolJsonSchema)
-    except _PYDANTIC_REFUSALS:
-        raise _refusal(where, definitions, fields) from None
-    schema.setdefault("required", [])  # some APIs want the list even when empty
-    return _Signature(model, tuple(fields)), schema
-
-
-def _description(hint: Any, documented: str | None) -> str | None:
-    """A parameter's description: ``Annotated[T, "text"]``, else the docstring's ``Args:``.
-
-    pydantic ignores plain strings in ``Annotated``; a ``Field(description=...)``
-    there wins over both, and pydantic applies it itself.
-    """
-    metadata = get_args(hint)[1:] if get_origin(hint) is Annotated else ()
-    if any(isinstance(m, FieldInfo) and m.description is not None for m in metadata):
-        return None
-    text = [m for m in metadata if isinstance(m, str)]
-    return " ".join(text) if text else documented
-
-
-_PYDANTIC_REFUSALS = (
-    pydantic.PydanticUserError,
-    pydantic.PydanticUndefinedAnnotation,
-    pydantic.json_schema.PydanticJsonSchemaWarning,
-)
-
-
-def _refusal(where: str, definitions: dict[str, Any], fields: list[tuple[str, str]]) -> TypeError:
-    """Why pydantic refused the signature, naming the first parameter it refuses alone."""
-    for field, name in fields:
-        hint, info = definitions[field]
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", pydantic.json_schema.PydanticJsonSchemaWarning)
-                pydantic.create_model("probe", **{field: definitions[field]}).model_json_schema()
-        except pydantic.json_schema.PydanticJsonSchemaWarning:
-            return TypeError(
-                f"{where}: parameter {name!r}: its default {info.default!r} is not JSON"
-            )
-        except _PYDANTIC_REFUSALS as exc:
-            # pydantic's first sentence; the rest is advice for model authors
-            reason = str(exc).strip().splitlines()[0].split(". ")[0].rstrip(".")
-            return TypeError(f"{where}: parameter {name!r}: {reason} (type {hint!r})")
-    return TypeError(f"{where}: pydantic cannot describe its parameters")
-
-
-def _docstring_args(doc: str) -> dict[str, str]:
-    """Parameter descriptions from a Google-style ``Args:`` section."""
-    found: dict[str, str] = {}
-    lines = doc.splitlines()
-    try:
-        start = next(i for i, line in enumerate(lines) if line.strip() in _ARGS_HEADINGS)
-    except StopIteration:
-        return found
-    indent: int | None = None
-    current: str | None = None
-    for line in lines[start + 1 :]:
-        if not line.strip():
-            continue
-        depth = len(line) - len(line.lstrip())
-        if depth == 0:
-            break  # the next section
-        if indent is None:
-            indent = depth
-        head, sep, text = line.strip().partition(":")
-        name = head.split("(")[0].strip()
-        if depth == indent and sep and name.isidentifier():
-            current = name
-            found[name] = text.strip()
-        elif current is not None:
-            found[current] = f"{found[current]} {line.strip()}".strip()
-    return found
-
-
-_ARGS_HEADINGS = frozenset({"Args:", "Arguments:", "Parameters:"})
 
 
 def _docstring_summary(fn: Callable[..., Any]) -> str:
@@ -365,6 +197,8 @@ def check_tool_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
     object) and kept. This checks, it does not coerce: a ``@tool`` function
     gets coercion from its own signature instead.
     """
+    import referencing.exceptions
+
     validator = _validator(tool)
     try:
         # a bound on the errors collected: 100,000 wrong items need not make 100,000 messages
@@ -377,7 +211,7 @@ def check_tool_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
         more = len(errors) > _MAX_ERRORS
         errors = sorted(errors[:_MAX_ERRORS], key=lambda error: _path_order(error.absolute_path))
         found = ((error.absolute_path, error.message) for error in errors)
-        raise ToolArgumentsError(tool.name, _problems(found, more=more))
+        raise ToolArgumentsError(tool.name, problems(found, more=more))
 
 
 _MAX_ERRORS = 1000
@@ -425,10 +259,11 @@ def _validator(tool: Tool) -> Validator:
     return result
 
 
-_NO_REMOTE_REFS = referencing.Registry()  # a tool's $ref never reaches the network
-
-
 def _build_validator(name: str, schema: object) -> Validator:
+    # jsonschema is imported when a tool is first checked, not with raf.
+    import jsonschema
+    import referencing
+
     if not isinstance(schema, Mapping):
         raise ToolSchemaError(name, f"expected a JSON object, got {type(schema).__name__}")
     try:
@@ -448,7 +283,8 @@ def _build_validator(name: str, schema: object) -> Validator:
         ) from None
     except RecursionError:
         raise ToolSchemaError(name, "nested too deeply") from None
-    return cls(plain, registry=_NO_REMOTE_REFS)
+    # An empty registry: a tool's $ref never reaches the network.
+    return cls(plain, registry=referencing.Registry())
 
 
 def _plain_json(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -480,7 +316,7 @@ def _path(location: Iterable[Any]) -> str:
     return text
 
 
-def _problems(found: Iterable[tuple[Iterable[Any], str]], *, more: bool = False) -> tuple[str, ...]:
+def problems(found: Iterable[tuple[Iterable[Any], str]], *, more: bool = False) -> tuple[str, ...]:
     problems: list[str] = []
     extra = 0
     for location, message in found:

@@ -33,19 +33,18 @@ from raf import (
     Usage,
     tool,
 )
+from raf.clients import _chat_wire as chat_wire_module
 from raf.clients import _wire as wire_module
-from raf.clients import openai as openai_module
-from raf.clients.base import StreamingChatClient
-from raf.clients.openai import (
+from raf.clients._chat_wire import (
     _WIRE,
-    OpenAIChatClient,
-    _dumps,
     message_json,
     message_to_wire,
     messages_json,
-    retry_after_seconds,
     tool_to_wire,
 )
+from raf.clients._sdk import retry_after_seconds
+from raf.clients._wire import dumps as _dumps
+from raf.clients.openai import OpenAIChatClient
 from raf.errors import (
     AuthenticationError,
     BadRequestError,
@@ -56,6 +55,7 @@ from raf.errors import (
     RateLimitError,
     ServerError,
 )
+from raf.messages import StreamingChatClient
 from raf.middleware import RetryMiddleware
 from tests.openai_server import (
     HISTORY_EDITS,
@@ -473,19 +473,19 @@ def test_each_messages_json_is_cached_with_the_message_held() -> None:
     assert message_json(message) is first
     assert json.loads(first) == message_to_wire(message)
     # The cache holds the message, so its id cannot be reused while the entry exists.
-    assert any(held is message for _, held, _ in openai_module._WIRE.held)
+    assert any(held is message for _, held, _ in chat_wire_module._WIRE.held)
     assert messages_json([message, message]) == [first, first]
 
 
 def test_the_cache_forgets_the_oldest_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(openai_module._WIRE, "max_bytes", 1000)
+    monkeypatch.setattr(chat_wire_module._WIRE, "max_bytes", 1000)
     messages = [ChatMessage.user(f"message {n}" * 10) for n in range(50)]
     parts = messages_json(messages)
     assert [json.loads(p)["content"] for p in parts] == [m.content for m in messages]
     assert id(messages[0]) not in _WIRE.json
     assert id(messages[-1]) in _WIRE.json
-    assert openai_module._WIRE.size <= 1000
-    assert sum(size for _, _, size in openai_module._WIRE.held) == openai_module._WIRE.size
+    assert chat_wire_module._WIRE.size <= 1000
+    assert sum(size for _, _, size in chat_wire_module._WIRE.held) == chat_wire_module._WIRE.size
     # Forgotten ones are made again, equal.
     assert messages_json(messages) == parts
 

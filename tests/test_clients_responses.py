@@ -33,9 +33,11 @@ from raf import (
     Usage,
     tool,
 )
+from raf.clients import _responses_wire as responses_wire
 from raf.clients import responses as responses_module
-from raf.clients.openai import _dumps
-from raf.clients.responses import OpenAIResponsesClient, input_items, input_json, tool_to_wire
+from raf.clients._responses_wire import input_items, input_json, tool_to_wire
+from raf.clients._wire import dumps as _dumps
+from raf.clients.responses import OpenAIResponsesClient
 from raf.errors import (
     AuthenticationError,
     BadRequestError,
@@ -429,13 +431,13 @@ def test_a_second_turn_encodes_only_its_new_messages() -> None:
             ChatMessage.tool(call.id, "5"),
             ChatMessage.assistant(f"a{n}"),
         ]
-    held = len(responses_module._ITEMS.held)
+    held = len(responses_wire.ITEMS.held)
     model.request_body(history, ChatOptions())
-    assert len(responses_module._ITEMS.held) - held == len(history)  # the first turn: all
+    assert len(responses_wire.ITEMS.held) - held == len(history)  # the first turn: all
     first = model._bodies.recent[-1]
     turn = [*history, ChatMessage.assistant("a"), ChatMessage.user("q")]
     model.request_body(turn, ChatOptions())
-    assert len(responses_module._ITEMS.held) - held == len(turn)  # the second: 2 more
+    assert len(responses_wire.ITEMS.held) - held == len(turn)  # the second: 2 more
     second = model._bodies.recent[-1]
     assert second.ends == (1, len(history), len(turn))
     assert second.chunks[1] is first.chunks[1]  # the history's JSON, shared, not re-encoded
@@ -443,7 +445,7 @@ def test_a_second_turn_encodes_only_its_new_messages() -> None:
     # only its leading system message, a chunk of its own, is.
     decoded = [ChatMessage.from_dict(m.to_dict()) for m in turn]
     _, body, _ = model.request_body(decoded, ChatOptions())
-    assert len(responses_module._ITEMS.held) - held == len(turn) + 1
+    assert len(responses_wire.ITEMS.held) - held == len(turn) + 1
     assert body == uncached_body(model, decoded)
 
 
@@ -480,7 +482,7 @@ async def test_replayed_reasoning_is_encoded_once_and_again_when_its_turn_change
 
 
 def test_the_caches_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    items = responses_module._ITEMS
+    items = responses_wire.ITEMS
     monkeypatch.setattr(items, "max_bytes", 1000)
     messages = [ChatMessage.user(f"message number {n}") for n in range(200)]
     model = OpenAIResponsesClient("m", api_key="k")

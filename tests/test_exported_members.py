@@ -53,3 +53,23 @@ def test_import_raf_imports_no_optional_extra() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_import_raf_imports_no_sdk_stack() -> None:
+    # The OpenAI clients, @tool's schemas and the tool checks import these when first
+    # used; an offline agent (Echo, Scripted, a plain Tool) never pays for them.
+    heavy = ("openai", "httpx", "httpx2", "pydantic", "pydantic_core", "jsonschema")
+    code = f"import raf, sys; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_openai_clients_load_on_first_use() -> None:
+    code = (
+        "import raf, sys; "
+        "before = 'raf.clients.openai' in sys.modules; "
+        "chat, responses = raf.OpenAIChatClient, raf.OpenAIResponsesClient; "
+        "print(before, chat.__module__, responses.__module__, 'OpenAIChatClient' in vars(raf))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "raf.clients.openai", "raf.clients.responses", "True"]

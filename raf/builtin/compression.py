@@ -13,8 +13,8 @@ from raf.providers import ContextProvider
 from raf.sessions.base import Session
 
 if TYPE_CHECKING:
-    from raf.clients.base import ChatClient
     from raf.context import AgentLike
+    from raf.messages import ChatClient
 
 __all__ = [
     "DEFAULT_SUMMARY_PROMPT",

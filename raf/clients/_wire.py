@@ -1,5 +1,6 @@
-"""What both OpenAI clients build their request bodies with: each message's JSON, cached by
-identity under a bound, and the message parts of a client's last few bodies, to extend.
+"""What both OpenAI clients build their request bodies with: the JSON encoder, each
+message's JSON cached by identity under a bound, the message parts of a client's last few
+bodies to extend, and the joining of a body's parts.
 
 A client gives :class:`WireCache` its way of writing one message as JSON, and
 :class:`RecentBodies` its way of writing a run of messages; the caching, its bounds and
@@ -10,15 +11,34 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Callable, Sequence
-from typing import Final
+import json
+import json.encoder
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
 
 import attrs
 
 from raf.errors import BadRequestError
 from raf.messages import ChatMessage
 
-__all__ = ["Body", "RecentBodies", "WireCache", "utf8"]
+__all__ = [
+    "TOOL_CHOICE_WORDS",
+    "TRANSPORT_EXTRA",
+    "Body",
+    "RecentBodies",
+    "WireCache",
+    "dumps",
+    "join_body",
+    "no_call_id",
+    "plain",
+    "string",
+    "utf8",
+]
+
+#: The ``tool_choice`` values that are words, not a tool's name.
+TOOL_CHOICE_WORDS: Final = frozenset({"auto", "none", "required"})
+#: Extra options that are how the request is sent, not what it says: the SDK's own.
+TRANSPORT_EXTRA: Final = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
 
 #: How much message JSON a :class:`WireCache` keeps before it forgets the oldest.
 WIRE_CACHE_BYTES: Final = 32 * 1024 * 1024
@@ -29,6 +49,54 @@ RECENT_MAX_BYTES: Final = 8 * 1024 * 1024
 MAX_CHUNKS: Final = 64
 #: The names a chunk's JSON depends on besides its messages: none.
 NO_KEYS: Final[frozenset[str]] = frozenset()
+
+
+def _not_json(value: object) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+# The SDK's own encoding (compact, UTF-8, no NaN), with mappings taken as objects; one
+# encoder for all calls, as json.dumps builds a new one per call when given options.
+_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_not_json
+)
+#: The JSON of one string, quotes included: the json module's own C encoder.
+string: Final[Any] = json.encoder.encode_basestring
+
+
+def dumps(value: Any) -> str:
+    """``value`` as JSON the way the SDK writes it (compact, UTF-8, no NaN)."""
+    return _ENCODER.encode(value)
+
+
+def plain(value: Any) -> Any:
+    """A copy of ``value`` in dicts and lists: schemas may hold read-only mappings and
+    tuples, the wire wants dicts and lists."""
+    return json.loads(json.dumps(value, default=_not_json))
+
+
+def no_call_id(index: int) -> BadRequestError:
+    """The error of a tool message with no ``tool_call_id``, at ``messages[index]``."""
+    return BadRequestError(
+        f"messages[{index}]: a tool message needs a tool_call_id (the id of the call it answers)"
+    )
+
+
+def join_body(head: bytes, key: bytes, chunks: Iterable[bytes], after: bytes) -> bytes:
+    """One body: ``head`` (a JSON object) without its ``}``, then ``,"key":[`` and the
+    message ``chunks`` joined with commas, then ``]`` and ``after`` (what closes it).
+
+    One copy of a body that can be megabytes long.
+    """
+    pieces: list[bytes] = [head[:-1], b',"' + key + b'":[']
+    for chunk in chunks:
+        pieces += (chunk, b",")
+    if pieces[-1] == b",":
+        pieces.pop()
+    pieces += (b"]", after)
+    return b"".join(pieces)
 
 
 def utf8(text: str) -> bytes:
