@@ -58,8 +58,8 @@ def timed(
 
 def measure(kind: str, size: int, repeats: int) -> dict[str, Samples]:
     from raf import ChatMessage, ChatOptions
-    from raf.clients.openai import OpenAIChatClient
-    from raf.clients.responses import OpenAIResponsesClient
+    from raf._clients.openai import OpenAIChatClient
+    from raf._clients.responses import OpenAIResponsesClient
 
     client_class = OpenAIChatClient if kind == "chat" else OpenAIResponsesClient
     stored = history(size)

@@ -284,8 +284,8 @@ async def measure(
     import openai
 
     from raf import Agent, ChatMessage, ChatOptions, InMemoryHistoryProvider, InMemorySession
-    from raf.clients.openai import OpenAIChatClient
-    from raf.clients.responses import OpenAIResponsesClient
+    from raf._clients.openai import OpenAIChatClient
+    from raf._clients.responses import OpenAIResponsesClient
 
     stored = history(size)
     question = "And what about the next one?"

@@ -14,7 +14,6 @@ could cost. Every row reads as a ratio to it.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -187,11 +186,10 @@ def history_scenario(size: int, lines: int = 0) -> Scenario:
 
 
 def _history_provider() -> Any:
-    try:
-        module = importlib.import_module("raf.builtin.history")
-    except ImportError as exc:
-        raise NotBuilt(str(exc)) from exc
-    return module.InMemoryHistoryProvider()
+    provider = getattr(raf, "InMemoryHistoryProvider", None)
+    if provider is None:
+        raise NotBuilt("raf.InMemoryHistoryProvider")
+    return provider()
 
 
 def history_turn_scenario(stored: int) -> Scenario:
@@ -231,11 +229,10 @@ def history_turn_scenario(stored: int) -> Scenario:
 
 
 def _sqlite_store(path: str) -> Any:
-    try:
-        module = importlib.import_module("raf.sessions.sqlite")
-    except ImportError as exc:
-        raise NotBuilt(str(exc)) from exc
-    return module.SqliteSessionStore(path)
+    store = getattr(raf, "SqliteSessionStore", None)
+    if store is None:
+        raise NotBuilt("raf.SqliteSessionStore")
+    return store(path)
 
 
 async def _close(store: Any) -> None:

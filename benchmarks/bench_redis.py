@@ -44,7 +44,7 @@ import coredis  # noqa: E402
 from harness import Samples, fmt, median, per_op, ratio, run_isolated, table  # noqa: E402
 
 from raf import Agent, ChatMessage, EchoChatClient, InMemoryHistoryProvider  # noqa: E402
-from raf.sessions.redis import RedisSessionStore  # noqa: E402
+from raf._sessions.redis import RedisSessionStore  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
 Figures = dict[str, Samples | str]

@@ -1,9 +1,11 @@
 """raf: the context pipeline of LLM agents, built as an ASGI-style onion."""
 
+import importlib
+import types
 import typing
 
-from raf.agent import Agent
-from raf.builtin import (
+from raf._agent import Agent
+from raf._builtin import (
     AgentSkillsProvider,
     CompressionProvider,
     CompressionStrategy,
@@ -19,17 +21,22 @@ from raf.builtin import (
     TruncationStrategy,
     WikiRetriever,
     WorkspaceContextProvider,
+    approximate_tokens,
+    check_tool_pairing,
+    message_units,
 )
-from raf.clients import EchoChatClient, ScriptedChatClient
-from raf.config import (
+from raf._clients import EchoChatClient, ScriptedChatClient
+from raf._config import (
+    PROVIDER_KINDS,
     ContextProviderDecl,
+    ProviderOptions,
     build_provider,
     build_providers,
     load_provider_decls,
     register_provider_kind,
 )
-from raf.context import AgentLike, ContextResult, Invocation, merge
-from raf.errors import (
+from raf._context import AgentLike, ContextResult, Invocation, merge
+from raf._errors import (
     AgentError,
     AuthenticationError,
     BadRequestError,
@@ -54,7 +61,7 @@ from raf.errors import (
     ToolLoopError,
     ToolSchemaError,
 )
-from raf.messages import (
+from raf._messages import (
     AgentResponse,
     ChatClient,
     ChatMessage,
@@ -63,23 +70,23 @@ from raf.messages import (
     Update,
     Usage,
 )
-from raf.middleware import LoggingMiddleware, RetryMiddleware
-from raf.observe import Observer, ProviderStage
-from raf.options import AgentRunOptions, ChatOptions
-from raf.parallel import ProviderGroup, parallel
-from raf.pipeline import CallNext, ChatRequest, Middleware, compose
-from raf.providers import ContextProvider, ContextProviderLike
-from raf.sessions import InMemorySession, Session, SqliteSessionStore
-from raf.sessions.base import RequestHash
-from raf.streaming import AgentStream
-from raf.tool_loop import ToolRequest
-from raf.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
-from raf.tracing import StageEvent, TraceObserver
+from raf._middleware import LoggingMiddleware, RetryMiddleware
+from raf._observe import Observer, ProviderStage
+from raf._options import AgentRunOptions, ChatOptions
+from raf._parallel import ProviderGroup, parallel
+from raf._pipeline import CallNext, ChatRequest, Middleware, compose
+from raf._providers import ContextProvider, ContextProviderLike
+from raf._sessions import InMemorySession, Session, SqliteSessionStore
+from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, request_hash
+from raf._streaming import AgentStream
+from raf._tool_loop import ToolRequest
+from raf._tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
+from raf._tracing import StageEvent, TraceObserver
 
 if typing.TYPE_CHECKING:
-    from raf.clients.openai import OpenAIChatClient as OpenAIChatClient
-    from raf.clients.responses import OpenAIResponsesClient as OpenAIResponsesClient
-    from raf.sessions.redis import RedisSessionStore as RedisSessionStore
+    from raf._clients.openai import OpenAIChatClient as OpenAIChatClient
+    from raf._clients.responses import OpenAIResponsesClient as OpenAIResponsesClient
+    from raf._sessions.redis import RedisSessionStore as RedisSessionStore
 
 __all__ = [
     "Agent",
@@ -125,11 +132,14 @@ __all__ = [
     "OfflineError",
     "OpenAIChatClient",
     "OpenAIResponsesClient",
+    "PROVIDER_KINDS",
     "Passage",
     "PathError",
     "ProviderError",
     "ProviderGroup",
+    "ProviderOptions",
     "ProviderStage",
+    "REQUEST_HASH_LIMIT",
     "RateLimitError",
     "RequestHash",
     "Retriever",
@@ -158,33 +168,47 @@ __all__ = [
     "Usage",
     "WikiRetriever",
     "WorkspaceContextProvider",
+    "approximate_tokens",
     "build_provider",
     "build_providers",
     "check_tool_arguments",
+    "check_tool_pairing",
     "check_tool_schema",
     "compose",
     "load_provider_decls",
     "merge",
+    "message_units",
     "parallel",
     "register_provider_kind",
+    "request_hash",
     "tool",
 ]
 
+_LAZY = {
+    "OpenAIChatClient": "raf._clients.openai",
+    "OpenAIResponsesClient": "raf._clients.responses",
+    "RedisSessionStore": "raf._sessions.redis",
+}
+
 
 def __getattr__(name: str) -> object:
-    # The OpenAI clients are imported on first use, so that `import raf` imports none of
-    # the SDK's stack (openai, httpx, pydantic): an offline agent never pays for it.
-    if name in ("OpenAIChatClient", "OpenAIResponsesClient"):
-        import raf.clients
-
-        value: object = getattr(raf.clients, name)
+    # Imported on first use: the OpenAI clients, so that `import raf` imports none of the
+    # SDK's stack (openai, httpx, pydantic) and an offline agent never pays for it; and
+    # RedisSessionStore, which needs the optional extra raf-agents[redis] (coredis). The
+    # latter is not in __all__, so that `from raf import *` works without the extra.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raf' has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(module), name)
+    value.__module__ = "raf"
+    if name in __all__:
         globals()[name] = value  # public like the rest: vars(raf) has it from now on
-        return value
-    # RedisSessionStore needs the optional extra raf[redis] (coredis): it is imported on
-    # first use, so `import raf` never imports coredis. Not in __all__ for the same
-    # reason: `from raf import *` must work without the extra.
-    if name == "RedisSessionStore":
-        from raf.sessions.redis import RedisSessionStore
+    return value
 
-        return RedisSessionStore
-    raise AttributeError(f"module 'raf' has no attribute {name!r}")
+
+# As httpx does: every public name says it is raf's, wherever it is defined.
+for _name in __all__:
+    _value = globals().get(_name)
+    if isinstance(_value, (type, types.FunctionType)):
+        _value.__module__ = "raf"
+del _name, _value, types

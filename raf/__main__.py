@@ -1,5 +1,5 @@
 """``python -m raf``: the same as the ``raf`` command."""
 
-from raf.cli import main
+from raf._cli import main
 
 raise SystemExit(main())

@@ -35,12 +35,12 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
-from raf.agent import Agent
-from raf.context import ContextResult, Invocation
-from raf.messages import AgentResponse, ChatMessage, OnUpdate, Update
-from raf.observe import Observer, ProviderStage, RunStage
-from raf.pipeline import ChatRequest
-from raf.tool_loop import ToolRequest
+from raf._agent import Agent
+from raf._context import ContextResult, Invocation
+from raf._messages import AgentResponse, ChatMessage, OnUpdate, Update
+from raf._observe import Observer, ProviderStage, RunStage
+from raf._pipeline import ChatRequest
+from raf._tool_loop import ToolRequest
 
 __all__ = ["CAPTURE_CONTENT_ENV", "instrument"]
 
@@ -119,7 +119,7 @@ def gen_ai_provider_name(client: object) -> str:
     if isinstance(declared, str) and declared:
         return declared
     cls = type(client)
-    if cls.__module__.startswith("raf.clients.openai") or cls.__name__.startswith("OpenAI"):
+    if cls.__module__.startswith("raf._clients.openai") or cls.__name__.startswith("OpenAI"):
         return "openai"
     name = cls.__name__
     for suffix in ("ChatClient", "Client"):
@@ -396,14 +396,14 @@ def _record_response(span: Span, response: AgentResponse, capture: bool) -> None
 def _record_result(span: Span, result: ContextResult) -> None:
     """What the provider added, in counts (never the content)."""
     if result.instructions:
-        span.set_attribute("raf.context.instructions", len(result.instructions.splitlines()))
+        span.set_attribute("raf._context.instructions", len(result.instructions.splitlines()))
     if result.messages or result.replace_messages:
-        span.set_attribute("raf.context.messages", len(result.messages))
+        span.set_attribute("raf._context.messages", len(result.messages))
     if result.replace_messages:
-        span.set_attribute("raf.context.replace_messages", True)
+        span.set_attribute("raf._context.replace_messages", True)
     if result.tools:
         span.set_attribute(
-            "raf.context.tools", [str(getattr(tool, "name", "?")) for tool in result.tools]
+            "raf._context.tools", [str(getattr(tool, "name", "?")) for tool in result.tools]
         )
 
 

@@ -18,7 +18,7 @@ import anyio
 import coredis
 
 from raf import Agent, EchoChatClient, InMemoryHistoryProvider
-from raf.sessions.redis import RedisSessionStore
+from raf._sessions.redis import RedisSessionStore
 
 START_TIMEOUT = 60.0
 

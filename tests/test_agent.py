@@ -33,8 +33,8 @@ from raf import (
     ToolConflictError,
     tool,
 )
-from raf.sessions import request_hash
-from raf.sessions.base import RequestHash
+from raf._sessions import request_hash
+from raf._sessions.base import RequestHash
 
 pytestmark = pytest.mark.anyio
 
@@ -325,7 +325,7 @@ async def test_touch_request_hash_is_called_with_the_request_messages() -> None:
 
 def test_request_hash_is_stable_across_processes() -> None:
     code = (
-        "import sys; from raf import ChatMessage, ToolCall; from raf.sessions import request_hash;"
+        "import sys; from raf import ChatMessage, ToolCall; from raf._sessions import request_hash;"
         "print(request_hash([ChatMessage.user('Grüße'),"
         " ChatMessage.assistant('ok', tool_calls=[ToolCall('1', 'f')])]))"
     )

@@ -22,8 +22,8 @@ from raf import (
     TruncationStrategy,
     tool,
 )
-from raf.builtin.compression import approximate_tokens, check_tool_pairing, message_units
-from raf.errors import ChatClientError, CompressionError, ProviderError
+from raf._builtin.compression import approximate_tokens, check_tool_pairing, message_units
+from raf._errors import ChatClientError, CompressionError, ProviderError
 
 pytestmark = pytest.mark.anyio
 
@@ -321,6 +321,6 @@ async def test_a_custom_strategy_plugs_in() -> None:
 @settings(max_examples=120, deadline=None)
 @given(any_history())
 def test_units_read_from_the_end_are_the_units_reversed(history: list[ChatMessage]) -> None:
-    from raf.builtin.compression import _units_from_the_end
+    from raf._builtin.compression import _units_from_the_end
 
     assert list(_units_from_the_end(history)) == message_units(history)[::-1]

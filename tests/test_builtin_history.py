@@ -16,7 +16,7 @@ from raf import (
     ToolCall,
     tool,
 )
-from raf.errors import ChatClientError, ProviderError
+from raf._errors import ChatClientError, ProviderError
 
 pytestmark = pytest.mark.anyio
 

@@ -16,15 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raf import Agent, ChatMessage, KnowledgeProvider, Passage, ScriptedChatClient
-from raf.builtin import knowledge
-from raf.builtin.knowledge import (
+from raf._builtin import knowledge
+from raf._builtin.knowledge import (
     BM25Index,
     FolderRetriever,
     WikiRetriever,
     split_passages,
     tokenize,
 )
-from raf.errors import ConfigError
+from raf._errors import ConfigError
 
 pytestmark = pytest.mark.anyio
 
@@ -248,7 +248,7 @@ ZERO_PROBE = """
 import resource, sys
 # Unsafe code reads /dev/zero until memory runs out: make that a MemoryError here.
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from raf.builtin.knowledge import FolderRetriever, WikiRetriever
+from raf._builtin.knowledge import FolderRetriever, WikiRetriever
 print([p.source for p in FolderRetriever(sys.argv[1])._build().passages])
 print([p.source for p in WikiRetriever(sys.argv[1])._build().index.passages])
 """

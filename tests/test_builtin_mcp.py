@@ -21,8 +21,8 @@ from structlog.testing import capture_logs
 pytest.importorskip("mcp")
 
 from raf import Agent, McpToolsProvider, ScriptedChatClient, ToolCall
-from raf.config import ContextProviderDecl, build_provider
-from raf.errors import ConfigError, McpError, ProviderError
+from raf._config import ContextProviderDecl, build_provider
+from raf._errors import ConfigError, McpError, ProviderError
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from raf import AgentSkillsProvider, WorkspaceContextProvider
-from raf.errors import PathError
+from raf._errors import PathError
 
 pytestmark = pytest.mark.anyio
 

@@ -9,8 +9,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from raf import Agent, AgentSkillsProvider, ScriptedChatClient, ToolCall
-from raf.builtin.skills import parse_skill_file
-from raf.errors import ConfigError
+from raf._builtin.skills import parse_skill_file
+from raf._errors import ConfigError
 from tests.scripting import call_tools
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from raf import Agent, ScriptedChatClient, ToolCall, WorkspaceContextProvider
-from raf.errors import ConfigError
+from raf._errors import ConfigError
 from tests.scripting import call_tools
 
 pytestmark = pytest.mark.anyio

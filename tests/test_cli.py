@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from raf import Update
-from raf.cli import main
-from raf.config_file import load_agent, load_config
+from raf._cli import main
+from raf._config_file import load_agent, load_config
 from tests.openai_server import OpenAIServer, Reply, chunk, completion, text_stream
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "agent.toml"
@@ -235,8 +235,8 @@ def test_an_empty_session_id_is_one_clear_line(
 def test_a_failed_model_call_does_not_end_the_chat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from raf.clients.echo import EchoChatClient
-    from raf.errors import RateLimitError
+    from raf._clients.echo import EchoChatClient
+    from raf._errors import RateLimitError
 
     calls = {"n": 0}
     original = EchoChatClient.stream
@@ -517,7 +517,7 @@ def test_api_key_env_names_a_variable_that_is_not_set(tmp_path: Path, server: Op
 
 
 def test_the_timeout_bounds_the_whole_model_call(tmp_path: Path, server: OpenAIServer) -> None:
-    from raf.clients.openai import OpenAIChatClient
+    from raf._clients.openai import OpenAIChatClient
 
     if "timeout" not in inspect.signature(OpenAIChatClient).parameters:
         pytest.skip("OpenAIChatClient has no timeout= yet (added in another branch)")
@@ -578,7 +578,7 @@ def test_a_provider_kind_by_import_path_that_is_wrong(
 
 
 def install_kinds(site: Path) -> None:
-    """A distribution offering the kind ``motto`` in the ``raf.providers`` entry points,
+    """A distribution offering the kind ``motto`` in the ``raf._providers`` entry points,
     installed in ``site`` as pip would (a module and its .dist-info)."""
     site.mkdir()
     (site / "house_kinds.py").write_text(PROVIDERS_MODULE)

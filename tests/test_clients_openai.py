@@ -33,19 +33,19 @@ from raf import (
     Usage,
     tool,
 )
-from raf.clients import _chat_wire as chat_wire_module
-from raf.clients import _wire as wire_module
-from raf.clients._chat_wire import (
+from raf._clients import _chat_wire as chat_wire_module
+from raf._clients import _wire as wire_module
+from raf._clients._chat_wire import (
     _WIRE,
     message_json,
     message_to_wire,
     messages_json,
     tool_to_wire,
 )
-from raf.clients._sdk import retry_after_seconds
-from raf.clients._wire import dumps as _dumps
-from raf.clients.openai import OpenAIChatClient
-from raf.errors import (
+from raf._clients._sdk import retry_after_seconds
+from raf._clients._wire import dumps as _dumps
+from raf._clients.openai import OpenAIChatClient
+from raf._errors import (
     AuthenticationError,
     BadRequestError,
     ChatClientError,
@@ -55,8 +55,8 @@ from raf.errors import (
     RateLimitError,
     ServerError,
 )
-from raf.messages import StreamingChatClient
-from raf.middleware import RetryMiddleware
+from raf._messages import StreamingChatClient
+from raf._middleware import RetryMiddleware
 from tests.openai_server import (
     HISTORY_EDITS,
     OpenAIServer,

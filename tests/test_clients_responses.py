@@ -33,12 +33,12 @@ from raf import (
     Usage,
     tool,
 )
-from raf.clients import _responses_wire as responses_wire
-from raf.clients import responses as responses_module
-from raf.clients._responses_wire import input_items, input_json, tool_to_wire
-from raf.clients._wire import dumps as _dumps
-from raf.clients.responses import OpenAIResponsesClient
-from raf.errors import (
+from raf._clients import _responses_wire as responses_wire
+from raf._clients import responses as responses_module
+from raf._clients._responses_wire import input_items, input_json, tool_to_wire
+from raf._clients._wire import dumps as _dumps
+from raf._clients.responses import OpenAIResponsesClient
+from raf._errors import (
     AuthenticationError,
     BadRequestError,
     ChatClientError,

@@ -27,7 +27,7 @@ from raf import (
     TruncationStrategy,
     WorkspaceContextProvider,
 )
-from raf.config import (
+from raf._config import (
     ENTRY_POINT_GROUP,
     PROVIDER_KINDS,
     ContextProviderDecl,
@@ -39,8 +39,8 @@ from raf.config import (
     parse_provider_decls,
     register_provider_kind,
 )
-from raf.config_file import build_chat_middleware, parse_chat_stack_decls
-from raf.errors import AgentError, ConfigError, RateLimitError
+from raf._config_file import build_chat_middleware, parse_chat_stack_decls
+from raf._errors import AgentError, ConfigError, RateLimitError
 
 pytestmark = pytest.mark.anyio
 
@@ -240,14 +240,14 @@ def test_register_a_kind_in_a_private_registry() -> None:
 
 
 def test_register_in_the_default_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("raf.config.PROVIDER_KINDS", dict(PROVIDER_KINDS))
-    import raf.config
+    monkeypatch.setattr("raf._config.PROVIDER_KINDS", dict(PROVIDER_KINDS))
+    import raf._config
 
     def make(options: ProviderOptions) -> Clock:
         return Clock(options.text("zone"))
 
     register_provider_kind("clock", make)
-    assert "clock" in raf.config.PROVIDER_KINDS
+    assert "clock" in raf.PROVIDER_KINDS
     assert build_provider(ContextProviderDecl("clock", options={"zone": "UTC"})).zone == "UTC"
 
 
@@ -313,11 +313,11 @@ def test_a_kind_by_import_path(tmp_path: Path) -> None:
 
 def test_import_object_names_what_went_wrong(tmp_path: Path) -> None:
     (tmp_path / "broken_on_import.py").write_text("raise RuntimeError('no config here')\n")
-    assert import_object("raf.errors:ConfigError.__name__") == "ConfigError"
+    assert import_object("raf._errors:ConfigError.__name__") == "ConfigError"
     cases = {
-        "raf.errors": "an import path has the form 'package.module:name'",
-        "raf.errors:": "an import path has the form",
-        "raf.errors:Nope": "'raf.errors' has no attribute 'Nope'",
+        "raf._errors": "an import path has the form 'package.module:name'",
+        "raf._errors:": "an import path has the form",
+        "raf._errors:Nope": "'raf._errors' has no attribute 'Nope'",
         "broken_on_import:x": "cannot import 'broken_on_import': RuntimeError: no config here",
     }
     for spec, message in cases.items():
@@ -366,7 +366,7 @@ def test_chat_stack_declarations() -> None:
                 "attempts": 5,
                 "wait_initial": 0,
                 "wait_max": 1.5,
-                "retry_on": ["raf.errors:RateLimitError"],
+                "retry_on": ["raf._errors:RateLimitError"],
             },
             {"kind": "logging"},
         ]
@@ -379,7 +379,7 @@ def test_chat_stack_declarations() -> None:
     for decl, message in [
         ({"kind": "retry", "wait_max": -1}, "chat_stack kind 'retry': option 'wait_max' must be"),
         ({"kind": "retry", "retry_on": "x"}, "option 'retry_on' must be a list of strings"),
-        ({"kind": "retry", "retry_on": ["raf.errors:nope"]}, "has no attribute 'nope'"),
+        ({"kind": "retry", "retry_on": ["raf._errors:nope"]}, "has no attribute 'nope'"),
         ({"kind": "retry", "attempts": True}, "option 'attempts' must be an integer >= 1"),
         ({"kind": "logging", "level": "info"}, "unknown option(s) 'level'"),
     ]:

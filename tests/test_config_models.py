@@ -13,11 +13,11 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from raf.cli import main
-from raf.config import PROVIDER_KINDS, ContextProviderDecl, ProviderOptions, build_provider
-from raf.config_file import build_chat_middleware
-from raf.config_models import BUILTIN_PROVIDER_OPTIONS, _models, config_schema, schema_text
-from raf.errors import ConfigError
+from raf._cli import main
+from raf._config import PROVIDER_KINDS, ContextProviderDecl, ProviderOptions, build_provider
+from raf._config_file import build_chat_middleware
+from raf._config_models import BUILTIN_PROVIDER_OPTIONS, _models, config_schema, schema_text
+from raf._errors import ConfigError
 
 ROOT = Path(__file__).parent.parent
 SHIPPED = ROOT / "raf" / "config.schema.json"
@@ -25,7 +25,7 @@ SHIPPED = ROOT / "raf" / "config.schema.json"
 
 def test_the_shipped_schema_is_what_the_models_generate() -> None:
     assert SHIPPED.read_text(encoding="utf-8") == schema_text(), (
-        "raf/config.schema.json is stale: python -m raf.config_models > raf/config.schema.json"
+        "raf/config.schema.json is stale: python -m raf._config_models > raf/config.schema.json"
     )
     jsonschema.Draft202012Validator.check_schema(config_schema())
 
@@ -160,7 +160,7 @@ def test_no_value_of_any_option_gets_past_as_anything_but_a_config_error(
 
 
 def test_retry_on_must_name_exception_classes() -> None:
-    decl = ContextProviderDecl("retry", options={"retry_on": ["raf.errors:ConfigError", 3]})
+    decl = ContextProviderDecl("retry", options={"retry_on": ["raf._errors:ConfigError", 3]})
     with pytest.raises(ConfigError, match=r"option 'retry_on' must be a list of strings, got \["):
         build_chat_middleware(decl)
 
@@ -206,7 +206,7 @@ def test_import_raf_does_not_import_the_models() -> None:
     code = (
         "import sys, raf\n"
         "raf.ContextProviderDecl('memory'); raf.build_provider; raf.load_provider_decls\n"
-        "print('raf.config_models' in sys.modules)\n"
+        "print('raf._config_models' in sys.modules)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT

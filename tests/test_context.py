@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raf import AgentRunOptions, ChatMessage, ContextResult, InMemorySession, Invocation, merge
-from raf.errors import ContextResultError
+from raf._errors import ContextResultError
 from raf.testing.strategies import chat_messages, context_results, make_tool, merge_model
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raf import AgentResponse, ChatMessage, ToolCall, Usage
-from raf.messages import messages_to_json
+from raf._messages import messages_to_json
 
 # -- ChatMessage constructors ------------------------------------------------
 

@@ -25,8 +25,8 @@ from raf import (
     ToolCall,
     tool,
 )
-from raf.clients.openai import OpenAIChatClient
-from raf.errors import RateLimitError
+from raf._clients.openai import OpenAIChatClient
+from raf._errors import RateLimitError
 from tests.openai_server import OpenAIServer, Reply, text_stream
 
 pytestmark = pytest.mark.anyio

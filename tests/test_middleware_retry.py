@@ -23,7 +23,7 @@ from raf import (
     Update,
     tool,
 )
-from raf.errors import BadRequestError, ChatConnectionError, RateLimitError, ServerError
+from raf._errors import BadRequestError, ChatConnectionError, RateLimitError, ServerError
 
 pytestmark = pytest.mark.anyio
 

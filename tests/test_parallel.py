@@ -1,4 +1,4 @@
-"""raf.parallel: concurrent pre stages that merge exactly like the same providers in sequence."""
+"""raf._parallel: concurrent pre stages that merge exactly like the same providers in sequence."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from raf import (
     ScriptedChatClient,
     tool,
 )
-from raf.parallel import ProviderGroup, parallel
+from raf._parallel import ProviderGroup, parallel
 
 pytestmark = pytest.mark.anyio
 

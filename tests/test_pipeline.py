@@ -25,7 +25,7 @@ from raf import (
     parallel,
     tool,
 )
-from raf.pipeline import compose
+from raf._pipeline import compose
 
 pytestmark = pytest.mark.anyio
 

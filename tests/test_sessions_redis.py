@@ -28,11 +28,11 @@ from hypothesis import strategies as st
 
 import raf
 from raf import ChatMessage, Session
-from raf.cli import main
-from raf.errors import SessionStoreError
-from raf.sessions import REQUEST_HASH_LIMIT, RequestHash, request_hash
-from raf.sessions.redis import RedisSession, RedisSessionStore
-from raf.sessions.stores import open_store
+from raf._cli import main
+from raf._errors import SessionStoreError
+from raf._sessions import REQUEST_HASH_LIMIT, RequestHash, request_hash
+from raf._sessions.redis import RedisSession, RedisSessionStore
+from raf._sessions.stores import open_store
 from raf.testing.conformance import (
     CHECKS,
     Check,
@@ -165,7 +165,7 @@ def test_import_raf_does_not_import_coredis() -> None:
         "assert 'coredis' not in sys.modules, 'import raf imported coredis'\n"
         "store = raf.RedisSessionStore\n"
         "assert 'coredis' in sys.modules\n"
-        "assert store.__module__ == 'raf.sessions.redis'\n"
+        "assert store.__module__ == 'raf._sessions.redis'\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
     assert raf.RedisSessionStore is RedisSessionStore

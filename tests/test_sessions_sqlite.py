@@ -11,8 +11,8 @@ import anyio
 import pytest
 
 from raf import ChatMessage, RequestHash, SqliteSessionStore
-from raf.errors import SessionStoreError
-from raf.sessions import REQUEST_HASH_LIMIT, request_hash
+from raf._errors import SessionStoreError
+from raf._sessions import REQUEST_HASH_LIMIT, request_hash
 
 pytestmark = pytest.mark.anyio
 
@@ -207,7 +207,7 @@ async def test_a_write_cancelled_midway_is_all_or_nothing_and_the_cache_agrees(
 ) -> None:
     import threading
 
-    import raf.sessions.sqlite as sqlite_module
+    import raf._sessions.sqlite as sqlite_module
 
     session = await store.get("s")
     await session.add_messages([ChatMessage.user("before")])

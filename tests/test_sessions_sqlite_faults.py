@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-import raf.sessions.sqlite as sqlite_module
+import raf._sessions.sqlite as sqlite_module
 from raf import (
     Agent,
     AgentResponse,
@@ -30,7 +30,7 @@ from raf import (
     ScriptedChatClient,
     SqliteSessionStore,
 )
-from raf.errors import SessionStoreError
+from raf._errors import SessionStoreError
 
 pytestmark = pytest.mark.anyio
 
@@ -380,7 +380,7 @@ READ_ONLY_PROBE = textwrap.dedent(
     import json, sys
     import anyio
     from raf import ChatMessage, SqliteSessionStore
-    from raf.errors import SessionStoreError
+    from raf._errors import SessionStoreError
 
     async def main(path):
         out = {}

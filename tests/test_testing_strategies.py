@@ -21,7 +21,7 @@ from raf import (
     Update,
     merge,
 )
-from raf.builtin import check_tool_pairing
+from raf._builtin import check_tool_pairing
 from raf.testing.strategies import (
     RecordingStack,
     chat_messages,

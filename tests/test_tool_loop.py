@@ -30,7 +30,7 @@ from raf import (
     Usage,
     tool,
 )
-from raf.tool_loop import MAX_ARGUMENT_DEPTH, _deeper_than
+from raf._tool_loop import MAX_ARGUMENT_DEPTH, _deeper_than
 
 pytestmark = pytest.mark.anyio
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-import raf.tools
+import raf._tools
 from raf import (
     FunctionTool,
     Tool,
@@ -358,7 +358,7 @@ async def test_many_problems_are_counted_not_all_listed() -> None:
     with pytest.raises(ToolArgumentsError) as caught:
         await numbers.invoke({"values": ["x"] * 50})
     problems = caught.value.problems
-    assert len(problems) == raf.tools.MAX_PROBLEMS + 1
+    assert len(problems) == raf._tools.MAX_PROBLEMS + 1
     assert problems[0].startswith("values[0]: Input should be a valid integer")
     assert problems[-1] == "and 40 more"
 
@@ -595,13 +595,13 @@ class HandMade:
 
 def test_check_arguments_paths_and_a_cached_validator(monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[str] = []
-    build = raf.tools._build_validator
+    build = raf._tools._build_validator
 
     def counting(name: str, schema: object) -> Any:
         built.append(name)
         return build(name, schema)
 
-    monkeypatch.setattr(raf.tools, "_build_validator", counting)
+    monkeypatch.setattr(raf._tools, "_build_validator", counting)
     schema = {
         "type": "object",
         "properties": {"rows": {"type": "array", "items": {"type": "object", "required": ["id"]}}},
@@ -727,8 +727,8 @@ def test_a_flood_of_misfits_is_told_in_brief() -> None:
         check_tool_arguments(numbers, {"n": ["x"] * 5000})
     problems = caught.value.problems
     assert problems[0] == "n[0]: 'x' is not of type 'integer'"
-    assert len(problems) == raf.tools.MAX_PROBLEMS + 1
-    assert problems[-1] == f"and more than {1000 - raf.tools.MAX_PROBLEMS} more"
+    assert len(problems) == raf._tools.MAX_PROBLEMS + 1
+    assert problems[-1] == f"and more than {1000 - raf._tools.MAX_PROBLEMS} more"
     with pytest.raises(ToolArgumentsError) as caught:
         check_tool_arguments(numbers, {"n": ["x"] * 12})
     assert caught.value.problems[-1] == "and 2 more"

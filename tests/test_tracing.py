@@ -16,7 +16,7 @@ from raf import (
     parallel,
     tool,
 )
-from raf.tracing import StageEvent, TraceObserver
+from raf._tracing import StageEvent, TraceObserver
 
 pytestmark = pytest.mark.anyio
 

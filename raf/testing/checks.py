@@ -26,15 +26,15 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from raf.agent import Agent
-from raf.clients.scripted import ScriptedChatClient
-from raf.context import checked_result
-from raf.errors import ContextResultError, ProviderError, StreamClosedError
-from raf.messages import AgentResponse, ChatMessage, ToolCall
-from raf.options import AgentRunOptions
-from raf.parallel import ProviderGroup
-from raf.providers import post_stage_of, provider_name
-from raf.sessions.memory import InMemorySession
+from raf._agent import Agent
+from raf._clients.scripted import ScriptedChatClient
+from raf._context import checked_result
+from raf._errors import ContextResultError, ProviderError, StreamClosedError
+from raf._messages import AgentResponse, ChatMessage, ToolCall
+from raf._options import AgentRunOptions
+from raf._parallel import ProviderGroup
+from raf._providers import post_stage_of, provider_name
+from raf._sessions.memory import InMemorySession
 
 __all__ = ["RULES", "check_provider"]
 

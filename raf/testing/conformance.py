@@ -25,12 +25,12 @@ from typing import Any, Protocol
 import anyio
 import attrs
 
-from raf.agent import Agent
-from raf.builtin.history import InMemoryHistoryProvider
-from raf.clients.scripted import ScriptedChatClient
-from raf.messages import ChatMessage, ToolCall
-from raf.sessions import REQUEST_HASH_LIMIT, request_hash
-from raf.sessions.base import RequestHash, Session
+from raf._agent import Agent
+from raf._builtin.history import InMemoryHistoryProvider
+from raf._clients.scripted import ScriptedChatClient
+from raf._messages import ChatMessage, ToolCall
+from raf._sessions import REQUEST_HASH_LIMIT, request_hash
+from raf._sessions.base import RequestHash, Session
 
 __all__ = [
     "CHECKS",

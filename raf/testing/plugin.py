@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from raf.clients.scripted import ScriptedChatClient
-from raf.errors import OfflineError
+from raf._clients.scripted import ScriptedChatClient
+from raf._errors import OfflineError
 from raf.testing import _backends
 
 __all__: list[str] = []

@@ -1,0 +1,443 @@
+"""The ``raf`` command: run one turn (or chat) with an agent described in TOML."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import wait
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from importlib.metadata import PackageNotFoundError, version
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import structlog
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from raf._agent import Agent
+from raf._config_file import LoadedConfig, load_config
+from raf._errors import AgentError, ChatClientError, ConfigError
+from raf._messages import AgentResponse, Update
+from raf._sessions.base import Session
+from raf._sessions.memory import InMemorySession
+from raf._tracing import StageEvent
+
+__all__: list[str] = []
+
+DEFAULT_DB = Path(".raf") / "sessions.db"
+_EPILOG = """\
+The config is a TOML file: [agent] (name, instructions, tools), [model] (client,
+model, base_url, api_key_env, temperature, max_tokens, timeout), [[providers]]
+and [[chat_stack]]; `raf schema` prints its JSON Schema. The docs are in raf's
+repository: docs/cli.md for this command and its config,
+docs/declaring-providers.md for the provider kinds."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``raf`` and ``python -m raf``; returns the exit status."""
+    _tolerant_streams()
+    args = _parser().parse_args(argv)
+    # structlog prints to stdout unless configured: a command's logs ([[chat_stack]]
+    # kind = "logging") go to stderr, so stdout holds just the answers.
+    logs_here = not structlog.is_configured()
+    if logs_here:
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    try:
+        if args.command == "schema":
+            _say(_schema(), sys.stdout)
+            return 0
+        if args.command == "chat":
+            return _chat_command(args)
+        return anyio.run(_run_command, args)
+    except (AgentError, OSError) as exc:
+        _say(f"raf: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if logs_here:
+            structlog.reset_defaults()
+
+
+def _schema() -> str:
+    """The JSON Schema of a config file, as shipped in the package (no pydantic needed)."""
+    return (files("raf") / "config.schema.json").read_text(encoding="utf-8").rstrip("\n")
+
+
+def _tolerant_streams() -> None:
+    """Text that cannot be encoded or decoded is replaced, never a crash of the command.
+
+    A model's answer or a user's line may hold what the terminal's encoding
+    cannot show (a lone surrogate from a non-UTF-8 argv, bytes that are not
+    UTF-8 on stdin): printing it must not raise ``UnicodeEncodeError``.
+    """
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            with suppress(ValueError, OSError):  # a closed or detached stream
+                reconfigure(errors="replace")
+
+
+def _say(text: str, stream: TextIO | None = None) -> None:
+    """Print a line, replacing what the stream's encoding cannot hold."""
+    stream = sys.stderr if stream is None else stream
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        print(text, file=stream, flush=True)
+    except UnicodeEncodeError:
+        print(text.encode(encoding, "replace").decode(encoding), file=stream, flush=True)
+
+
+def _from_argv(text: str) -> str:
+    """An argument as text: bytes that are not UTF-8 become U+FFFD, not lone surrogates."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a surrogate that surrogateescape did not make
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _version() -> str:
+    try:
+        return version("raf")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raf",
+        description="Run an agent described in a TOML config file.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"raf {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser(
+        "run",
+        help="run one turn and print the answer",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("config", type=Path, help="the agent's TOML config file")
+    run.add_argument("message", help="the user message")
+    chat = commands.add_parser(
+        "chat",
+        help="an interactive conversation (one session)",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    chat.add_argument("config", type=Path, help="the agent's TOML config file")
+    commands.add_parser(
+        "schema",
+        help="print the JSON Schema of the config file (for an editor: see docs/cli.md)",
+    )
+    for command in (run, chat):
+        command.add_argument("--session", help="keep history in this session of the store")
+        command.add_argument(
+            "--db",
+            default=None,  # a str, not a Path: Path would fold redis:// into redis:/
+            help=f"the session store: a SQLite file (default {DEFAULT_DB}; missing folders "
+            "are created) or redis://HOST:PORT/N",
+        )
+        command.add_argument(
+            "--trace",
+            action="store_true",
+            help="print each provider stage, model call and tool call as it happens",
+        )
+    return parser
+
+
+async def _run_command(args: argparse.Namespace) -> int:
+    printer = _Printer(sys.stdout)
+    loaded = load_config(
+        args.config, emit=_trace_printer(sys.stderr, printer) if args.trace else None
+    )
+    async with _opened(args, loaded.agent) as session:
+        try:
+            await loaded.agent.run(
+                _from_argv(args.message),
+                session=session,
+                options=loaded.options,
+                on_update=printer,
+            )
+        finally:
+            # A failed turn leaves what it printed on a line of its own, before the error.
+            printer.end_line()
+        printer.finish()
+        return 0
+
+
+class _Printer:
+    """The ``on_update`` of the command: the answer's text as it arrives, flushed.
+
+    Each model call's text goes on as it comes; a tool call ends the line, so
+    the next call's text starts a line of its own. ``clear`` is a stream on
+    which a "thinking…" line waits to be cleared at the first update.
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.open = False  # a line of answer text is not yet ended
+        self.printed = False
+        self.updated = False  # an update came in this turn
+        self.clear: TextIO | None = None
+
+    async def __call__(self, update: Update) -> None:
+        self.updated = True
+        if self.clear is not None:
+            _write(self.clear, _CLEAR_LINE)
+            self.clear = None
+        if update.kind == "text":
+            if update.text:
+                _write(self.out, update.text)
+                self.open = self.printed = True
+        elif update.kind != "usage":
+            self.end_line()
+
+    def end_line(self) -> None:
+        """End the line of text being printed, if any."""
+        if self.open:
+            _write(self.out, "\n")
+            self.open = False
+
+    def finish(self) -> None:
+        """The end of an answer: its line ended (an empty answer is an empty line)."""
+        if self.open or not self.printed:
+            _write(self.out, "\n")
+        self.open = self.printed = False
+
+
+@asynccontextmanager
+async def _opened(args: argparse.Namespace, agent: Agent) -> AsyncIterator[Session]:
+    """The session, and the resources of the providers and the client, for one command.
+
+    Providers and clients that hold resources (an MCP server, an HTTP pool)
+    are opened once for the whole command, and closed on the way out.
+    """
+    async with AsyncExitStack() as resources:
+        for provider in agent.providers:
+            if hasattr(provider, "__aenter__"):
+                await resources.enter_async_context(provider)
+        if hasattr(agent.chat_client, "aclose"):
+            resources.push_async_callback(agent.chat_client.aclose)
+        yield await resources.enter_async_context(_open_session(args))
+
+
+# raf chat ------------------------------------------------------------------------------------
+#
+# The conversation runs on the main thread, the agent on an event loop in a
+# portal thread. So `input()` is the plain, readline-backed `input()` of the
+# main thread, and Ctrl-C (SIGINT, always delivered to the main thread) is seen
+# where the main thread waits: at the prompt, a KeyboardInterrupt that drops the
+# line; during an answer, a flag on which the main thread cancels that turn's
+# scope in the loop, whose post stages then run (shielded, bounded by the
+# agent's post_timeout), and the chat goes on.
+
+_BANNER = "raf chat — /exit or Ctrl-D ends the conversation; Ctrl-C stops the current turn."
+_THINKING = "thinking…"
+_CLEAR_LINE = "\r\x1b[K"
+
+
+def _chat_command(args: argparse.Namespace) -> int:
+    printer = _Printer(sys.stdout)
+    loaded = load_config(
+        args.config, emit=_trace_printer(sys.stderr, printer) if args.trace else None
+    )
+    with (
+        start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(_opened(args, loaded.agent)) as session,
+    ):
+        # --trace prints its own progress on stderr: no "thinking…" line in between.
+        return _chat(portal, loaded, session, thinking=not args.trace, printer=printer)
+
+
+def _chat(
+    portal: BlockingPortal,
+    loaded: LoadedConfig,
+    session: Session,
+    *,
+    thinking: bool = True,
+    printer: _Printer | None = None,
+) -> int:
+    printer = _Printer(sys.stdout) if printer is None else printer
+    # A prompt, line editing and a "thinking" line are for a person: piped input
+    # gets just the answers on stdout.
+    interactive = sys.stdin.isatty()
+    if interactive:
+        with suppress(ImportError):  # not every Python has readline (Windows)
+            import readline  # noqa: F401  (importing it gives input() editing and history)
+    # input() shows its prompt on stdout; when stdout is not the terminal (`raf chat
+    # CONFIG > answers.txt`), the prompt goes to the terminal through stderr instead.
+    prompt_on_stdout = interactive and sys.stdout.isatty()
+    person = sys.stdout if prompt_on_stdout else sys.stderr
+    _say(_BANNER)
+    while True:
+        try:
+            try:
+                if interactive and not prompt_on_stdout:
+                    _write(person, "> ")
+                line = input("> " if prompt_on_stdout else "")
+            except EOFError:
+                if interactive:
+                    _write(person, "\n")  # Ctrl-D leaves the cursor after the prompt
+                return 0
+            text = line.strip()
+            if not text:
+                continue
+            if text == "/exit":
+                return 0
+            try:
+                response = _turn(
+                    portal, loaded, session, line, printer, thinking=thinking and interactive
+                )
+            except ChatClientError as exc:
+                # The model failed this turn (rate limit, timeout...): nothing was stored,
+                # so the conversation can go on; a broken config or provider still ends it.
+                printer.end_line()
+                _say(f"raf: this turn failed: {exc}")
+                continue
+            if isinstance(response, str):  # Ctrl-C ended it
+                printer.end_line()
+                _say(f"raf: {response}")
+                continue
+            printer.finish()
+        except KeyboardInterrupt:
+            # Ctrl-C at the prompt (or between turns) drops the line, as in a shell.
+            _write(person, "\n")
+
+
+def _write(stream: TextIO, text: str) -> None:
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        stream.write(text.encode(encoding, "replace").decode(encoding))
+    stream.flush()
+
+
+def _turn(
+    portal: BlockingPortal,
+    loaded: LoadedConfig,
+    session: Session,
+    line: str,
+    printer: _Printer,
+    *,
+    thinking: bool,
+) -> AgentResponse | str:
+    """One turn in the loop thread, streamed to ``printer``: its response, or how Ctrl-C ended it.
+
+    A first Ctrl-C once the answer has begun stops it there ("answer
+    stopped"): an early close, so the post stages see ``StreamClosedError``
+    (not under cancellation) and a history provider with ``persist_partial``
+    keeps what was said. Before the first update, or a second time, Ctrl-C
+    cancels the turn wherever it is ("turn cancelled"). ``thinking``: show
+    "thinking…" on stderr until the first update, if stderr is a terminal.
+    """
+    # While a turn runs, Ctrl-C only raises a flag: a KeyboardInterrupt could land
+    # anywhere in the portal's machinery; the flag is read here, between waits.
+    interrupted = threading.Event()
+    previous: Any = None
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:  # signal handlers belong to the main thread
+        previous = signal.signal(signal.SIGINT, lambda number, frame: interrupted.set())
+    thinking = thinking and sys.stderr.isatty()
+    printer.updated = False
+    try:
+        if thinking:
+            # Until the first update (or the end of the turn).
+            _write(sys.stderr, _THINKING)
+            printer.clear = sys.stderr
+        turn: anyio.CancelScope = portal.call(anyio.CancelScope)
+        reading: anyio.CancelScope = portal.call(anyio.CancelScope)
+
+        async def run() -> AgentResponse | None:
+            # The iterator form, printed as it is read. Cancelling ``reading`` leaves the
+            # block normally: an early close. Cancelling ``turn`` is a cancellation: the
+            # post stages run with it, shielded and bounded.
+            with turn:
+                async with loaded.agent.stream(
+                    line, session=session, options=loaded.options
+                ) as stream:
+                    with reading:
+                        async for update in stream:
+                            await printer(update)
+                return stream.response
+            return None
+
+        future = portal.start_task_soon(run)
+        stopped = cancelled = False
+        while not future.done():
+            wait([future], timeout=0.05)
+            if interrupted.is_set() and not cancelled:
+                interrupted.clear()
+                if printer.updated and not stopped:
+                    portal.call(reading.cancel)  # then wait for the post stages
+                    stopped = True
+                else:
+                    portal.call(turn.cancel)
+                    cancelled = True
+        response = future.result()
+        if response is not None:
+            return response
+        return "turn cancelled" if cancelled else "answer stopped"
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous)
+        if printer.clear is not None:  # no update came: the line is still shown
+            _write(sys.stderr, _CLEAR_LINE)
+            printer.clear = None
+
+
+class _open_session:
+    """The session of ``--session`` in the ``--db`` store, or a fresh in-memory one."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args = args
+        self._store: Any = None
+
+    async def __aenter__(self) -> Session:
+        if self._args.session is None:
+            return InMemorySession()
+        from raf._sessions.stores import open_store
+
+        if not self._args.session:
+            raise ConfigError("--session: the session id must not be empty")
+        # A SQLite file (its folder created) or redis://HOST:PORT/N.
+        self._store = await open_store(self._args.db or DEFAULT_DB)
+        session: Session = await self._store.get(_from_argv(self._args.session))
+        return session
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._store is not None:
+            await self._store.aclose()
+
+
+def _same_file(one: TextIO, other: TextIO) -> bool:
+    """Whether two streams write to the same file (a terminal, both redirected to one)."""
+    try:
+        first, second = os.fstat(one.fileno()), os.fstat(other.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        return False
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
+def _trace_printer(stream: TextIO, printer: _Printer | None = None) -> Callable[[StageEvent], None]:
+    same = printer is not None and _same_file(printer.out, stream)
+
+    def emit(event: StageEvent) -> None:
+        if same and printer is not None:
+            # The answer and the trace go to one place (a terminal, `2>&1`): the answer's
+            # line ends before the trace line starts.
+            printer.end_line()
+        _say(f"trace: {event}", stream)
+
+    return emit
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,314 @@
+"""The chat completions reply: a completion's body, or a stream's chunks, as raf's
+response and updates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from raf._clients._reply import MISSING, json_object, json_type, quote, sdk_object, tokens
+from raf._errors import ChatConnectionError, ChatProtocolError
+from raf._messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
+
+__all__: list[str] = []
+
+
+def call_name(model: str) -> str:
+    """How errors name a call of ``model``."""
+    return f"OpenAI chat completion (model {model!r})"
+
+
+def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResponse:
+    """The assistant turn, usage and raw ``ChatCompletion`` of a 200 reply's body.
+
+    Anything that is not a chat completion raf can read is a
+    :class:`raf.ChatProtocolError` that names the problem.
+    """
+    where = call_name(model)
+    reply = json_object(data, content_type, where)
+    if reply.get("error") is not None:
+        raise ChatProtocolError(f"{where}: the server answered 200 with an error: {reply['error']}")
+    choices = reply.get("choices", MISSING)
+    if not isinstance(choices, list):
+        raise ChatProtocolError(f"{where}: 'choices' is {json_type(choices)}, not a list")
+    if not choices:
+        raise ChatProtocolError(f"{where}: the model returned no choices")
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise ChatProtocolError(f"{where}: choices[0] is {json_type(choice)}, not an object")
+    message = choice.get("message", MISSING)
+    if not isinstance(message, dict):
+        raise ChatProtocolError(
+            f"{where}: choices[0].message is {json_type(message)}, not an object"
+        )
+    text = _optional_str(message, "content", where)
+    calls = [
+        _tool_call(call, f"choices[0].message.tool_calls[{n}]", where)
+        for n, call in enumerate(_optional_list(message, "tool_calls", where))
+    ]
+    if text is None and not calls:
+        # A refusal is what the user should read when there is no answer.
+        text = _optional_str(message, "refusal", where)
+    usage = None
+    raw_usage = reply.get("usage")
+    if raw_usage is not None:
+        if not isinstance(raw_usage, dict):
+            raise ChatProtocolError(f"{where}: 'usage' is {json_type(raw_usage)}, not an object")
+        usage = Usage(
+            tokens(raw_usage, "prompt_tokens", where),
+            tokens(raw_usage, "completion_tokens", where),
+        )
+    return AgentResponse(
+        (ChatMessage.assistant(text, tool_calls=calls),), usage, _completion(reply)
+    )
+
+
+def _tool_call(call: Any, path: str, where: str) -> ToolCall:
+    if not isinstance(call, dict):
+        raise ChatProtocolError(f"{where}: {path} is {json_type(call)}, not an object")
+    kind = call.get("type", "function")
+    if kind != "function":
+        raise ChatProtocolError(
+            f"{where}: {path} is a {kind!r} tool call; raf supports function tool calls only"
+        )
+    call_id = call.get("id", MISSING)
+    if not isinstance(call_id, str):
+        raise ChatProtocolError(f"{where}: {path}.id is {json_type(call_id)}, not a string")
+    function = call.get("function", MISSING)
+    if not isinstance(function, dict):
+        raise ChatProtocolError(f"{where}: {path}.function is {json_type(function)}, not an object")
+    name = function.get("name", MISSING)
+    if not isinstance(name, str):
+        raise ChatProtocolError(f"{where}: {path}.function.name is {json_type(name)}, not a string")
+    arguments = function.get("arguments")
+    if arguments is None:
+        arguments = "{}"
+    elif not isinstance(arguments, str):
+        raise ChatProtocolError(
+            f"{where}: {path}.function.arguments is {json_type(arguments)}, not a string of JSON"
+        )
+    return ToolCall(call_id, name, arguments)
+
+
+def _optional_str(data: dict[str, Any], key: str, where: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ChatProtocolError(
+            f"{where}: choices[0].message.{key} is {json_type(value)}, not a string"
+        )
+    return value
+
+
+def _optional_list(data: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ChatProtocolError(
+            f"{where}: choices[0].message.{key} is {json_type(value)}, not a list"
+        )
+    return value
+
+
+def _completion(reply: dict[str, Any]) -> Any:
+    """The SDK's ``ChatCompletion`` for ``raw``: validated, or built leniently."""
+    from openai.types.chat import ChatCompletion
+
+    return sdk_object(ChatCompletion, reply)
+
+
+class StreamedTurn:
+    """The updates of one streamed chat completion, from its chunks' JSON."""
+
+    __slots__ = ("calls", "empty_text", "finished", "model", "refusal", "text_sent", "where")
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.where = f"OpenAI chat completion stream (model {model!r})"
+        # index -> [id, name, argument pieces or None when no arguments came, last chunk]
+        self.calls: dict[int, list[Any]] = {}
+        self.finished: str | None = None
+        self.text_sent = False
+        self.empty_text = False
+        self.refusal: list[str] = []
+
+    def feed(self, data: str) -> list[Update]:
+        """The updates one event's data makes (``[DONE]`` and usage-only chunks included)."""
+        where = self.where
+        if data == "[DONE]":
+            if self.finished is None:
+                raise ChatConnectionError(
+                    f"{where} ended ([DONE]) before the model finished its answer "
+                    "(no finish_reason): the answer is incomplete"
+                )
+            return []
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise ChatProtocolError(
+                f"{where}: a chunk is not JSON ({exc}): {quote(data.encode())}"
+            ) from None
+        if not isinstance(chunk, dict):
+            raise ChatProtocolError(
+                f"{where}: a chunk is {json_type(chunk)}, not a JSON object: {quote(data.encode())}"
+            )
+        if chunk.get("error") is not None:
+            raise ChatProtocolError(
+                f"{where}: the server sent an error mid-stream: {chunk['error']}"
+            )
+        updates: list[Update] = []
+        choices = chunk.get("choices")
+        if choices is None:
+            choices = []
+        if not isinstance(choices, list):
+            raise ChatProtocolError(
+                f"{where}: a chunk's 'choices' is {json_type(choices)}, not a list"
+            )
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise ChatProtocolError(
+                    f"{where}: a chunk's choice is {json_type(choice)}, not an object"
+                )
+            if choice.get("index", 0) != 0:
+                continue  # raf asks for one choice: others are not its answer
+            self._choice(choice, chunk, updates)
+        raw_usage = chunk.get("usage")
+        if raw_usage is not None:
+            if not isinstance(raw_usage, dict):
+                raise ChatProtocolError(
+                    f"{where}: a chunk's 'usage' is {json_type(raw_usage)}, not an object"
+                )
+            usage = Usage(
+                tokens(raw_usage, "prompt_tokens", where),
+                tokens(raw_usage, "completion_tokens", where),
+            )
+            # The usage comes after the finish: the tool calls go out before it.
+            updates += self._finish_updates(chunk)
+            updates.append(Update("usage", usage=usage, raw=chunk))
+        return updates
+
+    def _choice(self, choice: dict[str, Any], chunk: Any, updates: list[Update]) -> None:
+        where = self.where
+        delta = choice.get("delta")
+        if delta is None:
+            delta = {}
+        if not isinstance(delta, dict):
+            raise ChatProtocolError(
+                f"{where}: choices[0].delta is {json_type(delta)}, not an object"
+            )
+        content = delta.get("content")
+        if content is not None:
+            if not isinstance(content, str):
+                raise ChatProtocolError(
+                    f"{where}: choices[0].delta.content is {json_type(content)}, not a string"
+                )
+            if content:
+                self.text_sent = True
+                updates.append(Update("text", content, raw=chunk))
+            else:
+                self.empty_text = True
+        refusal = delta.get("refusal")
+        if refusal is not None:
+            if not isinstance(refusal, str):
+                raise ChatProtocolError(
+                    f"{where}: choices[0].delta.refusal is {json_type(refusal)}, not a string"
+                )
+            self.refusal.append(refusal)
+        tool_calls = delta.get("tool_calls")
+        if tool_calls is not None:
+            if not isinstance(tool_calls, list):
+                raise ChatProtocolError(
+                    f"{where}: choices[0].delta.tool_calls is {json_type(tool_calls)}, not a list"
+                )
+            for position, piece in enumerate(tool_calls):
+                self._tool_call_delta(piece, position, chunk)
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            if not isinstance(reason, str):
+                raise ChatProtocolError(
+                    f"{where}: choices[0].finish_reason is {json_type(reason)}, not a string"
+                )
+            self.finished = reason
+
+    def _tool_call_delta(self, piece: Any, position: int, chunk: Any) -> None:
+        where = self.where
+        path = f"choices[0].delta.tool_calls[{position}]"
+        if not isinstance(piece, dict):
+            raise ChatProtocolError(f"{where}: {path} is {json_type(piece)}, not an object")
+        index = piece.get("index", position)
+        if type(index) is not int:
+            raise ChatProtocolError(f"{where}: {path}.index is {json_type(index)}, not an int")
+        kind = piece.get("type")
+        if kind is not None and kind != "function":
+            raise ChatProtocolError(
+                f"{where}: {path} is a {kind!r} tool call; raf supports function tool calls only"
+            )
+        call = self.calls.get(index)
+        if call is None:
+            call = self.calls[index] = [None, None, None, chunk]
+        call[3] = chunk
+        call_id = piece.get("id")
+        if call_id is not None:
+            if not isinstance(call_id, str):
+                raise ChatProtocolError(f"{where}: {path}.id is {json_type(call_id)}, not a string")
+            if call[0] is None:
+                call[0] = call_id
+        function = piece.get("function")
+        if function is None:
+            return
+        if not isinstance(function, dict):
+            raise ChatProtocolError(
+                f"{where}: {path}.function is {json_type(function)}, not an object"
+            )
+        name = function.get("name")
+        if name is not None:
+            if not isinstance(name, str):
+                raise ChatProtocolError(
+                    f"{where}: {path}.function.name is {json_type(name)}, not a string"
+                )
+            if not call[1]:
+                call[1] = name
+        arguments = function.get("arguments")
+        if arguments is not None:
+            if not isinstance(arguments, str):
+                raise ChatProtocolError(
+                    f"{where}: {path}.function.arguments is {json_type(arguments)}, "
+                    "not a string of JSON"
+                )
+            if call[2] is None:
+                call[2] = [arguments]
+            else:
+                call[2].append(arguments)
+
+    def _finish_updates(self, chunk: Any) -> list[Update]:
+        """The updates held until the model finished: tool calls (complete only then),
+        and the text of an answer that had no text delta (an empty one, a refusal)."""
+        if self.finished is None:
+            return []
+        updates: list[Update] = []
+        if not self.text_sent and not self.calls:
+            if self.empty_text:
+                updates.append(Update("text", "", raw=chunk))
+            elif self.refusal:
+                updates.append(Update("text", "".join(self.refusal), raw=chunk))
+            self.text_sent = True
+        for index in sorted(self.calls):
+            call_id, name, arguments, last = self.calls[index]
+            path = f"the tool call of index {index}"
+            if call_id is None:
+                raise ChatProtocolError(f"{self.where}: {path} has no id")
+            if name is None:
+                raise ChatProtocolError(f"{self.where}: {path} has no function name")
+            text = "{}" if arguments is None else "".join(arguments)
+            updates.append(Update("tool_call", tool_call=ToolCall(call_id, name, text), raw=last))
+        self.calls = {}
+        return updates
+
+    def finish(self) -> list[Update]:
+        """The updates left once the stream ended; a stream cut short is an error."""
+        if self.finished is None:
+            raise ChatConnectionError(
+                f"{self.where} ended before the model finished its answer (no finish_reason): "
+                "the answer is incomplete"
+            )
+        return self._finish_updates(None)

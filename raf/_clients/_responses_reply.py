@@ -1,0 +1,238 @@
+"""The Responses API reply: a response's body, or a stream's events, as raf's response
+and updates, with the order of its output (the reasoning a client replays)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from raf._clients._reply import MISSING, json_object, json_type, quote, sdk_object, tokens
+from raf._clients._responses_wire import Turn
+from raf._errors import ChatClientError, ChatProtocolError
+from raf._messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
+
+__all__: list[str] = []
+
+
+def call_name(model: str) -> str:
+    """How errors name a call of ``model``."""
+    return f"OpenAI response (model {model!r})"
+
+
+def response_from_reply(
+    data: bytes, content_type: str, model: str
+) -> tuple[AgentResponse, Turn | None]:
+    """The assistant turn of a 200 reply's body, and the reasoning to remember.
+
+    A reply that is not a response raf can read is a :class:`raf.ChatProtocolError`;
+    a failed or incomplete one a :class:`raf.ChatClientError`.
+    """
+    where = call_name(model)
+    reply = json_object(data, content_type, where)
+    _check_status(reply, where)
+    message, usage, turn = _read_response(reply, where)
+    return AgentResponse((message,), usage, _sdk_response(reply)), turn
+
+
+def _check_status(reply: dict[str, Any], where: str) -> None:
+    """A failed or incomplete response as an error (not retryable, as the design says)."""
+    status = reply.get("status")
+    if status == "failed" or (status is None and reply.get("error") is not None):
+        error = reply.get("error")
+        code, text = _error_text(error)
+        raise ChatClientError(f"{where}: the response failed{code}: {text}")
+    if status == "incomplete":
+        details = reply.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        raise ChatClientError(
+            f"{where}: the response is incomplete"
+            + (f" ({reason})" if reason else "")
+            + (" - raise max_tokens" if reason == "max_output_tokens" else "")
+        )
+
+
+def _error_text(error: Any) -> tuple[str, str]:
+    if isinstance(error, dict):
+        code = error.get("code")
+        message = error.get("message")
+        return (f" ({code})" if code else "", str(message) if message else repr(error))
+    return "", repr(error)
+
+
+def _read_response(reply: dict[str, Any], where: str) -> tuple[ChatMessage, Usage | None, Turn]:
+    output = reply.get("output", MISSING)
+    if not isinstance(output, list):
+        raise ChatProtocolError(f"{where}: 'output' is {json_type(output)}, not a list")
+    texts: list[str] | None = None
+    refusals: list[str] = []
+    calls: list[ToolCall] = []
+    order: list[tuple[str, Any]] = []
+    for n, item in enumerate(output):
+        path = f"output[{n}]"
+        if not isinstance(item, dict):
+            raise ChatProtocolError(f"{where}: {path} is {json_type(item)}, not an object")
+        kind = item.get("type")
+        if kind == "message":
+            content = item.get("content", MISSING)
+            if not isinstance(content, list):
+                raise ChatProtocolError(
+                    f"{where}: {path}.content is {json_type(content)}, not a list"
+                )
+            for m, part in enumerate(content):
+                if not isinstance(part, dict):
+                    raise ChatProtocolError(
+                        f"{where}: {path}.content[{m}] is {json_type(part)}, not an object"
+                    )
+                field = {"output_text": "text", "refusal": "refusal"}.get(part.get("type", ""))
+                if field is None:
+                    continue
+                value = part.get(field, MISSING)
+                if not isinstance(value, str):
+                    raise ChatProtocolError(
+                        f"{where}: {path}.content[{m}].{field} is {json_type(value)}, not a string"
+                    )
+                if field == "text":
+                    texts = [*(texts or ()), value]
+                else:
+                    refusals.append(value)
+            if not order or order[-1][0] != "text":
+                order.append(("text", None))
+        elif kind == "function_call":
+            call = _function_call_item(item, path, where)
+            calls.append(call)
+            order.append(("call", call.id))
+        elif kind == "reasoning":
+            order.append(("reasoning", item))
+        # Other items (built-in tools a run asked for through extra) stay in raw.
+    text = None if texts is None else "".join(texts)
+    if text is None and not calls and refusals:
+        text = "".join(refusals)
+    message = ChatMessage.assistant(text, tool_calls=calls)
+    turn = Turn(tuple(call.id for call in calls), tuple(order))
+    return message, _usage(reply.get("usage"), where), turn
+
+
+def _function_call_item(item: dict[str, Any], path: str, where: str) -> ToolCall:
+    call_id = item.get("call_id", MISSING)
+    if not isinstance(call_id, str):
+        raise ChatProtocolError(f"{where}: {path}.call_id is {json_type(call_id)}, not a string")
+    name = item.get("name", MISSING)
+    if not isinstance(name, str):
+        raise ChatProtocolError(f"{where}: {path}.name is {json_type(name)}, not a string")
+    arguments = item.get("arguments")
+    if arguments is None:
+        arguments = "{}"
+    elif not isinstance(arguments, str):
+        raise ChatProtocolError(
+            f"{where}: {path}.arguments is {json_type(arguments)}, not a string of JSON"
+        )
+    return ToolCall(call_id, name, arguments)
+
+
+def _usage(raw: Any, where: str) -> Usage | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ChatProtocolError(f"{where}: 'usage' is {json_type(raw)}, not an object")
+    return Usage(
+        tokens(raw, "input_tokens", where),
+        tokens(raw, "output_tokens", where),
+        cached_input_tokens=tokens(raw, "input_tokens_details.cached_tokens", where),
+        reasoning_tokens=tokens(raw, "output_tokens_details.reasoning_tokens", where),
+    )
+
+
+def _sdk_response(reply: dict[str, Any]) -> Any:
+    """The SDK's ``Response`` for ``raw``: validated, or built leniently."""
+    from openai.types.responses import Response
+
+    return sdk_object(Response, reply)
+
+
+class StreamState:
+    """What a stream's events amount to so far; :meth:`feed` turns one into updates."""
+
+    def __init__(self, model: str) -> None:
+        self.where = call_name(model)
+        self.calls: dict[str, tuple[str, str]] = {}  # item id -> (call_id, name)
+        self.sent_calls: set[str] = set()
+        self.sent_text = False
+        self.done = False
+        self.turn: Turn | None = None
+
+    def feed(self, event: Any) -> list[Update]:
+        where = self.where
+        if not isinstance(event, dict):
+            raise ChatProtocolError(f"{where}: an event is {json_type(event)}, not an object")
+        kind = event.get("type")
+        if kind == "response.output_text.delta":
+            delta = event.get("delta", MISSING)
+            if not isinstance(delta, str):
+                raise ChatProtocolError(
+                    f"{where}: a {kind} event's delta is {json_type(delta)}, not a string"
+                )
+            self.sent_text = True
+            return [Update.of_text(delta, raw=event)]
+        if kind == "response.output_item.added":
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                call = _function_call_item(item, "output_item.added item", where)
+                self.calls[str(item.get("id"))] = (call.id, call.name)
+            return []
+        if kind == "response.function_call_arguments.done":
+            known = self.calls.get(str(event.get("item_id")))
+            arguments = event.get("arguments")
+            if known is None or not isinstance(arguments, str) or known[0] in self.sent_calls:
+                return []  # the call is sent from its output item or response.completed
+            self.sent_calls.add(known[0])
+            return [Update.of_tool_call(ToolCall(known[0], known[1], arguments), raw=event)]
+        if kind == "response.output_item.done":
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                call = _function_call_item(item, "output_item.done item", where)
+                if call.id not in self.sent_calls:
+                    self.sent_calls.add(call.id)
+                    return [Update.of_tool_call(call, raw=event)]
+            return []
+        if kind == "response.completed":
+            return self._completed(event)
+        if kind in ("response.failed", "response.incomplete"):
+            response = event.get("response")
+            _check_status(response if isinstance(response, dict) else {"status": kind[9:]}, where)
+            raise ChatClientError(f"{where}: the response ended with {kind}")
+        if kind == "error":
+            code, text = _error_text(event)
+            raise ChatClientError(f"{where}: the server sent an error event{code}: {text}")
+        return []  # deltas raf does not stream (reasoning summaries, refusals, ...)
+
+    def _completed(self, event: dict[str, Any]) -> list[Update]:
+        response = event.get("response")
+        if not isinstance(response, dict):
+            raise ChatProtocolError(
+                f"{self.where}: response.completed's response is {json_type(response)}, "
+                "not an object"
+            )
+        message, usage, self.turn = _read_response(response, self.where)
+        updates: list[Update] = []
+        # Whatever the events did not carry: the answer is the completed response's.
+        if not self.sent_text and message.content is not None:
+            updates.append(Update.of_text(message.content, raw=event))
+        updates += [
+            Update.of_tool_call(call, raw=event)
+            for call in message.tool_calls
+            if call.id not in self.sent_calls
+        ]
+        if usage is not None:
+            updates.append(Update.of_usage(usage, raw=event))
+        self.done = True
+        return updates
+
+
+def event_json(data: str, model: str) -> Any:
+    """The JSON of one event's data."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ChatProtocolError(
+            f"{call_name(model)}: an event is not JSON ({exc}): {quote(data.encode())}"
+        ) from None

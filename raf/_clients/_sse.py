@@ -1,0 +1,174 @@
+"""Reading a streamed reply, for both OpenAI clients: the whole-call time budget, and the
+``data`` of each server-sent event under a size bound.
+
+Each client words its own errors (a chat completion, a response): it passes them in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+
+from raf._errors import ChatTimeoutError
+
+__all__: list[str] = []
+
+T = TypeVar("T")
+
+
+class Budget:
+    """The whole-call ``timeout`` of a stream: the time spent waiting on the server.
+
+    Each wait (the POST, each read) runs under what is left of it, with no
+    yield inside the scope, so the deadline never lands in the consumer's code
+    and the time the consumer holds an update is not counted. Past it a wait
+    raises :class:`raf._errors.ChatTimeoutError` with the text ``expired``.
+    """
+
+    __slots__ = ("expired", "left", "timeout")
+
+    def __init__(self, timeout: float | None, expired: str) -> None:
+        self.timeout = timeout
+        self.left = timeout
+        self.expired = expired
+
+    async def run(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await function(*args)`` within what is left of the budget."""
+        left = self.left
+        if left is None:
+            return await function(*args)
+        started = anyio.current_time()
+        with anyio.move_on_after(left) as scope:
+            try:
+                return await function(*args)
+            finally:
+                self.left = left - (anyio.current_time() - started)
+        # Only the deadline's own cancellation lands here: any other one propagates.
+        assert scope.cancelled_caught
+        raise ChatTimeoutError(self.expired)
+
+    def cap(self, seconds: float) -> None:
+        """Leave at most ``seconds`` of the budget."""
+        self.left = seconds if self.left is None else min(self.left, seconds)
+
+
+class EventReader:
+    """The ``data`` of each server-sent event of a response, read under a size bound.
+
+    ``too_large()`` is the error past ``limit`` decoded bytes; ``http_error(exc)``
+    the error for an error of the HTTP stack while reading.
+    """
+
+    __slots__ = (
+        "_buffer",
+        "_chunks",
+        "_data",
+        "_done",
+        "http_error",
+        "limit",
+        "response",
+        "size",
+        "too_large",
+    )
+
+    def __init__(
+        self,
+        response: Any,
+        limit: int,
+        *,
+        too_large: Callable[[], Exception],
+        http_error: Callable[[Exception], Exception],
+    ) -> None:
+        self.response = response
+        self.limit = limit
+        self.too_large = too_large
+        self.http_error = http_error
+        self.size = 0
+        self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
+        self._done = False
+        self._buffer = b""
+        self._data: list[bytes] = []
+
+    async def _next_bytes(self) -> bytes | None:
+        """The next decoded piece of the body; ``None`` at its end."""
+        import httpx2
+
+        try:
+            chunk = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            self._done = True
+            return None
+        except httpx2.HTTPError as exc:
+            self._done = True  # the exception went through the stream's generators
+            raise self.http_error(exc) from exc
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise self.too_large()
+        return chunk
+
+    async def read_all(self) -> bytes:
+        """The rest of the body (a reply that is not a stream)."""
+        pieces = [self._buffer]
+        while (chunk := await self._next_bytes()) is not None:
+            pieces.append(chunk)
+        return b"".join(pieces)
+
+    async def next_events(self) -> list[str] | None:
+        """The data (``data:`` lines joined) of the events that the next read completes,
+        at least one; ``None`` at the end of the body.
+
+        One call per read of the body, not per event: the caller's deadline
+        scope is then paid once for all the events that came together.
+        """
+        events: list[str] = []
+        while not events:
+            chunk = await self._next_bytes()
+            if chunk is None:
+                if self._buffer:  # a last line without its newline
+                    self._lines(self._buffer, events)
+                    self._buffer = b""
+                if self._data:  # a last event without its blank line
+                    events.append(self._event())
+                return events or None
+            data = self._buffer + chunk if self._buffer else chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                self._buffer = data
+                continue
+            self._buffer = data[cut + 1 :]
+            self._lines(data[:cut], events)
+        return events
+
+    def _lines(self, text: bytes, events: list[str]) -> None:
+        """Read whole lines: an empty one ends an event."""
+        for raw in text.split(b"\n"):
+            line = raw[:-1] if raw.endswith(b"\r") else raw
+            if not line:
+                if self._data:
+                    events.append(self._event())
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                self._data.append(value[1:] if value.startswith(b" ") else value)
+            # Comments (": keep-alive"), "event:", "id:" and "retry:" lines carry no data.
+
+    def _event(self) -> str:
+        data, self._data = b"\n".join(self._data), []
+        return data.decode("utf-8", "replace")
+
+    async def aclose(self) -> None:
+        """Stop reading and close the response (call shielded)."""
+        if not self._done:
+            # Stop inside the HTTP stack: a cancellation raised at its next read ends each
+            # of its generators in turn; closing only the outer one from here would leave
+            # the inner ones to the garbage collector (trio warns). Pieces already decoded
+            # come first.
+            with anyio.CancelScope() as stop:
+                stop.cancel()
+                with contextlib.suppress(Exception):
+                    async for _ in self._chunks:
+                        pass
+            self._done = True
+        await self.response.aclose()

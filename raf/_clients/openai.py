@@ -1,0 +1,194 @@
+"""OpenAIChatClient: a chat model behind the OpenAI chat completions API."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from raf._clients._chat_reply import StreamedTurn, call_name, response_from_reply
+from raf._clients._chat_wire import STREAM_TAIL, messages_run, request_body
+from raf._clients._sdk import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_TIMEOUT,
+    SdkClient,
+    close,
+    error_from_http,
+    post,
+    read_reply,
+    too_large,
+)
+from raf._clients._sse import Budget, EventReader
+from raf._clients._wire import RecentBodies
+from raf._errors import ChatTimeoutError
+from raf._messages import AgentResponse, ChatMessage, Update
+from raf._options import ChatOptions
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = ["OpenAIChatClient"]
+
+
+class OpenAIChatClient(SdkClient):
+    """A :class:`raf.ChatClient` on ``openai.AsyncOpenAI`` (chat completions, tools).
+
+    ``model`` is used unless a run's ``AgentRunOptions.model`` names another.
+    ``base_url`` and ``api_key`` default to the ``OPENAI_BASE_URL`` and
+    ``OPENAI_API_KEY`` environment variables, as with the SDK itself, so any
+    OpenAI-compatible server works. ``max_retries`` is the SDK's own retry
+    budget for rate limits, timeouts and server errors; set it to ``0`` when a
+    :class:`raf.RetryMiddleware` does the retrying. ``client`` is an
+    ``AsyncOpenAI`` you built yourself (proxies, headers); raf then leaves
+    closing it to you.
+
+    ``timeout`` bounds each whole call in seconds, the SDK's retries and the
+    reading of the reply included (``None``: no bound); past it the call
+    raises :class:`raf._errors.ChatTimeoutError`. ``max_response_bytes`` bounds
+    the reply's size once decompressed; past it the call raises
+    :class:`raf.ChatProtocolError` without reading further.
+
+    :meth:`stream` sends the turn as it comes (a :class:`raf.StreamingChatClient`):
+    a streamed run uses it.
+
+    Failures raise :class:`raf.ChatClientError` subclasses whose ``retryable``
+    says whether trying again can help; the SDK's exception is ``__cause__``.
+    A reply that is not a well-formed chat completion is a
+    :class:`raf.ChatProtocolError` naming the field. Close the client with
+    ``await client.aclose()`` or ``async with``::
+
+        async with OpenAIChatClient("gpt-4o-mini") as model:
+            agent = Agent(model, instructions="Be brief.")
+            print((await agent.run("Hello!")).text)
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_retries: int = 2,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        client: openai.AsyncOpenAI | None = None,
+    ) -> None:
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            timeout=timeout,
+            max_response_bytes=max_response_bytes,
+            client=client,
+        )
+        # The messages and message chunks of the last bodies sent (see request_body).
+        self._bodies = RecentBodies(messages_run)
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse:
+        """Send one chat completion request and return the model's turn."""
+        model, body, request_options = self.request_body(messages, options)
+        where = call_name(model)
+        with anyio.move_on_after(self.timeout):
+            response = await post(self.client, self._path(model), body, request_options, where)
+            data = await read_reply(response, self.max_response_bytes, where)
+            return response_from_reply(data, response.headers.get("content-type", ""), model)
+        # Only the deadline's own cancellation lands here: any other one propagates.
+        raise ChatTimeoutError(
+            f"{where} did not finish within {self.timeout} s "
+            "(OpenAIChatClient timeout=, the SDK's retries included)"
+        )
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AsyncIterator[Update]:
+        """Send one chat completion request with ``stream: true``; the turn, update by update.
+
+        Text deltas are sent as they come; the tool calls, assembled from
+        their deltas by ``index``, once the model finished (only then are
+        their arguments known to be complete); the usage last (the request
+        asks for it with ``stream_options.include_usage``). What the updates
+        assemble to equals what :meth:`complete` returns for the same answer.
+
+        A stream that ends before the model's ``finish_reason``, or whose
+        connection breaks, is a :class:`raf.ChatConnectionError` (a truncated
+        answer is never passed off as complete); a chunk that is not a chat
+        completion chunk is a :class:`raf.ChatProtocolError`; HTTP errors map
+        as for :meth:`complete`. ``timeout`` bounds the time spent waiting on
+        the server (the time a consumer holds an update does not count), and
+        ``max_response_bytes`` the size of the whole stream. The HTTP
+        response is closed whatever ends the stream, ``aclose()`` included.
+        """
+        model, body, request_options = request_body(
+            self.model, messages, options, self._bodies, STREAM_TAIL
+        )
+        where = call_name(model)
+        budget = Budget(
+            self.timeout,
+            f"OpenAI chat completion stream (model {model!r}) did not finish within "
+            f"{self.timeout} s of waiting on the server (OpenAIChatClient timeout=, the SDK's "
+            "retries included)",
+        )
+        response = await budget.run(
+            post, self.client, self._path(model), body, request_options, where
+        )
+        reader = EventReader(
+            response,
+            self.max_response_bytes,
+            too_large=partial(too_large, where, self.max_response_bytes, "it is larger"),
+            http_error=partial(error_from_http, where=where),
+        )
+        try:
+            content_type = response.headers.get("content-type", "")
+            if not content_type.startswith("text/event-stream"):
+                # A server that ignores "stream" answers with one chat completion: its updates.
+                data = await budget.run(reader.read_all)
+                for update in response_from_reply(data, content_type, model).to_updates():
+                    yield update
+                return
+            turn = StreamedTurn(model)
+            while (events := await budget.run(reader.next_events)) is not None:
+                for event in events:
+                    for update in turn.feed(event):
+                        yield update
+            for update in turn.finish():
+                yield update
+        finally:
+            await close(reader)
+
+    def request_body(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> tuple[str, bytes, dict[str, Any]]:
+        """The model, the JSON body and the SDK request options of one call.
+
+        The body is built here, not by the SDK's ``create``: its request
+        transform walks every message (a quarter of a millisecond each). Each
+        message's JSON is cached (see :func:`message_json`), and so are the
+        message parts of this client's last few bodies: a turn whose messages
+        extend an earlier call's (the next turn of a conversation, the next
+        call of a tool loop) costs its new messages and one copy.
+
+        ``options.extra`` is applied last: ``timeout`` (the SDK's per-attempt
+        timeout), ``extra_headers``, ``extra_query`` and ``extra_body`` as the
+        SDK understands them, any other key into the body.
+        """
+        return request_body(self.model, messages, options, self._bodies, b"")
+
+    def _path(self, model: str) -> str:
+        """The request path: Azure's client finds the deployment in a JSON body the
+        SDK encodes, which raf's body is not, so raf names it as the SDK would."""
+        import openai
+
+        if isinstance(self.client, openai.AsyncAzureOpenAI) and "/deployments" not in str(
+            self.client.base_url.path
+        ):
+            return f"/deployments/{urllib.parse.quote(model, safe='')}/chat/completions"
+        return "/chat/completions"
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatClient(model={self.model!r}, base_url={str(self.client.base_url)!r})"

@@ -1,0 +1,324 @@
+"""Every exception raf raises, each saying what went wrong and where.
+
+The hierarchy (``except`` a branch to catch everything below it)::
+
+    AgentError
+    ├── ProviderError                 a provider's stage failed (.provider, .stage)
+    ├── ContextResultError            a ContextResult of the wrong shape (also a TypeError)
+    ├── StreamClosedError             the consumer left a streamed run early (.partial)
+    ├── ConfigError                   a declaration or a config file is wrong
+    ├── CompressionError              a compression strategy could not compress
+    ├── McpError                      an MCP server could not be started or spoken to
+    ├── SessionStoreError             a session store cannot be opened or read
+    ├── OfflineError                  a raf_offline test reached out (also a ConnectionRefusedError)
+    ├── ToolError                     a tool failed, or the run's tools or tool loop did
+    │   ├── ToolArgumentsError        a call's arguments do not fit (also a ValueError)
+    │   ├── ToolSchemaError           a tool's parameters schema is invalid (also a ValueError)
+    │   ├── PathError                 a file tool refused a path
+    │   ├── ToolConflictError         two tools of one run share a name
+    │   └── ToolLoopError             still asking for tools after max_tool_iterations
+    └── ChatClientError               the model could not answer (.retryable, .status_code)
+        ├── RateLimitError            HTTP 429
+        ├── ChatTimeoutError          HTTP 408 or a client-side timeout (also a TimeoutError)
+        ├── ChatConnectionError       the server could not be reached
+        ├── ServerError               HTTP 5xx or 409
+        ├── ChatProtocolError         an answer that is not in the protocol
+        └── BadRequestError           other HTTP 4xx
+            └── AuthenticationError   HTTP 401/403
+
+A tool's own failure (a :class:`ToolError`, or any exception) and the
+:class:`ToolArgumentsError` / :class:`ToolSchemaError` of a call are told to
+the model as that call's tool message, and the run goes on; a
+:class:`ToolConflictError` or a :class:`ToolLoopError` ends the run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from raf._messages import AgentResponse
+
+__all__ = [
+    "AgentError",
+    "AuthenticationError",
+    "BadRequestError",
+    "ChatClientError",
+    "ChatConnectionError",
+    "ChatProtocolError",
+    "ChatTimeoutError",
+    "CompressionError",
+    "ConfigError",
+    "ContextResultError",
+    "McpError",
+    "OfflineError",
+    "PathError",
+    "ProviderError",
+    "RateLimitError",
+    "ServerError",
+    "SessionStoreError",
+    "StreamClosedError",
+    "ToolArgumentsError",
+    "ToolConflictError",
+    "ToolError",
+    "ToolLoopError",
+    "ToolSchemaError",
+]
+
+Stage = Literal["on_invoking", "on_invoked"]
+
+
+class AgentError(Exception):
+    """Base class of every error raf raises on purpose.
+
+    Every raf error survives pickling (a worker process, a task queue): it
+    is rebuilt with its message, its attributes and its notes.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # The subclasses' __init__ take other arguments than the message they pass on,
+        # so the default (cls, self.args) cannot rebuild them: restore the state instead.
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(
+    cls: type[AgentError], args: tuple[object, ...], state: dict[str, object]
+) -> AgentError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
+class ProviderError(AgentError):
+    """A context provider failed in one of its stages.
+
+    ``provider`` is the provider's name, ``stage`` is ``"on_invoking"`` or
+    ``"on_invoked"``; the provider's own exception is ``__cause__``.
+    ``field`` names the offending ``ContextResult`` field when the provider
+    returned a malformed result.
+    """
+
+    def __init__(
+        self, provider: str, stage: Stage, detail: str, *, field: str | None = None
+    ) -> None:
+        self.provider = provider
+        self.stage = stage
+        self.field = field
+        self.detail = detail
+        where = f"{provider}.{stage}" + (f" (field {field!r})" if field else "")
+        super().__init__(f"context provider {where} failed: {detail}")
+
+
+class StreamClosedError(AgentError):
+    """The consumer of a streamed run left before its end: what the post stages see then.
+
+    Raised inside the run when the consumer leaves ``async with
+    agent.stream(...)`` early; every entered provider's
+    ``on_invoked`` gets it as ``error``. ``partial`` is the
+    :class:`raf.AgentResponse` assembled from the updates the consumer
+    received. ``post_failures`` collects the post stages that failed on the
+    way out (the innermost first), which the ``async with`` raises as after
+    a successful run. The consumer sees it only when it reads again after
+    one of its reads was cancelled (which took the model's stream with it).
+    """
+
+    def __init__(self, partial: AgentResponse | None = None) -> None:
+        from raf._messages import AgentResponse
+
+        self.partial = AgentResponse() if partial is None else partial
+        self.post_failures: list[ProviderError] = []
+        received = self.partial.messages
+        what = (
+            "nothing"
+            if not received
+            else f"{len(received)} message{'s' if len(received) != 1 else ''} "
+            f"(text {_short(self.partial.text)})"
+        )
+        super().__init__(
+            f"the consumer of the streamed run left before its end, having received {what}"
+        )
+
+
+class ContextResultError(AgentError, TypeError):
+    """A ``ContextResult`` (or what stood in its place) has a wrong type.
+
+    Raised by :func:`raf.merge`; the provider layer turns it into a
+    :class:`ProviderError` that also names the provider.
+    """
+
+    def __init__(self, field: str, expected: str, got: object) -> None:
+        self.field = field
+        self.expected = expected
+        self.got = got
+        super().__init__(f"{field}: expected {expected}, got {_describe(got)}")
+
+
+class ToolError(AgentError):
+    """Something about tools went wrong: the base of the ``Tool*Error`` classes.
+
+    Raised as it is by a tool to report that it failed, with a message
+    written for the model to read (the tool loop tells it to the model as
+    the call's tool message).
+    """
+
+
+class ToolConflictError(ToolError):
+    """Two tools offered to the model in one run share a name."""
+
+    def __init__(self, name: str, first: str, second: str) -> None:
+        self.name = name
+        super().__init__(
+            f"two tools are named {name!r}: one from {first}, one from {second}; "
+            "tool names must be unique within a run"
+        )
+
+
+class ToolLoopError(ToolError):
+    """The model still asked for tools after ``max_tool_iterations`` calls."""
+
+    def __init__(self, max_tool_iterations: int, pending: tuple[str, ...]) -> None:
+        self.max_tool_iterations = max_tool_iterations
+        self.pending = pending
+        super().__init__(
+            f"the model still asked for tools ({', '.join(pending)}) after "
+            f"{max_tool_iterations} model calls (AgentRunOptions.max_tool_iterations)"
+        )
+
+
+class ToolArgumentsError(ToolError, ValueError):
+    """The arguments of a tool call do not fit the tool's parameters.
+
+    ``tool`` is the tool's name; ``problems`` lists each misfit as
+    ``"path: what is wrong"`` (``"items[2].qty: Input should be greater than
+    or equal to 1"``). Raised by :meth:`raf.FunctionTool.invoke` and
+    :func:`raf.check_tool_arguments`; the tool loop tells it to the model as the
+    call's tool message, and the run goes on.
+    """
+
+    def __init__(self, tool: str, problems: tuple[str, ...]) -> None:
+        self.tool = tool
+        self.problems = problems
+        super().__init__(f"invalid arguments for {tool!r}: " + "; ".join(problems))
+
+
+class ToolSchemaError(ToolError, ValueError):
+    """A tool's ``parameters`` is not a valid JSON Schema.
+
+    ``tool`` is the tool's name, ``problem`` what is wrong and where in the
+    schema. Raised when such a tool is built (:class:`raf.FunctionTool`,
+    :func:`raf.check_tool_schema`); a tool that reaches the model anyway
+    (a hand-made ``Tool``) is refused when the model calls it: the model is
+    told, and the run goes on.
+    """
+
+    def __init__(self, tool: str, problem: str) -> None:
+        self.tool = tool
+        self.problem = problem
+        super().__init__(f"tool {tool!r} has an invalid parameters schema: {problem}")
+
+
+class ConfigError(AgentError):
+    """A declaration or a configuration file is wrong; the message says where."""
+
+
+class CompressionError(AgentError):
+    """A compression strategy could not compress (its summary call failed) or
+    returned a history that splits a tool call from its results."""
+
+
+class McpError(AgentError):
+    """An MCP server could not be started or spoken to."""
+
+
+class PathError(ToolError):
+    """A file tool refused a path (outside its folder, absolute, too big, ...).
+
+    The message names the path as the model gave it and never the folder's
+    absolute location, so it can be shown to the model as it is.
+    """
+
+
+class SessionStoreError(AgentError):
+    """A session store cannot be opened or read (corrupt or foreign data)."""
+
+
+class OfflineError(AgentError, ConnectionRefusedError):
+    """A ``raf_offline`` test tried to reach (or look up) a host that is not loopback.
+
+    Raised by raf's pytest plugin where the connection would have been
+    made; a ``ConnectionRefusedError`` too, so the code under test fails as
+    on a refused connection (the test fails even if that code swallows it).
+    """
+
+
+class ChatClientError(AgentError):
+    """The chat model could not answer.
+
+    ``retryable`` says whether sending the same request again can help
+    (rate limits, timeouts, server errors) or not (bad request, auth).
+    ``status_code`` is the HTTP status when there was one. ``retry_after`` is
+    how long the server asked us to wait before trying again, in seconds (its
+    ``Retry-After`` or ``retry-after-ms`` header), or ``None`` when it said
+    nothing; :class:`raf.RetryMiddleware` honours it.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, retry_after: float | None = None
+    ) -> None:
+        # The keywords live in __dict__, which pickling restores next to args.
+        self.status_code = status_code
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class RateLimitError(ChatClientError):
+    """The provider asked us to slow down (HTTP 429)."""
+
+    retryable = True
+
+
+class ChatTimeoutError(ChatClientError, TimeoutError):
+    """The request timed out (HTTP 408 or a client-side timeout)."""
+
+    retryable = True
+
+
+class ChatConnectionError(ChatClientError):
+    """The server could not be reached."""
+
+    retryable = True
+
+
+class ServerError(ChatClientError):
+    """The server failed (HTTP 5xx) or reported a conflict (HTTP 409)."""
+
+    retryable = True
+
+
+class ChatProtocolError(ChatClientError):
+    """The server answered, but not in the protocol: a reply that is not JSON,
+    lacks a field raf needs, holds a field of the wrong type, or is larger
+    than the client's size bound. The message names the field. Not retryable:
+    the same server is likely to answer the same way."""
+
+
+class BadRequestError(ChatClientError):
+    """The request was refused as malformed or not allowed (other 4xx)."""
+
+
+class AuthenticationError(BadRequestError):
+    """The credentials were missing or refused (HTTP 401/403)."""
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"

@@ -1,0 +1,76 @@
+"""The knobs of a run (AgentRunOptions) and of one model call (ChatOptions)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from raf._tools import Tool
+
+__all__ = ["AgentRunOptions", "ChatOptions"]
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"extra must be a mapping, got {type(value).__name__}")
+    return MappingProxyType(dict(value)) if value else _EMPTY
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
+
+
+@attrs.frozen(slots=True)
+class AgentRunOptions:
+    """Options of one run; ``None`` leaves the choice to the chat client.
+
+    ``max_tool_iterations`` counts model calls: a run makes at most that many.
+    ``extra`` is passed through to the chat client untouched.
+
+    >>> AgentRunOptions(model="gpt-4o-mini", temperature=0.0).max_tool_iterations
+    10
+    """
+
+    model: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    tool_choice: str | Mapping[str, Any] | None = None
+    max_tool_iterations: int = attrs.field(default=10, validator=_positive)
+    extra: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_frozen_mapping)
+
+
+@attrs.frozen(slots=True)
+class ChatOptions:
+    """What a chat client gets with the messages: the run's options and the tools."""
+
+    model: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    tool_choice: str | Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_frozen_mapping)
+    tools: tuple[Tool, ...] = ()
+
+    @classmethod
+    def from_run(
+        cls, options: AgentRunOptions, tools: tuple[Tool, ...], default_model: str | None = None
+    ) -> ChatOptions:
+        """The chat options for a run with ``options`` offering ``tools``.
+
+        ``default_model`` (the client's own) stands in for a run that names
+        none, so the chat stack sees the model the call will use.
+        """
+        return cls(
+            options.model if options.model is not None else default_model,
+            options.temperature,
+            options.max_tokens,
+            options.tool_choice,
+            options.extra,
+            tools,
+        )

@@ -1,0 +1,86 @@
+"""The Session protocol and the request hash every session records."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Final, Protocol, runtime_checkable
+
+import attrs
+
+from raf._messages import ChatMessage, checked_messages, messages_to_json
+
+__all__ = ["REQUEST_HASH_LIMIT", "RequestHash", "Session", "request_hash"]
+
+#: How many request digests a session keeps: the most recent ones, never more.
+REQUEST_HASH_LIMIT: Final = 64
+
+
+@attrs.frozen(slots=True)
+class RequestHash:
+    """What :meth:`Session.touch_request_hash` returns.
+
+    ``digest`` is :func:`request_hash` of the request messages; ``repeated``
+    is true when this session had already recorded the same digest (among
+    its last :data:`REQUEST_HASH_LIMIT`) before this call: a client's retried
+    duplicate turn, for example.
+
+    >>> RequestHash("ab" * 32, repeated=False).repeated
+    False
+    """
+
+    digest: str
+    repeated: bool
+
+
+@runtime_checkable
+class Session(Protocol):
+    """Where a conversation lives between runs.
+
+    ``get_messages`` returns the stored history, oldest first, as a tuple;
+    ``add_messages`` appends messages in one step, all or nothing;
+    ``touch_request_hash`` records the hash of a run's request messages with
+    the time (checked and recorded in one atomic step), keeping the last
+    :data:`REQUEST_HASH_LIMIT`, and says whether it was already there;
+    ``request_hashes`` returns those records, digest to the time last seen
+    (unix seconds), oldest first.
+    """
+
+    @property
+    def id(self) -> str: ...
+
+    async def get_messages(self) -> tuple[ChatMessage, ...]: ...
+
+    async def add_messages(self, messages: Iterable[ChatMessage]) -> None: ...
+
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash: ...
+
+    async def request_hashes(self) -> dict[str, float]: ...
+
+
+def request_hash(messages: Iterable[ChatMessage]) -> str:
+    """SHA-256 hex digest of the messages' canonical JSON (stable across processes).
+
+    >>> request_hash([]) == request_hash(())
+    True
+    """
+    return hashlib.sha256(messages_to_json(messages).encode()).hexdigest()
+
+
+def checked_batch(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """``messages`` as a tuple, every item checked before anything is stored.
+
+    A store calls it first in ``add_messages``, so one bad item rejects the
+    whole call with a ``TypeError`` that names its index; a lone message or
+    a string where a batch belongs is named as such.
+
+    >>> checked_batch([ChatMessage.user("hi"), "oops"])
+    Traceback (most recent call last):
+    TypeError: add_messages(messages)[1] must be a ChatMessage, got str
+    """
+    if isinstance(messages, (str, bytes, ChatMessage)):
+        raise TypeError(
+            f"add_messages(messages) must be an iterable of ChatMessage, "
+            f"got {type(messages).__name__}"
+        )
+    return checked_messages(messages, "add_messages(messages)")

@@ -1,0 +1,69 @@
+"""InMemorySession: the default session, kept in this process."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+
+from raf._messages import ChatMessage
+from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
+
+__all__ = ["InMemorySession"]
+
+
+class InMemorySession:
+    """A session kept in memory; what ``Agent.run(session=None)`` uses.
+
+    The history is one tuple: ``get_messages`` hands it out as it is (a
+    snapshot that never changes), and ``add_messages`` replaces it with a
+    longer one.
+
+    >>> import anyio
+    >>> session = InMemorySession("demo")
+    >>> anyio.run(session.add_messages, [ChatMessage.user("hi")])
+    >>> len(anyio.run(session.get_messages))
+    1
+    """
+
+    __slots__ = ("_hashes", "_id", "_messages")
+
+    def __init__(self, id: str | None = None) -> None:
+        self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
+        self._messages: tuple[ChatMessage, ...] = ()
+        # Digest -> time last seen; insertion order is recency (a touch moves it to the end).
+        self._hashes: dict[str, float] = {}
+
+    @property
+    def id(self) -> str:
+        """The session's id (a uuid4 hex unless one was given)."""
+        if self._id is None:
+            self._id = uuid.uuid4().hex
+        return self._id
+
+    async def get_messages(self) -> tuple[ChatMessage, ...]:
+        """The history, oldest first."""
+        return self._messages
+
+    async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
+        """Append ``messages``; a non-``ChatMessage`` item rejects the whole call."""
+        new = checked_batch(messages)
+        if new:
+            self._messages += new
+
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
+        """Record the request messages' hash with the time; say whether it was there."""
+        digest = request_hash(messages)
+        # No await between the check and the record: atomic within the event loop.
+        repeated = self._hashes.pop(digest, None) is not None
+        self._hashes[digest] = time.time()
+        if len(self._hashes) > REQUEST_HASH_LIMIT:
+            del self._hashes[next(iter(self._hashes))]
+        return RequestHash(digest, repeated)
+
+    async def request_hashes(self) -> dict[str, float]:
+        """The recorded digests with the time each was last seen, oldest first."""
+        return dict(self._hashes)
+
+    def __repr__(self) -> str:
+        return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"

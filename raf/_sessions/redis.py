@@ -1,0 +1,382 @@
+"""RedisSessionStore: sessions in Redis, shared by any number of processes and machines.
+
+Needs the optional extra ``raf[redis]`` (the ``coredis`` client, which runs on
+anyio: asyncio and trio alike). ``import raf`` does not import this module;
+``raf.RedisSessionStore`` does, on first use.
+
+Layout in Redis, per session (``{id}`` is a hash tag, so both keys of a
+session live in one cluster slot):
+
+- ``{prefix}:{id}:messages``: a list, one entry per message, raf's JSON
+  (``ChatMessage.to_dict``), oldest first;
+- ``{prefix}:{id}:requests``: a sorted set, request digest -> last time seen,
+  the last :data:`REQUEST_HASH_LIMIT` digests.
+
+Every write is one command or one Lua script, so it is atomic on the server:
+it appends the whole batch (or records the digest) and puts the ``ttl`` on
+both keys again, and it fails before it changes anything when a key holds
+another type of value. Without a ttl, an append is a single ``RPUSH``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Sequence
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any, Final, NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import coredis
+from coredis.exceptions import ConnectionError as RedisConnectionError
+from coredis.exceptions import NoScriptError, RedisError, WrongTypeError
+from coredis.retry import NoRetryPolicy
+
+from raf._errors import SessionStoreError
+from raf._messages import ChatMessage
+from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
+
+__all__ = ["RedisSessionStore"]
+
+
+DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
+#: Seconds that opening a store waits for the server to accept a connection.
+CONNECT_TIMEOUT: Final = 10.0
+
+# Both scripts write nothing before they know every write will succeed: the first
+# command that writes fails on a key of another type before it changes anything
+# (WRONGTYPE), and the other key, which gets only the ttl, is checked first, so a
+# key that is not ours never gets one. A script runs atomically: no other client's
+# command runs between its commands.
+_CHECK_OTHER_KEY: Final = """
+local ttl = tonumber(ARGV[1])
+if ttl > 0 then
+  local kind = redis.call('TYPE', KEYS[2])['ok']
+  if kind ~= 'none' and kind ~= '%s' then
+    return redis.error_reply(
+      'WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. kind .. ', not a %s')
+  end
+end
+"""
+
+# Lua: KEYS[1] the message list, KEYS[2] the request-hash record;
+# ARGV[1] the ttl in seconds ("0": none), ARGV[2..] the messages as raf's JSON.
+# RPUSH takes the batch in slices because Lua's unpack() is limited to a few
+# thousand values; the script is atomic, so the slices are contiguous anyway.
+_APPEND: Final = (
+    _CHECK_OTHER_KEY % ("zset", "zset")
+    + """
+local length = 0
+for first = 2, #ARGV, 1000 do
+  length = redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 999, #ARGV)))
+end
+if ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+end
+return length
+"""
+)
+
+# Lua: KEYS[1] the request-hash record, KEYS[2] the message list;
+# ARGV[1] the ttl, ARGV[2] the digest, ARGV[3] the time, ARGV[4] how many digests to keep.
+# Returns 1 when the digest was already recorded (a repeated request), else 0.
+_TOUCH: Final = (
+    _CHECK_OTHER_KEY % ("list", "list")
+    + """
+local seen = redis.call('ZSCORE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[4]) + 1))
+if ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+end
+if seen then return 1 end
+return 0
+"""
+)
+
+
+# A dropped connection shows as coredis's ConnectionError, an OSError, or an anyio
+# stream error, depending on where the client was when it dropped.
+_CONNECTION_FAILURES: Final = (
+    RedisConnectionError,
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+)
+_FAILURES: Final = (RedisError, *_CONNECTION_FAILURES)
+
+_SHA1: Final = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_APPEND, _TOUCH)}
+
+
+class RedisSessionStore:
+    """Sessions in one Redis database, shared by every process that opens it.
+
+    Open it with ``async with`` (or ``await store.open()``, then
+    ``await store.aclose()`` in the same task: the client keeps its
+    connections in a task group), then ``await store.get(session_id)``. A
+    session is one Redis list; ``add_messages`` appends a batch with one
+    ``RPUSH`` (with a ttl: one Lua script that also puts the expiry again),
+    so it is atomic and contiguous however many processes write to the
+    session at once. ``ttl`` (seconds) is put again on every key of a
+    session on every write; ``None`` means the keys never expire.
+
+    Every failure is a :class:`raf._errors.SessionStoreError` that names the
+    server and says what happened: a server that does not answer (on
+    opening), a connection dropped during a call, a key of the session
+    holding another type of value, a stored entry that is not raf's JSON.
+    Nothing already stored is changed by a failed call.
+    """
+
+    def __init__(
+        self, url: str = DEFAULT_URL, *, prefix: str = "raf", ttl: float | None = None
+    ) -> None:
+        if type(url) is not str or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"RedisSessionStore: url must be a redis:// URL, got {url!r}")
+        if type(prefix) is not str or not prefix:
+            raise ValueError(f"RedisSessionStore: prefix must be a non-empty str, got {prefix!r}")
+        if ttl is not None and (isinstance(ttl, bool) or not ttl > 0):
+            raise ValueError(f"RedisSessionStore: ttl must be None or > 0 seconds, got {ttl!r}")
+        self.url = url
+        self.prefix = prefix
+        self.ttl = ttl
+        # EXPIRE takes whole seconds; a part of a second is rounded up, never down to 0.
+        self._ttl_arg = "0" if ttl is None else str(max(1, -int(-ttl // 1)))
+        self._where = f"Redis session store {_redacted(url)}"
+        self._client: coredis.Redis[bytes] | None = None
+        self._exit = AsyncExitStack()
+        self._closed = False
+
+    async def open(self) -> RedisSessionStore:
+        """Connect and check that the server answers (``async with`` calls it)."""
+        if self._closed:
+            raise SessionStoreError(f"{self._where}: the store is closed")
+        if self._client is not None:
+            return self
+        await self._check_reachable()
+        # No automatic retries: resending a write whose reply was lost could store it twice.
+        client: coredis.Redis[bytes] = coredis.Redis.from_url(
+            self.url, decode_responses=False, retry_policy=NoRetryPolicy()
+        )
+        exit = AsyncExitStack()
+        try:
+            await exit.enter_async_context(client)
+            await client.ping()
+        except BaseException as exc:
+            await exit.aclose()
+            if isinstance(exc, _CONNECTION_FAILURES):
+                problem = "cannot reach the server"
+            elif isinstance(exc, RedisError):
+                problem = "the server does not answer as Redis does"
+            else:
+                raise
+            raise SessionStoreError(f"{self._where}: {problem}: {_reason(exc)}") from exc
+        self._client, self._exit = client, exit
+        return self
+
+    async def _check_reachable(self) -> None:
+        # A plain TCP connect first: a server that is down is the common failure, and
+        # coredis leaves a failed connection's streams unclosed (a ResourceWarning later).
+        parts = urlsplit(self.url)
+        if parts.scheme == "unix":
+            return
+        try:
+            with anyio.fail_after(CONNECT_TIMEOUT):
+                stream = await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 6379)
+        except (OSError, TimeoutError) as exc:
+            raise SessionStoreError(
+                f"{self._where}: cannot reach the server: {_reason(exc)}"
+            ) from exc
+        await stream.aclose()
+
+    async def get(self, session_id: str) -> RedisSession:
+        """The session ``session_id`` (created by its first write; no round trip here)."""
+        if type(session_id) is not str or not session_id:
+            raise ValueError(f"session id must be a non-empty str, got {session_id!r}")
+        self._require()
+        return RedisSession(self, session_id)
+
+    async def aclose(self) -> None:
+        """Close the connections; the store cannot be used afterwards."""
+        self._closed = True
+        client, self._client = self._client, None
+        if client is not None:
+            await self._exit.aclose()
+
+    async def __aenter__(self) -> RedisSessionStore:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisSessionStore({_redacted(self.url)!r}, prefix={self.prefix!r}, ttl={self.ttl!r})"
+        )
+
+    def _require(self) -> coredis.Redis[bytes]:
+        if self._client is None:
+            state = "closed" if self._closed else "not open: use `async with` or `await open()`"
+            raise SessionStoreError(f"{self._where}: the store is {state}")
+        return self._client
+
+    async def _run(
+        self, client: coredis.Redis[bytes], script: str, keys: Sequence[str], args: list[str]
+    ) -> Any:
+        """Run a Lua script by its SHA1, loading it first if the server does not have it."""
+        # EVALSHA directly: coredis's Script wrapper costs a tenth of an append.
+        sha = _SHA1[script]
+        try:
+            return await client.evalsha(sha, keys=keys, args=args)
+        except NoScriptError:
+            # The server never ran the command (a restart or SCRIPT FLUSH dropped the
+            # script): load it and send the command again, once.
+            await client.script_load(script)
+            return await client.evalsha(sha, keys=keys, args=args)
+
+    def _fail(
+        self, exc: BaseException, what: str, session_id: str, *, writing: str = ""
+    ) -> NoReturn:
+        """Raise the SessionStoreError that says what ``exc`` means for this call."""
+        where = f"{self._where}, session {session_id!r}"
+        if isinstance(exc, WrongTypeError) or "WRONGTYPE" in str(exc):
+            raise SessionStoreError(
+                f"{where}: cannot {what}: a key of the session holds another type of value "
+                f"({_reason(exc)}); it was left as it is"
+            ) from exc
+        if isinstance(exc, _CONNECTION_FAILURES):
+            outcome = f"; {writing}" if writing else ""
+            raise SessionStoreError(
+                f"{where}: the connection failed while trying to {what}: {_reason(exc)}{outcome}"
+            ) from exc
+        raise SessionStoreError(f"{where}: cannot {what}: {_reason(exc)}") from exc
+
+
+class RedisSession:
+    """One session of a :class:`RedisSessionStore` (get it with ``store.get``)."""
+
+    __slots__ = ("_id", "_messages_key", "_requests_key", "_store")
+
+    def __init__(self, store: RedisSessionStore, id: str) -> None:
+        self._store = store
+        self._id = id
+        base = f"{store.prefix}:{{{id}}}"
+        self._messages_key = f"{base}:messages"
+        self._requests_key = f"{base}:requests"
+
+    @property
+    def id(self) -> str:
+        """The session's id."""
+        return self._id
+
+    @property
+    def store(self) -> RedisSessionStore:
+        """The store the session lives in."""
+        return self._store
+
+    @property
+    def keys(self) -> tuple[str, str]:
+        """The session's Redis keys: its message list and its request-hash record."""
+        return self._messages_key, self._requests_key
+
+    async def get_messages(self) -> tuple[ChatMessage, ...]:
+        """The history, oldest first (one ``LRANGE``)."""
+        client = self._store._require()
+        try:
+            entries = await client.lrange(self._messages_key, 0, -1)
+        except _FAILURES as exc:
+            self._store._fail(exc, "read the messages", self._id)
+        return tuple([self._decode(index, entry) for index, entry in enumerate(entries)])
+
+    async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
+        """Append ``messages`` atomically and contiguously; a bad item rejects the whole call."""
+        batch = checked_batch(messages)
+        if not batch:
+            return
+        encoded = [_encode(message) for message in batch]
+        store = self._store
+        client = store._require()
+        try:
+            if store.ttl is None:
+                # One RPUSH of many values is atomic and contiguous by itself, and on a
+                # key of another type it fails before writing: no script needed.
+                await client.rpush(self._messages_key, encoded)
+            else:
+                await store._run(client, _APPEND, self.keys, [store._ttl_arg, *encoded])
+        except _FAILURES as exc:
+            store._fail(
+                exc,
+                f"append {len(batch)} message{'s' if len(batch) != 1 else ''}",
+                self._id,
+                writing="the batch is stored whole or not at all: read the session "
+                "before sending it again",
+            )
+
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
+        """Record the request's digest with the time; say whether it was recorded before."""
+        digest = request_hash(messages)
+        store = self._store
+        client = store._require()
+        args = [store._ttl_arg, digest, repr(time.time()), str(REQUEST_HASH_LIMIT)]
+        try:
+            seen = await store._run(client, _TOUCH, (self._requests_key, self._messages_key), args)
+        except _FAILURES as exc:
+            store._fail(exc, "record the request hash", self._id)
+        return RequestHash(digest, bool(seen))
+
+    async def request_hashes(self) -> dict[str, float]:
+        """The recorded digests with the time each was last seen, oldest first."""
+        client = self._store._require()
+        try:
+            pairs = await client.zrange(self._requests_key, 0, -1, withscores=True)
+        except _FAILURES as exc:
+            self._store._fail(exc, "read the request hashes", self._id)
+        return {_text(member): float(score) for member, score in pairs}
+
+    def _decode(self, index: int, entry: bytes | str) -> ChatMessage:
+        try:
+            return ChatMessage.from_dict(json.loads(entry))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise SessionStoreError(
+                f"{self._store._where}, session {self._id!r}: entry {index} of "
+                f"{self._messages_key} is not a stored ChatMessage ({exc}); it was left as it is"
+            ) from exc
+
+    def __repr__(self) -> str:
+        return f"RedisSession(id={self._id!r}, store={_redacted(self._store.url)!r})"
+
+
+def _encode(message: ChatMessage) -> str:
+    # The same JSON as the SQLite store: to_dict, UTF-8 kept, no spaces.
+    return json.dumps(message.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password, for messages and reprs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + host))

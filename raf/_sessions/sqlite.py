@@ -1,0 +1,589 @@
+"""SqliteSessionStore: durable sessions in one SQLite file (stdlib sqlite3, WAL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, TypeVar
+from urllib.parse import quote
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from raf._errors import SessionStoreError
+from raf._messages import ChatMessage
+from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
+
+__all__ = ["SqliteSessionStore"]
+
+T = TypeVar("T")
+
+#: Written to ``raf_meta`` when a store is created; a file without it is not ours.
+SCHEMA: Final = "raf.sessions/1"
+
+_TABLES: Final = "SELECT name FROM sqlite_master WHERE type = 'table'"
+_CREATE: Final = """
+CREATE TABLE raf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE raf_sessions (id TEXT PRIMARY KEY, created_at REAL NOT NULL);
+CREATE TABLE raf_messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX raf_messages_by_session ON raf_messages (session_id, seq);
+CREATE TABLE raf_request_hashes (
+    session_id TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    seen_at REAL NOT NULL,
+    PRIMARY KEY (session_id, hash)
+);
+"""
+
+# SQLite's primary result codes (the low byte of an extended code).
+_BUSY: Final = 5
+_READONLY: Final = 8
+_CORRUPT: Final = 11
+_CANTOPEN: Final = 14
+_NOTADB: Final = 26
+
+#: SQLite's own busy wait, per attempt: between attempts the worker thread checks whether
+#: its caller is still waiting and within its deadline, which SQLite's wait cannot do.
+_BUSY_SLICE: Final = 0.05
+
+#: How long a worker thread waits for the store's connection between two such checks.
+_LOCK_SLICE: Final = 0.05
+
+#: What a problem list from ``PRAGMA quick_check`` may say in an error, at most.
+_PROBLEMS_SHOWN: Final = 3
+
+
+class _Abandoned(Exception):
+    """The caller stopped waiting before its work started or committed; nobody sees this."""
+
+
+class _Call:
+    """One piece of work handed to a worker thread, with its caller's bound."""
+
+    __slots__ = ("abandoned", "deadline", "work")
+
+    def __init__(self, work: Callable[[sqlite3.Connection], Any], deadline: float) -> None:
+        self.work = work
+        self.deadline = deadline  # time.monotonic() based; inf when unbounded
+        self.abandoned = False  # set by the caller when it stops waiting (a bool write is atomic)
+
+    def expired(self) -> bool:
+        return self.abandoned or time.monotonic() >= self.deadline
+
+
+class SqliteSessionStore:
+    """Sessions that outlive the process, in one SQLite file.
+
+    ``await store.get(session_id)`` returns the :class:`raf.Session` with
+    that id (a session is stored with its first write; getting one writes
+    nothing). Every database call runs in a worker thread
+    (``anyio.to_thread``), so the store works on asyncio and trio and never
+    blocks the event loop. Calls queue for the store's one connection in the
+    event loop, not in threads, so a queue of writes holds no threads and a
+    queued call can be cancelled; a cancelled call returns at once, and a
+    write whose caller has left is rolled back, not committed. The file
+    is in WAL mode, so readers in other processes do not block it. Several
+    processes may share a file: each write is one transaction, and a session
+    picks up messages another process appended.
+
+    ``timeout`` bounds how long a call waits for another connection's write
+    lock (and never beyond the caller's own deadline, such as a post stage's
+    ``post_timeout``). ``read_only=True`` opens an existing file for reading
+    only (SQLite enforces it; the file is never created or changed); a file
+    that cannot be written is also opened for reading on its own, and
+    writes then raise :class:`raf._errors.SessionStoreError`.
+
+    A file that is not a SQLite database, a database raf did not create, or
+    a corrupt one (checked with ``PRAGMA quick_check`` on open and on every
+    ``SQLITE_CORRUPT``) raises :class:`raf._errors.SessionStoreError` naming
+    the file; it is never replaced. Close the store with
+    ``await store.aclose()`` or ``async with``.
+
+    >>> import anyio
+    >>> async def demo():
+    ...     async with SqliteSessionStore(":memory:") as store:
+    ...         session = await store.get("alice")
+    ...         await session.add_messages([ChatMessage.user("hi")])
+    ...         return [m.content for m in await session.get_messages()]
+    >>> anyio.run(demo)
+    ['hi']
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, timeout: float = 30.0, read_only: bool = False
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.path = path if path == ":memory:" else Path(path)
+        self.timeout = timeout
+        self.read_only = read_only
+        # Held by the worker thread that uses the connection, until that thread really ends
+        # (a cancelled caller stops waiting for its thread; the thread keeps the lock).
+        self._lock = threading.Lock()
+        # Callers queue here, in their event loop, before they take a thread. Per loop:
+        # an anyio lock belongs to the event loop it was first used in.
+        self._gate: anyio.lowlevel.RunVar[anyio.Lock] = anyio.lowlevel.RunVar(
+            f"raf._sessions.sqlite.gate.{id(self)}"
+        )
+        self._connection: sqlite3.Connection | None = None
+        self._current: _Call | None = None  # the call whose thread holds self._lock
+        self._closed = False
+        self._broken: str | None = None  # set once the file is known to be corrupt
+        self._sessions: weakref.WeakValueDictionary[str, SqliteSession] = (
+            weakref.WeakValueDictionary()
+        )
+
+    async def get(self, session_id: str) -> SqliteSession:
+        """The session ``session_id`` (opening the file on first use; nothing is written)."""
+        if type(session_id) is not str or not session_id:
+            raise ValueError(f"session id must be a non-empty str, got {session_id!r}")
+        session = self._sessions.get(session_id)
+        if session is None:
+            await self.with_connection(_nothing)  # a bad file is reported here, not later
+            session = self._sessions.setdefault(session_id, SqliteSession(self, session_id))
+        return session
+
+    async def session_ids(self) -> list[str]:
+        """The ids of every stored session (those written to), oldest first."""
+        rows = await self.with_connection(
+            lambda db: db.execute("SELECT id FROM raf_sessions ORDER BY created_at, id").fetchall()
+        )
+        return [row[0] for row in rows]
+
+    async def with_connection(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work(connection)`` in a worker thread, with the store's connection to itself.
+
+        Sessions use it for every database call; it opens the file on first
+        use. ``work`` must only read, or be one transaction that ends with
+        :meth:`commit`: when another connection holds the write lock, it is
+        rolled back and run again, until the caller's deadline or the store's
+        ``timeout``.
+        """
+        try:
+            gate = self._gate.get()
+        except LookupError:
+            gate = anyio.Lock()
+            self._gate.set(gate)
+        async with gate:
+            left = anyio.current_effective_deadline() - anyio.current_time()
+            call = _Call(work, time.monotonic() + min(left, self.timeout))
+            try:
+                result: T = await anyio.to_thread.run_sync(
+                    self._in_thread, call, abandon_on_cancel=True
+                )
+            except BaseException:
+                call.abandoned = True  # its thread stops waiting for locks and gives up
+                raise
+            return result
+
+    def _in_thread(self, call: _Call) -> Any:
+        while not self._lock.acquire(timeout=_LOCK_SLICE):
+            # Only after a cancelled caller left its thread running: wait for it, boundedly.
+            if call.expired():
+                raise self._gave_up(call, "the store's connection")
+        self._current = call
+        try:
+            if call.abandoned:
+                raise _Abandoned
+            if self._closed:
+                raise SessionStoreError(f"session store {self.path}: the store is closed")
+            if self._broken is not None:
+                raise SessionStoreError(self._broken)
+            while True:
+                try:
+                    if self._connection is None:
+                        self._connection = _open(self.path, self.read_only)
+                    return call.work(self._connection)
+                except sqlite3.Error as exc:
+                    db = self._connection
+                    if db is not None and db.in_transaction:
+                        db.rollback()
+                    if _code(exc) == _BUSY:
+                        if not call.expired():
+                            continue  # SQLite waited one slice; ours to decide whether to go on
+                        raise self._gave_up(call, "another connection's write lock") from exc
+                    raise self._error(exc) from exc
+                except BaseException:
+                    db = self._connection
+                    if db is not None and db.in_transaction:
+                        db.rollback()
+                    raise
+        finally:
+            self._current = None
+            self._lock.release()
+
+    def commit(self, db: sqlite3.Connection) -> None:
+        """Commit the transaction of the current call, unless its caller stopped waiting.
+
+        Work run by :meth:`with_connection` ends its transaction with it: a
+        caller cancelled before this point finds nothing written, so a
+        cancelled write has either not happened or (when the cancellation
+        came while committing) happened completely.
+        """
+        if self._current is not None and self._current.abandoned:
+            raise _Abandoned  # rolled back by _in_thread
+        db.execute("COMMIT")
+
+    def _gave_up(self, call: _Call, what: str) -> SessionStoreError:
+        why = "the caller stopped waiting" if call.abandoned else "the time ran out"
+        return SessionStoreError(
+            f"session store {self.path}: gave up waiting for {what} ({why}; timeout={self.timeout}s"
+            " or the caller's deadline, whichever comes first); nothing was written"
+        )
+
+    def _error(self, exc: sqlite3.Error) -> SessionStoreError:
+        code = _code(exc)
+        if code in (_CORRUPT, _NOTADB):
+            self._broken = (
+                f"session store {self.path}: the database file is corrupt ({exc}); the store "
+                "refuses to read a possibly short history. The file is left as it is: restore it "
+                "from a backup (sqlite3's .recover can salvage what is readable)"
+            )
+            return SessionStoreError(self._broken)
+        if code == _READONLY:
+            how = "opened with read_only=True" if self.read_only else "it cannot be written here"
+            return SessionStoreError(f"session store {self.path} is read-only ({how}): {exc}")
+        return SessionStoreError(f"session store {self.path}: {exc}")
+
+    async def aclose(self) -> None:
+        """Close the database connection; the store cannot be used afterwards."""
+        await anyio.to_thread.run_sync(self.close)
+
+    def close(self) -> None:
+        """Close the database connection (blocking; prefer :meth:`aclose` in async code)."""
+        with self._lock:
+            self._closed = True
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    async def __aenter__(self) -> SqliteSessionStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"SqliteSessionStore({str(self.path)!r})"
+
+
+class SqliteSession:
+    """One session of a :class:`SqliteSessionStore` (get it with ``store.get``).
+
+    The history loaded so far is kept with the session, with the row id of
+    its last message: each ``get_messages`` reads only the rows appended
+    since, so a turn reads what is new, not the whole conversation, and
+    messages written by another process or store still show up.
+    """
+
+    __slots__ = ("__weakref__", "_history", "_id", "_last_seq", "_store", "_stored")
+
+    def __init__(self, store: SqliteSessionStore, id: str) -> None:
+        self._store = store
+        self._id = id
+        # Changed only in the worker thread holding the store's lock, and only to agree with
+        # what is committed: a cancelled caller's thread may still finish and update it.
+        self._history: tuple[ChatMessage, ...] = ()
+        self._last_seq = 0
+        self._stored = False  # whether this object has seen the session's row written
+
+    @property
+    def id(self) -> str:
+        """The session's id."""
+        return self._id
+
+    @property
+    def store(self) -> SqliteSessionStore:
+        """The store the session lives in."""
+        return self._store
+
+    async def get_messages(self) -> tuple[ChatMessage, ...]:
+        """The history, oldest first."""
+        return await self._store.with_connection(self._refresh)
+
+    async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
+        """Append ``messages`` in one transaction; a bad item rejects the whole call."""
+        new = checked_batch(messages)
+        if new:
+            await self._store.with_connection(lambda db: self._append(db, new))
+
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
+        """Record the request messages' hash with the time; say whether it was there."""
+        digest = request_hash(messages)
+        seen_at = time.time()
+
+        def touch(db: sqlite3.Connection) -> bool:
+            db.execute("BEGIN IMMEDIATE")  # the check and the record in one write transaction
+            self._ensure_row(db)
+            repeated = (
+                db.execute(
+                    "DELETE FROM raf_request_hashes WHERE session_id = ? AND hash = ?",
+                    (self._id, digest),
+                ).rowcount
+                > 0
+            )
+            # Deleted and inserted again: the newest row has the highest rowid, so rowid
+            # order is the order of last use, whatever the clock did.
+            db.execute(
+                "INSERT INTO raf_request_hashes (session_id, hash, seen_at) VALUES (?, ?, ?)",
+                (self._id, digest, seen_at),
+            )
+            db.execute(
+                "DELETE FROM raf_request_hashes WHERE session_id = ? AND rowid NOT IN "
+                "(SELECT rowid FROM raf_request_hashes WHERE session_id = ? "
+                "ORDER BY rowid DESC LIMIT ?)",
+                (self._id, self._id, REQUEST_HASH_LIMIT),
+            )
+            self._store.commit(db)
+            self._stored = True
+            return repeated
+
+        return RequestHash(digest, await self._store.with_connection(touch))
+
+    async def request_hashes(self) -> dict[str, float]:
+        """The recorded digests with the time each was last seen, oldest first."""
+        rows = await self._store.with_connection(
+            lambda db: db.execute(
+                "SELECT hash, seen_at FROM raf_request_hashes WHERE session_id = ? "
+                "ORDER BY rowid DESC LIMIT ?",
+                (self._id, REQUEST_HASH_LIMIT),
+            ).fetchall()
+        )
+        recorded: dict[str, float] = {}
+        for digest, seen_at in reversed(rows):
+            if type(digest) is not str or type(seen_at) not in (float, int):
+                raise SessionStoreError(
+                    f"session store {self._store.path}: a request-hash row of session "
+                    f"{self._id!r} is not raf's ({digest!r}, {seen_at!r})"
+                )
+            recorded[digest] = float(seen_at)
+        return recorded
+
+    def _ensure_row(self, db: sqlite3.Connection) -> None:
+        # A session is stored with its first write, so that reading needs no write access.
+        if not self._stored:
+            db.execute(
+                "INSERT OR IGNORE INTO raf_sessions (id, created_at) VALUES (?, ?)",
+                (self._id, time.time()),
+            )
+
+    def _refresh(self, db: sqlite3.Connection) -> tuple[ChatMessage, ...]:
+        rows = db.execute(
+            "SELECT seq, message FROM raf_messages WHERE session_id = ? AND seq > ? ORDER BY seq",
+            (self._id, self._last_seq),
+        ).fetchall()
+        if rows:
+            loaded = tuple(self._decode(seq, text) for seq, text in rows)
+            self._history += loaded
+            self._last_seq = rows[-1][0]
+        return self._history
+
+    def _append(self, db: sqlite3.Connection, messages: tuple[ChatMessage, ...]) -> None:
+        encoded = [(self._id, _encode(message)) for message in messages]  # off the event loop
+        db.execute("BEGIN IMMEDIATE")
+        self._ensure_row(db)
+        (newest,) = db.execute(
+            "SELECT coalesce(max(seq), 0) FROM raf_messages WHERE session_id = ?", (self._id,)
+        ).fetchone()
+        db.executemany("INSERT INTO raf_messages (session_id, message) VALUES (?, ?)", encoded)
+        (last,) = db.execute("SELECT last_insert_rowid()").fetchone()
+        self._store.commit(db)
+        self._stored = True
+        if newest == self._last_seq:
+            # Nobody else appended since our last read: extend the cache without reading back.
+            self._history += messages
+            self._last_seq = last
+
+    def _decode(self, seq: int, text: object) -> ChatMessage:
+        where = f"session store {self._store.path}: message row {seq} of session {self._id!r}"
+        if type(text) is not str:
+            raise SessionStoreError(f"{where} is not text but {type(text).__name__}")
+        try:
+            data = json.loads(text)
+        except RecursionError:
+            raise SessionStoreError(f"{where} is JSON nested too deeply to read") from None
+        except ValueError as exc:
+            raise SessionStoreError(f"{where} is not JSON: {exc}") from exc
+        if type(data) is not dict:
+            raise SessionStoreError(
+                f"{where} is not a stored ChatMessage: a JSON {type(data).__name__}, not an object"
+            )
+        try:
+            return ChatMessage.from_dict(data)
+        except RecursionError:
+            raise SessionStoreError(f"{where} is nested too deeply to read") from None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise SessionStoreError(
+                f"{where} is not a stored ChatMessage: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def __repr__(self) -> str:
+        return f"SqliteSession(id={self._id!r}, store={str(self._store.path)!r})"
+
+
+def _nothing(db: sqlite3.Connection) -> None:
+    return None
+
+
+def _code(exc: sqlite3.Error) -> int:
+    """The primary SQLite result code of an error (-1 when sqlite3 did not say)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else -1
+
+
+def _encode(message: ChatMessage) -> str:
+    return json.dumps(message.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+def _connect(
+    path: str | Path, *, read_only: bool = False, immutable: bool = False
+) -> sqlite3.Connection:
+    if path == ":memory:":
+        target, uri = ":memory:", False
+    elif read_only:
+        flags = "mode=ro&immutable=1" if immutable else "mode=ro"
+        target, uri = f"file:{quote(os.fspath(Path(path).absolute()))}?{flags}", True
+    else:
+        target, uri = os.fspath(path), False
+    return sqlite3.connect(
+        target, timeout=_BUSY_SLICE, isolation_level=None, check_same_thread=False, uri=uri
+    )
+
+
+def _open(path: str | Path, read_only: bool) -> sqlite3.Connection:
+    """Open (or create) the store's file and check that it is a sound raf session store."""
+    if read_only and path != ":memory:" and not Path(path).is_file():
+        raise SessionStoreError(
+            f"session store {path}: cannot open the file read-only: it does not exist"
+        )
+    try:
+        db = _connect(path, read_only=read_only)
+    except sqlite3.Error as exc:
+        raise SessionStoreError(f"session store {path}: cannot open the file: {exc}") from exc
+    try:
+        _prepare(db, path, writable=not read_only)
+    except sqlite3.Error as exc:
+        db.close()
+        if not _cannot_write(exc, path):
+            raise
+        # A WAL file in a folder we cannot write: SQLite cannot make its shared-memory file
+        # next to it. With no -wal file the database file holds everything (the last writer
+        # checkpointed and closed), so it can be read as an immutable file.
+        try:
+            db = _connect(path, read_only=True, immutable=not _has_wal(path))
+            _prepare(db, path, writable=False)
+        except BaseException:
+            db.close()
+            raise
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _cannot_write(exc: sqlite3.Error, path: str | Path) -> bool:
+    return path != ":memory:" and _code(exc) in (_READONLY, _CANTOPEN) and Path(path).is_file()
+
+
+def _has_wal(path: str | Path) -> bool:
+    return Path(f"{os.fspath(path)}-wal").exists()
+
+
+def _prepare(db: sqlite3.Connection, path: str | Path, *, writable: bool) -> None:
+    """Check the schema (creating it in an empty file) and the file's soundness.
+
+    A ``sqlite3.Error`` that says the file cannot be written propagates, so
+    that ``_open`` can fall back to reading; every other problem is a
+    :class:`SessionStoreError`.
+    """
+    try:
+        tables = {row[0] for row in db.execute(_TABLES)}
+        if not tables:
+            if not writable:
+                raise SessionStoreError(
+                    f"session store {path}: the file holds no raf session store, and it is "
+                    "opened read-only, so none can be created"
+                )
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("BEGIN IMMEDIATE")
+            # Another process may have created the store between our look and our lock.
+            if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                # Not executescript: it would commit first, outside our transaction.
+                for statement in _CREATE.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute("INSERT INTO raf_meta (key, value) VALUES ('schema', ?)", (SCHEMA,))
+            db.execute("COMMIT")
+            tables = {row[0] for row in db.execute(_TABLES)}
+        if "raf_meta" not in tables:
+            raise SessionStoreError(
+                f"session store {path}: the file is a SQLite database but not a raf session "
+                f"store (tables: {', '.join(sorted(tables))}); refusing to touch it"
+            )
+        row = db.execute("SELECT value FROM raf_meta WHERE key = 'schema'").fetchone()
+        if row is None or row[0] != SCHEMA:
+            found = row[0] if row is not None else "none"
+            raise SessionStoreError(
+                f"session store {path}: unknown schema {found!r} (this raf reads {SCHEMA!r})"
+            )
+        if writable:
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError as exc:
+                if _code(exc) != _READONLY:
+                    raise
+                # A file we may not write (opened read-only by SQLite): read it as it is.
+            db.execute("PRAGMA synchronous=NORMAL")
+        _check_sound(db, path)
+    except sqlite3.Error as exc:
+        if db.in_transaction:
+            db.rollback()
+        if (_cannot_write(exc, path) and writable) or _code(exc) == _BUSY:
+            raise  # _open falls back to reading; the caller's loop waits for the lock
+        if not writable and _code(exc) in (_READONLY, _CANTOPEN) and _has_wal(path):
+            raise SessionStoreError(
+                f"session store {path}: cannot be read where it is: its folder cannot be written, "
+                f"and SQLite needs to create {path}-shm to read the {path}-wal file left next to "
+                "it; open the store once where the folder can be written, and it is checkpointed"
+            ) from exc
+        if _code(exc) == _CORRUPT:
+            raise SessionStoreError(
+                f"session store {path}: the database file is corrupt ({exc}). The file is left "
+                "as it is: restore it from a backup (sqlite3's .recover can salvage what is "
+                "readable)"
+            ) from exc
+        raise SessionStoreError(
+            f"session store {path}: not a usable SQLite database ({exc}); "
+            "check the path, the file is left as it is"
+        ) from exc
+
+
+def _check_sound(db: sqlite3.Connection, path: str | Path) -> None:
+    """``PRAGMA quick_check``: a corrupt file is refused before it can hand out a short history."""
+    problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+    if problems != ["ok"]:
+        shown = "; ".join(str(p) for p in problems[:_PROBLEMS_SHOWN])
+        more = len(problems) - _PROBLEMS_SHOWN
+        raise SessionStoreError(
+            f"session store {path}: the database file is corrupt (quick_check: {shown}"
+            + (f"; and {more} more" if more > 0 else "")
+            + "). The file is left as it is: restore it from a backup "
+            "(sqlite3's .recover can salvage what is readable)"
+        )
