@@ -247,7 +247,7 @@ def test_register_in_the_default_registry(monkeypatch: pytest.MonkeyPatch) -> No
         return Clock(options.text("zone"))
 
     register_provider_kind("clock", make)
-    assert "clock" in raf.PROVIDER_KINDS
+    assert "clock" in raf._config.PROVIDER_KINDS
     assert build_provider(ContextProviderDecl("clock", options={"zone": "UTC"})).zone == "UTC"
 
 

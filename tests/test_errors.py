@@ -8,7 +8,8 @@ import re
 import pytest
 
 import raf
-from raf import AgentResponse, ChatMessage, errors
+from raf import AgentResponse, ChatMessage
+from raf import _errors as errors
 
 
 @pytest.mark.parametrize(

@@ -224,7 +224,7 @@ async def test_the_tree_of_a_run_with_three_providers_a_tool_call_and_a_retried_
     # The retried attempt is an exception event; the call as a whole succeeded.
     assert [event.name for event in first.events] == ["exception"]
     assert attributes_of(first.events[0]).items() >= {
-        ("exception.type", "raf._errors.RateLimitError"),
+        ("exception.type", "raf.RateLimitError"),
         ("exception.message", "slow down"),
         ("raf.chat.attempt", 1),
     }
@@ -319,9 +319,9 @@ async def test_a_failing_pre_stage_marks_its_span_and_the_run(tracing: Tracing) 
     assert [event.name for event in broken.events] == ["exception"]
     (run,) = tracing.named("invoke_agent")
     assert run.status.status_code is StatusCode.ERROR
-    assert attributes(run)["error.type"] == "raf._errors.ProviderError"
+    assert attributes(run)["error.type"] == "raf.ProviderError"
     (post,) = tracing.named("on_invoked notes")
-    assert attributes(post)["raf.run.error.type"] == "raf._errors.ProviderError"
+    assert attributes(post)["raf.run.error.type"] == "raf.ProviderError"
     assert post.status.status_code is StatusCode.UNSET
 
 
@@ -474,10 +474,10 @@ async def test_an_early_close_of_a_stream_ends_every_span(tracing: Tracing) -> N
         ("invoke_agent", leaves("on_invoking notes", "chat", "on_invoked notes"))
     ]
     (post,) = tracing.named("on_invoked notes")
-    assert attributes(post)["raf.run.error.type"] == "raf._errors.StreamClosedError"
+    assert attributes(post)["raf.run.error.type"] == "raf.StreamClosedError"
     (chat,) = tracing.named("chat")
     assert chat.status.status_code is StatusCode.ERROR
-    assert attributes(chat)["error.type"] == "raf._errors.StreamClosedError"
+    assert attributes(chat)["error.type"] == "raf.StreamClosedError"
     assert "gen_ai.response.time_to_first_chunk" in attributes(chat)
 
 
