@@ -51,17 +51,24 @@ async def streamed_core(
     await that joins no outer stream.
     """
     stream = _RUN.get()
-    if stream is None:
-        if _CORE.get() is None:
-            return await function(*args, **kwargs)
-        token = _CORE.set(None)
-        try:
-            return await function(*args, **kwargs)
-        finally:
-            _CORE.reset(token)
+    if stream is None and _CORE.get() is None:
+        return await function(*args, **kwargs)
     tokens = _RUN.set(None), _CORE.set(stream)
     try:
-        return await stream._closable(function, *args, **kwargs)
+        if stream is None:  # a run nested in a stream's core is not that stream's
+            return await function(*args, **kwargs)
+        if stream._closed is None:
+            with anyio.CancelScope() as scope:
+                stream._scopes.append(scope)
+                try:
+                    result = await function(*args, **kwargs)
+                finally:
+                    stream._scopes.remove(scope)
+                if stream._closed is None:
+                    return result
+        # Closed before the core, or meanwhile: what the consumer got is the partial answer.
+        assert stream._closed is not None
+        raise stream._closed
     finally:
         _CORE.reset(tokens[1])
         _RUN.reset(tokens[0])
@@ -74,9 +81,7 @@ async def stream_model(
 
     Uses ``client.stream`` when the client has one (the response is what
     the updates assemble to), else ``client.complete`` (its answer is then
-    sent as updates). The client's iterator is always closed here, also
-    when the run stops early; an early close of an iterator-form run comes
-    out as its ``StreamClosedError``, so the chat stack sees that.
+    sent as updates). An early close comes out as ``StreamClosedError``.
     """
     name = type(client).__name__
     stream = getattr(client, "stream", None)
@@ -85,7 +90,14 @@ async def stream_model(
             response: AgentResponse = await client.complete(messages, options)
             await pump(name, _replay(response), on_update)
             return response
-        iterator = _open(client, stream, messages, options)
+        iterator = stream(messages, options)
+        if not hasattr(iterator, "__anext__"):
+            if inspect.iscoroutine(iterator):
+                iterator.close()  # 'async def stream' that returns: never awaited, no warning
+            raise TypeError(
+                f"{name}.stream() must return an async iterator of raf.Update "
+                f"(write it as an async generator), got {type(iterator).__name__}"
+            )
         return AgentResponse.from_updates(await pump(name, iterator, on_update))
     except anyio.get_cancelled_exc_class():
         closing = _CORE.get()
@@ -110,20 +122,6 @@ async def pump(client: str, iterator: AsyncIterator[Update], on_update: OnUpdate
         if aclose is not None:
             await aclose()
     return updates
-
-
-def _open(
-    client: Any, stream: Any, messages: Sequence[ChatMessage], options: ChatOptions
-) -> AsyncIterator[Update]:
-    iterator = stream(messages, options)
-    if not hasattr(iterator, "__anext__"):
-        if inspect.iscoroutine(iterator):
-            iterator.close()  # 'async def stream' that returns: never awaited, no warning
-        raise TypeError(
-            f"{type(client).__name__}.stream() must return an async iterator of raf.Update "
-            f"(write it as an async generator), got {type(iterator).__name__}"
-        )
-    return iterator  # type: ignore[no-any-return]
 
 
 async def _replay(response: AgentResponse) -> AsyncIterator[Update]:
@@ -161,42 +159,18 @@ class AgentStream:
     (['hello ', 'big ', 'world'], 'hello big world')
     """
 
-    __slots__ = (
-        "_asked",
-        "_busy",
-        "_cancelled",
-        "_closed",
-        "_done",
-        "_error",
-        "_error_delivered",
-        "_free",
-        "_group",
-        "_holding",
-        "_item",
-        "_reading",
-        "_ready",
-        "_received",
-        "_response",
-        "_run",
-        "_scopes",
-        "_start",
-        "_state",
-    )
-
     def __init__(
         self,
         start: Callable[[OnUpdate], Awaitable[Any]],
         run: Callable[[Any], Awaitable[AgentResponse]],
     ) -> None:
-        # ``start(on_update)`` makes the run's request (the session's request hash
-        # included); ``run(request)`` runs the onion.
+        # start(on_update) makes the run's request (the request hash included); run runs it.
         self._start = start
         self._run = run
         self._state = "new"  # new -> running -> exited
         self._done = False  # the run is over
         self._response: AgentResponse | None = None
-        self._error: BaseException | None = None
-        self._error_delivered = False
+        self._error: BaseException | None = None  # the run's, until the consumer saw it
         self._cancelled: BaseException | None = None
         self._closed: StreamClosedError | None = None  # set by an early close
         self._scopes: list[anyio.CancelScope] = []  # the cores an early close cancels
@@ -207,12 +181,10 @@ class AgentStream:
         # ``_asked``, which the consumer sets when it asks for the next update (or
         # leaves). ``_holding``: the consumer took the item and has not asked yet.
         self._item: Update | None = None
-        self._ready: anyio.Event  # made on entering: an Event needs the event loop
+        self._ready: anyio.Event  # made on entering, in the event loop
         self._asked: anyio.Event | None = None
         self._holding = False
-        # Updates sent concurrently (two model streams at once) queue on ``_busy``.
-        self._busy = False
-        self._free: anyio.Event | None = None
+        self._lock: anyio.Lock
 
     @property
     def response(self) -> AgentResponse | None:
@@ -224,14 +196,12 @@ class AgentStream:
             raise RuntimeError("an agent.stream(...) can be entered only once: call it again")
         self._state = "running"
         invocation = await self._start(self._send)
-        self._ready = anyio.Event()
+        self._ready, self._lock = anyio.Event(), anyio.Lock(fast_acquire=True)
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
         group.start_soon(self._run_task, invocation)
         return self
-
-    # --- The run's side ---------------------------------------------------------------
 
     async def _run_task(self, invocation: Any) -> None:
         """The run, in its own task: never raises (but for its cancellation)."""
@@ -249,23 +219,6 @@ class AgentStream:
             self._done = True
             self._ready.set()
 
-    async def _closable(
-        self, function: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
-    ) -> T:
-        """The run's core, in the one cancel scope that an early close cancels."""
-        if self._closed is None:
-            with anyio.CancelScope() as scope:
-                self._scopes.append(scope)
-                try:
-                    result = await function(*args, **kwargs)
-                finally:
-                    self._scopes.remove(scope)
-                if self._closed is None:
-                    return result
-        # Closed before the core, or meanwhile: what the consumer got is the partial answer.
-        assert self._closed is not None
-        raise self._closed
-
     async def _send(self, update: Update) -> None:
         """The run's ``on_update``, the end of the chain: hand ``update`` over.
 
@@ -273,28 +226,20 @@ class AgentStream:
         run is never ahead of the consumer and a consumer that leaves finds
         the run here. After an early close, raises its ``StreamClosedError``.
         """
-        while self._busy:  # another task of the run is at the hand-over: queue up
-            if self._free is None:
-                self._free = anyio.Event()
-            await self._free.wait()
-        if self._closed is not None:
-            raise self._closed
-        self._busy = True
-        try:
-            self._item = update
-            asked = self._asked = anyio.Event()
-            self._ready.set()
-            await asked.wait()
-        finally:
-            # Taken or not (the run's own deadline passed), the update is no longer offered.
-            self._item = None
-            self._holding = False
-            self._busy = False
-            free, self._free = self._free, None
-            if free is not None:
-                free.set()
-        if self._closed is not None:
-            raise self._closed
+        async with self._lock:  # one hand-over at a time (two model streams at once)
+            if self._closed is not None:
+                raise self._closed
+            try:
+                self._item = update
+                asked = self._asked = anyio.Event()
+                self._ready.set()
+                await asked.wait()
+            finally:
+                # Taken or not (the run's own deadline passed), it is no longer offered.
+                self._item = None
+                self._holding = False
+            if self._closed is not None:
+                raise self._closed
 
     def _close(self) -> None:
         """An early close: stop the run's in-flight work; what comes next fails."""
@@ -303,8 +248,6 @@ class AgentStream:
             scope.cancel()
         if self._asked is not None:
             self._asked.set()  # a hand-over outside the core (a run middleware's update)
-
-    # --- The consumer's side ----------------------------------------------------------
 
     def __aiter__(self) -> AsyncIterator[Update]:
         return self
@@ -339,10 +282,9 @@ class AgentStream:
             self._reading = False
 
     def _end(self) -> Update:
-        error = self._error
-        if error is not None and not self._error_delivered:
-            self._error_delivered = True
-            raise error  # as it is: its __cause__ and __context__ untouched
+        error, self._error = self._error, None
+        if error is not None:
+            raise error  # once, as it is: its __cause__ and __context__ untouched
         raise StopAsyncIteration
 
     async def __aexit__(
@@ -351,66 +293,56 @@ class AgentStream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        group = self._group
-        assert group is not None
+        assert self._group is not None
         cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
         if not self._done and not cancelled:
             self._close()
         self._state = "exited"
-        if cancelled:
-            # The consumer is being cancelled: the group cancels the run, whose post
-            # stages run shielded and bounded; the cancellation propagates as it is.
-            try:
-                swallowed = await group.__aexit__(exc_type, exc, tb)
-            except BaseException as propagated:  # the backend may raise a new cancellation
-                self._pass_notes(propagated)
-                raise
-            assert exc is not None
-            self._pass_notes(exc)
-            return swallowed
-        # The consumer's own exception never enters the task group (which would wrap it).
-        await group.__aexit__(None, None, None)
-        self._raise_after(exc)
-        return None
+        if not cancelled:
+            # The consumer's own exception never enters the task group (which would wrap it).
+            await self._group.__aexit__(None, None, None)
+            unseen = self._unseen()
+            if unseen is not None and exc is None:
+                raise unseen
+            if unseen is not None and exc is not None:
+                _note(exc, unseen)  # the consumer's own exception wins
+            return None
+        # The consumer is being cancelled: the group cancels the run, whose post stages
+        # run shielded and bounded; the cancellation propagates as it is, with notes.
+        assert exc is not None
+        try:
+            return await self._group.__aexit__(exc_type, exc, tb)
+        except BaseException as propagated:  # the backend may raise a new cancellation
+            exc = propagated
+            raise
+        finally:
+            run = self._cancelled
+            if run is not None and run is not exc:
+                for note in getattr(run, "__notes__", ()):
+                    exc.add_note(note)  # the failed post stages
+            unseen = self._unseen()
+            if unseen is not None:
+                _note(exc, unseen)
 
-    def _pass_notes(self, propagated: BaseException) -> None:
-        """The notes of the run's cancellation (failed post stages) on the consumer's.
+    def _unseen(self) -> BaseException | None:
+        """What the run raised that the consumer did not see: nothing is swallowed.
 
-        A run that had failed by itself before the cancellation, unseen by the
-        consumer, is a note too: nothing is swallowed silently.
+        After an early close, that is the post stages that failed: the
+        innermost :class:`raf.ProviderError`, the others as notes on it.
         """
-        cancelled = self._cancelled
-        if cancelled is not None and cancelled is not propagated:
-            for note in getattr(cancelled, "__notes__", ()):
-                propagated.add_note(note)
-        error = self._error
-        if error is not None and not self._error_delivered and error is not self._closed:
-            self._error_delivered = True
-            propagated.add_note(
-                f"raf: the streamed run failed too: {type(error).__name__}: {error}"
-            )
+        error, self._error = self._error, None
+        closed = self._closed
+        if closed is None or error is not closed:
+            return error
+        if not closed.post_failures:
+            return None
+        first, *others = closed.post_failures
+        for other in others:
+            first.add_note(f"raf: also, {other} (cause: {other.__cause__!r})")
+        return first
 
-    def _raise_after(self, exc: BaseException | None) -> None:
-        """What the ``async with`` raises once the run is over: nothing is swallowed."""
-        error = self._error
-        if error is None or self._error_delivered:
-            return
-        if error is self._closed:
-            failures = self._closed.post_failures
-            if not failures:
-                return
-            if exc is not None:
-                for failure in failures:
-                    exc.add_note(
-                        f"raf: on the early close, {failure} (cause: {failure.__cause__!r})"
-                    )
-                return
-            first, *others = failures
-            for other in others:
-                first.add_note(f"raf: also, {other} (cause: {other.__cause__!r})")
-            raise first from first.__cause__
-        # The run failed by itself and the consumer, gone, never saw it.
-        if exc is not None:
-            exc.add_note(f"raf: the streamed run failed too: {type(error).__name__}: {error}")
-            return
-        raise error
+
+def _note(exc: BaseException, unseen: BaseException) -> None:
+    exc.add_note(f"raf: the streamed run failed too: {type(unseen).__name__}: {unseen}")
+    for note in getattr(unseen, "__notes__", ()):
+        exc.add_note(note)
