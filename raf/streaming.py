@@ -182,9 +182,11 @@ class AgentStream:
         # leaves). ``_holding``: the consumer took the item and has not asked yet.
         self._item: Update | None = None
         self._ready: anyio.Event  # made on entering, in the event loop
+        self._event: Callable[[], anyio.Event]
         self._asked: anyio.Event | None = None
         self._holding = False
-        self._lock: anyio.Lock
+        # Set when the hand-over under way ends: others (two model streams at once) wait.
+        self._busy: anyio.Event | None = None
 
     @property
     def response(self) -> AgentResponse | None:
@@ -196,7 +198,8 @@ class AgentStream:
             raise RuntimeError("an agent.stream(...) can be entered only once: call it again")
         self._state = "running"
         invocation = await self._start(self._send)
-        self._ready, self._lock = anyio.Event(), anyio.Lock(fast_acquire=True)
+        self._ready = anyio.Event()
+        self._event = type(self._ready)  # the backend's class: skips a 1 us look-up an event
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
@@ -212,9 +215,7 @@ class AgentStream:
             if isinstance(exc, anyio.get_cancelled_exc_class()):
                 self._cancelled = exc  # its notes (failed post stages) go to the consumer's
                 raise
-            # Kept for the consumer, never raised into the task group (which would wrap
-            # it in an exception group and cancel the consumer's block).
-            self._error = exc
+            self._error = exc  # for the consumer: never into the group, which would wrap it
         finally:
             self._done = True
             self._ready.set()
@@ -226,20 +227,22 @@ class AgentStream:
         run is never ahead of the consumer and a consumer that leaves finds
         the run here. After an early close, raises its ``StreamClosedError``.
         """
-        async with self._lock:  # one hand-over at a time (two model streams at once)
-            if self._closed is not None:
-                raise self._closed
-            try:
-                self._item = update
-                asked = self._asked = anyio.Event()
-                self._ready.set()
-                await asked.wait()
-            finally:
-                # Taken or not (the run's own deadline passed), it is no longer offered.
-                self._item = None
-                self._holding = False
-            if self._closed is not None:
-                raise self._closed
+        while self._busy is not None:  # another task of the run is at the hand-over
+            await self._busy.wait()
+        if self._closed is not None:
+            raise self._closed
+        self._busy = done = self._event()
+        try:
+            self._item = update
+            asked = self._asked = self._event()
+            self._ready.set()
+            await asked.wait()
+        finally:
+            # Taken or not (the run's own deadline passed), it is no longer offered.
+            self._item, self._holding, self._busy = None, False, None
+            done.set()
+        if self._closed is not None:
+            raise self._closed
 
     def _close(self) -> None:
         """An early close: stop the run's in-flight work; what comes next fails."""
@@ -274,18 +277,15 @@ class AgentStream:
                     self._received.append(item)
                     return item
                 if self._done:
-                    return self._end()
+                    error, self._error = self._error, None
+                    if error is not None:
+                        raise error  # once, as it is: its __cause__ and __context__ untouched
+                    raise StopAsyncIteration
                 # Cancelled here, the read loses nothing: the update waits for the next.
                 await self._ready.wait()
-                self._ready = anyio.Event()
+                self._ready = self._event()
         finally:
             self._reading = False
-
-    def _end(self) -> Update:
-        error, self._error = self._error, None
-        if error is not None:
-            raise error  # once, as it is: its __cause__ and __context__ untouched
-        raise StopAsyncIteration
 
     async def __aexit__(
         self,
