@@ -692,7 +692,10 @@ def targets(results: dict[str, dict[str, Any]]) -> list[list[str]]:
         name = f"stream/{form}, 10 providers, 2 chat mw"
         figure, floor = raf_of(name), _median(results.get(name, {}).get("floor", "-"))
         added = None if figure is None or floor is None else figure - floor
-        rows.append(check(f"raf per update over the floor ({form})", added, 2, "us"))
+        # Issue 19: the iterator form is two tasks and one hand-over (two task switches an
+        # update); its budget is 15 us, the callback form's stays 2 us.
+        limit = 2 if form == "callback" else 15
+        rows.append(check(f"raf per update over the floor ({form})", added, limit, "us"))
     # What streaming adds before the first update: the time from the call to the first
     # update against the time the unstreamed run takes to reach its model (no chat
     # middleware: one that wraps on_update pays its own attrs.evolve, about 1 us).

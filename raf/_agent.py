@@ -16,7 +16,7 @@ from raf._parallel import is_provider
 from raf._pipeline import CallNext, ChatRequest, compose
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
-from raf._streaming import CLOSING, AgentStream, stream_model
+from raf._streaming import AgentStream, stream_model, streamed_core
 from raf._tool_loop import ToolRequest, ToolStack, index_tools, invoke_tool, run_tool_loop
 from raf._tools import Tool
 
@@ -222,15 +222,7 @@ class Agent:
         invocation = start_invocation(
             self, session, request, options, touched.digest, touched.repeated, on_update
         )
-        if on_update is None or CLOSING.get() is None:
-            return await self._run(invocation)
-        # Run inside an iterator-form run (from one of its tools): this run is not
-        # that stream's in-flight work, its consumer closes it only through on_update.
-        token = CLOSING.set(None)
-        try:
-            return await self._run(invocation)
-        finally:
-            CLOSING.reset(token)
+        return await self._run(invocation)
 
     def stream(
         self,
@@ -351,7 +343,8 @@ class Agent:
                 invocation=invocation,
                 tool_stack=self._tool_call,
             )
-        return await run_tool_loop(
+        return await streamed_core(
+            run_tool_loop,
             partial(self._streamed_chat_call, on_update),
             messages,
             chat_options,

@@ -119,8 +119,7 @@ class StreamClosedError(AgentError):
     :class:`raf.AgentResponse` assembled from the updates the consumer
     received. ``post_failures`` collects the post stages that failed on the
     way out (the innermost first), which the ``async with`` raises as after
-    a successful run. The consumer sees it only when it reads again after
-    one of its reads was cancelled (which took the model's stream with it).
+    a successful run; the consumer, gone, never sees the error itself.
     """
 
     def __init__(self, partial: AgentResponse | None = None) -> None:

@@ -319,7 +319,9 @@ async def _after_error(
 ) -> None:
     """The post stage of a run that failed; its own failure becomes a note on ``error``."""
     args = (invocation.agent, invocation.session, invocation.request_messages, None, error)
-    if _being_cancelled(error):
+    if isinstance(error, StreamClosedError) or _being_cancelled(error):
+        # The consumer left (an early close) or the run is cancelled: bounded, so a hung
+        # post stage cannot keep the caller (a web request whose client went away) open.
         failure = await _bounded(provider, on_invoked, args, post_timeout, error)
     else:
         # Not cancelled: no cancel scope, the caller's own deadlines apply.
@@ -356,7 +358,12 @@ async def _bounded(
     failure = ProviderError(
         provider_name(provider),
         "on_invoked",
-        f"did not finish within post_timeout={post_timeout}s while the run was being cancelled",
+        f"did not finish within post_timeout={post_timeout}s "
+        + (
+            "on the early close of the stream"
+            if isinstance(error, StreamClosedError)
+            else "while the run was being cancelled"
+        ),
     )
     failure.__cause__ = overrun
     _log_failure(failure, overrun, error)

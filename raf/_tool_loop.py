@@ -14,7 +14,6 @@ from raf._context import Invocation
 from raf._errors import ToolArgumentsError, ToolConflictError, ToolLoopError, ToolSchemaError
 from raf._messages import AgentResponse, ChatMessage, OnUpdate, ToolCall, Update, Usage
 from raf._options import ChatOptions
-from raf._streaming import closable
 from raf._tools import FunctionTool, Tool, check_tool_arguments
 
 __all__ = ["ToolRequest"]
@@ -125,11 +124,8 @@ async def run_tool_loop(
             return AgentResponse(tuple(produced), usage, response.raw)
         if call_number == max_tool_iterations:
             raise ToolLoopError(max_tool_iterations, tuple(call.name for call in calls))
-        if on_update is None:
-            results = await run_tool_calls(calls, tools, call_tool, invocation)
-        else:
-            # An early close of an iterator-form run cancels the running tools.
-            results = await closable(run_tool_calls, calls, tools, call_tool, invocation)
+        results = await run_tool_calls(calls, tools, call_tool, invocation)
+        if on_update is not None:
             for result in results:
                 await on_update(Update("tool_result", message=result))
         produced.extend(results)

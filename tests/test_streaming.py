@@ -746,11 +746,45 @@ async def test_a_chat_middlewares_deadline_stops_a_model_that_waits() -> None:
 
 
 @pytest.mark.parametrize("outer_deadline", [False, True])
-async def test_reading_again_after_a_cancelled_read_raises_the_closed_stream(
-    outer_deadline: bool,
-) -> None:
-    # With an outer deadline each read has a cancel scope; without, none: both ways a
-    # cancelled read takes the model's stream with it.
+async def test_a_cancelled_read_loses_nothing(outer_deadline: bool) -> None:
+    # Was: a cancelled read took the model's stream with it, and reading again raised
+    # StreamClosedError. Now the run stays where it was; only leaving the block ends it.
+    model = WaitingModel("first ", "then ")
+    agent = Agent(model)
+    with anyio.fail_after(5) if outer_deadline else anyio.CancelScope():
+        async with agent.stream("hi") as stream:
+            assert (await stream.__anext__()).text == "first "
+            with anyio.move_on_after(0.02) as waited:
+                await stream.__anext__()  # the model waits for ``go``
+            assert waited.cancelled_caught
+            assert not model.cancelled
+            model.go.set()
+            rest = [update async for update in stream]
+    assert texts(rest) == ["then "]
+    assert stream.response is not None
+    assert stream.response.text == "first then "
+    assert model.closed
+
+
+async def test_a_read_cancelled_while_the_update_waits_gets_it_next_time() -> None:
+    # The update is at the hand-over already: a read cancelled before it runs (its scope
+    # cancelled at once) leaves it there for the next read.
+    agent = Agent(EchoChatClient())
+    async with agent.stream("a b") as stream:
+        first = await stream.__anext__()
+        await anyio.sleep(0.01)  # the run hands the next update over meanwhile
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await stream.__anext__()
+        rest = [update async for update in stream]
+    assert [first.text, *texts(rest)] == ["a ", "b"]
+    assert AgentResponse.from_updates([first, *rest]) == stream.response
+
+
+@pytest.mark.parametrize("outer_deadline", [False, True])
+async def test_leaving_after_a_cancelled_read_is_an_early_close(outer_deadline: bool) -> None:
+    # Was test_reading_again_after_a_cancelled_read_raises_the_closed_stream: the early
+    # close now comes from leaving the block, not from reading again.
     log: list[Any] = []
     model = HangingModel(["only "])
     agent = Agent(model, stack=[Recorder("p", log)])
@@ -760,12 +794,12 @@ async def test_reading_again_after_a_cancelled_read_raises_the_closed_stream(
             with anyio.move_on_after(0.02) as waited:
                 await stream.__anext__()
             assert waited.cancelled_caught
-            with pytest.raises(StreamClosedError) as raised:
-                await stream.__anext__()
+            assert not model.closed  # the run goes on: the model still thinks
     assert model.cancelled
     assert model.closed
-    assert raised.value.partial.text == "only "
-    assert log[-1][3] is raised.value
+    error = log[-1][3]
+    assert isinstance(error, StreamClosedError)
+    assert error.partial.text == "only "
     assert stream.response is None
 
 
@@ -783,7 +817,7 @@ async def test_a_stream_is_read_by_one_task_at_a_time() -> None:
 
 
 @pytest.mark.parametrize("outer_deadline", [False, True])
-async def test_a_cancellation_from_inside_the_run_reaches_a_read(outer_deadline: bool) -> None:
+async def test_a_cancellation_from_inside_the_run_acts_at_once(outer_deadline: bool) -> None:
     """A middleware cancels its own scope while the consumer's read waits for the model."""
     scopes: list[anyio.CancelScope] = []
 
@@ -811,12 +845,10 @@ async def test_a_cancellation_from_inside_the_run_reaches_a_read(outer_deadline:
     assert stream.response is not None
     assert stream.response.text == "stopped"
     assert model.closed
-    if outer_deadline:  # the read waits in a cancel scope that the run cancels at once
-        assert model.cancelled
-        assert texts(seen) == ["first "]
-    else:  # no scope to cancel: the run goes on once the read has its update
-        assert not model.cancelled
-        assert texts(seen) == ["first ", "then "]
+    # Was: without an outer deadline the cancellation landed only with the model's next
+    # chunk. The run reads its own model now: with a deadline or not, it acts at once.
+    assert model.cancelled
+    assert texts(seen) == ["first "]
 
 
 async def test_two_model_streams_at_once_both_reach_the_consumer() -> None:
@@ -841,18 +873,25 @@ async def test_two_model_streams_at_once_both_reach_the_consumer() -> None:
     assert stream.response.text == "a b"
 
 
-async def test_a_post_failure_after_a_cancelled_read_is_a_note_on_what_is_raised() -> None:
+async def test_a_post_failure_after_a_cancelled_read_is_raised_from_the_block() -> None:
+    # Was: reading again raised StreamClosedError with the failure as a note. A cancelled
+    # read ends nothing now: leaving the block is the early close, which raises it.
     log: list[Any] = []
     model = HangingModel(["only "])
     agent = Agent(model, stack=[Recorder("p", log, fail_post=True)])
-    async with agent.stream("hi") as stream:
-        await stream.__anext__()
-        with anyio.move_on_after(0.02):
+
+    async def read_then_leave() -> None:
+        async with agent.stream("hi") as stream:
             await stream.__anext__()
-        with pytest.raises(StreamClosedError) as raised:
-            await stream.__anext__()
-    notes = getattr(raised.value, "__notes__", [])
-    assert any("p cannot write" in note for note in notes)
+            with anyio.move_on_after(0.02):
+                await stream.__anext__()
+
+    with pytest.raises(ProviderError) as raised:
+        await read_then_leave()
+    assert (raised.value.provider, raised.value.stage) == ("p", "on_invoked")
+    assert isinstance(raised.value.__cause__, OSError)
+    assert "p cannot write" in str(raised.value)
+    assert isinstance(log[-1][3], StreamClosedError)
 
 
 async def test_a_consumers_deadline_during_a_read_is_a_cancellation() -> None:
@@ -922,3 +961,102 @@ async def test_a_read_cancelled_while_a_middleware_waits_is_an_early_close() -> 
     error = log[-1][3]
     assert isinstance(error, StreamClosedError)
     assert error.partial.text == "one "
+
+
+async def test_a_deadline_inside_the_run_acts_while_the_consumer_is_idle() -> None:
+    fired = anyio.Event()
+
+    async def deadline(request: ChatRequest, call_next: Any) -> AgentResponse:
+        try:
+            with anyio.fail_after(0.05):
+                return await call_next(request)  # type: ignore[no-any-return]
+        finally:
+            fired.set()
+
+    posted = anyio.Event()
+
+    class Posted(Recorder):
+        async def on_invoked(self, *args: Any) -> None:
+            await super().on_invoked(*args)
+            posted.set()
+
+    log: list[Any] = []
+    model = HangingModel(["only "])
+    agent = Agent(model, stack=[Posted("p", log)], chat_stack=[deadline])
+    with anyio.fail_after(5):
+        async with agent.stream("hi") as stream:
+            assert (await stream.__anext__()).text == "only "
+            # The consumer does not read: the run is paused at the hand-over, and its
+            # deadline still passes there, then its post stages run.
+            await fired.wait()
+            await posted.wait()
+            with pytest.raises(TimeoutError) as raised:
+                await stream.__anext__()
+    assert model.closed
+    assert log[-1][3] is raised.value
+
+
+class HangsOnClose(ContextProvider):
+    """A post stage that never returns on an early close (the red-team finding)."""
+
+    async def on_invoked(
+        self, agent: Any, session: Any, messages: Any, response: Any, error: Any
+    ) -> None:
+        if isinstance(error, StreamClosedError):
+            await anyio.sleep_forever()
+
+
+async def test_early_close_post_stages_are_bounded_by_post_timeout() -> None:
+    log: list[Any] = []
+    agent = Agent(
+        HangingModel(["one ", "two "]),
+        stack=[Recorder("outer", log), HangsOnClose()],
+        post_timeout=0.1,
+    )
+    started = anyio.current_time()
+    with anyio.fail_after(5), pytest.raises(ProviderError) as raised:
+        await consume(agent, "hi", stop_after=1)
+    assert anyio.current_time() - started < 2
+    assert (raised.value.provider, raised.value.stage) == ("HangsOnClose", "on_invoked")
+    assert isinstance(raised.value.__cause__, TimeoutError)
+    assert "post_timeout=0.1" in str(raised.value)
+    # The others still ran, with the error, not under cancellation (Recorder awaits).
+    assert log[-1][:2] == ("post", "outer")
+    assert isinstance(log[-1][3], StreamClosedError)
+
+
+async def test_a_hung_early_close_post_stage_is_a_note_on_the_consumers_exception() -> None:
+    agent = Agent(HangingModel(["one "]), stack=[HangsOnClose()], post_timeout=0.05)
+    with anyio.fail_after(5), pytest.raises(KeyError) as raised:
+        await consume(agent, "hi", stop_after=1, fail=KeyError("mine"))
+    assert any("HangsOnClose.on_invoked" in note for note in raised.value.__notes__)
+
+
+async def test_a_streamed_run_inside_a_tool_of_an_early_closed_stream_is_cancelled() -> None:
+    # The nested run is not the outer stream's: it sees a cancellation, not its close.
+    inner_log: list[Any] = []
+    inner = Agent(HangingModel(["deep "]), stack=[Recorder("inner", inner_log)])
+    asked = anyio.Event()
+
+    @tool
+    async def ask(question: str) -> str:
+        """Ask the inner agent."""
+
+        async def on_update(update: Update) -> None:
+            asked.set()
+
+        return (await inner.run(question, on_update=on_update)).text
+
+    log: list[Any] = []
+    outer = Agent(
+        ScriptedChatClient(
+            [ScriptedChatClient.tool_turn(ToolCall("q", "ask", '{"question": "x"}'))]
+        ),
+        tools=[ask],
+        stack=[Recorder("outer", log)],
+    )
+    with anyio.fail_after(5):
+        async with outer.stream("go") as stream:
+            await read_until(stream, asked)
+    assert isinstance(log[-1][3], StreamClosedError)
+    assert isinstance(inner_log[-1][3], anyio.get_cancelled_exc_class())
