@@ -12,15 +12,14 @@ from raf._builtin.compression import (
 )
 from raf._builtin.history import HistoryProvider, InMemoryHistoryProvider
 from raf._builtin.knowledge import (
-    BM25Index,
     FolderRetriever,
     KnowledgeProvider,
     Passage,
     Retriever,
     WikiRetriever,
 )
-from raf._builtin.mcp import McpTool, McpToolsProvider
-from raf._builtin.skills import AgentSkillsProvider, Skill
+from raf._builtin.mcp import McpToolsProvider
+from raf._builtin.skills import AgentSkillsProvider
 from raf._builtin.workspace import WorkspaceContextProvider
 
 __all__ = [

@@ -3,7 +3,7 @@
 import typing
 
 from raf._clients.echo import EchoChatClient
-from raf._clients.scripted import ScriptedCall, ScriptedChatClient, ScriptStep
+from raf._clients.scripted import ScriptedChatClient
 
 if typing.TYPE_CHECKING:
     from raf._clients.openai import OpenAIChatClient as OpenAIChatClient

@@ -2,7 +2,7 @@
 
 from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, Session, request_hash
 from raf._sessions.memory import InMemorySession
-from raf._sessions.sqlite import SqliteSession, SqliteSessionStore
+from raf._sessions.sqlite import SqliteSessionStore
 
 __all__ = [
     "REQUEST_HASH_LIMIT",
