@@ -109,6 +109,7 @@ async def run_scenario(
 
 @settings(max_examples=120, deadline=None)
 @given(scenarios())
+@pytest.mark.slow
 async def test_the_journal_matches_the_model(scenario: Scenario) -> None:
     journal, model, response, raised, cancelled = await run_scenario(scenario)
 
