@@ -7,6 +7,7 @@ import importlib.metadata
 import inspect
 import os
 import select
+import signal
 import subprocess
 import sys
 import termios
@@ -644,6 +645,9 @@ class Terminal:
         def controlling_terminal() -> None:  # in the child, before exec
             os.setsid()
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            # A run started in the background (`make test &`) ignores SIGINT, and so would
+            # the child, and Python in it would never see a Ctrl-C: give it the default.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
 
         self.process = subprocess.Popen(
             [sys.executable, "-m", "raf", *args],
