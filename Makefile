@@ -38,8 +38,12 @@ demo: $(VENV)/.base
 	@echo '$$ python examples/stages.py   # the order of the stages, and what the model sees'
 	@$(PY) examples/stages.py
 
+# The suite on TEST_WORKERS processes (pytest-xdist): many tests wait on subprocesses and
+# sockets, so 4 workers keep a 2-core machine busy; worksteal hands the last slow tests of a
+# busy worker to an idle one. `make test TEST_WORKERS=0`: one process.
+TEST_WORKERS ?= 4
 test: $(VENV)/.test redis-server
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
 	$(PY) -m mypy
 	$(PY) -m ruff check .
 

@@ -1,17 +1,53 @@
-"""Every async test runs on both anyio backends."""
+"""Shared setup of raf's own suite: both anyio backends, hypothesis profiles, the Redis server.
+
+The suite runs in parallel (pytest-xdist, ``make test``): each worker is its own
+pytest session, so a session fixture (the Redis server) is one per worker, and
+every path a test writes is under its own ``tmp_path``.
+"""
 
 from __future__ import annotations
 
+import gc
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio.testing
+from hypothesis import settings
 
 from tests.redis_server import RedisServer
 
+# "ci" is hypothesis's own default (what every run used before the profiles), for CI and
+# whenever CI is set; "dev" tries fewer examples where a test does not ask for a number.
+# HYPOTHESIS_PROFILE picks one by name.
+settings.register_profile("ci", print_blob=True)
+settings.register_profile("dev", max_examples=20)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE")
+    or ("ci" if os.environ.get("CI", "").lower() not in ("", "0", "false") else "dev")
+)
 
-@pytest.fixture(params=["asyncio", "trio"], scope="module")
-def anyio_backend(request: pytest.FixtureRequest) -> str:
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What collection built (modules, test items, parameters) lives to the end: keep it out of
+    # every later collection, so that a test module's gc.collect() does not walk it each time.
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, Any]]:
+    """Each async test on asyncio and on trio; ``@pytest.mark.mock_clock``: trio's autojump clock.
+
+    With the mock clock, trio's time jumps to the next deadline whenever every task
+    waits, so sleeps and timeouts cost no real time. Only for tests in which nothing
+    waits outside trio (no socket, thread or subprocess): those would see their
+    deadlines pass at once. asyncio has no mock clock and runs as it is.
+    """
+    if request.param == "trio" and request.node.get_closest_marker("mock_clock"):
+        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
     return str(request.param)
 
 

@@ -194,6 +194,7 @@ async def test_a_server_that_cannot_start_fails_the_run_clearly(tmp_path: Path) 
     assert "no-such-server" in str(caught.value.__cause__)
 
 
+@pytest.mark.slow
 async def test_the_sdk_server_works_too(tmp_path: Path) -> None:
     script = tmp_path / "sdk_server.py"
     script.write_text(SDK_SERVER)
@@ -293,6 +294,7 @@ async def use_provider(provider: McpToolsProvider, use: str) -> None:
 
 
 @pytest.mark.parametrize("use", ["async with", "one-off listing"])
+@pytest.mark.slow
 async def test_a_server_that_never_answers_is_an_mcp_error_within_timeout(
     tmp_path: Path, errlog: TextIO, use: str
 ) -> None:

@@ -23,7 +23,7 @@ import pytest
 from raf import AgentSkillsProvider, WorkspaceContextProvider
 from raf._errors import PathError
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # each race runs for RACE_SECONDS
 
 #: How long each race runs; long enough for the unsafe code to lose within it many times.
 RACE_SECONDS = 2.0

@@ -7,6 +7,7 @@ import importlib.metadata
 import inspect
 import os
 import select
+import signal
 import subprocess
 import sys
 import termios
@@ -146,6 +147,7 @@ def test_chat_reads_lines_until_exit(
     assert capsys.readouterr().out == "one\ntwo\n"
 
 
+@pytest.mark.slow
 def test_python_dash_m_raf_runs_the_command() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     done = subprocess.run(
@@ -210,6 +212,7 @@ def test_model_options_of_the_wrong_type(
     assert "[model] model must be a non-empty string" in one_clear_line(capsys)
 
 
+@pytest.mark.slow
 def test_chat_from_a_pipe_prints_only_the_answers(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "raf", "chat", str(EXAMPLE)],
@@ -232,6 +235,7 @@ def test_an_empty_session_id_is_one_clear_line(
     assert "--session: the session id must not be empty" in one_clear_line(capsys)
 
 
+@pytest.mark.slow
 def test_a_failed_model_call_does_not_end_the_chat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -307,11 +311,13 @@ def assert_one_clear_line(done: subprocess.CompletedProcess[str]) -> str:
         ("[tools]\nx = 1", "unknown top-level table [tools] (allowed: [agent], [model]"),
     ],
 )
+@pytest.mark.slow
 def test_an_unknown_top_level_table_is_refused(tmp_path: Path, config: str, message: str) -> None:
     path = write(tmp_path, config)
     assert message in assert_one_clear_line(raf("run", str(path), "hi"))
 
 
+@pytest.mark.slow
 def test_version_and_help() -> None:
     done = raf("--version")
     assert done.returncode == 0
@@ -323,6 +329,7 @@ def test_version_and_help() -> None:
     assert "docs/cli.md" in raf("run", "--help").stdout
 
 
+@pytest.mark.slow
 def test_a_db_in_missing_folders_is_created(tmp_path: Path) -> None:
     db = tmp_path / "no" / "such" / "dir" / "x.db"
     for word in ("first", "second"):
@@ -332,11 +339,13 @@ def test_a_db_in_missing_folders_is_created(tmp_path: Path) -> None:
     assert "(+2 messages)" in done.stderr  # the first turn was stored there
 
 
+@pytest.mark.slow
 def test_a_config_of_dev_zero_is_refused_without_reading_it_all() -> None:
     err = assert_one_clear_line(raf("run", "/dev/zero", "hi"))
     assert "raf: /dev/zero: not a config file: larger than 1024 KiB" in err
 
 
+@pytest.mark.slow
 def test_a_config_larger_than_the_bound(tmp_path: Path) -> None:
     path = write(tmp_path, "# padding\n" * 200_000)
     assert "not a config file: larger than" in assert_one_clear_line(raf("run", str(path), "hi"))
@@ -346,12 +355,14 @@ def test_a_config_larger_than_the_bound(tmp_path: Path) -> None:
     "config",
     ["x = " + "[" * 5000 + "]" * 5000, "x = " + "{a = " * 5000 + "1" + "}" * 5000],
 )
+@pytest.mark.slow
 def test_a_config_nested_5000_deep_is_one_line(tmp_path: Path, config: str) -> None:
     path = write(tmp_path, config)
     err = assert_one_clear_line(raf("run", str(path), "hi"))
     assert "nested too deeply" in err or "not valid TOML" in err
 
 
+@pytest.mark.slow
 def test_a_non_utf8_argument_does_not_crash_the_command(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "raf", "run", str(EXAMPLE).encode(), b"caf\xff"],
@@ -365,6 +376,7 @@ def test_a_non_utf8_argument_does_not_crash_the_command(tmp_path: Path) -> None:
     assert done.stderr == b""
 
 
+@pytest.mark.slow
 def test_a_config_path_that_is_not_utf8_is_one_clear_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "raf", "run", bytes(tmp_path) + b"/\xff.toml", b"hi"],
@@ -417,6 +429,7 @@ def whisper(text: str) -> str:
 '''
 
 
+@pytest.mark.slow
 def test_a_realistic_agent_custom_tools_retry_and_model_options(
     tmp_path: Path, server: OpenAIServer
 ) -> None:
@@ -502,6 +515,7 @@ def test_config_mistakes_name_the_table_the_entry_and_the_key(
     assert server.requests == []
 
 
+@pytest.mark.slow
 def test_api_key_env_names_a_variable_that_is_not_set(tmp_path: Path, server: OpenAIServer) -> None:
     env = {k: v for k, v in os.environ.items() if k != "SUPPORT_BOT_KEY"}
     done = subprocess.run(
@@ -516,6 +530,7 @@ def test_api_key_env_names_a_variable_that_is_not_set(tmp_path: Path, server: Op
     assert "needs SUPPORT_BOT_KEY set (named by [model] api_key_env)" in err
 
 
+@pytest.mark.slow
 def test_the_timeout_bounds_the_whole_model_call(tmp_path: Path, server: OpenAIServer) -> None:
     from raf._clients.openai import OpenAIChatClient
 
@@ -548,6 +563,7 @@ not_callable = 42
 """
 
 
+@pytest.mark.slow
 def test_a_provider_kind_by_import_path(tmp_path: Path) -> None:
     (tmp_path / "house.py").write_text(PROVIDERS_MODULE)
     path = write(
@@ -569,6 +585,7 @@ def test_a_provider_kind_by_import_path(tmp_path: Path) -> None:
         ("kind = 'hous:motto'", "cannot import 'hous': ModuleNotFoundError"),
     ],
 )
+@pytest.mark.slow
 def test_a_provider_kind_by_import_path_that_is_wrong(
     tmp_path: Path, config: str, message: str
 ) -> None:
@@ -590,6 +607,7 @@ def install_kinds(site: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_installed_packages_offer_kinds_through_entry_points(tmp_path: Path) -> None:
     install_kinds(tmp_path / "site")
     path = write(tmp_path, "[[providers]]\nkind = 'motto'\ntext = 'Be kind.'\n")
@@ -628,6 +646,9 @@ class Terminal:
         def controlling_terminal() -> None:  # in the child, before exec
             os.setsid()
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            # A run started in the background (`make test &`) ignores SIGINT, and so would
+            # the child, and Python in it would never see a Ctrl-C: give it the default.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
 
         self.process = subprocess.Popen(
             [sys.executable, "-m", "raf", *args],
@@ -753,6 +774,7 @@ def slow_config(tmp_path: Path) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_chat_on_a_terminal_empty_lines_ctrl_c_at_the_prompt_and_exit(
     tmp_path: Path, terminals: list[Terminal]
 ) -> None:
@@ -770,6 +792,7 @@ def test_chat_on_a_terminal_empty_lines_ctrl_c_at_the_prompt_and_exit(
     assert terminal.close() == 0
 
 
+@pytest.mark.slow
 def test_chat_on_a_terminal_ends_with_ctrl_d(tmp_path: Path, terminals: list[Terminal]) -> None:
     terminal = Terminal("chat", str(EXAMPLE), cwd=tmp_path)
     terminals.append(terminal)
@@ -778,6 +801,7 @@ def test_chat_on_a_terminal_ends_with_ctrl_d(tmp_path: Path, terminals: list[Ter
     assert terminal.close() == 0
 
 
+@pytest.mark.slow
 def test_chat_on_a_terminal_has_line_editing_and_history(
     tmp_path: Path, terminals: list[Terminal]
 ) -> None:
@@ -795,6 +819,7 @@ def test_chat_on_a_terminal_has_line_editing_and_history(
     assert terminal.close() == 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_an_answer_ends_that_turn_not_the_chat(
     tmp_path: Path, terminals: list[Terminal]
 ) -> None:
@@ -819,6 +844,7 @@ def test_ctrl_c_during_an_answer_ends_that_turn_not_the_chat(
     assert (tmp_path / "turns.log").read_text() == "slow: CancelledError\nnext: ok\n"
 
 
+@pytest.mark.slow
 def test_a_thinking_line_on_the_terminal_until_the_answer(
     tmp_path: Path, terminals: list[Terminal]
 ) -> None:
@@ -839,12 +865,14 @@ def test_a_thinking_line_on_the_terminal_until_the_answer(
     assert terminal.close() == 0
 
 
+@pytest.mark.slow
 def test_no_thinking_line_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
     done = raf("chat", str(EXAMPLE), input="one\n\ntwo\n/exit\nthree\n", cwd=tmp_path)
     assert (done.returncode, done.stdout) == (0, "one\ntwo\n")
     assert "thinking" not in done.stderr
 
 
+@pytest.mark.slow
 def test_the_support_example_runs_offline(tmp_path: Path) -> None:
     done = raf("run", str(ROOT / "examples" / "support.toml"), "where is A-1042?", cwd=tmp_path)
     assert (done.returncode, done.stdout) == (0, "where is A-1042?\n"), done.stderr
@@ -867,6 +895,7 @@ def streaming_config(tmp_path: Path, server: OpenAIServer) -> Path:
 STREAM_ENV = {"SUPPORT_BOT_KEY": "sk-test", "NO_PROXY": "127.0.0.1,localhost"}
 
 
+@pytest.mark.slow
 def test_chat_prints_the_answer_as_it_streams_and_clears_thinking_at_the_first_update(
     tmp_path: Path, terminals: list[Terminal], server: OpenAIServer
 ) -> None:
@@ -914,6 +943,7 @@ def counting_chat(
     return terminal
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_streamed_answer_stops_it_and_keeps_what_was_said(
     tmp_path: Path, terminals: list[Terminal], server: OpenAIServer
 ) -> None:
@@ -944,6 +974,7 @@ def test_ctrl_c_during_a_streamed_answer_stops_it_and_keeps_what_was_said(
     assert set(stopped.split()) <= {f"w{n}" for n in range(600)}
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_cancels_a_turn_that_does_not_stop(
     tmp_path: Path, terminals: list[Terminal], server: OpenAIServer
 ) -> None:
@@ -965,6 +996,7 @@ def test_a_second_ctrl_c_cancels_a_turn_that_does_not_stop(
     assert terminal.close() == 0
 
 
+@pytest.mark.slow
 def test_run_prints_the_answer_as_it_streams_with_tool_calls_on_lines_of_their_own(
     tmp_path: Path, server: OpenAIServer
 ) -> None:
@@ -1002,6 +1034,7 @@ def test_run_prints_the_answer_as_it_streams_with_tool_calls_on_lines_of_their_o
     assert "streamed 3 updates, first after " in model_lines[1]
 
 
+@pytest.mark.slow
 def test_a_trace_into_the_same_file_as_the_answer_starts_its_own_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "raf", "run", str(EXAMPLE), "and again", "--trace"],

@@ -653,6 +653,7 @@ async def test_odd_but_readable_replies_are_accepted(server: OpenAIServer) -> No
 # --- The whole-call deadline ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_trickling_server_cannot_hold_a_call_past_its_timeout(server: OpenAIServer) -> None:
     # One byte every 0.25 s: each read is quick, so only a whole-call deadline ends it.
     server.reply(Reply(body=completion(), trickle=0.25))
@@ -665,6 +666,7 @@ async def test_a_trickling_server_cannot_hold_a_call_past_its_timeout(server: Op
     assert caught.value.retryable
 
 
+@pytest.mark.slow
 async def test_the_deadline_covers_the_sdks_retries(server: OpenAIServer) -> None:
     for _ in range(3):
         server.reply(Reply(503, error_body("busy"), headers={"retry-after": "3"}))
@@ -717,6 +719,7 @@ def _gzip_bomb(inflated: int) -> bytes:
     return b"".join([*parts, packer.flush()])
 
 
+@pytest.mark.slow
 async def test_a_gzip_bomb_is_not_inflated_whole(server: OpenAIServer) -> None:
     bomb = _gzip_bomb(512 << 20)  # 512 MiB of zeros in about half a megabyte
     assert len(bomb) < 1 << 20
@@ -874,6 +877,7 @@ call_steps = st.lists(
 
 @settings(max_examples=100, deadline=None)
 @given(call_steps, st.lists(wire_messages, min_size=1, max_size=6))
+@pytest.mark.slow
 def test_bodies_that_reuse_earlier_ones_are_what_a_fresh_encoding_gives(
     steps: list[str], pool: list[ChatMessage]
 ) -> None:
@@ -1277,6 +1281,7 @@ async def test_an_agent_stream_reads_chunks_that_arrive_apart(server: OpenAIServ
     assert stream.response.text == "0 1 2 3 4 "
 
 
+@pytest.mark.slow
 async def test_a_cancelled_read_of_an_agent_stream_closes_the_http_response(
     server: OpenAIServer,
 ) -> None:
@@ -1305,6 +1310,7 @@ async def test_a_cancelled_read_of_an_agent_stream_closes_the_http_response(
         assert await anyio.to_thread.run_sync(server.stream_aborted.wait, 20)
 
 
+@pytest.mark.slow
 async def test_a_slow_stream_is_held_to_the_timeout(server: OpenAIServer) -> None:
     events = (chunk("", role="assistant"), *(chunk("x") for _ in range(100)))
     server.reply(Reply(events=events, pause=0.25))
@@ -1317,6 +1323,7 @@ async def test_a_slow_stream_is_held_to_the_timeout(server: OpenAIServer) -> Non
     assert caught.value.retryable
 
 
+@pytest.mark.slow
 async def test_the_time_a_consumer_holds_an_update_is_not_the_servers(
     server: OpenAIServer,
 ) -> None:

@@ -387,6 +387,7 @@ call_steps = st.lists(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(call_steps, st.lists(messages_of(sdk_text), min_size=1, max_size=5))
+@pytest.mark.slow
 async def test_cached_bodies_are_the_uncached_bytes_and_the_sdks(
     server: ResponsesServer, steps: list[str], pool: list[ChatMessage]
 ) -> None:
@@ -627,6 +628,7 @@ async def test_a_stream_stalled_mid_way_times_out(server: ResponsesServer) -> No
     assert [u.text for u in seen] == ["one "]
 
 
+@pytest.mark.slow
 async def test_a_stream_kept_open_after_completed_is_still_an_answer(
     server: ResponsesServer,
 ) -> None:
@@ -640,6 +642,7 @@ async def test_a_stream_kept_open_after_completed_is_still_an_answer(
             assert (await model.complete([ChatMessage.user("x")], ChatOptions())).text == "next"
 
 
+@pytest.mark.slow
 async def test_the_consumers_time_is_not_the_servers(server: ResponsesServer) -> None:
     # The timeout bounds waiting on the server: a slow consumer does not use it up.
     server.answer(text="one two three four five")
@@ -903,6 +906,7 @@ def shout(text: str) -> str:
 '''
 
 
+@pytest.mark.slow
 def test_raf_run_with_the_responses_client(tmp_path: Path, server: ResponsesServer) -> None:
     (tmp_path / "loud_tools.py").write_text(SHOUT)
     config = tmp_path / "agent.toml"

@@ -29,6 +29,7 @@ results_lists = st.integers(0, 8).flatmap(
 
 @settings(max_examples=200)
 @given(results_lists, st.lists(chat_messages(), min_size=1, max_size=3))
+@pytest.mark.slow
 def test_merge_folds_like_the_list_model(
     results: list[ContextResult], request: list[ChatMessage]
 ) -> None:

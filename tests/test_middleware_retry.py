@@ -191,6 +191,7 @@ async def test_what_is_retried_survives_the_usual_log_level_processor() -> None:
     assert (retry["retrying"], retry["level"]) == ("model", "warning")
 
 
+@pytest.mark.mock_clock
 async def test_the_wait_is_at_least_what_the_server_asked_for() -> None:
     model = ScriptedChatClient([RateLimitError("slow down", retry_after=0.2), "ok"])
     retry = RetryMiddleware(wait_initial=0.001, wait_max=5)
@@ -202,6 +203,7 @@ async def test_the_wait_is_at_least_what_the_server_asked_for() -> None:
     assert logged["wait_s"] == 0.2
 
 
+@pytest.mark.mock_clock
 async def test_a_backoff_longer_than_the_servers_ask_wins() -> None:
     model = ScriptedChatClient([ServerError("a", retry_after=0.0), ServerError("b"), "ok"])
     retry = RetryMiddleware(wait_initial=0.01, wait_max=5)
@@ -237,6 +239,7 @@ async def test_retry_after_is_honoured_with_an_explicit_retry_on() -> None:
     assert len(model.requests) == 1
 
 
+@pytest.mark.mock_clock
 async def test_a_short_ask_never_makes_it_give_up_even_with_wait_max_zero() -> None:
     model = ScriptedChatClient([RateLimitError("soon", retry_after=0.02), "ok"])
     retry = RetryMiddleware(wait_initial=0, wait_max=0)

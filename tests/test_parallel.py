@@ -417,6 +417,7 @@ async def test_a_member_failing_while_the_group_is_cancelled_from_outside_is_not
         assert "cleanup failed" in notes[0]
 
 
+@pytest.mark.mock_clock
 async def test_a_hung_member_post_stage_of_a_cancelled_run_is_bounded_by_post_timeout() -> None:
     log: list[Any] = []
     box: list[anyio.CancelScope] = []

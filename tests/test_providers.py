@@ -112,6 +112,7 @@ async def run_scenario(
 
 @settings(max_examples=120, deadline=None)
 @given(scenarios())
+@pytest.mark.slow
 async def test_the_journal_matches_the_model(scenario: Scenario) -> None:
     journal, model, response, raised, cancelled = await run_scenario(scenario)
 
@@ -268,6 +269,7 @@ def cancelling_model(scope_box: list[anyio.CancelScope]) -> ScriptedChatClient:
     return ScriptedChatClient([answer])
 
 
+@pytest.mark.mock_clock
 async def test_post_stages_of_a_cancelled_run_run_shielded() -> None:
     log: list[tuple[str, str]] = []
     box: list[anyio.CancelScope] = []
@@ -284,6 +286,7 @@ async def test_post_stages_of_a_cancelled_run_run_shielded() -> None:
     assert log == [("inner", cancelled), ("outer", cancelled)]
 
 
+@pytest.mark.mock_clock
 async def test_a_hung_post_stage_of_a_cancelled_run_is_bounded_by_post_timeout() -> None:
     log: list[tuple[str, str]] = []
     box: list[anyio.CancelScope] = []
@@ -308,6 +311,7 @@ async def test_a_hung_post_stage_of_a_cancelled_run_is_bounded_by_post_timeout()
     assert "TimeoutError" in notes[0]
 
 
+@pytest.mark.mock_clock
 async def test_a_hung_post_stage_alone_is_a_timeout_provider_error() -> None:
     """The overrun is noted on the cancellation and logged: seen even if a scope eats it."""
     log: list[tuple[str, str]] = []
@@ -324,6 +328,7 @@ async def test_a_hung_post_stage_alone_is_a_timeout_provider_error() -> None:
     assert failed[0]["error"].startswith("TimeoutError")
 
 
+@pytest.mark.mock_clock
 async def test_a_cancellation_during_a_post_stage_shields_the_remaining_ones() -> None:
     log: list[tuple[str, str]] = []
     box: list[anyio.CancelScope] = []
@@ -345,6 +350,7 @@ async def test_a_cancellation_during_a_post_stage_shields_the_remaining_ones() -
     assert log == [("canceller", "start"), ("outer", anyio.get_cancelled_exc_class().__name__)]
 
 
+@pytest.mark.mock_clock
 async def test_post_stages_of_a_live_run_obey_the_callers_deadline() -> None:
     """No cancel scope on the fast path: the caller's own deadline reaches a post stage."""
     log: list[tuple[str, str]] = []
@@ -575,6 +581,7 @@ async def test_a_post_stages_own_timeout_error_is_its_failure_not_an_overrun() -
     assert "post_timeout" not in notes[0]
 
 
+@pytest.mark.mock_clock
 async def test_a_deadline_firing_as_the_model_returns_still_shields_the_post_stage() -> None:
     """The response came back, but the scope is cancelled: the save must not be cut."""
     saved: list[str] = []
@@ -616,6 +623,7 @@ async def test_a_failing_post_stage_of_a_cancelled_run_is_logged_even_when_the_s
     assert [(e["provider"], e["error"]) for e in failed] == [("Fails", "OSError: disk full")]
 
 
+@pytest.mark.mock_clock
 async def test_a_group_members_malformed_result_is_noted_when_the_group_is_cancelled() -> None:
     from raf import parallel
 

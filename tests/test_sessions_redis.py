@@ -159,6 +159,7 @@ async def test_run_checks_runs_the_whole_suite(harness: RedisHarness) -> None:
 # --- The store ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_import_raf_does_not_import_coredis() -> None:
     code = (
         "import sys, raf\n"
@@ -322,6 +323,7 @@ async def test_without_ttl_keys_never_expire(
     assert [await admin.ttl(key) for key in session.keys] == [-1, -1]
 
 
+@pytest.mark.slow
 async def test_an_expired_session_starts_again_empty(
     redis_server: RedisServer, prefix: str
 ) -> None:
@@ -585,6 +587,7 @@ def test_raf_run_with_redis_down_is_one_clear_line(capsys: pytest.CaptureFixture
 # --- Many processes, one conversation ----------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_four_processes_serve_one_conversation(
     redis_server: RedisServer, prefix: str, anyio_backend: str
 ) -> None:
@@ -630,6 +633,7 @@ async def test_four_processes_serve_one_conversation(
     assert len(recorded) == turns  # every run recorded its request's digest
 
 
+@pytest.mark.slow
 def test_the_deployment_example_moves_one_conversation_between_workers(
     redis_server: RedisServer,
 ) -> None:

@@ -203,6 +203,7 @@ class NotesInterruptions(ContextProvider):
 
 
 @pytest.mark.parametrize("post_stage", ["history save", "note on cancellation"])
+@pytest.mark.slow
 async def test_a_cancelled_run_on_a_locked_store_returns_within_post_timeout(
     db_path: Path, post_stage: str
 ) -> None:
@@ -466,6 +467,7 @@ def copy_with_a_pending_wal(source: Path, folder: Path) -> None:
         writer.close()
 
 
+@pytest.mark.slow
 async def test_a_file_that_cannot_be_written_can_be_read(
     tmp_path: Path, anyio_backend: str
 ) -> None:
@@ -484,6 +486,7 @@ async def test_a_file_that_cannot_be_written_can_be_read(
     assert [p.name async for p in anyio.Path(folder).iterdir()] == ["sessions.db"]
 
 
+@pytest.mark.slow
 async def test_a_read_only_folder_with_a_leftover_wal_file_is_a_clear_error(
     tmp_path: Path, anyio_backend: str
 ) -> None:

@@ -267,6 +267,7 @@ async def run_streamed(
 
 @settings(max_examples=200, deadline=None)
 @given(stream_scenarios(), st.booleans())
+@pytest.mark.slow
 async def test_the_journal_of_a_streamed_run(scenario: StreamScenario, deadline: bool) -> None:
     event(f"{scenario.form}: {expected_outcome(scenario)}")
     journal: list[tuple[Any, ...]] = []

@@ -87,6 +87,7 @@ BUILTINS: dict[str, Callable[[Path], Callable[[], Any]]] = {
 
 
 @pytest.mark.parametrize("name", sorted(BUILTINS))
+@pytest.mark.slow
 def test_every_builtin_provider_passes(name: str, tmp_path: Path) -> None:
     made = iter(range(10_000))
 
@@ -99,6 +100,7 @@ def test_every_builtin_provider_passes(name: str, tmp_path: Path) -> None:
     check_provider(lambda: BUILTINS[name](fresh_folder())())
 
 
+@pytest.mark.slow
 def test_the_mcp_provider_passes(tmp_path: Path) -> None:
     pytest.importorskip("mcp")
     from raf import McpToolsProvider
@@ -454,6 +456,7 @@ def test_a_stage_that_swallows_the_cancellation_is_caught() -> None:
     broken(SwallowsTheCancellation, "prompt-cancellation", "a run cancelled", cancel_grace=0.5)
 
 
+@pytest.mark.slow
 def test_a_stage_that_never_returns_fails_the_check_instead_of_hanging() -> None:
     class Slow(ContextProvider):
         async def on_invoking(

@@ -37,6 +37,7 @@ def run_pytest(folder: Path, test: str, *args: str) -> subprocess.CompletedProce
     )
 
 
+@pytest.mark.slow
 def test_the_fixtures_run_each_anyio_test_on_both_backends_with_a_fresh_client(
     tmp_path: Path,
 ) -> None:
@@ -68,6 +69,7 @@ def test_the_fixtures_run_each_anyio_test_on_both_backends_with_a_fresh_client(
     assert "4 passed" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_conftest_anyio_backend_wins(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text(
         "import pytest\n\n@pytest.fixture\ndef anyio_backend():\n    return 'trio'\n"
@@ -110,6 +112,7 @@ OFFLINE_TESTS = """
 """
 
 
+@pytest.mark.slow
 def test_raf_offline_fails_a_test_that_reaches_a_model(tmp_path: Path) -> None:
     marked = textwrap.dedent(OFFLINE_TESTS).replace(
         "import pytest\n", "import pytest\npytestmark = pytest.mark.raf_offline\n", 1
@@ -126,6 +129,7 @@ def test_raf_offline_fails_a_test_that_reaches_a_model(tmp_path: Path) -> None:
         assert "3 passed, 1 skipped, 2 errors" in out, out
 
 
+@pytest.mark.slow
 def test_without_raf_offline_nothing_is_patched(tmp_path: Path) -> None:
     done = run_pytest(
         tmp_path,

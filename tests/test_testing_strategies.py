@@ -54,6 +54,7 @@ def test_tool_calls_have_json_object_arguments(call: ToolCall) -> None:
 
 
 @given(histories())
+@pytest.mark.slow
 def test_histories_are_well_formed(history: tuple[ChatMessage, ...]) -> None:
     assert check_tool_pairing(history) is None
 
@@ -74,6 +75,7 @@ def test_updates_assemble(script: list[Update]) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(stacks())
+@pytest.mark.slow
 def test_a_stack_run_keeps_the_journal_law(stack: RecordingStack) -> None:
     agent = raf.Agent(ScriptedChatClient(["ok"]), stack=stack.items)
 
@@ -89,6 +91,7 @@ def test_a_stack_run_keeps_the_journal_law(stack: RecordingStack) -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(stacks(failures=False))
+@pytest.mark.slow
 def test_a_stack_without_failures_never_fails(stack: RecordingStack) -> None:
     agent = raf.Agent(ScriptedChatClient(["ok"]), stack=stack.items)
     assert anyio.run(agent.run, "hi").text == "ok"
