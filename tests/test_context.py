@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from raf import AgentRunOptions, ChatMessage, ContextResult, InMemorySession, Invocation, merge
 from raf._errors import ContextResultError
-from raf.testing.strategies import chat_messages, context_results, make_tool, merge_model
+from raf.testing.journal import merge_model
+from raf.testing.strategies import chat_messages, context_results, make_tool
 
 
 def start(request: tuple[ChatMessage, ...] = (ChatMessage.user("hi"),)) -> Invocation:

@@ -22,7 +22,7 @@ from raf import (
     ProviderStage,
     ScriptedChatClient,
 )
-from raf.testing.strategies import (
+from raf.testing.journal import (
     ModelFailure,
     ModelFatal,
     PostFailure,
@@ -33,8 +33,8 @@ from raf.testing.strategies import (
     collapse_groups,
     expected_journal,
     expected_prompt,
-    scenarios,
 )
+from raf.testing.strategies import scenarios
 
 pytestmark = pytest.mark.anyio
 

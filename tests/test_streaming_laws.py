@@ -32,7 +32,7 @@ from raf import (
     Update,
     Usage,
 )
-from raf.testing.strategies import (
+from raf.testing.journal import (
     ModelFailure,
     ModelFatal,
     PostFailure,
@@ -42,10 +42,8 @@ from raf.testing.strategies import (
     collapse_groups,
     expected_post_journal,
     expected_pre_journal,
-    make_tool,
-    scenarios,
-    texts,
 )
+from raf.testing.strategies import make_tool, scenarios, texts
 
 pytestmark = pytest.mark.anyio
 

@@ -22,8 +22,8 @@ from raf import (
     merge,
 )
 from raf._builtin import check_tool_pairing
+from raf.testing.journal import RecordingStack
 from raf.testing.strategies import (
-    RecordingStack,
     chat_messages,
     context_results,
     histories,
