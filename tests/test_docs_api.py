@@ -30,9 +30,12 @@ def _first_cells() -> list[tuple[str, str]]:
     for line in API.read_text(encoding="utf-8").splitlines():
         if line.startswith("## "):
             section = line[3:]
-        elif line.startswith("| ") and not line.startswith(("| name ", "|---")):
-            if "raf.testing" not in section:
-                rows.append((section, line.split(" | ")[0][2:]))
+        elif (
+            line.startswith("| ")
+            and not line.startswith(("| name ", "|---"))
+            and "raf.testing" not in section
+        ):
+            rows.append((section, line.split(" | ")[0][2:]))
     return rows
 
 
