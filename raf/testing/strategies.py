@@ -147,7 +147,7 @@ def histories(draw: st.DrawFn, max_turns: int = 8) -> tuple[ChatMessage, ...]:
 
     Maybe a system message first, then turns of user messages, assistant
     answers and assistant tool calls each followed by one result per call
-    (:func:`raf._builtin.check_tool_pairing` finds nothing wrong with it).
+    (:func:`raf.check_tool_pairing` finds nothing wrong with it).
     What a session holds after a few runs; what a compression strategy gets.
     """
     messages: list[ChatMessage] = []
@@ -231,7 +231,7 @@ class Scenario:
 
     ``providers`` lists every provider in registration order (group members
     in declaration order); ``stack`` says how they are laid out: alone, in
-    :func:`raf._parallel` groups, with run middleware between them. An empty
+    :func:`raf.parallel` groups, with run middleware between them. An empty
     ``stack`` means every provider alone, in order.
     """
 
@@ -523,7 +523,7 @@ class RecordingStack:
     """A drawn stack: ``items`` for ``Agent(stack=...)``, and the ``journal`` they write.
 
     The items are fresh :class:`RecordingProvider` objects (alone or in
-    :func:`raf._parallel` groups) and :class:`RecordingMiddleware`, some of
+    :func:`raf.parallel` groups) and :class:`RecordingMiddleware`, some of
     whose stages fail as ``scenario`` says (:class:`PreFailure`,
     :class:`PostFailure`). Each appends what it runs to ``journal``:
     ``("pre", name)``, ``("post", name, response, error)``,
