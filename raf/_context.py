@@ -96,7 +96,7 @@ def merge(
     the injected messages when ``result.replace_messages`` is true. The
     request messages are never touched. An empty result returns
     ``invocation`` itself, so a provider with nothing to say costs no copy.
-    A field of the wrong type raises :class:`raf._errors.ContextResultError`
+    A field of the wrong type raises :class:`raf.ContextResultError`
     naming the field. ``source`` names the provider, for the error of a
     tool-name clash.
 
@@ -236,7 +236,7 @@ CheckedResult = tuple[str | None, Any, tuple[Tool, ...], bool]
 def checked_result(result: object) -> CheckedResult:
     """A result's ``(instructions, messages, tools, replace_messages)``, each type-checked.
 
-    Raises :class:`raf._errors.ContextResultError` naming the first wrong
+    Raises :class:`raf.ContextResultError` naming the first wrong
     field. ``messages`` comes back as a checked tuple.
     """
     if type(result) is not ContextResult and not isinstance(result, ContextResult):

@@ -442,7 +442,7 @@ class ChatClient(Protocol):
     """A chat model: messages and options in, the model's turn out.
 
     The response's ``messages`` hold the assistant turn (text, tool calls or
-    both); failures are :class:`raf._errors.ChatClientError` subclasses.
+    both); failures are :class:`raf.ChatClientError` subclasses.
     A client may also have ``stream`` (see :class:`StreamingChatClient`); a
     streamed run of a client without it sends the answer of ``complete`` as
     updates once it has come.

@@ -84,7 +84,7 @@ def parallel(*providers: Any, name: str | None = None) -> ProviderGroup:
 
 
 def is_provider(item: object) -> bool:
-    """A stack item with ``on_invoking`` (or a :func:`raf._parallel` group) is a provider."""
+    """A stack item with ``on_invoking`` (or a :func:`raf.parallel` group) is a provider."""
     return isinstance(item, ProviderGroup) or callable(getattr(item, "on_invoking", None))
 
 

@@ -62,7 +62,7 @@ def compose(
     """Build the onion once: ``stack[0]`` outermost, ``core`` in the middle.
 
     Each item is a provider (it has ``on_invoking``; only for a run stack,
-    whose request is an :class:`raf.Invocation`), a :func:`raf._parallel`
+    whose request is an :class:`raf.Invocation`), a :func:`raf.parallel`
     group, or a middleware callable; each is one layer. Calling the result
     runs the whole stack. A failed post stage of a successful run does not
     change what the providers outside it see; it is raised once their post

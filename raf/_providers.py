@@ -2,7 +2,7 @@
 
 A provider layer runs its provider's pre stage, merges the result into the
 invocation it passes inward, and runs the post stage on the way out (a
-:func:`raf._parallel` group's layer, in :mod:`raf._parallel`, runs its
+:func:`raf.parallel` group's layer, in :mod:`raf._parallel`, runs its
 members' stages through the same functions). Post
 stages of a cancelled run run shielded and bounded; post-stage failures never
 change what the layers outside see: on an error they become notes on it, on

@@ -15,15 +15,18 @@ from typing import Any
 
 import pytest
 import trio.testing
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from tests.redis_server import RedisServer
 
-# "ci" is hypothesis's own default (what every run used before the profiles), for CI and
-# whenever CI is set; "dev" tries fewer examples where a test does not ask for a number.
-# HYPOTHESIS_PROFILE picks one by name.
-settings.register_profile("ci", print_blob=True)
-settings.register_profile("dev", max_examples=20)
+# "ci" tries hypothesis's own default number of examples (what every run used before the
+# profiles), for CI and whenever CI is set; "dev" tries fewer where a test does not ask
+# for a number. HYPOTHESIS_PROFILE picks one by name. Neither times examples: their speed
+# varies with the machine's load (a shared CI box, a parallel suite), and a slow example
+# is not a broken law.
+_SPEED = {"suppress_health_check": [HealthCheck.too_slow], "deadline": None}
+settings.register_profile("ci", print_blob=True, **_SPEED)
+settings.register_profile("dev", max_examples=20, **_SPEED)
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE")
     or ("ci" if os.environ.get("CI", "").lower() not in ("", "0", "false") else "dev")

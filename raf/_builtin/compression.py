@@ -245,7 +245,7 @@ class SummaryStrategy:
     If the summary call fails or answers nothing, ``on_failure="truncate"``
     (the default) returns just the kept messages, as
     :class:`TruncationStrategy` would; ``on_failure="raise"`` raises
-    :class:`raf._errors.CompressionError`, which fails the run before the
+    :class:`raf.CompressionError`, which fails the run before the
     model is called. A broken history is never returned.
     """
 
@@ -339,7 +339,7 @@ class CompressionProvider(ContextProvider):
     in full; give that one ``inject=False`` to skip an injection that would
     be replaced anyway. The session keeps the whole history; only what the
     model sees is compressed. A strategy result that splits a tool call from
-    its results is refused with :class:`raf._errors.CompressionError`.
+    its results is refused with :class:`raf.CompressionError`.
     """
 
     kind = "compression"

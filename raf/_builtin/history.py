@@ -35,7 +35,7 @@ class HistoryProvider(ContextProvider):
     or was cancelled persists nothing, so the session never holds half a turn.
 
     ``inject=False`` keeps the post stage but injects nothing; use it when a
-    :class:`raf._builtin.CompressionProvider` decides what the model sees.
+    :class:`raf.CompressionProvider` decides what the model sees.
     ``persist_partial=True`` also stores a streamed turn that its consumer
     left early (:class:`raf.StreamClosedError`): the request and the partial
     answer the consumer saw, less any tool call left without its result (a

@@ -25,7 +25,7 @@ class Budget:
     Each wait (the POST, each read) runs under what is left of it, with no
     yield inside the scope, so the deadline never lands in the consumer's code
     and the time the consumer holds an update is not counted. Past it a wait
-    raises :class:`raf._errors.ChatTimeoutError` with the text ``expired``.
+    raises :class:`raf.ChatTimeoutError` with the text ``expired``.
     """
 
     __slots__ = ("expired", "left", "timeout")

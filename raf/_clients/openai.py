@@ -47,7 +47,7 @@ class OpenAIChatClient(SdkClient):
 
     ``timeout`` bounds each whole call in seconds, the SDK's retries and the
     reading of the reply included (``None``: no bound); past it the call
-    raises :class:`raf._errors.ChatTimeoutError`. ``max_response_bytes`` bounds
+    raises :class:`raf.ChatTimeoutError`. ``max_response_bytes`` bounds
     the reply's size once decompressed; past it the call raises
     :class:`raf.ChatProtocolError` without reading further.
 

@@ -150,7 +150,7 @@ class OpenAIResponsesClient(SdkClient):
         ``response.failed``, ``response.incomplete`` or ``error`` event is a
         :class:`raf.ChatClientError` (not retryable); a stream that ends
         before one of them or ``response.completed`` is a
-        :class:`raf._errors.ChatConnectionError`.
+        :class:`raf.ChatConnectionError`.
         """
         model, body, request_options = self.request_body(messages, options, stream=True)
         where = call_name(model)

@@ -126,7 +126,7 @@ class RedisSessionStore:
     session at once. ``ttl`` (seconds) is put again on every key of a
     session on every write; ``None`` means the keys never expire.
 
-    Every failure is a :class:`raf._errors.SessionStoreError` that names the
+    Every failure is a :class:`raf.SessionStoreError` that names the
     server and says what happened: a server that does not answer (on
     opening), a connection dropped during a call, a key of the session
     holding another type of value, a stored entry that is not raf's JSON.

@@ -103,11 +103,11 @@ class SqliteSessionStore:
     ``post_timeout``). ``read_only=True`` opens an existing file for reading
     only (SQLite enforces it; the file is never created or changed); a file
     that cannot be written is also opened for reading on its own, and
-    writes then raise :class:`raf._errors.SessionStoreError`.
+    writes then raise :class:`raf.SessionStoreError`.
 
     A file that is not a SQLite database, a database raf did not create, or
     a corrupt one (checked with ``PRAGMA quick_check`` on open and on every
-    ``SQLITE_CORRUPT``) raises :class:`raf._errors.SessionStoreError` naming
+    ``SQLITE_CORRUPT``) raises :class:`raf.SessionStoreError` naming
     the file; it is never replaced. Close the store with
     ``await store.aclose()`` or ``async with``.
 

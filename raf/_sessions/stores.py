@@ -29,7 +29,7 @@ async def open_store(db: str | os.PathLike[str]) -> SqliteSessionStore | RedisSe
     A SQLite file's folder is created when missing. A Redis store is
     connected (and the server checked) before this returns; close either
     with ``await store.aclose()`` in the same task. Redis needs the extra
-    ``raf[redis]``; without it this is a :class:`raf._errors.ConfigError`.
+    ``raf[redis]``; without it this is a :class:`raf.ConfigError`.
     """
     if is_redis_url(db):
         try:

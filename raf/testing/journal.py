@@ -76,7 +76,7 @@ class Scenario:
 
     ``providers`` lists every provider in registration order (group members
     in declaration order); ``stack`` says how they are laid out: alone, in
-    :func:`raf._parallel` groups, with run middleware between them. An empty
+    :func:`raf.parallel` groups, with run middleware between them. An empty
     ``stack`` means every provider alone, in order.
     """
 
@@ -333,7 +333,7 @@ class RecordingStack:
     """A drawn stack: ``items`` for ``Agent(stack=...)``, and the ``journal`` they write.
 
     The items are fresh :class:`RecordingProvider` objects (alone or in
-    :func:`raf._parallel` groups) and :class:`RecordingMiddleware`, some of
+    :func:`raf.parallel` groups) and :class:`RecordingMiddleware`, some of
     whose stages fail as ``scenario`` says (:class:`PreFailure`,
     :class:`PostFailure`). Each appends what it runs to ``journal``:
     ``("pre", name)``, ``("post", name, response, error)``,
