@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ TOOL_CALLS = 3  # the model asks for three tool calls, one after the other, then
 def _log(path: Path, line: str) -> None:
     # One short write per line in append mode: lines of concurrent writers do not interleave.
     with path.open("a") as file:
-        file.write(f"{line} pid={os.getpid()}\n")
+        file.write(f"{line} pid={os.getpid()} t={time.time():.3f}\n")
 
 
 class CountingModel:
@@ -128,6 +129,7 @@ def configure(system_db: str, executor: str) -> None:
             "application_version": "raf-durable-worker-1",  # pinned: recovery matches it
             "executor_id": executor,
             "log_level": "WARNING",
+            "notification_listener_polling_interval_sec": 0.05,  # a quicker shutdown
         }
     )
     DBOS.launch()
@@ -142,7 +144,7 @@ async def run_one(agent: Any, store: SqliteSessionStore, workflow_id: str) -> di
 
 async def wait_one(store: SqliteSessionStore, workflow_id: str) -> dict[str, Any]:
     handle = await DBOS.retrieve_workflow_async(workflow_id)
-    response = await handle.get_result()
+    response = await handle.get_result(polling_interval_sec=0.05)
     session = await store.get(workflow_id)
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 
