@@ -72,7 +72,17 @@ class PostgresServer:
             )
         data = self.folder / "data"
         subprocess.run(
-            [binaries / "initdb", "-D", data, "-U", "raf", "--auth=trust", "-E", "UTF8", "--no-sync"],
+            [
+                binaries / "initdb",
+                "-D",
+                data,
+                "-U",
+                "raf",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
             check=True,
             capture_output=True,
             cwd=self.folder,

@@ -33,7 +33,9 @@ DEADLINE = 60.0
 def postgres() -> Iterator[PostgresServer]:
     """A real PostgreSQL on a free loopback port, as an unprivileged user, stopped at the end."""
     if postgres_bin() is None:
-        pytest.skip("PostgreSQL is not installed (make test installs it: apt-get install postgresql)")
+        pytest.skip(
+            "PostgreSQL is not installed (make test installs it: apt-get install postgresql)"
+        )
     with PostgresServer() as server:
         yield server
 
