@@ -99,15 +99,22 @@ class Journal:
             await anyio.sleep_forever()
 
 
-def build(log: Path, hang: str) -> Any:
+def square_tool(log: Path, seconds: float) -> Any:
+    """The tool ``square``: logs its start and end with its idempotency key."""
+
     @tool
     async def square(n: int) -> str:
         """The square of n."""
         _log(log, f"tool start {n} key={idempotency_key()}")
-        await anyio.sleep(0.05)  # a tool that takes a moment: a worker may die during it
+        if seconds:
+            await anyio.sleep(seconds)  # a tool that takes a moment: a worker may die in it
         _log(log, f"tool done {n} key={idempotency_key()}")
         return str(n * n)
 
+    return square
+
+
+def build(log: Path, hang: str, tool_seconds: float = 0.05) -> Any:
     async def repeated(invocation: Any, call_next: Any) -> AgentResponse:
         _log(log, f"pre {invocation.session.id} repeated={invocation.repeated}")
         return await call_next(invocation)  # type: ignore[no-any-return]
@@ -115,7 +122,7 @@ def build(log: Path, hang: str) -> Any:
     agent = Agent(
         CountingModel(log, hang),
         name="durable-worker",
-        tools=[square],
+        tools=[square_tool(log, tool_seconds)],
         stack=[Journal(log, hang), HistoryProvider(), repeated],
     )
     return dbos_agent(agent)
@@ -150,7 +157,7 @@ async def wait_one(store: SqliteSessionStore, workflow_id: str) -> dict[str, Any
 
 
 async def main(args: argparse.Namespace) -> None:
-    agent = build(Path(args.log), args.hang)
+    agent = build(Path(args.log), args.hang, args.tool_seconds)
     configure(args.system_db, args.executor)
     async with SqliteSessionStore(args.sessions) as store:
 
@@ -175,6 +182,7 @@ if __name__ == "__main__":
     parser.add_argument("--log", required=True)
     parser.add_argument("--executor", default="local")
     parser.add_argument("--hang", default="none", choices=["none", "model3", "post"])
+    parser.add_argument("--tool-seconds", type=float, default=0.05)
     parser.add_argument("--ids", nargs="+", required=True)
     arguments = parser.parse_args()
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.durable_load import load
 from tests.postgres_server import PostgresServer, postgres_bin
 
 pytestmark = pytest.mark.slow
@@ -148,3 +149,14 @@ def test_a_worker_killed_after_the_history_write_does_not_store_the_turn_twice(
     # Every model and tool call completed in the first worker: none runs again.
     assert {pid for what, pid in log if what.startswith(("model", "tool"))} == {first}
     assert [pid for what, pid in log if what.startswith("post")] == [first, second]
+
+
+def test_load_on_postgres_with_a_worker_killed(postgres: PostgresServer, tmp_path: Path) -> None:
+    # The small version of `make bench-durable`'s load (four workers, 100 runs, two kills).
+    result = load(
+        postgres.url("raf_load_test"), tmp_path, workers=2, runs=12, kills=1, tool_seconds=0.1
+    )
+    assert result["problems"] == []
+    assert result["completed"] == 12
+    assert result["tool_calls_completed_twice"] == 0
+    assert result["histories_duplicated"] == 0
