@@ -9,6 +9,8 @@ The crash tests (real processes, SIGKILL) are in test_durable_recovery.py.
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,6 +104,21 @@ async def test_the_run_is_a_workflow_of_model_and_tool_steps_in_call_order(
     assert status is not None
     assert status.status == "SUCCESS"
     assert len(client.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_a_tool_that_runs_in_a_thread_reads_its_key_too() -> None:
+    @raf.tool
+    def blocking() -> str:
+        """A plain function: raf runs it in a worker thread."""
+        return f"key {idempotency_key()}"
+
+    client = ScriptedChatClient([ScriptedChatClient.tool_turn(ToolCall("1", "blocking")), "ok"])
+    agent = dbos_agent(Agent(client, tools=[blocking]), name="test-durable-thread")
+    with SetWorkflowID("wf-thread"):
+        await agent.run("go")
+    assert client.requests[1].messages[-1].content == "key wf-thread:2"
+    assert idempotency_key() is None  # outside a step
 
 
 @pytest.mark.anyio
@@ -267,3 +284,33 @@ def test_what_crosses_dbos_pickles() -> None:
     loop = pickle.loads(pickle.dumps(ToolLoopError(3, ("a",))))
     assert str(loop) == str(ToolLoopError(3, ("a",)))
     assert isinstance(pickle.loads(pickle.dumps(DurableError("x"))), DurableError)
+
+
+_WITHOUT_DBOS = """
+import anyio
+from dbos import DBOS
+from raf import Agent, DurableError, ScriptedChatClient
+from raf.durable import dbos_agent
+
+agent = dbos_agent(Agent(ScriptedChatClient(["x", "x"])), name="not-set-up")
+for step in ("none", "created"):
+    if step == "created":
+        DBOS(config={"name": "not-launched", "system_database_url": "sqlite:///dbos.sqlite"})
+    try:
+        anyio.run(agent.run, "hi")
+    except DurableError as exc:
+        print(step, exc)
+DBOS.destroy()
+"""
+
+
+@pytest.mark.slow
+def test_without_dbos_set_up_a_durable_run_says_so(tmp_path: Path) -> None:
+    # Its own process: DBOS is one per process, and this module's is launched.
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_DBOS], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["none", "created"]
+    assert all("DBOS is not set up in this process" in line for line in lines)

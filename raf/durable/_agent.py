@@ -10,6 +10,7 @@ from typing import Any, cast
 import anyio
 import attrs
 from dbos import DBOS
+from dbos import error as dbos_errors
 
 from raf._agent import Agent, _arguments
 from raf._context import Invocation, start_invocation
@@ -147,6 +148,14 @@ class DurableAgent(Agent):
         token = _CALLER.set(caller)
         try:
             return await _durable_run(self._durable_name, request, ref, options)
+        except dbos_errors.DBOSException as exc:
+            unset = ("before DBOS initialized", "before DBOS was launched")
+            if caller.workflow_id is None and any(text in str(exc) for text in unset):
+                raise DurableError(
+                    "DBOS is not set up in this process: call DBOS(config=...) and "
+                    "DBOS.launch() after building the durable agents (raf never does)"
+                ) from exc
+            raise
         except anyio.get_cancelled_exc_class():
             # Cancelled by its caller: cancelled in DBOS too, not resumed at the next launch.
             if caller.workflow_id is not None:
