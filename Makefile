@@ -19,6 +19,10 @@ $(VENV)/.redis: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[redis]'
 	touch $@
 
+$(VENV)/.dbos: $(VENV)/.base
+	$(PY) -m pip install -q -e '.[dbos]'
+	touch $@
+
 # The Redis tests and benchmark start their own redis-server on a free loopback port
 # (and stop it); this only installs the program, from Debian's packages, when missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -55,13 +59,14 @@ test: $(VENV)/.test redis-server postgresql
 	$(PY) -m mypy
 	$(PY) -m ruff check .
 
-bench: $(VENV)/.redis redis-server
+bench: $(VENV)/.redis $(VENV)/.dbos redis-server postgresql
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_redis.py
+	$(PY) benchmarks/bench_durable.py
 
 # What a durable run adds per step (SQLite and Postgres), and the load test: four workers,
 # 100 runs, two workers killed.
-bench-durable: $(VENV)/.test postgresql
+bench-durable: $(VENV)/.dbos postgresql
 	$(PY) benchmarks/bench_durable.py
 
 bench-redis: $(VENV)/.redis redis-server

@@ -7,7 +7,8 @@ folder, a free loopback port, as ``nobody`` under root) and stops it.
 three tool calls; a scripted model and instant tools, a SQLite session
 with history) through the plain agent and through ``dbos_agent`` of it, on
 DBOS's SQLite system database and on Postgres; the row gives the turn's
-time and what durability adds per step: (durable - plain) / 7.
+time and what durability adds per step: (durable - plain) / 7. The floor
+is a step that does nothing, straight on DBOS: what DBOS itself costs.
 
 *Load*: four worker processes on one Postgres, 100 runs of three tool calls
 (0.2 s each), two workers picked at random SIGKILLed at a random moment of
@@ -44,6 +45,20 @@ from tests.durable_worker import CountingModel, square_tool  # noqa: E402
 from tests.postgres_server import PostgresServer  # noqa: E402
 
 STEPS = 7  # four model calls and three tool calls a turn
+FLOOR_STEPS = 20
+
+
+async def _nothing() -> int:
+    return 1
+
+
+@DBOS.workflow(name="raf.bench.bare_steps")
+async def _bare_steps(count: int) -> float:
+    """The floor: ``count`` steps that do nothing, straight on DBOS; us per step."""
+    start = time.perf_counter()
+    for _ in range(count):
+        await DBOS.run_step_async({"name": "bare"}, _nothing)
+    return (time.perf_counter() - start) * 1e6 / count
 
 
 async def _turns(agent: Any, store: SqliteSessionStore, turns: int, tag: str) -> list[float]:
@@ -58,8 +73,8 @@ async def _turns(agent: Any, store: SqliteSessionStore, turns: int, tag: str) ->
     return samples
 
 
-def per_step(system_db: str, folder: Path, turns: int, tag: str) -> tuple[list[float], list[float]]:
-    """Plain and durable turns on one system database."""
+def per_step(system_db: str, folder: Path, turns: int, tag: str) -> tuple[list[float], ...]:
+    """Plain and durable turns, and bare DBOS steps, on one system database."""
     log = folder / f"{tag}.log"
     plain = Agent(CountingModel(log, "none"), tools=[square_tool(log, 0.0)], history=True)
     durable = dbos_agent(plain, name=f"bench-{tag}")
@@ -68,13 +83,14 @@ def per_step(system_db: str, folder: Path, turns: int, tag: str) -> tuple[list[f
     DBOS.launch()
     try:
 
-        async def main() -> tuple[list[float], list[float]]:
+        async def main() -> tuple[list[float], ...]:
             async with SqliteSessionStore(folder / f"{tag}-sessions.db") as store:
                 await _turns(plain, store, 3, f"{tag}-warm-plain")
                 await _turns(durable, store, 3, f"{tag}-warm-durable")
                 return (
                     await _turns(plain, store, turns, f"{tag}-plain"),
                     await _turns(durable, store, turns, f"{tag}-durable"),
+                    [await _bare_steps(FLOOR_STEPS) for _ in range(5)],
                 )
 
         return anyio.run(main, backend="asyncio")
@@ -96,7 +112,7 @@ def main() -> None:
             ("SQLite", f"sqlite:///{folder / 'dbos.sqlite'}"),
             ("Postgres", pg.url("raf_bench_steps")),
         ):
-            plain, durable = per_step(system_db, folder, args.turns, kind.lower())
+            plain, durable, floor = per_step(system_db, folder, args.turns, kind.lower())
             plain_mid = sorted(plain)[len(plain) // 2]
             durable_mid = sorted(durable)[len(durable) // 2]
             rows.append([
@@ -104,9 +120,11 @@ def main() -> None:
                 fmt(plain),
                 fmt(durable),
                 f"{(durable_mid - plain_mid) / STEPS:,.0f}",
+                fmt(floor),
             ])  # fmt: skip
         print("What a durable run adds per step (us; median (min-max) of a turn)\n")
-        print(table(["row", "plain turn", "durable turn", "added per step"], rows))
+        headers = ["row", "plain turn", "durable turn", "added per step", "floor: a bare DBOS step"]
+        print(table(headers, rows))
 
         loaded = folder / "load"
         loaded.mkdir()

@@ -116,8 +116,7 @@ def load(
             f"{len(wrong)} runs answered wrongly or stored a history twice: {wrong[:3]}"
         )
     lines = _lines(folder)
-    done = Counter(line.split(" pid=")[0] for line in lines if line.startswith("tool done"))
-    repeated_done = sorted(what for what, count in done.items() if count > 1)
+    repeated_done = _completed_then_started(lines)
     if repeated_done:
         problems.append(f"completed tool calls ran again: {repeated_done[:5]}")
     starts = Counter(line.split(" pid=")[0] for line in lines if line.startswith("tool start"))
@@ -136,3 +135,26 @@ def load(
         "seconds": elapsed,
         "problems": problems,
     }
+
+
+def _call(line: str) -> str:
+    """``"RUN n"`` of ``tool start 2 key=RUN:4 pid=...`` or ``tool recorded 2 key=RUN``."""
+    words = line.split()
+    return f"{words[3].removeprefix('key=').split(':')[0]} {words[2]}"
+
+
+def _completed_then_started(lines: list[str]) -> list[str]:
+    """The tool calls that started again after DBOS had recorded them (the log is in time order).
+
+    A call that had finished but was not recorded yet when its worker died
+    runs again by design (its ``tool done`` shows twice): that is the
+    in-flight case, which the idempotency key is for.
+    """
+    recorded: set[str] = set()
+    again = []
+    for line in lines:
+        if line.startswith("tool recorded"):
+            recorded.add(_call(line))
+        elif line.startswith("tool start") and _call(line) in recorded:
+            again.append(_call(line))
+    return sorted(again)

@@ -12,6 +12,9 @@ test can tell what ran, where and how often.
 = workflow id), concurrently; ``recover`` launches DBOS (which recovers
 this executor's pending runs), starts the ids DBOS has never seen, and
 waits for all. Both print one JSON line per run: id, answer, history size.
+A tool call logs ``tool start`` and ``tool done`` inside its step, and
+``tool recorded`` from a tool middleware outside it, once DBOS has recorded
+the step: a call with a ``tool recorded`` line has completed for DBOS.
 ``--hang model3`` makes the third model call hang (the test kills the
 worker there: after the second of three tool calls); ``--hang post`` makes
 the outermost post stage hang after the history was written.
@@ -119,10 +122,18 @@ def build(log: Path, hang: str, tool_seconds: float = 0.05) -> Any:
         _log(log, f"pre {invocation.session.id} repeated={invocation.repeated}")
         return await call_next(invocation)  # type: ignore[no-any-return]
 
+    async def recorded(request: Any, call_next: Any) -> ChatMessage:
+        # Outside the step: when this runs, DBOS has recorded the call (or replayed it).
+        message = await call_next(request)
+        run = request.invocation.session.id
+        _log(log, f"tool recorded {request.arguments['n']} key={run}")
+        return message  # type: ignore[no-any-return]
+
     agent = Agent(
         CountingModel(log, hang),
         name="durable-worker",
         tools=[square_tool(log, tool_seconds)],
+        tool_stack=[recorded],
         stack=[Journal(log, hang), HistoryProvider(), repeated],
     )
     return dbos_agent(agent)

@@ -36,6 +36,15 @@ from raf import (
 )
 from raf.durable import DurableAgent, SessionRef, dbos_agent, idempotency_key
 
+# Declared before DBOS.launch() (the module fixture), as DBOS asks of workflows.
+_QUEUED = dbos_agent(Agent(ScriptedChatClient(["from the queue"])), name="test-durable-queued")
+
+
+@DBOS.workflow(name="test.durable.from_queue")
+async def _from_queue(text: str) -> str:
+    """A workflow of the application's own that runs a durable agent: a child workflow."""
+    return (await _QUEUED.run(text)).text
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -119,6 +128,15 @@ async def test_a_tool_that_runs_in_a_thread_reads_its_key_too() -> None:
         await agent.run("go")
     assert client.requests[1].messages[-1].content == "key wf-thread:2"
     assert idempotency_key() is None  # outside a step
+
+
+@pytest.mark.anyio
+async def test_a_durable_run_inside_a_queued_workflow_is_its_child() -> None:
+    queue = await DBOS.register_queue_async("raf-test-runs", polling_interval_sec=0.05)
+    handle = await queue.enqueue_async(_from_queue, "hi")
+    assert await handle.get_result(polling_interval_sec=0.05) == "from the queue"
+    children = await DBOS.list_workflow_steps_async(handle.get_workflow_id())
+    assert children[0]["function_name"] == "raf.durable.run"
 
 
 @pytest.mark.anyio
