@@ -116,6 +116,23 @@ async def test_the_run_is_a_workflow_of_model_and_tool_steps_in_call_order(
 
 
 @pytest.mark.anyio
+async def test_step_ids_follow_the_call_order_whatever_order_the_calls_enter_in() -> None:
+    second_entered = anyio.Event()
+
+    async def second_first(request: Any, call_next: Any) -> Any:
+        if request.call.id == "1":
+            await second_entered.wait()  # the first call enters the step after the second
+        else:
+            second_entered.set()
+        return await call_next(request)
+
+    agent, _, keys = _agent(_two_adds(), tool_stack=[second_first])
+    with SetWorkflowID("wf-entry-order"):
+        assert (await agent.run("add")).text == "3 and 7"
+    assert sorted(keys) == ["1+2@wf-entry-order:2", "3+4@wf-entry-order:3"]
+
+
+@pytest.mark.anyio
 async def test_a_tool_that_runs_in_a_thread_reads_its_key_too() -> None:
     @raf.tool
     def blocking() -> str:

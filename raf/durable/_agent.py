@@ -43,14 +43,20 @@ _CALLER: ContextVar[_Caller | None] = ContextVar("raf_durable_caller", default=N
 
 
 @attrs.define
-class _Slot:
-    """The step id a tool call drew when it entered the tool stack (in call order)."""
+class _Batch:
+    """The tool calls the run's last model call asked for, and their step ids once drawn.
 
-    reservation: Any
-    used: bool = False
+    The calls of a batch run concurrently, and may enter the tool stack in
+    any order (a middleware may await first): their step ids are drawn all
+    at once, when the first one enters, and given out by position in the
+    model's answer, so a replay gives each call the same step.
+    """
+
+    calls: tuple[str, ...] = ()
+    steps: dict[str, Any] | None = None
 
 
-_SLOT: ContextVar[_Slot | None] = ContextVar("raf_durable_slot", default=None)
+_BATCH: ContextVar[_Batch | None] = ContextVar("raf_durable_batch", default=None)
 
 
 def idempotency_key() -> str | None:
@@ -86,7 +92,7 @@ class DurableAgent(Agent):
             tools=agent.tools,
             stack=agent.stack,
             chat_stack=(*agent.chat_stack, _model_step),
-            tool_stack=(_reserve_step, *agent.tool_stack, _tool_step),
+            tool_stack=(*agent.tool_stack, _tool_step),
             post_timeout=agent.post_timeout,
             observers=agent.observers,
         )
@@ -251,7 +257,11 @@ async def _run(
     invocation = start_invocation(
         agent, session, request, options, touched.digest, touched.repeated, on_update
     )
-    return await agent._run(invocation)
+    token = _BATCH.set(_Batch())
+    try:
+        return await agent._run(invocation)
+    finally:
+        _BATCH.reset(token)
 
 
 async def _model_step(request: ChatRequest, call_next: CallNext[ChatRequest]) -> AgentResponse:
@@ -260,16 +270,11 @@ async def _model_step(request: ChatRequest, call_next: CallNext[ChatRequest]) ->
     async def model() -> AgentResponse:
         return await call_next(request)
 
-    return await DBOS.run_step_async({"name": "raf.model"}, model)
-
-
-async def _reserve_step(request: ToolRequest, call_next: Any) -> ChatMessage:
-    """The outermost tool middleware: draw the call's step id now, while calls enter in order."""
-    token = _SLOT.set(_Slot(DBOS.reserve_step()))
-    try:
-        return cast("ChatMessage", await call_next(request))
-    finally:
-        _SLOT.reset(token)
+    response = await DBOS.run_step_async({"name": "raf.model"}, model)
+    batch = _BATCH.get()
+    if batch is not None:
+        batch.calls, batch.steps = tuple(call.id for call in response.tool_calls), None
+    return response
 
 
 async def _tool_step(request: ToolRequest, call_next: Any) -> ChatMessage:
@@ -279,9 +284,14 @@ async def _tool_step(request: ToolRequest, call_next: Any) -> ChatMessage:
         return cast("ChatMessage", await call_next(request))
 
     options: Any = {"name": f"raf.tool.{request.tool.name}"}
-    slot = _SLOT.get()
-    if slot is not None and not slot.used:
-        slot.used = True
-        return cast("ChatMessage", await slot.reservation.run_async(options, tool))
-    # A middleware called on twice (a retry): the next step id, not a reserved one.
-    return await DBOS.run_step_async(options, tool)
+    batch = _BATCH.get()
+    reserved = None
+    if batch is not None and request.call.id in batch.calls:
+        if batch.steps is None:  # the batch's first call to get here: draw them all, in order
+            batch.steps = {call: DBOS.reserve_step() for call in dict.fromkeys(batch.calls)}
+        reserved = batch.steps.pop(request.call.id, None)
+    if reserved is None:
+        # Not from the last answer (a middleware made it up), or called on twice (a retry):
+        # the next step id.
+        return await DBOS.run_step_async(options, tool)
+    return cast("ChatMessage", await reserved.run_async(options, tool))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -42,7 +43,8 @@ class SessionRef:
                     f"session {session.id!r} lives in an in-memory SQLite store, which no other "
                     "process can reopen: a durable run needs a store on disk (or Redis)"
                 )
-            return cls("sqlite", str(path), session.id)
+            # Absolute: the recovering worker may start in another folder.
+            return cls("sqlite", os.path.abspath(path), session.id)
         if isinstance(session, InMemorySession):
             raise DurableError(
                 "an InMemorySession lives in one process and dies with it, so a durable run "
