@@ -157,9 +157,9 @@ def test_a_worker_killed_after_the_history_write_does_not_store_the_turn_twice(
 def test_load_on_postgres_with_a_worker_killed(postgres: PostgresServer, tmp_path: Path) -> None:
     # The small version of `make bench-durable`'s load (four workers, 100 runs, two kills).
     result = load(
-        postgres.url("raf_load_test"), tmp_path, workers=2, runs=12, kills=1, tool_seconds=0.1
+        postgres.url("raf_load_test"), tmp_path, workers=2, runs=6, kills=1, tool_seconds=0.1
     )
     assert result["problems"] == []
-    assert result["completed"] == 12
+    assert result["completed"] == 6
     assert result["tool_calls_completed_twice"] == 0
     assert result["histories_duplicated"] == 0
