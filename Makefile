@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers redis-server clean
+.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers bench-durable redis-server postgresql clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ $(VENV)/.redis: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[redis]'
 	touch $@
 
+$(VENV)/.dbos: $(VENV)/.base
+	$(PY) -m pip install -q -e '.[dbos]'
+	touch $@
+
 # The Redis tests and benchmark start their own redis-server on a free loopback port
 # (and stop it); this only installs the program, from Debian's packages, when missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -26,6 +30,14 @@ redis-server:
 	@command -v redis-server >/dev/null || ( \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null)
+
+# The durable-run tests and benchmark start their own PostgreSQL (initdb in a temporary
+# folder, a free loopback port, as nobody) and stop it; this only installs Debian's
+# packages when initdb is missing.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || ( \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null)
 
 demo: $(VENV)/.base
 	@rm -f .raf/demo.db .raf/demo.db-wal .raf/demo.db-shm
@@ -42,14 +54,20 @@ demo: $(VENV)/.base
 # sockets, so 4 workers keep a 2-core machine busy; worksteal hands the last slow tests of a
 # busy worker to an idle one. `make test TEST_WORKERS=0`: one process.
 TEST_WORKERS ?= 4
-test: $(VENV)/.test redis-server
+test: $(VENV)/.test redis-server postgresql
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
 	$(PY) -m mypy
 	$(PY) -m ruff check .
 
-bench: $(VENV)/.redis redis-server
+bench: $(VENV)/.redis $(VENV)/.dbos redis-server postgresql
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_redis.py
+	$(PY) benchmarks/bench_durable.py
+
+# What a durable run adds per step (SQLite and Postgres), and the load test: four workers,
+# 100 runs, two workers killed.
+bench-durable: $(VENV)/.dbos postgresql
+	$(PY) benchmarks/bench_durable.py
 
 bench-redis: $(VENV)/.redis redis-server
 	$(PY) benchmarks/bench_redis.py

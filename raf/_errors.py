@@ -10,6 +10,7 @@ The hierarchy (``except`` a branch to catch everything below it)::
     ├── CompressionError              a compression strategy could not compress
     ├── McpError                      an MCP server could not be started or spoken to
     ├── SessionStoreError             a session store cannot be opened or read
+    ├── DurableError                  a run cannot be durable (trio, a memory session, ...)
     ├── OfflineError                  a raf_offline test reached out (also a ConnectionRefusedError)
     ├── ToolError                     a tool failed, or the run's tools or tool loop did
     │   ├── ToolArgumentsError        a call's arguments do not fit (also a ValueError)
@@ -50,6 +51,7 @@ __all__ = [
     "CompressionError",
     "ConfigError",
     "ContextResultError",
+    "DurableError",
     "McpError",
     "OfflineError",
     "PathError",
@@ -240,6 +242,11 @@ class PathError(ToolError):
 
 class SessionStoreError(AgentError):
     """A session store cannot be opened or read (corrupt or foreign data)."""
+
+
+class DurableError(AgentError):
+    """A run cannot be durable: on trio, with a session no other process can reopen,
+    an agent name no durable agent of this process has, or DBOS not configured."""
 
 
 class OfflineError(AgentError, ConnectionRefusedError):

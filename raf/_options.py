@@ -45,6 +45,12 @@ class AgentRunOptions:
     max_tool_iterations: int = attrs.field(default=10, validator=_positive)
     extra: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_frozen_mapping)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # extra is a read-only mapping proxy, which cannot pickle (a durable run's options
+        # cross DBOS pickled): rebuilt from a dict, through the converter.
+        fields = (self.model, self.temperature, self.max_tokens, self.tool_choice)
+        return (AgentRunOptions, (*fields, self.max_tool_iterations, dict(self.extra)))
+
 
 @attrs.frozen(slots=True)
 class ChatOptions:

@@ -19,12 +19,14 @@ API = Path(__file__).resolve().parent.parent / "docs" / "api.md"
 # Named in a first cell of a raf section without being in raf.__all__, on purpose:
 # imported on first use (needs an extra), a builtin named as a base, raf.otel's function.
 ALSO_NAMED = {"RedisSessionStore", "TimeoutError", "raf"}
+# Public subpackages with a section of their own: their names are not raf's.
+SUBPACKAGE_SECTIONS = ("testing", "durable", "serve")
 # The first identifier of each backticked span: `Agent(...)` -> Agent, `@tool` -> tool.
 NAME = re.compile(r"`@?([A-Za-z_]\w*)")
 
 
 def _first_cells() -> list[tuple[str, str]]:
-    """(section, first cell) of every table row of the raf sections (not raf.testing's)."""
+    """(section, first cell) of every table row of the raf sections (not a subpackage's)."""
     rows = []
     section = ""
     for line in API.read_text(encoding="utf-8").splitlines():
@@ -33,7 +35,7 @@ def _first_cells() -> list[tuple[str, str]]:
         elif (
             line.startswith("| ")
             and not line.startswith(("| name ", "|---"))
-            and "raf.testing" not in section
+            and not any(f"`raf.{sub}`" in section for sub in SUBPACKAGE_SECTIONS)
         ):
             rows.append((section, line.split(" | ")[0][2:]))
     return rows

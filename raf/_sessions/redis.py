@@ -38,6 +38,7 @@ from coredis.retry import NoRetryPolicy
 from raf._errors import SessionStoreError
 from raf._messages import ChatMessage
 from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
+from raf._sessions.once import redis_add_once
 
 __all__ = ["RedisSessionStore"]
 
@@ -321,6 +322,10 @@ class RedisSession:
                 writing="the batch is stored whole or not at all: read the session "
                 "before sending it again",
             )
+
+    async def add_messages_once(self, key: str, messages: Iterable[ChatMessage]) -> bool:
+        """:meth:`add_messages`, unless ``key`` was written before (then nothing; ``False``)."""
+        return await redis_add_once(self, key, messages)
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request's digest with the time; say whether it was recorded before."""

@@ -21,6 +21,7 @@ import anyio.to_thread
 from raf._errors import SessionStoreError
 from raf._messages import ChatMessage
 from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
+from raf._sessions.once import sqlite_add_once
 
 __all__ = ["SqliteSessionStore"]
 
@@ -323,6 +324,10 @@ class SqliteSession:
         new = checked_batch(messages)
         if new:
             await self._store.with_connection(lambda db: self._append(db, new))
+
+    async def add_messages_once(self, key: str, messages: Iterable[ChatMessage]) -> bool:
+        """:meth:`add_messages`, unless ``key`` was written before (then nothing; ``False``)."""
+        return await sqlite_add_once(self, key, messages)
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request messages' hash with the time; say whether it was there."""

@@ -1,0 +1,16 @@
+"""Durable runs on DBOS Transact (extra ``raf[dbos]``; asyncio only).
+
+``dbos_agent(agent)`` returns a copy of ``agent`` whose run is a DBOS
+workflow and whose model calls and tool calls are DBOS steps (``raf.model``,
+``raf.tool.NAME``): a worker that dies in the middle of a tool loop is
+recovered by the next worker that launches DBOS, without repeating what
+completed. raf never configures or launches DBOS: the application does,
+after building its durable agents. See ``docs/durable.md``.
+"""
+
+from __future__ import annotations
+
+from raf.durable._agent import DurableAgent, dbos_agent, idempotency_key
+from raf.durable._sessions import SessionRef
+
+__all__ = ["DurableAgent", "SessionRef", "dbos_agent", "idempotency_key"]

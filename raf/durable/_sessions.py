@@ -1,0 +1,123 @@
+"""A session as a reference another process can reopen, and its history written once per run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import attrs
+
+from raf._errors import DurableError
+from raf._messages import ChatMessage
+from raf._sessions.base import RequestHash, Session
+from raf._sessions.memory import InMemorySession
+from raf._sessions.sqlite import SqliteSession, SqliteSessionStore
+
+__all__ = ["SessionRef"]
+
+
+@attrs.frozen
+class SessionRef:
+    """Where a durable run's session lives: what crosses DBOS instead of the session.
+
+    ``kind`` is ``"sqlite"`` (``location`` the file's path) or ``"redis"``
+    (``location`` the server's URL, with the store's ``prefix`` and
+    ``ttl``). A recovering worker opens that store and gets ``session_id``.
+    """
+
+    kind: Literal["sqlite", "redis"]
+    location: str
+    session_id: str
+    prefix: str | None = None
+    ttl: float | None = None
+
+    @classmethod
+    def of(cls, session: Session) -> SessionRef:
+        """The reference of ``session``; a session no other process can reopen is a DurableError."""
+        if isinstance(session, SqliteSession):
+            path = session.store.path
+            if str(path) == ":memory:":
+                raise DurableError(
+                    f"session {session.id!r} lives in an in-memory SQLite store, which no other "
+                    "process can reopen: a durable run needs a store on disk (or Redis)"
+                )
+            # Absolute: the recovering worker may start in another folder.
+            return cls("sqlite", os.path.abspath(path), session.id)
+        if isinstance(session, InMemorySession):
+            raise DurableError(
+                "an InMemorySession lives in one process and dies with it, so a durable run "
+                "cannot use it: use a SqliteSessionStore or RedisSessionStore session (or none)"
+            )
+        from raf._sessions import redis as redis_sessions  # only when the extra is there
+
+        if isinstance(session, redis_sessions.RedisSession):
+            store = session.store
+            return cls("redis", store.url, session.id, store.prefix, store.ttl)
+        raise DurableError(
+            f"a durable run cannot reopen a {type(session).__name__} in another process: "
+            "use a SqliteSessionStore or RedisSessionStore session (or none)"
+        )
+
+    @asynccontextmanager
+    async def reopened(self) -> AsyncIterator[Session]:
+        """The session, in a store opened for it and closed after."""
+        if self.kind == "sqlite":
+            async with SqliteSessionStore(self.location) as sqlite_store:
+                yield await sqlite_store.get(self.session_id)
+            return
+        from raf._sessions.redis import RedisSessionStore
+
+        prefix = "raf" if self.prefix is None else self.prefix
+        async with RedisSessionStore(self.location, prefix=prefix, ttl=self.ttl) as redis_store:
+            yield await redis_store.get(self.session_id)
+
+
+class WrittenOnce:
+    """A session whose appends are keyed by the workflow id: a replayed run writes nothing twice.
+
+    The n-th ``add_messages`` of a run is keyed ``"{workflow_id}:{n}"``; the
+    run's post stages make the same appends in the same order when the run
+    is recovered, so the ones already stored are skipped.
+    """
+
+    __slots__ = ("_count", "_inner", "_workflow_id")
+
+    def __init__(self, inner: Any, workflow_id: str) -> None:
+        self._inner = inner
+        self._workflow_id = workflow_id
+        self._count = 0
+
+    @property
+    def id(self) -> str:
+        """The session's id."""
+        return str(self._inner.id)
+
+    @property
+    def inner(self) -> Session:
+        """The session itself."""
+        return self._inner  # type: ignore[no-any-return]
+
+    async def get_messages(self) -> tuple[ChatMessage, ...]:
+        """The history, oldest first."""
+        return await self._inner.get_messages()  # type: ignore[no-any-return]
+
+    async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
+        """Append ``messages`` unless this run stored this append before its crash."""
+        self._count += 1
+        await self._inner.add_messages_once(f"{self._workflow_id}:{self._count}", messages)
+
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
+        """Record the request's hash (see :meth:`raf.Session.touch_request_hash`)."""
+        return await self._inner.touch_request_hash(messages)  # type: ignore[no-any-return]
+
+    async def request_hashes(self) -> dict[str, float]:
+        """The recorded digests with the time each was last seen."""
+        return await self._inner.request_hashes()  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return f"<WrittenOnce {self._inner!r} workflow={self._workflow_id!r}>"
