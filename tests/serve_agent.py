@@ -49,7 +49,9 @@ class WordModel:
     def __init__(self, delay: float = 0.0) -> None:
         self.delay = delay
 
-    async def complete(self, messages: Sequence[ChatMessage], options: ChatOptions) -> AgentResponse:
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse:
         return AgentResponse.from_updates([u async for u in self.stream(messages, options)])
 
     async def stream(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,14 +39,15 @@ class ServedAgent:
         self.command = command
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
-        self._log = tempfile.NamedTemporaryFile(prefix="raf-serve-", suffix=".log", delete=False)
+        folder = tempfile.mkdtemp(prefix="raf-serve-")
+        self._log_path = Path(folder) / "server.log"
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def log(self) -> str:
-        return Path(self._log.name).read_text(errors="replace")
+        return self._log_path.read_text(errors="replace") if self._log_path.exists() else ""
 
     def start(self) -> ServedAgent:
         self.port = free_port()
@@ -55,14 +57,15 @@ class ServedAgent:
         ]  # fmt: skip
         command = [*command, "--host", "127.0.0.1", "--port", str(self.port)]
         env = {**os.environ, "RAF_TEST_SERVE": json.dumps(self.config), "PYTHONPATH": str(ROOT)}
-        self.process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
+        with self._log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -99,5 +102,4 @@ class ServedAgent:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-        self._log.close()
-        os.unlink(self._log.name)
+        shutil.rmtree(self._log_path.parent, ignore_errors=True)

@@ -24,9 +24,16 @@ from raf._errors import ConfigError
 from raf._messages import ChatMessage
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
-from raf.serve._http import MAX_BODY, HttpError, error_body, failure, read_json, send_error
+from raf.serve._http import (
+    MAX_BODY,
+    HttpError,
+    error_body,
+    failure,
+    read_json,
+    send_error,
+    send_json,
+)
 from raf.serve._http import header as request_header
-from raf.serve._http import send_json
 from raf.serve._sessions import Keys, MemoryStore, check_store, session_key
 from raf.serve._stream import stream_turn
 from raf.serve._wire import ChunkFraming, completion, new_messages, parse_completion

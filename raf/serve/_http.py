@@ -120,8 +120,11 @@ def upstream_error(exc: BaseException) -> HttpError | None:
             if error.retry_after is not None:
                 headers["Retry-After"] = str(max(0, math.ceil(error.retry_after)))
             return HttpError(
-                429, f"the model is rate limited: {error}", "rate_limit_error",
-                "rate_limit_exceeded", headers,
+                429,
+                f"the model is rate limited: {error}",
+                "rate_limit_error",
+                "rate_limit_exceeded",
+                headers,
             )
         if isinstance(error, ChatClientError):
             return HttpError(502, f"the model failed: {error}", "upstream_error", "bad_gateway")

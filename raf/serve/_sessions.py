@@ -80,14 +80,14 @@ def session_key(scope: str, session_id: str) -> str:
     return f"{scope}:{session_id}" if scope else session_id
 
 
-async def check_store(store: Any, timeout: float = 2.0) -> str | None:
-    """``None`` when the store answers within ``timeout`` seconds, else why not."""
+async def check_store(store: Any, within: float = 2.0) -> str | None:
+    """``None`` when the store answers within ``within`` seconds, else why not."""
     try:
-        with anyio.fail_after(timeout):
+        with anyio.fail_after(within):
             session = await store.get(f"raf-healthz-{os.getpid()}")
             await session.get_messages()
     except TimeoutError:
-        return f"the session store did not answer within {timeout} s"
+        return f"the session store did not answer within {within} s"
     except Exception as exc:
         return f"the session store failed: {type(exc).__name__}: {exc}"
     return None

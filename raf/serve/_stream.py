@@ -13,6 +13,7 @@ agent's ``post_timeout``, and ``persist_partial=True`` stores the partial answer
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import Any, Protocol
 
 import anyio
@@ -144,7 +145,5 @@ async def _watch(receive: Receive, reading: anyio.CancelScope) -> None:
 async def _end(send: Send, gone: bool) -> None:
     if gone:
         return
-    try:
+    with suppress(OSError):  # the client left at the very end
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-    except OSError:
-        pass

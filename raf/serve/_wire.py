@@ -111,9 +111,7 @@ def _content(value: Any, where: str) -> str | None:
     for number, part in enumerate(value):
         if not isinstance(part, dict) or part.get("type") != "text":
             kind = part.get("type") if isinstance(part, dict) else _json_type(part)
-            raise HttpError(
-                400, f"{where}.content[{number}] must be a text part, got {kind!r:.40}"
-            )
+            raise HttpError(400, f"{where}.content[{number}] must be a text part, got {kind!r:.40}")
         text = part.get("text")
         if not isinstance(text, str):
             raise HttpError(400, f"{where}.content[{number}].text must be a string")
