@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers redis-server clean
+.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers bench-serve redis-server chromium clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,13 @@ redis-server:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null)
 
+# The chat page's test drives Debian's headless Chromium through selenium and Debian's
+# chromedriver; installed only when missing.
+chromium:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || ( \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null)
+
 demo: $(VENV)/.base
 	@rm -f .raf/demo.db .raf/demo.db-wal .raf/demo.db-shm
 	@echo '$$ raf run examples/agent.toml "hello" --session demo --db .raf/demo.db --trace'
@@ -42,7 +49,7 @@ demo: $(VENV)/.base
 # sockets, so 4 workers keep a 2-core machine busy; worksteal hands the last slow tests of a
 # busy worker to an idle one. `make test TEST_WORKERS=0`: one process.
 TEST_WORKERS ?= 4
-test: $(VENV)/.test redis-server
+test: $(VENV)/.test redis-server chromium
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
 	$(PY) -m mypy
 	$(PY) -m ruff check .

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from html import escape
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -233,7 +234,7 @@ async def healthz(served: Served, scope: Scope, receive: Receive, send: Send) ->
 async def page(served: Served, scope: Scope, receive: Receive, send: Send) -> None:
     """``GET /``: the chat page, one file of HTML and plain JavaScript."""
     html = (files("raf.serve") / "page.html").read_bytes()
-    html = html.replace(b"{{MODEL}}", served.model.encode())
+    html = html.replace(b"{{MODEL}}", escape(served.model).encode())
     headers = [
         (b"content-type", b"text/html; charset=utf-8"),
         (b"content-length", str(len(html)).encode()),
