@@ -184,3 +184,15 @@ def test_app_rejects_what_is_not_an_agent_and_bad_limits() -> None:
         raf.serve.app(make_agent(), max_body=0)
     with pytest.raises(raf.ConfigError, match="api_keys"):
         raf.serve.app(make_agent(), api_keys="one-key")
+
+
+def test_raf_serve_refuses_workers_without_a_shared_store(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from raf._cli import main
+
+    config = tmp_path / "agent.toml"
+    config.write_text('[agent]\nname = "a"\n[model]\nclient = "echo"\n')
+    assert main(["serve", str(config), "--workers", "2"]) == 2
+    assert "--workers above 1 needs --db" in capsys.readouterr().err
+    assert main(["serve", str(tmp_path / "missing.toml")]) == 2

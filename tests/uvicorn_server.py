@@ -8,6 +8,7 @@ SIGTERM and waits for the process to end.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,13 +18,14 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from tests.redis_server import _die_with_parent, free_port
 
-__all__ = ["ServedAgent"]
+__all__ = ["ServedAgent", "started"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,6 +52,10 @@ class ServedAgent:
         return self._log_path.read_text(errors="replace") if self._log_path.exists() else ""
 
     def start(self) -> ServedAgent:
+        return self.launch().ready()
+
+    def launch(self) -> ServedAgent:
+        """Start the process (on a free port); :meth:`ready` waits until it answers."""
         self.port = free_port()
         command = self.command or [
             sys.executable, "-m", "uvicorn", "tests.serve_agent:create", "--factory",
@@ -66,6 +72,11 @@ class ServedAgent:
                 stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
+        return self
+
+    def ready(self) -> ServedAgent:
+        """Wait until ``/healthz`` answers 200."""
+        assert self.process is not None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -103,3 +114,15 @@ class ServedAgent:
     ) -> None:
         self.stop()
         shutil.rmtree(self._log_path.parent, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def started(*servers: ServedAgent) -> Iterator[tuple[ServedAgent, ...]]:
+    """Start every server at once (their start-ups overlap), stop them all at the end."""
+    with contextlib.ExitStack() as stack:
+        for server in servers:
+            stack.callback(server.__exit__, None, None, None)
+            server.launch()
+        for server in servers:
+            server.ready()
+        yield servers

@@ -29,7 +29,6 @@ from ag_ui.encoder import EventEncoder
 from starlette.types import Receive, Scope, Send
 
 from raf._messages import AgentResponse, ChatMessage, Role, ToolCall, Update
-from raf._options import AgentRunOptions
 from raf.serve._http import HttpError, read_json
 from raf.serve._stream import stream_turn
 from raf.serve._wire import new_messages
@@ -67,7 +66,7 @@ async def ag_ui(served: Served, scope: Scope, receive: Receive, send: Send) -> N
         served.agent,
         messages,
         session,
-        AgentRunOptions(),
+        served.options,
         framing,
         receive,
         send,

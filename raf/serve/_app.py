@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from html import escape
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from html import escape
 from importlib.resources import files
 from typing import Any
 
@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from raf._agent import Agent
 from raf._errors import ConfigError
 from raf._messages import ChatMessage
+from raf._options import AgentRunOptions
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
 from raf.serve._http import (
@@ -52,6 +53,7 @@ def app(
     api_keys: Iterable[str] | None = None,
     max_body: int = MAX_BODY,
     cors_origins: Sequence[str] | None = None,
+    options: AgentRunOptions | None = None,
     manage_agent: bool = False,
 ) -> ASGIApp:
     """Serve ``agent`` as an ASGI app: the OpenAI chat completions and AG-UI protocols.
@@ -71,6 +73,8 @@ def app(
     ``Authorization: Bearer KEY``, and each key has its own sessions.
     ``max_body``: the largest request body, in bytes. ``cors_origins``: the
     origins allowed to call from a browser (CORS is off without it).
+    ``options``: the options of every run (a request's ``temperature`` and
+    ``max_tokens`` go over them).
     ``manage_agent``: the lifespan also opens the agent's providers that are
     async context managers and closes its client (what ``raf serve`` does).
 
@@ -83,7 +87,7 @@ def app(
         raise TypeError(f"app(agent): agent must be a raf.Agent, got {type(agent).__name__}")
     if type(max_body) is not int or max_body < 1:
         raise ConfigError(f"max_body must be a positive int of bytes, got {max_body!r}")
-    served = Served(agent, store, Keys(api_keys), max_body)
+    served = Served(agent, store, Keys(api_keys), max_body, options or AgentRunOptions())
     routes = [
         Route("/v1/chat/completions", _Endpoint(served, chat_completions), methods=["POST"]),
         Route("/v1/models", _Endpoint(served, models), methods=["GET"]),
@@ -118,8 +122,11 @@ def app(
 class Served:
     """What every route of one app shares: the agent, the store, the keys."""
 
-    def __init__(self, agent: Agent, store: Any, keys: Keys, max_body: int) -> None:
+    def __init__(
+        self, agent: Agent, store: Any, keys: Keys, max_body: int, options: AgentRunOptions
+    ) -> None:
         self.agent = agent
+        self.options = options
         self.model = agent.name or "raf-agent"
         self._db = store if isinstance(store, (str, os.PathLike)) else None
         self.store: Any = MemoryStore() if store is None else None if self._db else store
@@ -189,10 +196,14 @@ async def chat_completions(served: Served, scope: Scope, receive: Receive, send:
     session = await served.session(scope, scope["raf.key_scope"], session_id)
     if request.stream:
         framing = ChunkFraming(served.model, request.include_usage)
-        await stream_turn(served.agent, messages, session, request.options, framing, receive, send)
+        await stream_turn(
+            served.agent, messages, session, request.options(served.options), framing, receive, send
+        )
         return
     try:
-        response = await served.agent.run(messages, session=session, options=request.options)
+        response = await served.agent.run(
+            messages, session=session, options=request.options(served.options)
+        )
     except Exception as exc:
         problem = failure(exc)
         if problem.type == "server_error":

@@ -27,7 +27,11 @@ class CompletionRequest:
     messages: tuple[ChatMessage, ...]
     stream: bool
     include_usage: bool
-    options: AgentRunOptions
+    overrides: Mapping[str, Any]  # temperature, max_tokens: over the served agent's options
+
+    def options(self, base: AgentRunOptions) -> AgentRunOptions:
+        """``base`` with what this request sets."""
+        return attrs.evolve(base, **self.overrides) if self.overrides else base
 
 
 def parse_completion(body: Any) -> CompletionRequest:
@@ -53,7 +57,7 @@ def parse_completion(body: Any) -> CompletionRequest:
     )
 
 
-def _options(body: Mapping[str, Any]) -> AgentRunOptions:
+def _options(body: Mapping[str, Any]) -> dict[str, Any]:
     temperature = body.get("temperature")
     if temperature is not None and (
         isinstance(temperature, bool) or not isinstance(temperature, (int, float))
@@ -64,9 +68,12 @@ def _options(body: Mapping[str, Any]) -> AgentRunOptions:
         isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
     ):
         raise HttpError(400, "'max_tokens' must be a positive integer")
-    return AgentRunOptions(
-        temperature=None if temperature is None else float(temperature), max_tokens=max_tokens
-    )
+    overrides: dict[str, Any] = {}
+    if temperature is not None:
+        overrides["temperature"] = float(temperature)
+    if max_tokens is not None:
+        overrides["max_tokens"] = max_tokens
+    return overrides
 
 
 def parse_messages(value: Any) -> tuple[ChatMessage, ...]:

@@ -1,0 +1,92 @@
+"""Served agents in real processes on one real Redis: any worker serves any turn; SIGTERM drains."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from tests.redis_server import RedisServer
+from tests.uvicorn_server import ServedAgent, started
+
+pytestmark = pytest.mark.slow
+
+
+def turn(url: str, text: str, session: str) -> str:
+    reply = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": "word-agent", "messages": [{"role": "user", "content": text}]},
+        headers={"X-Session-Id": session},
+        timeout=10,
+    )
+    assert reply.status_code == 200, reply.text
+    content: str = reply.json()["choices"][0]["message"]["content"]
+    return content
+
+
+def test_two_servers_on_one_redis_serve_any_turn_of_a_conversation(
+    redis_server: RedisServer,
+) -> None:
+    session = uuid.uuid4().hex
+    with started(ServedAgent(db=redis_server.url), ServedAgent(db=redis_server.url)) as (one, two):
+        answers = [turn(server.url, f"turn{i}", session) for i, server in enumerate([one, two] * 2)]
+    # Each turn saw every turn before it, whichever process served it.
+    assert answers == [f"seen {1 + 2 * i}: turn{i} " for i in range(4)]
+
+
+def test_raf_serve_with_workers_drains_a_stream_on_sigterm(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAF_TEST_KEY", "unused")
+    with ServedAgent(delay=0.01) as upstream:
+        config = tmp_path / "relay.toml"
+        config.write_text(
+            '[agent]\nname = "word-agent"\n'
+            f'[model]\nclient = "openai"\nmodel = "word-agent"\nbase_url = "{upstream.url}/v1"\n'
+            'api_key_env = "RAF_TEST_KEY"\n'
+            '[[providers]]\nkind = "memory"\npersist_partial = true\n'
+        )
+        command = [sys.executable, "-m", "raf", "serve", str(config), "--workers", "2"]
+        served = ServedAgent(command=[*command, "--db", redis_server.url, "--grace", "20"])
+        with served:
+            session = uuid.uuid4().hex
+            assert turn(served.url, "hello", session) == "seen 1: hello "
+            body = {
+                "model": "word-agent",
+                "stream": True,
+                "messages": [{"role": "user", "content": "long"}],
+            }
+            words: list[str] = []
+            done = False
+            with httpx.stream(
+                "POST", f"{served.url}/v1/chat/completions", json=body,
+                headers={"X-Session-Id": session}, timeout=30,
+            ) as stream:  # fmt: skip
+                for line in stream.iter_lines():
+                    if line == "data: [DONE]":
+                        done = True
+                    elif line.startswith("data: "):
+                        chunk = json.loads(line[6:])
+                        if chunk["choices"]:
+                            words += (chunk["choices"][0]["delta"].get("content") or "").split()
+                    if len(words) == 10 and served.process is not None:
+                        served.process.send_signal(signal.SIGTERM)  # mid-stream
+            started = time.monotonic()
+            assert served.process is not None
+            status = served.process.wait(30)
+        # The stream in flight finished: all 200 words, then [DONE]; then the server ended.
+        assert done
+        assert words == [f"w{i}" for i in range(200)]
+        assert status == 0, served.log()
+        assert time.monotonic() - started < 20
+        # What it stored is there for any other process: a new server, the same Redis.
+        with ServedAgent(db=redis_server.url) as other:
+            listed = httpx.get(f"{other.url}/v1/sessions/{session}/messages").json()["data"]
+        assert [m["role"] for m in listed] == ["user", "assistant"] * 2
+        assert listed[3]["content"].split() == words
