@@ -54,9 +54,14 @@ test: $(VENV)/.test redis-server chromium
 	$(PY) -m mypy
 	$(PY) -m ruff check .
 
-bench: $(VENV)/.redis redis-server
+bench: $(VENV)/.test redis-server
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_redis.py
+	$(PY) benchmarks/bench_serve.py
+
+# raf.serve: 200 streamed clients on two uvicorn workers and one Redis; the cost per chunk.
+bench-serve: $(VENV)/.test redis-server
+	$(PY) benchmarks/bench_serve.py
 
 bench-redis: $(VENV)/.redis redis-server
 	$(PY) benchmarks/bench_redis.py
