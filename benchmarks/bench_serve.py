@@ -35,12 +35,12 @@ import httpx2 as httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import raf.serve  # noqa: E402
-from benchmarks.harness import table  # noqa: E402
-from raf import Agent, ChatMessage, ChatOptions, Update  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
-from tests.serve_agent import WordModel  # noqa: E402
-from tests.uvicorn_server import ServedAgent  # noqa: E402
+import raf.serve
+from benchmarks.harness import table
+from raf import Agent, ChatMessage, ChatOptions, Update
+from tests.redis_server import RedisServer
+from tests.serve_agent import WordModel
+from tests.uvicorn_server import ServedAgent
 
 WORDS = 40
 DELAY = 0.01  # between two words of the upstream model
@@ -131,14 +131,16 @@ async def _load(url: str, redis_url: str, clients: int) -> list[list[str]]:
                 wrong += 1
     done = [t for s, (t, ok) in results.items() if ok]
     alone = await _model_alone(clients)
-    ms = 1000
+    def p50_p99(times: list[float]) -> str:
+        return f"{_pct(times, 0.5) * 1000:.0f} / {_pct(times, 0.99) * 1000:.0f} ms"
+
     return [
         ["clients (streamed, at once)", str(clients)],
         ["left mid-stream", str(len(leaving))],
         ["turns lost / stored twice / wrong", f"{lost} / {twice} / {wrong}"],
         ["left turns stored as partial", f"{partial} of {len(leaving)}"],
-        ["turn latency p50 / p99 (served)", f"{_pct(done, .5) * ms:.0f} / {_pct(done, .99) * ms:.0f} ms"],
-        ["upstream model alone p50 / p99", f"{_pct(alone, .5) * ms:.0f} / {_pct(alone, .99) * ms:.0f} ms"],
+        ["turn latency p50 / p99 (served)", p50_p99(done)],
+        ["upstream model alone p50 / p99", p50_p99(alone)],
     ]  # fmt: skip
 
 
