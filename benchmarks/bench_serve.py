@@ -131,6 +131,7 @@ async def _load(url: str, redis_url: str, clients: int) -> list[list[str]]:
                 wrong += 1
     done = [t for s, (t, ok) in results.items() if ok]
     alone = await _model_alone(clients)
+
     def p50_p99(times: list[float]) -> str:
         return f"{_pct(times, 0.5) * 1000:.0f} / {_pct(times, 0.99) * 1000:.0f} ms"
 
@@ -244,7 +245,36 @@ async def _cost(repeats: int) -> list[list[str]]:
         rows.append([name, f"{one:.0f} us", f"{per_chunk:.1f} us"])
     floor, served = figures["bare Starlette relay (floor)"], figures["raf.serve.app"]
     rows.append(["ratio", f"{served[0] / floor[0]:.2f}x", f"{served[1] / floor[1]:.2f}x"])
+    # Where the difference goes: the iterator form's hand-over, without HTTP.
+    for name, form in (("agent.stream alone (no HTTP)", _iterated), ("on_update alone", _called)):
+        one = await _per_call(_Direct(form, 1), 300, repeats)
+        many = await _per_call(_Direct(form, 1000), 10, repeats)
+        rows.append([name, f"{one:.0f} us", f"{(many - one) / 999:.1f} us"])
     return rows
+
+
+class _Direct:
+    """A run of the agent alone, called as ``_call`` calls an app (the arguments unused)."""
+
+    def __init__(self, form: Any, chunks: int) -> None:
+        self.agent = Agent(_Upstream(chunks), name="m")
+        self.form = form
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.form(self.agent)
+
+
+async def _iterated(agent: Agent) -> None:
+    async with agent.stream("hi") as stream:
+        async for _ in stream:
+            pass
+
+
+async def _called(agent: Agent) -> None:
+    async def on_update(update: Update) -> None:
+        pass
+
+    await agent.run("hi", on_update=on_update)
 
 
 def main() -> None:
