@@ -196,3 +196,20 @@ def test_raf_serve_refuses_workers_without_a_shared_store(
     assert main(["serve", str(config), "--workers", "2"]) == 2
     assert "--workers above 1 needs --db" in capsys.readouterr().err
     assert main(["serve", str(tmp_path / "missing.toml")]) == 2
+
+
+async def test_cors_is_off_unless_origins_are_given(anyio_backend: str) -> None:
+    preflight = [
+        (b"origin", b"https://chat.example"),
+        (b"access-control-request-method", b"POST"),
+    ]
+    closed = await Exchange()(
+        raf.serve.app(make_agent()), "/v1/models", method="OPTIONS", headers=preflight
+    )
+    assert closed.status == 405
+    assert not [h for h in closed.messages[0]["headers"] if h[0].startswith(b"access-control")]
+    app = raf.serve.app(make_agent(), cors_origins=["https://chat.example"])
+    opened = await Exchange()(app, "/v1/models", method="OPTIONS", headers=preflight)
+    assert opened.status == 200
+    headers = dict(opened.messages[0]["headers"])
+    assert headers[b"access-control-allow-origin"] == b"https://chat.example"
