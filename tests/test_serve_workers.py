@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -77,14 +76,12 @@ def test_raf_serve_with_workers_drains_a_stream_on_sigterm(
                             words += (chunk["choices"][0]["delta"].get("content") or "").split()
                     if len(words) == 10 and served.process is not None:
                         served.process.send_signal(signal.SIGTERM)  # mid-stream
-            started = time.monotonic()
             assert served.process is not None
             status = served.process.wait(30)
         # The stream in flight finished: all 200 words, then [DONE]; then the server ended.
         assert done
         assert words == [f"w{i}" for i in range(200)]
         assert status == 0, served.log()
-        assert time.monotonic() - started < 20
         # What it stored is there for any other process: a new server, the same Redis.
         with ServedAgent(db=redis_server.url) as other:
             listed = httpx.get(f"{other.url}/v1/sessions/{session}/messages").json()["data"]
