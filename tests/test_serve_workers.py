@@ -8,9 +8,11 @@ import sys
 import uuid
 from pathlib import Path
 
+import anyio
 import httpx2 as httpx
 import pytest
 
+from raf import RedisSessionStore
 from tests.redis_server import RedisServer
 from tests.uvicorn_server import ServedAgent, started
 
@@ -43,47 +45,55 @@ def test_raf_serve_with_workers_drains_a_stream_on_sigterm(
     redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RAF_TEST_KEY", "unused")
-    with ServedAgent(delay=0.01) as upstream:
-        config = tmp_path / "relay.toml"
-        config.write_text(
-            '[agent]\nname = "word-agent"\n'
-            f'[model]\nclient = "openai"\nmodel = "word-agent"\nbase_url = "{upstream.url}/v1"\n'
-            'api_key_env = "RAF_TEST_KEY"\n'
-            '[[providers]]\nkind = "memory"\npersist_partial = true\n'
-        )
-        command = [sys.executable, "-m", "raf", "serve", str(config), "--workers", "2"]
-        served = ServedAgent(command=[*command, "--db", redis_server.url, "--grace", "20"])
-        with served:
-            session = uuid.uuid4().hex
-            assert turn(served.url, "hello", session) == "seen 1: hello "
-            body = {
-                "model": "word-agent",
-                "stream": True,
-                "messages": [{"role": "user", "content": "long"}],
-            }
-            words: list[str] = []
-            done = False
-            with httpx.stream(
-                "POST", f"{served.url}/v1/chat/completions", json=body,
-                headers={"X-Session-Id": session}, timeout=30,
-            ) as stream:  # fmt: skip
-                for line in stream.iter_lines():
-                    if line == "data: [DONE]":
-                        done = True
-                    elif line.startswith("data: "):
-                        chunk = json.loads(line[6:])
-                        if chunk["choices"]:
-                            words += (chunk["choices"][0]["delta"].get("content") or "").split()
-                    if len(words) == 10 and served.process is not None:
-                        served.process.send_signal(signal.SIGTERM)  # mid-stream
-            assert served.process is not None
-            status = served.process.wait(30)
+    # The upstream model is another served agent (agents calling agents), 10 ms a word.
+    upstream = ServedAgent(delay=0.01).launch()
+    config = tmp_path / "relay.toml"
+    config.write_text(
+        '[agent]\nname = "word-agent"\n'
+        f'[model]\nclient = "openai"\nmodel = "word-agent"\nbase_url = "{upstream.url}/v1"\n'
+        'api_key_env = "RAF_TEST_KEY"\n'
+        '[[providers]]\nkind = "memory"\npersist_partial = true\n'
+    )
+    command = [sys.executable, "-m", "raf", "serve", str(config), "--workers", "2"]
+    served = ServedAgent(command=[*command, "--db", redis_server.url, "--grace", "20"])
+    with started(upstream, served):
+        session = uuid.uuid4().hex
+        assert turn(served.url, "hello", session) == "seen 1: hello "
+        body = {
+            "model": "word-agent",
+            "stream": True,
+            "messages": [{"role": "user", "content": "long"}],
+        }
+        words: list[str] = []
+        done = signalled = False
+        with httpx.stream(
+            "POST", f"{served.url}/v1/chat/completions", json=body,
+            headers={"X-Session-Id": session}, timeout=60,
+        ) as stream:  # fmt: skip
+            for line in stream.iter_lines():
+                if line == "data: [DONE]":
+                    done = True
+                elif line.startswith("data: "):
+                    chunk = json.loads(line[6:])
+                    if chunk["choices"]:
+                        words += (chunk["choices"][0]["delta"].get("content") or "").split()
+                if len(words) >= 10 and not signalled:
+                    assert served.process is not None
+                    served.process.send_signal(signal.SIGTERM)  # mid-stream, once
+                    signalled = True
+        assert served.process is not None
+        status = served.process.wait(60)
         # The stream in flight finished: all 200 words, then [DONE]; then the server ended.
         assert done
         assert words == [f"w{i}" for i in range(200)]
         assert status == 0, served.log()
-        # What it stored is there for any other process: a new server, the same Redis.
-        with ServedAgent(db=redis_server.url) as other:
-            listed = httpx.get(f"{other.url}/v1/sessions/{session}/messages").json()["data"]
-        assert [m["role"] for m in listed] == ["user", "assistant"] * 2
-        assert listed[3]["content"].split() == words
+
+    async def stored() -> list[str]:
+        async with RedisSessionStore(redis_server.url) as store:
+            messages = await (await store.get(session)).get_messages()
+        return [f"{m.role}: {m.content}" for m in messages]
+
+    # What it stored is there for any other process: the turn drained whole.
+    history = anyio.run(stored)
+    assert history[:2] == ["user: hello", "assistant: seen 1: hello "]
+    assert history[2:] == ["user: long", "assistant: " + " ".join(words) + " "]

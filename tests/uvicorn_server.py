@@ -121,10 +121,12 @@ class ServedAgent:
 @contextlib.contextmanager
 def started(*servers: ServedAgent) -> Iterator[tuple[ServedAgent, ...]]:
     """Start every server at once (their start-ups overlap), stop them all at the end."""
+
     with contextlib.ExitStack() as stack:
         for server in servers:
             stack.callback(server.__exit__, None, None, None)
-            server.launch()
+            if server.process is None:  # one launched already (to know its port) goes on
+                server.launch()
         for server in servers:
             server.ready()
         yield servers
