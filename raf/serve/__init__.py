@@ -14,3 +14,5 @@ provider with ``persist_partial=True`` keeps it. Run it with any ASGI server
 from raf.serve._app import app
 
 __all__ = ["app"]
+
+app.__module__ = "raf.serve"

@@ -88,6 +88,8 @@ async def stream_turn(
             gone = gone or reading.cancel_called
             if error is not None and not gone:
                 raise error  # the run's own error, inside the block: not an early close
+            if error is not None:
+                _log.warning("raf.serve: the run failed as the client left", error=repr(error))
     except Exception as exc:  # the run failed, or (after an early close) a post stage did
         if gone:
             _log.warning("raf.serve: a post stage failed after the client left", error=repr(exc))
