@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -13,6 +14,7 @@ import httpx2 as httpx
 import pytest
 
 from raf import RedisSessionStore
+from tests.openai_server import OpenAIServer, Reply, text_stream
 from tests.redis_server import RedisServer
 from tests.uvicorn_server import ServedAgent, started
 
@@ -45,20 +47,23 @@ def test_raf_serve_with_workers_drains_a_stream_on_sigterm(
     redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RAF_TEST_KEY", "unused")
-    # The upstream model is another served agent (agents calling agents), 10 ms a word.
-    upstream = ServedAgent(delay=0.01).launch()
+    # The upstream model: a scripted OpenAI server on loopback, the long answer 10 ms a word.
+    upstream = OpenAIServer()
+    upstream.answer(content="hi back")
+    long = text_stream(*[f"w{i} " for i in range(200)])
+    upstream.reply(Reply(events=long, pause=0.01))
     config = tmp_path / "relay.toml"
     config.write_text(
         '[agent]\nname = "word-agent"\n'
-        f'[model]\nclient = "openai"\nmodel = "word-agent"\nbase_url = "{upstream.url}/v1"\n'
+        f'[model]\nclient = "openai"\nmodel = "m"\nbase_url = "{upstream.base_url}"\n'
         'api_key_env = "RAF_TEST_KEY"\n'
         '[[providers]]\nkind = "memory"\npersist_partial = true\n'
     )
     command = [sys.executable, "-m", "raf", "serve", str(config), "--workers", "2"]
     served = ServedAgent(command=[*command, "--db", redis_server.url, "--grace", "20"])
-    with started(upstream, served):
+    with contextlib.closing(upstream), served:
         session = uuid.uuid4().hex
-        assert turn(served.url, "hello", session) == "seen 1: hello "
+        assert turn(served.url, "hello", session) == "hi back"
         body = {
             "model": "word-agent",
             "stream": True,
@@ -95,5 +100,5 @@ def test_raf_serve_with_workers_drains_a_stream_on_sigterm(
 
     # What it stored is there for any other process: the turn drained whole.
     history = anyio.run(stored)
-    assert history[:2] == ["user: hello", "assistant: seen 1: hello "]
+    assert history[:2] == ["user: hello", "assistant: hi back"]
     assert history[2:] == ["user: long", "assistant: " + " ".join(words) + " "]
