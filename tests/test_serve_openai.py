@@ -15,22 +15,29 @@ import openai
 import pytest
 
 from raf import Agent, OpenAIChatClient, Update
-from tests.uvicorn_server import ServedAgent
+from tests.uvicorn_server import ServedAgent, started
 
 pytestmark = pytest.mark.slow
 MODEL = "word-agent"
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServedAgent]:
-    with ServedAgent(delay=0.005, max_body=64 * 1024) as served:
-        yield served
+def servers() -> Iterator[tuple[ServedAgent, ...]]:
+    # Both start at once: one without keys, one with two keys.
+    with started(
+        ServedAgent(delay=0.005, max_body=64 * 1024), ServedAgent(keys=["key-one", "key-two"])
+    ) as running:
+        yield running
 
 
-@pytest.fixture(scope="module")
-def keyed() -> Iterator[ServedAgent]:
-    with ServedAgent(keys=["key-one", "key-two"]) as served:
-        yield served
+@pytest.fixture
+def server(servers: tuple[ServedAgent, ...]) -> ServedAgent:
+    return servers[0]
+
+
+@pytest.fixture
+def keyed(servers: tuple[ServedAgent, ...]) -> ServedAgent:
+    return servers[1]
 
 
 def sdk(server: ServedAgent, key: str = "unused") -> openai.OpenAI:
