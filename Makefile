@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers bench-durable redis-server postgresql clean
+.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers bench-durable bench-serve redis-server postgresql chromium clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,13 @@ postgresql:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null)
 
+# The chat page's test drives Debian's headless Chromium through selenium and Debian's
+# chromedriver; installed only when missing.
+chromium:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || ( \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null)
+
 demo: $(VENV)/.base
 	@rm -f .raf/demo.db .raf/demo.db-wal .raf/demo.db-shm
 	@echo '$$ raf run examples/agent.toml "hello" --session demo --db .raf/demo.db --trace'
@@ -54,20 +61,25 @@ demo: $(VENV)/.base
 # sockets, so 4 workers keep a 2-core machine busy; worksteal hands the last slow tests of a
 # busy worker to an idle one. `make test TEST_WORKERS=0`: one process.
 TEST_WORKERS ?= 4
-test: $(VENV)/.test redis-server postgresql
+test: $(VENV)/.test redis-server postgresql chromium
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
 	$(PY) -m mypy
 	$(PY) -m ruff check .
 
-bench: $(VENV)/.redis $(VENV)/.dbos redis-server postgresql
+bench: $(VENV)/.test redis-server postgresql
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_redis.py
 	$(PY) benchmarks/bench_durable.py
+	$(PY) benchmarks/bench_serve.py
 
 # What a durable run adds per step (SQLite and Postgres), and the load test: four workers,
 # 100 runs, two workers killed.
 bench-durable: $(VENV)/.dbos postgresql
 	$(PY) benchmarks/bench_durable.py
+
+# raf.serve: 200 streamed clients on two uvicorn workers and one Redis; the cost per chunk.
+bench-serve: $(VENV)/.test redis-server
+	$(PY) benchmarks/bench_serve.py
 
 bench-redis: $(VENV)/.redis redis-server
 	$(PY) benchmarks/bench_redis.py

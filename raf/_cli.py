@@ -53,6 +53,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "chat":
             return _chat_command(args)
+        if args.command == "serve":
+            from raf.serve._server import serve
+
+            return serve(
+                args.config, host=args.host, port=args.port, db=args.db,
+                workers=args.workers, api_keys=args.api_key, grace=args.grace,
+            )  # fmt: skip
         return anyio.run(_run_command, args)
     except (AgentError, OSError) as exc:
         _say(f"raf: {exc}")
@@ -136,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         "schema",
         help="print the JSON Schema of the config file (for an editor: see docs/cli.md)",
     )
+    _serve_parser(commands)
     for command in (run, chat):
         command.add_argument("--session", help="keep history in this session of the store")
         command.add_argument(
@@ -150,6 +158,29 @@ def _parser() -> argparse.ArgumentParser:
             help="print each provider stage, model call and tool call as it happens",
         )
     return parser
+
+
+def _serve_parser(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="serve the agent over HTTP: OpenAI chat completions, AG-UI, a chat page "
+        "(extra raf[serve]; docs/serving.md)",
+    )
+    serve.add_argument("config", type=Path, help="the agent's TOML config file")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="the port to listen on")
+    serve.add_argument(
+        "--db",
+        default=None,
+        help="the session store: a SQLite file or redis://HOST:PORT/N (default: in memory)",
+    )
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (need --db)")
+    serve.add_argument(
+        "--api-key", action="append", default=[], help="a key callers must send (repeatable)"
+    )
+    serve.add_argument(
+        "--grace", type=int, default=10, help="seconds SIGTERM leaves in-flight streams"
+    )
 
 
 async def _run_command(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from types import ModuleType
 import raf
 
 #: The public subpackages: every other module of raf is private.
-PUBLIC_SUBPACKAGES = {"testing", "otel", "durable"}
+PUBLIC_SUBPACKAGES = {"testing", "otel", "durable", "serve"}
 #: Public, but loaded on first use and left out of __all__ (it needs an extra).
 OPTIONAL = {"RedisSessionStore"}
 

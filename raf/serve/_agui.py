@@ -1,0 +1,170 @@
+"""POST /ag-ui: the AG-UI protocol, through the ``ag-ui-protocol`` package's own types."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from ag_ui.core import (
+    AssistantMessage,
+    BaseEvent,
+    DeveloperMessage,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    SystemMessage,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+    ToolMessage,
+    UserMessage,
+)
+from ag_ui.encoder import EventEncoder
+from starlette.types import Receive, Scope, Send
+
+from raf._messages import AgentResponse, ChatMessage, Role, ToolCall, Update
+from raf.serve._http import HttpError, read_json
+from raf.serve._stream import stream_turn
+from raf.serve._wire import new_messages
+
+if TYPE_CHECKING:
+    from raf.serve._app import Served
+
+__all__: list[str] = []
+
+_ENCODER = EventEncoder()
+
+
+async def ag_ui(served: Served, scope: Scope, receive: Receive, send: Send) -> None:
+    """``POST /ag-ui``: a ``RunAgentInput`` in, the run's AG-UI events out (SSE).
+
+    The ``threadId`` is the session: the stored history is the agent's
+    history provider's, and only the messages after the input's last
+    assistant message are new. A failure of the run is a ``RUN_ERROR``
+    event (the AG-UI way), bad input a 400 before any event.
+    """
+    body = await read_json(scope, receive, served.max_body)
+    try:
+        run = RunAgentInput.model_validate(body)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise HttpError(400, f"the body is not a RunAgentInput: {problems}") from None
+    messages = new_messages(tuple(_message(m, i) for i, m in enumerate(run.messages)))
+    if not messages:
+        raise HttpError(400, "no new message after the last assistant message")
+    session = await served.session(scope, scope["raf.key_scope"], run.thread_id)
+    framing = EventFraming(run.thread_id, run.run_id)
+    await stream_turn(
+        served.agent,
+        messages,
+        session,
+        served.options,
+        framing,
+        receive,
+        send,
+        error_status=lambda error: False,
+    )
+
+
+def _message(message: Any, index: int) -> ChatMessage:
+    """An AG-UI message as a raf message; kinds raf cannot take are a 400."""
+    if isinstance(message, (UserMessage, SystemMessage, DeveloperMessage)):
+        role: Role = "user" if isinstance(message, UserMessage) else "system"
+        content = message.content
+        if not isinstance(content, str):
+            texts = [getattr(part, "text", None) for part in content]
+            if not all(isinstance(text, str) for text in texts):
+                raise HttpError(400, f"messages[{index}]: only text content is supported")
+            content = "".join(t for t in texts if t is not None)
+        return ChatMessage(role, content)
+    if isinstance(message, AssistantMessage):
+        calls = tuple(
+            ToolCall(call.id, call.function.name, call.function.arguments)
+            for call in message.tool_calls or ()
+        )
+        return ChatMessage("assistant", message.content, tool_calls=calls)
+    if isinstance(message, ToolMessage):
+        if not isinstance(message.content, str):
+            raise HttpError(400, f"messages[{index}]: a tool message's content must be text")
+        return ChatMessage.tool(message.tool_call_id, message.content)
+    raise HttpError(
+        400, f"messages[{index}]: a {getattr(message, 'role', '?')!r} message is not supported"
+    )
+
+
+class EventFraming:
+    """A streamed run as AG-UI events: RUN_STARTED, the text messages and tool calls
+    of each model call with their results, then RUN_FINISHED or RUN_ERROR."""
+
+    def __init__(self, thread_id: str, run_id: str) -> None:
+        self._thread = thread_id
+        self._run = run_id
+        self._text: str | None = None  # the id of the text message being streamed
+
+    def start(self) -> list[bytes]:
+        return [_frame(RunStartedEvent(thread_id=self._thread, run_id=self._run))]
+
+    def update(self, update: Update) -> list[bytes]:
+        if update.kind == "text":
+            if not update.text:
+                return []
+            frames = []
+            if self._text is None:
+                self._text = uuid.uuid4().hex
+                frames.append(
+                    _frame(TextMessageStartEvent(message_id=self._text, role="assistant"))
+                )
+            frames.append(_frame(TextMessageContentEvent(message_id=self._text, delta=update.text)))
+            return frames
+        if update.kind == "tool_call" and update.tool_call is not None:
+            return self._end_text() + tool_call_events(update.tool_call, self._text)
+        if update.kind == "tool_result" and update.message is not None:
+            message = update.message
+            result = ToolCallResultEvent(
+                message_id=uuid.uuid4().hex,
+                tool_call_id=message.tool_call_id or "",
+                content=message.content or "",
+                role="tool",
+            )
+            return self._end_text() + [_frame(result)]
+        return []
+
+    def _end_text(self) -> list[bytes]:
+        if self._text is None:
+            return []
+        end = TextMessageEndEvent(message_id=self._text)
+        self._text = None
+        return [_frame(end)]
+
+    def finish(self, response: AgentResponse) -> list[bytes]:
+        done = RunFinishedEvent(thread_id=self._thread, run_id=self._run)
+        return self._end_text() + [_frame(done)]
+
+    def failed(self, error: HttpError) -> list[bytes]:
+        event = RunErrorEvent(message=error.message, code=error.code or str(error.status))
+        return self._end_text() + [_frame(event)]
+
+
+def tool_call_events(call: ToolCall, parent: str | None = None) -> list[bytes]:
+    """TOOL_CALL_START, _ARGS and _END of one complete call (a pending one, later, too)."""
+    return [
+        _frame(
+            ToolCallStartEvent(
+                tool_call_id=call.id, tool_call_name=call.name, parent_message_id=parent
+            )
+        ),
+        _frame(ToolCallArgsEvent(tool_call_id=call.id, delta=call.arguments)),
+        _frame(ToolCallEndEvent(tool_call_id=call.id)),
+    ]
+
+
+def _frame(event: BaseEvent) -> bytes:
+    return _ENCODER.encode(event).encode()

@@ -1,0 +1,140 @@
+"""The HTTP edge of a served agent: bodies read within a limit, errors in the OpenAI shape."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from starlette.types import Receive, Scope, Send
+
+from raf._errors import ChatClientError, ChatTimeoutError, RateLimitError
+
+__all__: list[str] = []
+
+#: The default limit of a request body, in bytes (4 MiB).
+MAX_BODY = 4 * 1024 * 1024
+
+
+@attrs.frozen
+class HttpError(Exception):
+    """A request the server answers with ``status`` and an OpenAI error body."""
+
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    code: str | None = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.status}: {self.message}"
+
+
+def error_body(message: str, type: str, code: str | None = None) -> dict[str, Any]:
+    """``{"error": {"message", "type", "code"}}``: what OpenAI's clients read on a failure."""
+    return {"error": {"message": message, "type": type, "param": None, "code": code}}
+
+
+async def send_json(
+    send: Send, status: int, body: Any, headers: Mapping[str, str] | None = None
+) -> None:
+    """A whole JSON response."""
+    data = json.dumps(body, ensure_ascii=False).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def send_error(send: Send, error: HttpError) -> None:
+    """``error`` as a response in the OpenAI error shape."""
+    body = error_body(error.message, error.type, error.code)
+    await send_json(send, error.status, body, error.headers)
+
+
+async def read_json(scope: Scope, receive: Receive, max_body: int) -> Any:
+    """The request body as JSON, read within ``max_body`` bytes.
+
+    Raises :class:`HttpError`: 413 when the body is over the limit (told by
+    its Content-Length, or found while reading a chunked body), 400 when it
+    is not UTF-8 or not JSON.
+    """
+    length = header(scope, b"content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise HttpError(400, f"Content-Length is not a number: {length[:40]!r}")
+        if int(length) > max_body:
+            raise HttpError(413, _too_big(max_body), code="request_too_large")
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise HttpError(400, "the client went away before the body's end")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_body:
+            raise HttpError(413, _too_big(max_body), code="request_too_large")
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            break
+    try:
+        text = b"".join(parts).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HttpError(400, f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HttpError(400, f"the body is not valid JSON: {exc}") from None
+
+
+def _too_big(max_body: int) -> str:
+    return f"the body is over the limit of {max_body} bytes"
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """The value of request header ``name`` (lower case), or ``None``."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def upstream_error(exc: BaseException) -> HttpError | None:
+    """How a failure of the model shows to the client, or ``None`` when it is not the model's.
+
+    A timeout is 504, a rate limit 429 with the upstream's ``Retry-After``,
+    any other model error 502. Found on the error or in its causes (a
+    provider that wrapped it).
+    """
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, ChatTimeoutError):
+            return HttpError(504, f"the model timed out: {error}", "timeout", "upstream_timeout")
+        if isinstance(error, RateLimitError):
+            headers = {}
+            if error.retry_after is not None:
+                headers["Retry-After"] = str(max(0, math.ceil(error.retry_after)))
+            return HttpError(
+                429,
+                f"the model is rate limited: {error}",
+                "rate_limit_error",
+                "rate_limit_exceeded",
+                headers,
+            )
+        if isinstance(error, ChatClientError):
+            return HttpError(502, f"the model failed: {error}", "upstream_error", "bad_gateway")
+        error = error.__cause__
+    return None
+
+
+def failure(exc: Exception) -> HttpError:
+    """What a run that raised ``exc`` answers: the model's failure, or a 500 without internals."""
+    upstream = upstream_error(exc)
+    if upstream is not None:
+        return upstream
+    return HttpError(500, f"the agent failed: {type(exc).__name__}: {exc}", "server_error")

@@ -1,0 +1,238 @@
+"""The OpenAI chat completions protocol on the server side: requests in, chunks out."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from raf._messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
+from raf._options import AgentRunOptions
+from raf.serve._http import HttpError
+
+__all__: list[str] = []
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+@attrs.frozen
+class CompletionRequest:
+    """A checked ``POST /v1/chat/completions`` body."""
+
+    model: str
+    messages: tuple[ChatMessage, ...]
+    stream: bool
+    include_usage: bool
+    overrides: Mapping[str, Any]  # temperature, max_tokens: over the served agent's options
+
+    def options(self, base: AgentRunOptions) -> AgentRunOptions:
+        """``base`` with what this request sets."""
+        return attrs.evolve(base, **self.overrides) if self.overrides else base
+
+
+def parse_completion(body: Any) -> CompletionRequest:
+    """Check a chat completions body; anything wrong is an :class:`HttpError` 400."""
+    if not isinstance(body, dict):
+        raise HttpError(400, f"the body must be a JSON object, got {_json_type(body)}")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise HttpError(400, "'model' must be a non-empty string", code="invalid_model")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool) and stream is not None:
+        raise HttpError(400, f"'stream' must be a boolean, got {_json_type(stream)}")
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, dict):
+        raise HttpError(400, "'stream_options' must be an object")
+    include_usage = stream_options.get("include_usage", False) is True
+    return CompletionRequest(
+        model,
+        parse_messages(body.get("messages")),
+        bool(stream),
+        include_usage,
+        _options(body),
+    )
+
+
+def _options(body: Mapping[str, Any]) -> dict[str, Any]:
+    temperature = body.get("temperature")
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+    ):
+        raise HttpError(400, "'temperature' must be a number")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
+        raise HttpError(400, "'max_tokens' must be a positive integer")
+    overrides: dict[str, Any] = {}
+    if temperature is not None:
+        overrides["temperature"] = float(temperature)
+    if max_tokens is not None:
+        overrides["max_tokens"] = max_tokens
+    return overrides
+
+
+def parse_messages(value: Any) -> tuple[ChatMessage, ...]:
+    """OpenAI messages as raf messages; 400 for a missing list, a bad item, an unknown role."""
+    if not isinstance(value, list) or not value:
+        raise HttpError(400, "'messages' must be a non-empty list of message objects")
+    return tuple(_message(item, index) for index, item in enumerate(value))
+
+
+def _message(item: Any, index: int) -> ChatMessage:
+    where = f"messages[{index}]"
+    if not isinstance(item, dict):
+        raise HttpError(400, f"{where} must be an object, got {_json_type(item)}")
+    role = item.get("role")
+    if role not in _ROLES:
+        raise HttpError(
+            400, f"{where}.role must be one of {', '.join(sorted(_ROLES))}, got {role!r:.40}"
+        )
+    content = _content(item.get("content"), where)
+    name = item.get("name")
+    if name is not None and not isinstance(name, str):
+        raise HttpError(400, f"{where}.name must be a string")
+    if role == "tool":
+        call_id = item.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise HttpError(400, f"{where}.tool_call_id must be a non-empty string")
+        return ChatMessage.tool(call_id, content or "")
+    if role == "assistant":
+        return ChatMessage("assistant", content, name=name, tool_calls=_calls(item, where))
+    if content is None:
+        raise HttpError(400, f"{where}.content must be a string or a list of text parts")
+    return ChatMessage("system" if role == "developer" else role, content, name=name)
+
+
+def _content(value: Any, where: str) -> str | None:
+    """Text, or a list of text parts joined; other part types are a 400."""
+    if value is None or isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise HttpError(400, f"{where}.content must be a string or a list of text parts")
+    texts: list[str] = []
+    for number, part in enumerate(value):
+        if not isinstance(part, dict) or part.get("type") != "text":
+            kind = part.get("type") if isinstance(part, dict) else _json_type(part)
+            raise HttpError(400, f"{where}.content[{number}] must be a text part, got {kind!r:.40}")
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise HttpError(400, f"{where}.content[{number}].text must be a string")
+        texts.append(text)
+    return "".join(texts)
+
+
+def _calls(item: Mapping[str, Any], where: str) -> tuple[ToolCall, ...]:
+    calls = item.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise HttpError(400, f"{where}.tool_calls must be a list")
+    result: list[ToolCall] = []
+    for number, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if (
+            not isinstance(function, dict)
+            or not isinstance(call.get("id"), str)
+            or not isinstance(function.get("name"), str)
+            or not isinstance(function.get("arguments", "{}"), str)
+        ):
+            raise HttpError(
+                400, f"{where}.tool_calls[{number}] must be {{id, function: {{name, arguments}}}}"
+            )
+        result.append(ToolCall(call["id"], function["name"], function.get("arguments", "{}")))
+    return tuple(result)
+
+
+def new_messages(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """The messages after the last assistant message: what a session's turn adds."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "assistant":
+            return tuple(messages[index + 1 :])
+    return tuple(messages)
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number" if isinstance(value, (int, float)) else "a value")
+
+
+def usage_json(usage: Usage | None) -> dict[str, int]:
+    """raf's usage in OpenAI's words."""
+    usage = usage or Usage()
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def completion(model: str, response: AgentResponse) -> dict[str, Any]:
+    """A whole ``chat.completion``: the run's answer as one assistant message."""
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": response.text},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": usage_json(response.usage),
+    }
+
+
+class ChunkFraming:
+    """A streamed run as ``chat.completion.chunk`` server-sent events.
+
+    The agent's own tool calls and their results are its inner work, not
+    the caller's: only the text goes out, then a chunk with the finish
+    reason, the usage in a last chunk with empty ``choices`` when asked,
+    and ``data: [DONE]``.
+    """
+
+    def __init__(self, model: str, include_usage: bool) -> None:
+        self._id = f"chatcmpl-{uuid.uuid4().hex}"
+        self._created = int(time.time())
+        self._model = model
+        self._include_usage = include_usage
+
+    def _chunk(self, choices: list[dict[str, Any]], **more: Any) -> bytes:
+        body = {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "choices": choices,
+            **more,
+        }
+        return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+    def start(self) -> list[bytes]:
+        delta = {"role": "assistant", "content": ""}
+        return [self._chunk([{"index": 0, "delta": delta, "finish_reason": None}])]
+
+    def update(self, update: Update) -> list[bytes]:
+        if update.kind != "text" or not update.text:
+            return []
+        delta = {"content": update.text}
+        return [self._chunk([{"index": 0, "delta": delta, "finish_reason": None}])]
+
+    def finish(self, response: AgentResponse) -> list[bytes]:
+        chunks = [self._chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}])]
+        if self._include_usage:
+            chunks.append(self._chunk([], usage=usage_json(response.usage)))
+        return [*chunks, b"data: [DONE]\n\n"]
+
+    def failed(self, error: HttpError) -> list[bytes]:
+        # An error event mid-stream: the OpenAI SDK raises it as an APIError.
+        body = {"error": {"message": error.message, "type": error.type, "code": error.code}}
+        return [b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"]

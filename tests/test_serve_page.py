@@ -1,0 +1,96 @@
+"""The chat page in a real headless Chromium (Debian's chromium and chromium-driver).
+
+``make test`` installs both when missing (the ``chromium`` target). The test
+types a question, sees the answer grow, presses Stop, reloads and finds the
+partial answer in the history; it saves a screenshot in ``tests/artifacts/``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+from tests.uvicorn_server import ServedAgent
+
+pytestmark = pytest.mark.slow
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if binary is None or driver is None:
+        pytest.fail("chromium and chromium-driver are not installed: run `make chromium`")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=900,700"):
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
+    chrome = webdriver.Chrome(options=options, service=Service(driver))
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 15) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("the page did not get there in time")
+        time.sleep(0.05)
+
+
+def answers(browser: webdriver.Chrome) -> list[str]:
+    return [e.text.strip() for e in browser.find_elements(By.CSS_SELECTOR, ".msg.assistant")]
+
+
+def test_the_page_streams_stops_and_shows_the_partial_answer_after_a_reload(
+    browser: webdriver.Chrome,
+) -> None:
+    with ServedAgent(delay=0.03) as server:
+        browser.get(f"{server.url}/")
+        assert "word-agent" in browser.title
+        browser.find_element(By.ID, "input").send_keys("long")
+        browser.find_element(By.ID, "send").click()
+        # The answer grows as it streams.
+        first = wait_until(lambda: len(answers(browser)) == 1 and len(answers(browser)[0]) > 10)
+        grown = wait_until(lambda: len(answers(browser)[0].split()) >= 15 and answers(browser))
+        assert first
+        assert len(grown[0]) > 10
+        browser.find_element(By.ID, "stop").click()
+        stopped = wait_until(lambda: "(stopped)" in answers(browser)[0] and answers(browser))[0]
+        shown = stopped.replace("(stopped)", "").split()
+        time.sleep(0.5)  # the page no longer grows: the stream is closed
+        assert answers(browser)[0].replace("(stopped)", "").split() == shown
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "serve_page_stopped.png"))
+        browser.refresh()
+        history = wait_until(lambda: answers(browser))
+        stored = history[0].split()
+        # The partial answer, as far as the server had sent it: what the page showed, then
+        # at most the few words in flight when Stop was pressed; never the whole answer.
+        assert stored[: len(shown)] == shown
+        assert len(stored) < 200
+        users = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.user")]
+        assert users == ["long"]
+        # The conversation goes on in the same session, with the partial answer in it.
+        browser.find_element(By.ID, "input").send_keys("and then")
+        browser.find_element(By.ID, "send").click()
+        try:
+            wait_until(lambda: len(answers(browser)) == 2 and answers(browser)[1].endswith("then"))
+        finally:
+            ARTIFACTS.mkdir(exist_ok=True)
+            browser.save_screenshot(str(ARTIFACTS / "serve_page.png"))
+        assert answers(browser)[1] == "seen 3: and then"
