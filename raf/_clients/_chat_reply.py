@@ -303,11 +303,11 @@ class StreamedTurn:
             return []
         updates: list[Update] = []
         if not self.text_sent and not self.calls:
+            if self.refuse and self.refusal:
+                raise OutputRefusedError("".join(self.refusal), model=self.model)
             if self.empty_text:
                 updates.append(Update("text", "", raw=chunk))
             elif self.refusal:
-                if self.refuse:
-                    raise OutputRefusedError("".join(self.refusal), model=self.model)
                 updates.append(Update("text", "".join(self.refusal), raw=chunk))
             self.text_sent = True
         for index in sorted(self.calls):
