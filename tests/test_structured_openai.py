@@ -206,7 +206,8 @@ async def test_no_output_type_sends_no_format(api: Api) -> None:
     response, _ = await run(api, False)
     assert response.output is None
     body = api.server.requests[0].body
-    assert "response_format" not in body and "text" not in body
+    assert "response_format" not in body
+    assert "text" not in body
 
 
 @pytest.mark.parametrize("streamed", [False, True])
