@@ -73,7 +73,7 @@ from raf._messages import (
     Update,
     Usage,
 )
-from raf._middleware import LoggingMiddleware, RetryMiddleware
+from raf._middleware import FallbackMiddleware, LoggingMiddleware, RetryMiddleware
 from raf._observe import Observer, ProviderStage
 from raf._options import AgentRunOptions, ChatOptions
 from raf._parallel import ProviderGroup, parallel
@@ -120,6 +120,7 @@ __all__ = [
     "ContextResult",
     "ContextResultError",
     "EchoChatClient",
+    "FallbackMiddleware",
     "FolderRetriever",
     "FunctionTool",
     "HistoryProvider",

@@ -383,7 +383,8 @@ def _record_response(span: Span, response: AgentResponse, capture: bool) -> None
         span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
     raw = response.raw
-    model = getattr(raw, "model", None)
+    # The model that answered: a fallback's (FallbackMiddleware says), else the reply's.
+    model = response.model or getattr(raw, "model", None)
     if isinstance(model, str) and model:
         span.set_attribute("gen_ai.response.model", model)
     response_id = getattr(raw, "id", None)

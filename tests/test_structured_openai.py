@@ -211,9 +211,7 @@ async def test_no_output_type_sends_no_format(api: Api) -> None:
 
 
 @pytest.mark.parametrize("streamed", [False, True])
-async def test_an_invalid_answer_is_told_to_the_model_and_retried(
-    api: Api, streamed: bool
-) -> None:
+async def test_an_invalid_answer_is_told_to_the_model_and_retried(api: Api, streamed: bool) -> None:
     api.text(BAD, streamed=streamed)
     api.text(GOOD, streamed=streamed)
     response, updates = await run(api, streamed, output_type=Order)

@@ -67,9 +67,7 @@ def _strict(node: Any, path: str) -> Any:
             out["anyOf" if key == "oneOf" else key] = _strict(value, f"{path}/{key}")
     if out.get("type") == "object" or "properties" in out:
         additional = out.get("additionalProperties")
-        if isinstance(additional, Mapping) or (
-            "properties" not in out and additional is not False
-        ):
+        if isinstance(additional, Mapping) or ("properties" not in out and additional is not False):
             raise BadRequestError(
                 f"the output schema cannot be made strict at {path}: an object with free "
                 "keys (a dict[str, ...]) cannot be asked for in OpenAI's strict mode; "
