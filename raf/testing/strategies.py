@@ -13,6 +13,9 @@ returns a hypothesis strategy, for ``@given``::
   conversations: every tool call answered), :func:`context_results`;
 - :func:`updates`: the updates of a streamed answer, text split anywhere,
   that :meth:`raf.AgentResponse.from_updates` assembles;
+- :func:`outputs`: values of a structured ``output_type``, for property
+  tests of the code that uses ``response.output`` (and :func:`output_json`,
+  the JSON a model answers one with, to script a :class:`raf.ScriptedChatClient`);
 - :func:`stacks`: random stacks of recording providers, parallel groups and
   run middleware, with random failure points, that write what runs into a
   journal (:class:`RecordingStack`).
@@ -49,6 +52,7 @@ from raf._messages import AgentResponse, ChatMessage, Role, ToolCall, Update, Us
 from raf._parallel import parallel
 from raf._providers import ContextProvider
 from raf._tools import FunctionTool, tool
+from raf.testing._outputs import output_json, outputs
 
 __all__ = [
     "Ending",
@@ -73,6 +77,8 @@ __all__ = [
     "histories",
     "make_tool",
     "merge_model",
+    "output_json",
+    "outputs",
     "rechunk",
     "run_responses",
     "scenarios",
