@@ -35,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_openai import copies, history  # noqa: E402
 from harness import Samples, fmt, table  # noqa: E402
 
-
 #: The options of every call: with ``--structured``, an output schema too.
 OPTIONS: list[Any] = []
 
@@ -86,7 +85,7 @@ def timed(
 
 
 def measure(kind: str, size: int, repeats: int) -> dict[str, Samples]:
-    from raf import ChatMessage, ChatOptions
+    from raf import ChatMessage
     from raf._clients.openai import OpenAIChatClient
     from raf._clients.responses import OpenAIResponsesClient
 

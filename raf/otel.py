@@ -283,6 +283,8 @@ class _Observer(Observer):
             attributes["gen_ai.request.temperature"] = options.temperature
         if options.max_tokens is not None:
             attributes["gen_ai.request.max_tokens"] = options.max_tokens
+        if options.output_schema is not None:  # structured output asked for
+            attributes["gen_ai.output.type"] = "json"
         span = self.tracer.start_span(
             f"chat {model}" if model else "chat", kind=_CLIENT, attributes=attributes
         )

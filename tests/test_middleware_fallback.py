@@ -238,6 +238,18 @@ async def test_otel_says_which_model_answered() -> None:
     attributes = dict(chat.attributes or {})
     assert attributes["gen_ai.request.model"] == "a"
     assert attributes["gen_ai.response.model"] == "b"
+    assert "gen_ai.output.type" not in attributes
+
+
+async def test_otel_says_a_structured_call_asks_for_json() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    agent = raf.otel.instrument(Agent(Named("a", ['{"value": 1}'])), tracer_provider=provider)
+    assert (await agent.run("hi", output_type=int)).output == 1
+    (chat,) = [span for span in exporter.get_finished_spans() if span.name.startswith("chat")]
+    assert dict(chat.attributes or {})["gen_ai.output.type"] == "json"
+    provider.shutdown()
     provider.shutdown()
 
 
