@@ -280,6 +280,8 @@ class Agent:
         session: Session | None = None,
         options: AgentRunOptions | None = None,
         backend: str = "asyncio",
+        output_type: Any = None,
+        output_retries: int | None = None,
     ) -> AgentResponse:
         """:meth:`run` from synchronous code (a script, a notebook cell without await).
 
@@ -298,9 +300,15 @@ class Agent:
             raise RuntimeError(
                 "run_sync() was called inside a running event loop: use 'await agent.run(...)'"
             )
-        return anyio.run(
-            partial(self.run, messages, session=session, options=options), backend=backend
+        run = partial(
+            self.run,
+            messages,
+            session=session,
+            options=options,
+            output_type=output_type,
+            output_retries=output_retries,
         )
+        return anyio.run(run, backend=backend)
 
     async def aclose(self) -> None:
         """Close the chat client and every stack item that has ``aclose()``, innermost first."""

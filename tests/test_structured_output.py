@@ -94,6 +94,11 @@ async def test_the_echo_client_accepts_the_schema_too() -> None:
     assert response.output == 3
 
 
+def test_run_sync_asks_for_the_type_too() -> None:
+    response = Agent(EchoChatClient()).run_sync('{"x": 4}', output_type=Point)
+    assert response.output == {"x": 4}
+
+
 async def test_a_null_for_an_optional_field_that_is_not_nullable_means_its_default() -> None:
     # What a strict schema makes a model write: every field, null when it has no value.
     client = ScriptedChatClient(
