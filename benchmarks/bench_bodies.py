@@ -13,6 +13,7 @@ message, then user and assistant turns with a tool call now and then), in four w
 
     python benchmarks/bench_bodies.py                 # 10,000 messages
     python benchmarks/bench_bodies.py --size 1000 --repeats 21
+    python benchmarks/bench_bodies.py --structured    # each call asks for an output schema
     RAF_SOURCE=../other-checkout python benchmarks/bench_bodies.py  # measure another raf
 """
 
@@ -34,14 +35,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_openai import copies, history  # noqa: E402
 from harness import Samples, fmt, table  # noqa: E402
 
+#: The options of every call: with ``--structured``, an output schema too.
+OPTIONS: list[Any] = []
+
+
+def options() -> Any:
+    """The ChatOptions each call is made with (one object, as in an agent's run)."""
+    if not OPTIONS:
+        from raf import ChatOptions
+
+        OPTIONS.append(ChatOptions())
+    return OPTIONS[0]
+
+
+def structured() -> Any:
+    """ChatOptions asking for a small nested output type (what ``output_type=`` sends)."""
+    import pydantic
+
+    from raf import AgentRunOptions, ChatOptions
+
+    class Item(pydantic.BaseModel):
+        name: str
+        qty: int = 1
+
+    class Order(pydantic.BaseModel):
+        items: list[Item]
+        note: str | None = None
+
+    return ChatOptions.from_run(AgentRunOptions(output_type=Order), ())
+
 
 def timed(
     client_for: Callable[[int], Any], inputs: Callable[[int], Sequence[Any]], repeats: int
 ) -> Samples:
     """Milliseconds of ``client_for(n).request_body(inputs(n))`` for each call ``n``; only
     the ``request_body`` is timed."""
-    from raf import ChatOptions
-
     samples: Samples = []
     for n in range(repeats):
         client, messages = client_for(n), inputs(n)
@@ -49,7 +77,7 @@ def timed(
         gc.disable()
         try:
             started = time.perf_counter()
-            client.request_body(messages, ChatOptions())
+            client.request_body(messages, options())
             samples.append((time.perf_counter() - started) * 1e3)
         finally:
             gc.enable()
@@ -57,7 +85,7 @@ def timed(
 
 
 def measure(kind: str, size: int, repeats: int) -> dict[str, Samples]:
-    from raf import ChatMessage, ChatOptions
+    from raf import ChatMessage
     from raf._clients.openai import OpenAIChatClient
     from raf._clients.responses import OpenAIResponsesClient
 
@@ -69,7 +97,7 @@ def measure(kind: str, size: int, repeats: int) -> dict[str, Samples]:
     def warm() -> Callable[[int], Any]:
         """One client for every call, which has sent the history once."""
         client = client_class("bench-model", api_key="sk-bench")
-        client.request_body(base, ChatOptions())
+        client.request_body(base, options())
         return lambda n: client
 
     same = list(base)
@@ -104,12 +132,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument(
+        "--structured", action="store_true", help="ask for an output schema in every call"
+    )
     args = parser.parse_args()
+    if args.structured:
+        OPTIONS.append(structured())
     rows = []
     for kind in ("chat", "responses"):
         for name, samples in measure(kind, args.size, args.repeats).items():
             rows.append([f"{args.size:,}", kind, name, fmt(samples)])
-    print(table(["history", "client", "body", "ms median (min-max)"], rows))
+    what = "structured output" if args.structured else "text"
+    print(table(["history", "client", f"body ({what})", "ms median (min-max)"], rows))
 
 
 if __name__ == "__main__":

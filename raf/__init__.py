@@ -50,6 +50,9 @@ from raf._errors import (
     DurableError,
     McpError,
     OfflineError,
+    OutputError,
+    OutputRefusedError,
+    OutputValidationError,
     PathError,
     ProviderError,
     RateLimitError,
@@ -71,7 +74,7 @@ from raf._messages import (
     Update,
     Usage,
 )
-from raf._middleware import LoggingMiddleware, RetryMiddleware
+from raf._middleware import FallbackMiddleware, LoggingMiddleware, RetryMiddleware
 from raf._observe import Observer, ProviderStage
 from raf._options import AgentRunOptions, ChatOptions
 from raf._parallel import ProviderGroup, parallel
@@ -119,6 +122,7 @@ __all__ = [
     "ContextResultError",
     "DurableError",
     "EchoChatClient",
+    "FallbackMiddleware",
     "FolderRetriever",
     "FunctionTool",
     "HistoryProvider",
@@ -134,6 +138,9 @@ __all__ = [
     "OfflineError",
     "OpenAIChatClient",
     "OpenAIResponsesClient",
+    "OutputError",
+    "OutputRefusedError",
+    "OutputValidationError",
     "PROVIDER_KINDS",
     "Passage",
     "PathError",

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, cast
 
 import anyio
+import attrs
 
 from raf._context import Invocation, start_invocation
 from raf._messages import AgentResponse, ChatClient, ChatMessage, OnUpdate, checked_messages
 from raf._observe import checked_observers, hooks
 from raf._options import AgentRunOptions, ChatOptions
+from raf._output import structured_loop
 from raf._parallel import is_provider
 from raf._pipeline import CallNext, ChatRequest, compose
 from raf._sessions.base import Session
@@ -205,6 +207,8 @@ class Agent:
         session: Session | None = None,
         options: AgentRunOptions | None = None,
         on_update: OnUpdate | None = None,
+        output_type: Any = None,
+        output_retries: int | None = None,
     ) -> AgentResponse:
         """Run one turn: the stack, the model and its tool calls, and back out.
 
@@ -214,8 +218,17 @@ class Agent:
         ``async (Update) -> None``, streams the run: every update is awaited
         in the caller's task as it comes (see :meth:`stream` for the iterator
         form); the response is the same as without it.
+
+        ``output_type`` (a pydantic model, a dataclass, a ``TypedDict``, a
+        plain type) asks for structured output: the final answer is
+        validated into ``response.output``, and one that does not validate is
+        told to the model and asked again up to ``output_retries`` times
+        (default 1), then :class:`raf.OutputValidationError`. Both set the
+        run's :class:`AgentRunOptions` fields of the same names.
         """
-        request, session, options = _arguments(messages, session, options)
+        request, session, options = _arguments(
+            messages, session, options, output_type, output_retries
+        )
         if on_update is not None and not callable(on_update):
             raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
         touched = await session.touch_request_hash(request)
@@ -230,16 +243,21 @@ class Agent:
         *,
         session: Session | None = None,
         options: AgentRunOptions | None = None,
+        output_type: Any = None,
+        output_retries: int | None = None,
     ) -> AgentStream:
         """Run one turn streamed, as an async context manager to iterate.
 
         ``async with agent.stream("hi") as stream: async for update in
         stream: ...``; then ``stream.response`` is the :class:`AgentResponse`
-        (``None`` if the run did not complete). Leaving the block early
+        (``None`` if the run did not complete), its ``output`` the validated
+        value when ``output_type`` is given. Leaving the block early
         closes the run: its post stages see :class:`raf.StreamClosedError`.
         The arguments are those of :meth:`run`, checked here.
         """
-        request, checked_session, checked_options = _arguments(messages, session, options)
+        request, checked_session, checked_options = _arguments(
+            messages, session, options, output_type, output_retries
+        )
 
         async def start(on_update: OnUpdate) -> Invocation:
             touched = await checked_session.touch_request_hash(request)
@@ -262,6 +280,8 @@ class Agent:
         session: Session | None = None,
         options: AgentRunOptions | None = None,
         backend: str = "asyncio",
+        output_type: Any = None,
+        output_retries: int | None = None,
     ) -> AgentResponse:
         """:meth:`run` from synchronous code (a script, a notebook cell without await).
 
@@ -280,9 +300,15 @@ class Agent:
             raise RuntimeError(
                 "run_sync() was called inside a running event loop: use 'await agent.run(...)'"
             )
-        return anyio.run(
-            partial(self.run, messages, session=session, options=options), backend=backend
+        run = partial(
+            self.run,
+            messages,
+            session=session,
+            options=options,
+            output_type=output_type,
+            output_retries=output_retries,
         )
+        return anyio.run(run, backend=backend)
 
     async def aclose(self) -> None:
         """Close the chat client and every stack item that has ``aclose()``, innermost first."""
@@ -333,8 +359,11 @@ class Agent:
                 chat_options = ChatOptions.from_run(options, self._tools, self._default_model)
                 object.__setattr__(self, "_chat_options", (options, chat_options))
         on_update = invocation.on_update
+        loop: Callable[..., Awaitable[AgentResponse]] = run_tool_loop
+        if options.output_type is not None:
+            loop = structured_loop(options.output_type, options.output_retries)
         if on_update is None:
-            return await run_tool_loop(
+            return await loop(
                 self._chat_call,
                 messages,
                 chat_options,
@@ -344,7 +373,7 @@ class Agent:
                 tool_stack=self._tool_call,
             )
         return await streamed_core(
-            run_tool_loop,
+            loop,
             partial(self._streamed_chat_call, on_update),
             messages,
             chat_options,
@@ -415,8 +444,11 @@ def _arguments(
     messages: str | ChatMessage | Sequence[ChatMessage],
     session: Session | None,
     options: AgentRunOptions | None,
+    output_type: Any = None,
+    output_retries: int | None = None,
 ) -> tuple[tuple[ChatMessage, ...], Session, AgentRunOptions]:
-    """A turn's request messages, session and options, checked (``run`` and ``stream``)."""
+    """A turn's request messages, session and options, checked (``run`` and ``stream``);
+    ``output_type`` and ``output_retries``, when given, go into the options."""
     request = _request_messages(messages)
     if session is None:
         session = InMemorySession()
@@ -426,6 +458,13 @@ def _arguments(
         options = _DEFAULT_OPTIONS
     elif type(options) is not AgentRunOptions:
         raise TypeError(f"options must be AgentRunOptions, got {type(options).__name__}")
+    if output_type is not None or output_retries is not None:
+        changes: dict[str, Any] = {}
+        if output_type is not None:
+            changes["output_type"] = output_type
+        if output_retries is not None:
+            changes["output_retries"] = output_retries
+        options = attrs.evolve(options, **changes)
     return request, session, options
 
 

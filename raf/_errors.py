@@ -12,6 +12,9 @@ The hierarchy (``except`` a branch to catch everything below it)::
     ├── SessionStoreError             a session store cannot be opened or read
     ├── DurableError                  a run cannot be durable (trio, a memory session, ...)
     ├── OfflineError                  a raf_offline test reached out (also a ConnectionRefusedError)
+    ├── OutputError                   the final answer is not the structured output asked for
+    │   ├── OutputValidationError     it does not validate, retries included (.text, .problems)
+    │   └── OutputRefusedError        the model refused to answer (.refusal)
     ├── ToolError                     a tool failed, or the run's tools or tool loop did
     │   ├── ToolArgumentsError        a call's arguments do not fit (also a ValueError)
     │   ├── ToolSchemaError           a tool's parameters schema is invalid (also a ValueError)
@@ -54,6 +57,9 @@ __all__ = [
     "DurableError",
     "McpError",
     "OfflineError",
+    "OutputError",
+    "OutputRefusedError",
+    "OutputValidationError",
     "PathError",
     "ProviderError",
     "RateLimitError",
@@ -256,6 +262,45 @@ class OfflineError(AgentError, ConnectionRefusedError):
     made; a ``ConnectionRefusedError`` too, so the code under test fails as
     on a refused connection (the test fails even if that code swallows it).
     """
+
+
+class OutputError(AgentError):
+    """The run asked for structured output (``output_type``) and did not get it."""
+
+
+class OutputValidationError(OutputError):
+    """The model's final answer does not validate into the run's ``output_type``.
+
+    Raised once the answer failed ``attempts`` times (the first answer and
+    ``output_retries`` more, each told what was wrong). ``text`` is the last
+    answer as the model wrote it; ``problems`` lists each misfit as
+    ``"path: what is wrong"``; the pydantic ``ValidationError`` is ``__cause__``.
+    """
+
+    def __init__(self, text: str, problems: tuple[str, ...], attempts: int) -> None:
+        self.text = text
+        self.problems = problems
+        self.attempts = attempts
+        tries = f"{attempts} answer{'s' if attempts != 1 else ''}"
+        super().__init__(
+            f"the model's answer does not match the output type ({tries}, the last "
+            f"{_short(text)}): " + "; ".join(problems)
+        )
+
+
+class OutputRefusedError(OutputError):
+    """The model refused to give the structured output (OpenAI's ``refusal``).
+
+    ``refusal`` is the model's explanation, ``model`` the model that refused.
+    Not a validation failure: asking again the same way is unlikely to help,
+    so it is not retried.
+    """
+
+    def __init__(self, refusal: str, *, model: str | None = None) -> None:
+        self.refusal = refusal
+        self.model = model
+        who = f"model {model!r}" if model else "the model"
+        super().__init__(f"{who} refused to answer with the output type: {refusal}")
 
 
 class ChatClientError(AgentError):

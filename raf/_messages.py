@@ -250,11 +250,17 @@ class AgentResponse:
     ``messages`` holds every message the run added: assistant turns with
     tool calls, tool results, and the final answer. ``usage`` sums the
     calls; ``raw`` is the last call's raw response, when the client has one.
+    ``output`` is the final answer validated into the run's ``output_type``
+    (``None`` when the run asked for none); ``model`` names the model that
+    answered when a client or middleware says (:class:`raf.FallbackMiddleware`
+    does), else ``None``.
     """
 
     messages: tuple[ChatMessage, ...] = attrs.field(default=(), converter=_message_tuple)
     usage: Usage | None = None
     raw: Any = attrs.field(default=None, eq=False, repr=False)
+    output: Any = attrs.field(default=None, kw_only=True, repr=False)
+    model: str | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
 
     @property
     def text(self) -> str:

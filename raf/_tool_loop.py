@@ -121,7 +121,7 @@ async def run_tool_loop(
         if not calls:
             if call_number == 1 and type(response) is AgentResponse:
                 return response  # one call, no tools: it already is the run's response
-            return AgentResponse(tuple(produced), usage, response.raw)
+            return AgentResponse(tuple(produced), usage, response.raw, model=response.model)
         if call_number == max_tool_iterations:
             raise ToolLoopError(max_tool_iterations, tuple(call.name for call in calls))
         results = await run_tool_calls(calls, tools, call_tool, invocation)

@@ -283,6 +283,8 @@ class _Observer(Observer):
             attributes["gen_ai.request.temperature"] = options.temperature
         if options.max_tokens is not None:
             attributes["gen_ai.request.max_tokens"] = options.max_tokens
+        if options.output_schema is not None:  # structured output asked for
+            attributes["gen_ai.output.type"] = "json"
         span = self.tracer.start_span(
             f"chat {model}" if model else "chat", kind=_CLIENT, attributes=attributes
         )
@@ -383,7 +385,8 @@ def _record_response(span: Span, response: AgentResponse, capture: bool) -> None
         span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
     raw = response.raw
-    model = getattr(raw, "model", None)
+    # The model that answered: a fallback's (FallbackMiddleware says), else the reply's.
+    model = response.model or getattr(raw, "model", None)
     if isinstance(model, str) and model:
         span.set_attribute("gen_ai.response.model", model)
     response_id = getattr(raw, "id", None)

@@ -299,6 +299,10 @@ def test_what_crosses_dbos_pickles() -> None:
         model="m", temperature=0.5, tool_choice={"type": "auto"}, extra={"a": [1]}
     )
     assert pickle.loads(pickle.dumps(options)) == options
+    typed = AgentRunOptions(output_type=int, output_retries=2)
+    typed_again = pickle.loads(pickle.dumps(typed))
+    assert typed_again == typed
+    assert typed_again.output_schema == typed.output_schema
     response = AgentResponse(
         (ChatMessage.assistant("hi", tool_calls=(ToolCall("1", "t", "{}"),)),),
         Usage(1, 2),

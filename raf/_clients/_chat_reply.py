@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from raf._clients._reply import MISSING, json_object, json_type, quote, sdk_object, tokens
-from raf._errors import ChatConnectionError, ChatProtocolError
+from raf._errors import ChatConnectionError, ChatProtocolError, OutputRefusedError
 from raf._messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 
 __all__: list[str] = []
@@ -18,11 +18,15 @@ def call_name(model: str) -> str:
     return f"OpenAI chat completion (model {model!r})"
 
 
-def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResponse:
+def response_from_reply(
+    data: bytes, content_type: str, model: str, *, refuse: bool = False
+) -> AgentResponse:
     """The assistant turn, usage and raw ``ChatCompletion`` of a 200 reply's body.
 
     Anything that is not a chat completion raf can read is a
-    :class:`raf.ChatProtocolError` that names the problem.
+    :class:`raf.ChatProtocolError` that names the problem. A refusal is the
+    text, or with ``refuse`` (structured output asked for) a
+    :class:`raf.OutputRefusedError`.
     """
     where = call_name(model)
     reply = json_object(data, content_type, where)
@@ -49,6 +53,8 @@ def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResp
     if text is None and not calls:
         # A refusal is what the user should read when there is no answer.
         text = _optional_str(message, "refusal", where)
+        if refuse and text is not None:
+            raise OutputRefusedError(text, model=model)
     usage = None
     raw_usage = reply.get("usage")
     if raw_usage is not None:
@@ -120,10 +126,20 @@ def _completion(reply: dict[str, Any]) -> Any:
 class StreamedTurn:
     """The updates of one streamed chat completion, from its chunks' JSON."""
 
-    __slots__ = ("calls", "empty_text", "finished", "model", "refusal", "text_sent", "where")
+    __slots__ = (
+        "calls",
+        "empty_text",
+        "finished",
+        "model",
+        "refusal",
+        "refuse",
+        "text_sent",
+        "where",
+    )
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, refuse: bool = False) -> None:
         self.model = model
+        self.refuse = refuse  # a refusal is an OutputRefusedError, not the text
         self.where = f"OpenAI chat completion stream (model {model!r})"
         # index -> [id, name, argument pieces or None when no arguments came, last chunk]
         self.calls: dict[int, list[Any]] = {}
@@ -287,6 +303,8 @@ class StreamedTurn:
             return []
         updates: list[Update] = []
         if not self.text_sent and not self.calls:
+            if self.refuse and self.refusal:
+                raise OutputRefusedError("".join(self.refusal), model=self.model)
             if self.empty_text:
                 updates.append(Update("text", "", raw=chunk))
             elif self.refusal:

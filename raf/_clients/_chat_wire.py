@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from raf._clients._schema import response_format
 from raf._clients._wire import (
     NO_KEYS,
     TOOL_CHOICE_WORDS,
@@ -51,6 +52,8 @@ def request_body(
         head["max_tokens"] = options.max_tokens
     if options.tool_choice is not None:
         head["tool_choice"] = _tool_choice(options.tool_choice)
+    if options.output_schema is not None:
+        head["response_format"] = response_format(options.output_schema)
     request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
     for key, value in options.extra.items():
         if key in _REFUSED_EXTRA:

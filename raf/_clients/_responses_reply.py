@@ -8,7 +8,7 @@ from typing import Any
 
 from raf._clients._reply import MISSING, json_object, json_type, quote, sdk_object, tokens
 from raf._clients._responses_wire import Turn
-from raf._errors import ChatClientError, ChatProtocolError
+from raf._errors import ChatClientError, ChatProtocolError, OutputRefusedError
 from raf._messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 
 __all__: list[str] = []
@@ -20,17 +20,18 @@ def call_name(model: str) -> str:
 
 
 def response_from_reply(
-    data: bytes, content_type: str, model: str
+    data: bytes, content_type: str, model: str, *, refuse: bool = False
 ) -> tuple[AgentResponse, Turn | None]:
     """The assistant turn of a 200 reply's body, and the reasoning to remember.
 
     A reply that is not a response raf can read is a :class:`raf.ChatProtocolError`;
-    a failed or incomplete one a :class:`raf.ChatClientError`.
+    a failed or incomplete one a :class:`raf.ChatClientError`; with ``refuse``
+    (structured output asked for), a refusal a :class:`raf.OutputRefusedError`.
     """
     where = call_name(model)
     reply = json_object(data, content_type, where)
     _check_status(reply, where)
-    message, usage, turn = _read_response(reply, where)
+    message, usage, turn = _read_response(reply, where, model if refuse else None)
     return AgentResponse((message,), usage, _sdk_response(reply)), turn
 
 
@@ -59,7 +60,10 @@ def _error_text(error: Any) -> tuple[str, str]:
     return "", repr(error)
 
 
-def _read_response(reply: dict[str, Any], where: str) -> tuple[ChatMessage, Usage | None, Turn]:
+def _read_response(
+    reply: dict[str, Any], where: str, refused_by: str | None = None
+) -> tuple[ChatMessage, Usage | None, Turn]:
+    """The reply's turn, usage and order; ``refused_by`` (a model): a refusal raises."""
     output = reply.get("output", MISSING)
     if not isinstance(output, list):
         raise ChatProtocolError(f"{where}: 'output' is {json_type(output)}, not a list")
@@ -107,6 +111,8 @@ def _read_response(reply: dict[str, Any], where: str) -> tuple[ChatMessage, Usag
     text = None if texts is None else "".join(texts)
     if text is None and not calls and refusals:
         text = "".join(refusals)
+        if refused_by is not None:
+            raise OutputRefusedError(text, model=refused_by)
     message = ChatMessage.assistant(text, tool_calls=calls)
     turn = Turn(tuple(call.id for call in calls), tuple(order))
     return message, _usage(reply.get("usage"), where), turn
@@ -152,8 +158,9 @@ def _sdk_response(reply: dict[str, Any]) -> Any:
 class StreamState:
     """What a stream's events amount to so far; :meth:`feed` turns one into updates."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, refuse: bool = False) -> None:
         self.where = call_name(model)
+        self.refused_by = model if refuse else None  # see _read_response
         self.calls: dict[str, tuple[str, str]] = {}  # item id -> (call_id, name)
         self.sent_calls: set[str] = set()
         self.sent_text = False
@@ -212,7 +219,7 @@ class StreamState:
                 f"{self.where}: response.completed's response is {json_type(response)}, "
                 "not an object"
             )
-        message, usage, self.turn = _read_response(response, self.where)
+        message, usage, self.turn = _read_response(response, self.where, self.refused_by)
         updates: list[Update] = []
         # Whatever the events did not carry: the answer is the completed response's.
         if not self.sent_text and message.content is not None:

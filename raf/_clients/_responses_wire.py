@@ -9,6 +9,7 @@ from typing import Any, Final
 
 import attrs
 
+from raf._clients._schema import text_format
 from raf._clients._wire import (
     TOOL_CHOICE_WORDS,
     TRANSPORT_EXTRA,
@@ -104,6 +105,8 @@ def request_body(
         body["max_output_tokens"] = options.max_tokens
     if options.tool_choice is not None:
         body["tool_choice"] = _tool_choice(options.tool_choice)
+    if options.output_schema is not None:
+        body["text"] = {"format": text_format(options.output_schema)}
     body["store"] = store
     include = [] if store else [_REASONING_INCLUDE]
     request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
@@ -135,6 +138,8 @@ def request_body(
                     f"{where}: extra option 'include' must be a list of str, got {value!r}"
                 )
             include += [v for v in value if v not in include]
+        elif key == "text" and isinstance(value, Mapping) and "text" in body:
+            body["text"] = {**body["text"], **value}  # verbosity and the like, with the format
         else:
             body[key] = value
     if include:

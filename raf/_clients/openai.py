@@ -97,7 +97,12 @@ class OpenAIChatClient(SdkClient):
         with anyio.move_on_after(self.timeout):
             response = await post(self.client, self._path(model), body, request_options, where)
             data = await read_reply(response, self.max_response_bytes, where)
-            return response_from_reply(data, response.headers.get("content-type", ""), model)
+            return response_from_reply(
+                data,
+                response.headers.get("content-type", ""),
+                model,
+                refuse=options.output_schema is not None,
+            )
         # Only the deadline's own cancellation lands here: any other one propagates.
         raise ChatTimeoutError(
             f"{where} did not finish within {self.timeout} s "
@@ -148,10 +153,12 @@ class OpenAIChatClient(SdkClient):
             if not content_type.startswith("text/event-stream"):
                 # A server that ignores "stream" answers with one chat completion: its updates.
                 data = await budget.run(reader.read_all)
-                for update in response_from_reply(data, content_type, model).to_updates():
+                refuse = options.output_schema is not None
+                answer = response_from_reply(data, content_type, model, refuse=refuse)
+                for update in answer.to_updates():
                     yield update
                 return
-            turn = StreamedTurn(model)
+            turn = StreamedTurn(model, refuse=options.output_schema is not None)
             while (events := await budget.run(reader.next_events)) is not None:
                 for event in events:
                     for update in turn.feed(event):

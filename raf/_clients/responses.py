@@ -129,7 +129,10 @@ class OpenAIResponsesClient(SdkClient):
             response = await post(self.client, "/responses", body, request_options, where)
             data = await read_reply(response, self.max_response_bytes, where)
             answer, turn = response_from_reply(
-                data, response.headers.get("content-type", ""), model
+                data,
+                response.headers.get("content-type", ""),
+                model,
+                refuse=options.output_schema is not None,
             )
             self._remember(turn)
             return answer
@@ -178,7 +181,7 @@ class OpenAIResponsesClient(SdkClient):
                     f"{where}: a streamed request was answered with "
                     f"{content_type or 'no content-type'}, not an event stream: {quote(reply)}"
                 )
-            state = StreamState(model)
+            state = StreamState(model, refuse=options.output_schema is not None)
             try:
                 while (events := await budget.run(reader.next_events)) is not None:
                     if state.done:

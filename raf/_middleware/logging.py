@@ -31,7 +31,8 @@ class LoggingMiddleware:
     counts of the response, its token usage and ``model``, the model that
     answered: the one the server reports (an OpenAI reply, or a streamed
     call's first chunk, names the exact version), else the one the run asked
-    for. On ``model.start`` and ``run.start``, ``model`` is the one the
+    for (a :class:`raf.FallbackMiddleware` inside it names the fallback model
+    that answered). On ``model.start`` and ``run.start``, ``model`` is the one the
     call will use: the run's, else the client's default (an agent hands
     the chat stack its client's ``model`` when the run names none).
     The end event of a streamed run or call also carries ``updates``, the
@@ -118,7 +119,9 @@ class LoggingMiddleware:
             usage = response.usage
             # A streamed response has no raw reply of its own: its first chunk names the model.
             raw = response.raw if response.raw is not None or stream is None else stream.raw
-            answered = {} if level == "call" else {"model": _answered_by(raw, requested)}
+            # A fallback (FallbackMiddleware) names the model that answered on the response.
+            model = response.model or _answered_by(raw, requested)
+            answered = {} if level == "call" else {"model": model}
             log.info(
                 f"{level}.end",
                 duration_ms=_since(started),

@@ -110,13 +110,17 @@ class DurableAgent(Agent):
         session: Session | None = None,
         options: AgentRunOptions | None = None,
         on_update: OnUpdate | None = None,
+        output_type: Any = None,
+        output_retries: int | None = None,
     ) -> AgentResponse:
         """:meth:`raf.Agent.run` as a DBOS workflow (on asyncio; trio is a DurableError).
 
         Run it inside DBOS's ``SetWorkflowID(id)`` to choose the workflow id.
         """
         _require_asyncio()
-        request, checked, run_options = _arguments(messages, session, options)
+        request, checked, run_options = _arguments(
+            messages, session, options, output_type, output_retries
+        )
         if on_update is not None and not callable(on_update):
             raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
         given = None if session is None else checked
@@ -128,9 +132,13 @@ class DurableAgent(Agent):
         *,
         session: Session | None = None,
         options: AgentRunOptions | None = None,
+        output_type: Any = None,
+        output_retries: int | None = None,
     ) -> AgentStream:
         """:meth:`raf.Agent.stream` as a DBOS workflow (on asyncio; trio is a DurableError)."""
-        request, checked, run_options = _arguments(messages, session, options)
+        request, checked, run_options = _arguments(
+            messages, session, options, output_type, output_retries
+        )
         given = None if session is None else checked
 
         async def start(on_update: OnUpdate) -> Any:

@@ -13,6 +13,9 @@ returns a hypothesis strategy, for ``@given``::
   conversations: every tool call answered), :func:`context_results`;
 - :func:`updates`: the updates of a streamed answer, text split anywhere,
   that :meth:`raf.AgentResponse.from_updates` assembles;
+- :func:`outputs`: values of a structured ``output_type``, for property
+  tests of the code that uses ``response.output`` (and :func:`output_json`,
+  the JSON a model answers one with, to script a :class:`raf.ScriptedChatClient`);
 - :func:`stacks`: random stacks of recording providers, parallel groups and
   run middleware, with random failure points, that write what runs into a
   journal (:class:`raf.testing.journal.RecordingStack`).
@@ -45,6 +48,7 @@ from raf._builtin.compression import check_tool_pairing
 from raf._context import ContextResult
 from raf._messages import AgentResponse, ChatMessage, Role, ToolCall, Update, Usage
 from raf._tools import FunctionTool, tool
+from raf.testing._outputs import output_json, outputs
 from raf.testing.journal import ProviderSpec, RecordingStack, Scenario, StackItem, build_stack
 
 __all__ = [
@@ -52,6 +56,8 @@ __all__ = [
     "context_results",
     "histories",
     "make_tool",
+    "output_json",
+    "outputs",
     "rechunk",
     "run_responses",
     "scenarios",
