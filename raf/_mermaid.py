@@ -16,7 +16,7 @@ from raf._tracing import _count, _describe_arguments, _describe_result
 __all__: list[str] = []
 
 #: How many characters of a message or an error a label shows.
-LABEL_SHOWN = 60
+LABEL_SHOWN = 100
 
 
 class MermaidObserver(Observer):
@@ -57,7 +57,8 @@ class MermaidObserver(Observer):
     def _lane(self, key: object, label: str, prefix: str) -> str:
         found = self._lanes.get(id(key))
         if found is None:
-            lane_id = f"{prefix}{len(self._lanes) + 1}"
+            taken = sum(1 for lane, _ in self._lanes.values() if lane.startswith(prefix))
+            lane_id = f"{prefix}{taken + 1}"
             found = self._lanes[id(key)] = (lane_id, label)
         return found[0]
 
