@@ -61,6 +61,7 @@ from raf._errors import (
     ToolLoopError,
     ToolSchemaError,
 )
+from raf._mermaid import MermaidObserver
 from raf._messages import (
     AgentResponse,
     ChatClient,
@@ -127,6 +128,7 @@ __all__ = [
     "LoggingMiddleware",
     "McpError",
     "McpToolsProvider",
+    "MermaidObserver",
     "Middleware",
     "Observer",
     "OfflineError",

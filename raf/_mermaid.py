@@ -13,7 +13,7 @@ from raf._pipeline import ChatRequest
 from raf._tool_loop import ToolRequest
 from raf._tracing import _count, _describe_arguments, _describe_result
 
-__all__: list[str] = []
+__all__ = ["MermaidObserver"]
 
 #: How many characters of a message or an error a label shows.
 LABEL_SHOWN = 100
