@@ -275,6 +275,11 @@ class _Battery:
     agent: Any = None
     label: str = "the provider"
     step: str = "starting"
+    #: The rules found broken so far, the first time each was (one report per rule).
+    broken: dict[str, _Broken] = attrs.field(factory=dict)
+
+    def note(self, broken: _Broken) -> None:
+        self.broken.setdefault(broken.rule, broken)
 
     def make(self) -> Any:
         provider = self.factory()
@@ -388,19 +393,29 @@ class _Battery:
             ),
         ]
         for spec in _RUNS:
-            provider = self.make()
-            run = await _new_run(spec)
-            await self.pre(provider, run, "a successful run")
-            await self.post(provider, run, "a successful run", spec.response, None)
-            for what, error in errors:
+            # Each way is a probe of its own: a rule broken in one does not hide the others.
+            try:
                 provider = self.make()
                 run = await _new_run(spec)
-                await self.pre(provider, run, what)
-                await self.post(provider, run, what, None, error(spec))
-            provider = self.make()
-            run = await _new_run(spec)
-            await self.pre(provider, run, "a cancelled run")
-            await self.post_cancelled(provider, run, "a cancelled run")
+                await self.pre(provider, run, "a successful run")
+                await self.post(provider, run, "a successful run", spec.response, None)
+            except _Broken as broken:
+                self.note(broken)
+            for what, error in errors:
+                try:
+                    provider = self.make()
+                    run = await _new_run(spec)
+                    await self.pre(provider, run, what)
+                    await self.post(provider, run, what, None, error(spec))
+                except _Broken as broken:
+                    self.note(broken)
+            try:
+                provider = self.make()
+                run = await _new_run(spec)
+                await self.pre(provider, run, "a cancelled run")
+                await self.post_cancelled(provider, run, "a cancelled run")
+            except _Broken as broken:
+                self.note(broken)
 
     # Rule 4: per-run state ---------------------------------------------------------
 
@@ -529,7 +544,10 @@ class _Battery:
         """on_invoking cancelled at its start, after its first step and after 50 ms."""
         for spec in _RUNS:
             for point in ("at its start", "after its first step", "after 50 ms"):
-                await self.cancel_probe(spec, point)
+                try:
+                    await self.cancel_probe(spec, point)
+                except _Broken as broken:
+                    self.note(broken)
 
     async def cancel_probe(self, spec: _RunSpec, point: str) -> None:
         provider = self.make()
@@ -578,13 +596,14 @@ class _Battery:
                     "after the cancellation",
                 )
                 # Reported now: the stage may never end, and this task group waits for it.
-                self.report.put(("fail", self.failure(failure)))
+                self.note(failure)
+                self.report.put(("late", None))
         if "result" in outcome:
             await self.post_cancelled(provider, run, what)
 
-    def failure(self, broken: _Broken) -> AssertionError:
+    def failure(self, broken: _Broken) -> str:
         said, fix = RULES[broken.rule]
-        return AssertionError(
+        return (
             f"check_provider: {self.label} broke the rule {broken.rule!r}: {said}.\n"
             f"  What happened (on {self.backend}): {broken.detail}\n"
             f"  How to fix it: {fix}."
@@ -595,14 +614,13 @@ class _Battery:
             ScriptedChatClient(), name="check_provider", instructions="You are being checked."
         )
         self.make()
-        try:
-            # Cancellation first: a stage that shields slow work fails fast here, where
-            # the other rules would wait for it again and again.
-            await self.cancellation()
-            await self.outcomes()
-            await self.per_run_state()
-        except _Broken as broken:
-            raise self.failure(broken) from broken.__cause__
+        # Cancellation first: a stage that shields slow work fails fast here, where
+        # the other rules would wait for it again and again.
+        for check in (self.cancellation, self.outcomes, self.per_run_state):
+            try:
+                await check()
+            except _Broken as broken:  # a probe that the others depend on broke
+                self.note(broken)
 
 
 def _describe_order(order: Sequence[tuple[str, int]]) -> str:
@@ -673,9 +691,9 @@ def check_provider(
     argument is a factory; else ``lambda: MyProvider(...)``); the battery
     makes one per simulated run, and two runs share one where it checks
     per-run state. On each of ``backends`` (each with :func:`anyio.run`, in
-    a worker thread) it raises ``AssertionError`` naming the provider, the
-    rule it broke (a key of :data:`RULES`), what happened and how to fix
-    it, when the provider
+    a worker thread) it raises one ``AssertionError`` that names the
+    provider and lists every rule it broke (a key of :data:`RULES`; each
+    once, as first seen), what happened and how to fix it, when the provider
 
     - returns something that is not a :class:`raf.ContextResult` from
       ``on_invoking``, or raises there on a plain run
@@ -692,8 +710,10 @@ def check_provider(
 
     Each simulated run has its own :class:`raf.InMemorySession` holding a
     short history. A battery that does not finish within ``timeout``
-    seconds on a backend fails, naming the stage it was in. A plain
-    function: call it from a plain (not async) test.
+    seconds on a backend fails, naming the stage it was in; a stage that
+    keeps a cancelled run waiting ends the battery there (it may never
+    return), with the rules found so far. A plain function: call it from a
+    plain (not async) test.
 
     >>> from raf import ContextProvider, ContextResult
     >>> class Tone(ContextProvider):
@@ -708,16 +728,40 @@ def check_provider(
         )
     if not isinstance(backends, (list, tuple)) or not backends:
         raise TypeError(f"check_provider: backends must be a non-empty list, got {backends!r}")
+    found: dict[str, tuple[str, _Broken]] = {}
     for backend in backends:
         if backend == "trio" and importlib.util.find_spec("trio") is None:
             raise RuntimeError(
                 "check_provider: the trio backend needs trio (pip install 'raf[testing]'); "
                 "or check on asyncio alone: check_provider(factory, backends=['asyncio'])"
             )
-        _run_backend(factory, backend, cancel_grace, timeout)
+        _run_backend(factory, backend, cancel_grace, timeout, found)
+    _raise_found(found)
 
 
-def _run_backend(factory: Callable[[], Any], backend: str, grace: float, timeout: float) -> None:
+def _raise_found(found: dict[str, tuple[str, _Broken]], also: str | None = None) -> None:
+    """One AssertionError for every rule found broken (each once, on its first backend),
+    and ``also`` (a battery that did not finish) last."""
+    if not found and also is None:
+        return
+    texts = [text for text, _ in found.values()]
+    first = next(iter(found.values()))[1] if found else None
+    if len(texts) > 1:
+        label = texts[0].removeprefix("check_provider: ").split(" broke the rule ")[0]
+        texts.insert(0, f"check_provider: {label} broke {len(texts)} rules:")
+    raise AssertionError("\n".join([*texts, *([also] if also else [])])) from (
+        first.__cause__ if first is not None else None
+    )
+
+
+def _run_backend(
+    factory: Callable[[], Any],
+    backend: str,
+    grace: float,
+    timeout: float,
+    found: dict[str, tuple[str, _Broken]],
+) -> None:
+    """The battery on one backend; the rules it finds broken go into ``found``."""
     report: queue.Queue[tuple[str, BaseException | None]] = queue.Queue()
     battery = _Battery(factory, backend, grace, report)
 
@@ -734,11 +778,20 @@ def _run_backend(factory: Callable[[], Any], backend: str, grace: float, timeout
     worker = threading.Thread(target=work, name=f"raf-check-provider-{backend}", daemon=True)
     worker.start()
     try:
+        # "late": a stage kept a cancelled run waiting, and may never end: what was found
+        # so far is the report (the battery is left behind in its thread).
         kind, error = report.get(timeout=timeout)
     except queue.Empty:
-        raise AssertionError(
+        kind, error = "timeout", None
+    for rule, broken in list(battery.broken.items()):
+        found.setdefault(rule, (battery.failure(broken), broken))
+    if kind == "timeout":
+        _raise_found(
+            found,
             f"check_provider: the battery did not finish within {timeout} s on {backend}; "
-            f"{battery.label} was at: {battery.step} (a stage that never returns?)"
-        ) from None
+            f"{battery.label} was at: {battery.step} (a stage that never returns?)",
+        )
     if kind == "fail" and error is not None:
         raise error
+    if kind == "late":
+        _raise_found(found)
