@@ -501,7 +501,7 @@ def check_provider(
     for backend in backends:
         if backend == "trio" and importlib.util.find_spec("trio") is None:
             raise RuntimeError(
-                "check_provider: the trio backend needs trio (pip install 'raf[testing]'); "
+                "check_provider: the trio backend needs trio (pip install 'raf-agents[testing]'); "
                 "or check on asyncio alone: check_provider(factory, backends=['asyncio'])"
             )
         _run_backend(factory, backend, cancel_grace, timeout, found)
