@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers redis-server clean
+.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers redis-server clean \
+	docs docs-screenshot chromium
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +14,10 @@ $(VENV)/.base: pyproject.toml
 
 $(VENV)/.test: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+$(VENV)/.docs: $(VENV)/.base
+	$(PY) -m pip install -q -e '.[docs]'
 	touch $@
 
 $(VENV)/.redis: $(VENV)/.base
@@ -46,6 +51,7 @@ test: $(VENV)/.test redis-server
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
 	$(PY) -m mypy
 	$(PY) -m ruff check .
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 bench: $(VENV)/.redis redis-server
 	$(PY) benchmarks/bench_pipeline.py
@@ -69,5 +75,30 @@ $(PEERS_VENV)/.ready: pyproject.toml
 bench-peers: $(PEERS_VENV)/.ready
 	$(PEERS_VENV)/bin/python benchmarks/bench_peers.py
 
+# Mermaid's script for the site, from the npm registry (not kept in git): the built site
+# then draws its diagrams offline; without it, the theme takes Mermaid from its CDN.
+MERMAID_JS := docs/javascripts/mermaid.min.js
+
+# The docs site, from docs/ and the docstrings, into site/ (--strict: a broken link fails).
+docs: $(VENV)/.docs $(MERMAID_JS)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+$(MERMAID_JS):
+	mkdir -p $(@D)
+	cd $(@D) && npm pack --silent mermaid@11 >/dev/null && \
+		tar -xzf mermaid-*.tgz package/dist/mermaid.min.js && \
+		mv package/dist/mermaid.min.js . && rm -rf package mermaid-*.tgz
+
+# Headless Chromium and its driver, from Debian's packages, only when missing (the docs
+# screenshots here; browser tests use it too).
+chromium:
+	@(command -v chromium && command -v chromedriver) >/dev/null || ( \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null)
+
+# Screenshots of the built site, taken with headless Chromium: docs/images/*.png.
+docs-screenshot: docs chromium
+	$(PY) docs/_screenshot.py site docs/images
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
