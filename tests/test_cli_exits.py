@@ -316,3 +316,15 @@ def test_trace_mermaid_draws_an_error_as_a_crossed_arrow(
         "ValueError: broken on purpose",
     ]
     assert err[-1].startswith("raf: ")
+
+
+def test_the_library_never_configures_structlog() -> None:
+    import anyio
+    import structlog
+
+    import raf
+
+    structlog.reset_defaults()
+    agent = raf.Agent(raf.EchoChatClient(), chat_stack=[raf.LoggingMiddleware()])
+    assert anyio.run(agent.run, "hi").text == "hi"  # it logs (structlog's defaults print)
+    assert not structlog.is_configured()
