@@ -1,15 +1,19 @@
 """mkdocs hooks of the docs site (mkdocs.yml ``hooks:``): doctest sessions shown as code.
 
-The guides hold doctest sessions as plain paragraphs (``>>>`` lines and their
-output, which the test suite runs). Markdown would read them as text and take
-``['hi']`` for a link; this hook fences each session as ``pycon`` code
-before the page is rendered. The source files stay as they are.
+The guides and the docstrings hold doctest sessions as plain paragraphs
+(``>>>`` lines and their output, which the test suite runs). Markdown would
+read them as text and take ``['hi']`` for a link; the page hook, and the
+griffe extension :class:`DoctestFences` for the docstrings of the API
+reference, fence each session as ``pycon`` code before it is rendered. The
+source files stay as they are.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+import griffe
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 # A Sphinx role as the docstrings write it (:class:`raf.Agent`), once rendered to HTML.
@@ -65,3 +69,11 @@ def on_page_markdown(markdown: str, **kwargs: Any) -> str:
 
 def on_page_content(html: str, **kwargs: Any) -> str:
     return link_roles(html)
+
+
+class DoctestFences(griffe.Extension):
+    """A griffe extension (mkdocstrings' ``extensions:``): docstrings' doctests fenced."""
+
+    def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
+        if obj.docstring is not None:
+            obj.docstring.value = fence_doctests(obj.docstring.value)
