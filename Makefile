@@ -51,7 +51,6 @@ test: $(VENV)/.test redis-server
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
 	$(PY) -m mypy
 	$(PY) -m ruff check .
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 bench: $(VENV)/.redis redis-server
 	$(PY) benchmarks/bench_pipeline.py
