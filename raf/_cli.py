@@ -53,8 +53,8 @@ def _epilog() -> str:
         "and [[chat_stack]]; `raf schema` prints its JSON Schema.\n"
         f"{where}\n"
         "In the source: docs/cli.md, docs/declaring-providers.md for the provider kinds.\n"
-        "Exit status: 0 done, 2 a usage or config error, 3 the model or the network\n"
-        "failed, 130 interrupted."
+        "Exit status: 0 done, 1 a provider or a tool failed the run, 2 a usage or config\n"
+        "error, 3 the model or the network failed, 130 interrupted."
     )
 
 
@@ -115,7 +115,8 @@ class _LogLines:
     """structlog's logger for the command: each event on a line of its own, on stderr.
 
     An answer being printed to the same terminal has its line ended first, and
-    a "thinking…" line is cleared, so a log line never lands inside an answer.
+    a "thinking…" line is cleared (and shown again after the event), so a log
+    line never lands inside an answer or after the "thinking…".
     """
 
     def __init__(self, printer: _Printer, stream: TextIO) -> None:
@@ -126,10 +127,12 @@ class _LogLines:
     def msg(self, message: str) -> None:
         if self._same:
             self._printer.end_line()
-        if self._printer.clear is self._stream:
+        thinking = self._printer.clear is self._stream
+        if thinking:
             _write(self._stream, _CLEAR_LINE)
-            self._printer.clear = None
         _say(message, self._stream)
+        if thinking:  # still waiting for the first update
+            _write(self._stream, _THINKING)
 
     log = debug = info = warning = warn = error = critical = fatal = exception = msg
 

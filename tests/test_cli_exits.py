@@ -33,6 +33,13 @@ class Noisy(ContextProvider):
         log.warning("noisy.warning")
         log.error("noisy.error")
 
+class NoisyEarly(ContextProvider):
+    """Logs an error in its pre stage, while "thinking…" is shown."""
+
+    async def on_invoking(self, agent, session, messages, options):
+        structlog.get_logger("raf").error("early.error")
+        return ContextResult()
+
 class Broken(ContextProvider):
     async def on_invoking(self, agent, session, messages, options):
         raise ValueError("broken on purpose")
@@ -49,6 +56,9 @@ class Record(ContextProvider):
 
 def noisy(options):
     return Noisy()
+
+def noisy_early(options):
+    return NoisyEarly()
 
 def broken(options):
     return Broken()
@@ -175,12 +185,12 @@ def test_piped_stderr_gets_every_log_event_and_stdout_only_the_answer(
 class Terminal:
     """``raf ARGS`` with stdout and stderr on one pseudo-terminal, as a person runs it."""
 
-    def __init__(self, *args: str, cwd: Path) -> None:
+    def __init__(self, *args: str, cwd: Path, stdin: bool = False) -> None:
         master, slave = os.openpty()
         self.master = master
         self.process = subprocess.Popen(
             [sys.executable, "-m", "raf", *args],
-            stdin=subprocess.DEVNULL,
+            stdin=slave if stdin else subprocess.DEVNULL,
             stdout=slave,
             stderr=slave,
             cwd=cwd,
@@ -328,3 +338,24 @@ def test_the_library_never_configures_structlog() -> None:
     agent = raf.Agent(raf.EchoChatClient(), chat_stack=[raf.LoggingMiddleware()])
     assert anyio.run(agent.run, "hi").text == "hi"  # it logs (structlog's defaults print)
     assert not structlog.is_configured()
+
+
+@pytest.mark.slow
+def test_in_chat_a_log_line_clears_thinking_and_thinking_comes_back(
+    tmp_path: Path, terminal: list[Terminal]
+) -> None:
+    args = ["chat", str(config(tmp_path, "noisy_early"))]
+    terminal.append(Terminal(*args, cwd=tmp_path, stdin=True))
+    os.write(terminal[0].master, b"hello\r/exit\r")
+    output = re.sub(r"\x1b\[[0-9;]*m", "", terminal[0].output())
+    assert terminal[0].close() == 0, output
+    # "thinking…" is cleared (\r, erase line) before the event's line, shown again after
+    # it, and cleared again at the answer: the event and the answer each on a line of
+    # their own.
+    shown = output.split("\r\x1b[K")
+    event = next(i for i, part in enumerate(shown) if "early.error" in part)
+    assert shown[event - 1].endswith("thinking…"), output
+    line, again = shown[event].split("\n")
+    assert line.split()[-1] == "early.error", output  # the event, on a line of its own
+    assert again == "thinking…", output  # then "thinking…" again
+    assert shown[event + 1].startswith("hello\n"), output
