@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers bench-durable bench-serve redis-server postgresql chromium clean
+.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers bench-durable bench-serve \
+	redis-server postgresql chromium docs docs-screenshot clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +14,10 @@ $(VENV)/.base: pyproject.toml
 
 $(VENV)/.test: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+$(VENV)/.docs: $(VENV)/.base
+	$(PY) -m pip install -q -e '.[docs]'
 	touch $@
 
 $(VENV)/.redis: $(VENV)/.base
@@ -99,5 +104,23 @@ $(PEERS_VENV)/.ready: pyproject.toml
 bench-peers: $(PEERS_VENV)/.ready
 	$(PEERS_VENV)/bin/python benchmarks/bench_peers.py
 
+# Mermaid's script for the site, from the npm registry (not kept in git): the built site
+# then draws its diagrams offline; without it, the theme takes Mermaid from its CDN.
+MERMAID_JS := docs/javascripts/mermaid.min.js
+
+# The docs site, from docs/ and the docstrings, into site/ (--strict: a broken link fails).
+docs: $(VENV)/.docs $(MERMAID_JS)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+$(MERMAID_JS):
+	mkdir -p $(@D)
+	cd $(@D) && npm pack --silent mermaid@11 >/dev/null && \
+		tar -xzf mermaid-*.tgz package/dist/mermaid.min.js && \
+		mv package/dist/mermaid.min.js . && rm -rf package mermaid-*.tgz
+
+# Screenshots of the built site, taken with headless Chromium: docs/images/*.png.
+docs-screenshot: docs chromium
+	$(PY) docs/_screenshot.py site docs/images
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

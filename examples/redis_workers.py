@@ -7,7 +7,7 @@ through a job queue (a Redis list). Each turn goes to whichever worker is
 free; every worker reads the conversation's history from Redis before it
 answers and appends the turn after, so the answer shows that it saw every
 earlier turn, whoever served them. Needs a running Redis server and the
-extra ``raf[redis]``.
+extra ``raf-agents[redis]``.
 
     python examples/redis_workers.py worker redis://127.0.0.1:6379/0 NAME
 

@@ -65,6 +65,7 @@ from raf._errors import (
     ToolLoopError,
     ToolSchemaError,
 )
+from raf._mermaid import MermaidObserver
 from raf._messages import (
     AgentResponse,
     ChatClient,
@@ -133,6 +134,7 @@ __all__ = [
     "LoggingMiddleware",
     "McpError",
     "McpToolsProvider",
+    "MermaidObserver",
     "Middleware",
     "Observer",
     "OfflineError",
@@ -193,6 +195,9 @@ __all__ = [
     "tool",
 ]
 
+#: The installed version of raf-agents (from the package metadata; see __getattr__).
+__version__: str
+
 _LAZY = {
     "OpenAIChatClient": "raf._clients.openai",
     "OpenAIResponsesClient": "raf._clients.responses",
@@ -201,6 +206,12 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
+    if name == "__version__":
+        # The installed version, from the package metadata (read on first use: importing
+        # importlib.metadata is not free, and most programs never ask).
+        from raf._metadata import installed_version
+
+        return installed_version()
     # Imported on first use: the OpenAI clients, so that `import raf` imports none of the
     # SDK's stack (openai, httpx, pydantic) and an offline agent never pays for it; and
     # RedisSessionStore, which needs the optional extra raf-agents[redis] (coredis). The

@@ -10,7 +10,6 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import wait
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
-from importlib.metadata import PackageNotFoundError, version
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, TextIO
@@ -21,8 +20,16 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from raf._agent import Agent
 from raf._config_file import LoadedConfig, load_config
-from raf._errors import AgentError, ChatClientError, ConfigError
+from raf._errors import (
+    AgentError,
+    ChatClientError,
+    ConfigError,
+    ProviderError,
+    StreamClosedError,
+    ToolError,
+)
 from raf._messages import AgentResponse, Update
+from raf._metadata import docs_url, installed_version
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
 from raf._tracing import StageEvent
@@ -30,27 +37,53 @@ from raf._tracing import StageEvent
 __all__: list[str] = []
 
 DEFAULT_DB = Path(".raf") / "sessions.db"
-_EPILOG = """\
-The config is a TOML file: [agent] (name, instructions, tools), [model] (client,
-model, base_url, api_key_env, temperature, max_tokens, timeout), [[providers]]
-and [[chat_stack]]; `raf schema` prints its JSON Schema. The docs are in raf's
-repository: docs/cli.md for this command and its config,
-docs/declaring-providers.md for the provider kinds."""
+
+
+def _epilog() -> str:
+    """The help's closing words: the config in brief, and where the docs are."""
+    site = docs_url()
+    where = (
+        f"The docs: {site}\n  this command and its config: {site.rstrip('/')}/cli/"
+        if site
+        else "The docs are in raf's source, docs/cli.md for this command and its config."
+    )
+    return (
+        "The config is a TOML file: [agent] (name, instructions, tools), [model] (client,\n"
+        "model, base_url, api_key_env, temperature, max_tokens, timeout), [[providers]]\n"
+        "and [[chat_stack]]; `raf schema` prints its JSON Schema.\n"
+        f"{where}\n"
+        "In the source: docs/cli.md, docs/declaring-providers.md for the provider kinds.\n"
+        "Exit status: 0 done, 1 a provider or a tool failed the run, 2 a usage or config\n"
+        "error, 3 the model or the network failed, 130 interrupted."
+    )
+
+
+#: Exit statuses of the command (docs/cli.md): scripts tell these apart.
+EXIT_OK = 0
+#: The run failed in a provider or a tool (a ProviderError, a ToolLoopError...).
+EXIT_RUN_FAILED = 1
+#: A usage or config error: a bad option, a config file that is wrong, a store that cannot open.
+EXIT_USAGE = 2
+#: The model or the network failed (a ChatClientError: rate limit, timeout, connection...).
+EXIT_MODEL = 3
+#: Interrupted (Ctrl-C, SIGINT), as a shell reports it: 128 + 2.
+EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``raf`` and ``python -m raf``; returns the exit status."""
     _tolerant_streams()
-    args = _parser().parse_args(argv)
-    # structlog prints to stdout unless configured: a command's logs ([[chat_stack]]
-    # kind = "logging") go to stderr, so stdout holds just the answers.
+    args = _parser().parse_args(argv)  # a usage error exits EXIT_USAGE (argparse's 2)
+    args.printer = _Printer(sys.stdout)
+    # raf never configures structlog; its command does, unless the program running it
+    # (a test, an application calling main) already has.
     logs_here = not structlog.is_configured()
     if logs_here:
-        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+        _configure_logging(args.printer, verbose=getattr(args, "verbose", False))
     try:
         if args.command == "schema":
             _say(_schema(), sys.stdout)
-            return 0
+            return EXIT_OK
         if args.command == "chat":
             return _chat_command(args)
         if args.command == "serve":
@@ -63,12 +96,71 @@ def main(argv: Sequence[str] | None = None) -> int:
         return anyio.run(_run_command, args)
     except (AgentError, OSError) as exc:
         _say(f"raf: {exc}")
-        return 2
+        return _exit_status(exc)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         if logs_here:
             structlog.reset_defaults()
+
+
+def _exit_status(error: BaseException) -> int:
+    """The exit status of an error that ended the command (see the EXIT_ constants)."""
+    cause: BaseException | None = error
+    while cause is not None:  # a provider's model call (a summary) that failed is the model's
+        if isinstance(cause, ChatClientError):
+            return EXIT_MODEL
+        if isinstance(cause, ConfigError):
+            return EXIT_USAGE
+        cause = cause.__cause__ if isinstance(cause, ProviderError) else None
+    if isinstance(error, (ProviderError, ToolError, StreamClosedError)):
+        return EXIT_RUN_FAILED
+    return EXIT_USAGE
+
+
+class _LogLines:
+    """structlog's logger for the command: each event on a line of its own, on stderr.
+
+    An answer being printed to the same terminal has its line ended first, and
+    a "thinking…" line is cleared (and shown again after the event), so a log
+    line never lands inside an answer or after the "thinking…".
+    """
+
+    def __init__(self, printer: _Printer, stream: TextIO) -> None:
+        self._printer = printer
+        self._stream = stream
+        self._same = _same_file(printer.out, stream)
+
+    def msg(self, message: str) -> None:
+        if self._same:
+            self._printer.end_line()
+        thinking = self._printer.clear is self._stream
+        if thinking:
+            _write(self._stream, _CLEAR_LINE)
+        _say(message, self._stream)
+        if thinking:  # still waiting for the first update
+            _write(self._stream, _THINKING)
+
+    log = debug = info = warning = warn = error = critical = fatal = exception = msg
+
+
+def _configure_logging(printer: _Printer, *, verbose: bool) -> None:
+    """structlog for the command: on stderr; on a terminal only errors, unless ``--verbose``.
+
+    stdout holds just the answers. A terminal is a person reading an answer:
+    warnings (a retry, a skipped skill) would only get in the way; ``--verbose``
+    brings every event back. Piped stderr (a file, a log collector) gets them all.
+    """
+    import logging
+
+    quiet = sys.stderr.isatty() and not verbose
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.ERROR if quiet else logging.DEBUG
+        ),
+        logger_factory=lambda *args: _LogLines(printer, sys.stderr),
+        cache_logger_on_first_use=False,
+    )
 
 
 def _schema() -> str:
@@ -108,26 +200,20 @@ def _from_argv(text: str) -> str:
         return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _version() -> str:
-    try:
-        return version("raf")
-    except PackageNotFoundError:  # run from a source tree that is not installed
-        return "unknown"
-
-
 def _parser() -> argparse.ArgumentParser:
+    epilog = _epilog()
     parser = argparse.ArgumentParser(
         prog="raf",
         description="Run an agent described in a TOML config file.",
-        epilog=_EPILOG,
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"raf {_version()}")
+    parser.add_argument("--version", action="version", version=f"raf {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "run",
         help="run one turn and print the answer",
-        epilog=_EPILOG,
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("config", type=Path, help="the agent's TOML config file")
@@ -135,7 +221,7 @@ def _parser() -> argparse.ArgumentParser:
     chat = commands.add_parser(
         "chat",
         help="an interactive conversation (one session)",
-        epilog=_EPILOG,
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     chat.add_argument("config", type=Path, help="the agent's TOML config file")
@@ -157,6 +243,17 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="print each provider stage, model call and tool call as it happens",
         )
+        command.add_argument(
+            "--trace=mermaid",
+            dest="mermaid",
+            action="store_true",
+            help="at the end of each run, print it on stderr as a Mermaid sequence diagram",
+        )
+        command.add_argument(
+            "--verbose",
+            action="store_true",
+            help="every log event on stderr (on a terminal, only errors are shown otherwise)",
+        )
     return parser
 
 
@@ -164,7 +261,7 @@ def _serve_parser(commands: Any) -> None:
     serve = commands.add_parser(
         "serve",
         help="serve the agent over HTTP: OpenAI chat completions, AG-UI, a chat page "
-        "(extra raf[serve]; docs/serving.md)",
+        "(extra raf-agents[serve]; docs/serving.md)",
     )
     serve.add_argument("config", type=Path, help="the agent's TOML config file")
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
@@ -184,10 +281,8 @@ def _serve_parser(commands: Any) -> None:
 
 
 async def _run_command(args: argparse.Namespace) -> int:
-    printer = _Printer(sys.stdout)
-    loaded = load_config(
-        args.config, emit=_trace_printer(sys.stderr, printer) if args.trace else None
-    )
+    printer: _Printer = args.printer
+    loaded = _load(args, printer)
     async with _opened(args, loaded.agent) as session:
         try:
             await loaded.agent.run(
@@ -201,6 +296,21 @@ async def _run_command(args: argparse.Namespace) -> int:
             printer.end_line()
         printer.finish()
         return 0
+
+
+def _load(args: argparse.Namespace, printer: _Printer) -> LoadedConfig:
+    """The config, its agent watched by the observers that ``--trace`` asks for."""
+    from raf._mermaid import MermaidObserver
+
+    def diagram(text: str) -> None:
+        printer.end_line()
+        _say(text, sys.stderr)
+
+    return load_config(
+        args.config,
+        emit=_trace_printer(sys.stderr, printer) if args.trace else None,
+        observers=[MermaidObserver(diagram)] if args.mermaid else (),
+    )
 
 
 class _Printer:
@@ -275,16 +385,16 @@ _CLEAR_LINE = "\r\x1b[K"
 
 
 def _chat_command(args: argparse.Namespace) -> int:
-    printer = _Printer(sys.stdout)
-    loaded = load_config(
-        args.config, emit=_trace_printer(sys.stderr, printer) if args.trace else None
-    )
+    printer: _Printer = args.printer
+    loaded = _load(args, printer)
     with (
         start_blocking_portal() as portal,
         portal.wrap_async_context_manager(_opened(args, loaded.agent)) as session,
     ):
         # --trace prints its own progress on stderr: no "thinking…" line in between.
-        return _chat(portal, loaded, session, thinking=not args.trace, printer=printer)
+        return _chat(
+            portal, loaded, session, thinking=not (args.trace or args.mermaid), printer=printer
+        )
 
 
 def _chat(

@@ -9,7 +9,7 @@ providers, the chat stack's middleware, the tools and the agent.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +52,14 @@ def load_agent(path: Path, *, emit: Callable[[StageEvent], None] | None = None) 
     return load_config(path, emit=emit).agent
 
 
-def load_config(path: Path, *, emit: Callable[[StageEvent], None] | None = None) -> LoadedConfig:
-    """The agent and run options a config file describes; ``emit`` traces every stage.
+def load_config(
+    path: Path,
+    *,
+    emit: Callable[[StageEvent], None] | None = None,
+    observers: Sequence[Any] = (),
+) -> LoadedConfig:
+    """The agent and run options a config file describes; ``emit`` traces every stage,
+    ``observers`` are given to the agent too.
 
     Every mistake is a :class:`ConfigError` naming the file, the table, the
     entry and the key.
@@ -69,7 +75,7 @@ def load_config(path: Path, *, emit: Callable[[StageEvent], None] | None = None)
     providers = _each(data, "providers", path, lambda d: build_provider(d, chat_client=client))
     chat_stack = _each(data, "chat_stack", path, build_chat_middleware)
     tools = _tools(config.agent.tools, path)
-    observers = [] if emit is None else [TraceObserver(emit)]
+    observers = [*([] if emit is None else [TraceObserver(emit)]), *observers]
     try:
         agent = Agent(
             client,

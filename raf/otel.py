@@ -1,4 +1,4 @@
-"""OpenTelemetry spans of raf runs, in the GenAI semantic conventions (extra ``raf[otel]``).
+"""OpenTelemetry spans of raf runs, in the GenAI semantic conventions (extra ``raf-agents[otel]``).
 
 ``instrument(agent)`` returns a traced copy of an agent: the same client,
 instructions, tools and stacks, with an observer (:class:`raf.Observer`)

@@ -220,7 +220,7 @@ def test_declared_from_data(tiny: tuple[list[str], Path]) -> None:
 
 def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "mcp", None)
-    with pytest.raises(ConfigError, match=r"pip install 'raf\[mcp\]'"):
+    with pytest.raises(ConfigError, match=r"pip install 'raf-agents\[mcp\]'"):
         McpToolsProvider("server")
 
 

@@ -290,8 +290,8 @@ def raf(
     )
 
 
-def assert_one_clear_line(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 2, done
+def assert_one_clear_line(done: subprocess.CompletedProcess[str], status: int = 2) -> str:
+    assert done.returncode == status, done
     assert done.stdout == ""
     assert done.stderr.startswith("raf: "), done.stderr
     assert "Traceback" not in done.stderr
@@ -321,12 +321,19 @@ def test_an_unknown_top_level_table_is_refused(tmp_path: Path, config: str, mess
 def test_version_and_help() -> None:
     done = raf("--version")
     assert done.returncode == 0
-    assert done.stdout.strip() == f"raf {importlib.metadata.version('raf')}"
+    assert done.stdout.strip() == f"raf {importlib.metadata.version('raf-agents')}"
     done = raf("--help")
     assert done.returncode == 0
     assert "TOML" in done.stdout
     assert "docs/cli.md" in done.stdout
     assert "docs/cli.md" in raf("run", "--help").stdout
+    # The docs site's address, as the installed metadata configures it.
+    site = next(
+        url.split(",", 1)[1].strip()
+        for url in importlib.metadata.metadata("raf-agents").get_all("Project-URL") or []
+        if url.startswith("Documentation,")
+    )
+    assert f"The docs: {site}" in done.stdout
 
 
 @pytest.mark.slow
@@ -539,7 +546,8 @@ def test_the_timeout_bounds_the_whole_model_call(tmp_path: Path, server: OpenAIS
     path = openai_config(tmp_path, server, model="timeout = 0.5")
     server.reply(Reply(delay=30, body=completion("too late")))
     done = raf("run", str(path), "hi", env={"SUPPORT_BOT_KEY": "sk"})
-    assert "raf: " in assert_one_clear_line(done)
+    # The model failed: exit status 3, not the 2 of a config error (docs/cli.md).
+    assert "raf: " in assert_one_clear_line(done, status=3)
 
 
 PROVIDERS_MODULE = """

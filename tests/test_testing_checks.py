@@ -531,3 +531,37 @@ class KeepsTheRequestInAContextVariable(ContextProvider):
 
 def test_state_kept_in_a_context_variable_passes() -> None:
     check_provider(KeepsTheRequestInAContextVariable)
+
+
+# Every broken rule, each once ---------------------------------------------------------------
+
+
+class BreaksTwoRules(KeepsTheRequestOnSelf):
+    """Keeps the request on self (per-run-state) and fails on any error (post stage)."""
+
+    async def on_invoked(
+        self,
+        agent: Any,
+        session: Session,
+        request_messages: Messages,
+        response: AgentResponse | None,
+        error: BaseException | None,
+    ) -> None:
+        if error is not None:
+            raise RuntimeError("only successes, please")
+        await super().on_invoked(agent, session, request_messages, response, error)
+
+
+def test_every_broken_rule_is_reported_in_one_error_each_once() -> None:
+    with pytest.raises(AssertionError) as raised:
+        check_provider(BreaksTwoRules)
+    message = str(raised.value)
+    assert message.startswith("check_provider: 'BreaksTwoRules' broke 2 rules:\n"), message
+    # Each rule once, though each broke on many runs and on both backends; in the
+    # order the battery found them.
+    for rule in ("post-stage-never-raises", "per-run-state"):
+        assert message.count(f"broke the rule {rule!r}") == 1, message
+        assert message.count("How to fix it: " + RULES[rule][1]) == 1, message
+    assert message.index("'post-stage-never-raises'") < message.index("'per-run-state'")
+    assert "only successes, please" in message
+    assert isinstance(raised.value.__cause__, RuntimeError)  # the first rule's own error

@@ -130,6 +130,37 @@ def test_raf_offline_fails_a_test_that_reaches_a_model(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_raf_offline_violation_is_reported_once(tmp_path: Path) -> None:
+    done = run_pytest(
+        tmp_path,
+        """
+        import socket
+        import pytest
+
+        @pytest.mark.raf_offline
+        def test_uncaught():
+            socket.create_connection(("192.0.2.1", 443), timeout=5)
+
+        @pytest.mark.raf_offline
+        def test_in_a_chain():
+            try:
+                socket.create_connection(("192.0.2.2", 443), timeout=5)
+            except OSError as exc:
+                raise RuntimeError("no model") from exc
+        """,
+        "-p",
+        "no:randomly",
+    )
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    # The test fails with the OfflineError (or what it caused), and its teardown adds no
+    # second report of the same violation.
+    assert "2 failed in" in out, out
+    assert "error" not in out.splitlines()[-1], out
+    assert out.count("raf_offline: this test may not reach 192.0.2.1:443") == 1, out
+
+
+@pytest.mark.slow
 def test_without_raf_offline_nothing_is_patched(tmp_path: Path) -> None:
     done = run_pytest(
         tmp_path,

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["McpToolsProvider"]
 
 _MISSING = (
-    "McpToolsProvider needs the optional 'mcp' package; install it with: pip install 'raf[mcp]'"
+    "McpToolsProvider needs the optional 'mcp' package; install it with: "
+    "pip install 'raf-agents[mcp]'"
 )
 
 
@@ -65,7 +66,7 @@ class McpToolsProvider(ContextProvider):
     The server's tools are listed on first use and offered to the model on
     every run (``tool_prefix`` is put in front of each name, to keep them
     apart from other tools). Needs the optional ``mcp`` package
-    (``pip install 'raf[mcp]'``).
+    (``pip install 'raf-agents[mcp]'``).
 
     Two ways to run it:
 

@@ -1,6 +1,6 @@
 """RedisSessionStore: sessions in Redis, shared by any number of processes and machines.
 
-Needs the optional extra ``raf[redis]`` (the ``coredis`` client, which runs on
+Needs the optional extra ``raf-agents[redis]`` (the ``coredis`` client, which runs on
 anyio: asyncio and trio alike). ``import raf`` does not import this module;
 ``raf.RedisSessionStore`` does, on first use.
 

@@ -29,14 +29,15 @@ async def open_store(db: str | os.PathLike[str]) -> SqliteSessionStore | RedisSe
     A SQLite file's folder is created when missing. A Redis store is
     connected (and the server checked) before this returns; close either
     with ``await store.aclose()`` in the same task. Redis needs the extra
-    ``raf[redis]``; without it this is a :class:`raf.ConfigError`.
+    ``raf-agents[redis]``; without it this is a :class:`raf.ConfigError`.
     """
     if is_redis_url(db):
         try:
             from raf._sessions.redis import RedisSessionStore
         except ImportError as exc:
             raise ConfigError(
-                f"--db: a Redis store needs the redis extra: pip install 'raf[redis]' ({exc})"
+                "--db: a Redis store needs the redis extra: "
+                f"pip install 'raf-agents[redis]' ({exc})"
             ) from None
         return await RedisSessionStore(str(db)).open()
     from raf._sessions.sqlite import SqliteSessionStore

@@ -1,4 +1,4 @@
-"""Durable runs on DBOS Transact (extra ``raf[dbos]``; asyncio only).
+"""Durable runs on DBOS Transact (extra ``raf-agents[dbos]``; asyncio only).
 
 ``dbos_agent(agent)`` returns a copy of ``agent`` whose run is a DBOS
 workflow and whose model calls and tool calls are DBOS steps (``raf.model``,

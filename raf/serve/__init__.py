@@ -1,4 +1,4 @@
-"""Serve an agent over HTTP (extra ``raf[serve]``): ``raf.serve.app(agent)`` is an ASGI app.
+"""Serve an agent over HTTP (extra ``raf-agents[serve]``): ``raf.serve.app(agent)`` is an ASGI app.
 
 It speaks the OpenAI chat completions protocol (``POST /v1/chat/completions``,
 ``GET /v1/models``), so any OpenAI client can call the agent as a model, and

@@ -39,7 +39,7 @@ def serve(
         import uvicorn
     except ImportError as exc:
         raise ConfigError(
-            f"raf serve needs the serve extra: pip install 'raf[serve]' ({exc})"
+            f"raf serve needs the serve extra: pip install 'raf-agents[serve]' ({exc})"
         ) from None
     if grace < 1:
         raise ConfigError(f"--grace must be at least 1 second, got {grace}")

@@ -7,7 +7,7 @@
   of your own;
 - :mod:`raf.testing.strategies`: hypothesis strategies (messages, tool
   calls, context results, stream updates, recording stacks) — the one
-  module here that needs hypothesis (``pip install 'raf[testing]'``);
+  module here that needs hypothesis (``pip install 'raf-agents[testing]'``);
 - :mod:`raf.testing.plugin`: the pytest plugin (fixtures ``scripted_client``
   and ``anyio_backend``, the ``raf_offline`` marker and ``--raf-offline``),
   registered by installing raf.

@@ -11,15 +11,11 @@ instead of hanging the test.
 
 from __future__ import annotations
 
-import contextvars
-import copy
 import importlib.util
-import json
 import queue
 import threading
 import time
-import types
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -30,11 +26,23 @@ from raf._agent import Agent
 from raf._clients.scripted import ScriptedChatClient
 from raf._context import checked_result
 from raf._errors import ContextResultError, ProviderError, StreamClosedError
-from raf._messages import AgentResponse, ChatMessage, ToolCall
-from raf._options import AgentRunOptions
+from raf._messages import AgentResponse, ChatMessage
 from raf._parallel import ProviderGroup
 from raf._providers import post_stage_of, provider_name
 from raf._sessions.memory import InMemorySession
+from raf.testing._runs import (
+    _RUNS,
+    _Broken,
+    _check_untouched,
+    _describe_order,
+    _difference,
+    _difference_one,
+    _in_context,
+    _new_run,
+    _normalized,
+    _Run,
+    _RunSpec,
+)
 
 __all__ = ["RULES", "check_provider"]
 
@@ -74,193 +82,6 @@ RULES: dict[str, tuple[str, str]] = {
 }
 
 
-class _Broken(AssertionError):
-    """A rule the provider broke, with what happened."""
-
-    def __init__(self, rule: str, detail: str) -> None:
-        super().__init__(rule, detail)
-        self.rule = rule
-        self.detail = detail
-
-
-# The simulated runs --------------------------------------------------------------------
-
-
-@attrs.frozen
-class _RunSpec:
-    """One simulated run: its key, the session's history, the request, options and answer."""
-
-    key: str
-    history: tuple[ChatMessage, ...]
-    request: tuple[ChatMessage, ...]
-    model: str
-    extra: dict[str, Any]
-    tool_choice: Any
-    response: AgentResponse
-
-
-_CALL_A = ToolCall("call_alpha", "lookup", '{"project": "alpha"}')
-_CALL_B = ToolCall("call_bravo", "lookup", '{"project": "bravo"}')
-
-_RUNS = (
-    _RunSpec(
-        "A",
-        history=(
-            ChatMessage.user("Earlier in session A: when does project alpha ship?"),
-            ChatMessage.assistant("Alpha ships in May."),
-        ),
-        request=(ChatMessage.user("What does alpha cost? Answer for session A."),),
-        model="model-a",
-        extra={"user": "ann", "tags": ["alpha"]},
-        tool_choice="auto",
-        response=AgentResponse(
-            (
-                ChatMessage.assistant(None, tool_calls=[_CALL_A]),
-                ChatMessage.tool("call_alpha", "alpha: 3 units", name="lookup"),
-                ChatMessage.assistant("Alpha costs 3 units."),
-            )
-        ),
-    ),
-    _RunSpec(
-        "B",
-        history=(
-            ChatMessage.system("Session B speaks French."),
-            ChatMessage.user("Quand sort le projet bravo ?"),
-            ChatMessage.assistant(None, tool_calls=[_CALL_B]),
-            ChatMessage.tool("call_bravo", "bravo: juin", name="lookup"),
-            ChatMessage.assistant("Bravo sort en juin."),
-        ),
-        request=(
-            ChatMessage.user("Et combien coûte bravo ? (session B)", name="bob"),
-            ChatMessage.user("Réponds en une phrase."),
-        ),
-        model="model-b",
-        extra={"user": "bob", "budget": {"max": 5}},
-        tool_choice={"type": "function", "function": {"name": "lookup"}},
-        response=AgentResponse((ChatMessage.assistant("Bravo coûte 5 unités."),)),
-    ),
-)
-
-
-def _options(spec: _RunSpec) -> AgentRunOptions:
-    """The run's options, with ``extra`` a plain dict a stage could write to (and be caught)."""
-    options = AgentRunOptions(model=spec.model, temperature=0.2, tool_choice=spec.tool_choice)
-    # AgentRunOptions freezes extra into a read-only view; the check hands a writable
-    # dict on purpose, to see whether the provider writes to it.
-    object.__setattr__(options, "extra", copy.deepcopy(spec.extra))
-    return options
-
-
-class _YieldingSession(InMemorySession):
-    """An InMemorySession that lets other tasks run in every call, as a remote store would."""
-
-    async def get_messages(self) -> tuple[ChatMessage, ...]:
-        await anyio.lowlevel.checkpoint()
-        messages = await super().get_messages()
-        await anyio.lowlevel.checkpoint()
-        return messages
-
-    async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
-        await anyio.lowlevel.checkpoint()
-        await super().add_messages(messages)
-        await anyio.lowlevel.checkpoint()
-
-
-@attrs.define
-class _Run:
-    """One simulated run in progress: its arguments, and what its stages did."""
-
-    spec: _RunSpec
-    session: InMemorySession
-    messages: list[ChatMessage]
-    options: AgentRunOptions
-    originals: tuple[ChatMessage, ...] = ()
-    snapshot: tuple[ChatMessage, ...] = ()
-    options_before: dict[str, Any] = attrs.Factory(dict)
-    option_ids: dict[str, int] = attrs.Factory(dict)
-    result: Any = None
-    post_error: str | None = None
-    #: The run's own context: its stages see its context variables, as the stages of a
-    #: real run (one task) do, however the battery interleaves them with other runs'.
-    context: contextvars.Context = attrs.Factory(contextvars.copy_context)
-
-
-async def _new_run(spec: _RunSpec, *, yielding: bool = False) -> _Run:
-    session = (_YieldingSession if yielding else InMemorySession)(f"check-{spec.key}")
-    await InMemorySession.add_messages(session, spec.history)
-    options = _options(spec)
-    # Copies: a stage that changes a message in place must not change the next runs'.
-    run = _Run(spec, session, [attrs.evolve(m) for m in spec.request], options)
-    run.originals = tuple(run.messages)
-    run.snapshot = tuple(attrs.evolve(m) for m in run.messages)
-    run.options_before = {
-        field.name: copy.deepcopy(getattr(options, field.name))
-        for field in attrs.fields(AgentRunOptions)
-    }
-    run.option_ids = {
-        field.name: id(getattr(options, field.name)) for field in attrs.fields(AgentRunOptions)
-    }
-    return run
-
-
-@types.coroutine
-def _in_context(
-    context: contextvars.Context, awaitable: Awaitable[Any]
-) -> Generator[Any, Any, Any]:
-    """Await ``awaitable`` with each of its steps run in ``context``.
-
-    What the event loop sees passes through unchanged (so it works on any
-    backend); only the context the stage's code runs in is ``context``.
-    """
-    steps = awaitable.__await__()
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            if error is not None:
-                yielded = context.run(steps.throw, error)
-            else:
-                yielded = context.run(steps.send, value)
-        except StopIteration as stop:
-            return stop.value
-        value, error = None, None
-        try:
-            value = yield yielded
-        except BaseException as exc:
-            error = exc
-
-
-def _short(value: object, limit: int = 300) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _check_untouched(run: _Run, stage: str) -> None:
-    """Raise the no-mutation rule if ``stage`` changed the messages or options of ``run``."""
-    messages = run.messages
-    if len(messages) != len(run.originals) or any(
-        now is not then or now != then for now, then in zip(messages, run.originals, strict=False)
-    ):
-        raise _Broken(
-            "no-mutation",
-            f"{stage} changed the request messages it was given: they were "
-            f"{_short(list(run.spec.request))}, afterwards they are {_short(messages)}",
-        )
-    if tuple(messages) != run.snapshot:
-        raise _Broken(
-            "no-mutation",
-            f"{stage} changed a request message in place: {_short(messages)}",
-        )
-    for name, before in run.options_before.items():
-        now = getattr(run.options, name)
-        if now != before or id(now) != run.option_ids[name]:
-            raise _Broken(
-                "no-mutation",
-                f"{stage} changed options.{name}: it was {_short(before)}, "
-                f"afterwards it is {_short(now)}",
-            )
-
-
 # The battery -------------------------------------------------------------------------------
 
 
@@ -275,6 +96,11 @@ class _Battery:
     agent: Any = None
     label: str = "the provider"
     step: str = "starting"
+    #: The rules found broken so far, the first time each was (one report per rule).
+    broken: dict[str, _Broken] = attrs.field(factory=dict)
+
+    def note(self, broken: _Broken) -> None:
+        self.broken.setdefault(broken.rule, broken)
 
     def make(self) -> Any:
         provider = self.factory()
@@ -388,19 +214,29 @@ class _Battery:
             ),
         ]
         for spec in _RUNS:
-            provider = self.make()
-            run = await _new_run(spec)
-            await self.pre(provider, run, "a successful run")
-            await self.post(provider, run, "a successful run", spec.response, None)
-            for what, error in errors:
+            # Each way is a probe of its own: a rule broken in one does not hide the others.
+            try:
                 provider = self.make()
                 run = await _new_run(spec)
-                await self.pre(provider, run, what)
-                await self.post(provider, run, what, None, error(spec))
-            provider = self.make()
-            run = await _new_run(spec)
-            await self.pre(provider, run, "a cancelled run")
-            await self.post_cancelled(provider, run, "a cancelled run")
+                await self.pre(provider, run, "a successful run")
+                await self.post(provider, run, "a successful run", spec.response, None)
+            except _Broken as broken:
+                self.note(broken)
+            for what, error in errors:
+                try:
+                    provider = self.make()
+                    run = await _new_run(spec)
+                    await self.pre(provider, run, what)
+                    await self.post(provider, run, what, None, error(spec))
+                except _Broken as broken:
+                    self.note(broken)
+            try:
+                provider = self.make()
+                run = await _new_run(spec)
+                await self.pre(provider, run, "a cancelled run")
+                await self.post_cancelled(provider, run, "a cancelled run")
+            except _Broken as broken:
+                self.note(broken)
 
     # Rule 4: per-run state ---------------------------------------------------------
 
@@ -529,7 +365,10 @@ class _Battery:
         """on_invoking cancelled at its start, after its first step and after 50 ms."""
         for spec in _RUNS:
             for point in ("at its start", "after its first step", "after 50 ms"):
-                await self.cancel_probe(spec, point)
+                try:
+                    await self.cancel_probe(spec, point)
+                except _Broken as broken:
+                    self.note(broken)
 
     async def cancel_probe(self, spec: _RunSpec, point: str) -> None:
         provider = self.make()
@@ -578,13 +417,14 @@ class _Battery:
                     "after the cancellation",
                 )
                 # Reported now: the stage may never end, and this task group waits for it.
-                self.report.put(("fail", self.failure(failure)))
+                self.note(failure)
+                self.report.put(("late", None))
         if "result" in outcome:
             await self.post_cancelled(provider, run, what)
 
-    def failure(self, broken: _Broken) -> AssertionError:
+    def failure(self, broken: _Broken) -> str:
         said, fix = RULES[broken.rule]
-        return AssertionError(
+        return (
             f"check_provider: {self.label} broke the rule {broken.rule!r}: {said}.\n"
             f"  What happened (on {self.backend}): {broken.detail}\n"
             f"  How to fix it: {fix}."
@@ -595,66 +435,13 @@ class _Battery:
             ScriptedChatClient(), name="check_provider", instructions="You are being checked."
         )
         self.make()
-        try:
-            # Cancellation first: a stage that shields slow work fails fast here, where
-            # the other rules would wait for it again and again.
-            await self.cancellation()
-            await self.outcomes()
-            await self.per_run_state()
-        except _Broken as broken:
-            raise self.failure(broken) from broken.__cause__
-
-
-def _describe_order(order: Sequence[tuple[str, int]]) -> str:
-    return ", ".join(f"{stage} {_RUNS[index].key}" for stage, index in order)
-
-
-def _normalized(result: Any) -> Any:
-    """A ContextResult as plain values (tools by name, description and schema)."""
-    if result is None:
-        return None
-    tools = []
-    for item in result.tools:
-        try:
-            schema = json.dumps(getattr(item, "parameters", None), sort_keys=True, default=repr)
-        except (TypeError, ValueError):
-            schema = repr(getattr(item, "parameters", None))
-        tools.append((item.name, getattr(item, "description", None), schema))
-    return (result.instructions, tuple(result.messages), tuple(tools), result.replace_messages)
-
-
-def _difference_one(got: Any, reference: Any, again: Any, parts: list[str]) -> str | None:
-    """What differs between one run's observation and its reference, where it is stable."""
-    result, history, error = got
-    ref_result, ref_history, ref_error = reference
-    again_result, again_history, again_error = again
-    if "pre" in parts and ref_result == again_result and result != ref_result:
-        return f"on_invoking returned {_short(result)} instead of {_short(ref_result)}"
-    if "post" in parts:
-        if ref_error == again_error and error != ref_error:
-            return f"on_invoked raised {error} (one run at a time: {ref_error})"
-        if ref_history == again_history and history != ref_history:
-            start = next(
-                (i for i, (a, b) in enumerate(zip(history, ref_history, strict=False)) if a != b),
-                min(len(history), len(ref_history)),
-            )
-            return (
-                f"the session holds {_lines(history[start:])} after message {start}, "
-                f"instead of {_lines(ref_history[start:])}"
-            )
-    return None
-
-
-def _lines(messages: Sequence[ChatMessage]) -> str:
-    return _short([f"{m.role}: {m.content}" for m in messages]) if messages else "nothing"
-
-
-def _difference(got: Any, reference: Any, again: Any, parts: list[str]) -> str | None:
-    for index, spec in enumerate(_RUNS):
-        difference = _difference_one(got[index], reference[index], again[index], parts)
-        if difference is not None:
-            return f"run {spec.key}: {difference} (as when the runs come one after the other)"
-    return None
+        # Cancellation first: a stage that shields slow work fails fast here, where
+        # the other rules would wait for it again and again.
+        for check in (self.cancellation, self.outcomes, self.per_run_state):
+            try:
+                await check()
+            except _Broken as broken:  # a probe that the others depend on broke
+                self.note(broken)
 
 
 # The public function ---------------------------------------------------------------------
@@ -673,9 +460,9 @@ def check_provider(
     argument is a factory; else ``lambda: MyProvider(...)``); the battery
     makes one per simulated run, and two runs share one where it checks
     per-run state. On each of ``backends`` (each with :func:`anyio.run`, in
-    a worker thread) it raises ``AssertionError`` naming the provider, the
-    rule it broke (a key of :data:`RULES`), what happened and how to fix
-    it, when the provider
+    a worker thread) it raises one ``AssertionError`` that names the
+    provider and lists every rule it broke (a key of :data:`RULES`; each
+    once, as first seen), what happened and how to fix it, when the provider
 
     - returns something that is not a :class:`raf.ContextResult` from
       ``on_invoking``, or raises there on a plain run
@@ -692,8 +479,10 @@ def check_provider(
 
     Each simulated run has its own :class:`raf.InMemorySession` holding a
     short history. A battery that does not finish within ``timeout``
-    seconds on a backend fails, naming the stage it was in. A plain
-    function: call it from a plain (not async) test.
+    seconds on a backend fails, naming the stage it was in; a stage that
+    keeps a cancelled run waiting ends the battery there (it may never
+    return), with the rules found so far. A plain function: call it from a
+    plain (not async) test.
 
     >>> from raf import ContextProvider, ContextResult
     >>> class Tone(ContextProvider):
@@ -708,16 +497,40 @@ def check_provider(
         )
     if not isinstance(backends, (list, tuple)) or not backends:
         raise TypeError(f"check_provider: backends must be a non-empty list, got {backends!r}")
+    found: dict[str, tuple[str, _Broken]] = {}
     for backend in backends:
         if backend == "trio" and importlib.util.find_spec("trio") is None:
             raise RuntimeError(
-                "check_provider: the trio backend needs trio (pip install 'raf[testing]'); "
+                "check_provider: the trio backend needs trio (pip install 'raf-agents[testing]'); "
                 "or check on asyncio alone: check_provider(factory, backends=['asyncio'])"
             )
-        _run_backend(factory, backend, cancel_grace, timeout)
+        _run_backend(factory, backend, cancel_grace, timeout, found)
+    _raise_found(found)
 
 
-def _run_backend(factory: Callable[[], Any], backend: str, grace: float, timeout: float) -> None:
+def _raise_found(found: dict[str, tuple[str, _Broken]], also: str | None = None) -> None:
+    """One AssertionError for every rule found broken (each once, on its first backend),
+    and ``also`` (a battery that did not finish) last."""
+    if not found and also is None:
+        return
+    texts = [text for text, _ in found.values()]
+    first = next(iter(found.values()))[1] if found else None
+    if len(texts) > 1:
+        label = texts[0].removeprefix("check_provider: ").split(" broke the rule ")[0]
+        texts.insert(0, f"check_provider: {label} broke {len(texts)} rules:")
+    raise AssertionError("\n".join([*texts, *([also] if also else [])])) from (
+        first.__cause__ if first is not None else None
+    )
+
+
+def _run_backend(
+    factory: Callable[[], Any],
+    backend: str,
+    grace: float,
+    timeout: float,
+    found: dict[str, tuple[str, _Broken]],
+) -> None:
+    """The battery on one backend; the rules it finds broken go into ``found``."""
     report: queue.Queue[tuple[str, BaseException | None]] = queue.Queue()
     battery = _Battery(factory, backend, grace, report)
 
@@ -734,11 +547,20 @@ def _run_backend(factory: Callable[[], Any], backend: str, grace: float, timeout
     worker = threading.Thread(target=work, name=f"raf-check-provider-{backend}", daemon=True)
     worker.start()
     try:
+        # "late": a stage kept a cancelled run waiting, and may never end: what was found
+        # so far is the report (the battery is left behind in its thread).
         kind, error = report.get(timeout=timeout)
     except queue.Empty:
-        raise AssertionError(
+        kind, error = "timeout", None
+    for rule, broken in list(battery.broken.items()):
+        found.setdefault(rule, (battery.failure(broken), broken))
+    if kind == "timeout":
+        _raise_found(
+            found,
             f"check_provider: the battery did not finish within {timeout} s on {backend}; "
-            f"{battery.label} was at: {battery.step} (a stage that never returns?)"
-        ) from None
+            f"{battery.label} was at: {battery.step} (a stage that never returns?)",
+        )
     if kind == "fail" and error is not None:
         raise error
+    if kind == "late":
+        _raise_found(found)

@@ -66,6 +66,29 @@ def scripted_client(request: pytest.FixtureRequest) -> ScriptedChatClient:
 # Offline -------------------------------------------------------------------------------------
 
 
+#: Set on a test whose call failed with the OfflineError: that failure already says it all.
+_FAILED_OFFLINE = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.when == "call" and call.excinfo is not None and _offline(call.excinfo.value):
+        item.stash[_FAILED_OFFLINE] = True
+    return report
+
+
+def _offline(error: BaseException | None, seen: frozenset[int] = frozenset()) -> bool:
+    """Whether ``error`` is an OfflineError, or has one as its cause, context or member."""
+    if error is None or id(error) in seen:
+        return False
+    if isinstance(error, OfflineError):
+        return True
+    seen = seen | {id(error)}
+    members = error.exceptions if isinstance(error, BaseExceptionGroup) else ()
+    return any(_offline(e, seen) for e in (error.__cause__, error.__context__, *members))
+
+
 def _loopback(host: object) -> bool:
     if not isinstance(host, str):
         return False
@@ -123,7 +146,9 @@ def _raf_offline(request: pytest.FixtureRequest) -> Iterator[None]:
         socket.socket.connect = original_connect  # type: ignore[method-assign]
         socket.socket.connect_ex = original_connect_ex  # type: ignore[method-assign]
         socket.getaddrinfo = original_getaddrinfo
-    if attempts:
+    # Reported once: a test that failed with the OfflineError itself needs no second report
+    # at teardown; one whose code swallowed it fails here.
+    if attempts and not request.node.stash.get(_FAILED_OFFLINE, False):
         pytest.fail(
             "raf_offline: the test tried to reach " + ", ".join(dict.fromkeys(attempts)),
             pytrace=False,

@@ -24,7 +24,7 @@ The journal law of raf (pluggy's journal tests, made random) is spelled out
 in :mod:`raf.testing.journal`: the order in which the stages of a scenario
 must run and the outcome each must see. This module is the
 only part of :mod:`raf.testing` that imports hypothesis (the ``testing``
-extra: ``pip install 'raf[testing]'``).
+extra: ``pip install 'raf-agents[testing]'``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ try:
     from hypothesis import strategies as st
 except ModuleNotFoundError as exc:  # pragma: no cover - the extra is not installed
     raise ModuleNotFoundError(
-        "raf.testing.strategies needs hypothesis: pip install 'raf[testing]'", name="hypothesis"
+        "raf.testing.strategies needs hypothesis: pip install 'raf-agents[testing]'",
+        name="hypothesis",
     ) from exc
 
 from raf._builtin.compression import check_tool_pairing
