@@ -41,6 +41,9 @@ __all__: list[str] = []
 
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
+#: The longest wait a server's ``Retry-After`` can ask for, in seconds (a week): a larger
+#: ask, ``inf`` included, is clamped to it, so ``retry_after`` is always a finite number.
+RETRY_AFTER_MAX: Final = 7 * 86_400.0
 #: The most of an error reply (4xx, 5xx) raf lets the SDK read: enough to quote it.
 ERROR_REPLY_MAX: Final = 1024 * 1024
 
@@ -345,7 +348,8 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
 
     ``retry-after-ms`` (milliseconds, OpenAI's) wins over ``Retry-After``
     (seconds, or an HTTP date); a date in the past means 0; a value that
-    cannot be read is ignored.
+    cannot be read is ignored; an ask longer than :data:`RETRY_AFTER_MAX`
+    (``inf`` included) is clamped to it.
 
     >>> retry_after_seconds({"retry-after": "2"}), retry_after_seconds({"retry-after-ms": "150"})
     (2.0, 0.15)
@@ -363,7 +367,7 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
                 return _retry_after_date(value, now)
             continue
         if not math.isnan(seconds):
-            return max(seconds, 0.0)
+            return min(max(seconds, 0.0), RETRY_AFTER_MAX)
     return None
 
 
@@ -375,4 +379,4 @@ def _retry_after_date(value: str, now: float | None) -> float | None:
     if when.tzinfo is None:  # an HTTP date is GMT even when it does not say so
         return None
     current = time.time() if now is None else now
-    return max(when.timestamp() - current, 0.0)
+    return min(max(when.timestamp() - current, 0.0), RETRY_AFTER_MAX)
