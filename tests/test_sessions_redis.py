@@ -351,6 +351,19 @@ async def test_session_ids_must_be_non_empty_strings(store: RedisSessionStore) -
         await store.get("")
 
 
+@pytest.mark.parametrize("session_id", ["a\ud800b", "\udcff"])
+async def test_a_session_id_with_a_lone_surrogate_is_a_clear_value_error(
+    store: RedisSessionStore, session_id: str
+) -> None:
+    async def write() -> None:
+        session = await store.get(session_id)
+        await session.add_messages([ChatMessage.user("hi")])
+
+    with pytest.raises(ValueError, match="lone surrogate") as caught:
+        await write()
+    assert type(caught.value) is ValueError
+
+
 # --- Failures: each a SessionStoreError that says which, and nothing stored is lost ---
 
 

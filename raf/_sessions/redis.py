@@ -37,7 +37,13 @@ from coredis.retry import NoRetryPolicy
 
 from raf._errors import SessionStoreError
 from raf._messages import ChatMessage
-from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
+from raf._sessions.base import (
+    REQUEST_HASH_LIMIT,
+    RequestHash,
+    checked_batch,
+    checked_session_id,
+    request_hash,
+)
 
 __all__ = ["RedisSessionStore"]
 
@@ -196,8 +202,7 @@ class RedisSessionStore:
 
     async def get(self, session_id: str) -> RedisSession:
         """The session ``session_id`` (created by its first write; no round trip here)."""
-        if type(session_id) is not str or not session_id:
-            raise ValueError(f"session id must be a non-empty str, got {session_id!r}")
+        checked_session_id(session_id)
         self._require()
         return RedisSession(self, session_id)
 
