@@ -63,10 +63,10 @@ class EventReader:
     """
 
     __slots__ = (
-        "_buffer",
         "_chunks",
         "_data",
         "_done",
+        "_line",
         "http_error",
         "limit",
         "response",
@@ -89,7 +89,9 @@ class EventReader:
         self.size = 0
         self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
         self._done = False
-        self._buffer = b""
+        # The pieces of the line not finished yet: kept as they came and joined once, when
+        # its newline comes (a growing buffer copied per chunk is quadratic in its length).
+        self._line: list[bytes] = []
         self._data: list[bytes] = []
 
     async def _next_bytes(self) -> bytes | None:
@@ -111,7 +113,7 @@ class EventReader:
 
     async def read_all(self) -> bytes:
         """The rest of the body (a reply that is not a stream)."""
-        pieces = [self._buffer]
+        pieces, self._line = self._line, []
         while (chunk := await self._next_bytes()) is not None:
             pieces.append(chunk)
         return b"".join(pieces)
@@ -121,26 +123,34 @@ class EventReader:
         at least one; ``None`` at the end of the body.
 
         One call per read of the body, not per event: the caller's deadline
-        scope is then paid once for all the events that came together.
+        scope is then paid once for all the events that came together. Linear
+        in the body's length: each chunk is searched for its last newline once,
+        and a line that spans chunks is joined once.
         """
         events: list[str] = []
         while not events:
             chunk = await self._next_bytes()
             if chunk is None:
-                if self._buffer:  # a last line without its newline
-                    self._lines(self._buffer, events)
-                    self._buffer = b""
+                if self._line:  # a last line without its newline
+                    self._lines(self._take_line(b""), events)
                 if self._data:  # a last event without its blank line
                     events.append(self._event())
                 return events or None
-            data = self._buffer + chunk if self._buffer else chunk
-            cut = data.rfind(b"\n")
+            cut = chunk.rfind(b"\n")
             if cut < 0:
-                self._buffer = data
+                self._line.append(chunk)
                 continue
-            self._buffer = data[cut + 1 :]
-            self._lines(data[:cut], events)
+            text = self._take_line(chunk[:cut]) if self._line else chunk[:cut]
+            if cut + 1 < len(chunk):
+                self._line.append(chunk[cut + 1 :])
+            self._lines(text, events)
         return events
+
+    def _take_line(self, end: bytes) -> bytes:
+        """The held pieces and ``end``, joined: the held line is then empty."""
+        self._line.append(end)
+        text, self._line = b"".join(self._line), []
+        return text
 
     def _lines(self, text: bytes, events: list[str]) -> None:
         """Read whole lines: an empty one ends an event."""
