@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio
 
@@ -17,6 +17,12 @@ from raf._errors import ChatTimeoutError
 __all__: list[str] = []
 
 T = TypeVar("T")
+
+#: How long a stream may go on after the model's answer is complete (chat completions'
+#: finish_reason, Responses' response.completed) before raf stops reading it: the usage
+#: may still come; a server that keeps the stream open must not turn an answer into a
+#: timeout.
+DRAIN_GRACE: Final = 1.0
 
 
 class Budget:

@@ -21,9 +21,9 @@ from raf._clients._sdk import (
     read_reply,
     too_large,
 )
-from raf._clients._sse import Budget, EventReader
+from raf._clients._sse import DRAIN_GRACE, Budget, EventReader
 from raf._clients._wire import RecentBodies
-from raf._errors import ChatTimeoutError
+from raf._errors import ChatClientError, ChatTimeoutError
 from raf._messages import AgentResponse, ChatMessage, Update
 from raf._options import ChatOptions
 
@@ -152,10 +152,20 @@ class OpenAIChatClient(SdkClient):
                     yield update
                 return
             turn = StreamedTurn(model)
-            while (events := await budget.run(reader.next_events)) is not None:
-                for event in events:
-                    for update in turn.feed(event):
-                        yield update
+            try:
+                while (events := await budget.run(reader.next_events)) is not None:
+                    for event in events:
+                        finished = turn.finished is not None
+                        for update in turn.feed(event):
+                            yield update
+                        if not finished and turn.finished is not None:
+                            # Only the usage follows the finish: it gets a moment, not the
+                            # budget, so a server that keeps the stream open costs no answer.
+                            budget.cap(DRAIN_GRACE)
+            except ChatClientError:
+                # Once the model finished, what goes wrong reading past it is no error.
+                if turn.finished is None:
+                    raise
             for update in turn.finish():
                 yield update
         finally:

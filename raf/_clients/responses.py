@@ -36,7 +36,7 @@ from raf._clients._sdk import (
     read_bounded,
     read_reply,
 )
-from raf._clients._sse import Budget, EventReader
+from raf._clients._sse import DRAIN_GRACE, Budget, EventReader
 from raf._clients._wire import NO_KEYS, RecentBodies, dumps, utf8
 from raf._errors import (
     BadRequestError,
@@ -55,8 +55,6 @@ __all__ = ["OpenAIResponsesClient"]
 
 # How many tool-call turns a client remembers the reasoning items of.
 _TURNS_KEPT: Final = 1024
-# How long a stream may go on after response.completed before raf stops reading it.
-_DRAIN_GRACE: Final = 1.0
 
 
 class OpenAIResponsesClient(SdkClient):
@@ -193,7 +191,7 @@ class OpenAIResponsesClient(SdkClient):
                         if state.done:
                             # What follows the answer gets a moment, not the budget: a server
                             # that keeps the stream open must not turn an answer into a timeout.
-                            budget.cap(_DRAIN_GRACE)
+                            budget.cap(DRAIN_GRACE)
                         for update in updates:
                             yield update
                         if state.done:
