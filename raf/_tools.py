@@ -94,7 +94,10 @@ class FunctionTool:
             check_tool_arguments(self, arguments)
             kwargs = dict(arguments)
         if self.in_thread:
-            return await anyio.to_thread.run_sync(lambda: self.fn(**kwargs))
+            # raf cannot stop a thread, but it stops waiting for it when the call is
+            # cancelled (a deadline, the tool stack's timeout): the thread runs on, and its
+            # late result or error goes nowhere (nothing holds it once the await raised).
+            return await anyio.to_thread.run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
         result = self.fn(**kwargs)
         if inspect.isawaitable(result):
             result = await result
