@@ -25,6 +25,8 @@ from typing_extensions import TypedDict
 import raf._tools
 from raf import (
     Agent,
+    ContextProvider,
+    ContextResult,
     FunctionTool,
     ScriptedChatClient,
     Tool,
@@ -792,3 +794,53 @@ async def test_a_tool_in_a_thread_honours_the_timeout_recipe() -> None:
     # The abandoned thread's late result goes nowhere: the run has its answer already.
     assert blocked.finished.wait(10)
     assert response.text == "gave up"
+
+
+# --- A hand-made tool whose parameters are not JSON: refused where the tool comes in -------
+
+
+def _not_json_schemas() -> list[Any]:
+    circular: dict[str, Any] = {"type": "object"}
+    circular["properties"] = {"self": circular}
+    deep: dict[str, Any] = {"type": "object"}
+    for _ in range(3000):
+        deep = {"type": "object", "properties": {"x": deep}}
+    return [
+        {"type": "object", "enum": {1, 2}},
+        circular,
+        {"type": "object", "properties": {b"raw": {"type": "string"}}},
+        deep,
+        {"type": "number", "maximum": float("nan")},
+    ]
+
+
+@pytest.mark.parametrize(
+    "parameters", _not_json_schemas(), ids=["set", "circular", "bytes key", "3000 deep", "nan"]
+)
+async def test_a_hand_made_tool_that_is_not_json_is_refused_when_the_agent_is_built(
+    parameters: Any,
+) -> None:
+    with pytest.raises(ToolSchemaError, match="'odd' has an invalid parameters schema: not JSON"):
+        Agent(ScriptedChatClient(["never"]), tools=[HandMade("odd", parameters)])
+
+
+@pytest.mark.parametrize(
+    "parameters", _not_json_schemas(), ids=["set", "circular", "bytes key", "3000 deep", "nan"]
+)
+async def test_a_provider_tool_that_is_not_json_ends_the_run_before_the_model_is_called(
+    parameters: Any,
+) -> None:
+    class Offers(ContextProvider):
+        async def on_invoking(self, *args: Any) -> ContextResult:
+            return ContextResult(tools=[HandMade("odd", parameters)])
+
+    model = ScriptedChatClient(["never"])
+    with pytest.raises(ToolSchemaError, match="not JSON"):
+        await Agent(model, stack=[Offers()]).run("go")
+    assert model.requests == []
+
+
+async def test_a_hand_made_tool_with_a_malformed_but_json_schema_still_reaches_the_model() -> None:
+    # Only what cannot be sent at all is refused up front; a schema that is JSON but not a
+    # valid JSON Schema is refused when the model calls the tool (the model is told).
+    Agent(ScriptedChatClient(["ok"]), tools=[HandMade("odd", {"type": "object", "enum": 5})])
