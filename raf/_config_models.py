@@ -219,7 +219,12 @@ class ModelTable(_Closed):
     )
     temperature: NonNegative | None = None
     max_tokens: Count | None = None
-    timeout: Positive | None = Field(default=None, description="seconds for a whole model call")
+    timeout: Positive | None = Field(
+        default=None, description="seconds for a whole model call, or a stream until it starts"
+    )
+    idle_timeout: Positive | None = Field(
+        default=None, description="seconds a stream may send nothing before it is given up"
+    )
 
 
 class Entry(BaseModel):

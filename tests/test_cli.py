@@ -542,6 +542,17 @@ def test_the_timeout_bounds_the_whole_model_call(tmp_path: Path, server: OpenAIS
     assert "raf: " in assert_one_clear_line(done)
 
 
+@pytest.mark.parametrize("client", ["openai", "openai-responses"])
+def test_the_model_table_names_both_timeouts(
+    tmp_path: Path, server: OpenAIServer, monkeypatch: pytest.MonkeyPatch, client: str
+) -> None:
+    monkeypatch.setenv("SUPPORT_BOT_KEY", "sk")
+    path = openai_config(tmp_path, server, model="timeout = 5\nidle_timeout = 7.5")
+    path.write_text(path.read_text().replace('client = "openai"', f'client = "{client}"'))
+    model: Any = load_agent(path).chat_client
+    assert (model.timeout, model.idle_timeout) == (5, 7.5)
+
+
 PROVIDERS_MODULE = """
 from raf import ContextProvider, ContextResult
 

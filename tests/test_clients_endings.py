@@ -21,7 +21,7 @@ import pytest
 from raf import AgentResponse, ChatMessage, ChatOptions, IncompleteResponseError, Update, Usage
 from raf._clients.openai import OpenAIChatClient
 from raf._clients.responses import OpenAIResponsesClient
-from raf._errors import ChatClientError
+from raf._errors import ChatClientError, ChatTimeoutError
 from tests.openai_server import OpenAIServer, Reply, chunk, completion, text_stream
 from tests.responses_server import Answer, ResponsesServer, events_of, response_body
 
@@ -229,3 +229,67 @@ async def test_deltas_that_disagree_with_the_completed_text_are_an_error(
     async with responses_client(responses_server) as model:
         with pytest.raises(ChatClientError, match=r"streamed text.*does not begin"):
             await call(model, streamed=True)
+
+
+# --- Timeouts: a plain call has a whole-call deadline; a stream a start and an idle bound ----
+
+
+async def test_a_stream_longer_than_timeout_is_fine_while_it_keeps_coming(
+    chat_server: OpenAIServer,
+) -> None:
+    # 1.5 s of healthy stream against timeout=0.5: only silence is bounded, by idle_timeout.
+    chat_server.reply(Reply(events=text_stream(*["x"] * 5), pause=0.25))
+    async with OpenAIChatClient(
+        "test-model",
+        base_url=chat_server.base_url,
+        api_key="k",
+        max_retries=0,
+        timeout=0.5,
+        idle_timeout=1.0,
+    ) as model:
+        assert (await call(model, streamed=True)).text == "xxxxx"
+
+
+@pytest.mark.parametrize("client", ["chat", "responses"])
+async def test_a_silent_stream_is_an_idle_timeout(
+    chat_server: OpenAIServer, responses_server: ResponsesServer, client: str
+) -> None:
+    model: Any
+    if client == "chat":
+        chat_server.reply(Reply(events=(chunk("Hel", role="assistant"),), pause=30, done=False))
+        model = OpenAIChatClient(
+            "m", base_url=chat_server.base_url, api_key="k", max_retries=0, idle_timeout=0.3
+        )
+    else:
+        responses_server.reply(Answer(body=response_body("one two three"), stall_after=2))
+        model = OpenAIResponsesClient(
+            "m", base_url=responses_server.base_url, api_key="k", max_retries=0, idle_timeout=0.3
+        )
+    async with model:
+        with anyio.fail_after(20), pytest.raises(ChatTimeoutError) as caught:
+            await call(model, streamed=True)
+    assert "sent nothing for 0.3 s" in str(caught.value)
+    assert f"{type(model).__name__}(idle_timeout=0.3)" in str(caught.value)
+    assert caught.value.retryable
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+async def test_the_timeout_message_names_its_value(
+    chat_server: OpenAIServer, streamed: bool
+) -> None:
+    chat_server.reply(Reply(body=completion(), delay=30))
+    async with OpenAIChatClient(
+        "m", base_url=chat_server.base_url, api_key="k", max_retries=0, timeout=0.3
+    ) as model:
+        with anyio.fail_after(20), pytest.raises(ChatTimeoutError) as caught:
+            await call(model, streamed)
+    assert "OpenAIChatClient(timeout=0.3)" in str(caught.value)
+
+
+def test_idle_timeout_is_checked() -> None:
+    for bad in (0, -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="idle_timeout"):
+            OpenAIChatClient("m", api_key="k", idle_timeout=bad)
+        with pytest.raises(ValueError, match="idle_timeout"):
+            OpenAIResponsesClient("m", api_key="k", idle_timeout=bad)
+    assert OpenAIChatClient("m", api_key="k").idle_timeout == 60.0

@@ -1,5 +1,5 @@
-"""Reading a streamed reply, for both OpenAI clients: the whole-call time budget, and the
-``data`` of each server-sent event under a size bound.
+"""Reading a streamed reply, for both OpenAI clients: the bound on each wait on the server,
+and the ``data`` of each server-sent event under a size bound.
 
 Each client words its own errors (a chat completion, a response): it passes them in.
 """
@@ -26,38 +26,42 @@ DRAIN_GRACE: Final = 1.0
 
 
 class Budget:
-    """The whole-call ``timeout`` of a stream: the time spent waiting on the server.
+    """The time a stream may wait on the server: ``idle`` seconds for each wait (the
+    request until its reply starts, each read of the body), and, once :meth:`cap` was
+    called, a total for all the waits left.
 
-    Each wait (the POST, each read) runs under what is left of it, with no
-    yield inside the scope, so the deadline never lands in the consumer's code
-    and the time the consumer holds an update is not counted. Past it a wait
-    raises :class:`raf._errors.ChatTimeoutError` with the text ``expired``.
+    Each wait runs under its bound, with no yield inside the scope, so the
+    deadline never lands in the consumer's code and the time the consumer
+    holds an update is not counted. Past it a wait raises
+    :class:`raf._errors.ChatTimeoutError` with the text ``expired``.
     """
 
-    __slots__ = ("expired", "left", "timeout")
+    __slots__ = ("expired", "idle", "left")
 
-    def __init__(self, timeout: float | None, expired: str) -> None:
-        self.timeout = timeout
-        self.left = timeout
+    def __init__(self, idle: float | None, expired: str) -> None:
+        self.idle = idle
+        self.left: float | None = None
         self.expired = expired
 
     async def run(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``await function(*args)`` within what is left of the budget."""
+        """``await function(*args)`` within the bound of one wait."""
         left = self.left
-        if left is None:
+        limit = self.idle if left is None else left if self.idle is None else min(left, self.idle)
+        if limit is None:
             return await function(*args)
         started = anyio.current_time()
-        with anyio.move_on_after(left) as scope:
+        with anyio.move_on_after(limit) as scope:
             try:
                 return await function(*args)
             finally:
-                self.left = left - (anyio.current_time() - started)
+                if left is not None:
+                    self.left = left - (anyio.current_time() - started)
         # Only the deadline's own cancellation lands here: any other one propagates.
         assert scope.cancelled_caught
         raise ChatTimeoutError(self.expired)
 
     def cap(self, seconds: float) -> None:
-        """Leave at most ``seconds`` of the budget."""
+        """Leave at most ``seconds`` for all the waits left."""
         self.left = seconds if self.left is None else min(self.left, seconds)
 
 
