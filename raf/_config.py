@@ -290,6 +290,7 @@ def _mcp(o: ProviderOptions) -> Any:
         cwd=None if options.cwd is None else o.resolve(options.cwd),
         tool_prefix=options.tool_prefix,
         timeout=options.timeout,
+        max_tools=options.max_tools,
         name=o.name,
     )
 

@@ -161,6 +161,7 @@ class McpOptions(_Closed):
     cwd: PathText | None = None
     tool_prefix: AnyText = ""
     timeout: Positive = 60.0
+    max_tools: Count = 1000
 
 
 class RetryOptions(_Closed):
