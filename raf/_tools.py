@@ -241,7 +241,10 @@ def check_tool_json(tool: Tool) -> None:
     """Raise :class:`~raf.ToolSchemaError` when ``tool.parameters`` cannot be sent as JSON
     (a set, a circular or too deep structure, a bytes key, NaN): a tool no client can
     offer to the model. A schema that is JSON but not a valid JSON Schema passes here:
-    it is refused when the model calls the tool. Cached per tool, as the validator is."""
+    it is refused when the model calls the tool. Cached per tool, as the validator is;
+    a :class:`FunctionTool` was checked when it was built."""
+    if isinstance(tool, FunctionTool):
+        return
     try:
         _validator(tool)
     except ToolSchemaError as exc:
