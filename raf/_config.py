@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import stat
 import sys
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
@@ -289,6 +290,7 @@ def _mcp(o: ProviderOptions) -> Any:
         cwd=None if options.cwd is None else o.resolve(options.cwd),
         tool_prefix=options.tool_prefix,
         timeout=options.timeout,
+        max_tools=options.max_tools,
         name=o.name,
     )
 
@@ -425,7 +427,13 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     file = Path(path)
     try:
-        with file.open("rb") as handle:
+        # O_NONBLOCK: opening a FIFO that has no writer must not wait for one.
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISDIR(mode):
+                kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO or socket"
+                raise ConfigError(f"{file}: not a config file: {kind}, not a regular file")
             raw = handle.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{file}: cannot be read: no such config file") from None
@@ -525,6 +533,12 @@ def import_object(spec: str, *, base_dir: Path | None = None, what: str = "impor
     try:
         with _importable_from(base_dir):
             found: Any = importlib.import_module(module_name)
+    except SystemExit as exc:
+        # A module that exits on import (a script's sys.exit) must not end raf silently.
+        raise ConfigError(
+            f"{what} {spec!r}: cannot import {module_name!r}: it called sys.exit({exc.code!r}) "
+            "while being imported (a script, not a module of tools?)"
+        ) from exc
     except Exception as exc:
         # Whatever the module raises on import (ImportError, SyntaxError, its own
         # errors) is a problem of the config's import path, told in one line.

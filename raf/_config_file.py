@@ -122,6 +122,9 @@ def _chat_client(model: ModelTable, path: Path) -> ChatClient:
     if model.timeout is not None:
         # A deadline for the whole call (connection, retries, a trickling reply).
         extra["timeout"] = model.timeout
+    if model.idle_timeout is not None:
+        # A stream's bound: the silence between two chunks (its length is not bounded).
+        extra["idle_timeout"] = model.idle_timeout
     # The Responses API client ("openai-responses") takes the same keywords.
     factory = OpenAIChatClient if kind == "openai" else OpenAIResponsesClient
     try:

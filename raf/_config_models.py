@@ -161,6 +161,7 @@ class McpOptions(_Closed):
     cwd: PathText | None = None
     tool_prefix: AnyText = ""
     timeout: Positive = 60.0
+    max_tools: Count = 1000
 
 
 class RetryOptions(_Closed):
@@ -219,7 +220,12 @@ class ModelTable(_Closed):
     )
     temperature: NonNegative | None = None
     max_tokens: Count | None = None
-    timeout: Positive | None = Field(default=None, description="seconds for a whole model call")
+    timeout: Positive | None = Field(
+        default=None, description="seconds for a whole model call, or a stream until it starts"
+    )
+    idle_timeout: Positive | None = Field(
+        default=None, description="seconds a stream may send nothing before it is given up"
+    )
 
 
 class Entry(BaseModel):

@@ -27,6 +27,7 @@ The hierarchy (``except`` a branch to catch everything below it)::
         ├── ChatConnectionError       the server could not be reached
         ├── ServerError               HTTP 5xx or 409
         ├── ChatProtocolError         an answer that is not in the protocol
+        ├── IncompleteResponseError   the model did not finish its answer (.reason, .partial)
         └── BadRequestError           other HTTP 4xx
             └── AuthenticationError   HTTP 401/403
 
@@ -55,6 +56,7 @@ __all__ = [
     "ConfigError",
     "ContextResultError",
     "DurableError",
+    "IncompleteResponseError",
     "McpError",
     "OfflineError",
     "OutputError",
@@ -354,6 +356,30 @@ class ChatProtocolError(ChatClientError):
     lacks a field raf needs, holds a field of the wrong type, or is larger
     than the client's size bound. The message names the field. Not retryable:
     the same server is likely to answer the same way."""
+
+
+class IncompleteResponseError(ChatClientError):
+    """The model did not finish its answer: what it said is never passed off as complete.
+
+    ``reason`` says why, in the server's words: chat completions'
+    ``finish_reason`` (``"length"``: it reached ``max_tokens``;
+    ``"content_filter"``: a filter stopped it), a Responses reply's
+    ``incomplete_details.reason`` (``"max_output_tokens"``,
+    ``"content_filter"``), or the ``status`` of a Responses reply that is not
+    finished (``"in_progress"``, ``"queued"``). ``partial`` is the
+    :class:`raf.AgentResponse` of what the model did say (its text, its
+    complete tool calls, the usage), for a caller that wants to show it
+    marked as cut. Both OpenAI clients raise it, plain and streamed (a
+    stream's text updates went out before it). Not retryable: the same
+    request ends the same way (raise ``max_tokens``, or change the request).
+    """
+
+    def __init__(self, message: str, *, reason: str, partial: AgentResponse | None = None) -> None:
+        from raf._messages import AgentResponse
+
+        self.reason = reason
+        self.partial = AgentResponse() if partial is None else partial
+        super().__init__(message)
 
 
 class BadRequestError(ChatClientError):

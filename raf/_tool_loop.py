@@ -14,7 +14,7 @@ from raf._context import Invocation
 from raf._errors import ToolArgumentsError, ToolConflictError, ToolLoopError, ToolSchemaError
 from raf._messages import AgentResponse, ChatMessage, OnUpdate, ToolCall, Update, Usage
 from raf._options import ChatOptions
-from raf._tools import FunctionTool, Tool, check_tool_arguments
+from raf._tools import FunctionTool, Tool, check_tool_arguments, check_tool_json
 
 __all__ = ["ToolRequest"]
 
@@ -68,7 +68,8 @@ def index_tools(
     *,
     source: str = "a provider",
 ) -> dict[str, Tool]:
-    """Tools by name; a second tool with a taken name is a ToolConflictError.
+    """Tools by name; a second tool with a taken name is a ToolConflictError, a tool
+    whose parameters are not JSON a ToolSchemaError (see :func:`check_tool_json`).
 
     ``sources`` names who offered each tool (parallel to ``tools``; shorter
     means ``source`` for the rest); ``known`` are the agent's own tools.
@@ -80,6 +81,7 @@ def index_tools(
         if tool.name in index:
             first = offered_by.get(tool.name, "the agent")
             raise ToolConflictError(tool.name, first, owner)
+        check_tool_json(tool)  # no client could send it: refused before the model is called
         index[tool.name] = tool
         offered_by[tool.name] = owner
     return index

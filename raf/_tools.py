@@ -15,7 +15,7 @@ import json
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, overload, runtime_checkable
 
 import anyio.to_thread
 import attrs
@@ -94,7 +94,10 @@ class FunctionTool:
             check_tool_arguments(self, arguments)
             kwargs = dict(arguments)
         if self.in_thread:
-            return await anyio.to_thread.run_sync(lambda: self.fn(**kwargs))
+            # raf cannot stop a thread, but it stops waiting for it when the call is
+            # cancelled (a deadline, the tool stack's timeout): the thread runs on, and its
+            # late result or error goes nowhere (nothing holds it once the await raised).
+            return await anyio.to_thread.run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
         result = self.fn(**kwargs)
         if inspect.isawaitable(result):
             result = await result
@@ -228,6 +231,25 @@ _CACHE_SIZE = 1024
 #: the size bound (oldest out first) keeps it small.
 _validators: dict[int, tuple[object, object, Validator | str]] = {}
 _validators_lock = threading.Lock()
+
+
+# How a ToolSchemaError's problem begins when the schema cannot even be sent as JSON.
+_NOT_JSON: Final = "not JSON"
+
+
+def check_tool_json(tool: Tool) -> None:
+    """Raise :class:`~raf.ToolSchemaError` when ``tool.parameters`` cannot be sent as JSON
+    (a set, a circular or too deep structure, a bytes key, NaN): a tool no client can
+    offer to the model. A schema that is JSON but not a valid JSON Schema passes here:
+    it is refused when the model calls the tool. Cached per tool, as the validator is;
+    a :class:`FunctionTool` was checked when it was built."""
+    if isinstance(tool, FunctionTool):
+        return
+    try:
+        _validator(tool)
+    except ToolSchemaError as exc:
+        if exc.problem.startswith(_NOT_JSON):
+            raise
 
 
 def _validator(tool: Tool) -> Validator:

@@ -17,7 +17,13 @@ they nest under the span that was current when the run started, and
 whatever the providers, the model client and the tools trace nests under
 them. raf only uses ``opentelemetry-api``: it never configures a tracer
 provider (``tracer_provider=None`` means the global one, whatever the
-application sets, now or later).
+application sets, now or later). With a ``meter_provider`` (or the global
+one), each model call is also measured: the ``gen_ai.client.operation.duration``
+and ``gen_ai.client.token.usage`` histograms of the conventions.
+
+A consumer that leaves a stream early (a reader pressing Stop) is not an
+error: the ``invoke_agent`` and ``chat`` spans get ``raf.stream.closed`` and
+keep an unset status.
 """
 
 from __future__ import annotations
@@ -31,14 +37,18 @@ from typing import Any, Final
 
 import attrs
 from opentelemetry import context as otel_context
+from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from raf._agent import Agent
 from raf._context import ContextResult, Invocation
+from raf._errors import StreamClosedError
 from raf._messages import AgentResponse, ChatMessage, OnUpdate, Update
 from raf._observe import Observer, ProviderStage, RunStage
+from raf._otel_details import Details, Metrics, server_of
 from raf._pipeline import ChatRequest
 from raf._tool_loop import ToolRequest
 
@@ -57,11 +67,15 @@ def instrument(
     *,
     tracer_provider: TracerProvider | None = None,
     capture_content: bool = False,
+    meter_provider: MeterProvider | None = None,
 ) -> Agent:
     """A traced copy of ``agent``: OpenTelemetry spans for its runs, stages, model and tool calls.
 
     ``tracer_provider=None`` uses the global tracer provider (the one the
-    application sets with ``opentelemetry.trace.set_tracer_provider``).
+    application sets with ``opentelemetry.trace.set_tracer_provider``), and
+    ``meter_provider=None`` the global meter provider, for the metrics of
+    each model call (``gen_ai.client.operation.duration``,
+    ``gen_ai.client.token.usage``).
     Message content (the messages, the system instructions, tool arguments
     and results) is recorded only when ``capture_content`` is true or the
     environment variable ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
@@ -92,6 +106,8 @@ def instrument(
         gen_ai_provider_name(client),
         default_model if isinstance(default_model, str) and default_model else None,
         agent.name,
+        Metrics(otel_metrics.get_meter(_INSTRUMENTATION, meter_provider=meter_provider)),
+        server_of(client),
     )
     return Agent(
         client,
@@ -146,13 +162,19 @@ def _attach(span: Span) -> Token[Context] | None:
     return None
 
 
-def _failed(span: Span, error: BaseException) -> None:
-    """Status ERROR, ``error.type`` and an ``exception`` event: the error passed through here."""
+def _failed(span: Span, error: BaseException, *, event: bool = True) -> None:
+    """Status ERROR, ``error.type`` and an ``exception`` event (unless one was recorded
+    already): the error passed through here. A consumer that left a stream early is
+    no error: ``raf.stream.closed``, the status left unset."""
     if not span.is_recording():
+        return
+    if isinstance(error, StreamClosedError):
+        span.set_attribute("raf.stream.closed", True)
         return
     kind = _error_type(error)
     span.set_attribute("error.type", kind)
-    span.record_exception(error, escaped=True)
+    if event:
+        span.record_exception(error, escaped=True)
     span.set_status(Status(StatusCode.ERROR, f"{kind}: {_text_of(error)}"))
 
 
@@ -175,7 +197,16 @@ def _text_of(error: BaseException) -> str:
 class _Observer(Observer):
     """The spans of one traced agent: its runs, provider stages, model calls and tool calls."""
 
-    __slots__ = ("_agent_name", "_run_name", "capture", "default_model", "provider", "tracer")
+    __slots__ = (
+        "_agent_name",
+        "_run_name",
+        "capture",
+        "default_model",
+        "metrics",
+        "provider",
+        "server",
+        "tracer",
+    )
 
     def __init__(
         self,
@@ -184,7 +215,11 @@ class _Observer(Observer):
         provider: str,
         default_model: str | None,
         agent_name: str | None,
+        metrics: Metrics,
+        server: dict[str, Any],
     ) -> None:
+        self.metrics = metrics
+        self.server = server
         self.tracer = tracer
         self.capture = capture
         self.provider = provider
@@ -268,14 +303,50 @@ class _Observer(Observer):
     async def model_call(
         self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
     ) -> AgentResponse:
-        """``chat {model}`` around each model call, retries included."""
-        if not _RECORDING.get():
-            return await call_next(request)
+        """``chat {model}`` around each model call, retries included; its metrics."""
+        model = request.options.model or self.default_model
+        details = Details()
+        started = time.perf_counter()
+        response: AgentResponse | None = None
+        error_type: str | None = None
+        try:
+            if _RECORDING.get():
+                response = await self._traced_call(request, call_next, model, details)
+            else:
+                response = await call_next(request)
+            return response
+        except BaseException as error:
+            if not isinstance(error, StreamClosedError):
+                error_type = _error_type(error)
+            raise
+        finally:
+            attributes: dict[str, Any] = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": self.provider,
+                **self.server,
+            }
+            if model:
+                attributes["gen_ai.request.model"] = model
+            if response is not None and details.model is None:
+                details.read(response)
+            if details.model:
+                attributes["gen_ai.response.model"] = details.model
+            if error_type is not None:
+                attributes["error.type"] = error_type
+            self.metrics.record(time.perf_counter() - started, attributes, response)
+
+    async def _traced_call(
+        self,
+        request: ChatRequest,
+        call_next: Callable[[ChatRequest], Awaitable[AgentResponse]],
+        model: str | None,
+        details: Details,
+    ) -> AgentResponse:
         options = request.options
-        model = options.model or self.default_model
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": self.provider,
+            **self.server,
         }
         if model:
             attributes["gen_ai.request.model"] = model
@@ -300,16 +371,21 @@ class _Observer(Observer):
             if self.capture:
                 _record_input(span, request.messages, options.tools)
             if request.on_update is not None:
-                request = attrs.evolve(request, on_update=_first_chunk(span, request.on_update))
+                request = attrs.evolve(
+                    request, on_update=_first_chunk(span, request.on_update, details)
+                )
             response = await call_next(request)
-            _record_response(span, response, self.capture)
+            details.read(response)
+            _record_response(span, response, self.capture, details)
             if call.attempts > 1:
                 span.set_attribute("raf.chat.attempts", call.attempts)
             return response
         except BaseException as error:
             if call.attempts > 1:
                 span.set_attribute("raf.chat.attempts", call.attempts)
-            _failed(span, error)
+            _record_details(span, details)
+            # The last attempt's failure is this one: its exception event is recorded.
+            _failed(span, error, event=call.recorded is not error)
             raise
         finally:
             _CURRENT_CALL.reset(marker)
@@ -376,24 +452,37 @@ class _ObserverOfAttempts(_Observer):
             return await call_next(request)
         except Exception as error:
             call.span.record_exception(error, attributes={"raf.chat.attempt": call.attempts})
+            call.recorded = error
             raise
 
 
-def _record_response(span: Span, response: AgentResponse, capture: bool) -> None:
+def _record_response(
+    span: Span, response: AgentResponse, capture: bool, details: Details | None = None
+) -> None:
     usage = response.usage
     if usage is not None:
         span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
-    raw = response.raw
-    # The model that answered: a fallback's (FallbackMiddleware says), else the reply's.
-    model = response.model or getattr(raw, "model", None)
-    if isinstance(model, str) and model:
-        span.set_attribute("gen_ai.response.model", model)
-    response_id = getattr(raw, "id", None)
-    if isinstance(response_id, str) and response_id:
-        span.set_attribute("gen_ai.response.id", response_id)
+        if usage.cached_input_tokens:
+            span.set_attribute("gen_ai.usage.cache_read.input_tokens", usage.cached_input_tokens)
+        if usage.reasoning_tokens:
+            span.set_attribute("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)
+    if details is None:
+        details = Details()
+        details.read(response)
+    _record_details(span, details)
     if capture:
         span.set_attribute("gen_ai.output.messages", _messages_json(response.messages))
+
+
+def _record_details(span: Span, details: Details) -> None:
+    """The response's id, model and finish reasons, as far as they are known."""
+    if details.model:
+        span.set_attribute("gen_ai.response.model", details.model)
+    if details.id:
+        span.set_attribute("gen_ai.response.id", details.id)
+    if details.finish_reasons:
+        span.set_attribute("gen_ai.response.finish_reasons", details.finish_reasons)
 
 
 def _record_result(span: Span, result: ContextResult) -> None:
@@ -413,25 +502,28 @@ def _record_result(span: Span, result: ContextResult) -> None:
 class _ChatCall:
     """The span of one model call, for the attempts inside it."""
 
-    __slots__ = ("attempts", "owner", "span")
+    __slots__ = ("attempts", "owner", "recorded", "span")
 
     def __init__(self, span: Span, owner: _Observer) -> None:
         self.span = span
         self.owner = owner  # the observer (of one traced agent) that opened the span
         self.attempts = 0
+        self.recorded: BaseException | None = None  # the last attempt's recorded failure
 
 
 #: The model call whose span the attempts inside it report to.
 _CURRENT_CALL: ContextVar[_ChatCall | None] = ContextVar("raf_otel_chat_call", default=None)
 
 
-def _first_chunk(span: Span, on_update: OnUpdate) -> OnUpdate:
-    """``on_update`` that records ``gen_ai.response.time_to_first_chunk`` (seconds) once."""
+def _first_chunk(span: Span, on_update: OnUpdate, details: Details) -> OnUpdate:
+    """``on_update`` that records ``gen_ai.response.time_to_first_chunk`` (seconds) once,
+    and reads the response's id, model and finish reason off the stream's chunks."""
     started = time.perf_counter()
     first = True
 
     async def timed(update: Update) -> None:
         nonlocal first
+        details.see(update)
         if first:
             first = False
             span.set_attribute("gen_ai.response.time_to_first_chunk", time.perf_counter() - started)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -17,6 +18,8 @@ from typing import TextIO
 import anyio
 import pytest
 from structlog.testing import capture_logs
+
+import raf._builtin.mcp
 
 pytest.importorskip("mcp")
 
@@ -364,3 +367,84 @@ async def test_a_tool_with_a_malformed_schema_is_skipped_with_a_warning_naming_i
     skipped = [e for e in events if e["event"] == "mcp.tool_skipped"]
     assert [e["tool"] for e in skipped] == ["m_picture"]
     assert "at properties.x.type" in skipped[0]["reason"]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    ['"a string"', "[1, 2]", '{"type": "object", "properties": 5}'],
+    ids=["string", "list", "properties not an object"],
+)
+async def test_a_tool_the_sdk_rejects_is_skipped_and_the_others_are_listed(
+    tmp_path: Path, schema: str
+) -> None:
+    script = tmp_path / "sdk_rejects_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            '{"name": "picture", "inputSchema": {"type": "object"}}',
+            '{"name": "picture", "inputSchema": ' + schema + "}",
+        )
+    )
+    log = tmp_path / "log.txt"
+    with capture_logs() as events, anyio.fail_after(BOUND):
+        async with McpToolsProvider(
+            sys.executable, [str(script), str(log)], tool_prefix="m_"
+        ) as mcp:
+            names = [tool.name for tool in await mcp.tools()]
+            assert await mcp.call_tool("add", {"a": 2, "b": 3}) == "5"
+    assert names == ["m_add", "m_fail", "m_crash"]
+    skipped = [e for e in events if e["event"] == "mcp.tool_skipped"]
+    assert [e["tool"] for e in skipped] == ["m_picture"]
+
+
+def _many_tools_server(tmp_path: Path, count: int) -> list[str]:
+    script = tmp_path / "many_tools_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            '    {"name": "crash", "description": "Exits.", "inputSchema": {"type": "object"}},\n]',
+            '    {"name": "crash", "description": "Exits.", "inputSchema": {"type": "object"}},\n'
+            f"] + [dict(ADD, name=f'add{{n}}') for n in range({count})]",
+        )
+    )
+    return [str(script), str(tmp_path / "log.txt")]
+
+
+async def test_a_server_with_too_many_tools_is_a_clear_error(tmp_path: Path) -> None:
+    args = _many_tools_server(tmp_path, 1_000)  # and the first page's one: 1,001
+    with anyio.fail_after(BOUND), pytest.raises(McpError, match=r"more than max_tools=1000"):
+        async with McpToolsProvider(sys.executable, args) as mcp:
+            await mcp.tools()
+
+
+async def test_listing_many_tools_yields_to_the_loop_and_honours_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = _many_tools_server(tmp_path, 3_000)
+    checked = 0
+    check = raf._builtin.mcp.check_tool_schema
+
+    def counted(name: str, schema: object) -> None:
+        nonlocal checked
+        checked += 1
+        time.sleep(0.001)  # a slow check (a big schema): 3 s of CPU for the page
+        check(name, schema)
+
+    monkeypatch.setattr(raf._builtin.mcp, "check_tool_schema", counted)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    async with McpToolsProvider(sys.executable, args, max_tools=50_000, timeout=1.0) as mcp:
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                group.start_soon(tick)
+                with pytest.raises(McpError, match=r"within timeout=1\.0s"):
+                    await mcp.tools()
+                group.cancel_scope.cancel()
+    assert ticks > 0  # the loop ran other tasks while the tools were listed
+    # The deadline landed between two checks: without a checkpoint it could land only
+    # after all 3,003 of them.
+    assert 1 < checked < 3_000

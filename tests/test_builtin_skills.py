@@ -81,6 +81,7 @@ async def test_unknown_skill_lists_the_known_ones(root: Path) -> None:
         ("out/secret.txt", "leads outside the skills folder"),
         ("/etc/passwd", "is absolute"),
         ("fields\x00.md", "NUL byte"),
+        ("fields\ud800.md", "lone surrogate"),
         ("reference", "is a folder"),
         ("nope.md", "there is no file 'nope.md' in skill 'pdf-forms'"),
     ],

@@ -88,6 +88,10 @@ async def test_read_list_and_write(root: Path) -> None:
         ("write_file", {"path": "src", "content": "x"}, "is a folder"),
         ("write_file", {"path": ".", "content": "x"}, "is the workspace itself"),
         ("write_file", {"path": "a\x00b", "content": "x"}, "NUL byte"),
+        ("read_file", {"path": "a\ud800.txt"}, "lone surrogate"),
+        ("read_file", {"path": "src/\udcff"}, "lone surrogate"),
+        ("list_files", {"path": "\udfff"}, "lone surrogate"),
+        ("write_file", {"path": "new\ud800.txt", "content": "x"}, "lone surrogate"),
     ],
 )
 async def test_escapes_and_bad_paths_are_refused(

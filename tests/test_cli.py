@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import termios
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import suppress
@@ -21,7 +22,9 @@ import pytest
 
 from raf import Update
 from raf._cli import main
+from raf._config import read_config
 from raf._config_file import load_agent, load_config
+from raf._errors import ConfigError
 from tests.openai_server import OpenAIServer, Reply, chunk, completion, text_stream
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "agent.toml"
@@ -550,6 +553,17 @@ def test_the_timeout_bounds_the_whole_model_call(tmp_path: Path, server: OpenAIS
     assert "raf: " in assert_one_clear_line(done, status=3)
 
 
+@pytest.mark.parametrize("client", ["openai", "openai-responses"])
+def test_the_model_table_names_both_timeouts(
+    tmp_path: Path, server: OpenAIServer, monkeypatch: pytest.MonkeyPatch, client: str
+) -> None:
+    monkeypatch.setenv("SUPPORT_BOT_KEY", "sk")
+    path = openai_config(tmp_path, server, model="timeout = 5\nidle_timeout = 7.5")
+    path.write_text(path.read_text().replace('client = "openai"', f'client = "{client}"'))
+    model: Any = load_agent(path).chat_client
+    assert (model.timeout, model.idle_timeout) == (5, 7.5)
+
+
 PROVIDERS_MODULE = """
 from raf import ContextProvider, ContextResult
 
@@ -1061,3 +1075,45 @@ def test_a_trace_into_the_same_file_as_the_answer_starts_its_own_line(tmp_path: 
         n for n, line in enumerate(lines) if line.startswith("trace: model [chat]")
     )
     assert "" not in lines  # and no empty line after it
+
+
+# --- A config that is a FIFO, a tools module that exits: one clear line, never a hang -------
+
+
+def test_a_config_that_is_a_fifo_with_no_writer_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "agent.toml"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            read_config(fifo)
+        except BaseException as exc:  # what the reading thread ended with, for the test
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # it hangs in open(): let it go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+    assert not reader.is_alive()
+    [error] = outcome
+    assert isinstance(error, ConfigError)
+    assert "not a regular file" in str(error)
+
+
+def test_a_tools_module_that_exits_on_import_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "quitter.py").write_text("import sys\nsys.exit(0)\n")
+    path = write(tmp_path, '[agent]\nname = "a"\ntools = ["quitter:tool"]\n')
+    with pytest.raises(ConfigError, match=r"cannot import 'quitter'.*exit.*0"):
+        load_agent(path)
+
+
+def test_raf_run_with_a_tools_module_that_exits_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "quitter.py").write_text("import sys\nsys.exit(0)\n")
+    path = write(tmp_path, '[agent]\nname = "a"\ntools = ["quitter:tool"]\n')
+    done = raf("run", str(path), "hi")
+    assert "cannot import 'quitter'" in assert_one_clear_line(done)

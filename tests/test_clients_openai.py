@@ -43,7 +43,7 @@ from raf._clients._chat_wire import (
     messages_json,
     tool_to_wire,
 )
-from raf._clients._sdk import retry_after_seconds
+from raf._clients._sdk import RETRY_AFTER_MAX, retry_after_seconds
 from raf._clients._wire import dumps as _dumps
 from raf._clients.openai import OpenAIChatClient
 from raf._errors import (
@@ -798,8 +798,22 @@ def test_retry_after_as_an_http_date() -> None:
     assert retry_after_seconds({"retry-after": later}, now=now) == 120.0
     past = email.utils.formatdate(now - 120, usegmt=True)
     assert retry_after_seconds({"retry-after": past}, now=now) == 0.0
-    assert retry_after_seconds({"retry-after": "1e999"}) == float("inf")
     assert retry_after_seconds({"retry-after": "nan"}) is None
+
+
+@pytest.mark.parametrize("value", ["inf", "1e999", "Infinity", "1e300"])
+def test_a_retry_after_past_the_ceiling_is_clamped(value: str) -> None:
+    # An endless ask is a long one: a finite number that logs, sleeps and compares.
+    assert retry_after_seconds({"retry-after": value}) == RETRY_AFTER_MAX
+    assert retry_after_seconds({"retry-after-ms": value}) == RETRY_AFTER_MAX
+
+
+async def test_retry_after_inf_from_a_server_is_a_finite_retry_after(server: OpenAIServer) -> None:
+    server.reply(Reply(429, error_body("slow down"), headers={"retry-after": "inf"}))
+    async with client_for(server) as model:
+        with pytest.raises(RateLimitError) as caught:
+            await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert caught.value.retry_after == RETRY_AFTER_MAX
 
 
 @pytest.mark.parametrize(
@@ -1311,13 +1325,15 @@ async def test_a_cancelled_read_of_an_agent_stream_closes_the_http_response(
 
 
 @pytest.mark.slow
-async def test_a_slow_stream_is_held_to_the_timeout(server: OpenAIServer) -> None:
-    events = (chunk("", role="assistant"), *(chunk("x") for _ in range(100)))
-    server.reply(Reply(events=events, pause=0.25))
-    async with client_for(server, timeout=1.0) as model:
+async def test_a_slow_stream_is_held_to_the_idle_timeout(server: OpenAIServer) -> None:
+    # #26.14: a stream is bounded by the silence between chunks (idle_timeout), not by
+    # timeout, which bounds it only until it starts: a healthy answer may stream longer.
+    events = (chunk("", role="assistant"), *(chunk("x") for _ in range(3)))
+    server.reply(Reply(events=events, pause=2.0, done=False))
+    async with client_for(server, timeout=1.0, idle_timeout=1.0) as model:
         with (
             anyio.fail_after(20),
-            pytest.raises(ChatTimeoutError, match=r"within 1\.0 s") as caught,
+            pytest.raises(ChatTimeoutError, match=r"for 1\.0 s") as caught,
         ):
             await collect(model)
     assert caught.value.retryable

@@ -621,7 +621,7 @@ async def test_a_stream_without_a_terminal_event_is_a_connection_error(
 
 async def test_a_stream_stalled_mid_way_times_out(server: ResponsesServer) -> None:
     server.reply(Answer(body=response_body("one two three"), stall_after=3))
-    async with client_for(server, timeout=0.5) as model:
+    async with client_for(server, timeout=0.5, idle_timeout=0.5) as model:
         seen: list[Update] = []
         with anyio.fail_after(20), pytest.raises(ChatTimeoutError, match="of waiting"):
             await collect(model, [ChatMessage.user("x")], seen)

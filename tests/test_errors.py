@@ -28,6 +28,9 @@ from raf import _errors as errors
         errors.OfflineError("raf_offline: this test may not reach example.com:443"),
         errors.ToolArgumentsError("search", ("query: Field required",)),
         errors.PathError("the path '../x' uses '..'"),
+        errors.IncompleteResponseError(
+            "cut", reason="length", partial=AgentResponse((ChatMessage.assistant("Hel"),))
+        ),
     ],
     ids=lambda e: type(e).__name__,
 )
@@ -64,6 +67,7 @@ def test_the_error_tree() -> None:
         "ChatConnectionError",
         "ServerError",
         "ChatProtocolError",
+        "IncompleteResponseError",
         "BadRequestError",
         "AuthenticationError",
     }

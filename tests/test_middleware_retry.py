@@ -246,7 +246,23 @@ async def test_a_short_ask_never_makes_it_give_up_even_with_wait_max_zero() -> N
     with capture_logs() as logs:
         assert (await Agent(model, chat_stack=[retry]).run("hi")).text == "ok"
     [logged] = retries(logs)
-    assert logged["wait_s"] == 0
+    # Never earlier than asked: a short ask is waited for in full, whatever wait_max says.
+    assert logged["wait_s"] == 0.02
+
+
+@pytest.mark.mock_clock
+@pytest.mark.parametrize(("asked", "wait_max"), [(1.0, 0.5), (0.3, 0.0)])
+async def test_a_retry_never_comes_earlier_than_the_server_asked(
+    asked: float, wait_max: float
+) -> None:
+    model = ScriptedChatClient([RateLimitError("slow down", retry_after=asked), "ok"])
+    retry = RetryMiddleware(wait_initial=0.001, wait_max=wait_max)
+    started = anyio.current_time()
+    with capture_logs() as logs:
+        assert (await Agent(model, chat_stack=[retry]).run("hi")).text == "ok"
+    assert anyio.current_time() - started >= asked
+    [logged] = retries(logs)
+    assert logged["wait_s"] >= asked
 
 
 # --- Streamed runs: retried only while nothing was sent onward -------------------------------

@@ -11,13 +11,14 @@ import gc
 import itertools
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
@@ -351,6 +352,19 @@ async def test_session_ids_must_be_non_empty_strings(store: RedisSessionStore) -
         await store.get("")
 
 
+@pytest.mark.parametrize("session_id", ["a\ud800b", "\udcff"])
+async def test_a_session_id_with_a_lone_surrogate_is_a_clear_value_error(
+    store: RedisSessionStore, session_id: str
+) -> None:
+    async def write() -> None:
+        session = await store.get(session_id)
+        await session.add_messages([ChatMessage.user("hi")])
+
+    with pytest.raises(ValueError, match="lone surrogate") as caught:
+        await write()
+    assert type(caught.value) is ValueError
+
+
 # --- Failures: each a SessionStoreError that says which, and nothing stored is lost ---
 
 
@@ -671,3 +685,66 @@ def test_the_sessions_guide_example_runs(
     code = blocks[0].replace("redis://127.0.0.1:6379/0", redis_server.url)
     exec(compile(code, "docs/sessions.md", "exec"), {"__name__": "guide"})
     assert capsys.readouterr().out == "Hello again\n"
+
+
+# --- Timeouts: a server that does not answer is an error, never a hang --------------------
+
+
+@contextmanager
+def frozen(server: RedisServer) -> Iterator[None]:
+    """The server stopped by SIGSTOP (connections stay open, nothing answers), then SIGCONT."""
+    assert server.process is not None
+    server.process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_frozen_server_is_a_timeout_error_on_every_call(dedicated: RedisServer) -> None:
+    async with RedisSessionStore(dedicated.url, timeout=0.5) as store:
+        session = await store.get("s")
+        await session.add_messages([ChatMessage.user("kept")])
+        with frozen(dedicated):
+            for call, what in [
+                (session.get_messages(), "read the messages"),
+                (session.add_messages([ChatMessage.user("late")]), "append 1 message"),
+                (session.touch_request_hash([ChatMessage.user("x")]), "record the request"),
+                (session.request_hashes(), "read the request hashes"),
+            ]:
+                with anyio.fail_after(10):
+                    message = await _failure(call)
+                assert "did not answer within timeout=0.5 s" in message
+                assert what in message
+        # Thawed, the store goes on; the timed-out append is whole or absent, never a part.
+        with anyio.fail_after(10):
+            contents = [m.content for m in await session.get_messages()]
+        assert contents in (["kept"], ["kept", "late"])
+    gc.collect()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_opening_a_frozen_server_is_a_timeout_error(dedicated: RedisServer) -> None:
+    with frozen(dedicated), anyio.fail_after(10):
+        message = await _failure(RedisSessionStore(dedicated.url, timeout=0.5).open())
+    assert "did not answer within timeout=0.5 s" in message
+    gc.collect()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_peer_that_accepts_but_never_answers_is_a_timeout_error_on_opening() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # accepts (backlog), never reads
+        url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+        with anyio.fail_after(10):
+            message = await _failure(RedisSessionStore(url, timeout=0.5).open())
+    assert "did not answer within timeout=0.5 s" in message
+    gc.collect()
+
+
+def test_the_timeout_has_a_default_and_is_checked() -> None:
+    assert RedisSessionStore().timeout == 10.0
+    assert RedisSessionStore(timeout=None).timeout is None
+    for bad in (0, -1, float("nan"), True, "1"):
+        with pytest.raises(ValueError, match="timeout"):
+            RedisSessionStore(timeout=bad)  # type: ignore[arg-type]

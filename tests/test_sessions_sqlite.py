@@ -43,6 +43,21 @@ def texts(messages: object) -> list[str | None]:
     return [m.content for m in messages]  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("session_id", ["a\ud800b", "\udcff", "x\udfff"])
+async def test_a_session_id_with_a_lone_surrogate_is_a_clear_value_error(
+    store: SqliteSessionStore, session_id: str
+) -> None:
+    # Not a raw UnicodeEncodeError from the first write: refused where the id comes in.
+    async def write() -> None:
+        session = await store.get(session_id)
+        await session.add_messages([ChatMessage.user("hi")])
+
+    with pytest.raises(ValueError, match="lone surrogate") as caught:
+        await write()
+    assert type(caught.value) is ValueError
+    assert await store.session_ids() == []
+
+
 async def test_file_is_created_in_wal_mode(store: SqliteSessionStore, db_path: Path) -> None:
     await store.get("s")
     with raw_db(db_path) as db:

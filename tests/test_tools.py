@@ -24,9 +24,15 @@ from typing_extensions import TypedDict
 
 import raf._tools
 from raf import (
+    Agent,
+    ContextProvider,
+    ContextResult,
     FunctionTool,
+    ScriptedChatClient,
     Tool,
     ToolArgumentsError,
+    ToolCall,
+    ToolRequest,
     ToolSchemaError,
     check_tool_arguments,
     check_tool_schema,
@@ -733,3 +739,108 @@ def test_a_flood_of_misfits_is_told_in_brief() -> None:
         check_tool_arguments(numbers, {"n": ["x"] * 12})
     assert caught.value.problems[-1] == "and 2 more"
     assert caught.value.problems[2] == "n[2]: 'x' is not of type 'integer'"  # not n[10]
+
+
+# --- in_thread: raf stops waiting for a thread it started when the call is cancelled -------
+
+
+class Blocked:
+    """A blocking function for a worker thread: it waits until released (at most 10 s)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.finished = threading.Event()
+
+    def __call__(self) -> str:
+        self.release.wait(10)
+        self.finished.set()
+        return "late"
+
+
+async def test_a_tool_in_a_thread_honours_the_callers_deadline() -> None:
+    blocked = Blocked()
+    slow = tool(name="slow", in_thread=True)(lambda: blocked())
+    model = ScriptedChatClient([ScriptedChatClient.tool_turn(ToolCall("1", "slow", "{}")), "never"])
+    try:
+        with anyio.fail_after(20), anyio.move_on_after(0.3) as deadline:
+            await Agent(model, tools=[slow]).run("go")
+        assert deadline.cancelled_caught
+        # raf stopped waiting: the run is over while the thread still runs.
+        assert not blocked.finished.is_set()
+    finally:
+        blocked.release.set()
+
+
+async def test_a_tool_in_a_thread_honours_the_timeout_recipe() -> None:
+    blocked = Blocked()
+    slow = tool(name="slow", in_thread=True)(lambda: blocked())
+
+    async def timeout(request: ToolRequest, call_next: Callable[[ToolRequest], Any]) -> Any:
+        with anyio.move_on_after(0.3):
+            return await call_next(request)
+        return request.reply("Error: the tool did not finish in time")
+
+    call = ScriptedChatClient.tool_turn(ToolCall("1", "slow", "{}"))
+    model = ScriptedChatClient([call, "gave up"])
+    try:
+        with anyio.fail_after(20):
+            response = await Agent(model, tools=[slow], tool_stack=[timeout]).run("go")
+        assert response.text == "gave up"
+        assert not blocked.finished.is_set()
+        tool_message = model.requests[1].messages[-1]
+        assert tool_message.content == "Error: the tool did not finish in time"
+    finally:
+        blocked.release.set()
+    # The abandoned thread's late result goes nowhere: the run has its answer already.
+    assert blocked.finished.wait(10)
+    assert response.text == "gave up"
+
+
+# --- A hand-made tool whose parameters are not JSON: refused where the tool comes in -------
+
+
+def _not_json_schemas() -> list[Any]:
+    circular: dict[str, Any] = {"type": "object"}
+    circular["properties"] = {"self": circular}
+    deep: dict[str, Any] = {"type": "object"}
+    for _ in range(3000):
+        deep = {"type": "object", "properties": {"x": deep}}
+    return [
+        {"type": "object", "enum": {1, 2}},
+        circular,
+        {"type": "object", "properties": {b"raw": {"type": "string"}}},
+        deep,
+        {"type": "number", "maximum": float("nan")},
+    ]
+
+
+@pytest.mark.parametrize(
+    "parameters", _not_json_schemas(), ids=["set", "circular", "bytes key", "3000 deep", "nan"]
+)
+async def test_a_hand_made_tool_that_is_not_json_is_refused_when_the_agent_is_built(
+    parameters: Any,
+) -> None:
+    with pytest.raises(ToolSchemaError, match="'odd' has an invalid parameters schema: not JSON"):
+        Agent(ScriptedChatClient(["never"]), tools=[HandMade("odd", parameters)])
+
+
+@pytest.mark.parametrize(
+    "parameters", _not_json_schemas(), ids=["set", "circular", "bytes key", "3000 deep", "nan"]
+)
+async def test_a_provider_tool_that_is_not_json_ends_the_run_before_the_model_is_called(
+    parameters: Any,
+) -> None:
+    class Offers(ContextProvider):
+        async def on_invoking(self, *args: Any) -> ContextResult:
+            return ContextResult(tools=[HandMade("odd", parameters)])
+
+    model = ScriptedChatClient(["never"])
+    with pytest.raises(ToolSchemaError, match="not JSON"):
+        await Agent(model, stack=[Offers()]).run("go")
+    assert model.requests == []
+
+
+async def test_a_hand_made_tool_with_a_malformed_but_json_schema_still_reaches_the_model() -> None:
+    # Only what cannot be sent at all is refused up front; a schema that is JSON but not a
+    # valid JSON Schema is refused when the model calls the tool (the model is told).
+    Agent(ScriptedChatClient(["ok"]), tools=[HandMade("odd", {"type": "object", "enum": 5})])

@@ -65,6 +65,16 @@ def shown(path: str) -> str:
     return repr(text)
 
 
+def lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate of ``text`` (``"U+D800 at 3"``), or ``None`` when it is
+    text UTF-8 can encode (JSON's ``"\\ud800"`` escapes make such strings)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"U+{ord(text[exc.start]):04X} at {exc.start}"
+    return None
+
+
 def _reason(error: OSError) -> str:
     """An OS error's reason without the absolute file names it carries."""
     return error.strerror or type(error).__name__
@@ -195,7 +205,8 @@ class Sandbox:
     def split(self, path: object, where: str, *, allow_root: bool = False) -> tuple[str, ...]:
         """The names of ``path``, or a refusal of a path that is not relative and plain.
 
-        Refuses non-strings, NUL bytes, empty paths, absolute paths and ``..``;
+        Refuses non-strings, NUL bytes, lone surrogates, empty paths, absolute
+        paths and ``..``;
         ``.`` and empty names are dropped. ``where`` says what the path is
         relative to in messages. The root itself (``()``) only with ``allow_root``.
         """
@@ -203,6 +214,12 @@ class Sandbox:
             raise PathError(f"the path must be a string, got {type(path).__name__}")
         if "\x00" in path:
             raise PathError(f"the path {shown(path)} contains a NUL byte")
+        surrogate = lone_surrogate(path)
+        if surrogate is not None:
+            raise PathError(
+                f"the path {shown(path)} holds a lone surrogate ({surrogate}), "
+                "which is not text a file name can have"
+            )
         if not path.strip():
             if allow_root:
                 return ()

@@ -285,13 +285,15 @@ class FolderRetriever:
         if self._index is None:
             async with self._lock:
                 if self._index is None:
-                    self._index = await anyio.to_thread.run_sync(self._build)
+                    self._index = await anyio.to_thread.run_sync(
+                        self._build, abandon_on_cancel=True
+                    )
         return self._index
 
     async def refresh(self) -> None:
         """Read the folder again."""
         async with self._lock:
-            self._index = await anyio.to_thread.run_sync(self._build)
+            self._index = await anyio.to_thread.run_sync(self._build, abandon_on_cancel=True)
 
     async def retrieve(self, query: str, top_k: int) -> list[Passage]:
         """The ``top_k`` best passages for ``query``."""
@@ -351,14 +353,14 @@ class WikiRetriever:
     async def refresh(self) -> None:
         """Read the pages again."""
         async with self._lock:
-            self._wiki = await anyio.to_thread.run_sync(self._build)
+            self._wiki = await anyio.to_thread.run_sync(self._build, abandon_on_cancel=True)
 
     async def retrieve(self, query: str, top_k: int) -> list[Passage]:
         """The best passages, then one passage of each page they link to."""
         if self._wiki is None:
             async with self._lock:
                 if self._wiki is None:
-                    self._wiki = await anyio.to_thread.run_sync(self._build)
+                    self._wiki = await anyio.to_thread.run_sync(self._build, abandon_on_cancel=True)
         wiki = self._wiki
         scores = wiki.index.scores(query)
         hits = wiki.index.ranked(scores, top_k)

@@ -7,9 +7,10 @@ import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import anyio
+import anyio.lowlevel
 import attrs
 import structlog
 
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
     from raf._context import AgentLike
 
 __all__ = ["McpToolsProvider"]
+
+#: The most tools a server may list: a model cannot use thousands anyway, and each
+#: costs a schema check (about 0.75 ms).
+DEFAULT_MAX_TOOLS: Final = 1000
 
 _MISSING = (
     "McpToolsProvider needs the optional 'mcp' package; install it with: "
@@ -76,6 +81,12 @@ class McpToolsProvider(ContextProvider):
     * Without ``async with``, each use starts the server, does its work
       (list the tools, or call one) and stops it: slower, but nothing to
       manage, and nothing outlives the call.
+
+    ``timeout`` bounds starting the server, listing its tools (every page
+    and every schema check together) and each tool call. A server that
+    lists more than ``max_tools`` tools is an :class:`raf.McpError`; a tool
+    whose schema the MCP SDK or raf refuses is left out (warning
+    ``mcp.tool_skipped``), and the others are offered.
     """
 
     kind = "mcp"
@@ -91,8 +102,11 @@ class McpToolsProvider(ContextProvider):
         timeout: float | None = 60.0,
         errlog: TextIO | None = None,
         name: str | None = None,
+        max_tools: int = DEFAULT_MAX_TOOLS,
     ) -> None:
         _require_mcp()
+        if type(max_tools) is not int or max_tools < 1:
+            raise ValueError(f"max_tools must be an int >= 1, got {max_tools!r}")
         if not isinstance(command, str) or not command:
             raise ValueError(f"command must be a non-empty str, got {command!r}")
         if isinstance(args, str) or not all(isinstance(a, str) for a in args):
@@ -105,6 +119,7 @@ class McpToolsProvider(ContextProvider):
         self.cwd = cwd
         self.tool_prefix = tool_prefix
         self.timeout = timeout
+        self.max_tools = max_tools
         self.errlog = errlog
         self._tools: tuple[McpTool, ...] | None = None
         self._session: Any = None
@@ -223,25 +238,76 @@ class McpToolsProvider(ContextProvider):
         from mcp.types import PaginatedRequestParams
 
         async with self._use() as session:
-            result = await session.list_tools()
+            params: PaginatedRequestParams | None = None
             while True:
-                for remote in result.tools:
-                    name = self.tool_prefix + remote.name
-                    schema = dict(remote.input_schema or {"type": "object"})
-                    try:
-                        check_tool_schema(name, schema)
-                    except ToolSchemaError as exc:
-                        # Refused where it is found, and only that tool: the others still work.
-                        _log.warning(
-                            "mcp.tool_skipped", provider=self.name, tool=name, reason=str(exc)
-                        )
-                        continue
-                    found.append(McpTool(name, remote.description or "", schema, remote.name, self))
-                if not result.next_cursor:
+                tools, cursor = await self._list_page(session, params)
+                if len(found) + len(tools) > self.max_tools:
+                    raise McpError(
+                        f"{self.name}: the MCP server {self.command!r} lists more than "
+                        f"max_tools={self.max_tools} tools; raise max_tools to use them all"
+                    )
+                for remote in tools:
+                    # The checks are CPU work: yield, so the loop runs and the deadline lands.
+                    await anyio.lowlevel.checkpoint()
+                    tool = self._tool(remote)
+                    if tool is not None:
+                        found.append(tool)
+                if not cursor:
                     break
-                result = await session.list_tools(
-                    params=PaginatedRequestParams(cursor=result.next_cursor)
+                params = PaginatedRequestParams(cursor=cursor)
+
+    async def _list_page(self, session: Any, params: Any) -> tuple[list[Any], str | None]:
+        """One page of ``tools/list``: the SDK's tools, or, when the SDK refuses the page
+        for one bad tool, each raw tool as it is (checked one by one in :meth:`_tool`)."""
+        import pydantic
+
+        try:
+            result = await session.list_tools(params=params)
+        except pydantic.ValidationError:
+            # The SDK checks the whole page against the protocol's schema, in every path
+            # of its public API: ask again through its dispatcher, the raw reply.
+            send_raw = getattr(getattr(session, "_dispatcher", None), "send_raw_request", None)
+            if send_raw is None:
+                raise
+            data = None if params is None else params.model_dump(by_alias=True, exclude_none=True)
+            raw = await send_raw("tools/list", data, {})
+            tools = raw.get("tools") if isinstance(raw, dict) else None
+            if not isinstance(tools, list):
+                raise
+            cursor = raw.get("nextCursor")
+            return tools, cursor if isinstance(cursor, str) else None
+        return list(result.tools), result.next_cursor
+
+    def _tool(self, remote: Any) -> McpTool | None:
+        """``remote`` (an SDK tool, or a raw one the SDK refused) as a raf tool; ``None``,
+        with a warning, when the SDK or raf refuses its schema."""
+        import pydantic
+        from mcp.types import Tool as SdkTool
+
+        if not isinstance(remote, SdkTool):
+            try:
+                remote = SdkTool.model_validate(remote)
+            except pydantic.ValidationError as exc:
+                named = remote.get("name") if isinstance(remote, dict) else None
+                name = self.tool_prefix + (named if isinstance(named, str) else repr(named))
+                problem = exc.errors()[0]
+                where = ".".join(str(part) for part in problem["loc"])
+                _log.warning(
+                    "mcp.tool_skipped",
+                    provider=self.name,
+                    tool=name,
+                    reason=f"the MCP SDK refused it: at {where}: {problem['msg']}",
                 )
+                return None
+        name = self.tool_prefix + remote.name
+        schema = dict(remote.input_schema or {"type": "object"})
+        try:
+            check_tool_schema(name, schema)
+        except ToolSchemaError as exc:
+            # Refused where it is found, and only that tool: the others still work.
+            _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=str(exc))
+            return None
+        return McpTool(name, remote.description or "", schema, remote.name, self)
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         """Run the server's tool ``name``; its content as text, or :class:`ToolError`."""

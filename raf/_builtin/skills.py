@@ -170,13 +170,15 @@ class AgentSkillsProvider(ContextProvider):
         if self._skills is None:
             async with self._lock:
                 if self._skills is None:
-                    self._skills = await anyio.to_thread.run_sync(self._discover)
+                    self._skills = await anyio.to_thread.run_sync(
+                        self._discover, abandon_on_cancel=True
+                    )
         return self._skills
 
     async def refresh(self) -> dict[str, Skill]:
         """Discover the skills again (after folders were added or edited)."""
         async with self._lock:
-            self._skills = await anyio.to_thread.run_sync(self._discover)
+            self._skills = await anyio.to_thread.run_sync(self._discover, abandon_on_cancel=True)
         return self._skills
 
     async def on_invoking(
@@ -310,7 +312,9 @@ class AgentSkillsProvider(ContextProvider):
         async def load_skill(name: Annotated[str, "the skill's name, as listed"]) -> str:
             """Load a skill's instructions."""
             skill = await provider._skill(name)
-            files = await anyio.to_thread.run_sync(provider._resources, skill)
+            files = await anyio.to_thread.run_sync(
+                provider._resources, skill, abandon_on_cancel=True
+            )
             if not files:
                 return skill.body
             return (
@@ -325,6 +329,8 @@ class AgentSkillsProvider(ContextProvider):
         ) -> str:
             """Read a file that belongs to a skill."""
             found = await provider._skill(skill)
-            return await anyio.to_thread.run_sync(provider._read_resource, found, path)
+            return await anyio.to_thread.run_sync(
+                provider._read_resource, found, path, abandon_on_cancel=True
+            )
 
         return (load_skill, read_skill_resource)

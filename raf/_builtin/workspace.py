@@ -85,7 +85,9 @@ class WorkspaceContextProvider(ContextProvider):
         options: AgentRunOptions,
     ) -> ContextResult:
         """The workspace's description (with a short listing) and its tools."""
-        listing = await anyio.to_thread.run_sync(self._listing, ".", _INSTRUCTIONS_LISTING)
+        listing = await anyio.to_thread.run_sync(
+            self._listing, ".", _INSTRUCTIONS_LISTING, abandon_on_cancel=True
+        )
         access = "read and write" if self.writable else "read (the workspace is read-only)"
         names = ", ".join(t.name for t in self.tools)
         instructions = (
@@ -101,7 +103,7 @@ class WorkspaceContextProvider(ContextProvider):
         @tool(name=f"{self.tool_prefix}read_file")
         async def read_file(path: Annotated[str, "path relative to the workspace"]) -> str:
             """Read a UTF-8 text file of the workspace."""
-            return await anyio.to_thread.run_sync(provider._read, path)
+            return await anyio.to_thread.run_sync(provider._read, path, abandon_on_cancel=True)
 
         @tool(name=f"{self.tool_prefix}write_file")
         async def write_file(
@@ -109,14 +111,18 @@ class WorkspaceContextProvider(ContextProvider):
             content: Annotated[str, "the complete new content of the file"],
         ) -> str:
             """Create or replace a text file of the workspace (missing folders are created)."""
-            return await anyio.to_thread.run_sync(provider._write, path, content)
+            return await anyio.to_thread.run_sync(
+                provider._write, path, content, abandon_on_cancel=True
+            )
 
         @tool(name=f"{self.tool_prefix}list_files")
         async def list_files(
             path: Annotated[str, "folder relative to the workspace"] = ".",
         ) -> str:
             """List a folder of the workspace; folders end with '/'."""
-            return await anyio.to_thread.run_sync(provider._listing, path, DEFAULT_LISTING_LIMIT)
+            return await anyio.to_thread.run_sync(
+                provider._listing, path, DEFAULT_LISTING_LIMIT, abandon_on_cancel=True
+            )
 
         if self.writable:
             return (read_file, write_file, list_files)

@@ -4,13 +4,21 @@ response and updates."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 from raf._clients._reply import MISSING, json_object, json_type, quote, sdk_object, tokens
-from raf._errors import ChatConnectionError, ChatProtocolError, OutputRefusedError
+from raf._errors import (
+    ChatConnectionError,
+    ChatProtocolError,
+    IncompleteResponseError,
+    OutputRefusedError,
+)
 from raf._messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 
 __all__: list[str] = []
+
+#: The finish reasons of an answer the model did not finish: an IncompleteResponseError.
+INCOMPLETE: Final = frozenset({"length", "content_filter"})
 
 
 def call_name(model: str) -> str:
@@ -64,8 +72,27 @@ def response_from_reply(
             tokens(raw_usage, "prompt_tokens", where),
             tokens(raw_usage, "completion_tokens", where),
         )
-    return AgentResponse(
+    response = AgentResponse(
         (ChatMessage.assistant(text, tool_calls=calls),), usage, _completion(reply)
+    )
+    reason = choice.get("finish_reason")
+    if reason in INCOMPLETE:
+        raise incomplete(where, reason, response)
+    return response
+
+
+def incomplete(where: str, reason: str, partial: AgentResponse) -> IncompleteResponseError:
+    """The error of an answer that ended with the finish reason ``reason`` (in INCOMPLETE)."""
+    why = (
+        "the model reached max_tokens - raise max_tokens"
+        if reason == "length"
+        else "a content filter stopped it"
+    )
+    return IncompleteResponseError(
+        f"{where}: the answer is incomplete (finish_reason {reason!r}: {why}); "
+        f"it said {len(partial.text)} characters",
+        reason=reason,
+        partial=partial,
     )
 
 
@@ -133,7 +160,9 @@ class StreamedTurn:
         "model",
         "refusal",
         "refuse",
+        "text",
         "text_sent",
+        "usage",
         "where",
     )
 
@@ -147,9 +176,17 @@ class StreamedTurn:
         self.text_sent = False
         self.empty_text = False
         self.refusal: list[str] = []
+        # What an incomplete answer's error carries as its partial response.
+        self.text: list[str] = []
+        self.usage: Usage | None = None
 
     def feed(self, data: str) -> list[Update]:
-        """The updates one event's data makes (``[DONE]`` and usage-only chunks included)."""
+        """The updates one event's data makes (``[DONE]`` and usage-only chunks included).
+
+        Once the model finished (a ``finish_reason`` came), the answer is
+        decided: only the usage is still read; text, tool calls, an error or a
+        chunk that is not JSON after it change nothing and raise nothing.
+        """
         where = self.where
         if data == "[DONE]":
             if self.finished is None:
@@ -161,13 +198,19 @@ class StreamedTurn:
         try:
             chunk = json.loads(data)
         except (ValueError, RecursionError) as exc:
+            if self.finished is not None:
+                return []
             raise ChatProtocolError(
                 f"{where}: a chunk is not JSON ({exc}): {quote(data.encode())}"
             ) from None
         if not isinstance(chunk, dict):
+            if self.finished is not None:
+                return []
             raise ChatProtocolError(
                 f"{where}: a chunk is {json_type(chunk)}, not a JSON object: {quote(data.encode())}"
             )
+        if self.finished is not None:
+            return self._after_finish(chunk)
         if chunk.get("error") is not None:
             raise ChatProtocolError(
                 f"{where}: the server sent an error mid-stream: {chunk['error']}"
@@ -188,20 +231,32 @@ class StreamedTurn:
             if choice.get("index", 0) != 0:
                 continue  # raf asks for one choice: others are not its answer
             self._choice(choice, chunk, updates)
-        raw_usage = chunk.get("usage")
-        if raw_usage is not None:
-            if not isinstance(raw_usage, dict):
-                raise ChatProtocolError(
-                    f"{where}: a chunk's 'usage' is {json_type(raw_usage)}, not an object"
-                )
-            usage = Usage(
-                tokens(raw_usage, "prompt_tokens", where),
-                tokens(raw_usage, "completion_tokens", where),
-            )
-            # The usage comes after the finish: the tool calls go out before it.
-            updates += self._finish_updates(chunk)
-            updates.append(Update("usage", usage=usage, raw=chunk))
+        updates += self._usage(chunk)
         return updates
+
+    def _after_finish(self, chunk: dict[str, Any]) -> list[Update]:
+        """A chunk after the finish: its usage, if it has a readable one; nothing else."""
+        try:
+            return self._usage(chunk)
+        except ChatProtocolError:
+            return []
+
+    def _usage(self, chunk: dict[str, Any]) -> list[Update]:
+        where = self.where
+        raw_usage = chunk.get("usage")
+        if raw_usage is None:
+            return []
+        if not isinstance(raw_usage, dict):
+            raise ChatProtocolError(
+                f"{where}: a chunk's 'usage' is {json_type(raw_usage)}, not an object"
+            )
+        usage = Usage(
+            tokens(raw_usage, "prompt_tokens", where),
+            tokens(raw_usage, "completion_tokens", where),
+        )
+        self.usage = usage
+        # The usage comes after the finish: the tool calls go out before it.
+        return [*self._finish_updates(chunk), Update("usage", usage=usage, raw=chunk)]
 
     def _choice(self, choice: dict[str, Any], chunk: Any, updates: list[Update]) -> None:
         where = self.where
@@ -220,6 +275,7 @@ class StreamedTurn:
                 )
             if content:
                 self.text_sent = True
+                self.text.append(content)
                 updates.append(Update("text", content, raw=chunk))
             else:
                 self.empty_text = True
@@ -298,8 +354,9 @@ class StreamedTurn:
 
     def _finish_updates(self, chunk: Any) -> list[Update]:
         """The updates held until the model finished: tool calls (complete only then),
-        and the text of an answer that had no text delta (an empty one, a refusal)."""
-        if self.finished is None:
+        and the text of an answer that had no text delta (an empty one, a refusal).
+        An answer the model did not finish sends no tool calls: they go in the error."""
+        if self.finished is None or self.finished in INCOMPLETE:
             return []
         updates: list[Update] = []
         if not self.text_sent and not self.calls:
@@ -323,10 +380,24 @@ class StreamedTurn:
         return updates
 
     def finish(self) -> list[Update]:
-        """The updates left once the stream ended; a stream cut short is an error."""
+        """The updates left once the stream ended; a stream cut short is an error, and an
+        answer the model did not finish an :class:`raf.IncompleteResponseError`."""
         if self.finished is None:
             raise ChatConnectionError(
                 f"{self.where} ended before the model finished its answer (no finish_reason): "
                 "the answer is incomplete"
             )
+        if self.finished in INCOMPLETE:
+            raise incomplete(self.where, self.finished, self._partial())
         return self._finish_updates(None)
+
+    def _partial(self) -> AgentResponse:
+        """What the model said before it stopped: its text and its tool calls that have
+        an id and a name (their arguments may be cut), and the usage."""
+        calls = [
+            ToolCall(call_id, name, "{}" if arguments is None else "".join(arguments))
+            for call_id, name, arguments, _ in (self.calls[i] for i in sorted(self.calls))
+            if call_id is not None and name is not None
+        ]
+        text = "".join(self.text) if self.text_sent or not calls else None
+        return AgentResponse((ChatMessage.assistant(text, tool_calls=calls),), self.usage)

@@ -4,11 +4,16 @@ and updates, with the order of its output (the reasoning a client replays)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 from raf._clients._reply import MISSING, json_object, json_type, quote, sdk_object, tokens
 from raf._clients._responses_wire import Turn
-from raf._errors import ChatClientError, ChatProtocolError, OutputRefusedError
+from raf._errors import (
+    ChatClientError,
+    ChatProtocolError,
+    IncompleteResponseError,
+    OutputRefusedError,
+)
 from raf._messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 
 __all__: list[str] = []
@@ -30,13 +35,21 @@ def response_from_reply(
     """
     where = call_name(model)
     reply = json_object(data, content_type, where)
-    _check_status(reply, where)
+    _check_status(reply, where, finished=True)
     message, usage, turn = _read_response(reply, where, model if refuse else None)
     return AgentResponse((message,), usage, _sdk_response(reply)), turn
 
 
-def _check_status(reply: dict[str, Any], where: str) -> None:
-    """A failed or incomplete response as an error (not retryable, as the design says)."""
+# The status of a reply that is not finished yet (a background response): not an answer.
+_UNFINISHED: Final = ("in_progress", "queued")
+
+
+def _check_status(
+    reply: dict[str, Any], where: str, *, finished: bool = False, streamed: str = ""
+) -> None:
+    """A failed or incomplete response as an error (not retryable, as the design says);
+    with ``finished``, also one whose status says it is not finished. ``streamed`` is
+    the text a stream's deltas sent, for a partial answer whose output lacks it."""
     status = reply.get("status")
     if status == "failed" or (status is None and reply.get("error") is not None):
         error = reply.get("error")
@@ -45,11 +58,31 @@ def _check_status(reply: dict[str, Any], where: str) -> None:
     if status == "incomplete":
         details = reply.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, dict) else None
-        raise ChatClientError(
+        raise IncompleteResponseError(
             f"{where}: the response is incomplete"
             + (f" ({reason})" if reason else "")
-            + (" - raise max_tokens" if reason == "max_output_tokens" else "")
+            + (" - raise max_tokens" if reason == "max_output_tokens" else ""),
+            reason=str(reason or "incomplete"),
+            partial=_partial(reply, where, streamed),
         )
+    if finished and status in _UNFINISHED:
+        raise IncompleteResponseError(
+            f"{where}: the response is not finished (status {status!r}): it is no answer yet",
+            reason=status,
+            partial=_partial(reply, where, streamed),
+        )
+
+
+def _partial(reply: dict[str, Any], where: str, streamed: str) -> AgentResponse:
+    """What an incomplete reply holds, as far as it can be read (the streamed text when
+    its output has none)."""
+    try:
+        message, usage, _ = _read_response(reply, where)
+    except ChatProtocolError:
+        message, usage = ChatMessage.assistant(None), None
+    if message.content is None and streamed:
+        message = ChatMessage.assistant(streamed, tool_calls=message.tool_calls)
+    return AgentResponse((message,), usage, reply)
 
 
 def _error_text(error: Any) -> tuple[str, str]:
@@ -164,6 +197,7 @@ class StreamState:
         self.calls: dict[str, tuple[str, str]] = {}  # item id -> (call_id, name)
         self.sent_calls: set[str] = set()
         self.sent_text = False
+        self.text: list[str] = []  # the text deltas sent, to hold against the completed text
         self.done = False
         self.turn: Turn | None = None
 
@@ -179,6 +213,7 @@ class StreamState:
                     f"{where}: a {kind} event's delta is {json_type(delta)}, not a string"
                 )
             self.sent_text = True
+            self.text.append(delta)
             return [Update.of_text(delta, raw=event)]
         if kind == "response.output_item.added":
             item = event.get("item")
@@ -205,7 +240,11 @@ class StreamState:
             return self._completed(event)
         if kind in ("response.failed", "response.incomplete"):
             response = event.get("response")
-            _check_status(response if isinstance(response, dict) else {"status": kind[9:]}, where)
+            _check_status(
+                response if isinstance(response, dict) else {"status": kind[9:]},
+                where,
+                streamed="".join(self.text),
+            )
             raise ChatClientError(f"{where}: the response ended with {kind}")
         if kind == "error":
             code, text = _error_text(event)
@@ -224,6 +263,16 @@ class StreamState:
         # Whatever the events did not carry: the answer is the completed response's.
         if not self.sent_text and message.content is not None:
             updates.append(Update.of_text(message.content, raw=event))
+        elif message.content:
+            # The deltas began the answer; the completed text finishes it.
+            sent = "".join(self.text)
+            if not message.content.startswith(sent):
+                raise ChatProtocolError(
+                    f"{self.where}: the streamed text ({len(sent)} characters) does not begin "
+                    f"the text of response.completed ({len(message.content)} characters)"
+                )
+            if len(message.content) > len(sent):
+                updates.append(Update.of_text(message.content[len(sent) :], raw=event))
         updates += [
             Update.of_tool_call(call, raw=event)
             for call in message.tool_calls

@@ -41,13 +41,17 @@ __all__: list[str] = []
 
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
+#: The longest wait a server's ``Retry-After`` can ask for, in seconds (a week): a larger
+#: ask, ``inf`` included, is clamped to it, so ``retry_after`` is always a finite number.
+RETRY_AFTER_MAX: Final = 7 * 86_400.0
 #: The most of an error reply (4xx, 5xx) raf lets the SDK read: enough to quote it.
 ERROR_REPLY_MAX: Final = 1024 * 1024
 
 
 class SdkClient:
     """What both OpenAI clients are besides their API: the SDK client and its closing,
-    the model, the call's ``timeout`` and the reply's ``max_response_bytes``.
+    the model, the call's ``timeout``, a stream's ``idle_timeout`` and the reply's
+    ``max_response_bytes``.
 
     The arguments are checked (``ValueError``) and the SDK client built as
     :func:`sdk_client` says, the errors naming the subclass.
@@ -63,6 +67,7 @@ class SdkClient:
         timeout: float | None,
         max_response_bytes: int,
         client: openai.AsyncOpenAI | None,
+        idle_timeout: float | None = None,
     ) -> None:
         built, self._owns_client = sdk_client(
             type(self).__name__,
@@ -74,8 +79,10 @@ class SdkClient:
             max_response_bytes=max_response_bytes,
             client=client,
         )
+        _check_seconds(type(self).__name__, "idle_timeout", idle_timeout)
         self.model = model
         self.timeout = timeout
+        self.idle_timeout = idle_timeout
         self.max_response_bytes = max_response_bytes
         self.client: openai.AsyncOpenAI = built
 
@@ -119,14 +126,7 @@ def sdk_client(
         raise ValueError(f"{name}: model must be a non-empty str, got {model!r}")
     if type(max_retries) is not int or max_retries < 0:
         raise ValueError(f"{name}: max_retries must be an int >= 0, got {max_retries!r}")
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not timeout > 0  # also refuses NaN
-    ):
-        raise ValueError(
-            f"{name}: timeout must be a number of seconds > 0 or None, got {timeout!r}"
-        )
+    _check_seconds(name, "timeout", timeout)
     if type(max_response_bytes) is not int or max_response_bytes < 1:
         raise ValueError(
             f"{name}: max_response_bytes must be an int >= 1, got {max_response_bytes!r}"
@@ -152,6 +152,17 @@ def sdk_client(
             f"{name}({model!r}): cannot build the OpenAI client: {exc}"
         ) from exc
     return built, True
+
+
+def _check_seconds(name: str, keyword: str, value: object) -> None:
+    if value is not None and (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not value > 0  # also refuses NaN
+    ):
+        raise ValueError(
+            f"{name}: {keyword} must be a number of seconds > 0 or None, got {value!r}"
+        )
 
 
 async def bound_error_reply(response: Any, max_response_bytes: int) -> None:
@@ -345,7 +356,8 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
 
     ``retry-after-ms`` (milliseconds, OpenAI's) wins over ``Retry-After``
     (seconds, or an HTTP date); a date in the past means 0; a value that
-    cannot be read is ignored.
+    cannot be read is ignored; an ask longer than :data:`RETRY_AFTER_MAX`
+    (``inf`` included) is clamped to it.
 
     >>> retry_after_seconds({"retry-after": "2"}), retry_after_seconds({"retry-after-ms": "150"})
     (2.0, 0.15)
@@ -363,7 +375,7 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
                 return _retry_after_date(value, now)
             continue
         if not math.isnan(seconds):
-            return max(seconds, 0.0)
+            return min(max(seconds, 0.0), RETRY_AFTER_MAX)
     return None
 
 
@@ -375,4 +387,4 @@ def _retry_after_date(value: str, now: float | None) -> float | None:
     if when.tzinfo is None:  # an HTTP date is GMT even when it does not say so
         return None
     current = time.time() if now is None else now
-    return max(when.timestamp() - current, 0.0)
+    return min(max(when.timestamp() - current, 0.0), RETRY_AFTER_MAX)

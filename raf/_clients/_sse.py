@@ -1,5 +1,5 @@
-"""Reading a streamed reply, for both OpenAI clients: the whole-call time budget, and the
-``data`` of each server-sent event under a size bound.
+"""Reading a streamed reply, for both OpenAI clients: the bound on each wait on the server,
+and the ``data`` of each server-sent event under a size bound.
 
 Each client words its own errors (a chat completion, a response): it passes them in.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio
 
@@ -18,40 +18,50 @@ __all__: list[str] = []
 
 T = TypeVar("T")
 
+#: How long a stream may go on after the model's answer is complete (chat completions'
+#: finish_reason, Responses' response.completed) before raf stops reading it: the usage
+#: may still come; a server that keeps the stream open must not turn an answer into a
+#: timeout.
+DRAIN_GRACE: Final = 1.0
+
 
 class Budget:
-    """The whole-call ``timeout`` of a stream: the time spent waiting on the server.
+    """The time a stream may wait on the server: ``idle`` seconds for each wait (the
+    request until its reply starts, each read of the body), and, once :meth:`cap` was
+    called, a total for all the waits left.
 
-    Each wait (the POST, each read) runs under what is left of it, with no
-    yield inside the scope, so the deadline never lands in the consumer's code
-    and the time the consumer holds an update is not counted. Past it a wait
-    raises :class:`raf.ChatTimeoutError` with the text ``expired``.
+    Each wait runs under its bound, with no yield inside the scope, so the
+    deadline never lands in the consumer's code and the time the consumer
+    holds an update is not counted. Past it a wait raises
+    :class:`raf.ChatTimeoutError` with the text ``expired``.
     """
 
-    __slots__ = ("expired", "left", "timeout")
+    __slots__ = ("expired", "idle", "left")
 
-    def __init__(self, timeout: float | None, expired: str) -> None:
-        self.timeout = timeout
-        self.left = timeout
+    def __init__(self, idle: float | None, expired: str) -> None:
+        self.idle = idle
+        self.left: float | None = None
         self.expired = expired
 
     async def run(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``await function(*args)`` within what is left of the budget."""
+        """``await function(*args)`` within the bound of one wait."""
         left = self.left
-        if left is None:
+        limit = self.idle if left is None else left if self.idle is None else min(left, self.idle)
+        if limit is None:
             return await function(*args)
         started = anyio.current_time()
-        with anyio.move_on_after(left) as scope:
+        with anyio.move_on_after(limit) as scope:
             try:
                 return await function(*args)
             finally:
-                self.left = left - (anyio.current_time() - started)
+                if left is not None:
+                    self.left = left - (anyio.current_time() - started)
         # Only the deadline's own cancellation lands here: any other one propagates.
         assert scope.cancelled_caught
         raise ChatTimeoutError(self.expired)
 
     def cap(self, seconds: float) -> None:
-        """Leave at most ``seconds`` of the budget."""
+        """Leave at most ``seconds`` for all the waits left."""
         self.left = seconds if self.left is None else min(self.left, seconds)
 
 
@@ -63,10 +73,10 @@ class EventReader:
     """
 
     __slots__ = (
-        "_buffer",
         "_chunks",
         "_data",
         "_done",
+        "_line",
         "http_error",
         "limit",
         "response",
@@ -89,7 +99,9 @@ class EventReader:
         self.size = 0
         self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
         self._done = False
-        self._buffer = b""
+        # The pieces of the line not finished yet: kept as they came and joined once, when
+        # its newline comes (a growing buffer copied per chunk is quadratic in its length).
+        self._line: list[bytes] = []
         self._data: list[bytes] = []
 
     async def _next_bytes(self) -> bytes | None:
@@ -111,7 +123,7 @@ class EventReader:
 
     async def read_all(self) -> bytes:
         """The rest of the body (a reply that is not a stream)."""
-        pieces = [self._buffer]
+        pieces, self._line = self._line, []
         while (chunk := await self._next_bytes()) is not None:
             pieces.append(chunk)
         return b"".join(pieces)
@@ -121,26 +133,34 @@ class EventReader:
         at least one; ``None`` at the end of the body.
 
         One call per read of the body, not per event: the caller's deadline
-        scope is then paid once for all the events that came together.
+        scope is then paid once for all the events that came together. Linear
+        in the body's length: each chunk is searched for its last newline once,
+        and a line that spans chunks is joined once.
         """
         events: list[str] = []
         while not events:
             chunk = await self._next_bytes()
             if chunk is None:
-                if self._buffer:  # a last line without its newline
-                    self._lines(self._buffer, events)
-                    self._buffer = b""
+                if self._line:  # a last line without its newline
+                    self._lines(self._take_line(b""), events)
                 if self._data:  # a last event without its blank line
                     events.append(self._event())
                 return events or None
-            data = self._buffer + chunk if self._buffer else chunk
-            cut = data.rfind(b"\n")
+            cut = chunk.rfind(b"\n")
             if cut < 0:
-                self._buffer = data
+                self._line.append(chunk)
                 continue
-            self._buffer = data[cut + 1 :]
-            self._lines(data[:cut], events)
+            text = self._take_line(chunk[:cut]) if self._line else chunk[:cut]
+            if cut + 1 < len(chunk):
+                self._line.append(chunk[cut + 1 :])
+            self._lines(text, events)
         return events
+
+    def _take_line(self, end: bytes) -> bytes:
+        """The held pieces and ``end``, joined: the held line is then empty."""
+        self._line.append(end)
+        text, self._line = b"".join(self._line), []
+        return text
 
     def _lines(self, text: bytes, events: list[str]) -> None:
         """Read whole lines: an empty one ends an event."""

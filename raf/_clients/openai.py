@@ -21,9 +21,9 @@ from raf._clients._sdk import (
     read_reply,
     too_large,
 )
-from raf._clients._sse import Budget, EventReader
+from raf._clients._sse import DRAIN_GRACE, Budget, EventReader
 from raf._clients._wire import RecentBodies
-from raf._errors import ChatTimeoutError
+from raf._errors import ChatClientError, ChatTimeoutError
 from raf._messages import AgentResponse, ChatMessage, Update
 from raf._options import ChatOptions
 
@@ -47,7 +47,10 @@ class OpenAIChatClient(SdkClient):
 
     ``timeout`` bounds each whole call in seconds, the SDK's retries and the
     reading of the reply included (``None``: no bound); past it the call
-    raises :class:`raf.ChatTimeoutError`. ``max_response_bytes`` bounds
+    raises :class:`raf.ChatTimeoutError`. A stream is held to
+    ``timeout`` until it starts, then to ``idle_timeout`` for each wait on its
+    next piece: a healthy answer may stream for as long as it takes.
+    ``max_response_bytes`` bounds
     the reply's size once decompressed; past it the call raises
     :class:`raf.ChatProtocolError` without reading further.
 
@@ -73,6 +76,7 @@ class OpenAIChatClient(SdkClient):
         api_key: str | None = None,
         max_retries: int = 2,
         timeout: float | None = DEFAULT_TIMEOUT,
+        idle_timeout: float | None = DEFAULT_TIMEOUT,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
@@ -84,6 +88,7 @@ class OpenAIChatClient(SdkClient):
             timeout=timeout,
             max_response_bytes=max_response_bytes,
             client=client,
+            idle_timeout=idle_timeout,
         )
         # The messages and message chunks of the last bodies sent (see request_body).
         self._bodies = RecentBodies(messages_run)
@@ -106,7 +111,7 @@ class OpenAIChatClient(SdkClient):
         # Only the deadline's own cancellation lands here: any other one propagates.
         raise ChatTimeoutError(
             f"{where} did not finish within {self.timeout} s "
-            "(OpenAIChatClient timeout=, the SDK's retries included)"
+            f"(OpenAIChatClient(timeout={self.timeout}), the SDK's retries included)"
         )
 
     async def stream(
@@ -124,8 +129,9 @@ class OpenAIChatClient(SdkClient):
         connection breaks, is a :class:`raf.ChatConnectionError` (a truncated
         answer is never passed off as complete); a chunk that is not a chat
         completion chunk is a :class:`raf.ChatProtocolError`; HTTP errors map
-        as for :meth:`complete`. ``timeout`` bounds the time spent waiting on
-        the server (the time a consumer holds an update does not count), and
+        as for :meth:`complete`. ``timeout`` bounds the stream until it starts,
+        ``idle_timeout`` each wait on the server after that (the time a consumer
+        holds an update does not count), and
         ``max_response_bytes`` the size of the whole stream. The HTTP
         response is closed whatever ends the stream, ``aclose()`` included.
         """
@@ -133,14 +139,21 @@ class OpenAIChatClient(SdkClient):
             self.model, messages, options, self._bodies, STREAM_TAIL
         )
         where = call_name(model)
-        budget = Budget(
+        # The request until its reply starts: the whole-call deadline, the SDK's retries
+        # included. Then each read: the idle bound (a healthy stream may last any time).
+        start = Budget(
             self.timeout,
-            f"OpenAI chat completion stream (model {model!r}) did not finish within "
-            f"{self.timeout} s of waiting on the server (OpenAIChatClient timeout=, the SDK's "
-            "retries included)",
+            f"{where} did not start streaming within {self.timeout} s "
+            f"(OpenAIChatClient(timeout={self.timeout}), the SDK's retries included)",
         )
-        response = await budget.run(
+        response = await start.run(
             post, self.client, self._path(model), body, request_options, where
+        )
+        budget = Budget(
+            self.idle_timeout,
+            f"OpenAI chat completion stream (model {model!r}) sent nothing for "
+            f"{self.idle_timeout} s of waiting (OpenAIChatClient(idle_timeout="
+            f"{self.idle_timeout}))",
         )
         reader = EventReader(
             response,
@@ -159,10 +172,20 @@ class OpenAIChatClient(SdkClient):
                     yield update
                 return
             turn = StreamedTurn(model, refuse=options.output_schema is not None)
-            while (events := await budget.run(reader.next_events)) is not None:
-                for event in events:
-                    for update in turn.feed(event):
-                        yield update
+            try:
+                while (events := await budget.run(reader.next_events)) is not None:
+                    for event in events:
+                        finished = turn.finished is not None
+                        for update in turn.feed(event):
+                            yield update
+                        if not finished and turn.finished is not None:
+                            # Only the usage follows the finish: it gets a moment, not the
+                            # budget, so a server that keeps the stream open costs no answer.
+                            budget.cap(DRAIN_GRACE)
+            except ChatClientError:
+                # Once the model finished, what goes wrong reading past it is no error.
+                if turn.finished is None:
+                    raise
             for update in turn.finish():
                 yield update
         finally:

@@ -36,7 +36,7 @@ from raf._clients._sdk import (
     read_bounded,
     read_reply,
 )
-from raf._clients._sse import Budget, EventReader
+from raf._clients._sse import DRAIN_GRACE, Budget, EventReader
 from raf._clients._wire import NO_KEYS, RecentBodies, dumps, utf8
 from raf._errors import (
     BadRequestError,
@@ -55,8 +55,6 @@ __all__ = ["OpenAIResponsesClient"]
 
 # How many tool-call turns a client remembers the reasoning items of.
 _TURNS_KEPT: Final = 1024
-# How long a stream may go on after response.completed before raf stops reading it.
-_DRAIN_GRACE: Final = 1.0
 
 
 class OpenAIResponsesClient(SdkClient):
@@ -74,10 +72,11 @@ class OpenAIResponsesClient(SdkClient):
     the tool loop, so a reasoning model keeps its chain of thought across tool
     calls without server-side state.
 
-    ``timeout`` bounds the time a call waits on the server, in total: the
-    request, the SDK's retries and the reading of the reply or of every
-    event of a stream (``None``: no bound); time a stream's consumer spends
-    between updates does not count. ``max_response_bytes`` bounds the reply,
+    ``timeout`` bounds a whole plain call (the request, the SDK's retries,
+    the reading of the reply), and a stream until it starts; ``idle_timeout``
+    each wait on a stream's next event after that (``None``: no bound), so a
+    long answer that keeps coming is never cut; time a stream's consumer
+    spends between updates does not count. ``max_response_bytes`` bounds the reply,
     or the whole stream, once decompressed.
 
         async with OpenAIResponsesClient("gpt-5-mini") as model:
@@ -94,6 +93,7 @@ class OpenAIResponsesClient(SdkClient):
         store: bool = False,
         max_retries: int = 2,
         timeout: float | None = DEFAULT_TIMEOUT,
+        idle_timeout: float | None = DEFAULT_TIMEOUT,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
@@ -107,6 +107,7 @@ class OpenAIResponsesClient(SdkClient):
             timeout=timeout,
             max_response_bytes=max_response_bytes,
             client=client,
+            idle_timeout=idle_timeout,
         )
         self.store = store
         # Reasoning to replay, by the first call id of the turn it came with (oldest first).
@@ -138,7 +139,7 @@ class OpenAIResponsesClient(SdkClient):
             return answer
         raise ChatTimeoutError(
             f"{where} did not finish within {self.timeout} s "
-            "(OpenAIResponsesClient timeout=, the SDK's retries included)"
+            f"(OpenAIResponsesClient(timeout={self.timeout}), the SDK's retries included)"
         )
 
     # --- stream -------------------------------------------------------------------------
@@ -157,12 +158,19 @@ class OpenAIResponsesClient(SdkClient):
         """
         model, body, request_options = self.request_body(messages, options, stream=True)
         where = call_name(model)
-        budget = Budget(
+        # The request until its reply starts: the whole-call deadline, the SDK's retries
+        # included. Then each read: the idle bound (a healthy stream may last any time).
+        start = Budget(
             self.timeout,
-            f"{where} did not finish within {self.timeout} s of waiting "
-            "(OpenAIResponsesClient timeout=, the SDK's retries included)",
+            f"{where} did not start streaming within {self.timeout} s "
+            f"(OpenAIResponsesClient(timeout={self.timeout}), the SDK's retries included)",
         )
-        response = await budget.run(post, self.client, "/responses", body, request_options, where)
+        response = await start.run(post, self.client, "/responses", body, request_options, where)
+        budget = Budget(
+            self.idle_timeout,
+            f"{where}: the stream sent nothing for {self.idle_timeout} s of waiting "
+            f"(OpenAIResponsesClient(idle_timeout={self.idle_timeout}))",
+        )
         limit = self.max_response_bytes
         reader = EventReader(
             response,
@@ -196,7 +204,7 @@ class OpenAIResponsesClient(SdkClient):
                         if state.done:
                             # What follows the answer gets a moment, not the budget: a server
                             # that keeps the stream open must not turn an answer into a timeout.
-                            budget.cap(_DRAIN_GRACE)
+                            budget.cap(DRAIN_GRACE)
                         for update in updates:
                             yield update
                         if state.done:

@@ -24,8 +24,8 @@ __all__ = ["RetryMiddleware"]
 
 _log = structlog.get_logger("raf")
 
-# A server's ask shorter than this (retry-after-ms: 20) means "soon", never "give up":
-# it is waited for up to wait_max, even when wait_max is 0.
+# A server's ask of at most this (retry-after-ms: 20, Retry-After: 1) means "soon", never
+# "give up": it is waited for in full, even past wait_max (even when wait_max is 0).
 _SHORT_ASK = 1.0
 
 
@@ -45,9 +45,11 @@ class RetryMiddleware:
     ``wait_initial * 2**(n-1)`` plus up to ``wait_initial`` of random jitter,
     at most ``wait_max`` seconds. When the error says how long the server
     asked us to wait (``ChatClientError.retry_after``, from ``Retry-After``),
-    the wait is at least that, up to ``wait_max``; when the server asks for
-    longer than ``wait_max`` (and a second or more), the error is raised at
-    once (event ``"retry.gave_up"``) rather than retried early. Each retry
+    the wait is at least that: a retry never comes earlier than the server
+    asked. An ask of at most ``max(wait_max, 1.0)`` seconds is waited for in
+    full (a short ask, a second or less, even past ``wait_max``); when the
+    server asks for longer, the error is raised at once (event
+    ``"retry.gave_up"``) rather than retried early. Each retry
     is logged (``"retry"`` event); when the attempts run out, the last error
     is raised unchanged.
     Cancellation, and any ``BaseException`` that is not an ``Exception``, is
@@ -112,7 +114,8 @@ class RetryMiddleware:
     def _wait(self, state: RetryCallState) -> float:
         backoff: float = self._backoff(state)
         asked = _retry_after(state)
-        return backoff if asked is None else min(max(backoff, asked), self.wait_max)
+        # Never earlier than asked: _stop gave up on an ask that is too long to wait for.
+        return backoff if asked is None else max(backoff, asked)
 
     def _stop(self, state: RetryCallState) -> bool:
         if state.attempt_number >= self.attempts:

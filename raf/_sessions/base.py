@@ -67,6 +67,29 @@ def request_hash(messages: Iterable[ChatMessage]) -> str:
     return hashlib.sha256(messages_to_json(messages).encode()).hexdigest()
 
 
+def checked_session_id(session_id: object) -> str:
+    """``session_id`` if it is a non-empty str a store can write, else a ``ValueError``.
+
+    A lone surrogate (``"\\ud800"``: JSON escapes and ``surrogateescape`` make
+    them) cannot be encoded as UTF-8, so no store could write it: refused here,
+    not as a raw ``UnicodeEncodeError`` from the first write.
+
+    >>> checked_session_id("a\\ud800")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: a session id must be text UTF-8 can encode; ... (U+D800 at 1)
+    """
+    if type(session_id) is not str or not session_id:
+        raise ValueError(f"session id must be a non-empty str, got {session_id!r}")
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"a session id must be text UTF-8 can encode; {session_id!r} holds a lone "
+            f"surrogate (U+{ord(session_id[exc.start]):04X} at {exc.start})"
+        ) from None
+    return session_id
+
+
 def checked_batch(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
     """``messages`` as a tuple, every item checked before anything is stored.
 

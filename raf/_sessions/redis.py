@@ -37,15 +37,22 @@ from coredis.retry import NoRetryPolicy
 
 from raf._errors import SessionStoreError
 from raf._messages import ChatMessage
-from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
+from raf._sessions.base import (
+    REQUEST_HASH_LIMIT,
+    RequestHash,
+    checked_batch,
+    checked_session_id,
+    request_hash,
+)
 from raf._sessions.once import redis_add_once
 
 __all__ = ["RedisSessionStore"]
 
 
 DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
-#: Seconds that opening a store waits for the server to accept a connection.
-CONNECT_TIMEOUT: Final = 10.0
+#: Seconds a store waits for the server by default: on opening (the connect and the
+#: PING) and on each call. Past it the call is a SessionStoreError, never a hang.
+DEFAULT_TIMEOUT: Final = 10.0
 
 # Both scripts write nothing before they know every write will succeed: the first
 # command that writes fails on a key of another type before it changes anything
@@ -110,7 +117,8 @@ _CONNECTION_FAILURES: Final = (
     anyio.ClosedResourceError,
     anyio.EndOfStream,
 )
-_FAILURES: Final = (RedisError, *_CONNECTION_FAILURES)
+# TimeoutError: the call's own deadline (the store's timeout), or coredis's stream timeout.
+_FAILURES: Final = (RedisError, TimeoutError, *_CONNECTION_FAILURES)
 
 _SHA1: Final = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_APPEND, _TOUCH)}
 
@@ -127,6 +135,12 @@ class RedisSessionStore:
     session at once. ``ttl`` (seconds) is put again on every key of a
     session on every write; ``None`` means the keys never expire.
 
+    ``timeout`` (seconds, default 10; ``None``: no bound) bounds opening (the
+    connect and the ``PING``) and every call: a server that does not answer
+    in time (frozen, overloaded, a peer that accepts connections and never
+    replies) is a :class:`raf.SessionStoreError` that says so, never
+    a hang; a write that timed out is stored whole or not at all.
+
     Every failure is a :class:`raf.SessionStoreError` that names the
     server and says what happened: a server that does not answer (on
     opening), a connection dropped during a call, a key of the session
@@ -135,7 +149,12 @@ class RedisSessionStore:
     """
 
     def __init__(
-        self, url: str = DEFAULT_URL, *, prefix: str = "raf", ttl: float | None = None
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        prefix: str = "raf",
+        ttl: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
         if type(url) is not str or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"RedisSessionStore: url must be a redis:// URL, got {url!r}")
@@ -143,9 +162,16 @@ class RedisSessionStore:
             raise ValueError(f"RedisSessionStore: prefix must be a non-empty str, got {prefix!r}")
         if ttl is not None and (isinstance(ttl, bool) or not ttl > 0):
             raise ValueError(f"RedisSessionStore: ttl must be None or > 0 seconds, got {ttl!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+        ):
+            raise ValueError(
+                f"RedisSessionStore: timeout must be None or > 0 seconds, got {timeout!r}"
+            )
         self.url = url
         self.prefix = prefix
         self.ttl = ttl
+        self.timeout = timeout
         # EXPIRE takes whole seconds; a part of a second is rounded up, never down to 0.
         self._ttl_arg = "0" if ttl is None else str(max(1, -int(-ttl // 1)))
         self._where = f"Redis session store {_redacted(url)}"
@@ -159,10 +185,15 @@ class RedisSessionStore:
             raise SessionStoreError(f"{self._where}: the store is closed")
         if self._client is not None:
             return self
-        await self._check_reachable()
+        await self._check_answers()
         # No automatic retries: resending a write whose reply was lost could store it twice.
+        # stream_timeout: coredis's own bound on each reply (opening included), under the
+        # calls' deadlines (a cancel scope cannot enclose the client's task group).
         client: coredis.Redis[bytes] = coredis.Redis.from_url(
-            self.url, decode_responses=False, retry_policy=NoRetryPolicy()
+            self.url,
+            decode_responses=False,
+            retry_policy=NoRetryPolicy(),
+            stream_timeout=self.timeout,
         )
         exit = AsyncExitStack()
         try:
@@ -170,7 +201,9 @@ class RedisSessionStore:
             await client.ping()
         except BaseException as exc:
             await exit.aclose()
-            if isinstance(exc, _CONNECTION_FAILURES):
+            if isinstance(exc, TimeoutError):
+                problem = f"the server did not answer within timeout={self.timeout} s"
+            elif isinstance(exc, _CONNECTION_FAILURES):
                 problem = "cannot reach the server"
             elif isinstance(exc, RedisError):
                 problem = "the server does not answer as Redis does"
@@ -180,25 +213,35 @@ class RedisSessionStore:
         self._client, self._exit = client, exit
         return self
 
-    async def _check_reachable(self) -> None:
-        # A plain TCP connect first: a server that is down is the common failure, and
-        # coredis leaves a failed connection's streams unclosed (a ResourceWarning later).
+    async def _check_answers(self) -> None:
+        """Connect and send a PING over plain TCP, within ``timeout``: a server that is
+        down, frozen or silent fails here, before coredis (which leaves a failed
+        connection's streams unclosed, and whose opening no deadline of ours can enclose).
+        Any reply will do (``-NOAUTH`` too): the client's PING then checks it is Redis.
+        """
         parts = urlsplit(self.url)
         if parts.scheme == "unix":
             return
         try:
-            with anyio.fail_after(CONNECT_TIMEOUT):
+            with anyio.fail_after(self.timeout):
                 stream = await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 6379)
-        except (OSError, TimeoutError) as exc:
+                async with stream:
+                    if parts.scheme == "redis":  # a TLS server waits for its handshake
+                        await stream.send(b"PING\r\n")
+                        await stream.receive(1)
+        except TimeoutError as exc:
+            raise SessionStoreError(
+                f"{self._where}: cannot reach the server: it did not answer within "
+                f"timeout={self.timeout} s"
+            ) from exc
+        except (OSError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
             raise SessionStoreError(
                 f"{self._where}: cannot reach the server: {_reason(exc)}"
             ) from exc
-        await stream.aclose()
 
     async def get(self, session_id: str) -> RedisSession:
         """The session ``session_id`` (created by its first write; no round trip here)."""
-        if type(session_id) is not str or not session_id:
-            raise ValueError(f"session id must be a non-empty str, got {session_id!r}")
+        checked_session_id(session_id)
         self._require()
         return RedisSession(self, session_id)
 
@@ -222,7 +265,8 @@ class RedisSessionStore:
 
     def __repr__(self) -> str:
         return (
-            f"RedisSessionStore({_redacted(self.url)!r}, prefix={self.prefix!r}, ttl={self.ttl!r})"
+            f"RedisSessionStore({_redacted(self.url)!r}, prefix={self.prefix!r}, "
+            f"ttl={self.ttl!r}, timeout={self.timeout!r})"
         )
 
     def _require(self) -> coredis.Redis[bytes]:
@@ -250,6 +294,12 @@ class RedisSessionStore:
     ) -> NoReturn:
         """Raise the SessionStoreError that says what ``exc`` means for this call."""
         where = f"{self._where}, session {session_id!r}"
+        if isinstance(exc, TimeoutError):
+            outcome = f"; {writing}" if writing else ""
+            raise SessionStoreError(
+                f"{where}: cannot {what}: the server did not answer within "
+                f"timeout={self.timeout} s{outcome}"
+            ) from exc
         if isinstance(exc, WrongTypeError) or "WRONGTYPE" in str(exc):
             raise SessionStoreError(
                 f"{where}: cannot {what}: a key of the session holds another type of value "
@@ -294,7 +344,8 @@ class RedisSession:
         """The history, oldest first (one ``LRANGE``)."""
         client = self._store._require()
         try:
-            entries = await client.lrange(self._messages_key, 0, -1)
+            with anyio.fail_after(self._store.timeout):
+                entries = await client.lrange(self._messages_key, 0, -1)
         except _FAILURES as exc:
             self._store._fail(exc, "read the messages", self._id)
         return tuple([self._decode(index, entry) for index, entry in enumerate(entries)])
@@ -308,12 +359,13 @@ class RedisSession:
         store = self._store
         client = store._require()
         try:
-            if store.ttl is None:
-                # One RPUSH of many values is atomic and contiguous by itself, and on a
-                # key of another type it fails before writing: no script needed.
-                await client.rpush(self._messages_key, encoded)
-            else:
-                await store._run(client, _APPEND, self.keys, [store._ttl_arg, *encoded])
+            with anyio.fail_after(store.timeout):
+                if store.ttl is None:
+                    # One RPUSH of many values is atomic and contiguous by itself, and on a
+                    # key of another type it fails before writing: no script needed.
+                    await client.rpush(self._messages_key, encoded)
+                else:
+                    await store._run(client, _APPEND, self.keys, [store._ttl_arg, *encoded])
         except _FAILURES as exc:
             store._fail(
                 exc,
@@ -334,7 +386,9 @@ class RedisSession:
         client = store._require()
         args = [store._ttl_arg, digest, repr(time.time()), str(REQUEST_HASH_LIMIT)]
         try:
-            seen = await store._run(client, _TOUCH, (self._requests_key, self._messages_key), args)
+            with anyio.fail_after(store.timeout):
+                keys = (self._requests_key, self._messages_key)
+                seen = await store._run(client, _TOUCH, keys, args)
         except _FAILURES as exc:
             store._fail(exc, "record the request hash", self._id)
         return RequestHash(digest, bool(seen))
@@ -343,7 +397,8 @@ class RedisSession:
         """The recorded digests with the time each was last seen, oldest first."""
         client = self._store._require()
         try:
-            pairs = await client.zrange(self._requests_key, 0, -1, withscores=True)
+            with anyio.fail_after(self._store.timeout):
+                pairs = await client.zrange(self._requests_key, 0, -1, withscores=True)
         except _FAILURES as exc:
             self._store._fail(exc, "read the request hashes", self._id)
         return {_text(member): float(score) for member, score in pairs}

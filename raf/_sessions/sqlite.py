@@ -20,7 +20,13 @@ import anyio.to_thread
 
 from raf._errors import SessionStoreError
 from raf._messages import ChatMessage
-from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
+from raf._sessions.base import (
+    REQUEST_HASH_LIMIT,
+    RequestHash,
+    checked_batch,
+    checked_session_id,
+    request_hash,
+)
 from raf._sessions.once import sqlite_add_once
 
 __all__ = ["SqliteSessionStore"]
@@ -148,8 +154,7 @@ class SqliteSessionStore:
 
     async def get(self, session_id: str) -> SqliteSession:
         """The session ``session_id`` (opening the file on first use; nothing is written)."""
-        if type(session_id) is not str or not session_id:
-            raise ValueError(f"session id must be a non-empty str, got {session_id!r}")
+        checked_session_id(session_id)
         session = self._sessions.get(session_id)
         if session is None:
             await self.with_connection(_nothing)  # a bad file is reported here, not later
