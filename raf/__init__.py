@@ -5,6 +5,7 @@ import types
 import typing
 
 from raf._agent import Agent
+from raf._approvals import Decision
 from raf._builtin import (
     AgentSkillsProvider,
     CompressionProvider,
@@ -38,6 +39,7 @@ from raf._config import (
 from raf._context import AgentLike, ContextResult, Invocation, merge
 from raf._errors import (
     AgentError,
+    ApprovalError,
     AuthenticationError,
     BadRequestError,
     ChatClientError,
@@ -65,6 +67,7 @@ from raf._messages import (
     AgentResponse,
     ChatClient,
     ChatMessage,
+    PendingCall,
     StreamingChatClient,
     ToolCall,
     Update,
@@ -96,6 +99,7 @@ __all__ = [
     "AgentRunOptions",
     "AgentSkillsProvider",
     "AgentStream",
+    "ApprovalError",
     "AuthenticationError",
     "BadRequestError",
     "CallNext",
@@ -116,6 +120,7 @@ __all__ = [
     "ContextProviderLike",
     "ContextResult",
     "ContextResultError",
+    "Decision",
     "EchoChatClient",
     "FolderRetriever",
     "FunctionTool",
@@ -135,6 +140,7 @@ __all__ = [
     "PROVIDER_KINDS",
     "Passage",
     "PathError",
+    "PendingCall",
     "ProviderError",
     "ProviderGroup",
     "ProviderOptions",

@@ -8,7 +8,9 @@ from typing import Any, cast
 
 import anyio
 
+from raf._approvals import Decision, RunApprovals, wants_approval
 from raf._context import Invocation, start_invocation
+from raf._errors import ApprovalError
 from raf._messages import AgentResponse, ChatClient, ChatMessage, OnUpdate, checked_messages
 from raf._observe import checked_observers, hooks
 from raf._options import AgentRunOptions, ChatOptions
@@ -56,6 +58,7 @@ class Agent:
         "_chat_stack",
         "_default_model",
         "_instructions",
+        "_keeps_history",
         "_name",
         "_observers",
         "_post_timeout",
@@ -73,6 +76,7 @@ class Agent:
     _default_model: str | None
     _chat_stack: tuple[Any, ...]
     _instructions: str | None
+    _keeps_history: bool
     _name: str | None
     _observers: tuple[Any, ...]
     _post_timeout: float
@@ -119,6 +123,15 @@ class Agent:
         set_(self, "_tools", _checked_tools(tools))
         set_(self, "_tool_index", index_tools(self._tools, (), source="the agent"))
         set_(self, "_stack", tuple(stack))
+        set_(self, "_keeps_history", _keeps_history(self._stack))
+        if not self._keeps_history:
+            for tool in self._tools:
+                if wants_approval(tool):
+                    raise ApprovalError(
+                        f"tool {tool.name!r} needs approval, but the agent keeps no history: "
+                        "add a raf.HistoryProvider to its stack (Agent(history=True)), where a "
+                        "paused call waits"
+                    )
         set_(self, "_chat_stack", _middleware_only(chat_stack, "chat_stack"))
         set_(self, "_tool_stack", _middleware_only(tool_stack, "tool_stack"))
         set_(self, "_post_timeout", post_timeout)
@@ -200,7 +213,7 @@ class Agent:
 
     async def run(
         self,
-        messages: str | ChatMessage | Sequence[ChatMessage],
+        messages: str | ChatMessage | Sequence[ChatMessage] | Decision | Sequence[Decision],
         *,
         session: Session | None = None,
         options: AgentRunOptions | None = None,
@@ -214,19 +227,23 @@ class Agent:
         ``async (Update) -> None``, streams the run: every update is awaited
         in the caller's task as it comes (see :meth:`stream` for the iterator
         form); the response is the same as without it.
+
+        ``messages`` may instead be a :class:`raf.Decision`, or a sequence
+        of them: the run resumes the tool calls that wait for approval in
+        ``session`` (see ``docs/approvals.md``).
         """
-        request, session, options = _arguments(messages, session, options)
+        request, session, options, decisions = self._arguments(messages, session, options)
         if on_update is not None and not callable(on_update):
             raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
         touched = await session.touch_request_hash(request)
         invocation = start_invocation(
-            self, session, request, options, touched.digest, touched.repeated, on_update
+            self, session, request, options, touched.digest, touched.repeated, on_update, decisions
         )
         return await self._run(invocation)
 
     def stream(
         self,
-        messages: str | ChatMessage | Sequence[ChatMessage],
+        messages: str | ChatMessage | Sequence[ChatMessage] | Decision | Sequence[Decision],
         *,
         session: Session | None = None,
         options: AgentRunOptions | None = None,
@@ -239,7 +256,9 @@ class Agent:
         closes the run: its post stages see :class:`raf.StreamClosedError`.
         The arguments are those of :meth:`run`, checked here.
         """
-        request, checked_session, checked_options = _arguments(messages, session, options)
+        request, checked_session, checked_options, decisions = self._arguments(
+            messages, session, options
+        )
 
         async def start(on_update: OnUpdate) -> Invocation:
             touched = await checked_session.touch_request_hash(request)
@@ -251,9 +270,31 @@ class Agent:
                 touched.digest,
                 touched.repeated,
                 on_update,
+                decisions,
             )
 
         return AgentStream(start, self._run)
+
+    def _arguments(
+        self,
+        messages: str | ChatMessage | Sequence[ChatMessage] | Decision | Sequence[Decision],
+        session: Session | None,
+        options: AgentRunOptions | None,
+    ) -> tuple[tuple[ChatMessage, ...], Session, AgentRunOptions, tuple[Decision, ...]]:
+        decisions = _decisions(messages)
+        if decisions:
+            if not self._keeps_history:
+                raise ApprovalError(
+                    "a Decision resumes calls that wait in the session's history, but this "
+                    "agent keeps no history: add a raf.HistoryProvider (Agent(history=True))"
+                )
+            if session is None:
+                raise ApprovalError(
+                    "a Decision needs the session its calls wait in: "
+                    "agent.run(decision, session=session)"
+                )
+            return (*_arguments((), session, options), decisions)
+        return (*_arguments(cast("Any", messages), session, options), ())
 
     def run_sync(
         self,
@@ -333,6 +374,11 @@ class Agent:
                 chat_options = ChatOptions.from_run(options, self._tools, self._default_model)
                 object.__setattr__(self, "_chat_options", (options, chat_options))
         on_update = invocation.on_update
+        approvals = (
+            RunApprovals(invocation.session, invocation.decisions, self._post_timeout)
+            if self._keeps_history
+            else None
+        )
         if on_update is None:
             return await run_tool_loop(
                 self._chat_call,
@@ -342,6 +388,7 @@ class Agent:
                 options.max_tool_iterations,
                 invocation=invocation,
                 tool_stack=self._tool_call,
+                approvals=approvals,
             )
         return await streamed_core(
             run_tool_loop,
@@ -353,6 +400,7 @@ class Agent:
             on_update,
             invocation=invocation,
             tool_stack=self._tool_call,
+            approvals=approvals,
         )
 
     def _chat_call(self, messages: Sequence[ChatMessage], options: ChatOptions) -> Any:
@@ -406,6 +454,35 @@ def _with_history(stack: Sequence[Any]) -> tuple[Any, ...]:
                 f"({item!r}): drop one of the two"
             )
     return (HistoryProvider(), *stack)
+
+
+def _keeps_history(stack: Sequence[Any]) -> bool:
+    """Whether a :class:`raf.HistoryProvider` is in the stack (or one of its groups)."""
+    from raf._builtin.history import HistoryProvider
+
+    for item in stack:
+        if isinstance(item, HistoryProvider):
+            return True
+        members = getattr(item, "members", None)
+        if isinstance(members, tuple) and _keeps_history(members):
+            return True
+    return False
+
+
+def _decisions(messages: object) -> tuple[Decision, ...]:
+    """The decisions of a run that resumes paused calls; ``()`` for a run of messages."""
+    if type(messages) is Decision:
+        return (messages,)
+    if isinstance(messages, Sequence) and not isinstance(messages, (str, bytes)):
+        kinds = {type(item) is Decision for item in messages}
+        if kinds == {True}:
+            return tuple(messages)
+        if kinds == {True, False}:
+            raise TypeError(
+                "run(messages) takes messages or decisions, not both: send the decisions first, "
+                "then the new message"
+            )
+    return ()
 
 
 _SESSION_TYPES: set[type] = set()  # session types already checked to have the methods
