@@ -21,6 +21,7 @@ import anyio.to_thread
 from raf._errors import SessionStoreError
 from raf._messages import ChatMessage
 from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
+from raf._sessions.sqlite_pending import SqlitePending
 
 __all__ = ["SqliteSessionStore"]
 
@@ -284,8 +285,11 @@ class SqliteSessionStore:
         return f"SqliteSessionStore({str(self.path)!r})"
 
 
-class SqliteSession:
+class SqliteSession(SqlitePending):
     """One session of a :class:`SqliteSessionStore` (get it with ``store.get``).
+
+    Its pending tool calls (``record_pending``, ``claim_pending``) are in
+    :mod:`raf._sessions.sqlite_pending`.
 
     The history loaded so far is kept with the session, with the row id of
     its last message: each ``get_messages`` reads only the rows appended
