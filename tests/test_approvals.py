@@ -390,3 +390,31 @@ async def test_an_unanswered_call_left_by_a_crash_is_answered_as_interrupted() -
     history = await session.get_messages()
     assert check_tool_pairing(history) is None
     assert history[3] == ChatMessage.tool("call_a", INTERRUPTED, name="delete")
+
+
+async def test_a_store_without_the_two_operations_says_so() -> None:
+    class Plain:
+        """A session of a store written before approvals: the four first methods only."""
+
+        def __init__(self) -> None:
+            self.inner = InMemorySession()
+            self.id = self.inner.id
+            self.get_messages = self.inner.get_messages
+            self.add_messages = self.inner.add_messages
+            self.touch_request_hash = self.inner.touch_request_hash
+            self.request_hashes = self.inner.request_hashes
+
+    tools = Tools()
+    agent = agent_for([ScriptedChatClient.tool_turn(delete_call("a"))], tools)
+    with pytest.raises(raf.ProviderError) as caught:
+        await agent.run("go", session=Plain())  # type: ignore[arg-type]
+    assert isinstance(caught.value.__cause__, ApprovalError)
+    assert "record_pending" in str(caught.value.__cause__)
+    with pytest.raises(ApprovalError, match="claim_pending"):
+        await agent.run(Decision("t", approve=True), session=Plain())  # type: ignore[arg-type]
+
+
+async def test_a_decision_to_an_agent_without_history_is_refused() -> None:
+    agent = Agent(ScriptedChatClient())
+    with pytest.raises(ApprovalError, match="keeps no history"):
+        await agent.run(Decision("t", approve=True), session=InMemorySession())

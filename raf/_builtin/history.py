@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from raf._context import ContextResult
-from raf._errors import StreamClosedError
+from raf._errors import ApprovalError, StreamClosedError
 from raf._messages import AgentResponse, ChatMessage, PendingCall, ToolCall
 from raf._options import AgentRunOptions
 from raf._providers import ContextProvider
@@ -96,7 +96,13 @@ class HistoryProvider(ContextProvider):
             batch = (*messages[:lead], *request_messages, *messages[lead:])
             new = _new_pending(response)
             if new:
-                await session.record_pending(batch, new)
+                record = getattr(session, "record_pending", None)
+                if record is None:
+                    raise ApprovalError(
+                        f"session {type(session).__name__} has no record_pending(): its store "
+                        "cannot keep tool calls that wait for approval (see docs/sessions.md)"
+                    )
+                await record(batch, new)
             else:
                 await session.add_messages(batch)
         elif self.persist_partial and type(error) is StreamClosedError:
