@@ -141,6 +141,22 @@ def unanswered_tail(
     return None, ()
 
 
+async def still_owed(
+    session: Session, answers: Sequence[ChatMessage]
+) -> tuple[ChatMessage, ...]:
+    """The ``answers`` whose calls the stored history still waits for, read just before storing.
+
+    Another run may have answered them meanwhile (a new message sent while
+    an approved call ran elsewhere): a second answer, after that run's turn,
+    would answer nothing, and a model refuses such a history.
+    """
+    if not answers:
+        return ()
+    _, gap = unanswered_tail(await session.get_messages())
+    waiting = {call.id for call in gap}
+    return tuple(answer for answer in answers if answer.tool_call_id in waiting)
+
+
 def answer_in_place(
     messages: Sequence[ChatMessage], turn: ChatMessage | None, answers: Sequence[ChatMessage]
 ) -> tuple[ChatMessage, ...]:
@@ -315,7 +331,9 @@ class RunApprovals:
         self._claimed = []
         try:
             with anyio.CancelScope(shield=True), anyio.fail_after(self.post_timeout):
-                await self.session.add_messages(owed)
+                owed = list(await still_owed(self.session, owed))
+                if owed:
+                    await self.session.add_messages(owed)
         except Exception as exc:
             error.add_note(
                 f"raf: the answers of {len(owed)} claimed tool call(s) could not be stored: "

@@ -418,3 +418,23 @@ async def test_a_decision_to_an_agent_without_history_is_refused() -> None:
     agent = Agent(ScriptedChatClient())
     with pytest.raises(ApprovalError, match="keeps no history"):
         await agent.run(Decision("t", approve=True), session=InMemorySession())
+
+
+async def test_a_new_message_while_an_approved_call_runs_keeps_the_history_valid() -> None:
+    tools, session = Tools(), InMemorySession()
+    agent, response = await paused(tools, session, "a")
+    agent.chat_client.script.append("Answer to the new message.")  # type: ignore[attr-defined]
+    tools.gate = anyio.Event()
+    async with anyio.create_task_group() as group:
+        group.start_soon(
+            lambda: agent.run(Decision(response.pending[0].token, approve=True), session=session)
+        )
+        await anyio.wait_all_tasks_blocked()  # the approved call runs (and waits)
+        await agent.run("something else", session=session)  # answers it as interrupted
+        tools.gate.set()
+    assert tools.deleted == ["a"]
+    for request in agent.chat_client.requests:  # type: ignore[attr-defined]
+        assert check_tool_pairing(request.messages) is None
+    history = await session.get_messages()
+    assert check_tool_pairing(history) is None
+    assert [m.content for m in history if m.tool_call_id == "call_a"] == [INTERRUPTED]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from raf._approvals import still_owed
 from raf._context import ContextResult
 from raf._errors import ApprovalError, StreamClosedError
 from raf._messages import AgentResponse, ChatMessage, PendingCall, ToolCall
@@ -93,7 +94,8 @@ class HistoryProvider(ContextProvider):
             lead = 0  # the answers to the previous turn's calls come before the request
             while lead < len(messages) and messages[lead].role == "tool":
                 lead += 1
-            batch = (*messages[:lead], *request_messages, *messages[lead:])
+            answers = await still_owed(session, messages[:lead]) if lead else ()
+            batch = (*answers, *request_messages, *messages[lead:])
             new = _new_pending(response)
             if new:
                 record = getattr(session, "record_pending", None)
