@@ -438,3 +438,27 @@ async def test_a_new_message_while_an_approved_call_runs_keeps_the_history_valid
     history = await session.get_messages()
     assert check_tool_pairing(history) is None
     assert [m.content for m in history if m.tool_call_id == "call_a"] == [INTERRUPTED]
+
+
+@pytest.mark.parametrize("decide", ["resume", "new message"])
+async def test_with_compression_the_waiting_turn_stays_in_view(decide: str) -> None:
+    tools, session = Tools(), InMemorySession()
+    turn = ScriptedChatClient.tool_turn(delete_call("a"), ToolCall("call_ls", "listing"))
+    agent = Agent(
+        ScriptedChatClient([turn, "All done."]),
+        tools=[tools.delete, tools.listing],
+        stack=[
+            raf.HistoryProvider(inject=False),
+            raf.CompressionProvider(raf.TruncationStrategy(keep_last=2)),
+        ],
+    )
+    response = await agent.run("clean up", session=session)
+    if decide == "resume":
+        done = await agent.run(Decision(response.pending[0].token, approve=True), session=session)
+        assert tools.deleted == ["a"]
+    else:
+        done = await agent.run("forget it", session=session)
+        assert tools.deleted == []
+    assert done.text == "All done."
+    assert check_tool_pairing(agent.chat_client.requests[-1].messages) is None  # type: ignore[attr-defined]
+    assert check_tool_pairing(await session.get_messages()) is None
