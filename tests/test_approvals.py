@@ -462,3 +462,20 @@ async def test_with_compression_the_waiting_turn_stays_in_view(decide: str) -> N
     assert done.text == "All done."
     assert check_tool_pairing(agent.chat_client.requests[-1].messages) is None  # type: ignore[attr-defined]
     assert check_tool_pairing(await session.get_messages()) is None
+
+
+async def test_a_resume_streams_in_the_iterator_form() -> None:
+    tools, session = Tools(), InMemorySession()
+    agent, response = await paused(tools, session, "a", "b")
+    first, second = response.pending
+    async with agent.stream(Decision(first.token, approve=True), session=session) as stream:
+        updates = [update async for update in stream]
+    assert [u.kind for u in updates] == ["tool_result", "approval"]
+    assert updates[1].pending == second
+    assert stream.response is not None
+    assert stream.response.pending == (second,)
+    async with agent.stream(Decision(second.token, approve=False), session=session) as stream:
+        kinds = [update.kind async for update in stream]
+    assert kinds[0] == "tool_result"
+    assert "text" in kinds
+    assert tools.deleted == ["a"]
