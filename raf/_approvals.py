@@ -200,7 +200,6 @@ class RunApprovals:
         self.post_timeout = post_timeout
         self._claimed: list[ToolCall] = []  # claimed by this run: each one is owed an answer
         self._answers: dict[str, ChatMessage] = {}  # call id -> its answer, once known
-        self._token: dict[str, str] = {}  # call id -> the token it would have paused with
 
     def pending(self, calls: Sequence[ToolCall]) -> tuple[PendingCall, ...]:
         """The :class:`PendingCall` of each call that is to wait."""
@@ -220,7 +219,9 @@ class RunApprovals:
             return await self._resume(messages, turn, gap, run)
         if not gap:
             return Opening((), tuple(messages))  # nothing waits: no round trip to the store
-        claimed, _ = await self._claim(None)
+        # A store without approvals has nothing pending: its gap is a lost result.
+        keeps = callable(getattr(self.session, "claim_pending", None))
+        claimed, _ = await self._claim(None) if keeps else ((), ())
         owed = [refusal(p.call, SUPERSEDED) for p in claimed]
         self._claimed.extend(p.call for p in claimed)
         for answer in owed:
