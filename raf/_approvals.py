@@ -141,9 +141,7 @@ def unanswered_tail(
     return None, ()
 
 
-async def still_owed(
-    session: Session, answers: Sequence[ChatMessage]
-) -> tuple[ChatMessage, ...]:
+async def still_owed(session: Session, answers: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
     """The ``answers`` whose calls the stored history still waits for, read just before storing.
 
     Another run may have answered them meanwhile (a new message sent while

@@ -10,7 +10,7 @@ import anyio
 import attrs
 import structlog
 
-from raf._approvals import RunApprovals, wants_approval
+from raf._approvals import Opening, RunApprovals, wants_approval
 from raf._context import Invocation
 from raf._errors import (
     ApprovalError,
@@ -123,90 +123,69 @@ async def run_tool_loop(
     need approval runs the others, then ends the run with them ``pending``.
     """
     call_tool = invoke_tool if tool_stack is None else tool_stack
-    if approvals is None:
-        return await _loop(
-            chat,
-            messages,
-            options,
-            tools,
-            max_tool_iterations,
-            on_update,
-            invocation,
-            call_tool,
-            None,
-            [],
-        )
-    try:
-
-        async def run(calls: Sequence[ToolCall], done: Callable[[int, ChatMessage], None]) -> Any:
-            return await run_tool_calls(calls, tools, call_tool, invocation, done)
-
-        opening = await approvals.open(messages, invocation.messages, run)
-        produced = list(opening.answers)
-        await _send_results(on_update, opening.answers)
-        if not opening.goes_on:
-            await _send_pending(on_update, opening.waiting)
-            return AgentResponse(tuple(produced), pending=opening.waiting)
-        return await _loop(
-            chat,
-            opening.messages,
-            options,
-            tools,
-            max_tool_iterations,
-            on_update,
-            invocation,
-            call_tool,
-            approvals,
-            produced,
-        )
-    except BaseException as exc:
-        await approvals.settle(exc)
-        raise
-
-
-async def _loop(
-    chat: ChatCall,
-    messages: Sequence[ChatMessage],
-    options: ChatOptions,
-    tools: Mapping[str, Tool],
-    max_tool_iterations: int,
-    on_update: OnUpdate | None,
-    invocation: Invocation,
-    call_tool: ToolStack,
-    approvals: RunApprovals | None,
-    produced: list[ChatMessage],
-) -> AgentResponse:
+    produced: list[ChatMessage] = []
     usage: Usage | None = None
-    for call_number in range(1, max_tool_iterations + 1):
-        response = await chat(messages, options)
-        produced.extend(response.messages)
-        if response.usage is not None:
-            usage = response.usage if usage is None else usage + response.usage
-        calls = response.tool_calls
-        if not calls:
-            if (
-                call_number == 1
-                and type(response) is AgentResponse
-                and len(produced) == len(response.messages)
-            ):
-                return response  # one call, no tools, nothing resumed: it is the run's response
-            return AgentResponse(tuple(produced), usage, response.raw)
-        held = _held(approvals, calls, tools)
-        if call_number == max_tool_iterations and not held:
-            raise ToolLoopError(max_tool_iterations, tuple(call.name for call in calls))
-        if held:
-            waiting = {call.id for call in held}
-            calls = tuple(call for call in calls if call.id not in waiting)
-        results = await run_tool_calls(calls, tools, call_tool, invocation) if calls else ()
-        await _send_results(on_update, results)
-        produced.extend(results)
-        if held:
-            assert approvals is not None
-            pending = approvals.pending(held)
-            await _send_pending(on_update, pending)
-            return AgentResponse(tuple(produced), usage, response.raw, pending=pending)
-        messages = (*messages, *response.messages, *results)
+    try:
+        if approvals is not None:
+            opening = await _open(approvals, messages, tools, call_tool, invocation, on_update)
+            produced.extend(opening.answers)
+            if not opening.goes_on:
+                return AgentResponse(tuple(produced), pending=opening.waiting)
+            messages = opening.messages
+        for call_number in range(1, max_tool_iterations + 1):
+            response = await chat(messages, options)
+            produced.extend(response.messages)
+            if response.usage is not None:
+                usage = response.usage if usage is None else usage + response.usage
+            calls = response.tool_calls
+            if not calls:
+                if (
+                    call_number == 1
+                    and type(response) is AgentResponse
+                    and len(produced) == len(response.messages)  # nothing resumed before it
+                ):
+                    return response  # one call, no tools, nothing resumed: the run's response
+                return AgentResponse(tuple(produced), usage, response.raw)
+            held = _held(approvals, calls, tools)
+            if call_number == max_tool_iterations and not held:
+                raise ToolLoopError(max_tool_iterations, tuple(call.name for call in calls))
+            if held:
+                waiting = {call.id for call in held}
+                calls = tuple(call for call in calls if call.id not in waiting)
+            results = await run_tool_calls(calls, tools, call_tool, invocation) if calls else ()
+            await _send_results(on_update, results)
+            produced.extend(results)
+            if held:  # the others ran: the run ends, these wait for a person
+                assert approvals is not None
+                pending = approvals.pending(held)
+                await _send_pending(on_update, pending)
+                return AgentResponse(tuple(produced), usage, response.raw, pending=pending)
+            messages = (*messages, *response.messages, *results)
+    except BaseException as exc:
+        if approvals is not None:
+            await approvals.settle(exc)  # the calls this run claimed get their answers stored
+        raise
     raise AssertionError("unreachable: max_tool_iterations >= 1")  # pragma: no cover
+
+
+async def _open(
+    approvals: RunApprovals,
+    messages: Sequence[ChatMessage],
+    tools: Mapping[str, Tool],
+    call_tool: ToolStack,
+    invocation: Invocation,
+    on_update: OnUpdate | None,
+) -> Opening:
+    """The run's decisions applied (or what waits refused), their answers streamed."""
+
+    async def run(calls: Sequence[ToolCall], done: Callable[[int, ChatMessage], None]) -> Any:
+        return await run_tool_calls(calls, tools, call_tool, invocation, done)
+
+    opening = await approvals.open(messages, invocation.messages, run)
+    await _send_results(on_update, opening.answers)
+    if not opening.goes_on:
+        await _send_pending(on_update, opening.waiting)
+    return opening
 
 
 def _held(
