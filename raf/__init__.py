@@ -5,6 +5,7 @@ import types
 import typing
 
 from raf._agent import Agent
+from raf._approvals import Decision
 from raf._builtin import (
     AgentSkillsProvider,
     CompressionProvider,
@@ -38,6 +39,7 @@ from raf._config import (
 from raf._context import AgentLike, ContextResult, Invocation, merge
 from raf._errors import (
     AgentError,
+    ApprovalError,
     AuthenticationError,
     BadRequestError,
     ChatClientError,
@@ -71,6 +73,7 @@ from raf._messages import (
     AgentResponse,
     ChatClient,
     ChatMessage,
+    PendingCall,
     StreamingChatClient,
     ToolCall,
     Update,
@@ -102,6 +105,7 @@ __all__ = [
     "AgentRunOptions",
     "AgentSkillsProvider",
     "AgentStream",
+    "ApprovalError",
     "AuthenticationError",
     "BadRequestError",
     "CallNext",
@@ -122,6 +126,7 @@ __all__ = [
     "ContextProviderLike",
     "ContextResult",
     "ContextResultError",
+    "Decision",
     "DurableError",
     "EchoChatClient",
     "FallbackMiddleware",
@@ -148,6 +153,7 @@ __all__ = [
     "PROVIDER_KINDS",
     "Passage",
     "PathError",
+    "PendingCall",
     "ProviderError",
     "ProviderGroup",
     "ProviderOptions",

@@ -9,7 +9,9 @@ from typing import Any, cast
 import anyio
 import attrs
 
+from raf._approvals import Decision, RunApprovals, wants_approval
 from raf._context import Invocation, start_invocation
+from raf._errors import ApprovalError
 from raf._messages import AgentResponse, ChatClient, ChatMessage, OnUpdate, checked_messages
 from raf._observe import checked_observers, hooks
 from raf._options import AgentRunOptions, ChatOptions
@@ -58,6 +60,7 @@ class Agent:
         "_chat_stack",
         "_default_model",
         "_instructions",
+        "_keeps_history",
         "_name",
         "_observers",
         "_post_timeout",
@@ -75,6 +78,7 @@ class Agent:
     _default_model: str | None
     _chat_stack: tuple[Any, ...]
     _instructions: str | None
+    _keeps_history: bool
     _name: str | None
     _observers: tuple[Any, ...]
     _post_timeout: float
@@ -121,6 +125,15 @@ class Agent:
         set_(self, "_tools", _checked_tools(tools))
         set_(self, "_tool_index", index_tools(self._tools, (), source="the agent"))
         set_(self, "_stack", tuple(stack))
+        set_(self, "_keeps_history", _keeps_history(self._stack))
+        if not self._keeps_history:
+            for tool in self._tools:
+                if wants_approval(tool):
+                    raise ApprovalError(
+                        f"tool {tool.name!r} needs approval, but the agent keeps no history: "
+                        "add a raf.HistoryProvider to its stack (Agent(history=True)), where a "
+                        "paused call waits"
+                    )
         set_(self, "_chat_stack", _middleware_only(chat_stack, "chat_stack"))
         set_(self, "_tool_stack", _middleware_only(tool_stack, "tool_stack"))
         set_(self, "_post_timeout", post_timeout)
@@ -202,7 +215,7 @@ class Agent:
 
     async def run(
         self,
-        messages: str | ChatMessage | Sequence[ChatMessage],
+        messages: str | ChatMessage | Sequence[ChatMessage] | Decision | Sequence[Decision],
         *,
         session: Session | None = None,
         options: AgentRunOptions | None = None,
@@ -225,21 +238,24 @@ class Agent:
         told to the model and asked again up to ``output_retries`` times
         (default 1), then :class:`raf.OutputValidationError`. Both set the
         run's :class:`AgentRunOptions` fields of the same names.
+        ``messages`` may instead be a :class:`raf.Decision`, or a sequence
+        of them: the run resumes the tool calls that wait for approval in
+        ``session`` (see ``docs/approvals.md``).
         """
-        request, session, options = _arguments(
+        request, session, options, decisions = self._arguments(
             messages, session, options, output_type, output_retries
         )
         if on_update is not None and not callable(on_update):
             raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
         touched = await session.touch_request_hash(request)
         invocation = start_invocation(
-            self, session, request, options, touched.digest, touched.repeated, on_update
+            self, session, request, options, touched.digest, touched.repeated, on_update, decisions
         )
         return await self._run(invocation)
 
     def stream(
         self,
-        messages: str | ChatMessage | Sequence[ChatMessage],
+        messages: str | ChatMessage | Sequence[ChatMessage] | Decision | Sequence[Decision],
         *,
         session: Session | None = None,
         options: AgentRunOptions | None = None,
@@ -255,7 +271,7 @@ class Agent:
         closes the run: its post stages see :class:`raf.StreamClosedError`.
         The arguments are those of :meth:`run`, checked here.
         """
-        request, checked_session, checked_options = _arguments(
+        request, checked_session, checked_options, decisions = self._arguments(
             messages, session, options, output_type, output_retries
         )
 
@@ -269,9 +285,34 @@ class Agent:
                 touched.digest,
                 touched.repeated,
                 on_update,
+                decisions,
             )
 
         return AgentStream(start, self._run)
+
+    def _arguments(
+        self,
+        messages: str | ChatMessage | Sequence[ChatMessage] | Decision | Sequence[Decision],
+        session: Session | None,
+        options: AgentRunOptions | None,
+        output_type: Any = None,
+        output_retries: int | None = None,
+    ) -> tuple[tuple[ChatMessage, ...], Session, AgentRunOptions, tuple[Decision, ...]]:
+        decisions = _decisions(messages)
+        if decisions:
+            if not self._keeps_history:
+                raise ApprovalError(
+                    "a Decision resumes calls that wait in the session's history, but this "
+                    "agent keeps no history: add a raf.HistoryProvider (Agent(history=True))"
+                )
+            if session is None:
+                raise ApprovalError(
+                    "a Decision needs the session its calls wait in: "
+                    "agent.run(decision, session=session)"
+                )
+            return (*_arguments((), session, options, output_type, output_retries), decisions)
+        checked = _arguments(cast("Any", messages), session, options, output_type, output_retries)
+        return (*checked, ())
 
     def run_sync(
         self,
@@ -362,6 +403,11 @@ class Agent:
         loop: Callable[..., Awaitable[AgentResponse]] = run_tool_loop
         if options.output_type is not None:
             loop = structured_loop(options.output_type, options.output_retries)
+        approvals = (
+            RunApprovals(invocation.session, invocation.decisions, self._post_timeout)
+            if self._keeps_history
+            else None
+        )
         if on_update is None:
             return await loop(
                 self._chat_call,
@@ -371,6 +417,7 @@ class Agent:
                 options.max_tool_iterations,
                 invocation=invocation,
                 tool_stack=self._tool_call,
+                approvals=approvals,
             )
         return await streamed_core(
             loop,
@@ -382,6 +429,7 @@ class Agent:
             on_update,
             invocation=invocation,
             tool_stack=self._tool_call,
+            approvals=approvals,
         )
 
     def _chat_call(self, messages: Sequence[ChatMessage], options: ChatOptions) -> Any:
@@ -435,6 +483,35 @@ def _with_history(stack: Sequence[Any]) -> tuple[Any, ...]:
                 f"({item!r}): drop one of the two"
             )
     return (HistoryProvider(), *stack)
+
+
+def _keeps_history(stack: Sequence[Any]) -> bool:
+    """Whether a :class:`raf.HistoryProvider` is in the stack (or one of its groups)."""
+    from raf._builtin.history import HistoryProvider
+
+    for item in stack:
+        if isinstance(item, HistoryProvider):
+            return True
+        members = getattr(item, "members", None)
+        if isinstance(members, tuple) and _keeps_history(members):
+            return True
+    return False
+
+
+def _decisions(messages: object) -> tuple[Decision, ...]:
+    """The decisions of a run that resumes paused calls; ``()`` for a run of messages."""
+    if type(messages) is Decision:
+        return (messages,)
+    if isinstance(messages, Sequence) and not isinstance(messages, (str, bytes)):
+        kinds = {type(item) is Decision for item in messages}
+        if kinds == {True}:
+            return tuple(messages)
+        if kinds == {True, False}:
+            raise TypeError(
+                "run(messages) takes messages or decisions, not both: send the decisions first, "
+                "then the new message"
+            )
+    return ()
 
 
 _SESSION_TYPES: set[type] = set()  # session types already checked to have the methods

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -12,6 +12,9 @@ from raf._messages import ChatMessage, OnUpdate
 from raf._options import AgentRunOptions
 from raf._sessions.base import Session
 from raf._tools import Tool
+
+if TYPE_CHECKING:
+    from raf._approvals import Decision
 
 __all__ = ["AgentLike", "ContextResult", "Invocation", "merge"]
 
@@ -70,8 +73,10 @@ class Invocation:
     (a client's retried turn, for example). ``on_update`` is where a
     streamed run sends its updates (ASGI's ``send``), ``None`` for a run
     that is not streamed; a middleware may wrap it with
-    ``attrs.evolve(invocation, on_update=...)``. Immutable: a layer passes
-    an evolved copy inward (see :func:`merge`).
+    ``attrs.evolve(invocation, on_update=...)``. ``decisions`` are the
+    :class:`raf.Decision` objects of a run that resumes paused tool calls
+    (its request messages are then empty). Immutable: a layer passes an
+    evolved copy inward (see :func:`merge`).
     """
 
     agent: AgentLike | None
@@ -85,6 +90,7 @@ class Invocation:
     repeated: bool = attrs.field(default=False, kw_only=True)
     tool_sources: tuple[str, ...] = attrs.field(default=(), kw_only=True, repr=False)
     on_update: OnUpdate | None = attrs.field(default=None, kw_only=True, repr=False)
+    decisions: tuple[Decision, ...] = attrs.field(default=(), kw_only=True)
 
 
 def merge(
@@ -155,6 +161,7 @@ def start_invocation(
     request_hash: str | None,
     repeated: bool,
     on_update: OnUpdate | None,
+    decisions: tuple[Decision, ...] = (),
 ) -> Invocation:
     """A run's first invocation, nothing contributed yet."""
     return Invocation(
@@ -165,6 +172,7 @@ def start_invocation(
         request_hash=request_hash,
         repeated=repeated,
         on_update=on_update,
+        decisions=decisions,
     )
 
 
@@ -187,6 +195,7 @@ _FIELDS = (
     "repeated",
     "tool_sources",
     "on_update",
+    "decisions",
 )
 if tuple(field.name for field in attrs.fields(Invocation)) != _FIELDS:  # pragma: no cover
     raise AssertionError("raf._context._copy does not set every field of Invocation")
@@ -202,6 +211,7 @@ if tuple(field.name for field in attrs.fields(Invocation)) != _FIELDS:  # pragma
     _set_repeated,
     _set_sources,
     _set_on_update,
+    _set_decisions,
 ) = (vars(Invocation)[name].__set__ for name in _FIELDS)
 _new = object.__new__
 
@@ -226,6 +236,7 @@ def _copy(
     _set_repeated(copy, invocation.repeated)
     _set_sources(copy, sources)
     _set_on_update(copy, invocation.on_update)
+    _set_decisions(copy, invocation.decisions)
     return copy
 
 

@@ -6,6 +6,7 @@ The hierarchy (``except`` a branch to catch everything below it)::
     ├── ProviderError                 a provider's stage failed (.provider, .stage)
     ├── ContextResultError            a ContextResult of the wrong shape (also a TypeError)
     ├── StreamClosedError             the consumer left a streamed run early (.partial)
+    ├── ApprovalError                 a decision matches no pending call, or approvals cannot wait
     ├── ConfigError                   a declaration or a config file is wrong
     ├── CompressionError              a compression strategy could not compress
     ├── McpError                      an MCP server could not be started or spoken to
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentError",
+    "ApprovalError",
     "AuthenticationError",
     "BadRequestError",
     "ChatClientError",
@@ -147,6 +149,23 @@ class StreamClosedError(AgentError):
         super().__init__(
             f"the consumer of the streamed run left before its end, having received {what}"
         )
+
+
+class ApprovalError(AgentError):
+    """An approval cannot be applied, or a tool that needs one cannot wait for it.
+
+    Raised by ``agent.run(raf.Decision(...), session=s)`` before any model
+    call or tool runs, when a decision's token matches no pending call of
+    that session (unknown, already decided, another session's, or the
+    call's arguments changed): then none of the decisions applies. Also
+    raised when a tool that needs approval is offered to an agent whose
+    stack has no :class:`raf.HistoryProvider` (a paused call must be
+    stored to wait). ``tokens`` are the tokens that matched nothing.
+    """
+
+    def __init__(self, message: str, *, tokens: tuple[str, ...] = ()) -> None:
+        self.tokens = tokens
+        super().__init__(message)
 
 
 class ContextResultError(AgentError, TypeError):

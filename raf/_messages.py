@@ -17,6 +17,7 @@ __all__ = [
     "AgentResponse",
     "ChatClient",
     "ChatMessage",
+    "PendingCall",
     "StreamingChatClient",
     "ToolCall",
     "Update",
@@ -96,6 +97,35 @@ class ToolCall:
     def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
         """The inverse of :meth:`to_dict`."""
         return cls(data["id"], data["name"], data.get("arguments", "{}"))
+
+
+@attrs.frozen(slots=True)
+class PendingCall:
+    """A tool call that waits for a person's decision (see ``docs/approvals.md``).
+
+    ``call`` is the model's call, exactly as it will run if approved;
+    ``token`` binds a :class:`raf.Decision` to it: derived from the session
+    id, the call id, the tool name and the canonical arguments, so a
+    decision applies to exactly what was shown.
+    ``AgentResponse.pending`` holds one per waiting call.
+    """
+
+    call: ToolCall = attrs.field()
+    token: str = attrs.field(validator=_check_str)
+
+    @call.validator
+    def _check_call(self, attribute: attrs.Attribute[Any], value: object) -> None:
+        if type(value) is not ToolCall:
+            raise TypeError(f"PendingCall.call must be a ToolCall, got {type(value).__name__}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain-JSON form, what a session store keeps."""
+        return {"token": self.token, "call": self.call.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PendingCall:
+        """The inverse of :meth:`to_dict`."""
+        return cls(ToolCall.from_dict(data["call"]), data["token"])
 
 
 def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
@@ -202,6 +232,16 @@ def _message_tuple(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
     return checked_messages(messages, "AgentResponse.messages")
 
 
+def _pending(calls: Iterable[PendingCall]) -> tuple[PendingCall, ...]:
+    pending = tuple(calls)
+    for index, call in enumerate(pending):
+        if type(call) is not PendingCall:
+            raise TypeError(
+                f"AgentResponse.pending[{index}] must be a PendingCall, got {type(call).__name__}"
+            )
+    return pending
+
+
 @attrs.frozen(slots=True, repr=False)
 class Usage:
     """Token counts of one or more model calls; ``+`` adds them up.
@@ -254,6 +294,9 @@ class AgentResponse:
     (``None`` when the run asked for none); ``model`` names the model that
     answered when a client or middleware says (:class:`raf.FallbackMiddleware`
     does), else ``None``.
+    ``pending`` holds the tool calls that wait for a person's decision
+    (:class:`PendingCall`); the run stopped before them (see
+    ``docs/approvals.md``).
     """
 
     messages: tuple[ChatMessage, ...] = attrs.field(default=(), converter=_message_tuple)
@@ -261,6 +304,7 @@ class AgentResponse:
     raw: Any = attrs.field(default=None, eq=False, repr=False)
     output: Any = attrs.field(default=None, kw_only=True, repr=False)
     model: str | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
+    pending: tuple[PendingCall, ...] = attrs.field(default=(), kw_only=True, converter=_pending)
 
     @property
     def text(self) -> str:
@@ -297,6 +341,7 @@ class AgentResponse:
         text: list[str] | None = None
         calls: list[ToolCall] = []
         usage: Usage | None = None
+        pending: list[PendingCall] = []
         for update in updates:
             kind = update.kind
             if kind == "text":
@@ -314,9 +359,11 @@ class AgentResponse:
             elif kind == "usage":
                 assert update.usage is not None
                 usage = update.usage if usage is None else usage + update.usage
+            elif kind == "approval":
+                pending.append(update.pending)  # type: ignore[arg-type]
         if text is not None or calls:
             messages.append(_turn(text, calls))
-        return cls(tuple(messages), usage)
+        return cls(tuple(messages), usage, pending=tuple(pending))
 
     def to_updates(self) -> tuple[Update, ...]:
         """The updates a stream of this response sends: the inverse of :meth:`from_updates`.
@@ -340,6 +387,7 @@ class AgentResponse:
                 updates.append(Update("tool_result", message=message))
         if self.usage is not None:
             updates.append(Update("usage", usage=self.usage))
+        updates.extend(Update("approval", pending=pending) for pending in self.pending)
         return tuple(updates)
 
 
@@ -349,8 +397,8 @@ def _turn(text: list[str] | None, calls: Sequence[ToolCall]) -> ChatMessage:
     )
 
 
-UpdateKind = Literal["text", "tool_call", "tool_result", "usage"]
-_UPDATE_KINDS: Final = ("text", "tool_call", "tool_result", "usage")
+UpdateKind = Literal["text", "tool_call", "tool_result", "usage", "approval"]
+_UPDATE_KINDS: Final = ("text", "tool_call", "tool_result", "usage", "approval")
 
 
 @attrs.frozen(slots=True, repr=False)
@@ -361,8 +409,10 @@ class Update:
     assistant's text in ``text``; ``"tool_call"`` a complete call in
     ``tool_call`` (sent once its arguments are complete); ``"tool_result"``
     the tool message of a call in ``message``; ``"usage"`` the token counts
-    of a model call in ``usage``. ``raw`` is the client's own chunk, if any
-    (not part of equality). Build them with the ``of_*`` constructors.
+    of a model call in ``usage``; ``"approval"`` a call that waits for a
+    person's decision in ``pending`` (sent before the stream ends). ``raw``
+    is the client's own chunk, if any (not part of equality). Build them
+    with the ``of_*`` constructors.
 
     >>> Update.of_text("Hel")
     Update(kind='text', text='Hel')
@@ -376,6 +426,7 @@ class Update:
     message: ChatMessage | None = None
     usage: Usage | None = None
     raw: Any = attrs.field(default=None, eq=False, repr=False)
+    pending: PendingCall | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         # One check per kind, in one place: a malformed update is refused where it is
@@ -401,6 +452,11 @@ class Update:
         elif kind == "usage":
             if type(self.usage) is not Usage:
                 raise TypeError(f"a 'usage' Update needs usage=Usage(...), got {self.usage!r}")
+        elif kind == "approval":
+            if type(self.pending) is not PendingCall:
+                raise TypeError(
+                    f"an 'approval' Update needs pending=PendingCall(...), got {self.pending!r}"
+                )
         else:
             raise ValueError(f"Update.kind must be one of {list(_UPDATE_KINDS)}, got {kind!r}")
 
@@ -414,6 +470,8 @@ class Update:
             if kind == "tool_call"
             else ("message", self.message)
             if kind == "tool_result"
+            else ("pending", self.pending)
+            if kind == "approval"
             else ("usage", self.usage)
         )
         return f"Update(kind={kind!r}, {value[0]}={value[1]!r})"

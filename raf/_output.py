@@ -218,6 +218,8 @@ async def validated_loop(
         produced.extend(response.messages)
         if response.usage is not None:
             usage = response.usage if usage is None else usage + response.usage
+        if response.pending:  # the run stops before calls that wait: no final answer yet
+            return attrs.evolve(response, messages=tuple(produced), usage=usage)
         text = response.text
         try:
             value = spec.validate(text)

@@ -10,9 +10,16 @@ import anyio
 import attrs
 import structlog
 
+from raf._approvals import Opening, RunApprovals, wants_approval
 from raf._context import Invocation
-from raf._errors import ToolArgumentsError, ToolConflictError, ToolLoopError, ToolSchemaError
-from raf._messages import AgentResponse, ChatMessage, OnUpdate, ToolCall, Update, Usage
+from raf._errors import (
+    ApprovalError,
+    ToolArgumentsError,
+    ToolConflictError,
+    ToolLoopError,
+    ToolSchemaError,
+)
+from raf._messages import AgentResponse, ChatMessage, OnUpdate, PendingCall, ToolCall, Update, Usage
 from raf._options import ChatOptions
 from raf._tools import FunctionTool, Tool, check_tool_arguments, check_tool_json
 
@@ -101,6 +108,7 @@ async def run_tool_loop(
     *,
     invocation: Invocation,
     tool_stack: ToolStack | None = None,
+    approvals: RunApprovals | None = None,
 ) -> AgentResponse:
     """Call the model until it stops asking for tools: at most ``max_tool_iterations`` calls.
 
@@ -110,29 +118,104 @@ async def run_tool_loop(
     tool message is sent as a ``"tool_result"`` update once the batch ran.
     Each call goes through ``tool_stack`` (the composed tool stack, whose
     core is :func:`invoke_tool`; ``None`` means that core alone).
+
+    With ``approvals`` (the agent keeps a history), the run first applies
+    its decisions (or refuses what waits, when a new turn begins): those
+    answers open the response. A model turn whose calls include some that
+    need approval runs the others, then ends the run with them ``pending``.
     """
     call_tool = invoke_tool if tool_stack is None else tool_stack
     produced: list[ChatMessage] = []
     usage: Usage | None = None
-    for call_number in range(1, max_tool_iterations + 1):
-        response = await chat(messages, options)
-        produced.extend(response.messages)
-        if response.usage is not None:
-            usage = response.usage if usage is None else usage + response.usage
-        calls = response.tool_calls
-        if not calls:
-            if call_number == 1 and type(response) is AgentResponse:
-                return response  # one call, no tools: it already is the run's response
-            return AgentResponse(tuple(produced), usage, response.raw, model=response.model)
-        if call_number == max_tool_iterations:
-            raise ToolLoopError(max_tool_iterations, tuple(call.name for call in calls))
-        results = await run_tool_calls(calls, tools, call_tool, invocation)
-        if on_update is not None:
-            for result in results:
-                await on_update(Update("tool_result", message=result))
-        produced.extend(results)
-        messages = (*messages, *response.messages, *results)
+    try:
+        if approvals is not None:
+            opening = await _open(approvals, messages, tools, call_tool, invocation, on_update)
+            produced.extend(opening.answers)
+            if not opening.goes_on:
+                return AgentResponse(tuple(produced), pending=opening.waiting)
+            messages = opening.messages
+        for call_number in range(1, max_tool_iterations + 1):
+            response = await chat(messages, options)
+            produced.extend(response.messages)
+            if response.usage is not None:
+                usage = response.usage if usage is None else usage + response.usage
+            calls = response.tool_calls
+            if not calls:
+                if (
+                    call_number == 1
+                    and type(response) is AgentResponse
+                    and len(produced) == len(response.messages)  # nothing resumed before it
+                ):
+                    return response  # one call, no tools, nothing resumed: the run's response
+                return AgentResponse(tuple(produced), usage, response.raw, model=response.model)
+            held = _held(approvals, calls, tools)
+            if call_number == max_tool_iterations and not held:
+                raise ToolLoopError(max_tool_iterations, tuple(call.name for call in calls))
+            if held:
+                waiting = {call.id for call in held}
+                calls = tuple(call for call in calls if call.id not in waiting)
+            results = await run_tool_calls(calls, tools, call_tool, invocation) if calls else ()
+            await _send_results(on_update, results)
+            produced.extend(results)
+            if held:  # the others ran: the run ends, these wait for a person
+                assert approvals is not None
+                pending = approvals.pending(held)
+                await _send_pending(on_update, pending)
+                return AgentResponse(tuple(produced), usage, response.raw, pending=pending)
+            messages = (*messages, *response.messages, *results)
+    except BaseException as exc:
+        if approvals is not None:
+            await approvals.settle(exc)  # the calls this run claimed get their answers stored
+        raise
     raise AssertionError("unreachable: max_tool_iterations >= 1")  # pragma: no cover
+
+
+async def _open(
+    approvals: RunApprovals,
+    messages: Sequence[ChatMessage],
+    tools: Mapping[str, Tool],
+    call_tool: ToolStack,
+    invocation: Invocation,
+    on_update: OnUpdate | None,
+) -> Opening:
+    """The run's decisions applied (or what waits refused), their answers streamed."""
+
+    async def run(calls: Sequence[ToolCall], done: Callable[[int, ChatMessage], None]) -> Any:
+        return await run_tool_calls(calls, tools, call_tool, invocation, done)
+
+    opening = await approvals.open(messages, invocation.messages, run)
+    await _send_results(on_update, opening.answers)
+    if not opening.goes_on:
+        await _send_pending(on_update, opening.waiting)
+    return opening
+
+
+def _held(
+    approvals: RunApprovals | None, calls: Sequence[ToolCall], tools: Mapping[str, Tool]
+) -> list[ToolCall]:
+    """The calls of a model turn that wait for approval; an error when nothing can keep them."""
+    if approvals is not None:
+        return approvals.held(calls, tools)
+    for call in calls:
+        tool = tools.get(call.name)
+        if tool is not None and wants_approval(tool):
+            raise ApprovalError(
+                f"tool {call.name!r} needs approval, but the agent keeps no history: add a "
+                "raf.HistoryProvider to its stack (Agent(history=True)), where a paused call waits"
+            )
+    return []
+
+
+async def _send_results(on_update: OnUpdate | None, results: Sequence[ChatMessage]) -> None:
+    if on_update is not None:
+        for result in results:
+            await on_update(Update("tool_result", message=result))
+
+
+async def _send_pending(on_update: OnUpdate | None, pending: Sequence[PendingCall]) -> None:
+    if on_update is not None:
+        for call in pending:
+            await on_update(Update("approval", pending=call))
 
 
 async def run_tool_calls(
@@ -140,16 +223,26 @@ async def run_tool_calls(
     tools: Mapping[str, Tool],
     call_tool: ToolStack,
     invocation: Invocation,
+    done: Callable[[int, ChatMessage], None] | None = None,
 ) -> tuple[ChatMessage, ...]:
-    """Run the calls concurrently; the tool messages come back in call order."""
+    """Run the calls concurrently; the tool messages come back in call order.
+
+    ``done(index, message)``, when given, hears of each call's message as
+    soon as it is there (approved calls: a cancellation loses none).
+    """
     if len(calls) == 1:
-        return (await _run_one(calls[0], tools, call_tool, invocation),)
+        message = await _run_one(calls[0], tools, call_tool, invocation)
+        if done is not None:
+            done(0, message)
+        return (message,)
     results: list[ChatMessage | None] = [None] * len(calls)
     escaped: list[BaseException] = []
 
     async def run(index: int, call: ToolCall, scope: anyio.CancelScope) -> None:
         try:
-            results[index] = await _run_one(call, tools, call_tool, invocation)
+            results[index] = message = await _run_one(call, tools, call_tool, invocation)
+            if done is not None:
+                done(index, message)
         except BaseException as exc:
             if isinstance(exc, anyio.get_cancelled_exc_class()):
                 raise

@@ -74,6 +74,9 @@ class FunctionTool:
     description: str
     parameters: Mapping[str, Any]
     in_thread: bool = False
+    #: ``True``, or ``callable(call: ToolCall) -> bool`` asked per call: whether a person
+    #: must approve a call before it runs (see ``docs/approvals.md``).
+    approval: bool | Callable[[Any], bool] = attrs.field(default=False, kw_only=True)
     _signature: Signature | None = attrs.field(
         default=None, kw_only=True, repr=False, eq=False, alias="_signature"
     )
@@ -110,7 +113,11 @@ def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, in_thread: bool = False
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    in_thread: bool = False,
+    approval: bool | Callable[[Any], bool] = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -121,6 +128,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     in_thread: bool = False,
+    approval: bool | Callable[[Any], bool] = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a :class:`Tool` from a sync or async function.
 
@@ -133,7 +141,10 @@ def tool(
     optional; ``Annotated[T, "text"]``, ``Field(description=...)`` or a
     Google-style ``Args:`` section describe it. The description is the
     docstring's first paragraph. A blocking sync function should say
-    ``in_thread=True`` so it runs in a worker thread.
+    ``in_thread=True`` so it runs in a worker thread. ``approval=True`` makes
+    every call wait for a person's decision, ``approval=callable`` (given the
+    :class:`raf.ToolCall`, returning a bool) decides per call (see
+    ``docs/approvals.md``).
 
     >>> @tool
     ... def add(a: int, b: int = 1) -> int:
@@ -142,6 +153,9 @@ def tool(
     >>> add.name, add.parameters["required"]
     ('add', ['a'])
     """
+
+    if not (approval is True or approval is False or callable(approval)):
+        raise TypeError(f"@tool(approval=...) takes a bool or a callable(call), got {approval!r}")
 
     def make(function: Callable[..., Any]) -> FunctionTool:
         if not callable(function):
@@ -156,7 +170,13 @@ def tool(
         signature, parameters = describe(function)
         text = description if description is not None else _docstring_summary(function)
         return FunctionTool(
-            function, name or function.__name__, text, parameters, in_thread, _signature=signature
+            function,
+            name or function.__name__,
+            text,
+            parameters,
+            in_thread,
+            approval=approval,
+            _signature=signature,
         )
 
     return make if fn is None else make(fn)

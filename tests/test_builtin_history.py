@@ -14,8 +14,10 @@ from raf import (
     InMemorySession,
     ScriptedChatClient,
     ToolCall,
+    check_tool_pairing,
     tool,
 )
+from raf._builtin.history import INTERRUPTED
 from raf._errors import ChatClientError, ProviderError
 
 pytestmark = pytest.mark.anyio
@@ -169,7 +171,8 @@ async def test_persist_partial_stores_the_request_and_what_the_consumer_saw() ->
     ]
 
 
-async def test_persist_partial_drops_tool_calls_left_without_a_result() -> None:
+async def test_persist_partial_answers_tool_calls_left_without_a_result_as_interrupted() -> None:
+    # Issue 21 changed this: a call may have run, so it is kept, answered as interrupted.
     session = CountingSession()
     first, second = (
         ToolCall("a", "add", '{"a": 1, "b": 1}'),
@@ -185,13 +188,15 @@ async def test_persist_partial_drops_tool_calls_left_without_a_result() -> None:
     assert session.calls == [
         (
             ChatMessage.user("tell me"),
-            ChatMessage.assistant("Adding.", tool_calls=[first]),
+            ChatMessage.assistant("Adding.", tool_calls=[first, second]),
             ChatMessage.tool("a", "2", name="add"),
+            ChatMessage.tool("b", INTERRUPTED, name="add"),
         )
     ]
+    assert check_tool_pairing(session.calls[0]) is None
 
 
-async def test_persist_partial_drops_a_turn_of_unanswered_calls_only() -> None:
+async def test_persist_partial_answers_a_turn_of_unanswered_calls_as_interrupted() -> None:
     session = CountingSession()
     call = ToolCall("a", "add", '{"a": 1, "b": 1}')
     agent = Agent(
@@ -200,4 +205,10 @@ async def test_persist_partial_drops_a_turn_of_unanswered_calls_only() -> None:
         stack=[InMemoryHistoryProvider(persist_partial=True)],
     )
     await leave_after(agent, session, 1)
-    assert session.calls == [(ChatMessage.user("tell me"),)]
+    assert session.calls == [
+        (
+            ChatMessage.user("tell me"),
+            ChatMessage.assistant(None, tool_calls=[call]),
+            ChatMessage.tool("a", INTERRUPTED, name="add"),
+        )
+    ]

@@ -362,6 +362,11 @@ class CompressionProvider(ContextProvider):
     ) -> ContextResult:
         """The compressed history, replacing whatever was injected before."""
         history = await session.get_messages()
+        # A last turn whose calls wait for approval (or lost their result) is kept out of
+        # compression and put back after it, so the run can answer its calls in place.
+        waiting = _waiting_turn(history)
+        if waiting:
+            history = history[: -len(waiting)]
         compressed = await self.strategy.compress(history)
         try:
             compressed = checked_messages(compressed, "compress() result")
@@ -370,4 +375,17 @@ class CompressionProvider(ContextProvider):
         problem = check_tool_pairing(compressed)
         if problem is not None:
             raise CompressionError(f"{self.strategy!r} returned a broken history: {problem}")
-        return ContextResult(messages=compressed, replace_messages=True)
+        return ContextResult(messages=(*compressed, *waiting), replace_messages=True)
+
+
+def _waiting_turn(history: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """The last calling turn and its results, when one of its calls has no result yet."""
+    from raf._approvals import unanswered_tail
+
+    turn, gap = unanswered_tail(history)
+    if turn is None or not gap:
+        return ()
+    start = len(history) - 1
+    while history[start] is not turn:
+        start -= 1
+    return tuple(history[start:])

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import attrs
-
+from raf._approvals import still_owed
 from raf._context import ContextResult
-from raf._errors import StreamClosedError
-from raf._messages import AgentResponse, ChatMessage
+from raf._errors import ApprovalError, StreamClosedError
+from raf._messages import AgentResponse, ChatMessage, PendingCall, ToolCall
 from raf._options import AgentRunOptions
 from raf._providers import ContextProvider
 from raf._sessions.base import Session
@@ -33,13 +32,18 @@ class HistoryProvider(ContextProvider):
     message of the response (tool calls and tool results included) are
     appended to the session in one ``add_messages`` call. A run that failed
     or was cancelled persists nothing, so the session never holds half a turn.
+    A response that ends with calls waiting for approval is stored with
+    ``session.record_pending``, which records them in the same step; tool
+    results that open a response answer the previous turn's calls (a
+    resumed run's decisions), so they are stored before the request
+    messages (see ``docs/approvals.md``).
 
     ``inject=False`` keeps the post stage but injects nothing; use it when a
     :class:`raf.CompressionProvider` decides what the model sees.
     ``persist_partial=True`` also stores a streamed turn that its consumer
     left early (:class:`raf.StreamClosedError`): the request and the partial
-    answer the consumer saw, less any tool call left without its result (a
-    model would refuse that history).
+    answer the consumer saw, each tool call left without its result answered
+    as interrupted (a model would refuse a history with a call unanswered).
 
     >>> import anyio
     >>> from raf import Agent, EchoChatClient, InMemorySession
@@ -86,28 +90,69 @@ class HistoryProvider(ContextProvider):
     ) -> None:
         """On success, append the request and every response message in one call."""
         if response is not None and error is None:
-            await session.add_messages((*request_messages, *response.messages))
+            messages = response.messages
+            lead = 0  # the answers to the previous turn's calls come before the request
+            while lead < len(messages) and messages[lead].role == "tool":
+                lead += 1
+            answers = await still_owed(session, messages[:lead]) if lead else ()
+            batch = (*answers, *request_messages, *messages[lead:])
+            new = _new_pending(response)
+            if new:
+                record = getattr(session, "record_pending", None)
+                if record is None:
+                    raise ApprovalError(
+                        f"session {type(session).__name__} has no record_pending(): its store "
+                        "cannot keep tool calls that wait for approval (see docs/sessions.md)"
+                    )
+                await record(batch, new)
+            else:
+                await session.add_messages(batch)
         elif self.persist_partial and type(error) is StreamClosedError:
-            partial = _answered(error.partial.messages)
+            partial = answered(error.partial.messages)
             await session.add_messages((*request_messages, *partial))
 
 
-def _answered(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
-    """``messages`` without the tool calls that no tool message answers.
+def _new_pending(response: AgentResponse) -> tuple[PendingCall, ...]:
+    """The pending calls that this response's own turns asked for (not those still waiting
+    from an earlier turn, which the session recorded then)."""
+    if not response.pending:
+        return ()
+    asked = {call.id for call in response.tool_calls}
+    return tuple(p for p in response.pending if p.call.id in asked)
 
-    A turn left with neither text nor calls is dropped. The calls of a
-    closed stream's last turn may not have run: a history holding them
-    would be refused by the model on the next turn.
+
+#: What a closed stream's unanswered call is answered with in the stored history.
+INTERRUPTED = "This call was interrupted before its result came back; it may or may not have run."
+
+
+def answered(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """``messages`` with every tool call answered and every tool result after its call.
+
+    A call with no result right after its turn is answered as interrupted
+    (it may have run: the model must not think it was never asked); a tool
+    result that answers no call of the turn before it is dropped (in a
+    resumed run, those answers are stored by the tool loop itself); a turn
+    with neither text nor calls is dropped.
     """
-    results = {m.tool_call_id for m in messages if m.role == "tool"}
     kept: list[ChatMessage] = []
+    owed: dict[str, ToolCall] = {}  # the open turn's calls still without a result
+
+    def close() -> None:
+        kept.extend(ChatMessage.tool(c.id, INTERRUPTED, name=c.name) for c in owed.values())
+        owed.clear()
+
     for message in messages:
-        if message.tool_calls and not all(call.id in results for call in message.tool_calls):
-            calls = tuple(call for call in message.tool_calls if call.id in results)
-            if not calls and not message.content:
-                continue
-            message = attrs.evolve(message, tool_calls=calls)
+        if message.role == "tool":
+            if message.tool_call_id in owed:
+                del owed[message.tool_call_id]
+                kept.append(message)
+            continue
+        close()
+        if message.role == "assistant" and not message.tool_calls and not message.content:
+            continue
         kept.append(message)
+        owed.update((call.id, call) for call in message.tool_calls)
+    close()
     return tuple(kept)
 
 

@@ -8,9 +8,12 @@ from typing import Final, Protocol, runtime_checkable
 
 import attrs
 
-from raf._messages import ChatMessage, checked_messages, messages_to_json
+from raf._messages import ChatMessage, PendingCall, checked_messages, messages_to_json
 
 __all__ = ["REQUEST_HASH_LIMIT", "RequestHash", "Session", "request_hash"]
+
+#: What ``Session.claim_pending`` returns: the calls it claimed, and those still pending.
+Claimed = tuple[tuple[PendingCall, ...], tuple[PendingCall, ...]]
 
 #: How many request digests a session keeps: the most recent ones, never more.
 REQUEST_HASH_LIMIT: Final = 64
@@ -44,6 +47,16 @@ class Session(Protocol):
     :data:`REQUEST_HASH_LIMIT`, and says whether it was already there;
     ``request_hashes`` returns those records, digest to the time last seen
     (unix seconds), oldest first.
+
+    Two operations keep tool calls that wait for approval (see
+    ``docs/approvals.md`` and ``docs/sessions.md``): ``record_pending``
+    appends a turn's messages and records its pending calls, in one atomic
+    step; ``claim_pending(tokens)`` removes the pending calls with those
+    tokens and returns ``(claimed, still_pending)``, atomically and all or
+    nothing: when one token is not pending, nothing is claimed and it
+    returns ``None``, so of two callers claiming one token, one wins.
+    ``claim_pending(None)`` claims every pending call;
+    ``claim_pending(())`` claims nothing and lists them.
     """
 
     @property
@@ -56,6 +69,12 @@ class Session(Protocol):
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash: ...
 
     async def request_hashes(self) -> dict[str, float]: ...
+
+    async def record_pending(
+        self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
+    ) -> None: ...
+
+    async def claim_pending(self, tokens: Sequence[str] | None) -> Claimed | None: ...
 
 
 def request_hash(messages: Iterable[ChatMessage]) -> str:
@@ -107,3 +126,47 @@ def checked_batch(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
             f"got {type(messages).__name__}"
         )
     return checked_messages(messages, "add_messages(messages)")
+
+
+def checked_pending(
+    messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
+) -> tuple[tuple[ChatMessage, ...], tuple[PendingCall, ...]]:
+    """``record_pending``'s arguments as tuples, every item checked before anything is stored.
+
+    >>> checked_pending([], ["token"])
+    Traceback (most recent call last):
+    TypeError: record_pending(pending)[0] must be a PendingCall, got str
+    """
+    batch = checked_batch(messages)
+    if isinstance(pending, (str, bytes, PendingCall)):
+        raise TypeError(
+            f"record_pending(pending) must be an iterable of PendingCall, "
+            f"got {type(pending).__name__}"
+        )
+    calls = tuple(pending)
+    for index, call in enumerate(calls):
+        if type(call) is not PendingCall:
+            raise TypeError(
+                f"record_pending(pending)[{index}] must be a PendingCall, got {type(call).__name__}"
+            )
+    return batch, calls
+
+
+def checked_tokens(tokens: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``claim_pending``'s tokens as a tuple (``None`` stays ``None``), each checked to be a str.
+
+    >>> checked_tokens(["a", 1])
+    Traceback (most recent call last):
+    TypeError: claim_pending(tokens)[1] must be a str, got int
+    """
+    if tokens is None:
+        return None
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError("claim_pending(tokens) must be a sequence of str or None, got a str")
+    checked = tuple(tokens)
+    for index, token in enumerate(checked):
+        if type(token) is not str:
+            raise TypeError(
+                f"claim_pending(tokens)[{index}] must be a str, got {type(token).__name__}"
+            )
+    return checked

@@ -6,8 +6,16 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 
-from raf._messages import ChatMessage
-from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
+from raf._messages import ChatMessage, PendingCall
+from raf._sessions.base import (
+    REQUEST_HASH_LIMIT,
+    Claimed,
+    RequestHash,
+    checked_batch,
+    checked_pending,
+    checked_tokens,
+    request_hash,
+)
 
 __all__ = ["InMemorySession"]
 
@@ -26,13 +34,14 @@ class InMemorySession:
     1
     """
 
-    __slots__ = ("_hashes", "_id", "_messages")
+    __slots__ = ("_hashes", "_id", "_messages", "_pending")
 
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
         self._messages: tuple[ChatMessage, ...] = ()
         # Digest -> time last seen; insertion order is recency (a touch moves it to the end).
         self._hashes: dict[str, float] = {}
+        self._pending: dict[str, PendingCall] = {}  # token -> call, in the order recorded
 
     @property
     def id(self) -> str:
@@ -64,6 +73,27 @@ class InMemorySession:
     async def request_hashes(self) -> dict[str, float]:
         """The recorded digests with the time each was last seen, oldest first."""
         return dict(self._hashes)
+
+    async def record_pending(
+        self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
+    ) -> None:
+        """Append ``messages`` and record ``pending`` in one step (no await in between)."""
+        new, calls = checked_pending(messages, pending)
+        if new:
+            self._messages += new
+        for call in calls:
+            self._pending[call.token] = call
+
+    async def claim_pending(self, tokens: Sequence[str] | None) -> Claimed | None:
+        """Remove and return the pending calls of ``tokens``: all of them, or ``None``."""
+        wanted = checked_tokens(tokens)
+        if wanted is None:
+            claimed, self._pending = tuple(self._pending.values()), {}
+            return claimed, ()
+        if len(set(wanted)) != len(wanted) or not all(t in self._pending for t in wanted):
+            return None
+        taken = tuple(self._pending.pop(token) for token in wanted)
+        return taken, tuple(self._pending.values())
 
     def __repr__(self) -> str:
         return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"

@@ -10,7 +10,9 @@ session live in one cluster slot):
 - ``{prefix}:{id}:messages``: a list, one entry per message, raf's JSON
   (``ChatMessage.to_dict``), oldest first;
 - ``{prefix}:{id}:requests``: a sorted set, request digest -> last time seen,
-  the last :data:`REQUEST_HASH_LIMIT` digests.
+  the last :data:`REQUEST_HASH_LIMIT` digests;
+- ``{prefix}:{id}:pending``: a hash, the tool calls that wait for approval
+  (see :mod:`raf._sessions.redis_pending`).
 
 Every write is one command or one Lua script, so it is atomic on the server:
 it appends the whole batch (or records the digest) and puts the ``ttl`` on
@@ -45,6 +47,7 @@ from raf._sessions.base import (
     request_hash,
 )
 from raf._sessions.once import redis_add_once
+from raf._sessions.redis_pending import RedisPending
 
 __all__ = ["RedisSessionStore"]
 
@@ -313,8 +316,12 @@ class RedisSessionStore:
         raise SessionStoreError(f"{where}: cannot {what}: {_reason(exc)}") from exc
 
 
-class RedisSession:
-    """One session of a :class:`RedisSessionStore` (get it with ``store.get``)."""
+class RedisSession(RedisPending):
+    """One session of a :class:`RedisSessionStore` (get it with ``store.get``).
+
+    Its pending tool calls (``record_pending``, ``claim_pending``) are in
+    :mod:`raf._sessions.redis_pending`.
+    """
 
     __slots__ = ("_id", "_messages_key", "_requests_key", "_store")
 

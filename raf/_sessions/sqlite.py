@@ -28,6 +28,7 @@ from raf._sessions.base import (
     request_hash,
 )
 from raf._sessions.once import sqlite_add_once
+from raf._sessions.sqlite_pending import SqlitePending
 
 __all__ = ["SqliteSessionStore"]
 
@@ -290,8 +291,11 @@ class SqliteSessionStore:
         return f"SqliteSessionStore({str(self.path)!r})"
 
 
-class SqliteSession:
+class SqliteSession(SqlitePending):
     """One session of a :class:`SqliteSessionStore` (get it with ``store.get``).
+
+    Its pending tool calls (``record_pending``, ``claim_pending``) are in
+    :mod:`raf._sessions.sqlite_pending`.
 
     The history loaded so far is kept with the session, with the row id of
     its last message: each ``get_messages`` reads only the rows appended

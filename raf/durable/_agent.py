@@ -13,6 +13,7 @@ from dbos import DBOS
 from dbos import error as dbos_errors
 
 from raf._agent import Agent, _arguments
+from raf._approvals import Decision
 from raf._context import Invocation, start_invocation
 from raf._errors import DurableError
 from raf._messages import AgentResponse, ChatMessage, OnUpdate
@@ -105,7 +106,7 @@ class DurableAgent(Agent):
 
     async def run(
         self,
-        messages: str | ChatMessage | Sequence[ChatMessage],
+        messages: str | ChatMessage | Sequence[ChatMessage] | Decision | Sequence[Decision],
         *,
         session: Session | None = None,
         options: AgentRunOptions | None = None,
@@ -118,8 +119,9 @@ class DurableAgent(Agent):
         Run it inside DBOS's ``SetWorkflowID(id)`` to choose the workflow id.
         """
         _require_asyncio()
+        _refuse_decisions(messages)
         request, checked, run_options = _arguments(
-            messages, session, options, output_type, output_retries
+            cast("Any", messages), session, options, output_type, output_retries
         )
         if on_update is not None and not callable(on_update):
             raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
@@ -128,7 +130,7 @@ class DurableAgent(Agent):
 
     def stream(
         self,
-        messages: str | ChatMessage | Sequence[ChatMessage],
+        messages: str | ChatMessage | Sequence[ChatMessage] | Decision | Sequence[Decision],
         *,
         session: Session | None = None,
         options: AgentRunOptions | None = None,
@@ -136,8 +138,9 @@ class DurableAgent(Agent):
         output_retries: int | None = None,
     ) -> AgentStream:
         """:meth:`raf.Agent.stream` as a DBOS workflow (on asyncio; trio is a DurableError)."""
+        _refuse_decisions(messages)
         request, checked, run_options = _arguments(
-            messages, session, options, output_type, output_retries
+            cast("Any", messages), session, options, output_type, output_retries
         )
         given = None if session is None else checked
 
@@ -303,3 +306,13 @@ async def _tool_step(request: ToolRequest, call_next: Any) -> ChatMessage:
         # the next step id.
         return await DBOS.run_step_async(options, tool)
     return cast("ChatMessage", await reserved.run_async(options, tool))
+
+
+def _refuse_decisions(messages: object) -> None:
+    """Approvals do not wait inside a durable workflow yet: a Decision is refused, clearly."""
+    items = messages if isinstance(messages, Sequence) and not isinstance(messages, str) else ()
+    if isinstance(messages, Decision) or any(isinstance(item, Decision) for item in items):
+        raise DurableError(
+            "a durable run cannot resume approvals yet: resume the paused calls with the plain "
+            "agent (agent.run(decision, session=s)), outside DBOS"
+        )

@@ -28,7 +28,7 @@ import attrs
 from raf._agent import Agent
 from raf._builtin.history import InMemoryHistoryProvider
 from raf._clients.scripted import ScriptedChatClient
-from raf._messages import ChatMessage, ToolCall
+from raf._messages import ChatMessage, PendingCall, ToolCall
 from raf._sessions import REQUEST_HASH_LIMIT, request_hash
 from raf._sessions.base import RequestHash, Session
 
@@ -352,6 +352,85 @@ async def check_concurrent_touches_record_once(harness: Harness) -> None:
     _check(list(await session.request_hashes()) == [request_hash(request)], rule)
 
 
+# -- pending tool calls (approvals) -----------------------------------------------------------
+
+
+def _pending(session: Session, *names: str) -> list[PendingCall]:
+    from raf._approvals import approval_token
+
+    calls = [ToolCall(f"call_{name}", "delete", json.dumps({"path": name})) for name in names]
+    return [PendingCall(call, approval_token(session.id, call)) for call in calls]
+
+
+def _turn(pending: Sequence[PendingCall]) -> list[ChatMessage]:
+    return [
+        ChatMessage.user("clean up"),
+        ChatMessage.assistant(None, tool_calls=[p.call for p in pending]),
+    ]
+
+
+async def check_record_pending_stores_the_turn_and_its_calls(harness: Harness) -> None:
+    rule = "record_pending appends the messages and records the calls, in order, also reopened"
+    session = await harness.new()
+    _check(await session.claim_pending(()) == ((), ()), "a new session has no pending call")
+    pending = _pending(session, "a", "b")
+    await session.record_pending(_turn(pending), pending)
+    for view in (session, await harness.reopen(session)):
+        _check(list(await view.get_messages()) == _turn(pending), rule)
+        _check(
+            await view.claim_pending(()) == ((), tuple(pending)), rule, await view.claim_pending(())
+        )
+    bad: list[Any] = [pending[0], "not a call"]
+    with _raises(TypeError, "[1]", "record_pending raises a TypeError naming the bad index"):
+        await session.record_pending([ChatMessage.user("lost")], bad)
+    _check(
+        list(await session.get_messages()) == _turn(pending), "a bad record_pending stores nothing"
+    )
+    _check(
+        await session.claim_pending(()) == ((), tuple(pending)),
+        "a bad record_pending records nothing",
+    )
+
+
+async def check_claim_pending_is_all_or_nothing_and_once(harness: Harness) -> None:
+    session = await harness.new()
+    a, b, c = pending = _pending(session, "a", "b", "c")
+    await session.record_pending(_turn(pending), pending)
+    rule = "claim_pending with one token that is not pending claims nothing and returns None"
+    _check(await session.claim_pending([a.token, "no-such-token"]) is None, rule)
+    _check(await session.claim_pending([a.token, a.token]) is None, f"{rule} (a token twice)")
+    _check(await session.claim_pending(()) == ((), (a, b, c)), rule)
+    claimed = await session.claim_pending([c.token, a.token])
+    _check(
+        claimed == ((c, a), (b,)), "claim_pending returns (claimed in token order, left)", claimed
+    )
+    again = await (await harness.reopen(session)).claim_pending([a.token])
+    _check(again is None, "a claimed call cannot be claimed again, also reopened", again)
+    other = await harness.new()
+    _check(await other.claim_pending([b.token]) is None, "another session cannot claim a call")
+    _check(await session.claim_pending(None) == ((b,), ()), "claim_pending(None) claims every call")
+    _check(await session.claim_pending(None) == ((), ()), "then nothing is pending")
+    _check(len(await session.get_messages()) == 2, "claiming changes no message")
+
+
+async def check_concurrent_claims_of_one_call_give_it_once(harness: Harness) -> None:
+    rule = "of concurrent claims of one call (two store objects too), exactly one gets it"
+    session = await harness.new()
+    pending = _pending(session, "x")
+    await session.record_pending(_turn(pending), pending)
+    views = [session, await harness.reopen(session)]
+    results: list[object] = []
+
+    async def claim(index: int) -> None:
+        results.append(await views[index % 2].claim_pending([pending[0].token]))
+
+    async with anyio.create_task_group() as group:
+        for index in range(10):
+            group.start_soon(claim, index)
+    won = [r for r in results if r is not None]
+    _check(won == [((pending[0],), ())], rule, results)
+
+
 Check = Callable[[Harness], Awaitable[None]]
 
 #: Every check, in a sensible order (cheap first).
@@ -371,6 +450,9 @@ CHECKS: tuple[Check, ...] = (
     check_request_hashes_have_one_shape,
     check_request_hashes_are_bounded,
     check_concurrent_touches_record_once,
+    check_record_pending_stores_the_turn_and_its_calls,
+    check_claim_pending_is_all_or_nothing_and_once,
+    check_concurrent_claims_of_one_call_give_it_once,
 )
 
 
