@@ -251,7 +251,8 @@ async def test_a_send_that_raises_is_an_early_close_and_a_failed_post_stage_is_l
     }  # fmt: skip
     with structlog.testing.capture_logs() as logs, anyio.fail_after(10):
         await app(scope, receive, send)
-    assert sent[0]["status"] == 200 and len(sent) == 4
+    assert sent[0]["status"] == 200
+    assert len(sent) == 4
     [(error, partial)] = journal.seen
     assert error == "StreamClosedError"
     assert partial.startswith("w0 w1 ")
