@@ -16,7 +16,7 @@ work), beside the floor: a bare Starlette ``StreamingResponse`` relaying
 the same upstream as the same ``chat.completion.chunk`` events. Per request
 (N = 1) and per chunk (the slope between N = 1 and N = 1000).
 
-    python benchmarks/bench_serve.py [--clients 200] [--repeats 5]
+    python benchmarks/bench_serve.py [--clients 200] [--repeats 15]
 """
 
 from __future__ import annotations
@@ -219,37 +219,53 @@ async def _call(app: Any) -> None:
     await app(scope, receive, send)
 
 
-async def _per_call(app: Any, calls: int, repeats: int) -> float:
-    for _ in range(20):
+async def _timed(app: Any, calls: int) -> float:
+    """The mean time of one of ``calls`` calls, in microseconds."""
+    started = time.perf_counter()
+    for _ in range(calls):
         await _call(app)
-    samples = []
+    return (time.perf_counter() - started) / calls * 1e6
+
+
+async def _costs(builds: dict[str, Any], repeats: int) -> dict[str, tuple[float, float]]:
+    """Per request (N = 1) and per chunk (the slope to N = 1000) of each app, in us.
+
+    The apps take turns within each repeat, so a burst of load on a shared
+    machine falls on all of them alike; each figure is a median over repeats.
+    """
+    apps = {name: (build(1), build(1000)) for name, build in builds.items()}
+    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in apps}
+    for one, many in apps.values():
+        await _timed(one, 20)
+        await _timed(many, 2)
     for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(calls):
-            await _call(app)
-        samples.append((time.perf_counter() - started) / calls * 1e6)
-    return statistics.median(samples)
+        for name, (one, many) in apps.items():
+            samples[name][0].append(await _timed(one, 300))
+            samples[name][1].append(await _timed(many, 10))
+    figures = {}
+    for name, (ones, manys) in samples.items():
+        one = statistics.median(ones)
+        figures[name] = (one, (statistics.median(manys) - one) / 999)
+    return figures
 
 
 async def _cost(repeats: int) -> list[list[str]]:
-    rows = []
-    figures = {}
-    for name, build in (
-        ("bare Starlette relay (floor)", _bare_app),
-        ("raf.serve.app", lambda n: raf.serve.app(Agent(_Upstream(n), name="m"))),
-    ):
-        one = await _per_call(build(1), 300, repeats)
-        many = await _per_call(build(1000), 10, repeats)
-        per_chunk = (many - one) / 999
-        figures[name] = (one, per_chunk)
-        rows.append([name, f"{one:.0f} us", f"{per_chunk:.1f} us"])
-    floor, served = figures["bare Starlette relay (floor)"], figures["raf.serve.app"]
-    rows.append(["ratio", f"{served[0] / floor[0]:.2f}x", f"{served[1] / floor[1]:.2f}x"])
-    # Where the difference goes: the iterator form's hand-over, without HTTP.
-    for name, form in (("agent.stream alone (no HTTP)", _iterated), ("on_update alone", _called)):
-        one = await _per_call(_Direct(form, 1), 300, repeats)
-        many = await _per_call(_Direct(form, 1000), 10, repeats)
-        rows.append([name, f"{one:.0f} us", f"{(many - one) / 999:.1f} us"])
+    floor_name, served_name = "bare Starlette relay (floor)", "raf.serve.app"
+    figures = await _costs(
+        {
+            floor_name: _bare_app,
+            served_name: lambda n: raf.serve.app(Agent(_Upstream(n), name="m")),
+            # Where the time goes, without HTTP: the two forms of a streamed run alone.
+            "agent.stream alone (no HTTP)": lambda n: _Direct(_iterated, n),
+            "on_update alone": lambda n: _Direct(_called, n),
+        },
+        repeats,
+    )
+    rows = [[name, f"{one:.0f} us", f"{chunk:.1f} us"] for name, (one, chunk) in figures.items()]
+    floor, served = figures[floor_name], figures[served_name]
+    ratio = ["ratio (raf.serve.app / floor)"]
+    ratio += [f"{served[0] / floor[0]:.2f}x", f"{served[1] / floor[1]:.2f}x"]
+    rows.insert(2, ratio)
     return rows
 
 
@@ -280,7 +296,7 @@ async def _called(agent: Agent) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
     print("raf.serve: per request and per chunk of a streamed answer (ASGI level, asyncio)")
     print(table(["app", "per request (1 chunk)", "per chunk"], anyio.run(_cost, args.repeats)))

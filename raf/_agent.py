@@ -20,7 +20,8 @@ from raf._parallel import is_provider
 from raf._pipeline import CallNext, ChatRequest, compose
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
-from raf._streaming import AgentStream, stream_model, streamed_core
+from raf._streamed import stream_model, streamed_core
+from raf._streaming import AgentStream
 from raf._tool_loop import ToolRequest, ToolStack, index_tools, invoke_tool, run_tool_loop
 from raf._tools import Tool
 

@@ -1,132 +1,27 @@
-"""Streamed runs: the model's stream through the chat stack, and the iterator form.
+"""The iterator form of a streamed run: ``async with agent.stream(...)``.
 
-A streamed run is the same onion as any other: the updates go out through
-``Invocation.on_update`` (ASGI's ``send``) while every layer stays a plain
-await in the run's task. The callback form needs nothing more.
-
-The iterator form (:class:`AgentStream`) is two tasks and one rendezvous.
-The run's task runs the whole onion and reads its own model stream, as the
-callback form does; its ``on_update`` chain ends at the one hand-over point
+:class:`AgentStream` is two tasks and one rendezvous. The run's task runs
+the whole onion and reads its own model stream, as the callback form does;
+its ``on_update`` chain ends at the one hand-over point
 (:meth:`AgentStream._send`), where each update waits until the consumer's
 task takes it and asks for the next one. The consumer's code runs in its own
-task, under none of the onion's cancel scopes.
+task, under none of the onion's cancel scopes. Leaving the block early is an
+early close (``raf._streamed.Closing``).
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from raf._errors import StreamClosedError
-from raf._messages import AgentResponse, ChatMessage, OnUpdate, Update
-from raf._options import ChatOptions
+from raf._messages import AgentResponse, OnUpdate, Update
+from raf._streamed import _RUN, Closing
 
 __all__ = ["AgentStream"]
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-#: In an iterator-form run's task, until its core is entered: the stream it feeds.
-_RUN: ContextVar[AgentStream | None] = ContextVar("raf_stream_run", default=None)
-#: Inside that core: the stream whose early close its model calls answer. A streamed
-#: run nested in it (from a tool) sets None for itself: it is not that stream's.
-_CORE: ContextVar[AgentStream | None] = ContextVar("raf_stream_core", default=None)
-
-
-async def streamed_core(
-    function: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
-) -> T:
-    """``await function(*args, **kwargs)``: the core (tool loop) of a streamed run.
-
-    In the run of an :class:`AgentStream`, the core is the run's in-flight
-    work: it runs in one cancel scope that an early close cancels, and the
-    cancellation comes out of here as the stream's ``StreamClosedError``.
-    Anywhere else (the callback form, a run nested in a tool) it is a plain
-    await that joins no outer stream.
-    """
-    stream = _RUN.get()
-    if stream is None and _CORE.get() is None:
-        return await function(*args, **kwargs)
-    tokens = _RUN.set(None), _CORE.set(stream)
-    try:
-        if stream is None:  # a run nested in a stream's core is not that stream's
-            return await function(*args, **kwargs)
-        if stream._closed is None:
-            with anyio.CancelScope() as scope:
-                stream._scopes.append(scope)
-                try:
-                    result = await function(*args, **kwargs)
-                finally:
-                    stream._scopes.remove(scope)
-                if stream._closed is None:
-                    return result
-        # Closed before the core, or meanwhile: what the consumer got is the partial answer.
-        assert stream._closed is not None
-        raise stream._closed
-    finally:
-        _CORE.reset(tokens[1])
-        _RUN.reset(tokens[0])
-
-
-async def stream_model(
-    client: Any, messages: Sequence[ChatMessage], options: ChatOptions, on_update: OnUpdate
-) -> AgentResponse:
-    """One model call of a streamed run: each update to ``on_update``, then the response.
-
-    Uses ``client.stream`` when the client has one (the response is what
-    the updates assemble to), else ``client.complete`` (its answer is then
-    sent as updates). An early close comes out as ``StreamClosedError``.
-    """
-    name = type(client).__name__
-    stream = getattr(client, "stream", None)
-    try:
-        if stream is None:
-            response: AgentResponse = await client.complete(messages, options)
-            await pump(name, _replay(response), on_update)
-            return response
-        iterator = stream(messages, options)
-        if not hasattr(iterator, "__anext__"):
-            if inspect.iscoroutine(iterator):
-                iterator.close()  # 'async def stream' that returns: never awaited, no warning
-            raise TypeError(
-                f"{name}.stream() must return an async iterator of raf.Update "
-                f"(write it as an async generator), got {type(iterator).__name__}"
-            )
-        return AgentResponse.from_updates(await pump(name, iterator, on_update))
-    except anyio.get_cancelled_exc_class():
-        closing = _CORE.get()
-        if closing is not None and closing._closed is not None:
-            raise closing._closed from None
-        raise
-
-
-async def pump(client: str, iterator: AsyncIterator[Update], on_update: OnUpdate) -> list[Update]:
-    """Send each update of a model's stream to ``on_update``, here: the updates sent."""
-    updates: list[Update] = []
-    try:
-        async for update in iterator:
-            if type(update) is not Update:
-                raise TypeError(f"{client}.stream() yielded {update!r:.80}, not a raf.Update")
-            updates.append(update)
-            await on_update(update)
-    finally:
-        # Closed in the run's task, whatever ended the stream: an abandoned generator would
-        # be finalised later, elsewhere, with other context variables.
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    return updates
-
-
-async def _replay(response: AgentResponse) -> AsyncIterator[Update]:
-    for update in response.to_updates():
-        yield update
 
 
 class AgentStream:
@@ -172,8 +67,7 @@ class AgentStream:
         self._response: AgentResponse | None = None
         self._error: BaseException | None = None  # the run's, until the consumer saw it
         self._cancelled: BaseException | None = None
-        self._closed: StreamClosedError | None = None  # set by an early close
-        self._scopes: list[anyio.CancelScope] = []  # the cores an early close cancels
+        self._closing = Closing()  # the early close
         self._received: list[Update] = []
         self._group: TaskGroup | None = None
         self._reading = False  # an __anext__ is under way
@@ -208,7 +102,7 @@ class AgentStream:
 
     async def _run_task(self, invocation: Any) -> None:
         """The run, in its own task: never raises (but for its cancellation)."""
-        _RUN.set(self)  # this task's own context: nothing to reset
+        _RUN.set(self._closing)  # this task's own context: nothing to reset
         try:
             self._response = await self._run(invocation)
         except BaseException as exc:
@@ -229,8 +123,8 @@ class AgentStream:
         """
         while self._busy is not None:  # another task of the run is at the hand-over
             await self._busy.wait()
-        if self._closed is not None:
-            raise self._closed
+        if self._closing.closed is not None:
+            raise self._closing.closed
         self._busy = done = self._event()
         try:
             self._item = update
@@ -241,14 +135,12 @@ class AgentStream:
             # Taken or not (the run's own deadline passed), it is no longer offered.
             self._item, self._holding, self._busy = None, False, None
             done.set()
-        if self._closed is not None:
-            raise self._closed
+        if self._closing.closed is not None:
+            raise self._closing.closed
 
     def _close(self) -> None:
         """An early close: stop the run's in-flight work; what comes next fails."""
-        self._closed = StreamClosedError(AgentResponse.from_updates(self._received))
-        for scope in self._scopes:
-            scope.cancel()
+        self._closing.close(AgentResponse.from_updates(self._received))
         if self._asked is not None:
             self._asked.set()  # a hand-over outside the core (a run middleware's update)
 
@@ -331,7 +223,7 @@ class AgentStream:
         innermost :class:`raf.ProviderError`, the others as notes on it.
         """
         error, self._error = self._error, None
-        closed = self._closed
+        closed = self._closing.closed
         if closed is None or error is not closed:
             return error
         if not closed.post_failures:

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+import structlog.testing
 
 import raf.serve
 from raf import AgentResponse, ChatMessage, ContextProvider, HistoryProvider, StreamClosedError
@@ -213,3 +214,48 @@ async def test_cors_is_off_unless_origins_are_given(anyio_backend: str) -> None:
     assert opened.status == 200
     headers = dict(opened.messages[0]["headers"])
     assert headers[b"access-control-allow-origin"] == b"https://chat.example"
+
+
+class Failing(ContextProvider):
+    """A post stage that fails."""
+
+    async def on_invoked(self, *args: Any) -> None:
+        raise RuntimeError("the audit log is down")
+
+
+async def test_a_send_that_raises_is_an_early_close_and_a_failed_post_stage_is_logged(
+    anyio_backend: str,
+) -> None:
+    # A server that raises on a closed connection (no http.disconnect): the client is gone.
+    journal = Journal()
+    agent = raf.Agent(WordModel(0.001), name=MODEL, stack=[Failing(), journal])
+    app = raf.serve.app(agent)
+    body = json.dumps(streamed("long")).encode()
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop()
+        await anyio.sleep_forever()
+        raise AssertionError  # pragma: no cover
+
+    async def send(message: dict[str, Any]) -> None:
+        if len(sent) == 4:
+            raise OSError("connection reset by peer")
+        sent.append(message)
+
+    scope = {
+        "type": "http", "method": "POST", "path": "/v1/chat/completions", "query_string": b"",
+        "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1),
+    }  # fmt: skip
+    with structlog.testing.capture_logs() as logs, anyio.fail_after(10):
+        await app(scope, receive, send)
+    assert sent[0]["status"] == 200
+    assert len(sent) == 4
+    [(error, partial)] = journal.seen
+    assert error == "StreamClosedError"
+    assert partial.startswith("w0 w1 ")
+    assert len(partial.split()) < 200
+    [warning] = [e for e in logs if "post stage failed after the client left" in e["event"]]
+    assert "the audit log is down" in warning["error"]

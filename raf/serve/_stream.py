@@ -2,19 +2,21 @@
 
 Starlette's ``StreamingResponse`` cancels its generator when the client
 disconnects, which a raf run would take as a cancellation (nothing of a
-partial answer kept). Here the response is a plain ASGI callable instead:
-one task watches ``receive()`` for ``http.disconnect`` and cancels only the
-*reading* of the stream; the code then leaves ``async with agent.stream(...)``
-normally, which is an early close: every entered provider gets
-``StreamClosedError(partial)``, not under cancellation, each bounded by the
-agent's ``post_timeout``, and ``persist_partial=True`` stores the partial answer.
+partial answer kept). Here the response is a plain ASGI callable instead.
+The turn is a callback-form run (``agent.run(on_update=...)``): each update
+goes to ``send`` in the request's own task, with no hand-over between tasks.
+A second task watches ``receive()`` for ``http.disconnect`` and then closes
+the run early (a :class:`raf._streamed.Closing` entered around it): every
+entered provider gets ``StreamClosedError(partial)``, not under
+cancellation, each bounded by the agent's ``post_timeout``, and
+``persist_partial=True`` stores the partial answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 import structlog
@@ -24,6 +26,7 @@ from raf._agent import Agent
 from raf._messages import AgentResponse, ChatMessage, Update
 from raf._options import AgentRunOptions
 from raf._sessions.base import Session
+from raf._streamed import Closing
 from raf.serve._http import HttpError, failure, send_error
 
 __all__: list[str] = []
@@ -64,10 +67,16 @@ async def stream_turn(
     """
     started = False
     gone = False
-    reading = anyio.CancelScope()  # cancelled when the client goes away
+    sent: list[Update] = []  # the partial answer, if the client leaves
+    closing = Closing()
+
+    def leave() -> None:
+        nonlocal gone
+        gone = True
+        closing.close(AgentResponse.from_updates(sent))
 
     async def emit(chunks: list[bytes]) -> None:
-        nonlocal started, gone
+        nonlocal started
         if not chunks or gone:
             return
         try:
@@ -77,70 +86,58 @@ async def stream_turn(
                 chunks = framing.start() + chunks
             await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
         except OSError:  # a server that raises on a closed connection: the client is gone
-            gone = True
-            reading.cancel()
+            leave()
 
+    async def on_update(update: Update) -> None:
+        if closing.closed is None:
+            sent.append(update)
+            await emit(framing.update(update))
+        if closing.closed is not None:
+            raise closing.closed  # as at the iterator form's hand-over: nothing more goes out
+
+    response: AgentResponse | None = None
     error: Exception | None = None
-    try:
-        async with agent.stream(messages, session=session, options=options) as stream:
-            with reading:
-                error = await _relay(stream, framing, emit, receive, reading)
-            gone = gone or reading.cancel_called
-            if error is not None and not gone:
-                raise error  # the run's own error, inside the block: not an early close
-            if error is not None:
-                _log.warning("raf.serve: the run failed as the client left", error=repr(error))
-    except Exception as exc:  # the run failed, or (after an early close) a post stage did
-        if gone:
-            _log.warning("raf.serve: a post stage failed after the client left", error=repr(exc))
-            return "gone"
-        problem = failure(exc)
+    with closing:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_watch, receive, leave)
+            try:
+                response = await agent.run(
+                    messages, session=session, options=options, on_update=on_update
+                )
+            except Exception as exc:  # raised in the task group, it would come out wrapped
+                error = exc
+            group.cancel_scope.cancel()
+    if gone:
+        if error is not None and error is closing.closed:
+            for failed in closing.closed.post_failures:
+                _log.warning(
+                    "raf.serve: a post stage failed after the client left", error=repr(failed)
+                )
+        elif error is not None:
+            _log.warning("raf.serve: the run failed as the client left", error=repr(error))
+        return "gone"
+    if error is not None:  # the run failed, or a post stage did
+        problem = failure(error)
         if problem.status >= 500 and problem.type == "server_error":
-            _log.error("raf.serve: the run failed", error=repr(exc), exc_info=exc)
+            _log.error("raf.serve: the run failed", error=repr(error), exc_info=error)
         if not started and error_status(problem):
             await send_error(send, problem)
         else:
             await emit(framing.failed(problem))
             await _end(send, gone)
         return "failed"
-    if gone:
-        return "gone"
-    assert stream.response is not None
-    await emit(framing.finish(stream.response))
+    assert response is not None
+    await emit(framing.finish(response))
     await _end(send, gone)
     return "done"
 
 
-async def _relay(
-    stream: Any,
-    framing: Framing,
-    emit: Callable[[list[bytes]], Any],
-    receive: Receive,
-    reading: anyio.CancelScope,
-) -> Exception | None:
-    """Read the stream into ``emit`` while a second task watches for the client leaving.
-
-    Returns the run's error rather than raising it: raised in the task group,
-    it would come out wrapped in an exception group.
-    """
-    error: Exception | None = None
-    async with anyio.create_task_group() as group:
-        group.start_soon(_watch, receive, reading)
-        try:
-            async for update in stream:
-                await emit(framing.update(update))
-        except Exception as exc:
-            error = exc
-        group.cancel_scope.cancel()
-    return error
-
-
-async def _watch(receive: Receive, reading: anyio.CancelScope) -> None:
-    """Wait for ``http.disconnect``; then stop the reading (and so leave the stream)."""
+async def _watch(receive: Receive, leave: Callable[[], None]) -> None:
+    """Wait for ``http.disconnect``; then close the run early."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            reading.cancel()
+            leave()
             return
 
 
