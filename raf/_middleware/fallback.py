@@ -12,7 +12,7 @@ import structlog
 from raf._errors import ChatClientError
 from raf._messages import AgentResponse, ChatClient, Update
 from raf._pipeline import ChatRequest
-from raf._streaming import stream_model
+from raf._streamed import stream_model
 
 __all__ = ["FallbackMiddleware"]
 
