@@ -58,6 +58,13 @@ class Session(Protocol):
     async def request_hashes(self) -> dict[str, float]: ...
 
 
+#: Session classes of raf's own stores: their ``get_messages`` and ``get_last_messages``
+#: return snapshots built from checked or decoded messages only, which the history
+#: provider passes on without a second per-message check. Exact types: a subclass may
+#: override the reads, so it is checked as any other session is.
+CHECKED_SESSION_TYPES: set[type] = set()
+
+
 def request_hash(messages: Iterable[ChatMessage]) -> str:
     """SHA-256 hex digest of the messages' canonical JSON (stable across processes).
 
@@ -65,6 +72,18 @@ def request_hash(messages: Iterable[ChatMessage]) -> str:
     True
     """
     return hashlib.sha256(messages_to_json(messages).encode()).hexdigest()
+
+
+def checked_count(count: object) -> int:
+    """``get_last_messages(count)``'s argument, checked: a non-negative int.
+
+    >>> checked_count(-1)
+    Traceback (most recent call last):
+    ValueError: get_last_messages(count) must be an int >= 0, got -1
+    """
+    if type(count) is not int or count < 0:
+        raise ValueError(f"get_last_messages(count) must be an int >= 0, got {count!r}")
+    return count
 
 
 def checked_batch(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:

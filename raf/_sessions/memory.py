@@ -7,7 +7,14 @@ import uuid
 from collections.abc import Iterable, Sequence
 
 from raf._messages import ChatMessage
-from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, checked_batch, request_hash
+from raf._sessions.base import (
+    CHECKED_SESSION_TYPES,
+    REQUEST_HASH_LIMIT,
+    RequestHash,
+    checked_batch,
+    checked_count,
+    request_hash,
+)
 
 __all__ = ["InMemorySession"]
 
@@ -45,6 +52,10 @@ class InMemorySession:
         """The history, oldest first."""
         return self._messages
 
+    async def get_last_messages(self, count: int) -> tuple[ChatMessage, ...]:
+        """The newest ``count`` messages (all when fewer), oldest first."""
+        return self._messages[-count:] if checked_count(count) else ()
+
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages``; a non-``ChatMessage`` item rejects the whole call."""
         new = checked_batch(messages)
@@ -67,3 +78,6 @@ class InMemorySession:
 
     def __repr__(self) -> str:
         return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"
+
+
+CHECKED_SESSION_TYPES.add(InMemorySession)
