@@ -199,7 +199,11 @@ def _memory(o: ProviderOptions) -> Any:
 
     options = o.parse(MemoryOptions)
     return HistoryProvider(
-        inject=options.inject, persist_partial=options.persist_partial, name=o.name
+        inject=options.inject,
+        persist_partial=options.persist_partial,
+        max_messages=options.max_messages,
+        max_tokens=options.max_tokens,
+        name=o.name,
     )
 
 
@@ -231,7 +235,7 @@ def _compression(o: ProviderOptions) -> Any:
             DEFAULT_SUMMARY_PROMPT if options.prompt is None else options.prompt,
             on_failure=options.on_failure,
         )
-    return CompressionProvider(strategy, name=o.name)
+    return CompressionProvider(strategy, max_messages=options.max_messages, name=o.name)
 
 
 def _skills(o: ProviderOptions) -> Any:

@@ -59,10 +59,11 @@ async def read_window(
             tail = await last(want)
             complete = len(tail) < want
         kept = _fitting(tail, max_tokens, count_tokens)
-        # Read more only when the budget alone bounds the window and it was not reached.
-        if max_messages is not None or complete or kept is None:
-            return kept if kept is not None else _whole_units(tail)
-        want *= 2
+        if kept is not None:
+            return kept  # the budget was reached within what was read
+        if max_messages is not None or complete:
+            return _whole_units(tail)
+        want *= 2  # a budget alone, not reached yet: read further back
 
 
 def _fitting(
