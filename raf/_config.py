@@ -5,17 +5,18 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager, suppress
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 
 from raf._errors import AgentError, ConfigError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = [
     "PROVIDER_KINDS",
@@ -438,6 +439,8 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"{file}: cannot read the config file: {reason}") from None
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{file}: not a config file: larger than {MAX_CONFIG_BYTES // 1024} KiB")
+    import tomllib  # here: `import raf` does not import it
+
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -461,6 +464,8 @@ ENTRY_POINT_GROUP = "raf.providers"
 def _installed_kinds() -> dict[str, EntryPoint]:
     # Asked each time a kind is not in the registry, never at import: scanning
     # the installed distributions costs milliseconds that `import raf` must not pay.
+    from importlib.metadata import entry_points  # here: `import raf` does not import it
+
     return {point.name: point for point in entry_points(group=ENTRY_POINT_GROUP)}
 
 

@@ -8,17 +8,16 @@ from typing import Any
 
 import anyio
 import attrs
-import structlog
 
 from raf._context import Invocation
 from raf._errors import ToolArgumentsError, ToolConflictError, ToolLoopError, ToolSchemaError
+from raf._log import log as _log
 from raf._messages import AgentResponse, ChatMessage, OnUpdate, ToolCall, Update, Usage
 from raf._options import ChatOptions
 from raf._tools import FunctionTool, Tool, check_tool_arguments
 
 __all__ = ["ToolRequest"]
 
-_log = structlog.get_logger("raf")
 
 ChatCall = Callable[[Sequence[ChatMessage], ChatOptions], Awaitable[AgentResponse]]
 

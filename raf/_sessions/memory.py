@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 
 from raf._messages import ChatMessage
@@ -47,6 +46,8 @@ class InMemorySession:
     def id(self) -> str:
         """The session's id (a uuid4 hex unless one was given)."""
         if self._id is None:
+            import uuid  # here: `import raf` does not import it
+
             self._id = uuid.uuid4().hex
         return self._id
 
