@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers redis-server clean
+.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-scale bench-peers redis-server clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ test: $(VENV)/.test redis-server
 bench: $(VENV)/.redis redis-server
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_redis.py
+	$(PY) benchmarks/bench_scale.py
+
+# A turn over 1,000 and 100,000 stored messages on each store, import time, a provider
+# layer, and 1, 2, 4 workers on one redis-server or SQLite file (docs/performance.md, Scale).
+bench-scale: $(VENV)/.redis redis-server
+	$(PY) benchmarks/bench_scale.py
 
 bench-redis: $(VENV)/.redis redis-server
 	$(PY) benchmarks/bench_redis.py
