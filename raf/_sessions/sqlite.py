@@ -306,7 +306,8 @@ class SqliteSession:
 
     async def get_last_messages(self, count: int) -> tuple[ChatMessage, ...]:
         """The newest ``count`` messages (all when fewer), oldest first, reading no older rows."""
-        checked_count(count)
+        if checked_count(count) == 0:
+            return ()
         return await self._store.with_connection(lambda db: self._tail(db, count))
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
@@ -389,7 +390,7 @@ class SqliteSession:
             self._read_new(db)
             if self._complete and len(self._history) <= count:
                 return self._refresh(db)  # the whole history: the shared snapshot
-            return tuple(self._history[-count:]) if count else ()
+            return tuple(self._history[-count:])
         rows = db.execute(
             "SELECT seq, message FROM raf_messages WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
             (self._id, count),
