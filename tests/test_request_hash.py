@@ -19,7 +19,7 @@ def encoded_whole(messages: Iterable[ChatMessage]) -> str:
     return hashlib.sha256(messages_to_json(messages).encode()).hexdigest()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(history=histories(max_turns=10), more=st.lists(chat_messages(tool_traffic=True), max_size=5))
 def test_the_digest_is_the_one_of_the_whole_encoding(
     history: tuple[ChatMessage, ...], more: list[ChatMessage]
