@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 
 .PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers bench-durable bench-serve \
-	redis-server postgresql chromium docs docs-screenshot clean
+	bench-scale redis-server postgresql chromium docs docs-screenshot clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,7 @@ bench: $(VENV)/.test redis-server postgresql
 	$(PY) benchmarks/bench_redis.py
 	$(PY) benchmarks/bench_durable.py
 	$(PY) benchmarks/bench_serve.py
+	$(PY) benchmarks/bench_scale.py
 
 # What a durable run adds per step (SQLite and Postgres), and the load test: four workers,
 # 100 runs, two workers killed.
@@ -85,6 +86,11 @@ bench-durable: $(VENV)/.dbos postgresql
 # raf.serve: 200 streamed clients on two uvicorn workers and one Redis; the cost per chunk.
 bench-serve: $(VENV)/.test redis-server
 	$(PY) benchmarks/bench_serve.py
+
+# A turn over 1,000 and 100,000 stored messages on each store, import time, a provider
+# layer, and 1, 2, 4 workers on one redis-server or SQLite file (docs/performance.md, Scale).
+bench-scale: $(VENV)/.redis redis-server
+	$(PY) benchmarks/bench_scale.py
 
 bench-redis: $(VENV)/.redis redis-server
 	$(PY) benchmarks/bench_redis.py

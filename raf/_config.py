@@ -6,17 +6,18 @@ import importlib
 import os
 import stat
 import sys
-import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager, suppress
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 
 from raf._errors import AgentError, ConfigError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = [
     "PROVIDER_KINDS",
@@ -200,7 +201,11 @@ def _memory(o: ProviderOptions) -> Any:
 
     options = o.parse(MemoryOptions)
     return HistoryProvider(
-        inject=options.inject, persist_partial=options.persist_partial, name=o.name
+        inject=options.inject,
+        persist_partial=options.persist_partial,
+        max_messages=options.max_messages,
+        max_tokens=options.max_tokens,
+        name=o.name,
     )
 
 
@@ -232,7 +237,7 @@ def _compression(o: ProviderOptions) -> Any:
             DEFAULT_SUMMARY_PROMPT if options.prompt is None else options.prompt,
             on_failure=options.on_failure,
         )
-    return CompressionProvider(strategy, name=o.name)
+    return CompressionProvider(strategy, max_messages=options.max_messages, name=o.name)
 
 
 def _skills(o: ProviderOptions) -> Any:
@@ -442,6 +447,8 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"{file}: cannot read the config file: {reason}") from None
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{file}: not a config file: larger than {MAX_CONFIG_BYTES // 1024} KiB")
+    import tomllib  # here: `import raf` does not import it
+
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -465,6 +472,8 @@ ENTRY_POINT_GROUP = "raf.providers"
 def _installed_kinds() -> dict[str, EntryPoint]:
     # Asked each time a kind is not in the registry, never at import: scanning
     # the installed distributions costs milliseconds that `import raf` must not pay.
+    from importlib.metadata import entry_points  # here: `import raf` does not import it
+
     return {point.name: point for point in entry_points(group=ENTRY_POINT_GROUP)}
 
 

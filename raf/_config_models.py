@@ -89,6 +89,12 @@ class MemoryOptions(_Closed):
     persist_partial: Flag = Field(
         default=False, description="store a streamed turn its consumer left early"
     )
+    max_messages: Count | None = Field(
+        default=None, description="inject at most the newest N messages (read from the tail)"
+    )
+    max_tokens: Count | None = Field(
+        default=None, description="inject at most this many tokens of the newest messages"
+    )
 
 
 class TruncationOptions(_Closed):
@@ -96,6 +102,9 @@ class TruncationOptions(_Closed):
 
     strategy: Literal["truncation"] = "truncation"
     keep_last: Count = 20
+    max_messages: Count | None = Field(
+        default=None, description="load at most the newest N messages to compress"
+    )
 
 
 class TokenBudgetOptions(_Closed):
@@ -103,6 +112,9 @@ class TokenBudgetOptions(_Closed):
 
     strategy: Literal["token_budget"]
     max_tokens: Count
+    max_messages: Count | None = Field(
+        default=None, description="load at most the newest N messages to compress"
+    )
 
 
 class SummaryOptions(_Closed):
@@ -112,6 +124,9 @@ class SummaryOptions(_Closed):
     keep_last: Count = 20
     prompt: AnyText | None = None
     on_failure: Literal["truncate", "raise"] = "truncate"
+    max_messages: Count | None = Field(
+        default=None, description="load at most the newest N messages to compress"
+    )
 
 
 def _default_strategy(value: object) -> object:

@@ -62,6 +62,21 @@ class ContextResult:
 
 
 @attrs.frozen(slots=True)
+class _StoredHistory(ContextResult):
+    """A result whose messages are a session store's own snapshot, already checked.
+
+    raf's stores build their snapshots from checked or decoded messages
+    only, so the per-message check of :func:`checked_result` (one pass over
+    a history that may hold 100,000 messages) is skipped for it.
+    """
+
+
+def stored_history(messages: tuple[ChatMessage, ...]) -> ContextResult:
+    """The result that injects ``messages``, a snapshot from one of raf's own stores."""
+    return _StoredHistory(messages=messages)
+
+
+@attrs.frozen(slots=True)
 class Invocation:
     """One run on its way to the model (ASGI's ``scope``).
 
@@ -261,7 +276,7 @@ def checked_result(result: object) -> CheckedResult:
         raise ContextResultError("instructions", "str or None", instructions)
     if replace is not False and replace is not True:
         raise ContextResultError("replace_messages", "bool", replace)
-    if messages != ():
+    if messages != () and type(result) is not _StoredHistory:
         messages = _checked_messages(messages)
     if tools != ():
         tools = _checked_tools(tools)

@@ -20,10 +20,10 @@ from typing import Any, Protocol, overload, runtime_checkable
 
 import anyio
 import attrs
-import structlog
 
 from raf._context import AgentLike, ContextResult, Invocation, merge
 from raf._errors import ContextResultError, ProviderError, StreamClosedError
+from raf._log import log as _log
 from raf._messages import AgentResponse, ChatMessage
 from raf._observe import ProviderStage, StageHook, stage_hook
 from raf._options import AgentRunOptions
@@ -35,7 +35,6 @@ CompleteInvocation = Callable[[Invocation], Awaitable[AgentResponse]]
 PreStage = Callable[..., Awaitable[Any]]
 PostStage = Callable[..., Awaitable[None]]
 
-_log = structlog.get_logger("raf")
 _EMPTY = ContextResult()
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import anyio
 import attrs
-import structlog
 
 from raf._approvals import Opening, RunApprovals, wants_approval
 from raf._context import Invocation
@@ -19,13 +18,13 @@ from raf._errors import (
     ToolLoopError,
     ToolSchemaError,
 )
+from raf._log import log as _log
 from raf._messages import AgentResponse, ChatMessage, OnUpdate, PendingCall, ToolCall, Update, Usage
 from raf._options import ChatOptions
 from raf._tools import FunctionTool, Tool, check_tool_arguments, check_tool_json
 
 __all__ = ["ToolRequest"]
 
-_log = structlog.get_logger("raf")
 
 ChatCall = Callable[[Sequence[ChatMessage], ChatOptions], Awaitable[AgentResponse]]
 

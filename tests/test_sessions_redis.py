@@ -748,3 +748,34 @@ def test_the_timeout_has_a_default_and_is_checked() -> None:
     for bad in (0, -1, float("nan"), True, "1"):
         with pytest.raises(ValueError, match="timeout"):
             RedisSessionStore(timeout=bad)  # type: ignore[arg-type]
+
+
+async def test_what_a_store_read_is_bounded_least_recent_session_first(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    async with RedisSessionStore(redis_server.url, prefix=prefix, cache_messages=5) as store:
+        one, two = await store.get("one"), await store.get("two")
+        await one.add_messages([ChatMessage.user(f"1.{n}") for n in range(4)])
+        await two.add_messages([ChatMessage.user(f"2.{n}") for n in range(4)])
+        assert len(await one.get_messages()) == 4
+        assert list(store._cache) == ["one"]
+        assert len(await two.get_messages()) == 4
+        assert list(store._cache) == ["two"]  # 8 > 5: the least recent session is forgotten
+        assert [m.content for m in await one.get_last_messages(2)] == ["1.2", "1.3"]
+        assert [m.content for m in await two.get_messages()] == [f"2.{n}" for n in range(4)]
+
+
+async def test_a_warm_read_decodes_nothing_it_read_before(store: RedisSessionStore) -> None:
+    session = await store.get("warm")
+    await session.add_messages([ChatMessage.user(str(n)) for n in range(100)])
+    first = await session.get_messages()
+    await session.add_messages([ChatMessage.user("new")])
+    again = await session.get_messages()
+    assert again[:100] == first
+    assert again[100].content == "new"
+    assert all(a is b for a, b in zip(first, again, strict=False))  # kept, not decoded again
+
+
+def test_cache_messages_must_be_a_count() -> None:
+    with pytest.raises(ValueError, match="cache_messages"):
+        RedisSessionStore(cache_messages=-1)

@@ -340,11 +340,25 @@ class CompressionProvider(ContextProvider):
     be replaced anyway. The session keeps the whole history; only what the
     model sees is compressed. A strategy result that splits a tool call from
     its results is refused with :class:`raf.CompressionError`.
+
+    ``max_messages``, ``max_tokens`` and ``count_tokens`` bound what is
+    loaded, as :class:`raf.HistoryProvider`'s window does: only the newest
+    messages are read from the store and compressed.
     """
 
     kind = "compression"
 
-    def __init__(self, strategy: CompressionStrategy, *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        strategy: CompressionStrategy,
+        *,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        count_tokens: Callable[[ChatMessage], int] | None = None,
+        name: str | None = None,
+    ) -> None:
+        from raf._builtin.window import checked_window  # window.py imports this module
+
         if not callable(getattr(strategy, "compress", None)):
             raise TypeError(
                 f"strategy must have an async compress(messages) method, got {strategy!r}"
@@ -352,6 +366,9 @@ class CompressionProvider(ContextProvider):
         if name is not None:
             self.name = name
         self.strategy = strategy
+        self.count_tokens = checked_window(max_messages, max_tokens, count_tokens)
+        self.max_messages = max_messages
+        self.max_tokens = max_tokens
 
     async def on_invoking(
         self,
@@ -361,7 +378,9 @@ class CompressionProvider(ContextProvider):
         options: AgentRunOptions,
     ) -> ContextResult:
         """The compressed history, replacing whatever was injected before."""
-        history = await session.get_messages()
+        from raf._builtin.window import read_window
+
+        history = await read_window(session, self.max_messages, self.max_tokens, self.count_tokens)
         # A last turn whose calls wait for approval (or lost their result) is kept out of
         # compression and put back after it, so the run can answer its calls in place.
         waiting = _waiting_turn(history)

@@ -6,12 +6,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from raf._approvals import still_owed
-from raf._context import ContextResult
+from raf._builtin.window import TokenCounter, checked_window, read_window
+from raf._context import ContextResult, stored_history
 from raf._errors import ApprovalError, StreamClosedError
 from raf._messages import AgentResponse, ChatMessage, PendingCall, ToolCall
 from raf._options import AgentRunOptions
 from raf._providers import ContextProvider
-from raf._sessions.base import Session
+from raf._sessions.base import CHECKED_SESSION_TYPES, Session
 
 if TYPE_CHECKING:
     from raf._context import AgentLike
@@ -38,6 +39,14 @@ class HistoryProvider(ContextProvider):
     resumed run's decisions), so they are stored before the request
     messages (see ``docs/approvals.md``).
 
+    ``max_messages`` and ``max_tokens`` bound what goes in to the newest
+    messages of the history (a window): at most that many messages, at most
+    that many tokens by ``count_tokens`` (default
+    :func:`raf.approximate_tokens`). The window is read from the store's
+    tail alone, so a turn costs the same over 100,000 stored messages as
+    over 1,000, and it never splits an assistant turn's tool calls from
+    their results. The session keeps everything.
+
     ``inject=False`` keeps the post stage but injects nothing; use it when a
     :class:`raf.CompressionProvider` decides what the model sees.
     ``persist_partial=True`` also stores a streamed turn that its consumer
@@ -58,12 +67,22 @@ class HistoryProvider(ContextProvider):
     kind = "memory"
 
     def __init__(
-        self, *, inject: bool = True, persist_partial: bool = False, name: str | None = None
+        self,
+        *,
+        inject: bool = True,
+        persist_partial: bool = False,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        count_tokens: TokenCounter | None = None,
+        name: str | None = None,
     ) -> None:
         if name is not None:
             self.name = name
         self.inject = inject
         self.persist_partial = persist_partial
+        self.count_tokens = checked_window(max_messages, max_tokens, count_tokens)
+        self.max_messages = max_messages
+        self.max_tokens = max_tokens
 
     async def on_invoking(
         self,
@@ -75,9 +94,11 @@ class HistoryProvider(ContextProvider):
         """The stored history, as injected messages."""
         if not self.inject:
             return ContextResult()
-        history = await session.get_messages()
+        history = await read_window(session, self.max_messages, self.max_tokens, self.count_tokens)
         if not history:
             return ContextResult()
+        if type(session) in CHECKED_SESSION_TYPES:
+            return stored_history(history)  # no second pass over a long history
         return ContextResult(messages=history)
 
     async def on_invoked(

@@ -12,17 +12,15 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 import anyio
 import anyio.lowlevel
 import attrs
-import structlog
 
 from raf._context import ContextResult
 from raf._errors import ConfigError, McpError, ToolError, ToolSchemaError
+from raf._log import log as _log
 from raf._messages import ChatMessage
 from raf._options import AgentRunOptions
 from raf._providers import ContextProvider
 from raf._sessions.base import Session
 from raf._tools import check_tool_schema
-
-_log = structlog.get_logger("raf")
 
 if TYPE_CHECKING:
     from raf._context import AgentLike

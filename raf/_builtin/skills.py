@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import anyio.to_thread
 import attrs
-import structlog
-import yaml
 
 from raf._builtin._paths import Sandbox, require_dir_fd, shown
 from raf._context import ContextResult
 from raf._errors import ConfigError, PathError
+from raf._log import log as _log
 from raf._messages import ChatMessage
 from raf._options import AgentRunOptions
 from raf._providers import ContextProvider
@@ -30,7 +29,6 @@ __all__ = ["AgentSkillsProvider"]
 SKILL_FILE = "SKILL.md"
 DEFAULT_MAX_BYTES = 1_000_000
 _RESOURCE_LISTING = 50
-_log = structlog.get_logger("raf")
 
 
 @attrs.frozen(slots=True)
@@ -45,24 +43,6 @@ class Skill:
     description: str
     body: str
     folder: Path = attrs.field(repr=False)
-
-
-class _DuplicateKey(yaml.constructor.ConstructorError):
-    """A key given twice in one mapping of the front matter."""
-
-
-class _FrontMatterLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in seen:
-                raise _DuplicateKey(None, None, f"{key!r} is given twice", key_node.start_mark)
-            if isinstance(key, str):
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
 
 
 def parse_skill_file(text: str, source: str) -> tuple[dict[str, Any], str]:
@@ -87,13 +67,17 @@ def parse_skill_file(text: str, source: str) -> tuple[dict[str, Any], str]:
         end = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
     except StopIteration:
         raise ConfigError(f"{source}: the front matter has no closing '---' line") from None
+    import yaml  # here: `import raf` does not import PyYAML
+
+    from raf._builtin._front_matter import DuplicateKey, FrontMatterLoader
+
     try:
-        fields = yaml.load("\n".join(lines[1:end]), Loader=_FrontMatterLoader)
+        fields = yaml.load("\n".join(lines[1:end]), Loader=FrontMatterLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 2}: " if mark is not None else ""  # +2: the '---' line, 1-based
         problem = getattr(exc, "problem", None) or str(exc)
-        if not isinstance(exc, _DuplicateKey):
+        if not isinstance(exc, DuplicateKey):
             problem = f"the front matter is not valid YAML: {problem}"
         raise ConfigError(f"{source}: {where}{problem}") from None
     except RecursionError:

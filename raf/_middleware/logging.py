@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 import attrs
-import structlog
 
 from raf._context import Invocation
 from raf._messages import AgentResponse, OnUpdate, Update
@@ -56,6 +54,8 @@ class LoggingMiddleware:
         self, request: Any, call_next: Callable[[Any], Awaitable[AgentResponse]]
     ) -> AgentResponse:
         """Run the rest of the stack between a start and an end event."""
+        import structlog  # here: `import raf` does not import it (later, a dict lookup)
+
         log = self._logger if self._logger is not None else structlog.get_logger("raf")
         if isinstance(request, ChatRequest):
             level = "model"
@@ -83,7 +83,7 @@ class LoggingMiddleware:
             level = "call"
             requested = None
             fields = {"request_type": type(request).__name__}
-        run_id = structlog.contextvars.get_contextvars().get("run_id") or uuid.uuid4().hex[:16]
+        run_id = structlog.contextvars.get_contextvars().get("run_id") or _new_run_id()
         send = getattr(request, "on_update", None)
         stream: _Counted | None = None
         if send is not None:
@@ -174,3 +174,9 @@ def _answered_by(raw: Any, requested: str | None) -> str | None:
 
 def _since(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
+
+
+def _new_run_id() -> str:
+    import uuid  # here: `import raf` does not import it
+
+    return uuid.uuid4().hex[:16]

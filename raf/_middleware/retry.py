@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
-import structlog
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    wait_exponential_jitter,
-)
 
 from raf._errors import ChatClientError
+from raf._log import log as _log
 from raf._messages import AgentResponse, OnUpdate, Update
 from raf._pipeline import ChatRequest
 from raf._tool_loop import ToolRequest
 
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
+
 __all__ = ["RetryMiddleware"]
 
-_log = structlog.get_logger("raf")
 
 # A server's ask of at most this (retry-after-ms: 20, Retry-After: 1) means "soon", never
 # "give up": it is waited for in full, even past wait_max (even when wait_max is 0).
@@ -91,6 +87,9 @@ class RetryMiddleware:
         self.retry_on = retry_on
         self.wait_initial = wait_initial
         self.wait_max = wait_max
+        # Here: `import raf` does not import tenacity.
+        from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
+
         self._backoff = wait_exponential_jitter(
             multiplier=wait_initial, max=wait_max, jitter=wait_initial
         )
@@ -193,6 +192,8 @@ class RetryMiddleware:
                 )
                 return False
             return True
+
+        from tenacity import retry_if_exception
 
         retrying = self._retrying.copy(retry=retry_if_exception(should_retry))
         response: AgentResponse = await retrying(attempt, wrapped)

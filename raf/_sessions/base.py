@@ -8,6 +8,8 @@ from typing import Final, Protocol, runtime_checkable
 
 import attrs
 
+from raf._clients._wire import WireCache
+from raf._errors import BadRequestError
 from raf._messages import ChatMessage, PendingCall, checked_messages, messages_to_json
 
 __all__ = ["REQUEST_HASH_LIMIT", "RequestHash", "Session", "request_hash"]
@@ -17,6 +19,8 @@ Claimed = tuple[tuple[PendingCall, ...], tuple[PendingCall, ...]]
 
 #: How many request digests a session keeps: the most recent ones, never more.
 REQUEST_HASH_LIMIT: Final = 64
+#: How much canonical message JSON :func:`request_hash` keeps, process-wide.
+HASH_CACHE_BYTES: Final = 16 * 1024 * 1024
 
 
 @attrs.frozen(slots=True)
@@ -77,13 +81,50 @@ class Session(Protocol):
     async def claim_pending(self, tokens: Sequence[str] | None) -> Claimed | None: ...
 
 
+#: Session classes of raf's own stores: their ``get_messages`` and ``get_last_messages``
+#: return snapshots built from checked or decoded messages only, which the history
+#: provider passes on without a second per-message check. Exact types: a subclass may
+#: override the reads, so it is checked as any other session is.
+CHECKED_SESSION_TYPES: set[type] = set()
+
+
+def _canonical(message: ChatMessage, index: int) -> bytes:
+    return messages_to_json((message,))[1:-1].encode()
+
+
+#: Each message's canonical JSON by identity, so that hashing a long input again (a
+#: conversation passed whole on every turn) encodes only its new messages.
+_ENCODED = WireCache(_canonical, max_bytes=HASH_CACHE_BYTES)
+
+
 def request_hash(messages: Iterable[ChatMessage]) -> str:
     """SHA-256 hex digest of the messages' canonical JSON (stable across processes).
+
+    The digest of :func:`raf._messages.messages_to_json`'s text, built from
+    each message's own JSON, cached by identity: a message seen before costs
+    a lookup, not an encoding.
 
     >>> request_hash([]) == request_hash(())
     True
     """
-    return hashlib.sha256(messages_to_json(messages).encode()).hexdigest()
+    batch = messages if type(messages) is tuple or type(messages) is list else tuple(messages)
+    try:
+        encoded = _ENCODED.many(batch)
+    except BadRequestError as exc:  # an item that is not a ChatMessage
+        raise TypeError(f"request_hash(messages): {exc}") from None
+    return hashlib.sha256(b"[" + b",".join(encoded) + b"]").hexdigest()
+
+
+def checked_count(count: object) -> int:
+    """``get_last_messages(count)``'s argument, checked: a non-negative int.
+
+    >>> checked_count(-1)
+    Traceback (most recent call last):
+    ValueError: get_last_messages(count) must be an int >= 0, got -1
+    """
+    if type(count) is not int or count < 0:
+        raise ValueError(f"get_last_messages(count) must be an int >= 0, got {count!r}")
+    return count
 
 
 def checked_session_id(session_id: object) -> str:

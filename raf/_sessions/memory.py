@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 
 from raf._messages import ChatMessage, PendingCall
 from raf._sessions.base import (
+    CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
     Claimed,
     RequestHash,
     checked_batch,
+    checked_count,
     checked_pending,
     checked_tokens,
     request_hash,
@@ -23,9 +24,10 @@ __all__ = ["InMemorySession"]
 class InMemorySession:
     """A session kept in memory; what ``Agent.run(session=None)`` uses.
 
-    The history is one tuple: ``get_messages`` hands it out as it is (a
-    snapshot that never changes), and ``add_messages`` replaces it with a
-    longer one.
+    The history is one list: ``add_messages`` extends it (the cost of the
+    new messages only), ``get_last_messages`` copies the newest few, and
+    ``get_messages`` hands out a tuple snapshot, made again only after the
+    history grew.
 
     >>> import anyio
     >>> session = InMemorySession("demo")
@@ -34,11 +36,12 @@ class InMemorySession:
     1
     """
 
-    __slots__ = ("_hashes", "_id", "_messages", "_pending")
+    __slots__ = ("_hashes", "_id", "_messages", "_pending", "_snapshot")
 
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
-        self._messages: tuple[ChatMessage, ...] = ()
+        self._messages: list[ChatMessage] = []
+        self._snapshot: tuple[ChatMessage, ...] | None = ()  # tuple(_messages), when made
         # Digest -> time last seen; insertion order is recency (a touch moves it to the end).
         self._hashes: dict[str, float] = {}
         self._pending: dict[str, PendingCall] = {}  # token -> call, in the order recorded
@@ -47,18 +50,29 @@ class InMemorySession:
     def id(self) -> str:
         """The session's id (a uuid4 hex unless one was given)."""
         if self._id is None:
+            import uuid  # here: `import raf` does not import it
+
             self._id = uuid.uuid4().hex
         return self._id
 
     async def get_messages(self) -> tuple[ChatMessage, ...]:
         """The history, oldest first."""
-        return self._messages
+        if self._snapshot is None:
+            self._snapshot = tuple(self._messages)
+        return self._snapshot
+
+    async def get_last_messages(self, count: int) -> tuple[ChatMessage, ...]:
+        """The newest ``count`` messages (all when fewer), oldest first."""
+        if checked_count(count) >= len(self._messages):
+            return await self.get_messages()
+        return tuple(self._messages[-count:]) if count else ()
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages``; a non-``ChatMessage`` item rejects the whole call."""
         new = checked_batch(messages)
         if new:
             self._messages += new
+            self._snapshot = None
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request messages' hash with the time; say whether it was there."""
@@ -81,6 +95,7 @@ class InMemorySession:
         new, calls = checked_pending(messages, pending)
         if new:
             self._messages += new
+            self._snapshot = None
         for call in calls:
             self._pending[call.token] = call
 
@@ -97,3 +112,6 @@ class InMemorySession:
 
     def __repr__(self) -> str:
         return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"
+
+
+CHECKED_SESSION_TYPES.add(InMemorySession)

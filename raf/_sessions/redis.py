@@ -32,6 +32,7 @@ from typing import Any, Final, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import attrs
 import coredis
 from coredis.exceptions import ConnectionError as RedisConnectionError
 from coredis.exceptions import NoScriptError, RedisError, WrongTypeError
@@ -40,9 +41,11 @@ from coredis.retry import NoRetryPolicy
 from raf._errors import SessionStoreError
 from raf._messages import ChatMessage
 from raf._sessions.base import (
+    CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
     RequestHash,
     checked_batch,
+    checked_count,
     checked_session_id,
     request_hash,
 )
@@ -111,6 +114,44 @@ return 0
 )
 
 
+# Lua: KEYS[1] the message list; ARGV[1] how many entries the reader's cache covers (from
+# the list's start; 0: none), ARGV[2] the SHA1 of the last of them, ARGV[3] how many of the
+# newest entries to read when the cache cannot be extended (-1: all).
+# Returns {length, first index read, entries}: the entries after the cache when its last
+# entry is still where it was (the list only grew since), else the newest ARGV[3] entries.
+_READ: Final = """
+local length = redis.call('LLEN', KEYS[1])
+local cached = tonumber(ARGV[1])
+if cached > 0 and cached <= length then
+  local last = redis.call('LINDEX', KEYS[1], cached - 1)
+  if last and redis.sha1hex(last) == ARGV[2] then
+    return {length, cached, redis.call('LRANGE', KEYS[1], cached, -1)}
+  end
+end
+local first = 0
+if tonumber(ARGV[3]) >= 0 then first = math.max(0, length - tonumber(ARGV[3])) end
+return {length, first, redis.call('LRANGE', KEYS[1], first, -1)}
+"""
+
+#: How many messages a store keeps decoded, across its sessions, before it forgets the
+#: least recently used session (the one in use is always kept).
+CACHE_MESSAGES: Final = 200_000
+
+
+@attrs.frozen(slots=True)
+class _Cached:
+    """What a store has read of one session's list: ``messages`` are entries
+    ``first`` to ``first + len(messages) - 1``; ``sha`` is the SHA1 of the last one's bytes."""
+
+    first: int
+    messages: tuple[ChatMessage, ...]
+    sha: str
+
+    @property
+    def end(self) -> int:
+        return self.first + len(self.messages)
+
+
 # A dropped connection shows as coredis's ConnectionError, an OSError, or an anyio
 # stream error, depending on where the client was when it dropped.
 _CONNECTION_FAILURES: Final = (
@@ -123,7 +164,9 @@ _CONNECTION_FAILURES: Final = (
 # TimeoutError: the call's own deadline (the store's timeout), or coredis's stream timeout.
 _FAILURES: Final = (RedisError, TimeoutError, *_CONNECTION_FAILURES)
 
-_SHA1: Final = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_APPEND, _TOUCH)}
+_SHA1: Final = {
+    script: hashlib.sha1(script.encode()).hexdigest() for script in (_APPEND, _TOUCH, _READ)
+}
 
 
 class RedisSessionStore:
@@ -149,6 +192,14 @@ class RedisSessionStore:
     opening), a connection dropped during a call, a key of the session
     holding another type of value, a stored entry that is not raf's JSON.
     Nothing already stored is changed by a failed call.
+
+    Reads are incremental: the store keeps what it decoded of each session
+    (up to ``cache_messages`` messages in all, least recently used sessions
+    forgotten first) and a read sends one script that checks the list only
+    grew since (its length, and the SHA1 of the last entry read) and returns
+    only the new entries; otherwise, or for another session, it reads
+    afresh. ``get_last_messages(count)`` on a session not read yet reads
+    only the newest ``count`` entries.
     """
 
     def __init__(
@@ -158,6 +209,7 @@ class RedisSessionStore:
         prefix: str = "raf",
         ttl: float | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
+        cache_messages: int = CACHE_MESSAGES,
     ) -> None:
         if type(url) is not str or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"RedisSessionStore: url must be a redis:// URL, got {url!r}")
@@ -171,8 +223,16 @@ class RedisSessionStore:
             raise ValueError(
                 f"RedisSessionStore: timeout must be None or > 0 seconds, got {timeout!r}"
             )
+        if type(cache_messages) is not int or cache_messages < 0:
+            raise ValueError(
+                f"RedisSessionStore: cache_messages must be an int >= 0, got {cache_messages!r}"
+            )
         self.url = url
         self.prefix = prefix
+        self.cache_messages = cache_messages
+        # Session id -> what was read of it; insertion order is recency (least recent first).
+        self._cache: dict[str, _Cached] = {}
+        self._cached_count = 0
         self.ttl = ttl
         self.timeout = timeout
         # EXPIRE takes whole seconds; a part of a second is rounded up, never down to 0.
@@ -292,6 +352,17 @@ class RedisSessionStore:
             await client.script_load(script)
             return await client.evalsha(sha, keys=keys, args=args)
 
+    def _remember(self, session_id: str, cached: _Cached) -> None:
+        """Keep ``cached`` as what was read of ``session_id``, most recently used."""
+        old = self._cache.pop(session_id, None)
+        if old is not None:
+            self._cached_count -= len(old.messages)
+        self._cache[session_id] = cached
+        self._cached_count += len(cached.messages)
+        while self._cached_count > self.cache_messages and len(self._cache) > 1:
+            forgotten = self._cache.pop(next(iter(self._cache)))
+            self._cached_count -= len(forgotten.messages)
+
     def _fail(
         self, exc: BaseException, what: str, session_id: str, *, writing: str = ""
     ) -> NoReturn:
@@ -348,14 +419,48 @@ class RedisSession(RedisPending):
         return self._messages_key, self._requests_key
 
     async def get_messages(self) -> tuple[ChatMessage, ...]:
-        """The history, oldest first (one ``LRANGE``)."""
-        client = self._store._require()
+        """The history, oldest first (one script: only the entries not read before)."""
+        cached = self._store._cache.get(self._id)
+        return (await self._read(cached if cached and cached.first == 0 else None, -1)).messages
+
+    async def get_last_messages(self, count: int) -> tuple[ChatMessage, ...]:
+        """The newest ``count`` messages (all when fewer), oldest first, reading no older entry."""
+        checked_count(count)
+        read = await self._read(self._store._cache.get(self._id), count)
+        if read.first > 0 and len(read.messages) < count:
+            read = await self._read(None, count)  # what was kept starts too late
+        if len(read.messages) <= count:
+            return read.messages
+        return read.messages[-count:] if count else ()
+
+    async def _read(self, cached: _Cached | None, count: int) -> _Cached:
+        store = self._store
+        client = store._require()
+        args = (
+            ["0", "", str(count)] if cached is None else [str(cached.end), cached.sha, str(count)]
+        )
         try:
-            with anyio.fail_after(self._store.timeout):
-                entries = await client.lrange(self._messages_key, 0, -1)
+            with anyio.fail_after(store.timeout):
+                length, first, entries = await store._run(
+                    client, _READ, (self._messages_key,), args
+                )
         except _FAILURES as exc:
-            self._store._fail(exc, "read the messages", self._id)
-        return tuple([self._decode(index, entry) for index, entry in enumerate(entries)])
+            store._fail(exc, "read the messages", self._id)
+        new = tuple([self._decode(first + index, entry) for index, entry in enumerate(entries)])
+        if cached is not None and first == cached.end:
+            if not new:
+                store._remember(self._id, cached)
+                return cached
+            read = _Cached(cached.first, cached.messages + new, _sha(entries[-1]))
+        else:
+            read = _Cached(first, new, _sha(entries[-1]) if entries else "")
+        if read.end != length:  # the script's own view: cannot differ unless the server lies
+            raise SessionStoreError(
+                f"{store._where}, session {self._id!r}: read {read.end} entries of "
+                f"{self._messages_key}, which holds {length}"
+            )
+        store._remember(self._id, read)
+        return read
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages`` atomically and contiguously; a bad item rejects the whole call."""
@@ -370,9 +475,11 @@ class RedisSession(RedisPending):
                 if store.ttl is None:
                     # One RPUSH of many values is atomic and contiguous by itself, and on a
                     # key of another type it fails before writing: no script needed.
-                    await client.rpush(self._messages_key, encoded)
+                    length = await client.rpush(self._messages_key, encoded)
                 else:
-                    await store._run(client, _APPEND, self.keys, [store._ttl_arg, *encoded])
+                    length = await store._run(
+                        client, _APPEND, self.keys, [store._ttl_arg, *encoded]
+                    )
         except _FAILURES as exc:
             store._fail(
                 exc,
@@ -380,6 +487,12 @@ class RedisSession(RedisPending):
                 self._id,
                 writing="the batch is stored whole or not at all: read the session "
                 "before sending it again",
+            )
+        cached = store._cache.get(self._id)
+        if cached is not None and cached.end == int(length) - len(batch):
+            # Nobody else appended since our last read: extend what is kept, no read back.
+            store._remember(
+                self._id, _Cached(cached.first, cached.messages + batch, _sha(encoded[-1]))
             )
 
     async def add_messages_once(self, key: str, messages: Iterable[ChatMessage]) -> bool:
@@ -421,6 +534,14 @@ class RedisSession(RedisPending):
 
     def __repr__(self) -> str:
         return f"RedisSession(id={self._id!r}, store={_redacted(self._store.url)!r})"
+
+
+CHECKED_SESSION_TYPES.add(RedisSession)
+
+
+def _sha(entry: bytes | str) -> str:
+    """The SHA1 of an entry's bytes, as Lua's ``redis.sha1hex`` gives it."""
+    return hashlib.sha1(entry if isinstance(entry, bytes) else entry.encode()).hexdigest()
 
 
 def _encode(message: ChatMessage) -> str:

@@ -194,6 +194,46 @@ async def check_returned_history_is_a_snapshot(harness: Harness) -> None:
     _check(_texts(await session.get_messages()) == ["first", "second"], "the history grows")
 
 
+async def check_last_messages_are_the_newest(harness: Harness) -> None:
+    """``get_last_messages(count)``, where a session has it (raf's stores do; the history
+    provider's window uses it and falls back to reading everything without it)."""
+    rule = "get_last_messages(count) is the newest count messages, oldest first"
+    session = await harness.new()
+    last = getattr(session, "get_last_messages", None)
+    if last is None:
+        return
+    _check(await last(3) == (), f"{rule}: () on a new session")
+    messages = [ChatMessage.user(f"m{index}") for index in range(7)]
+    await session.add_messages(messages[:5])
+    for count in (0, 1, 4, 5, 9):
+        got = await last(count)
+        _check(type(got) is tuple, f"{rule}: a tuple", type(got))
+        _check(list(got) == messages[:5][len(messages[:5]) - min(count, 5) :], rule, (count, got))
+    # Another store object's appends show, whether this one read the tail or everything.
+    other = await harness.reopen(session)
+    await other.add_messages(messages[5:])
+    _check(list(await last(3)) == messages[4:], f"{rule}, also after another writer", await last(3))
+    _check(list(await session.get_messages()) == messages, "get_messages sees another writer")
+    fresh = await harness.reopen(session)
+    _check(list(await fresh.get_last_messages(2)) == messages[5:], rule)  # type: ignore[attr-defined]
+    _check(list(await fresh.get_messages()) == messages, "a tail read first, then everything")
+    with _raises(ValueError, "count", "get_last_messages(-1) is a ValueError"):
+        await last(-1)
+
+
+async def check_reads_see_other_writers(harness: Harness) -> None:
+    rule = "a session that has read its history sees what another store object appended since"
+    session = await harness.new()
+    await session.add_messages([ChatMessage.user("one")])
+    _check(_texts(await session.get_messages()) == ["one"], rule)
+    other = await harness.reopen(session)
+    await other.add_messages([ChatMessage.user("two")])
+    await session.add_messages([ChatMessage.user("three")])
+    await other.add_messages([ChatMessage.user("four")])
+    _check(_texts(await session.get_messages()) == ["one", "two", "three", "four"], rule)
+    _check(_texts(await other.get_messages()) == ["one", "two", "three", "four"], rule)
+
+
 async def check_sessions_are_independent(harness: Harness) -> None:
     one = await harness.new()
     two = await harness.new()
@@ -443,6 +483,8 @@ CHECKS: tuple[Check, ...] = (
     check_empty_add_changes_nothing,
     check_returned_history_is_a_snapshot,
     check_sessions_are_independent,
+    check_last_messages_are_the_newest,
+    check_reads_see_other_writers,
     check_concurrent_appends_lose_nothing_and_stay_together,
     check_agent_runs_persist_through_the_history_provider,
     check_request_hash_digest_is_the_canonical_sha256,
