@@ -150,6 +150,7 @@ def test_a_raf_offline_violation_is_reported_once(tmp_path: Path) -> None:
         """,
         "-p",
         "no:randomly",
+        "-rN",  # no short summary: under CI, pytest prints it whole, a second copy
     )
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
