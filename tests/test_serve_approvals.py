@@ -137,9 +137,7 @@ async def test_decisions_are_checked_and_scoped_by_key(anyio_backend: str) -> No
     listed = await Exchange()(app, "/v1/sessions/t-k/messages", method="GET", headers=bob)
     assert json.loads(listed.body)["pending"] == []
     decision = {"token": token, "approve": True}
-    other = events_of(
-        await Exchange()(app, "/ag-ui", decision_input("t-k", decision), headers=bob)
-    )
+    other = events_of(await Exchange()(app, "/ag-ui", decision_input("t-k", decision), headers=bob))
     assert other[-1].type == EventType.RUN_ERROR
     assert ran == []
     # Bad shapes are a 400 before any event.
@@ -148,6 +146,7 @@ async def test_decisions_are_checked_and_scoped_by_key(anyio_backend: str) -> No
         {"token": "", "approve": True},
         {"token": token, "approve": True, "reason": "no"},
         {"token": token, "approve": True, "extra": 1},
+        {"approve": True},
     ):
         reply = await Exchange()(app, "/ag-ui", decision_input("t-k", bad), headers=ann)
         assert reply.status == 400, bad

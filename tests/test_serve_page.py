@@ -130,7 +130,8 @@ def test_the_page_approves_and_denies_a_waiting_call_across_reloads(
         users = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.user")]
         assert users == ["please delete my notes"]
         tools = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.tool")]
-        assert len(tools) == 1 and "→ deleted notes.txt" in tools[0]
+        assert len(tools) == 1
+        assert "→ deleted notes.txt" in tools[0]
         assert answers(browser) == ["the tool said deleted notes.txt"]
         assert buttons("approve") == []
         # A second call waits; the page is reloaded before anyone decides: the buttons are back.
@@ -150,6 +151,8 @@ def test_the_page_approves_and_denies_a_waiting_call_across_reloads(
         browser.refresh()
         wait_until(lambda: len(answers(browser)) == 2)
         tools = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.tool")]
-        assert len(tools) == 2 and "did not approve" in tools[1]
-        assert buttons("approve") == [] and buttons("deny") == []
+        assert len(tools) == 2
+        assert "did not approve" in tools[1]
+        assert buttons("approve") == []
+        assert buttons("deny") == []
         browser.save_screenshot(str(ARTIFACTS / "serve_page_approvals.png"))

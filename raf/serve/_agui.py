@@ -100,10 +100,13 @@ def _decisions(props: Any) -> tuple[Decision, ...]:
         where = f"forwardedProps.decisions[{index}]"
         if not isinstance(item, dict) or set(item) - {"token", "approve", "reason"}:
             raise HttpError(400, f"{where} must be an object of token, approve and reason")
+        fields: dict[str, Any] = item  # Decision checks each type
         try:
             decisions.append(
-                Decision(item.get("token"), approve=item.get("approve"), reason=item.get("reason"))
+                Decision(fields["token"], approve=fields["approve"], reason=fields.get("reason"))
             )
+        except KeyError as exc:
+            raise HttpError(400, f"{where}: {exc.args[0]} is missing") from None
         except (TypeError, ValueError) as exc:
             raise HttpError(400, f"{where}: {exc}") from None
     return tuple(decisions)
