@@ -137,6 +137,6 @@ def failure(exc: Exception) -> HttpError:
     upstream = upstream_error(exc)
     if upstream is not None:
         return upstream
-    if isinstance(exc, ApprovalError):  # a stale or unknown decision: the caller's to fix
+    if isinstance(exc, ApprovalError) and exc.tokens:  # decisions that match no waiting call
         return HttpError(409, str(exc), code="approval_mismatch")
     return HttpError(500, f"the agent failed: {type(exc).__name__}: {exc}", "server_error")
