@@ -162,3 +162,44 @@ async def test_decisions_are_checked_and_scoped_by_key(anyio_backend: str) -> No
     )
     assert events[-1].type == EventType.RUN_FINISHED
     assert ran == ["notes.txt"]
+
+
+async def test_a_call_left_undecided_is_reported_again_by_the_resume(anyio_backend: str) -> None:
+    ran: list[str] = []
+
+    @raf.tool(approval=True)
+    def remove(path: str) -> str:
+        """Remove ``path``."""
+        ran.append(path)
+        return f"removed {path}"
+
+    turn = raf.ScriptedChatClient.tool_turn(
+        raf.ToolCall("c-a", "remove", '{"path": "a"}'),
+        raf.ToolCall("c-b", "remove", '{"path": "b"}'),
+    )
+    agent = raf.Agent(raf.ScriptedChatClient([turn, "both done"]), tools=[remove], history=True)
+    app = raf.serve.app(agent)
+    first = events_of(await Exchange()(app, "/ag-ui", run_input("remove both", "t-two")))
+    tokens = {e.value["toolCallId"]: e.value["token"] for e in first if e.type == EventType.CUSTOM}
+    assert set(tokens) == {"c-a", "c-b"}
+    # Deciding one: it runs, the other is reported again as waiting, the model is not called.
+    decision = {"token": tokens["c-a"], "approve": True}
+    second = events_of(await Exchange()(app, "/ag-ui", decision_input("t-two", decision)))
+    assert [e.type for e in second] == [
+        EventType.RUN_STARTED,
+        EventType.TOOL_CALL_RESULT,
+        EventType.TOOL_CALL_START,
+        EventType.TOOL_CALL_ARGS,
+        EventType.TOOL_CALL_END,
+        EventType.CUSTOM,
+        EventType.RUN_FINISHED,
+    ]
+    assert second[1].tool_call_id == "c-a"
+    assert second[2].tool_call_id == "c-b"
+    assert second[5].value["token"] == tokens["c-b"]
+    assert ran == ["a"]
+    decision = {"token": tokens["c-b"], "approve": True}
+    third = events_of(await Exchange()(app, "/ag-ui", decision_input("t-two", decision)))
+    text = "".join(e.delta for e in third if e.type == EventType.TEXT_MESSAGE_CONTENT)
+    assert text == "both done"
+    assert ran == ["a", "b"]
