@@ -6,6 +6,8 @@
 
 What the model answers depends on the last message:
 - a user message ``fail:timeout`` / ``fail:rate`` / ``fail:model``: that model error;
+- a user message containing ``delete``: a call of ``delete`` (a tool that waits
+  for approval) on ``notes.txt``; after its result, ``the tool said <result>``;
 - a user message containing ``tool``: a call of the tool ``shout``; after its
   result, ``the tool said <result>``;
 - a user message ``long``: 200 words (a stream to leave in the middle);
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -66,6 +68,10 @@ class WordModel:
             if kind == "rate":
                 raise RateLimitError("slow down", status_code=429, retry_after=7)
             raise ServerError("the model broke", status_code=500)
+        if last.role == "user" and "delete" in text:
+            yield Update.of_tool_call(ToolCall("call-del", "delete", '{"path": "notes.txt"}'))
+            yield Update.of_usage(raf.Usage(3, 1))
+            return
         if last.role == "user" and "tool" in text:
             yield Update.of_tool_call(ToolCall("call-1", "shout", json.dumps({"text": "hi"})))
             yield Update.of_usage(raf.Usage(3, 1))
@@ -83,12 +89,26 @@ class WordModel:
         yield Update.of_usage(raf.Usage(len(messages), len(words)))
 
 
-def make_agent(delay: float = 0.0, *, post_timeout: float = 10.0) -> raf.Agent:
-    """The served agent: a history that keeps partial answers, one tool."""
+def make_agent(
+    delay: float = 0.0,
+    *,
+    post_timeout: float = 10.0,
+    on_delete: Callable[[str], None] | None = None,
+) -> raf.Agent:
+    """The served agent: a history that keeps partial answers, ``shout``, and ``delete``
+    (which waits for approval; ``on_delete(path)`` is called each time it runs)."""
+
+    @raf.tool(approval=True)
+    def delete(path: str) -> str:
+        """Delete the file ``path`` (pretend): it waits for a person's approval."""
+        if on_delete is not None:
+            on_delete(path)
+        return f"deleted {path}"
+
     return raf.Agent(
         WordModel(delay),
         name="word-agent",
-        tools=[shout],
+        tools=[shout, delete],
         stack=[HistoryProvider(persist_partial=True)],
         post_timeout=post_timeout,
     )
@@ -97,8 +117,15 @@ def make_agent(delay: float = 0.0, *, post_timeout: float = 10.0) -> raf.Agent:
 def create() -> Any:
     """The ASGI app, configured by ``RAF_TEST_SERVE`` (for uvicorn's ``--factory``)."""
     config = json.loads(os.environ.get("RAF_TEST_SERVE", "{}"))
+    deleted = config.get("deleted")  # a file where each run of ``delete`` adds a line
+
+    def on_delete(path: str) -> None:
+        if deleted is not None:
+            with open(deleted, "a") as log:
+                log.write(path + "\n")
+
     return raf.serve.app(
-        make_agent(config.get("delay", 0.0)),
+        make_agent(config.get("delay", 0.0), on_delete=on_delete),
         store=config.get("db"),
         api_keys=config.get("keys"),
         max_body=config.get("max_body", 4 * 1024 * 1024),

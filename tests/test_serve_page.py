@@ -94,3 +94,65 @@ def test_the_page_streams_stops_and_shows_the_partial_answer_after_a_reload(
             ARTIFACTS.mkdir(exist_ok=True)
             browser.save_screenshot(str(ARTIFACTS / "serve_page.png"))
         assert answers(browser)[1] == "seen 3: and then"
+
+
+def test_the_page_approves_and_denies_a_waiting_call_across_reloads(
+    browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    deleted = tmp_path / "deleted.log"  # the server process adds a line each time delete runs
+
+    def runs() -> list[str]:
+        return deleted.read_text().split() if deleted.exists() else []
+
+    def buttons(name: str) -> list[Any]:
+        return browser.find_elements(By.CSS_SELECTOR, f".msg.tool button.{name}")
+
+    with ServedAgent(deleted=str(deleted)) as server:
+        browser.get(f"{server.url}/")
+        browser.find_element(By.ID, "input").send_keys("please delete my notes")
+        browser.find_element(By.ID, "send").click()
+        (approve,) = wait_until(lambda: buttons("approve"))
+        row = browser.find_element(By.CSS_SELECTOR, ".msg.tool.waiting")
+        assert 'delete({"path": "notes.txt"})' in row.text
+        assert runs() == []
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "serve_page_pending.png"))
+        approve.click()
+        wait_until(lambda: answers(browser) == ["the tool said deleted notes.txt"])
+        assert runs() == ["notes.txt"]
+        assert buttons("approve") == []
+        row = browser.find_element(By.CSS_SELECTOR, ".msg.tool")
+        assert "(approved)" in row.text
+        assert "→ deleted notes.txt" in row.text
+        # After a reload the history is whole: the question, the call and its result, the answer.
+        browser.refresh()
+        wait_until(lambda: answers(browser))
+        users = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.user")]
+        assert users == ["please delete my notes"]
+        tools = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.tool")]
+        assert len(tools) == 1
+        assert "→ deleted notes.txt" in tools[0]
+        assert answers(browser) == ["the tool said deleted notes.txt"]
+        assert buttons("approve") == []
+        # A second call waits; the page is reloaded before anyone decides: the buttons are back.
+        browser.find_element(By.ID, "input").send_keys("delete them again")
+        browser.find_element(By.ID, "send").click()
+        wait_until(lambda: buttons("deny"))
+        browser.refresh()
+        (deny,) = wait_until(lambda: buttons("deny"))
+        browser.find_element(By.CSS_SELECTOR, ".msg.tool.waiting input.reason").send_keys(
+            "keep them"
+        )
+        deny.click()
+        wait_until(lambda: len(answers(browser)) == 2)
+        assert answers(browser)[1].startswith("the tool said The user did not approve this call")
+        assert "keep them" in answers(browser)[1]
+        assert runs() == ["notes.txt"]  # the approved call ran once; the denied one never
+        browser.refresh()
+        wait_until(lambda: len(answers(browser)) == 2)
+        tools = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.tool")]
+        assert len(tools) == 2
+        assert "did not approve" in tools[1]
+        assert buttons("approve") == []
+        assert buttons("deny") == []
+        browser.save_screenshot(str(ARTIFACTS / "serve_page_approvals.png"))

@@ -9,6 +9,7 @@ import pydantic
 from ag_ui.core import (
     AssistantMessage,
     BaseEvent,
+    CustomEvent,
     DeveloperMessage,
     RunAgentInput,
     RunErrorEvent,
@@ -28,7 +29,8 @@ from ag_ui.core import (
 from ag_ui.encoder import EventEncoder
 from starlette.types import Receive, Scope, Send
 
-from raf._messages import AgentResponse, ChatMessage, Role, ToolCall, Update
+from raf._approvals import Decision
+from raf._messages import AgentResponse, ChatMessage, PendingCall, Role, ToolCall, Update
 from raf.serve._http import HttpError, read_json
 from raf.serve._stream import stream_turn
 from raf.serve._wire import new_messages
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 _ENCODER = EventEncoder()
+#: The name of the CUSTOM event that gives a pending call's token (after its tool-call events).
+APPROVAL_EVENT = "raf.approval"
 
 
 async def ag_ui(served: Served, scope: Scope, receive: Receive, send: Send) -> None:
@@ -48,6 +52,11 @@ async def ag_ui(served: Served, scope: Scope, receive: Receive, send: Send) -> N
     history provider's, and only the messages after the input's last
     assistant message are new. A failure of the run is a ``RUN_ERROR``
     event (the AG-UI way), bad input a 400 before any event.
+
+    ``forwardedProps.decisions`` (a list of ``{"token", "approve", "reason"}``)
+    resumes the calls that wait for approval instead: the input then has no
+    new message. Each pending call is reported as TOOL_CALL_START/ARGS/END
+    with no result, then a ``raf.approval`` CUSTOM event with its token.
     """
     body = await read_json(scope, receive, served.max_body)
     try:
@@ -58,13 +67,18 @@ async def ag_ui(served: Served, scope: Scope, receive: Receive, send: Send) -> N
         )
         raise HttpError(400, f"the body is not a RunAgentInput: {problems}") from None
     messages = new_messages(tuple(_message(m, i) for i, m in enumerate(run.messages)))
-    if not messages:
+    decisions = _decisions(run.forwarded_props)
+    if decisions and messages:
+        raise HttpError(
+            400, "forwardedProps.decisions resume a paused run: send them with no new message"
+        )
+    if not messages and not decisions:
         raise HttpError(400, "no new message after the last assistant message")
     session = await served.session(scope, scope["raf.key_scope"], run.thread_id)
     framing = EventFraming(run.thread_id, run.run_id)
     await stream_turn(
         served.agent,
-        messages,
+        decisions or messages,
         session,
         served.options,
         framing,
@@ -72,6 +86,30 @@ async def ag_ui(served: Served, scope: Scope, receive: Receive, send: Send) -> N
         send,
         error_status=lambda error: False,
     )
+
+
+def _decisions(props: Any) -> tuple[Decision, ...]:
+    """``forwardedProps.decisions`` as raf decisions (none when absent); a bad one is a 400."""
+    if not isinstance(props, dict) or props.get("decisions") is None:
+        return ()
+    given = props["decisions"]
+    if not isinstance(given, list) or not given:
+        raise HttpError(400, "forwardedProps.decisions must be a non-empty list")
+    decisions = []
+    for index, item in enumerate(given):
+        where = f"forwardedProps.decisions[{index}]"
+        if not isinstance(item, dict) or set(item) - {"token", "approve", "reason"}:
+            raise HttpError(400, f"{where} must be an object of token, approve and reason")
+        fields: dict[str, Any] = item  # Decision checks each type
+        try:
+            decisions.append(
+                Decision(fields["token"], approve=fields["approve"], reason=fields.get("reason"))
+            )
+        except KeyError as exc:
+            raise HttpError(400, f"{where}: {exc.args[0]} is missing") from None
+        except (TypeError, ValueError) as exc:
+            raise HttpError(400, f"{where}: {exc}") from None
+    return tuple(decisions)
 
 
 def _message(message: Any, index: int) -> ChatMessage:
@@ -108,6 +146,7 @@ class EventFraming:
         self._thread = thread_id
         self._run = run_id
         self._text: str | None = None  # the id of the text message being streamed
+        self._calls: set[str] = set()  # the calls whose tool-call events went out
 
     def start(self) -> list[bytes]:
         return [_frame(RunStartedEvent(thread_id=self._thread, run_id=self._run))]
@@ -125,7 +164,10 @@ class EventFraming:
             frames.append(_frame(TextMessageContentEvent(message_id=self._text, delta=update.text)))
             return frames
         if update.kind == "tool_call" and update.tool_call is not None:
+            self._calls.add(update.tool_call.id)
             return self._end_text() + tool_call_events(update.tool_call, self._text)
+        if update.kind == "approval" and update.pending is not None:
+            return self._end_text() + self._pending(update.pending)
         if update.kind == "tool_result" and update.message is not None:
             message = update.message
             result = ToolCallResultEvent(
@@ -136,6 +178,13 @@ class EventFraming:
             )
             return self._end_text() + [_frame(result)]
         return []
+
+    def _pending(self, pending: PendingCall) -> list[bytes]:
+        """A call that waits: its tool-call events (unless this run sent them), then its token."""
+        call = pending.call
+        frames = [] if call.id in self._calls else tool_call_events(call)
+        self._calls.add(call.id)
+        return frames + [_frame(approval_event(pending))]
 
     def _end_text(self) -> list[bytes]:
         if self._text is None:
@@ -164,6 +213,18 @@ def tool_call_events(call: ToolCall, parent: str | None = None) -> list[bytes]:
         _frame(ToolCallArgsEvent(tool_call_id=call.id, delta=call.arguments)),
         _frame(ToolCallEndEvent(tool_call_id=call.id)),
     ]
+
+
+def approval_event(pending: PendingCall) -> CustomEvent:
+    """The ``raf.approval`` CUSTOM event: what a client needs to show the call and decide it."""
+    call = pending.call
+    value = {
+        "toolCallId": call.id,
+        "toolCallName": call.name,
+        "arguments": call.arguments,
+        "token": pending.token,
+    }
+    return CustomEvent(name=APPROVAL_EVENT, value=value)
 
 
 def _frame(event: BaseEvent) -> bytes:

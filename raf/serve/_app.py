@@ -219,14 +219,27 @@ async def models(served: Served, scope: Scope, receive: Receive, send: Send) -> 
 
 
 async def history(served: Served, scope: Scope, receive: Receive, send: Send) -> None:
-    """``GET /v1/sessions/{id}/messages``: what a session holds (the page shows it)."""
+    """``GET /v1/sessions/{id}/messages``: what a session holds (the page shows it).
+
+    ``pending`` lists the calls that wait for approval, each
+    ``{"tool_call_id", "name", "arguments", "token"}``: a decision needs the token.
+    """
     session_id = str(scope["path_params"]["session_id"])
     session = await served.session(scope, scope["raf.key_scope"], session_id)
+    listing = getattr(session, "claim_pending", None)
     try:
         messages = await session.get_messages()
+        # claim_pending(()) claims nothing: it lists what waits.
+        waiting = (await listing(()))[1] if listing is not None else ()
     except Exception as exc:
         raise HttpError(503, f"the session store failed: {exc}", "server_error") from None
-    await send_json(send, 200, {"object": "list", "data": [m.to_dict() for m in messages]})
+    pending = [
+        {"tool_call_id": p.call.id, "name": p.call.name, "arguments": p.call.arguments,
+         "token": p.token}
+        for p in waiting
+    ]  # fmt: skip
+    body = {"object": "list", "data": [m.to_dict() for m in messages], "pending": pending}
+    await send_json(send, 200, body)
 
 
 async def healthz(served: Served, scope: Scope, receive: Receive, send: Send) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 from starlette.types import Receive, Scope, Send
 
-from raf._errors import ChatClientError, ChatTimeoutError, RateLimitError
+from raf._errors import ApprovalError, ChatClientError, ChatTimeoutError, RateLimitError
 
 __all__: list[str] = []
 
@@ -137,4 +137,6 @@ def failure(exc: Exception) -> HttpError:
     upstream = upstream_error(exc)
     if upstream is not None:
         return upstream
+    if isinstance(exc, ApprovalError) and exc.tokens:  # decisions that match no waiting call
+        return HttpError(409, str(exc), code="approval_mismatch")
     return HttpError(500, f"the agent failed: {type(exc).__name__}: {exc}", "server_error")

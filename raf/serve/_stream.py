@@ -23,6 +23,7 @@ import structlog
 from starlette.types import Receive, Send
 
 from raf._agent import Agent
+from raf._approvals import Decision
 from raf._messages import AgentResponse, ChatMessage, Update
 from raf._options import AgentRunOptions
 from raf._sessions.base import Session
@@ -50,7 +51,7 @@ class Framing(Protocol):
 
 async def stream_turn(
     agent: Agent,
-    messages: Sequence[ChatMessage],
+    messages: Sequence[ChatMessage] | Sequence[Decision],
     session: Session,
     options: AgentRunOptions,
     framing: Framing,
@@ -59,7 +60,8 @@ async def stream_turn(
     *,
     error_status: Callable[[HttpError], bool] = lambda error: True,
 ) -> str:
-    """Stream one turn to the client; returns how it ended: ``done``, ``gone`` or ``failed``.
+    """Stream one turn (or a resume by ``Decision``) to the client; returns how it ended:
+    ``done``, ``gone`` or ``failed``.
 
     The response starts at the first event with something to say, so a run
     that fails before it (the model is down) still answers with an HTTP
