@@ -503,15 +503,21 @@ def _decisions(messages: object) -> tuple[Decision, ...]:
     """The decisions of a run that resumes paused calls; ``()`` for a run of messages."""
     if type(messages) is Decision:
         return (messages,)
-    if isinstance(messages, Sequence) and not isinstance(messages, (str, bytes)):
-        kinds = {type(item) is Decision for item in messages}
-        if kinds == {True}:
+    # Only a sequence that starts with a decision is looked through (a long history passed
+    # as the input costs nothing here); one that starts with a message is checked, item by
+    # item, as messages.
+    if (
+        isinstance(messages, Sequence)
+        and not isinstance(messages, (str, bytes))
+        and messages
+        and type(messages[0]) is Decision
+    ):
+        if all(type(item) is Decision for item in messages):
             return tuple(messages)
-        if kinds == {True, False}:
-            raise TypeError(
-                "run(messages) takes messages or decisions, not both: send the decisions first, "
-                "then the new message"
-            )
+        raise TypeError(
+            "run(messages) takes messages or decisions, not both: send the decisions first, "
+            "then the new message"
+        )
     return ()
 
 

@@ -95,6 +95,8 @@ def _canonical(message: ChatMessage, index: int) -> bytes:
 #: Each message's canonical JSON by identity, so that hashing a long input again (a
 #: conversation passed whole on every turn) encodes only its new messages.
 _ENCODED = WireCache(_canonical, max_bytes=HASH_CACHE_BYTES)
+#: Inputs of more messages than this go through the cache.
+_ENCODED_FROM = 8
 
 
 def request_hash(messages: Iterable[ChatMessage]) -> str:
@@ -108,6 +110,10 @@ def request_hash(messages: Iterable[ChatMessage]) -> str:
     True
     """
     batch = messages if type(messages) is tuple or type(messages) is list else tuple(messages)
+    if len(batch) <= _ENCODED_FROM and all(type(m) is ChatMessage for m in batch):
+        # A short request (most turns send one message) costs less to encode whole than
+        # to cache: the same text, so the same digest.
+        return hashlib.sha256(messages_to_json(batch).encode()).hexdigest()
     try:
         encoded = _ENCODED.many(batch)
     except BadRequestError as exc:  # an item that is not a ChatMessage
