@@ -53,3 +53,5 @@ def test_the_readme_and_the_map_link_every_guide() -> None:
     pages = sorted(p.name for p in docs.glob("*.md") if p.name not in ("index.md", "changelog.md"))
     assert [p for p in pages if f"](docs/{p})" not in readme] == []
     assert [p for p in pages if f"]({p})" not in index] == []
+    site = (docs.parent / "mkdocs.yml").read_text(encoding="utf-8")
+    assert [p for p in pages if f": {p}" not in site] == []  # the site's navigation
