@@ -17,15 +17,14 @@ from typing import Any, Final
 
 import anyio
 import attrs
-import structlog
 
 from raf._errors import ApprovalError
+from raf._log import log as _log
 from raf._messages import ChatMessage, PendingCall, ToolCall
 from raf._sessions.base import Session
 
 __all__ = ["Decision"]
 
-_log = structlog.get_logger("raf")
 
 #: What the model reads for a call the person refused, with or without a reason.
 DENIED: Final = "The user did not approve this call; it was not run."

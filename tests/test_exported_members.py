@@ -96,6 +96,15 @@ def test_import_raf_imports_no_sdk_stack() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_import_raf_imports_no_logging_or_config_stack() -> None:
+    # raf logs through a logger made on first use (raf._log); the config's and the skills'
+    # readers import their parsers where they read.
+    heavy = ("structlog", "yaml", "tenacity", "tomllib", "asyncio")
+    code = f"import raf, sys; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_the_openai_clients_load_on_first_use() -> None:
     code = (
         "import raf, sys; "

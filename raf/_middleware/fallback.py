@@ -7,16 +7,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import attrs
-import structlog
 
 from raf._errors import ChatClientError
+from raf._log import log as _log
 from raf._messages import AgentResponse, ChatClient, Update
 from raf._pipeline import ChatRequest
 from raf._streamed import stream_model
 
 __all__ = ["FallbackMiddleware"]
 
-_log = structlog.get_logger("raf")
 
 
 class FallbackMiddleware:
