@@ -163,3 +163,23 @@ async def pump(client: str, iterator: AsyncIterator[Update], on_update: OnUpdate
 async def _replay(response: AgentResponse) -> AsyncIterator[Update]:
     for update in response.to_updates():
         yield update
+
+
+class Onward:
+    """An ``on_update`` that passes each update on to ``send`` and remembers that it did.
+
+    What a chat middleware that may call the model again (a retry, a
+    fallback) wraps the call's ``on_update`` in: once an update went
+    onward, the consumer has seen it, and a second call would repeat or
+    contradict it.
+    """
+
+    __slots__ = ("send", "sent")
+
+    def __init__(self, send: OnUpdate) -> None:
+        self.send = send
+        self.sent = False
+
+    async def __call__(self, update: Update) -> None:
+        self.sent = True
+        await self.send(update)

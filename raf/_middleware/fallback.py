@@ -10,12 +10,11 @@ import attrs
 
 from raf._errors import ChatClientError
 from raf._log import log as _log
-from raf._messages import AgentResponse, ChatClient, Update
+from raf._messages import AgentResponse, ChatClient
 from raf._pipeline import ChatRequest
-from raf._streamed import stream_model
+from raf._streamed import Onward, stream_model
 
 __all__ = ["FallbackMiddleware"]
-
 
 
 class FallbackMiddleware:
@@ -95,22 +94,18 @@ class FallbackMiddleware:
                 "FallbackMiddleware belongs in Agent(chat_stack=[...]): it re-sends one model "
                 f"call, and got a {type(request).__name__}"
             )
-        send = request.on_update
-        sent = False
-        if send is not None:
-            downstream = send
+        onward = None if request.on_update is None else Onward(request.on_update)
+        if onward is not None:
+            request = attrs.evolve(request, on_update=onward)
 
-            async def on_update(update: Update) -> None:
-                nonlocal sent
-                sent = True
-                await downstream(update)
+        def sent() -> bool:  # an update went onward: the consumer saw this call's answer
+            return onward is not None and onward.sent
 
-            request = attrs.evolve(request, on_update=on_update)
         failed_model = request.options.model
         try:
             return await call_next(request)
         except Exception as exc:
-            if sent or not self.should_fall_back(exc):
+            if sent() or not self.should_fall_back(exc):
                 raise
             error: Exception = exc
         failures: list[str] = []
@@ -134,7 +129,7 @@ class FallbackMiddleware:
                         client, request.messages, options, request.on_update
                     )
             except Exception as exc:
-                if sent or not self.should_fall_back(exc):
+                if sent() or not self.should_fall_back(exc):
                     _notes(exc, failures)
                     raise
                 error, failed_model = exc, model

@@ -10,8 +10,9 @@ import attrs
 
 from raf._errors import ChatClientError
 from raf._log import log as _log
-from raf._messages import AgentResponse, OnUpdate, Update
+from raf._messages import AgentResponse, OnUpdate
 from raf._pipeline import ChatRequest
+from raf._streamed import Onward
 from raf._tool_loop import ToolRequest
 
 if TYPE_CHECKING:
@@ -166,24 +167,17 @@ class RetryMiddleware:
         attempt would repeat or contradict it: once an update went out, the
         error goes through as it is.
         """
-        sent = False
-
-        async def on_update(update: Update) -> None:
-            nonlocal sent
-            sent = True
-            await send(update)
-
-        wrapped = attrs.evolve(request, on_update=on_update)
+        onward = Onward(send)
+        wrapped = attrs.evolve(request, on_update=onward)
 
         async def attempt(request: Any) -> AgentResponse:
-            nonlocal sent
-            sent = False  # each attempt starts with nothing sent
+            onward.sent = False  # each attempt starts with nothing sent
             return await call_next(request)
 
         def should_retry(error: BaseException) -> bool:
             if not self.should_retry(error):
                 return False
-            if sent:
+            if onward.sent:
                 _log.warning(
                     "retry.gave_up",
                     reason="streamed",
