@@ -57,6 +57,23 @@ def require_dir_fd(what: str) -> None:
         )
 
 
+def checked_root(
+    owner: str, what: str, root: str | os.PathLike[str], max_bytes: object, tool_prefix: object
+) -> Path:
+    """The folder a file-tool provider (``owner``) is confined to, resolved, with the
+    options every such provider takes checked: a ``ConfigError`` when ``root`` is not a
+    folder (``what`` names it), a ``ValueError`` / ``TypeError`` for the others."""
+    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
+        raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
+    if not isinstance(tool_prefix, str):
+        raise TypeError(f"tool_prefix must be a str, got {type(tool_prefix).__name__}")
+    require_dir_fd(owner)
+    resolved = Path(root).resolve()
+    if not resolved.is_dir():
+        raise ConfigError(f"{what} {str(root)!r} is not a directory")
+    return resolved
+
+
 def shown(path: str) -> str:
     """``path`` quoted for a message: NUL bytes visible, at most about 200 characters."""
     text = path.replace("\x00", "\\0")

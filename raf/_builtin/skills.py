@@ -11,7 +11,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from raf._builtin._paths import Sandbox, require_dir_fd, shown
+from raf._builtin._paths import Sandbox, checked_root, shown
 from raf._context import ContextResult
 from raf._errors import ConfigError, PathError
 from raf._log import log as _log
@@ -134,14 +134,7 @@ class AgentSkillsProvider(ContextProvider):
     ) -> None:
         if name is not None:
             self.name = name
-        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
-            raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
-        if not isinstance(tool_prefix, str):
-            raise TypeError(f"tool_prefix must be a str, got {type(tool_prefix).__name__}")
-        require_dir_fd("AgentSkillsProvider")
-        self.root = Path(root).resolve()
-        if not self.root.is_dir():
-            raise ConfigError(f"skills root {str(root)!r} is not a directory")
+        self.root = checked_root("AgentSkillsProvider", "skills root", root, max_bytes, tool_prefix)
         self.max_bytes = max_bytes
         self.tool_prefix = tool_prefix
         self._sandbox = Sandbox(self.root, "the skills folder", given=root)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import anyio.to_thread
 
-from raf._builtin._paths import Sandbox, require_dir_fd, shown
+from raf._builtin._paths import Sandbox, checked_root, shown
 from raf._context import ContextResult
-from raf._errors import ConfigError, PathError
+from raf._errors import PathError
 from raf._messages import ChatMessage
 from raf._options import AgentRunOptions
 from raf._providers import ContextProvider
@@ -63,14 +62,9 @@ class WorkspaceContextProvider(ContextProvider):
     ) -> None:
         if name is not None:
             self.name = name
-        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
-            raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
-        if not isinstance(tool_prefix, str):
-            raise TypeError(f"tool_prefix must be a str, got {type(tool_prefix).__name__}")
-        require_dir_fd("WorkspaceContextProvider")
-        self.root = Path(root).resolve()
-        if not self.root.is_dir():
-            raise ConfigError(f"workspace root {str(root)!r} is not a directory")
+        self.root = checked_root(
+            "WorkspaceContextProvider", "workspace root", root, max_bytes, tool_prefix
+        )
         self.writable = writable
         self.max_bytes = max_bytes
         self.tool_prefix = tool_prefix
