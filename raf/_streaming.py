@@ -76,7 +76,6 @@ class AgentStream:
         # leaves). ``_holding``: the consumer took the item and has not asked yet.
         self._item: Update | None = None
         self._ready: anyio.Event  # made on entering, in the event loop
-        self._event: Callable[[], anyio.Event]
         self._asked: anyio.Event | None = None
         self._holding = False
         # Set when the hand-over under way ends: others (two model streams at once) wait.
@@ -93,7 +92,6 @@ class AgentStream:
         self._state = "running"
         invocation = await self._start(self._send)
         self._ready = anyio.Event()
-        self._event = type(self._ready)  # the backend's class: skips a 1 us look-up an event
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
@@ -125,10 +123,10 @@ class AgentStream:
             await self._busy.wait()
         if self._closing.closed is not None:
             raise self._closing.closed
-        self._busy = done = self._event()
+        self._busy = done = anyio.Event()
         try:
             self._item = update
-            asked = self._asked = self._event()
+            asked = self._asked = anyio.Event()
             self._ready.set()
             await asked.wait()
         finally:
@@ -175,7 +173,7 @@ class AgentStream:
                     raise StopAsyncIteration
                 # Cancelled here, the read loses nothing: the update waits for the next.
                 await self._ready.wait()
-                self._ready = self._event()
+                self._ready = anyio.Event()
         finally:
             self._reading = False
 
