@@ -6,36 +6,6 @@ import typing
 
 from raf._agent import Agent
 from raf._approvals import Decision
-from raf._builtin import (
-    AgentSkillsProvider,
-    CompressionProvider,
-    CompressionStrategy,
-    FolderRetriever,
-    HistoryProvider,
-    InMemoryHistoryProvider,
-    KnowledgeProvider,
-    McpToolsProvider,
-    Passage,
-    Retriever,
-    SummaryStrategy,
-    TokenBudgetStrategy,
-    TruncationStrategy,
-    WikiRetriever,
-    WorkspaceContextProvider,
-    approximate_tokens,
-    check_tool_pairing,
-    message_units,
-)
-from raf._clients import EchoChatClient, ScriptedChatClient
-from raf._config import (
-    PROVIDER_KINDS,
-    ContextProviderDecl,
-    ProviderOptions,
-    build_provider,
-    build_providers,
-    load_provider_decls,
-    register_provider_kind,
-)
 from raf._context import AgentLike, ContextResult, Invocation, merge
 from raf._errors import (
     AgentError,
@@ -68,7 +38,6 @@ from raf._errors import (
     ToolLoopError,
     ToolSchemaError,
 )
-from raf._mermaid import MermaidObserver
 from raf._messages import (
     AgentResponse,
     ChatClient,
@@ -79,23 +48,56 @@ from raf._messages import (
     Update,
     Usage,
 )
-from raf._middleware import FallbackMiddleware, LoggingMiddleware, RetryMiddleware
 from raf._observe import Observer, ProviderStage
 from raf._options import AgentRunOptions, ChatOptions
 from raf._parallel import ProviderGroup, parallel
 from raf._pipeline import CallNext, ChatRequest, Middleware, compose
 from raf._providers import ContextProvider, ContextProviderLike
-from raf._sessions import InMemorySession, Session, SqliteSessionStore
-from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, request_hash
+from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, Session, request_hash
+from raf._sessions.memory import InMemorySession
 from raf._streaming import AgentStream
 from raf._tool_loop import ToolRequest
 from raf._tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
-from raf._tracing import StageEvent, TraceObserver
 
 if typing.TYPE_CHECKING:
+    # Loaded on first use (see _LAZY below); imported here for type checkers and the docs.
+    from raf._builtin.compression import CompressionProvider as CompressionProvider
+    from raf._builtin.compression import CompressionStrategy as CompressionStrategy
+    from raf._builtin.compression import SummaryStrategy as SummaryStrategy
+    from raf._builtin.compression import TokenBudgetStrategy as TokenBudgetStrategy
+    from raf._builtin.compression import TruncationStrategy as TruncationStrategy
+    from raf._builtin.compression import approximate_tokens as approximate_tokens
+    from raf._builtin.compression import check_tool_pairing as check_tool_pairing
+    from raf._builtin.compression import message_units as message_units
+    from raf._builtin.history import HistoryProvider as HistoryProvider
+    from raf._builtin.history import InMemoryHistoryProvider as InMemoryHistoryProvider
+    from raf._builtin.knowledge import FolderRetriever as FolderRetriever
+    from raf._builtin.knowledge import KnowledgeProvider as KnowledgeProvider
+    from raf._builtin.knowledge import Passage as Passage
+    from raf._builtin.knowledge import Retriever as Retriever
+    from raf._builtin.knowledge import WikiRetriever as WikiRetriever
+    from raf._builtin.mcp import McpToolsProvider as McpToolsProvider
+    from raf._builtin.skills import AgentSkillsProvider as AgentSkillsProvider
+    from raf._builtin.workspace import WorkspaceContextProvider as WorkspaceContextProvider
+    from raf._clients.echo import EchoChatClient as EchoChatClient
     from raf._clients.openai import OpenAIChatClient as OpenAIChatClient
     from raf._clients.responses import OpenAIResponsesClient as OpenAIResponsesClient
+    from raf._clients.scripted import ScriptedChatClient as ScriptedChatClient
+    from raf._config import PROVIDER_KINDS as PROVIDER_KINDS
+    from raf._config import ContextProviderDecl as ContextProviderDecl
+    from raf._config import ProviderOptions as ProviderOptions
+    from raf._config import build_provider as build_provider
+    from raf._config import build_providers as build_providers
+    from raf._config import load_provider_decls as load_provider_decls
+    from raf._config import register_provider_kind as register_provider_kind
+    from raf._mermaid import MermaidObserver as MermaidObserver
+    from raf._middleware.fallback import FallbackMiddleware as FallbackMiddleware
+    from raf._middleware.logging import LoggingMiddleware as LoggingMiddleware
+    from raf._middleware.retry import RetryMiddleware as RetryMiddleware
     from raf._sessions.redis import RedisSessionStore as RedisSessionStore
+    from raf._sessions.sqlite import SqliteSessionStore as SqliteSessionStore
+    from raf._tracing import StageEvent as StageEvent
+    from raf._tracing import TraceObserver as TraceObserver
 
 __all__ = [
     "Agent",
@@ -206,10 +208,51 @@ __all__ = [
 #: The installed version of raf-agents (from the package metadata; see __getattr__).
 __version__: str
 
+#: What `import raf` leaves out, loaded on first use: name -> the module that defines it.
+#: The core (agent, run, pipeline, tools, sessions' base) is imported above; the built-in
+#: providers, the stores, the clients, the config, the observers and the middleware are
+#: here, so that a program pays for what it touches: the OpenAI clients import the SDK's
+#: stack (openai, httpx, pydantic), SqliteSessionStore sqlite3, RedisSessionStore the
+#: optional extra raf-agents[redis] (coredis; it is not in __all__, so that
+#: `from raf import *` works without the extra).
 _LAZY = {
+    "AgentSkillsProvider": "raf._builtin.skills",
+    "CompressionProvider": "raf._builtin.compression",
+    "CompressionStrategy": "raf._builtin.compression",
+    "ContextProviderDecl": "raf._config",
+    "EchoChatClient": "raf._clients.echo",
+    "FallbackMiddleware": "raf._middleware.fallback",
+    "FolderRetriever": "raf._builtin.knowledge",
+    "HistoryProvider": "raf._builtin.history",
+    "InMemoryHistoryProvider": "raf._builtin.history",
+    "KnowledgeProvider": "raf._builtin.knowledge",
+    "LoggingMiddleware": "raf._middleware.logging",
+    "McpToolsProvider": "raf._builtin.mcp",
+    "MermaidObserver": "raf._mermaid",
     "OpenAIChatClient": "raf._clients.openai",
     "OpenAIResponsesClient": "raf._clients.responses",
+    "PROVIDER_KINDS": "raf._config",
+    "Passage": "raf._builtin.knowledge",
+    "ProviderOptions": "raf._config",
     "RedisSessionStore": "raf._sessions.redis",
+    "Retriever": "raf._builtin.knowledge",
+    "RetryMiddleware": "raf._middleware.retry",
+    "ScriptedChatClient": "raf._clients.scripted",
+    "SqliteSessionStore": "raf._sessions.sqlite",
+    "StageEvent": "raf._tracing",
+    "SummaryStrategy": "raf._builtin.compression",
+    "TokenBudgetStrategy": "raf._builtin.compression",
+    "TraceObserver": "raf._tracing",
+    "TruncationStrategy": "raf._builtin.compression",
+    "WikiRetriever": "raf._builtin.knowledge",
+    "WorkspaceContextProvider": "raf._builtin.workspace",
+    "approximate_tokens": "raf._builtin.compression",
+    "build_provider": "raf._config",
+    "build_providers": "raf._config",
+    "check_tool_pairing": "raf._builtin.compression",
+    "load_provider_decls": "raf._config",
+    "message_units": "raf._builtin.compression",
+    "register_provider_kind": "raf._config",
 }
 
 
@@ -220,23 +263,27 @@ def __getattr__(name: str) -> object:
         from raf._metadata import installed_version
 
         return installed_version()
-    # Imported on first use: the OpenAI clients, so that `import raf` imports none of the
-    # SDK's stack (openai, httpx, pydantic) and an offline agent never pays for it; and
-    # RedisSessionStore, which needs the optional extra raf-agents[redis] (coredis). The
-    # latter is not in __all__, so that `from raf import *` works without the extra.
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'raf' has no attribute {name!r}")
     value: object = getattr(importlib.import_module(module), name)
-    value.__module__ = "raf"
+    _say_raf(value)
     if name in __all__:
         globals()[name] = value  # public like the rest: vars(raf) has it from now on
     return value
 
 
-# As httpx does: every public name says it is raf's, wherever it is defined.
+def __dir__() -> list[str]:
+    # The lazy names too, loaded or not, as for the rest of the public surface.
+    return sorted({*globals(), *_LAZY})
+
+
+def _say_raf(value: object) -> None:
+    # As httpx does: every public class and function says it is raf's, wherever defined.
+    if isinstance(value, (type, types.FunctionType)):
+        value.__module__ = "raf"
+
+
 for _name in __all__:
-    _value = globals().get(_name)
-    if isinstance(_value, (type, types.FunctionType)):
-        _value.__module__ = "raf"
-del _name, _value, types
+    _say_raf(globals().get(_name))
+del _name

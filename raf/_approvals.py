@@ -10,7 +10,6 @@ claimed, so the stored history never keeps a call without its result).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
@@ -92,6 +91,8 @@ def approval_token(session_id: str, call: ToolCall) -> str:
         separators=(",", ":"),
         ensure_ascii=False,
     )
+    import hashlib  # here, not at import: it loads OpenSSL, some 2 ms
+
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

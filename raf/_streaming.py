@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import TaskGroup
 
 from raf._messages import AgentResponse, OnUpdate, Update
 from raf._streamed import _RUN, Closing
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup  # loads typing_extensions: not at import time
 
 __all__ = ["AgentStream"]
 

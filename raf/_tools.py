@@ -17,7 +17,6 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, overload, runtime_checkable
 
-import anyio.to_thread
 import attrs
 
 from raf._errors import ToolArgumentsError, ToolSchemaError
@@ -100,7 +99,9 @@ class FunctionTool:
             # raf cannot stop a thread, but it stops waiting for it when the call is
             # cancelled (a deadline, the tool stack's timeout): the thread runs on, and its
             # late result or error goes nowhere (nothing holds it once the await raised).
-            return await anyio.to_thread.run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
+            from anyio.to_thread import run_sync  # here: `import raf` need not load it
+
+            return await run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
         result = self.fn(**kwargs)
         if inspect.isawaitable(result):
             result = await result

@@ -57,7 +57,7 @@ from raf._errors import (
     ServerError,
 )
 from raf._messages import StreamingChatClient
-from raf._middleware import RetryMiddleware
+from raf._middleware.retry import RetryMiddleware
 from tests.openai_server import (
     HISTORY_EDITS,
     OpenAIServer,

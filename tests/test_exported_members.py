@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import pkgutil
 import subprocess
 import sys
 from types import ModuleType
+
+import pytest
 
 import raf
 
@@ -114,3 +117,86 @@ def test_the_openai_clients_load_on_first_use() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "raf", "raf", "True"]
+
+
+#: Modules `import raf` leaves out besides those of raf's lazy table (raf._LAZY): what only
+#: they use. The standard library's sqlite3 (the SQLite store), hashlib (OpenSSL: the
+#: request and approval hashes import it when they first hash) and pathlib (the stores'
+#: and the built-ins' paths) with them.
+LAZY_TOO = (
+    "raf._cli",
+    "raf._config_file",
+    "raf._config_models",
+    "raf._sessions.once",
+    "raf._sessions.stores",
+    "raf._sessions.sqlite_file",
+    "raf._sessions.sqlite_pending",
+    "raf._sessions.redis_pending",
+    "sqlite3",
+    "hashlib",
+    "pathlib",
+)
+
+
+def _lazy_modules() -> set[str]:
+    modules = {*raf._LAZY.values(), *LAZY_TOO}
+    for package in ("raf._builtin", "raf._middleware", "raf._clients"):
+        path = importlib.import_module(package).__path__
+        modules |= {info.name for info in pkgutil.iter_modules(path, package + ".")}
+    return modules - {"raf._clients._wire"}  # the request hash's cache: the core's
+
+
+def test_import_raf_loads_only_the_core() -> None:
+    # The built-in providers, the stores, the clients, the config, the observers and the
+    # middleware load when one of their names is first used (raf.__getattr__).
+    lazy = sorted(_lazy_modules())
+    code = f"import raf, sys; print(sorted(m for m in {lazy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_lazy_name_is_public_and_listed_by_dir() -> None:
+    assert set(raf._LAZY) <= set(raf.__all__) | OPTIONAL
+    code = "import raf; print(' '.join(dir(raf)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    listed = set(out.stdout.split())
+    assert set(raf.__all__) | OPTIONAL <= listed
+
+
+#: Run in a fresh interpreter: argv[1] is a lazily-loaded module, argv[2:] its names.
+_FIRST_USE = """
+import importlib, json, sys
+import raf
+module, names = sys.argv[1], sys.argv[2:]
+seen = {"before": module in sys.modules}
+first = getattr(raf, names[0])
+seen["after"] = module in sys.modules
+defined = importlib.import_module(module)
+for name in names:
+    value, scope = getattr(raf, name), {}
+    exec(f"from raf import {name} as value", scope)
+    seen[name] = {
+        "same": value is getattr(defined, name) and scope["value"] is value,
+        "module": getattr(value, "__module__", None) if callable(value) else None,
+        "in_vars": name in vars(raf),
+    }
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("module", sorted(set(raf._LAZY.values())))
+def test_each_lazy_name_loads_its_module_on_first_use(module: str) -> None:
+    names = sorted(name for name, owner in raf._LAZY.items() if owner == module)
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_USE, module, *names],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    seen = json.loads(out.stdout)
+    assert (seen["before"], seen["after"]) == (False, True)
+    for name in names:
+        assert seen[name]["same"], name  # raf.X and `from raf import X`: the module's own
+        assert seen[name]["in_vars"] == (name in raf.__all__), name
+        if seen[name]["module"] is not None:
+            assert seen[name]["module"] == "raf", name

@@ -21,7 +21,7 @@ from raf import (
     Update,
     merge,
 )
-from raf._builtin import check_tool_pairing
+from raf._builtin.compression import check_tool_pairing
 from raf.testing.journal import RecordingStack
 from raf.testing.strategies import (
     chat_messages,

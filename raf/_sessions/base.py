@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Final, Protocol, runtime_checkable
 
@@ -109,6 +108,8 @@ def request_hash(messages: Iterable[ChatMessage]) -> str:
     >>> request_hash([]) == request_hash(())
     True
     """
+    import hashlib  # here, not at import: it loads OpenSSL, some 2 ms
+
     batch = messages if type(messages) is tuple or type(messages) is list else tuple(messages)
     if len(batch) <= _ENCODED_FROM and all(type(m) is ChatMessage for m in batch):
         # A short request (most turns send one message) costs less to encode whole than
