@@ -15,7 +15,6 @@ from raf._errors import ApprovalError
 from raf._messages import AgentResponse, ChatClient, ChatMessage, OnUpdate, checked_messages
 from raf._observe import checked_observers, hooks
 from raf._options import AgentRunOptions, ChatOptions
-from raf._output import structured_loop
 from raf._parallel import is_provider
 from raf._pipeline import CallNext, ChatRequest, compose
 from raf._sessions.base import Session
@@ -403,6 +402,8 @@ class Agent:
         on_update = invocation.on_update
         loop: Callable[..., Awaitable[AgentResponse]] = run_tool_loop
         if options.output_type is not None:
+            from raf._output import structured_loop  # loaded by the first run that asks
+
             loop = structured_loop(options.output_type, options.output_retries)
         approvals = (
             RunApprovals(invocation.session, invocation.decisions, self._post_timeout)

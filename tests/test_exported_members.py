@@ -120,13 +120,14 @@ def test_the_openai_clients_load_on_first_use() -> None:
 
 
 #: Modules `import raf` leaves out besides those of raf's lazy table (raf._LAZY): what only
-#: they use. The standard library's sqlite3 (the SQLite store), hashlib (OpenSSL: the
+#: they use, and structured output. The standard library's sqlite3 (the SQLite store), hashlib (OpenSSL: the
 #: request and approval hashes import it when they first hash) and pathlib (the stores'
 #: and the built-ins' paths) with them.
 LAZY_TOO = (
     "raf._cli",
     "raf._config_file",
     "raf._config_models",
+    "raf._output",  # structured output: with the first run that asks for a type
     "raf._sessions.once",
     "raf._sessions.stores",
     "raf._sessions.sqlite_file",
