@@ -120,9 +120,9 @@ def test_the_openai_clients_load_on_first_use() -> None:
 
 
 #: Modules `import raf` leaves out besides those of raf's lazy table (raf._LAZY): what only
-#: they use, and structured output. The standard library's sqlite3 (the SQLite store), hashlib (OpenSSL: the
-#: request and approval hashes import it when they first hash) and pathlib (the stores'
-#: and the built-ins' paths) with them.
+#: they use, and structured output. The standard library's sqlite3 (the SQLite store),
+#: hashlib (OpenSSL: the request and approval hashes import it when they first hash) and
+#: pathlib (the stores' and the built-ins' paths) with them.
 LAZY_TOO = (
     "raf._cli",
     "raf._config_file",
