@@ -338,17 +338,24 @@ async def claim_decided(
     claim = await _claim(session, tokens)
     if claim is None:
         listed = await _claim(session, ())
-        waiting = {p.token for p in listed[1]} if listed is not None else set()
-        unknown = tuple(t for t in tokens if t not in waiting)
-        raise ApprovalError(
-            f"session {session.id!r}: no pending call has the token"
-            f"{'s' if len(unknown) != 1 else ''} {', '.join(unknown)} (unknown, already "
-            "decided, another session's, or for other arguments): none of the "
-            f"{len(tokens)} decision{'s' if len(tokens) != 1 else ''} was applied",
-            tokens=unknown,
-        )
+        raise not_pending(session, tokens, listed[1] if listed is not None else ())
     claimed, remaining = claim
     return tuple(claimed), tuple(remaining)
+
+
+def not_pending(
+    session: Session, tokens: Sequence[str], pending: Sequence[PendingCall]
+) -> ApprovalError:
+    """The error for decisions of which some token matches none of ``pending``."""
+    waiting = {p.token for p in pending}
+    unknown = tuple(t for t in tokens if t not in waiting)
+    return ApprovalError(
+        f"session {session.id!r}: no pending call has the token"
+        f"{'s' if len(unknown) != 1 else ''} {', '.join(unknown)} (unknown, already "
+        "decided, another session's, or for other arguments): none of the "
+        f"{len(tokens)} decision{'s' if len(tokens) != 1 else ''} was applied",
+        tokens=unknown,
+    )
 
 
 async def _claim(session: Session, tokens: Sequence[str] | None) -> Any:

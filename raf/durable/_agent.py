@@ -12,10 +12,10 @@ from dbos import DBOS
 from dbos import error as dbos_errors
 
 from raf._agent import Agent
-from raf._approvals import Decision
+from raf._approvals import Decision, not_pending
 from raf._context import Invocation
-from raf._errors import DurableError
-from raf._messages import AgentResponse, ChatMessage, OnUpdate
+from raf._errors import ApprovalError, DurableError
+from raf._messages import AgentResponse, ChatMessage, OnUpdate, PendingCall
 from raf._options import AgentRunOptions
 from raf._pipeline import CallNext
 from raf._sessions.base import Claimed, Session
@@ -140,6 +140,12 @@ class DurableAgent(Agent):
     ) -> AgentResponse:
         """Decisions: to the wait that holds their calls, or (none waits) a run to resume them."""
         try:
+            # Only a pending call is looked for: its pointer was made before it was recorded,
+            # so a call that is pending and has none waits in no workflow.
+            pending = await _pending(session)
+            tokens = [decision.token for decision in decisions]
+            if not set(tokens) <= {call.token for call in pending}:
+                raise not_pending(session, tokens, pending)
             wait_id = await waiting_in(decisions[0].token)
             if wait_id is not None:
                 outcome, delivery = await deliver(wait_id, session, decisions)
@@ -176,8 +182,7 @@ class DurableAgent(Agent):
                 return response
             # Calls wait for approval: the wait (another workflow) goes on in this process,
             # streaming to this caller, until it is decided or times out.
-            handle: Any = await DBOS.retrieve_workflow_async(caller.wait_id)
-            waited: AgentResponse | None = await handle.get_result()
+            waited: AgentResponse | None = await caller.wait.get_result(polling_interval_sec=0.1)
             return response if waited is None else merged([response, waited])
         except dbos_errors.DBOSException as exc:
             if caller.workflow_id is None:
@@ -237,6 +242,18 @@ def dbos_agent(
     durable = DurableAgent(agent, name, float(approval_timeout))
     AGENTS[name] = durable
     return durable
+
+
+async def _pending(session: Session) -> tuple[PendingCall, ...]:
+    """The calls that wait in ``session`` (a look: nothing is claimed)."""
+    claim = getattr(session, "claim_pending", None)
+    if claim is None:
+        raise ApprovalError(
+            f"session {type(session).__name__} has no claim_pending(): its store cannot "
+            "keep tool calls that wait for approval (see docs/sessions.md)"
+        )
+    listed = await claim(())
+    return () if listed is None else tuple(listed[1])
 
 
 def _require_asyncio() -> None:

@@ -51,6 +51,8 @@ class Caller:
     workflow_id: str | None = None
     #: The id of the wait this caller's run started (its pass ended with calls pending).
     wait_id: str | None = None
+    #: Its DBOS handle, once started.
+    wait: Any = None
 
 
 CALLER: ContextVar[Caller | None] = ContextVar("raf_durable_caller", default=None)
@@ -181,9 +183,11 @@ async def durable_run(
         if caller is not None and caller.workflow_id == workflow_id:
             caller.wait_id = wait_id  # before the wait starts: it streams to this caller
         with SetWorkflowID(wait_id):
-            await DBOS.start_workflow_async(
+            handle = await DBOS.start_workflow_async(
                 wait_for_decisions, agent_name, ref, options, agent.approval_timeout
             )
+        if caller is not None and caller.wait_id == wait_id:
+            caller.wait = handle
     return response
 
 
