@@ -208,6 +208,7 @@ async def log_waiting(log: Path, workflow_id: str) -> None:
 async def main(args: argparse.Namespace) -> None:
     agent = build(Path(args.log), args.hang, args.tool_seconds, args.approve)
     configure(args.system_db, args.executor)
+    _log(Path(args.log), f"launched {args.mode}")  # DBOS has recovered this executor's runs
     async with SqliteSessionStore(args.sessions) as store:
 
         async def one(workflow_id: str) -> None:
