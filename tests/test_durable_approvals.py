@@ -270,3 +270,79 @@ def test_the_approval_timeout_is_checked() -> None:
             dbos_agent(Agent(ScriptedChatClient()), name=f"bad-{bad}", approval_timeout=bad)  # type: ignore[arg-type]
     agent = dbos_agent(Agent(ScriptedChatClient()), name="test-durable-timeout", approval_timeout=5)
     assert agent.approval_timeout == 5.0
+
+
+@pytest.mark.anyio
+async def test_calls_decided_one_by_one_and_a_streamed_original_run(tmp_path: Path) -> None:
+    second = ToolCall("c2", "wipe", '{"path": "/tmp/y"}')
+    agent, client, ran = _agent([ScriptedChatClient.tool_turn(WIPE, second), "both handled"])
+    kinds: list[str] = []
+    tokens: list[str] = []
+    decided: list[AgentResponse] = []
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+
+        async def decide() -> None:
+            session = await store.get("s")
+            for _ in range(1000):  # until both calls wait in the session
+                listed = await session.claim_pending(())
+                if listed is not None and len(listed[1]) == 2:
+                    break
+                await anyio.sleep(0.01)
+            decided.append(await agent.run(Decision(tokens[1], approve=True), session=session))
+            refused = Decision(tokens[0], approve=False)
+            decided.append(await agent.run(refused, session=session))
+
+        async with anyio.create_task_group() as group:
+            stream = agent.stream("wipe both", session=await store.get("s"))
+            async with stream:
+                async for update in stream:
+                    kinds.append(update.kind)
+                    if update.pending is not None:
+                        tokens.append(update.pending.token)
+                        if len(tokens) == 2:
+                            group.start_soon(decide)
+        history = await (await store.get("s")).get_messages()
+
+    # The first decision leaves one call waiting: its answer says so, as a plain agent's does.
+    assert [m.role for m in decided[0].messages] == ["tool"]
+    assert [p.token for p in decided[0].pending] == tokens[:1]
+    assert decided[1].text == "both handled"
+    assert len(ran) == 1  # the approved one, once, as a step of the wait
+    assert ran[0].startswith("/tmp/y@")
+    assert ran[0].endswith(".wait:3")
+    # The original stream saw both calls wait, then the rest of the run, decided elsewhere
+    # (A resumed pass tells again of the call that still waits, as a plain agent's does.)
+    assert kinds == [
+        "tool_call", "tool_call", "approval", "approval",  # the first pass
+        "tool_result", "approval",  # the approved call ran; the other still waits
+        "tool_result", "text",  # refused; the model answers
+    ]  # fmt: skip
+    assert stream.response is not None
+    assert stream.response.text == "both handled"
+    assert [m.role for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert len(client.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_an_original_caller_that_gives_up_cancels_the_wait_and_a_decision_resumes_later(
+    tmp_path: Path,
+) -> None:
+    agent, _, ran = _agent(approval_timeout=5)
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        session = await store.get("s")
+        run = _Run(agent, session, "wf-give-up")
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await _until_pending(store, run)
+            for _ in range(1000):  # until the wait has begun
+                if await DBOS.get_workflow_status_async("wf-give-up.wait") is not None:
+                    break
+                await anyio.sleep(0.01)
+            group.cancel_scope.cancel()  # the caller's way out: its own deadline, a closed page
+        status = await DBOS.get_workflow_status_async("wf-give-up.wait")
+        assert status is not None
+        assert status.status == "CANCELLED"  # not resumed at the next launch
+        # The call still waits in the session: a decision resumes it in a new durable run.
+        decided = await agent.run(Decision(run.tokens[0], approve=True), session=session)
+        assert decided.text == "all clean"
+        assert len(ran) == 1

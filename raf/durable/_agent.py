@@ -172,7 +172,7 @@ class DurableAgent(Agent):
         claimed: Claimed | None = None
         if delivery is not None:
             decisions, claimed = delivery.decisions, delivery.claimed
-        caller = Caller(on_update, session)
+        caller = Caller(on_update, session, waits=not decisions)
         token = CALLER.set(caller)
         try:
             response = await durable_run(

@@ -40,15 +40,15 @@ async def waiting_in(token: str) -> str | None:
         if not found:
             return None
         wait_id = found[0].workflow_id[len(prefix) :]
+        # The pointer is made before the call is recorded, the wait before the run's pass
+        # returns: the run is read first, so a run that has ended shows its wait, if any.
+        run = await DBOS.get_workflow_status_async(wait_id.removesuffix(".wait"))
         status = await DBOS.get_workflow_status_async(wait_id)
         if status is not None:
             return wait_id if status.status in _LIVE else None
-        # The pointer is made before the call is recorded, the wait after the pass ends:
-        # while the run's pass goes on, the wait is on its way.
-        run = await DBOS.get_workflow_status_async(wait_id.removesuffix(".wait"))
         if run is None or run.status not in _LIVE:
             return None
-        await anyio.sleep(0.02)
+        await anyio.sleep(0.02)  # the run goes on: its wait is on its way
 
 
 async def deliver(

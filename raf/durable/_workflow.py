@@ -48,6 +48,9 @@ class Caller:
 
     on_update: OnUpdate | None
     session: Session | None
+    #: Whether the caller waits for the decisions when its run's calls wait (a run started
+    #: with messages does; one started by decisions returns at once, as a plain one does).
+    waits: bool = True
     workflow_id: str | None = None
     #: The id of the wait this caller's run started (its pass ended with calls pending).
     wait_id: str | None = None
@@ -180,7 +183,7 @@ async def durable_run(
         response = await run_pass(agent, written, request, options, on_update, decisions)
     if response.pending and pointers is not None and ref is not None:
         await pointers(response.pending)  # the calls still waiting from before wait there too
-        if caller is not None and caller.workflow_id == workflow_id:
+        if caller is not None and caller.workflow_id == workflow_id and caller.waits:
             caller.wait_id = wait_id  # before the wait starts: it streams to this caller
         with SetWorkflowID(wait_id):
             handle = await DBOS.start_workflow_async(
