@@ -346,3 +346,33 @@ async def test_an_original_caller_that_gives_up_cancels_the_wait_and_a_decision_
         decided = await agent.run(Decision(run.tokens[0], approve=True), session=session)
         assert decided.text == "all clean"
         assert len(ran) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_a_turn_with_pending_calls_is_written_once_and_a_decided_call_stays_decided(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from raf import PendingCall, RedisSessionStore
+
+    store: Any
+    if kind == "sqlite":
+        store = SqliteSessionStore(tmp_path / "s.db")
+    else:
+        server = request.getfixturevalue("redis_server")
+        store = RedisSessionStore(server.url, prefix=f"once-{tmp_path.name}", ttl=60)
+    turn = [ChatMessage.user("wipe"), ChatMessage.assistant(tool_calls=(WIPE,))]
+    pending = [PendingCall(WIPE, "token-1")]
+    async with store:
+        session = await store.get("s")
+        assert await session.add_messages_once("wf:1", turn, pending) is True
+        assert await session.claim_pending(()) == ((), tuple(pending))  # recorded with the turn
+        assert await session.claim_pending(["token-1"]) == (tuple(pending), ())  # decided
+        # The run replayed after a crash makes the same write: nothing is stored again, and
+        # the decided call is not brought back.
+        assert await session.add_messages_once("wf:1", turn, pending) is False
+        assert await session.claim_pending(()) == ((), ())
+        assert await session.get_messages() == tuple(turn)
+        with pytest.raises(TypeError, match="PendingCall"):
+            await session.add_messages_once("wf:2", turn, ["token-2"])
+        assert await session.get_messages() == tuple(turn)  # nothing half-written
