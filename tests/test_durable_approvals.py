@@ -342,6 +342,9 @@ async def test_an_original_caller_that_gives_up_cancels_the_wait_and_a_decision_
         status = await DBOS.get_workflow_status_async("wf-give-up.wait")
         assert status is not None
         assert status.status == "CANCELLED"  # not resumed at the next launch
+        run_status = await DBOS.get_workflow_status_async("wf-give-up")
+        assert run_status is not None
+        assert run_status.status == "SUCCESS"  # its first pass had ended: that stays so
         # The call still waits in the session: a decision resumes it in a new durable run.
         decided = await agent.run(Decision(run.tokens[0], approve=True), session=session)
         assert decided.text == "all clean"

@@ -25,7 +25,9 @@ from raf.durable._sessions import SessionRef
 from raf.durable._workflow import (
     AGENTS,
     CALLER,
+    TOPIC,
     Caller,
+    Delivery,
     durable_run,
     merged,
     model_step,
@@ -155,7 +157,10 @@ class DurableAgent(Agent):
                 # by this process, which runs them.
                 return await self._workflow((), session, options, on_update, delivery)
         except dbos_errors.DBOSException as exc:
-            raise _not_set_up(exc) from exc
+            problem = _not_set_up(exc)
+            if problem is None:
+                raise
+            raise problem from exc
         return await self._workflow((), session, options, on_update, decisions=decisions)
 
     async def _workflow(
@@ -164,7 +169,7 @@ class DurableAgent(Agent):
         session: Session | None,
         options: AgentRunOptions,
         on_update: OnUpdate | None,
-        delivery: Any = None,
+        delivery: Delivery | None = None,
         *,
         decisions: tuple[Decision, ...] = (),
     ) -> AgentResponse:
@@ -185,15 +190,20 @@ class DurableAgent(Agent):
             waited: AgentResponse | None = await caller.wait.get_result(polling_interval_sec=0.1)
             return response if waited is None else merged([response, waited])
         except dbos_errors.DBOSException as exc:
-            if caller.workflow_id is None:
-                raise _not_set_up(exc) from exc
-            raise
+            problem = _not_set_up(exc) if caller.workflow_id is None else None
+            if problem is None:
+                raise
+            raise problem from exc
         except anyio.get_cancelled_exc_class():
             # Cancelled by its caller: cancelled in DBOS too, not resumed at the next launch.
             with anyio.CancelScope(shield=True):
                 for workflow_id in (caller.workflow_id, caller.wait_id):
                     if workflow_id is not None:
                         await DBOS.cancel_workflow_async(workflow_id)
+                if caller.wait_id is not None:
+                    # Its task here waits in DBOS.recv: wake it, so it ends now, not at its
+                    # deadline (an empty message is what a wait that timed out receives).
+                    await DBOS.send_async(caller.wait_id, None, TOPIC)
             raise
         finally:
             CALLER.reset(token)
@@ -266,12 +276,12 @@ def _require_asyncio() -> None:
         ) from None
 
 
-def _not_set_up(exc: dbos_errors.DBOSException) -> Exception:
-    """A DurableError when DBOS is not set up in this process; else ``exc`` itself."""
+def _not_set_up(exc: dbos_errors.DBOSException) -> DurableError | None:
+    """The DurableError to raise when ``exc`` says DBOS is not set up in this process."""
     unset = ("before DBOS initialized", "before DBOS was launched")
-    if any(text in str(exc) for text in unset):
-        return DurableError(
-            "DBOS is not set up in this process: call DBOS(config=...) and "
-            "DBOS.launch() after building the durable agents (raf never does)"
-        )
-    return exc
+    if not any(text in str(exc) for text in unset):
+        return None
+    return DurableError(
+        "DBOS is not set up in this process: call DBOS(config=...) and "
+        "DBOS.launch() after building the durable agents (raf never does)"
+    )
