@@ -334,8 +334,9 @@ async def test_an_original_caller_that_gives_up_cancels_the_wait_and_a_decision_
         async with anyio.create_task_group() as group:
             group.start_soon(run)
             await _until_pending(store, run)
-            for _ in range(1000):  # until the wait has begun
-                if await DBOS.get_workflow_status_async("wf-give-up.wait") is not None:
+            for _ in range(1000):  # until the run's pass has ended and its wait has begun
+                first = await DBOS.get_workflow_status_async("wf-give-up")
+                if first is not None and first.status == "SUCCESS":
                     break
                 await anyio.sleep(0.01)
             group.cancel_scope.cancel()  # the caller's way out: its own deadline, a closed page

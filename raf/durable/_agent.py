@@ -179,10 +179,12 @@ class DurableAgent(Agent):
             decisions, claimed = delivery.decisions, delivery.claimed
         caller = Caller(on_update, session, waits=not decisions)
         token = CALLER.set(caller)
+        passed = False  # whether the run's pass (its workflow) has returned
         try:
             response = await durable_run(
                 self._durable_name, request, ref, options, decisions, claimed
             )
+            passed = True
             if caller.wait_id is None:
                 return response
             # Calls wait for approval: the wait (another workflow) goes on in this process,
@@ -197,7 +199,7 @@ class DurableAgent(Agent):
         except anyio.get_cancelled_exc_class():
             # Cancelled by its caller: cancelled in DBOS too, not resumed at the next launch.
             with anyio.CancelScope(shield=True):
-                for workflow_id in (caller.workflow_id, caller.wait_id):
+                for workflow_id in (None if passed else caller.workflow_id, caller.wait_id):
                     if workflow_id is not None:
                         await DBOS.cancel_workflow_async(workflow_id)
                 if caller.wait_id is not None:
