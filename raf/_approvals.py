@@ -245,26 +245,7 @@ class RunApprovals:
         gap: Sequence[ToolCall],
         run: RunCalls,
     ) -> Opening:
-        tokens = tuple(decision.token for decision in self.decisions)
-        if len(set(tokens)) != len(tokens):
-            repeated = tuple(sorted({t for t in tokens if tokens.count(t) > 1}))
-            raise ApprovalError(
-                f"two decisions for one call (tokens {', '.join(repeated)}): none was applied",
-                tokens=repeated,
-            )
-        claim = await self._claim(tokens)
-        if claim is None:
-            listed = await self._claim(())
-            waiting = {p.token for p in listed[1]} if listed is not None else set()
-            unknown = tuple(t for t in tokens if t not in waiting)
-            raise ApprovalError(
-                f"session {self.session.id!r}: no pending call has the token"
-                f"{'s' if len(unknown) != 1 else ''} {', '.join(unknown)} (unknown, already "
-                "decided, another session's, or for other arguments): none of the "
-                f"{len(tokens)} decision{'s' if len(tokens) != 1 else ''} was applied",
-                tokens=unknown,
-            )
-        claimed, remaining = claim
+        claimed, remaining = await claim_decided(self.session, self.decisions)
         self._claimed.extend(p.call for p in claimed)
         by_token = {d.token: d for d in self.decisions}
         forged = [p for p in claimed if approval_token(self.session.id, p.call) != p.token]
@@ -298,13 +279,7 @@ class RunApprovals:
         return Opening(answers, view, tuple(remaining), stalled)
 
     async def _claim(self, tokens: Sequence[str] | None) -> Any:
-        claim = getattr(self.session, "claim_pending", None)
-        if claim is None:
-            raise ApprovalError(
-                f"session {type(self.session).__name__} has no claim_pending(): its store cannot "
-                "keep tool calls that wait for approval (see docs/sessions.md)"
-            )
-        return await claim(tokens)
+        return await _claim(self.session, tokens)
 
     def held(self, calls: Sequence[ToolCall], tools: Mapping[str, Any]) -> list[ToolCall]:
         """The calls of one model turn that must wait for a person."""
@@ -342,6 +317,56 @@ class RunApprovals:
                 f"raf: the answers of {len(owed)} claimed tool call(s) could not be stored: "
                 f"{type(exc).__name__}: {exc}"
             )
+
+
+async def claim_decided(
+    session: Session, decisions: Sequence[Decision]
+) -> tuple[tuple[PendingCall, ...], tuple[PendingCall, ...]]:
+    """Claim the pending calls that ``decisions`` decide: ``(claimed, still pending)``.
+
+    All or nothing, once: a token that is repeated, or that matches no
+    pending call of ``session`` (unknown, decided already, another
+    session's, other arguments), is an :class:`ApprovalError` and nothing
+    is claimed. Of two callers that claim one call, one gets it.
+    """
+    tokens = tuple(decision.token for decision in decisions)
+    if len(set(tokens)) != len(tokens):
+        repeated = tuple(sorted({t for t in tokens if tokens.count(t) > 1}))
+        raise ApprovalError(
+            f"two decisions for one call (tokens {', '.join(repeated)}): none was applied",
+            tokens=repeated,
+        )
+    claim = await _claim(session, tokens)
+    if claim is None:
+        listed = await _claim(session, ())
+        raise not_pending(session, tokens, listed[1] if listed is not None else ())
+    claimed, remaining = claim
+    return tuple(claimed), tuple(remaining)
+
+
+def not_pending(
+    session: Session, tokens: Sequence[str], pending: Sequence[PendingCall]
+) -> ApprovalError:
+    """The error for decisions of which some token matches none of ``pending``."""
+    waiting = {p.token for p in pending}
+    unknown = tuple(t for t in tokens if t not in waiting)
+    return ApprovalError(
+        f"session {session.id!r}: no pending call has the token"
+        f"{'s' if len(unknown) != 1 else ''} {', '.join(unknown)} (unknown, already "
+        "decided, another session's, or for other arguments): none of the "
+        f"{len(tokens)} decision{'s' if len(tokens) != 1 else ''} was applied",
+        tokens=unknown,
+    )
+
+
+async def _claim(session: Session, tokens: Sequence[str] | None) -> Any:
+    claim = getattr(session, "claim_pending", None)
+    if claim is None:
+        raise ApprovalError(
+            f"session {type(session).__name__} has no claim_pending(): its store cannot "
+            "keep tool calls that wait for approval (see docs/sessions.md)"
+        )
+    return await claim(tokens)
 
 
 def _visible(answers: Sequence[ChatMessage], gap: Sequence[ToolCall]) -> tuple[ChatMessage, ...]:

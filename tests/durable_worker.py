@@ -7,6 +7,7 @@ test can tell what ran, where and how often.
 
     python tests/durable_worker.py run     --system-db URL --sessions FILE --log FILE --ids ID...
     python tests/durable_worker.py recover --system-db URL --sessions FILE --log FILE --ids ID...
+    python tests/durable_worker.py decide  --system-db URL --sessions FILE --log FILE --ids ID...
 
 ``run`` launches DBOS and runs one durable turn per workflow id (session id
 = workflow id), concurrently; ``recover`` launches DBOS (which recovers
@@ -18,6 +19,12 @@ the step: a call with a ``tool recorded`` line has completed for DBOS.
 ``--hang model3`` makes the third model call hang (the test kills the
 worker there: after the second of three tool calls); ``--hang post`` makes
 the outermost post stage hang after the history was written.
+
+``--approve`` makes the second tool call wait for approval: ``run`` logs
+``waiting ID`` once the run waits for the decision inside DBOS (its wait
+workflow has entered ``DBOS.recv``); ``decide`` (under an executor id of its
+own, so its launch recovers nothing) approves every call that waits in each
+session, and prints what the run did with the decision.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from raf import (
     ChatMessage,
     ChatOptions,
     ContextResult,
+    Decision,
     HistoryProvider,
     SqliteSessionStore,
     ToolCall,
@@ -97,15 +105,22 @@ class Journal:
     async def on_invoked(
         self, agent: Any, session: Any, request: Any, response: Any, error: Any
     ) -> None:
-        _log(self.log, f"post {request[0].content} error={type(error).__name__}")
+        _log(self.log, f"post {session.id} error={type(error).__name__}")
         if self.hang == "post":
             await anyio.sleep_forever()
 
 
-def square_tool(log: Path, seconds: float) -> Any:
-    """The tool ``square``: logs its start and end with its idempotency key."""
+def _second(call: ToolCall) -> bool:
+    return bool(json.loads(call.arguments)["n"] == 2)
 
-    @tool
+
+def square_tool(log: Path, seconds: float, approve: bool = False) -> Any:
+    """The tool ``square``: logs its start and end with its idempotency key.
+
+    With ``approve``, its call with n=2 waits for a person's approval.
+    """
+
+    @tool(approval=_second if approve else False)
     async def square(n: int) -> str:
         """The square of n."""
         _log(log, f"tool start {n} key={idempotency_key()}")
@@ -117,7 +132,7 @@ def square_tool(log: Path, seconds: float) -> Any:
     return square
 
 
-def build(log: Path, hang: str, tool_seconds: float = 0.05) -> Any:
+def build(log: Path, hang: str, tool_seconds: float = 0.05, approve: bool = False) -> Any:
     async def repeated(invocation: Any, call_next: Any) -> AgentResponse:
         _log(log, f"pre {invocation.session.id} repeated={invocation.repeated}")
         return await call_next(invocation)  # type: ignore[no-any-return]
@@ -132,7 +147,7 @@ def build(log: Path, hang: str, tool_seconds: float = 0.05) -> Any:
     agent = Agent(
         CountingModel(log, hang),
         name="durable-worker",
-        tools=[square_tool(log, tool_seconds)],
+        tools=[square_tool(log, tool_seconds, approve)],
         tool_stack=[recorded],
         stack=[Journal(log, hang), HistoryProvider(), repeated],
     )
@@ -161,20 +176,46 @@ async def run_one(agent: Any, store: SqliteSessionStore, workflow_id: str) -> di
 
 
 async def wait_one(store: SqliteSessionStore, workflow_id: str) -> dict[str, Any]:
-    handle = await DBOS.retrieve_workflow_async(workflow_id)
+    handle: Any = await DBOS.retrieve_workflow_async(workflow_id)
     response = await handle.get_result(polling_interval_sec=0.05)
+    if response.pending:  # the run waits for approval in its wait workflow: its end is there
+        handle = await DBOS.retrieve_workflow_async(f"{workflow_id}.wait")
+        waited = await handle.get_result(polling_interval_sec=0.05)
+        response = response if waited is None else waited
     session = await store.get(workflow_id)
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 
 
+async def decide_one(agent: Any, store: SqliteSessionStore, workflow_id: str) -> dict[str, Any]:
+    session = await store.get(workflow_id)
+    listed = await session.claim_pending(())  # a look: claims nothing
+    assert listed is not None
+    decisions = [Decision(call.token, approve=True) for call in listed[1]]
+    response = await agent.run(decisions, session=session)
+    return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
+
+
+async def log_waiting(log: Path, workflow_id: str) -> None:
+    """Log ``waiting ID`` once the run's wait workflow waits in ``DBOS.recv``."""
+    while True:
+        steps = await DBOS.list_workflow_steps_async(f"{workflow_id}.wait")
+        if any(step["function_name"] == "DBOS.sleep" for step in steps):  # recv's deadline
+            _log(log, f"waiting {workflow_id}")
+            return
+        await anyio.sleep(0.02)
+
+
 async def main(args: argparse.Namespace) -> None:
-    agent = build(Path(args.log), args.hang, args.tool_seconds)
+    agent = build(Path(args.log), args.hang, args.tool_seconds, args.approve)
     configure(args.system_db, args.executor)
+    _log(Path(args.log), f"launched {args.mode}")  # DBOS has recovered this executor's runs
     async with SqliteSessionStore(args.sessions) as store:
 
         async def one(workflow_id: str) -> None:
             known = await DBOS.get_workflow_status_async(workflow_id)
-            if args.mode == "recover" and known is not None:
+            if args.mode == "decide":
+                result = await decide_one(agent, store, workflow_id)
+            elif args.mode == "recover" and known is not None:
                 result = await wait_one(store, workflow_id)
             else:
                 result = await run_one(agent, store, workflow_id)
@@ -183,17 +224,20 @@ async def main(args: argparse.Namespace) -> None:
         async with anyio.create_task_group() as group:
             for workflow_id in args.ids:
                 group.start_soon(one, workflow_id)
+                if args.approve and args.mode == "run":
+                    group.start_soon(log_waiting, Path(args.log), workflow_id)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["run", "recover"])
+    parser.add_argument("mode", choices=["run", "recover", "decide"])
     parser.add_argument("--system-db", required=True)
     parser.add_argument("--sessions", required=True)
     parser.add_argument("--log", required=True)
     parser.add_argument("--executor", default="local")
     parser.add_argument("--hang", default="none", choices=["none", "model3", "post"])
     parser.add_argument("--tool-seconds", type=float, default=0.05)
+    parser.add_argument("--approve", action="store_true")
     parser.add_argument("--ids", nargs="+", required=True)
     arguments = parser.parse_args()
     try:

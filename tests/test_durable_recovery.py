@@ -72,19 +72,24 @@ def _log(folder: Path) -> list[tuple[str, int]]:
     return lines
 
 
-def _crash(system_db: str, folder: Path, hang: str, until: str) -> int:
+def _crash(system_db: str, folder: Path, hang: str, until: str, *extra: str) -> int:
     """Start a worker, wait until the log says ``until``, SIGKILL it; its pid."""
-    worker = _worker("run", system_db, folder, "--hang", hang)
-    deadline = time.monotonic() + DEADLINE
-    while not any(what == until for what, _ in _log(folder)):
-        if worker.poll() is not None:
-            pytest.fail(f"the worker ended before {until!r}: {worker.communicate()[1][-3000:]}")
-        assert time.monotonic() < deadline, f"the worker never logged {until!r}"
-        time.sleep(0.02)
+    worker = _worker("run", system_db, folder, "--hang", hang, *extra)
+    _until(worker, folder, until)
     worker.send_signal(signal.SIGKILL)
     worker.communicate()
     assert worker.returncode == -signal.SIGKILL
     return worker.pid
+
+
+def _until(worker: subprocess.Popen[str], folder: Path, line: str) -> None:
+    """Wait until the log has ``line`` (written by ``worker``, which must not end first)."""
+    deadline = time.monotonic() + DEADLINE
+    while not any(what == line for what, pid in _log(folder) if pid == worker.pid):
+        if worker.poll() is not None:
+            pytest.fail(f"the worker ended before {line!r}: {worker.communicate()[1][-3000:]}")
+        assert time.monotonic() < deadline, f"the worker never logged {line!r}"
+        time.sleep(0.02)
 
 
 def _recover(system_db: str, folder: Path) -> tuple[dict[str, object], int]:
@@ -163,3 +168,50 @@ def test_load_on_postgres_with_a_worker_killed(postgres: PostgresServer, tmp_pat
     assert result["completed"] == 6
     assert result["tool_calls_completed_twice"] == 0
     assert result["histories_duplicated"] == 0
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_worker_killed_while_its_run_waits_for_approval_is_recovered_and_decided_elsewhere(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    system_db = _system_db(kind, tmp_path, request)
+    # The second of three tool calls waits for approval; the worker dies while its run
+    # waits for the decision inside DBOS.
+    first = _crash(system_db, tmp_path, "none", "waiting turn-1", "--approve")
+    recovering = _worker("recover", system_db, tmp_path, "--approve")
+    _until(recovering, tmp_path, "launched recover")  # its launch recovered the wait
+    # A third process decides: its launch recovers nothing (another executor id).
+    decider = _worker("decide", system_db, tmp_path, "--approve", "--executor", "decider")
+    out, err = decider.communicate(timeout=DEADLINE)
+    assert decider.returncode == 0, err[-3000:]
+    decided = json.loads(out.splitlines()[-1])
+    out, err = recovering.communicate(timeout=DEADLINE)
+    assert recovering.returncode == 0, err[-3000:]
+    result = json.loads(out.splitlines()[-1])
+
+    # The same answer as a run that was never killed nor paused: 1 + 4 + 9.
+    assert decided == {"id": "turn-1", "text": "sum=14", "history": 8}
+    assert result == decided
+    log = _log(tmp_path)
+    second, third = recovering.pid, decider.pid
+    # What completed before the kill is not repeated; the approved call runs once, in the
+    # recovered wait, after the decision was made, and the loop goes on there.
+    calls = [(what, pid) for what, pid in log if what.startswith(("model", "tool start"))]
+    assert calls == [
+        ("model turn-1 1", first),
+        ("tool start 1 key=turn-1:2", first),
+        ("model turn-1 2", first),
+        ("tool start 2 key=turn-1.wait:3", second),
+        ("model turn-1 3", second),
+        ("tool start 3 key=turn-1.wait:5", second),
+        ("model turn-1 4", second),
+    ]
+    launched = [what for what, pid in log].index("launched decide")
+    assert [what for what, _ in log].index("tool start 2 key=turn-1.wait:3") > launched
+    # The first pass's post stages ran before the wait; the resumed pass's in the recovered
+    # worker. Nothing ran in the decider but the claim and the message.
+    assert [(what, pid) for what, pid in log if what.startswith("post")] == [
+        ("post turn-1 error=NoneType", first),
+        ("post turn-1 error=NoneType", second),
+    ]
+    assert [what for what, pid in log if pid == third] == ["launched decide"]

@@ -39,7 +39,7 @@ from coredis.exceptions import NoScriptError, RedisError, WrongTypeError
 from coredis.retry import NoRetryPolicy
 
 from raf._errors import SessionStoreError
-from raf._messages import ChatMessage
+from raf._messages import ChatMessage, PendingCall
 from raf._sessions.base import (
     CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
@@ -495,9 +495,12 @@ class RedisSession(RedisPending):
                 self._id, _Cached(cached.first, cached.messages + batch, _sha(encoded[-1]))
             )
 
-    async def add_messages_once(self, key: str, messages: Iterable[ChatMessage]) -> bool:
-        """:meth:`add_messages`, unless ``key`` was written before (then nothing; ``False``)."""
-        return await redis_add_once(self, key, messages)
+    async def add_messages_once(
+        self, key: str, messages: Iterable[ChatMessage], pending: Iterable[PendingCall] = ()
+    ) -> bool:
+        """:meth:`add_messages` (with :meth:`record_pending` when ``pending`` is given), unless
+        ``key`` was written before (then nothing; ``False``)."""
+        return await redis_add_once(self, key, messages, pending)
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request's digest with the time; say whether it was recorded before."""

@@ -18,7 +18,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from raf._errors import SessionStoreError
-from raf._messages import ChatMessage
+from raf._messages import ChatMessage, PendingCall
 from raf._sessions.base import (
     CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
@@ -321,9 +321,12 @@ class SqliteSession(SqlitePending):
         if new:
             await self._store.with_connection(lambda db: self._append(db, new))
 
-    async def add_messages_once(self, key: str, messages: Iterable[ChatMessage]) -> bool:
-        """:meth:`add_messages`, unless ``key`` was written before (then nothing; ``False``)."""
-        return await sqlite_add_once(self, key, messages)
+    async def add_messages_once(
+        self, key: str, messages: Iterable[ChatMessage], pending: Iterable[PendingCall] = ()
+    ) -> bool:
+        """:meth:`add_messages` (with :meth:`record_pending` when ``pending`` is given), unless
+        ``key`` was written before (then nothing; ``False``)."""
+        return await sqlite_add_once(self, key, messages, pending)
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request messages' hash with the time; say whether it was there."""

@@ -1,17 +1,17 @@
-"""A session as a reference another process can reopen, and its history written once per run."""
+"""A session as a reference another process can reopen, and as a durable run writes it: once."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import attrs
 
 from raf._errors import DurableError
-from raf._messages import ChatMessage
-from raf._sessions.base import RequestHash, Session
+from raf._messages import ChatMessage, PendingCall
+from raf._sessions.base import Claimed, RequestHash, Session
 from raf._sessions.memory import InMemorySession
 from raf._sessions.sqlite import SqliteSession, SqliteSessionStore
 
@@ -75,19 +75,31 @@ class SessionRef:
 
 
 class WrittenOnce:
-    """A session whose appends are keyed by the workflow id: a replayed run writes nothing twice.
+    """The session as a durable run sees it: its writes keyed by the workflow id, so a replayed
+    run writes nothing twice, and the calls a decision claimed handed over claimed.
 
-    The n-th ``add_messages`` of a run is keyed ``"{workflow_id}:{n}"``; the
-    run's post stages make the same appends in the same order when the run
-    is recovered, so the ones already stored are skipped.
+    The n-th write of a run (``add_messages`` or ``record_pending``) is
+    keyed ``"{workflow_id}:{n}"`` and goes to the store's
+    ``add_messages_once``: the run's post stages make the same writes in the
+    same order when the run is recovered, so the ones already stored are
+    skipped (a store without it is written to as usual). ``point``, when
+    given, hears of the calls a write is about to record as pending, before
+    they are (a decision finds the workflow that waits for it through it).
     """
 
-    __slots__ = ("_count", "_inner", "_workflow_id")
+    __slots__ = ("_claimed", "_count", "_inner", "_point", "_workflow_id")
 
-    def __init__(self, inner: Any, workflow_id: str) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        workflow_id: str,
+        point: Callable[[tuple[PendingCall, ...]], Awaitable[None]] | None = None,
+    ) -> None:
         self._inner = inner
         self._workflow_id = workflow_id
+        self._point = point
         self._count = 0
+        self._claimed: Claimed | None = None
 
     @property
     def id(self) -> str:
@@ -105,8 +117,43 @@ class WrittenOnce:
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages`` unless this run stored this append before its crash."""
+        once = getattr(self._inner, "add_messages_once", None)
         self._count += 1
-        await self._inner.add_messages_once(f"{self._workflow_id}:{self._count}", messages)
+        if once is None:
+            await self._inner.add_messages(messages)
+        else:
+            await once(f"{self._workflow_id}:{self._count}", messages)
+
+    async def record_pending(
+        self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
+    ) -> None:
+        """Append ``messages`` and record ``pending``, unless this run did before its crash."""
+        calls = tuple(pending)
+        once = getattr(self._inner, "add_messages_once", None)
+        self._count += 1
+        if self._point is not None:
+            await self._point(calls)
+        if once is None:
+            await self._inner.record_pending(messages, calls)
+        else:
+            await once(f"{self._workflow_id}:{self._count}", messages, calls)
+
+    def hand_over(self, claimed: Claimed) -> None:
+        """The calls a decision claimed already (in the process that made it): the run's claim of
+        exactly those tokens gets them, without asking the store again."""
+        self._claimed = claimed
+
+    async def claim_pending(self, tokens: Sequence[str] | None) -> Claimed | None:
+        """The calls handed over, when ``tokens`` are theirs; else the store's claim."""
+        claimed = self._claimed
+        if (
+            claimed is not None
+            and tokens is not None
+            and sorted(tokens) == sorted(call.token for call in claimed[0])
+        ):
+            self._claimed = None
+            return claimed
+        return await self._inner.claim_pending(tokens)  # type: ignore[no-any-return]
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request's hash (see :meth:`raf.Session.touch_request_hash`)."""

@@ -1,0 +1,86 @@
+"""Decisions for a durable run: sent to the workflow that waits for them, from any process.
+
+A decision's token leads to the wait that holds its call through the
+pointer workflow ``raf.approval.{token}.{wait id}`` (the newest one, for a
+token used again). The deciding process claims the calls in the session
+(the store's atomic claim: of two processes deciding one call, one gets
+it, the other an :class:`raf.ApprovalError`), sends the decisions and the
+claimed calls with ``DBOS.send``, and waits for the event under which the
+wait publishes what that pass returned.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Final
+
+import anyio
+from dbos import DBOS
+
+from raf._approvals import Decision, claim_decided
+from raf._messages import AgentResponse
+from raf._sessions.base import Session
+from raf.durable._workflow import TOPIC, Delivery, outcome_key, pointer_prefix
+
+__all__: list[str] = []
+
+#: The statuses of a workflow that has not ended.
+_LIVE: Final = ("PENDING", "ENQUEUED")
+#: How often a waiting decider looks whether the wait ended without taking its decisions.
+_POLL: Final = 1.0
+
+
+async def waiting_in(token: str) -> str | None:
+    """The id of the wait that holds the call of ``token``, if one is waiting (not ended)."""
+    prefix = pointer_prefix(token)
+    while True:
+        found = await DBOS.list_workflows_async(
+            workflow_id_prefix=prefix, sort_desc=True, limit=1, load_input=False, load_output=False
+        )
+        if not found:
+            return None
+        wait_id = found[0].workflow_id[len(prefix) :]
+        # The pointer is made before the call is recorded, the wait before the run's pass
+        # returns: the run is read first, so a run that has ended shows its wait, if any.
+        run = await DBOS.get_workflow_status_async(wait_id.removesuffix(".wait"))
+        status = await DBOS.get_workflow_status_async(wait_id)
+        if status is not None:
+            return wait_id if status.status in _LIVE else None
+        if run is None or run.status not in _LIVE:
+            return None
+        await anyio.sleep(0.02)  # the run goes on: its wait is on its way
+
+
+async def deliver(
+    wait_id: str, session: Session, decisions: tuple[Decision, ...]
+) -> tuple[AgentResponse | None, Delivery]:
+    """Claim the decided calls, send them to the wait, and wait for what its pass returns.
+
+    ``None`` (with the delivery) when the wait ended without taking them (it
+    timed out or was cancelled just then): the caller runs them itself.
+    Raises :class:`raf.ApprovalError` (nothing claimed, nothing sent) for a
+    token that matches no pending call, and the run's error when the wait
+    failed.
+    """
+    claimed = await claim_decided(session, decisions)
+    delivery = Delivery(uuid.uuid4().hex, decisions, claimed)
+    await DBOS.send_async(wait_id, delivery, TOPIC)
+    return await _outcome(wait_id, delivery.message_id), delivery
+
+
+async def _outcome(wait_id: str, message_id: str) -> AgentResponse | None:
+    key = outcome_key(message_id)
+    while True:
+        value = await DBOS.get_event_async(wait_id, key, timeout_seconds=_POLL)
+        if value is not None:
+            return value  # type: ignore[no-any-return]
+        status = await DBOS.get_workflow_status_async(wait_id)
+        if status is not None and status.status in _LIVE:
+            continue
+        value = await DBOS.get_event_async(wait_id, key, timeout_seconds=0)
+        if value is not None:  # published just before the wait ended
+            return value  # type: ignore[no-any-return]
+        if status is not None and status.status == "ERROR":
+            handle: Any = await DBOS.retrieve_workflow_async(wait_id)
+            await handle.get_result()  # raises the error that ended the run
+        return None
