@@ -379,11 +379,16 @@ class Agent:
         if self._instructions is not None:
             instructions = (self._instructions, *instructions)
         messages: Sequence[ChatMessage]
+        injected = invocation.messages
         if instructions:
             system = ChatMessage("system", "\n".join(instructions))
-            messages = (system, *invocation.messages, *invocation.request_messages)
-        elif invocation.messages:
-            messages = (*invocation.messages, *invocation.request_messages)
+            messages = (system, *injected, *invocation.request_messages)
+        elif type(injected) is tuple:
+            # One copy of a history that may hold 100,000 messages: `+` of two tuples
+            # copies each once, where `(*a, *b)` builds a list and then copies that.
+            messages = injected + invocation.request_messages
+        elif injected:
+            messages = (*injected, *invocation.request_messages)
         else:
             messages = invocation.request_messages
         options = invocation.options
