@@ -123,7 +123,8 @@ _READ: Final = """
 local length = redis.call('LLEN', KEYS[1])
 local cached = tonumber(ARGV[1])
 if cached > 0 and cached <= length then
-  local last = redis.call('LINDEX', KEYS[1], cached - 1)
+  -- Counted from the end: LINDEX walks the list from the end its index counts from.
+  local last = redis.call('LINDEX', KEYS[1], cached - length - 1)
   if last and redis.sha1hex(last) == ARGV[2] then
     return {length, cached, redis.call('LRANGE', KEYS[1], cached, -1)}
   end
