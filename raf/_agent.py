@@ -378,13 +378,14 @@ class Agent:
         if self._instructions is not None:
             instructions = (self._instructions, *instructions)
         messages: Sequence[ChatMessage]
+        injected = invocation.messages
+        if type(injected) is not tuple:
+            injected = tuple(injected)
+        # `+` of tuples: a history that may hold 100,000 messages is copied once (twice
+        # with a system message), where `(*a, *b)` builds a list and then copies that.
+        messages = injected + invocation.request_messages
         if instructions:
-            system = ChatMessage("system", "\n".join(instructions))
-            messages = (system, *invocation.messages, *invocation.request_messages)
-        elif invocation.messages:
-            messages = (*invocation.messages, *invocation.request_messages)
-        else:
-            messages = invocation.request_messages
+            messages = (ChatMessage("system", "\n".join(instructions)),) + messages
         options = invocation.options
         if invocation.tools:
             tool_index = index_tools(invocation.tools, invocation.tool_sources, self._tool_index)

@@ -153,7 +153,10 @@ def merge(
     if replace:
         injected = messages
     elif messages:
-        injected = (*injected, *messages) if injected else messages
+        # `+` of two tuples copies each once (and `() + t` is `t`); `(*a, *b)` builds a
+        # list, then copies that: a long history injected after other messages costs double.
+        joined = type(injected) is tuple and type(messages) is tuple
+        injected = injected + messages if joined else (*injected, *messages)
     if tools:
         all_tools = (*invocation.tools, *tools)
         sources = (*invocation.tool_sources, *(source,) * len(tools))

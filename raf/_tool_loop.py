@@ -161,7 +161,9 @@ async def run_tool_loop(
                 pending = approvals.pending(held)
                 await _send_pending(on_update, pending)
                 return AgentResponse(tuple(produced), usage, response.raw, pending=pending)
-            messages = (*messages, *response.messages, *results)
+            turn = (*response.messages, *results)
+            # `+` copies a long history once; `(*messages, ...)` builds a list, then a tuple.
+            messages = messages + turn if type(messages) is tuple else (*messages, *turn)
     except BaseException as exc:
         if approvals is not None:
             await approvals.settle(exc)  # the calls this run claimed get their answers stored

@@ -189,6 +189,23 @@ async def test_injected_messages_come_before_the_request_messages() -> None:
     assert response.messages == (ChatMessage.assistant("ok"),)
 
 
+async def test_without_instructions_the_model_gets_injected_then_request_as_a_tuple() -> None:
+    history = tuple(ChatMessage.user(f"m{i}") for i in range(3))
+    client = ScriptedChatClient(["ok", "ok"])
+
+    async def as_a_list(invocation: Invocation, call_next: Any) -> AgentResponse:
+        # Invocation.messages is any sequence: a middleware may hand on a list.
+        return await call_next(attrs.evolve(invocation, messages=list(invocation.messages)))
+
+    injects = Adds("history", ContextResult(messages=history))
+    await Agent(client, stack=[injects]).run("now")
+    await Agent(client, stack=[injects, as_a_list]).run("now")
+    for request in client.requests:
+        assert type(request.messages) is tuple
+        assert request.messages == (*history, ChatMessage.user("now"))
+        assert all(sent is kept for sent, kept in zip(request.messages, history, strict=False))
+
+
 async def test_options_map_into_chat_options_with_tools_agent_first() -> None:
     agent_tool, first, second = named_tool("mine"), named_tool("p1"), named_tool("p2")
     client = ScriptedChatClient(["ok"])

@@ -779,3 +779,42 @@ async def test_a_warm_read_decodes_nothing_it_read_before(store: RedisSessionSto
 def test_cache_messages_must_be_a_count() -> None:
     with pytest.raises(ValueError, match="cache_messages"):
         RedisSessionStore(cache_messages=-1)
+
+
+async def test_a_warm_read_with_nothing_new_is_the_same_snapshot_and_sees_other_writers(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    async with (
+        RedisSessionStore(redis_server.url, prefix=prefix) as mine,
+        RedisSessionStore(redis_server.url, prefix=prefix) as theirs,
+    ):
+        session = await mine.get("shared")
+        await session.add_messages([ChatMessage.user(str(n)) for n in range(50)])
+        first = await session.get_messages()
+        assert await session.get_messages() is first  # nothing new: no copy, nothing decoded
+        await session.add_messages([ChatMessage.user("mine")])  # extends what is kept
+        own = await session.get_messages()
+        assert [m.content for m in own[50:]] == ["mine"]
+        assert await session.get_messages() is own
+        await (await theirs.get("shared")).add_messages([ChatMessage.user("theirs")])
+        grown = await session.get_messages()  # another store object wrote: seen
+        assert [m.content for m in grown[50:]] == ["mine", "theirs"]
+        assert all(a is b for a, b in zip(own, grown, strict=False))  # the rest kept
+        assert await session.get_messages() is grown
+
+
+async def test_a_session_read_by_its_tail_keeps_the_window_not_every_turn_since(
+    store: RedisSessionStore,
+) -> None:
+    session = await store.get("window")
+    await session.add_messages([ChatMessage.user(str(n)) for n in range(10)])
+    for turn in range(5):
+        assert [m.content for m in await session.get_last_messages(3)][-1] == str(9 + 2 * turn)
+        assert len(store._cache["window"].messages) == 3
+        await session.add_messages([ChatMessage.user(str(10 + 2 * turn + n)) for n in range(2)])
+        assert len(store._cache["window"].messages) == 5  # extended by the append, no read
+    assert [m.content for m in await session.get_last_messages(4)] == ["16", "17", "18", "19"]
+    whole = await session.get_messages()  # a whole read starts again from the first
+    assert [m.content for m in whole] == [str(n) for n in range(20)]
+    assert await session.get_last_messages(3) == whole[-3:]
+    assert store._cache["window"].messages is whole  # kept whole once read whole

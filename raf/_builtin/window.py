@@ -83,6 +83,11 @@ def _fitting(
 
 def _whole_units(tail: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
     """``tail`` without a cut unit at its start (orphan tool results, half-answered calls)."""
+    for message in tail:
+        if message.tool_calls or message.role == "tool":
+            break
+    else:
+        return tuple(tail)  # no calls, no results: all whole units (a quarter of the time)
     units = message_units(tail)
     if sum(len(unit) for unit in units) == len(tail):
         return tuple(tail)

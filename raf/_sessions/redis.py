@@ -123,7 +123,8 @@ _READ: Final = """
 local length = redis.call('LLEN', KEYS[1])
 local cached = tonumber(ARGV[1])
 if cached > 0 and cached <= length then
-  local last = redis.call('LINDEX', KEYS[1], cached - 1)
+  -- Counted from the end: LINDEX walks the list from the end its index counts from.
+  local last = redis.call('LINDEX', KEYS[1], cached - length - 1)
   if last and redis.sha1hex(last) == ARGV[2] then
     return {length, cached, redis.call('LRANGE', KEYS[1], cached, -1)}
   end
@@ -199,7 +200,8 @@ class RedisSessionStore:
     grew since (its length, and the SHA1 of the last entry read) and returns
     only the new entries; otherwise, or for another session, it reads
     afresh. ``get_last_messages(count)`` on a session not read yet reads
-    only the newest ``count`` entries.
+    only the newest ``count`` entries, and a session that is only read by
+    its tail keeps only the newest ``count`` (plus what was appended since).
     """
 
     def __init__(
@@ -431,7 +433,14 @@ class RedisSession(RedisPending):
             read = await self._read(None, count)  # what was kept starts too late
         if len(read.messages) <= count:
             return read.messages
-        return read.messages[-count:] if count else ()
+        if not count:
+            return ()
+        tail = read.messages[-count:]
+        if read.first > 0:
+            # Kept only for windows (a whole read starts at 0): keep the window, not every
+            # message read since, or each append would copy what past turns added.
+            self._store._remember(self._id, _Cached(read.end - count, tail, read.sha))
+        return tail
 
     async def _read(self, cached: _Cached | None, count: int) -> _Cached:
         store = self._store
