@@ -22,7 +22,7 @@ from dbos import DBOS, SetWorkflowID
 from raf._approvals import Decision
 from raf._context import start_invocation
 from raf._errors import DurableError
-from raf._messages import AgentResponse, ChatMessage, OnUpdate, PendingCall
+from raf._messages import AgentResponse, ChatMessage, OnUpdate, PendingCall, Update
 from raf._options import AgentRunOptions
 from raf._pipeline import CallNext, ChatRequest
 from raf._sessions.base import Claimed, Session
@@ -96,6 +96,34 @@ class _Batch:
 
 
 _BATCH: ContextVar[_Batch | None] = ContextVar("raf_durable_batch", default=None)
+
+
+class _HeldApprovals:
+    """The caller's ``on_update``, its ``"approval"`` updates held until the pass has stored
+    its pending calls (and made their pointers): a decision sent on seeing one finds its call.
+
+    A plain run sends them as the calls are asked for, and its caller decides after the
+    run returned; a durable run's caller decides while the run waits.
+    """
+
+    def __init__(self, on_update: OnUpdate) -> None:
+        self.on_update = on_update
+        self.held: list[Update] = []
+
+    async def __call__(self, update: Update) -> None:
+        if update.kind == "approval":
+            self.held.append(update)
+        else:
+            await self.on_update(update)
+
+    async def release(self) -> None:
+        held, self.held = self.held, []
+        for update in held:
+            await self.on_update(update)
+
+
+def _held(on_update: OnUpdate | None, waits: bool) -> _HeldApprovals | None:
+    return _HeldApprovals(on_update) if on_update is not None and waits else None
 
 
 def _agent(name: str) -> DurableAgent:
@@ -176,11 +204,12 @@ async def durable_run(
     waits = ref is not None and agent.approval_timeout > 0
     wait_id = f"{workflow_id}.wait"
     pointers = _Pointers(wait_id) if waits else None
+    held = _held(on_update, waits)
     async with _opened(session, ref) as opened:
         written = WrittenOnce(opened, workflow_id, pointers)
         if claimed is not None:
             written.hand_over(claimed)
-        response = await run_pass(agent, written, request, options, on_update, decisions)
+        response = await run_pass(agent, written, request, options, held or on_update, decisions)
     if response.pending and pointers is not None and ref is not None:
         await pointers(response.pending)  # the calls still waiting from before wait there too
         if caller is not None and caller.workflow_id == workflow_id and caller.waits:
@@ -191,6 +220,8 @@ async def durable_run(
             )
         if caller is not None and caller.wait_id == wait_id:
             caller.wait = handle
+    if held is not None:
+        await held.release()
     return response
 
 
@@ -210,6 +241,7 @@ async def wait_for_decisions(
     wait_id = DBOS.workflow_id
     assert wait_id is not None  # inside a workflow
     on_update, session = _attached(wait_id, CALLER.get())
+    held = _held(on_update, True)
     parts: list[AgentResponse] = []
     async with _opened(session, ref) as opened:
         written = WrittenOnce(opened, wait_id, _Pointers(wait_id))
@@ -218,7 +250,11 @@ async def wait_for_decisions(
             if not isinstance(delivery, Delivery):
                 break  # None: no decision came in time
             written.hand_over(delivery.claimed)
-            response = await run_pass(agent, written, (), options, on_update, delivery.decisions)
+            response = await run_pass(
+                agent, written, (), options, held or on_update, delivery.decisions
+            )
+            if held is not None:
+                await held.release()
             await DBOS.set_event_async(outcome_key(delivery.message_id), response)
             parts.append(response)
             if not response.pending:
