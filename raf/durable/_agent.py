@@ -14,13 +14,14 @@ from dbos import error as dbos_errors
 from raf._agent import Agent
 from raf._approvals import Decision, not_pending
 from raf._context import Invocation
-from raf._errors import ApprovalError, DurableError
+from raf._errors import ApprovalError, DurableError, StreamClosedError
 from raf._messages import AgentResponse, ChatMessage, OnUpdate, PendingCall
 from raf._options import AgentRunOptions
 from raf._pipeline import CallNext
 from raf._sessions.base import Claimed, Session
+from raf._streamed import streamed_core
 from raf._streaming import AgentStream
-from raf.durable._decisions import deliver, waiting_in
+from raf.durable._decisions import deliver, waiting_in, wake
 from raf.durable._sessions import SessionRef
 from raf.durable._workflow import (
     AGENTS,
@@ -185,19 +186,29 @@ class DurableAgent(Agent):
                 self._durable_name, request, ref, options, decisions, claimed
             )
             passed = True
+            if caller.superseded:
+                await wake(caller.superseded)
+            if caller.held is not None:
+                await caller.held.release()
             if caller.wait_id is None:
                 return response
             # Calls wait for approval: the wait (another workflow) goes on in this process,
-            # streaming to this caller, until it is decided or times out.
-            waited: AgentResponse | None = await caller.wait.get_result(polling_interval_sec=0.1)
+            # streaming to this caller, until it is decided or times out. A stream closed
+            # early meanwhile ends this wait for it (as a StreamClosedError).
+            waited: AgentResponse | None = await streamed_core(
+                caller.wait.get_result, polling_interval_sec=0.1
+            )
             return response if waited is None else merged([response, waited])
         except dbos_errors.DBOSException as exc:
             problem = _not_set_up(exc) if caller.workflow_id is None else None
             if problem is None:
                 raise
             raise problem from exc
-        except anyio.get_cancelled_exc_class():
-            # Cancelled by its caller: cancelled in DBOS too, not resumed at the next launch.
+        except (anyio.get_cancelled_exc_class(), StreamClosedError) as exc:
+            if isinstance(exc, StreamClosedError) and not passed:
+                raise  # the pass itself was closed: its workflow ended with it
+            # Cancelled by its caller, or its stream closed: cancelled in DBOS too, not
+            # resumed at the next launch.
             with anyio.CancelScope(shield=True):
                 for workflow_id in (None if passed else caller.workflow_id, caller.wait_id):
                     if workflow_id is not None:

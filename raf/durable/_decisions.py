@@ -51,6 +51,28 @@ async def waiting_in(token: str) -> str | None:
         await anyio.sleep(0.02)  # the run goes on: its wait is on its way
 
 
+async def wake(tokens: tuple[str, ...]) -> None:
+    """End the waits that hold the calls of ``tokens`` (a new message denied those calls).
+
+    Each gets the empty message a wait that timed out receives: it ends now, its caller
+    gets its response (with the calls pending as when it paused), nothing of it runs.
+    A wait that has not started yet is not waited for: it times out.
+    """
+    woken: set[str] = set()
+    for token in tokens:
+        prefix = pointer_prefix(token)
+        found = await DBOS.list_workflows_async(
+            workflow_id_prefix=prefix, sort_desc=True, limit=1, load_input=False, load_output=False
+        )
+        wait_id = found[0].workflow_id[len(prefix) :] if found else None
+        if wait_id is None or wait_id in woken:
+            continue
+        status = await DBOS.get_workflow_status_async(wait_id)
+        if status is not None and status.status in _LIVE:
+            woken.add(wait_id)
+            await DBOS.send_async(wait_id, None, TOPIC)
+
+
 async def deliver(
     wait_id: str, session: Session, decisions: tuple[Decision, ...]
 ) -> tuple[AgentResponse | None, Delivery]:

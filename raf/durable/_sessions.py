@@ -87,7 +87,7 @@ class WrittenOnce:
     they are (a decision finds the workflow that waits for it through it).
     """
 
-    __slots__ = ("_claimed", "_count", "_inner", "_point", "_workflow_id")
+    __slots__ = ("_claimed", "_count", "_inner", "_point", "_workflow_id", "superseded")
 
     def __init__(
         self,
@@ -100,6 +100,8 @@ class WrittenOnce:
         self._point = point
         self._count = 0
         self._claimed: Claimed | None = None
+        #: The tokens of the waiting calls a new message claimed (to deny them), in this run.
+        self.superseded: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -153,7 +155,10 @@ class WrittenOnce:
         ):
             self._claimed = None
             return claimed
-        return await self._inner.claim_pending(tokens)  # type: ignore[no-any-return]
+        claim: Claimed | None = await self._inner.claim_pending(tokens)
+        if tokens is None and claim is not None:  # a new message takes every waiting call
+            self.superseded += tuple(call.token for call in claim[0])
+        return claim
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request's hash (see :meth:`raf.Session.touch_request_hash`)."""

@@ -56,6 +56,12 @@ class Caller:
     wait_id: str | None = None
     #: Its DBOS handle, once started.
     wait: Any = None
+    #: The ``"approval"`` updates of the run's pass, held for the caller to send once the
+    #: pass returned (outside the workflow: a stream closed then is the caller's to handle).
+    held: _HeldApprovals | None = None
+    #: The tokens of the calls another run left waiting that this run's new message denied:
+    #: their waits are woken, so their callers do not wait for decisions that cannot come.
+    superseded: tuple[str, ...] = ()
 
 
 CALLER: ContextVar[Caller | None] = ContextVar("raf_durable_caller", default=None)
@@ -210,6 +216,8 @@ async def durable_run(
         if claimed is not None:
             written.hand_over(claimed)
         response = await run_pass(agent, written, request, options, held or on_update, decisions)
+    if caller is not None and caller.workflow_id == workflow_id:
+        caller.superseded = written.superseded
     if response.pending and pointers is not None and ref is not None:
         await pointers(response.pending)  # the calls still waiting from before wait there too
         if caller is not None and caller.workflow_id == workflow_id and caller.waits:
@@ -220,8 +228,8 @@ async def durable_run(
             )
         if caller is not None and caller.wait_id == wait_id:
             caller.wait = handle
-    if held is not None:
-        await held.release()
+    if held is not None and caller is not None:
+        caller.held = held  # sent by the caller once this returned
     return response
 
 

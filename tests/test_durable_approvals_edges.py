@@ -1,0 +1,265 @@
+"""Approvals in a durable run, at their edges: several runs at once, a new message while
+calls wait, a stream closed while waiting, a failure after the decision.
+
+DBOS is asyncio-only: these tests run on asyncio. Every wait is bounded (fail_after).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from dbos import DBOS, SetWorkflowID
+
+import raf
+from raf import (
+    Agent,
+    AgentResponse,
+    ApprovalError,
+    Decision,
+    ScriptedChatClient,
+    ServerError,
+    SqliteSessionStore,
+    ToolCall,
+    Update,
+)
+from raf.durable import DurableAgent, dbos_agent
+
+BOUND = 10.0  # no test may hang: each wait is bounded
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # DBOS is asyncio-only
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dbos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    folder = tmp_path_factory.mktemp("dbos")
+    DBOS(
+        config={
+            "name": "raf-approval-edge-tests",
+            "system_database_url": f"sqlite:///{folder / 'dbos.sqlite'}",
+            "log_level": "WARNING",
+            "notification_listener_polling_interval_sec": 0.05,
+        }
+    )
+    DBOS.launch()
+    yield
+    DBOS.destroy()
+
+
+_names = iter(range(1_000_000))
+
+WIPE = ToolCall("c1", "wipe", '{"path": "/tmp/x"}')
+
+
+def _agent(
+    script: list[Any], approval_timeout: float = 30.0
+) -> tuple[DurableAgent, ScriptedChatClient, list[str]]:
+    ran: list[str] = []
+
+    @raf.tool(approval=True)
+    async def wipe(path: str) -> str:
+        """Wipe a path."""
+        ran.append(path)
+        return f"wiped {path}"
+
+    client = ScriptedChatClient(script)
+    agent = Agent(client, tools=[wipe], history=True)
+    name = f"test-durable-edge-{next(_names)}"
+    return dbos_agent(agent, name=name, approval_timeout=approval_timeout), client, ran
+
+
+class _Run:
+    def __init__(self, agent: DurableAgent, session: Any, workflow_id: str, text: str) -> None:
+        self.agent, self.session, self.workflow_id, self.text = agent, session, workflow_id, text
+        self.tokens: list[str] = []
+        self.waiting = anyio.Event()
+        self.response: AgentResponse | None = None
+        self.error: BaseException | None = None
+
+    async def on_update(self, update: Update) -> None:
+        if update.kind == "approval":
+            assert update.pending is not None
+            self.tokens.append(update.pending.token)
+            self.waiting.set()
+
+    async def __call__(self) -> None:
+        try:
+            with SetWorkflowID(self.workflow_id):
+                self.response = await self.agent.run(
+                    self.text, session=self.session, on_update=self.on_update
+                )
+        except Exception as exc:
+            self.error = exc
+
+
+@pytest.mark.anyio
+async def test_a_refusal_with_a_reason_then_the_model_asks_again(tmp_path: Path) -> None:
+    again = ToolCall("c2", "wipe", '{"path": "/tmp/x/only-logs"}')
+    agent, client, ran = _agent(
+        [ScriptedChatClient.tool_turn(WIPE), ScriptedChatClient.tool_turn(again), "done"]
+    )
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run = _Run(agent, await store.get("s"), "edge-ask-again", "wipe /tmp/x")
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                await run.waiting.wait()
+                refused = Decision(run.tokens[0], approve=False, reason="too much")
+                first = await agent.run(refused, session=await store.get("s"))
+                assert len(first.pending) == 1
+                assert first.pending[0].call == again
+                second = await agent.run(
+                    Decision(first.pending[0].token, approve=True), session=await store.get("s")
+                )
+        history = await (await store.get("s")).get_messages()
+    assert "The user's reason: too much" in (client.requests[1].messages[-1].content or "")
+    assert second.text == "done"
+    assert ran == ["/tmp/x/only-logs"]
+    assert run.response is not None
+    assert run.response.text == "done"
+    assert run.tokens[1:] == [first.pending[0].token]  # the original caller saw it ask again
+    assert [m.role for m in history] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+
+
+@pytest.mark.anyio
+async def test_two_sessions_waiting_at_once_and_a_crossed_decision(tmp_path: Path) -> None:
+    agent, _, ran = _agent(
+        [ScriptedChatClient.tool_turn(WIPE), ScriptedChatClient.tool_turn(WIPE), "a", "b"]
+    )
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run_a = _Run(agent, await store.get("a"), "edge-two-a", "wipe")
+        run_b = _Run(agent, await store.get("b"), "edge-two-b", "wipe")
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run_a)
+                await run_a.waiting.wait()
+                group.start_soon(run_b)
+                await run_b.waiting.wait()
+                assert run_a.tokens != run_b.tokens  # the session is in the token
+                # B's token sent with A's session: an error, nothing runs.
+                with pytest.raises(ApprovalError, match="no pending call"):
+                    await agent.run(
+                        Decision(run_b.tokens[0], approve=True), session=await store.get("a")
+                    )
+                # A mixed sequence: all or nothing.
+                with pytest.raises(ApprovalError, match="none of the 2 decisions"):
+                    await agent.run(
+                        [Decision(run_a.tokens[0], approve=True), Decision("nope", approve=True)],
+                        session=await store.get("a"),
+                    )
+                assert ran == []
+                decided_b = await agent.run(
+                    Decision(run_b.tokens[0], approve=False), session=await store.get("b")
+                )
+                decided_a = await agent.run(
+                    Decision(run_a.tokens[0], approve=True), session=await store.get("a")
+                )
+    assert ran == ["/tmp/x"]
+    assert decided_b.text == "a"
+    assert decided_a.text == "b"
+    assert run_a.response is not None
+    assert run_a.response.text == "b"
+    assert run_b.response is not None
+    assert run_b.response.text == "a"
+
+
+@pytest.mark.anyio
+async def test_a_new_message_while_calls_wait_denies_them_and_ends_the_wait(
+    tmp_path: Path,
+) -> None:
+    agent, _, ran = _agent([ScriptedChatClient.tool_turn(WIPE), "ok, I will not"])
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run = _Run(agent, await store.get("s"), "edge-new-message", "wipe /tmp/x")
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                await run.waiting.wait()
+                answer = await agent.run("no, stop", session=await store.get("s"))
+        assert answer.text == "ok, I will not"
+        with pytest.raises(ApprovalError):
+            await agent.run(Decision(run.tokens[0], approve=True), session=await store.get("s"))
+    assert ran == []
+    assert run.error is None
+    assert run.response is not None
+    status = await DBOS.get_workflow_status_async("edge-new-message.wait")
+    assert status is not None
+    assert status.status == "SUCCESS"
+
+
+@pytest.mark.anyio
+async def test_a_stream_closed_while_its_run_waits(tmp_path: Path) -> None:
+    agent, _, ran = _agent([ScriptedChatClient.tool_turn(WIPE), "all clean"])
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        token = None
+        with anyio.fail_after(BOUND), SetWorkflowID("edge-stream-close"):
+            # The consumer leaves on seeing the approval: the run's pass has ended, its
+            # wait has begun; the block ends now, not when the wait would time out.
+            async with agent.stream("wipe", session=await store.get("s")) as stream:
+                async for update in stream:
+                    if update.pending is not None:
+                        token = update.pending.token
+                        break
+        assert token is not None
+        with anyio.fail_after(BOUND):
+            while True:
+                status = await DBOS.get_workflow_status_async("edge-stream-close.wait")
+                if status is not None and status.status not in ("PENDING", "ENQUEUED"):
+                    break
+                await anyio.sleep(0.05)
+        assert status.status == "CANCELLED"
+        with anyio.fail_after(BOUND):
+            decided = await agent.run(Decision(token, approve=True), session=await store.get("s"))
+    assert decided.text == "all clean"
+    assert ran == ["/tmp/x"]
+
+
+@pytest.mark.anyio
+async def test_a_stream_left_after_a_read_timed_out_while_its_run_waits(tmp_path: Path) -> None:
+    agent, _, ran = _agent([ScriptedChatClient.tool_turn(WIPE), "all clean"])
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        with anyio.fail_after(BOUND), SetWorkflowID("edge-stream-read-timeout"):
+            async with agent.stream("wipe", session=await store.get("s")) as stream:
+                async for update in stream:
+                    if update.pending is not None:
+                        break
+                with anyio.move_on_after(0.3):  # no decision comes: the consumer gives up
+                    await stream.__anext__()
+        status = await DBOS.get_workflow_status_async("edge-stream-read-timeout.wait")
+        assert status is not None
+        assert status.status == "CANCELLED"
+        assert (await (await store.get("s")).claim_pending(()) or ((), ()))[1]  # still pending
+    assert ran == []
+
+
+@pytest.mark.anyio
+async def test_a_model_failure_after_the_decision_reaches_both(tmp_path: Path) -> None:
+    agent, _, ran = _agent(
+        [ScriptedChatClient.tool_turn(WIPE), ServerError("the model is down", status_code=503)]
+    )
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run = _Run(agent, await store.get("s"), "edge-fail", "wipe /tmp/x")
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                await run.waiting.wait()
+                with pytest.raises(ServerError, match="the model is down"):
+                    await agent.run(
+                        Decision(run.tokens[0], approve=True), session=await store.get("s")
+                    )
+        history = await (await store.get("s")).get_messages()
+    assert isinstance(run.error, ServerError), run.error
+    assert ran == ["/tmp/x"]
+    assert [m.role for m in history] == ["user", "assistant", "tool"]
