@@ -26,7 +26,10 @@ from raf import (
     ToolCall,
     Update,
 )
+from raf._approvals import claim_decided
 from raf.durable import DurableAgent, dbos_agent
+from raf.durable._decisions import _outcome
+from raf.durable._workflow import TOPIC, Delivery
 
 BOUND = 10.0  # no test may hang: each wait is bounded
 
@@ -81,12 +84,14 @@ class _Run:
         self.waiting = anyio.Event()
         self.response: AgentResponse | None = None
         self.error: BaseException | None = None
+        self.calls = 1  # how many calls wait: "waiting" is set once all were asked for
 
     async def on_update(self, update: Update) -> None:
         if update.kind == "approval":
             assert update.pending is not None
             self.tokens.append(update.pending.token)
-            self.waiting.set()
+            if len(self.tokens) >= self.calls:
+                self.waiting.set()
 
     async def __call__(self) -> None:
         try:
@@ -263,3 +268,70 @@ async def test_a_model_failure_after_the_decision_reaches_both(tmp_path: Path) -
     assert isinstance(run.error, ServerError), run.error
     assert ran == ["/tmp/x"]
     assert [m.role for m in history] == ["user", "assistant", "tool"]
+
+
+@pytest.mark.anyio
+async def test_two_deciders_of_two_calls_of_one_wait_at_once(tmp_path: Path) -> None:
+    second = ToolCall("c2", "wipe", '{"path": "/tmp/y"}')
+    agent, client, ran = _agent([ScriptedChatClient.tool_turn(WIPE, second), "both handled"])
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run = _Run(agent, await store.get("s"), "edge-two-deciders", "wipe both")
+        decided: list[AgentResponse] = []
+
+        async def decide(token: str) -> None:
+            session = await store.get("s")
+            decided.append(await agent.run(Decision(token, approve=True), session=session))
+
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                run.calls = 2
+                group.start_soon(run)
+                await run.waiting.wait()
+                async with anyio.create_task_group() as deciders:
+                    deciders.start_soon(decide, run.tokens[0])
+                    deciders.start_soon(decide, run.tokens[1])
+        history = await (await store.get("s")).get_messages()
+    assert sorted(ran) == ["/tmp/x", "/tmp/y"]
+    assert [m.role for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert "both handled" in [d.text for d in decided]
+    assert len(client.requests) == 2
+    assert run.response is not None
+    assert run.response.text == "both handled"  # the original caller gets the final answer
+
+
+@pytest.mark.anyio
+async def test_a_decider_slow_between_its_claim_and_its_send_still_reaches_the_wait(
+    tmp_path: Path,
+) -> None:
+    """Two people decide the two calls of one turn at once; B claims its call, then is slow
+    to send it (deliver() below, cut at that point). A's pass answers its call without
+    calling the model (B's call has no answer yet): the wait goes on for B's decision,
+    which ends the turn, and the original caller gets the final answer."""
+    second = ToolCall("c2", "wipe", '{"path": "/tmp/y"}')
+    agent, client, ran = _agent([ScriptedChatClient.tool_turn(WIPE, second), "both handled"])
+    wait_id = "edge-claimed-elsewhere.wait"
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run = _Run(agent, await store.get("s"), "edge-claimed-elsewhere", "wipe both")
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                run.calls = 2
+                group.start_soon(run)
+                await run.waiting.wait()
+                late = Decision(run.tokens[1], approve=True)
+                claimed_b = await claim_decided(await store.get("s"), [late])
+                first = await agent.run(
+                    Decision(run.tokens[0], approve=True), session=await store.get("s")
+                )
+                assert run.response is None  # the original caller still waits for B's decision
+                await DBOS.send_async(wait_id, Delivery("b", (late,), claimed_b), TOPIC)
+                outcome = await _outcome(wait_id, "b")
+        history = await (await store.get("s")).get_messages()
+    assert [m.role for m in first.messages] == ["tool"]  # A's answer: its call's result
+    assert first.pending == ()
+    assert sorted(ran) == ["/tmp/x", "/tmp/y"]
+    assert outcome is not None
+    assert outcome.text == "both handled"
+    assert run.response is not None
+    assert run.response.text == "both handled"
+    assert [m.role for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert len(client.requests) == 2

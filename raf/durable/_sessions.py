@@ -146,7 +146,8 @@ class WrittenOnce:
         self._claimed = claimed
 
     async def claim_pending(self, tokens: Sequence[str] | None) -> Claimed | None:
-        """The calls handed over, when ``tokens`` are theirs; else the store's claim."""
+        """The calls handed over (with what still waits now), when ``tokens`` are theirs; else
+        the store's claim."""
         claimed = self._claimed
         if (
             claimed is not None
@@ -154,7 +155,10 @@ class WrittenOnce:
             and sorted(tokens) == sorted(call.token for call in claimed[0])
         ):
             self._claimed = None
-            return claimed
+            # What still waits is read now: the decider's look is stale (another decider may
+            # have claimed the turn's other calls meanwhile).
+            listed = await self._inner.claim_pending(())
+            return claimed[0], () if listed is None else tuple(listed[1])
         claim: Claimed | None = await self._inner.claim_pending(tokens)
         if tokens is None and claim is not None:  # a new message takes every waiting call
             self.superseded += tuple(call.token for call in claim[0])

@@ -265,9 +265,15 @@ async def wait_for_decisions(
                 await held.release()
             await DBOS.set_event_async(outcome_key(delivery.message_id), response)
             parts.append(response)
-            if not response.pending:
+            if not response.pending and not _stalled(response):
                 break
     return merged(parts) if parts else None
+
+
+def _stalled(response: AgentResponse) -> bool:
+    """Whether a pass answered its calls without calling the model: another call of the turn
+    was claimed by another decider, whose decision is on its way to the same wait."""
+    return not response.messages or response.messages[-1].role != "assistant"
 
 
 def merged(parts: list[AgentResponse]) -> AgentResponse:
