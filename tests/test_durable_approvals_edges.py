@@ -335,3 +335,32 @@ async def test_a_decider_slow_between_its_claim_and_its_send_still_reaches_the_w
     assert run.response.text == "both handled"
     assert [m.role for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
     assert len(client.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_an_on_update_that_raises_on_the_approval_leaves_no_wait_behind(
+    tmp_path: Path,
+) -> None:
+    agent, _, ran = _agent([ScriptedChatClient.tool_turn(WIPE), "all clean"])
+
+    async def broken(update: Update) -> None:
+        if update.kind == "approval":
+            raise RuntimeError("the page is gone")
+
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        session = await store.get("s")
+        with (
+            anyio.fail_after(BOUND),
+            SetWorkflowID("edge-broken-callback"),
+            pytest.raises(RuntimeError, match="the page is gone"),
+        ):
+            await agent.run("wipe", session=session, on_update=broken)
+        status = await DBOS.get_workflow_status_async("edge-broken-callback.wait")
+        assert status is not None
+        assert status.status == "CANCELLED"  # not left waiting, calling a broken callback
+        listed = await session.claim_pending(())
+        assert listed is not None
+        with anyio.fail_after(BOUND):
+            decided = await agent.run(Decision(listed[1][0].token, approve=True), session=session)
+    assert decided.text == "all clean"
+    assert ran == ["/tmp/x"]

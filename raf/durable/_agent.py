@@ -14,7 +14,7 @@ from dbos import error as dbos_errors
 from raf._agent import Agent
 from raf._approvals import Decision, not_pending
 from raf._context import Invocation
-from raf._errors import ApprovalError, DurableError, StreamClosedError
+from raf._errors import ApprovalError, DurableError
 from raf._messages import AgentResponse, ChatMessage, OnUpdate, PendingCall
 from raf._options import AgentRunOptions
 from raf._pipeline import CallNext
@@ -204,10 +204,11 @@ class DurableAgent(Agent):
             if problem is None:
                 raise
             raise problem from exc
-        except (anyio.get_cancelled_exc_class(), StreamClosedError) as exc:
-            if isinstance(exc, StreamClosedError) and not passed:
-                raise  # the pass itself was closed: its workflow ended with it
-            # Cancelled by its caller, or its stream closed: cancelled in DBOS too, not
+        except BaseException as exc:
+            if not passed and not isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise  # the pass failed (or its stream closed): its workflow ended with it
+            # The caller leaves (cancelled, its stream closed, its on_update raised): the run
+            # and its wait are cancelled in DBOS too (one that ended stays as it is), not
             # resumed at the next launch.
             with anyio.CancelScope(shield=True):
                 for workflow_id in (None if passed else caller.workflow_id, caller.wait_id):
