@@ -364,3 +364,67 @@ async def test_an_on_update_that_raises_on_the_approval_leaves_no_wait_behind(
             decided = await agent.run(Decision(listed[1][0].token, approve=True), session=session)
     assert decided.text == "all clean"
     assert ran == ["/tmp/x"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("how", ["cancelled", "stream closed"])
+async def test_the_original_caller_leaves_while_an_approved_call_runs(
+    how: str, tmp_path: Path
+) -> None:
+    """The person approves and closes the page at once: the wait applying the decision is
+    let finish (the call runs once, the decider gets the answer), then it ends."""
+    started, release = anyio.Event(), anyio.Event()
+    ran: list[str] = []
+
+    @raf.tool(approval=True)
+    async def slow_wipe(path: str) -> str:
+        """Wipe a path, slowly."""
+        ran.append(path)
+        started.set()
+        await release.wait()
+        return f"wiped {path}"
+
+    call = ToolCall("c1", "slow_wipe", '{"path": "/tmp/x"}')
+    client = ScriptedChatClient([ScriptedChatClient.tool_turn(call), "all clean"])
+    agent = dbos_agent(
+        Agent(client, tools=[slow_wipe], history=True), name=f"edge-slow-{how}", approval_timeout=30
+    )
+    wait_id = f"edge-leave-{how}.wait"
+    decided: list[AgentResponse] = []
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+
+        async def decide(token: str) -> None:
+            session = await store.get("s")
+            decided.append(await agent.run(Decision(token, approve=True), session=session))
+
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as deciders:
+                if how == "cancelled":
+                    run = _Run(agent, await store.get("s"), wait_id.removesuffix(".wait"), "wipe")
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(run)
+                        await run.waiting.wait()
+                        deciders.start_soon(decide, run.tokens[0])
+                        await started.wait()
+                        group.cancel_scope.cancel()  # the caller leaves while the call runs
+                else:
+                    with SetWorkflowID(wait_id.removesuffix(".wait")):
+                        async with agent.stream("wipe", session=await store.get("s")) as stream:
+                            async for update in stream:
+                                if update.pending is not None:
+                                    deciders.start_soon(decide, update.pending.token)
+                                    await started.wait()
+                                    break  # the consumer leaves while the call runs
+                release.set()
+            while True:  # the wait ends after that pass
+                status = await DBOS.get_workflow_status_async(wait_id)
+                assert status is not None
+                if status.status not in ("PENDING", "ENQUEUED"):
+                    break
+                await anyio.sleep(0.02)
+        history = await (await store.get("s")).get_messages()
+    assert ran == ["/tmp/x"]  # once: the decider did not run it again
+    assert decided[0].text == "all clean"
+    assert status.status == "SUCCESS"
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+    assert history[2].content == "wiped /tmp/x"

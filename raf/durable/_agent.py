@@ -210,8 +210,12 @@ class DurableAgent(Agent):
             # The caller leaves (cancelled, its stream closed, its on_update raised): the run
             # and its wait are cancelled in DBOS too (one that ended stays as it is), not
             # resumed at the next launch.
+            caller.left = True
             with anyio.CancelScope(shield=True):
-                for workflow_id in (None if passed else caller.workflow_id, caller.wait_id):
+                # A wait applying a decision now is let finish (for its decider): the empty
+                # message below ends it after that pass.
+                wait_id = None if caller.busy else caller.wait_id
+                for workflow_id in (None if passed else caller.workflow_id, wait_id):
                     if workflow_id is not None:
                         await DBOS.cancel_workflow_async(workflow_id)
                 if caller.wait_id is not None:

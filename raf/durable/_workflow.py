@@ -21,12 +21,13 @@ from dbos import DBOS, SetWorkflowID
 
 from raf._approvals import Decision
 from raf._context import start_invocation
-from raf._errors import DurableError
+from raf._errors import DurableError, StreamClosedError
 from raf._messages import AgentResponse, ChatMessage, OnUpdate, PendingCall, Update
 from raf._options import AgentRunOptions
 from raf._pipeline import CallNext, ChatRequest
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
+from raf._streamed import _RUN
 from raf._tool_loop import ToolRequest
 from raf.durable._sessions import SessionRef, WrittenOnce
 
@@ -62,6 +63,10 @@ class Caller:
     #: The tokens of the calls another run left waiting that this run's new message denied:
     #: their waits are woken, so their callers do not wait for decisions that cannot come.
     superseded: tuple[str, ...] = ()
+    #: Whether its wait is applying a decision now (a caller that leaves lets it finish).
+    busy: bool = False
+    #: Whether the caller has left: its wait sends it nothing more.
+    left: bool = False
 
 
 CALLER: ContextVar[Caller | None] = ContextVar("raf_durable_caller", default=None)
@@ -126,6 +131,22 @@ class _HeldApprovals:
         held, self.held = self.held, []
         for update in held:
             await self.on_update(update)
+
+
+class _Forward:
+    """The caller's ``on_update`` as its wait calls it: nothing once the caller has left."""
+
+    def __init__(self, on_update: OnUpdate, caller: Caller) -> None:
+        self.on_update = on_update
+        self.caller = caller
+
+    async def __call__(self, update: Update) -> None:
+        if self.caller.left:
+            return
+        try:
+            await self.on_update(update)
+        except StreamClosedError:  # its stream closed: it is leaving
+            self.caller.left = True
 
 
 def _held(on_update: OnUpdate | None, waits: bool) -> _HeldApprovals | None:
@@ -248,8 +269,14 @@ async def wait_for_decisions(
     agent = _agent(agent_name)
     wait_id = DBOS.workflow_id
     assert wait_id is not None  # inside a workflow
-    on_update, session = _attached(wait_id, CALLER.get())
-    held = _held(on_update, True)
+    caller = CALLER.get()
+    on_update, session = _attached(wait_id, caller)
+    # The wait's passes are its own, not part of its caller's stream: a caller that leaves
+    # while a decision is applied lets the pass finish (for the decider), and hears no more.
+    _RUN.set(None)  # this workflow's own task: nothing to reset
+    held = None
+    if on_update is not None and caller is not None:
+        held = _HeldApprovals(_Forward(on_update, caller))
     parts: list[AgentResponse] = []
     async with _opened(session, ref) as opened:
         written = WrittenOnce(opened, wait_id, _Pointers(wait_id))
@@ -258,11 +285,15 @@ async def wait_for_decisions(
             if not isinstance(delivery, Delivery):
                 break  # None: no decision came in time
             written.hand_over(delivery.claimed)
-            response = await run_pass(
-                agent, written, (), options, held or on_update, delivery.decisions
-            )
-            if held is not None:
-                await held.release()
+            if held is not None and caller is not None:
+                caller.busy = True
+            try:
+                response = await run_pass(agent, written, (), options, held, delivery.decisions)
+                if held is not None:
+                    await held.release()
+            finally:
+                if caller is not None:
+                    caller.busy = False
             await DBOS.set_event_async(outcome_key(delivery.message_id), response)
             parts.append(response)
             if not response.pending and not _stalled(response):
