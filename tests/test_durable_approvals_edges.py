@@ -20,6 +20,7 @@ from raf import (
     AgentResponse,
     ApprovalError,
     Decision,
+    DurableError,
     ScriptedChatClient,
     ServerError,
     SqliteSessionStore,
@@ -428,3 +429,53 @@ async def test_the_original_caller_leaves_while_an_approved_call_runs(
     assert status.status == "SUCCESS"
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
     assert history[2].content == "wiped /tmp/x"
+
+
+@pytest.mark.anyio
+async def test_a_wait_cancelled_while_it_applies_a_decision_is_not_run_again(
+    tmp_path: Path,
+) -> None:
+    """An operator cancels the wait (DBOS.cancel_workflow) while the approved call runs:
+    the decider is told, and does not run the call a second time."""
+    started, release = anyio.Event(), anyio.Event()
+    ran: list[str] = []
+
+    @raf.tool(approval=True)
+    async def slow_wipe(path: str) -> str:
+        """Wipe a path, slowly."""
+        ran.append(path)
+        started.set()
+        await release.wait()
+        return f"wiped {path}"
+
+    call = ToolCall("c1", "slow_wipe", '{"path": "/tmp/x"}')
+    client = ScriptedChatClient([ScriptedChatClient.tool_turn(call), "all clean"])
+    agent = dbos_agent(
+        Agent(client, tools=[slow_wipe], history=True), name="edge-operator", approval_timeout=30
+    )
+    outcome: list[object] = []
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run = _Run(agent, await store.get("s"), "edge-operator", "wipe")
+
+        async def decide() -> None:
+            session = await store.get("s")
+            try:
+                outcome.append(
+                    await agent.run(Decision(run.tokens[0], approve=True), session=session)
+                )
+            except DurableError as exc:
+                outcome.append(exc)
+
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                await run.waiting.wait()
+                group.start_soon(decide)
+                await started.wait()
+                await DBOS.cancel_workflow_async("edge-operator.wait")
+                release.set()
+        history = await (await store.get("s")).get_messages()
+    assert ran == ["/tmp/x"]
+    assert isinstance(outcome[0], DurableError), outcome
+    assert "cancelled" in str(outcome[0])
+    assert [m.role for m in history] == ["user", "assistant", "tool"]

@@ -18,6 +18,7 @@ import anyio
 from dbos import DBOS
 
 from raf._approvals import Decision, claim_decided
+from raf._errors import DurableError
 from raf._messages import AgentResponse
 from raf._sessions.base import Session
 from raf.durable._workflow import TOPIC, Delivery, outcome_key, pointer_prefix
@@ -105,4 +106,21 @@ async def _outcome(wait_id: str, message_id: str) -> AgentResponse | None:
         if status is not None and status.status == "ERROR":
             handle: Any = await DBOS.retrieve_workflow_async(wait_id)
             await handle.get_result()  # raises the error that ended the run
+        if await _received(wait_id, message_id):
+            # It took them, then was cancelled in the middle of that pass: running them
+            # here would run an approved call a second time.
+            raise DurableError(
+                f"the run waiting in {wait_id!r} was cancelled while it applied these "
+                "decisions: their calls are answered in the session (with their result if it "
+                "came, else as interrupted) and are not run again; send a message to go on"
+            )
         return None
+
+
+async def _received(wait_id: str, message_id: str) -> bool:
+    """Whether the wait took the delivery ``message_id`` (its recv recorded it)."""
+    for step in await DBOS.list_workflow_steps_async(wait_id):
+        output = step["output"]
+        if isinstance(output, Delivery) and output.message_id == message_id:
+            return True
+    return False
