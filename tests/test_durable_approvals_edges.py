@@ -479,3 +479,54 @@ async def test_a_wait_cancelled_while_it_applies_a_decision_is_not_run_again(
     assert isinstance(outcome[0], DurableError), outcome
     assert "cancelled" in str(outcome[0])
     assert [m.role for m in history] == ["user", "assistant", "tool"]
+
+
+@pytest.mark.anyio
+async def test_a_run_resumed_by_a_decision_after_a_timeout_waits_in_the_background(
+    tmp_path: Path,
+) -> None:
+    second = ToolCall("c2", "wipe", '{"path": "/tmp/y"}')
+    agent, client, ran = _agent(
+        [ScriptedChatClient.tool_turn(WIPE, second), "both handled"], approval_timeout=0.5
+    )
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run = _Run(agent, await store.get("s"), "edge-background", "wipe both")
+        with anyio.fail_after(BOUND):
+            await run()  # no decision in time: it ends with both calls pending
+            assert run.response is not None
+            first, other = run.response.pending
+            with SetWorkflowID("edge-background-2"):
+                decided = await agent.run(
+                    Decision(first.token, approve=False), session=await store.get("s")
+                )
+            assert decided.pending == (other,)  # at once, not after its wait
+            status = await DBOS.get_workflow_status_async("edge-background-2.wait")
+            assert status is not None
+            assert status.status == "PENDING"  # the wait goes on in the background
+            last = await agent.run(
+                Decision(other.token, approve=True), session=await store.get("s")
+            )
+        history = await (await store.get("s")).get_messages()
+    assert last.text == "both handled"
+    assert ran == ["/tmp/y"]
+    assert [m.role for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert len(client.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_a_streamed_decision_gets_the_answer_of_the_wait(tmp_path: Path) -> None:
+    agent, _, ran = _agent([ScriptedChatClient.tool_turn(WIPE), "all clean"])
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run = _Run(agent, await store.get("s"), "edge-streamed-decision", "wipe")
+        kinds: list[str] = []
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                await run.waiting.wait()
+                decision = Decision(run.tokens[0], approve=True)
+                async with agent.stream(decision, session=await store.get("s")) as stream:
+                    kinds.extend([update.kind async for update in stream])
+    assert kinds == []  # the run's updates go to its original caller
+    assert stream.response is not None
+    assert stream.response.text == "all clean"
+    assert ran == ["/tmp/x"]
