@@ -530,3 +530,74 @@ async def test_a_streamed_decision_gets_the_answer_of_the_wait(tmp_path: Path) -
     assert stream.response is not None
     assert stream.response.text == "all clean"
     assert ran == ["/tmp/x"]
+
+
+@pytest.mark.anyio
+async def test_the_model_asks_the_same_call_again_after_a_refusal(tmp_path: Path) -> None:
+    """The same call id and arguments again: the same token, pending again in the same wait."""
+    agent, _, ran = _agent(
+        [ScriptedChatClient.tool_turn(WIPE), ScriptedChatClient.tool_turn(WIPE), "done"]
+    )
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run = _Run(agent, await store.get("s"), "edge-same-again", "wipe /tmp/x")
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                await run.waiting.wait()
+                refused = Decision(run.tokens[0], approve=False, reason="are you sure?")
+                first = await agent.run(refused, session=await store.get("s"))
+                assert [p.token for p in first.pending] == run.tokens[:1]  # the same token
+                second = await agent.run(
+                    Decision(run.tokens[0], approve=True), session=await store.get("s")
+                )
+    assert second.text == "done"
+    assert ran == ["/tmp/x"]
+    assert run.response is not None
+    assert run.response.text == "done"
+
+
+@pytest.mark.anyio
+async def test_a_caller_that_leaves_and_closes_its_store_while_a_call_runs(
+    tmp_path: Path,
+) -> None:
+    started, release = anyio.Event(), anyio.Event()
+    ran: list[str] = []
+
+    @raf.tool(approval=True)
+    async def slow_wipe(path: str) -> str:
+        """Wipe a path, slowly."""
+        ran.append(path)
+        started.set()
+        await release.wait()
+        return f"wiped {path}"
+
+    call = ToolCall("c1", "slow_wipe", '{"path": "/tmp/x"}')
+    client = ScriptedChatClient([ScriptedChatClient.tool_turn(call), "all clean"])
+    agent = dbos_agent(
+        Agent(client, tools=[slow_wipe], history=True),
+        name="edge-closes-store",
+        approval_timeout=30,
+    )
+    decided: list[AgentResponse] = []
+    async with SqliteSessionStore(tmp_path / "s.db") as decider_store:
+
+        async def decide(token: str) -> None:
+            session = await decider_store.get("s")
+            decided.append(await agent.run(Decision(token, approve=True), session=session))
+
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as deciders:
+                async with SqliteSessionStore(tmp_path / "s.db") as caller_store:
+                    with SetWorkflowID("edge-closes-store"):
+                        session = await caller_store.get("s")
+                        async with agent.stream("wipe", session=session) as stream:
+                            async for update in stream:
+                                if update.pending is not None:
+                                    deciders.start_soon(decide, update.pending.token)
+                                    await started.wait()
+                                    break
+                release.set()  # the caller's store is closed now
+        history = await (await decider_store.get("s")).get_messages()
+    assert ran == ["/tmp/x"]
+    assert decided[0].text == "all clean"
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]

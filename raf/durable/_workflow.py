@@ -270,7 +270,9 @@ async def wait_for_decisions(
     wait_id = DBOS.workflow_id
     assert wait_id is not None  # inside a workflow
     caller = CALLER.get()
-    on_update, session = _attached(wait_id, caller)
+    # Its session is reopened from the reference, never the caller's object: the caller
+    # may leave (and close its store) while the wait applies a decision.
+    on_update, _ = _attached(wait_id, caller)
     # The wait's passes are its own, not part of its caller's stream: a caller that leaves
     # while a decision is applied lets the pass finish (for the decider), and hears no more.
     _RUN.set(None)  # this workflow's own task: nothing to reset
@@ -278,7 +280,7 @@ async def wait_for_decisions(
     if on_update is not None and caller is not None:
         held = _HeldApprovals(_Forward(on_update, caller))
     parts: list[AgentResponse] = []
-    async with _opened(session, ref) as opened:
+    async with ref.reopened() as opened:
         written = WrittenOnce(opened, wait_id, _Pointers(wait_id))
         while True:
             delivery = await DBOS.recv_async(TOPIC, timeout_seconds=seconds)
