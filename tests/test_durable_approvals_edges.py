@@ -183,24 +183,34 @@ async def test_two_sessions_waiting_at_once_and_a_crossed_decision(tmp_path: Pat
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("answered", [True, False])
 async def test_a_new_message_while_calls_wait_denies_them_and_ends_the_wait(
-    tmp_path: Path,
+    answered: bool, tmp_path: Path
 ) -> None:
-    agent, _, ran = _agent([ScriptedChatClient.tool_turn(WIPE), "ok, I will not"])
+    """The original caller returns at once (not at its approval timeout), with the calls
+    pending as when it paused; nothing of them runs. Also when the new message's run fails."""
+    second: Any = "ok, I will not" if answered else ServerError("down", status_code=503)
+    agent, _, ran = _agent([ScriptedChatClient.tool_turn(WIPE), second])
+    workflow_id = f"edge-new-message-{answered}"
     async with SqliteSessionStore(tmp_path / "s.db") as store:
-        run = _Run(agent, await store.get("s"), "edge-new-message", "wipe /tmp/x")
+        run = _Run(agent, await store.get("s"), workflow_id, "wipe /tmp/x")
         with anyio.fail_after(BOUND):
             async with anyio.create_task_group() as group:
                 group.start_soon(run)
                 await run.waiting.wait()
-                answer = await agent.run("no, stop", session=await store.get("s"))
-        assert answer.text == "ok, I will not"
+                if answered:
+                    answer = await agent.run("no, stop", session=await store.get("s"))
+                    assert answer.text == "ok, I will not"
+                else:
+                    with pytest.raises(ServerError):
+                        await agent.run("no, stop", session=await store.get("s"))
         with pytest.raises(ApprovalError):
             await agent.run(Decision(run.tokens[0], approve=True), session=await store.get("s"))
     assert ran == []
     assert run.error is None
     assert run.response is not None
-    status = await DBOS.get_workflow_status_async("edge-new-message.wait")
+    assert [p.token for p in run.response.pending] == run.tokens
+    status = await DBOS.get_workflow_status_async(f"{workflow_id}.wait")
     assert status is not None
     assert status.status == "SUCCESS"
 

@@ -186,8 +186,8 @@ class DurableAgent(Agent):
                 self._durable_name, request, ref, options, decisions, claimed
             )
             passed = True
-            if caller.superseded:
-                await wake(caller.superseded)
+            superseded, caller.superseded = caller.superseded, ()
+            await wake(superseded)
             if caller.held is not None:
                 await caller.held.release()
             if caller.wait_id is None:
@@ -200,11 +200,15 @@ class DurableAgent(Agent):
             )
             return response if waited is None else merged([response, waited])
         except dbos_errors.DBOSException as exc:
+            if caller.superseded:
+                await _wake_after(caller.superseded, exc)
             problem = _not_set_up(exc) if caller.workflow_id is None else None
             if problem is None:
                 raise
             raise problem from exc
         except BaseException as exc:
+            if caller.superseded:  # the pass failed after its new message denied them
+                await _wake_after(caller.superseded, exc)
             if not passed and not isinstance(exc, anyio.get_cancelled_exc_class()):
                 raise  # the pass failed (or its stream closed): its workflow ended with it
             # The caller leaves (cancelled, its stream closed, its on_update raised): the run
@@ -282,6 +286,15 @@ async def _pending(session: Session) -> tuple[PendingCall, ...]:
         )
     listed = await claim(())
     return () if listed is None else tuple(listed[1])
+
+
+async def _wake_after(tokens: tuple[str, ...], error: BaseException) -> None:
+    """Wake the waits of ``tokens`` on the way out of a failed run (a failure is a note)."""
+    try:
+        with anyio.CancelScope(shield=True):
+            await wake(tokens)
+    except Exception as exc:
+        error.add_note(f"raf: the waits of the denied calls were not woken: {exc!r}")
 
 
 def _require_asyncio() -> None:

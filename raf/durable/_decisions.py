@@ -60,7 +60,7 @@ async def wake(tokens: tuple[str, ...]) -> None:
     A wait that has not started yet is not waited for: it times out.
     """
     woken: set[str] = set()
-    for token in tokens:
+    for token in dict.fromkeys(tokens):
         prefix = pointer_prefix(token)
         found = await DBOS.list_workflows_async(
             workflow_id_prefix=prefix, sort_desc=True, limit=1, load_input=False, load_output=False

@@ -236,9 +236,13 @@ async def durable_run(
         written = WrittenOnce(opened, workflow_id, pointers)
         if claimed is not None:
             written.hand_over(claimed)
-        response = await run_pass(agent, written, request, options, held or on_update, decisions)
-    if caller is not None and caller.workflow_id == workflow_id:
-        caller.superseded = written.superseded
+        try:
+            response = await run_pass(
+                agent, written, request, options, held or on_update, decisions
+            )
+        finally:  # their waits are woken even when this pass fails
+            if caller is not None and caller.workflow_id == workflow_id:
+                caller.superseded = written.superseded
     if response.pending and pointers is not None and ref is not None:
         await pointers(response.pending)  # the calls still waiting from before wait there too
         if caller is not None and caller.workflow_id == workflow_id and caller.waits:
