@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -225,3 +226,40 @@ async def test_a_caller_that_leaves_and_closes_its_store_while_a_call_runs(
     assert ran == ["/tmp/x"]
     assert decided[0].text == "all clean"
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+
+
+class _SlowClaim:
+    """A session whose claims take a while after they are made (a slow store's answer)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def claim_pending(self, tokens: Any) -> Any:
+        claimed = await self.inner.claim_pending(tokens)
+        if tokens:  # a real claim, not a look
+            await anyio.sleep(0.3)
+        return claimed
+
+
+@pytest.mark.anyio
+async def test_a_decider_cancelled_between_its_claim_and_its_send_still_sends(
+    tmp_path: Path,
+) -> None:
+    """A claimed call is always sent to its wait: a decider's own deadline that passes in
+    between does not strand it (the run would wait for it until its timeout)."""
+    agent, _, ran = wipe_agent([ScriptedChatClient.tool_turn(WIPE), "all clean"])
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run = Run(agent, await store.get("s"), "edge-decider-deadline", "wipe")
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                await run.waiting.wait()
+                session = _SlowClaim(await store.get("s"))
+                with anyio.move_on_after(0.1):  # passes while the claim is answered
+                    await agent.run(Decision(run.tokens[0], approve=True), session=session)
+    assert run.response is not None
+    assert run.response.text == "all clean"
+    assert ran == ["/tmp/x"]

@@ -85,9 +85,11 @@ async def deliver(
     token that matches no pending call, and the run's error when the wait
     failed.
     """
-    claimed = await claim_decided(session, decisions)
-    delivery = Delivery(uuid.uuid4().hex, decisions, claimed)
-    await DBOS.send_async(wait_id, delivery, TOPIC)
+    # Shielded: calls claimed and not sent would wait, taken, until the wait times out.
+    with anyio.CancelScope(shield=True):
+        claimed = await claim_decided(session, decisions)
+        delivery = Delivery(uuid.uuid4().hex, decisions, claimed)
+        await DBOS.send_async(wait_id, delivery, TOPIC)
     return await _outcome(wait_id, delivery.message_id), delivery
 
 
