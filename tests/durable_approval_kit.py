@@ -93,6 +93,7 @@ class Run:
         self.response: AgentResponse | None = None
         self.error: BaseException | None = None
         self.calls = 1
+        self.streams = True  # False: the run is given no on_update
 
     async def on_update(self, update: Update) -> None:
         if update.kind == "approval":
@@ -105,7 +106,9 @@ class Run:
         try:
             with SetWorkflowID(self.workflow_id):
                 self.response = await self.agent.run(
-                    self.text, session=self.session, on_update=self.on_update
+                    self.text,
+                    session=self.session,
+                    on_update=self.on_update if self.streams else None,
                 )
         except Exception as exc:
             self.error = exc

@@ -111,8 +111,17 @@ async def test_an_on_update_that_raises_on_the_approval_leaves_no_wait_behind(
     assert ran == ["/tmp/x"]
 
 
+async def _until_waiting(store: SqliteSessionStore, wait_id: str) -> None:
+    """Until the wait ``wait_id`` has begun (its calls are stored by then)."""
+    for _ in range(1000):
+        if await DBOS.get_workflow_status_async(wait_id) is not None:
+            return
+        await anyio.sleep(0.01)
+    raise AssertionError(f"{wait_id} did not begin")
+
+
 @pytest.mark.anyio
-@pytest.mark.parametrize("how", ["cancelled", "stream closed"])
+@pytest.mark.parametrize("how", ["cancelled", "cancelled, no on_update", "stream closed"])
 async def test_the_original_caller_leaves_while_an_approved_call_runs(
     how: str, tmp_path: Path
 ) -> None:
@@ -130,12 +139,20 @@ async def test_the_original_caller_leaves_while_an_approved_call_runs(
 
         with anyio.fail_after(BOUND):
             async with anyio.create_task_group() as deciders:
-                if how == "cancelled":
+                if how.startswith("cancelled"):
                     run = Run(agent, await store.get("s"), wait_id.removesuffix(".wait"), "wipe")
                     async with anyio.create_task_group() as group:
-                        group.start_soon(run)
-                        await run.waiting.wait()
-                        deciders.start_soon(decide, run.tokens[0])
+                        if how == "cancelled":
+                            group.start_soon(run)
+                            await run.waiting.wait()
+                            deciders.start_soon(decide, run.tokens[0])
+                        else:  # a caller that streams nothing: the token is read in the store
+                            run.streams = False
+                            group.start_soon(run)
+                            await _until_waiting(store, wait_id)
+                            listed = await (await store.get("s")).claim_pending(())
+                            assert listed is not None
+                            deciders.start_soon(decide, listed[1][0].token)
                         await started.wait()
                         group.cancel_scope.cancel()  # the caller leaves while the call runs
                 else:

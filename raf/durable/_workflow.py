@@ -171,8 +171,6 @@ def _attached(workflow_id: str, caller: Caller | None) -> tuple[OnUpdate | None,
     if caller.workflow_id is None:
         caller.workflow_id = workflow_id
         return caller.on_update, caller.session
-    if caller.wait_id == workflow_id:
-        return caller.on_update, caller.session
     return None, None
 
 
@@ -273,17 +271,18 @@ async def wait_for_decisions(
     agent = _agent(agent_name)
     wait_id = DBOS.workflow_id
     assert wait_id is not None  # inside a workflow
+    # The caller that waits for this wait, when it runs in this process (not recovered).
     caller = CALLER.get()
-    # Its session is reopened from the reference, never the caller's object: the caller
-    # may leave (and close its store) while the wait applies a decision.
-    on_update, _ = _attached(wait_id, caller)
+    mine = caller if caller is not None and caller.wait_id == wait_id else None
     # The wait's passes are its own, not part of its caller's stream: a caller that leaves
     # while a decision is applied lets the pass finish (for the decider), and hears no more.
     _RUN.set(None)  # this workflow's own task: nothing to reset
     held = None
-    if on_update is not None and caller is not None:
-        held = _HeldApprovals(_Forward(on_update, caller))
+    if mine is not None and mine.on_update is not None:
+        held = _HeldApprovals(_Forward(mine.on_update, mine))
     parts: list[AgentResponse] = []
+    # Its session is reopened from the reference, never the caller's object: the caller
+    # may leave (and close its store) while the wait applies a decision.
     async with ref.reopened() as opened:
         written = WrittenOnce(opened, wait_id, _Pointers(wait_id))
         while True:
@@ -291,15 +290,15 @@ async def wait_for_decisions(
             if not isinstance(delivery, Delivery):
                 break  # None: no decision came in time
             written.hand_over(delivery.claimed)
-            if held is not None and caller is not None:
-                caller.busy = True
+            if mine is not None:
+                mine.busy = True
             try:
                 response = await run_pass(agent, written, (), options, held, delivery.decisions)
                 if held is not None:
                     await held.release()
             finally:
-                if caller is not None:
-                    caller.busy = False
+                if mine is not None:
+                    mine.busy = False
             await DBOS.set_event_async(outcome_key(delivery.message_id), response)
             parts.append(response)
             if not response.pending and not _stalled(response):
