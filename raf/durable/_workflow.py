@@ -104,6 +104,8 @@ class _Batch:
 
     calls: tuple[str, ...] = ()
     steps: dict[str, Any] | None = None
+    #: How many model calls the pass made (0: it stalled, or it only waits).
+    model_calls: int = 0
 
 
 _BATCH: ContextVar[_Batch | None] = ContextVar("raf_durable_batch", default=None)
@@ -293,7 +295,10 @@ async def wait_for_decisions(
             if mine is not None:
                 mine.busy = True
             try:
-                response = await run_pass(agent, written, (), options, held, delivery.decisions)
+                batch = _Batch()
+                response = await run_pass(
+                    agent, written, (), options, held, delivery.decisions, batch
+                )
                 if held is not None:
                     await held.release()
             finally:
@@ -301,15 +306,11 @@ async def wait_for_decisions(
                     mine.busy = False
             await DBOS.set_event_async(outcome_key(delivery.message_id), response)
             parts.append(response)
-            if not response.pending and not _stalled(response):
+            # A pass that neither left calls pending nor called the model stalled: another
+            # call of the turn was claimed by another decider, whose decision is on its way.
+            if not response.pending and batch.model_calls:
                 break
     return merged(parts) if parts else None
-
-
-def _stalled(response: AgentResponse) -> bool:
-    """Whether a pass answered its calls without calling the model: another call of the turn
-    was claimed by another decider, whose decision is on its way to the same wait."""
-    return not response.messages or response.messages[-1].role != "assistant"
 
 
 def merged(parts: list[AgentResponse]) -> AgentResponse:
@@ -331,8 +332,10 @@ async def run_pass(
     options: AgentRunOptions,
     on_update: OnUpdate | None,
     decisions: tuple[Decision, ...],
+    batch: _Batch | None = None,
 ) -> AgentResponse:
-    """The agent's pipeline once, on ``session``, with the steps' batch bookkeeping."""
+    """The agent's pipeline once, on ``session``, with the steps' batch bookkeeping (in
+    ``batch`` when given: the caller reads it after)."""
     # The pre stages are not steps: they run again on recovery, where the request hash
     # was recorded already (Invocation.repeated is true).
     touched = await session.touch_request_hash(request)
@@ -346,7 +349,7 @@ async def run_pass(
         on_update,
         decisions,
     )
-    token = _BATCH.set(_Batch())
+    token = _BATCH.set(_Batch() if batch is None else batch)
     try:
         return await agent._run(invocation)
     finally:
@@ -377,6 +380,7 @@ async def model_step(request: ChatRequest, call_next: CallNext[ChatRequest]) -> 
     batch = _BATCH.get()
     if batch is not None:
         batch.calls, batch.steps = tuple(call.id for call in response.tool_calls), None
+        batch.model_calls += 1
     return response
 
 
