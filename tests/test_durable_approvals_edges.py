@@ -14,7 +14,9 @@ import anyio
 import pytest
 from dbos import DBOS, SetWorkflowID
 
+import raf
 from raf import (
+    Agent,
     AgentResponse,
     ApprovalError,
     Decision,
@@ -24,6 +26,7 @@ from raf import (
     ToolCall,
 )
 from raf._approvals import claim_decided
+from raf.durable import dbos_agent
 from raf.durable._decisions import _outcome
 from raf.durable._workflow import TOPIC, Delivery
 from tests.durable_approval_kit import BOUND, WIPE, Run, launched, wipe_agent
@@ -312,3 +315,33 @@ async def test_the_model_asks_the_same_call_again_after_a_refusal(tmp_path: Path
     assert ran == ["/tmp/x"]
     assert run.response is not None
     assert run.response.text == "done"
+
+
+@pytest.mark.anyio
+async def test_an_approved_tool_that_raises_is_told_to_the_model(tmp_path: Path) -> None:
+    """A tool's own failure is its call's answer, as in a plain run: both callers get the
+    model's final answer, and the failure is in the history."""
+
+    @raf.tool(approval=True)
+    async def wipe(path: str) -> str:
+        """Wipe a path."""
+        raise PermissionError(f"cannot wipe {path}")
+
+    client = ScriptedChatClient([ScriptedChatClient.tool_turn(WIPE), "it failed, sorry"])
+    agent = dbos_agent(
+        Agent(client, tools=[wipe], history=True), name="edge-tool-raises", approval_timeout=30
+    )
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        run = Run(agent, await store.get("s"), "edge-tool-raises", "wipe")
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                await run.waiting.wait()
+                decided = await agent.run(
+                    Decision(run.tokens[0], approve=True), session=await store.get("s")
+                )
+    assert decided.text == "it failed, sorry"
+    assert "cannot wipe /tmp/x" in (decided.messages[0].content or "")
+    assert client.requests[1].messages[-1] == decided.messages[0]
+    assert run.response is not None
+    assert run.response.text == "it failed, sorry"
