@@ -345,3 +345,30 @@ async def test_an_approved_tool_that_raises_is_told_to_the_model(tmp_path: Path)
     assert client.requests[1].messages[-1] == decided.messages[0]
     assert run.response is not None
     assert run.response.text == "it failed, sorry"
+
+
+@pytest.mark.anyio
+async def test_a_run_waits_and_is_decided_on_redis(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The wait reopens the session from its reference: a Redis one too."""
+    from raf import RedisSessionStore
+
+    server = request.getfixturevalue("redis_server")
+    agent, _, ran = wipe_agent([ScriptedChatClient.tool_turn(WIPE), "all clean"])
+    prefix = f"edge-{tmp_path.name}"
+    async with RedisSessionStore(server.url, prefix=prefix, ttl=60) as store:
+        run = Run(agent, await store.get("s"), "edge-redis", "wipe")
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                await run.waiting.wait()
+                decided = await agent.run(
+                    Decision(run.tokens[0], approve=True), session=await store.get("s")
+                )
+        history = await (await store.get("s")).get_messages()
+    assert decided.text == "all clean"
+    assert run.response is not None
+    assert run.response.text == "all clean"
+    assert ran == ["/tmp/x"]
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
