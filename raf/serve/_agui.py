@@ -147,11 +147,13 @@ class EventFraming:
         self._run = run_id
         self._text: str | None = None  # the id of the text message being streamed
         self._calls: set[str] = set()  # the calls whose tool-call events went out
+        self._updated = False  # whether the run sent any update
 
     def start(self) -> list[bytes]:
         return [_frame(RunStartedEvent(thread_id=self._thread, run_id=self._run))]
 
     def update(self, update: Update) -> list[bytes]:
+        self._updated = True
         if update.kind == "text":
             if not update.text:
                 return []
@@ -194,8 +196,11 @@ class EventFraming:
         return [_frame(end)]
 
     def finish(self, response: AgentResponse) -> list[bytes]:
+        # A run that sent no update still answers: a decision that a durable run's wait
+        # applied returns what the run did, while its updates went to the run's caller.
+        frames = [] if self._updated else [f for u in response.to_updates() for f in self.update(u)]
         done = RunFinishedEvent(thread_id=self._thread, run_id=self._run)
-        return self._end_text() + [_frame(done)]
+        return frames + self._end_text() + [_frame(done)]
 
     def failed(self, error: HttpError) -> list[bytes]:
         event = RunErrorEvent(message=error.message, code=error.code or str(error.status))

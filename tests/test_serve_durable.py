@@ -1,0 +1,257 @@
+"""A durable agent (raf.durable) served by raf.serve behaves as a plain served agent.
+
+Real parts: uvicorn serves the app on a free loopback port in this test's
+own event loop (DBOS is asyncio-only, and runs in this process, launched on
+a SQLite system database as the recipe in docs/durable.md says); the
+sessions are a SQLite file the app opens in its lifespan; the clients are
+the openai SDK and httpx, over TCP.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2 as httpx
+import openai
+import pytest
+import uvicorn
+from dbos import DBOS
+
+import raf.serve
+from raf.durable import DurableAgent, dbos_agent
+from tests.redis_server import free_port
+from tests.serve_agent import make_agent
+from tests.test_serve_agui import run_input
+from tests.test_serve_approvals import decision_input
+
+pytestmark = pytest.mark.anyio
+MODEL = "word-agent"
+BOUND = 20.0  # no test may hang: each wait is bounded
+
+_names = iter(range(1_000_000))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # DBOS is asyncio-only
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dbos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    folder = tmp_path_factory.mktemp("dbos")
+    DBOS(
+        config={
+            "name": "raf-serve-durable-tests",
+            "system_database_url": f"sqlite:///{folder / 'dbos.sqlite'}",
+            "log_level": "WARNING",
+            "notification_listener_polling_interval_sec": 0.05,
+        }
+    )
+    DBOS.launch()
+    yield
+    DBOS.destroy()
+
+
+def durable(ran: list[str], approval_timeout: float = 30.0) -> DurableAgent:
+    """tests.serve_agent's agent made durable; ``ran`` gets each path ``delete`` deletes."""
+    agent = make_agent(on_delete=ran.append)
+    return dbos_agent(
+        agent, name=f"served-durable-{next(_names)}", approval_timeout=approval_timeout
+    )
+
+
+@asynccontextmanager
+async def serving(agent: DurableAgent, db: Path) -> AsyncIterator[str]:
+    """``raf.serve.app(agent, store=db)`` under uvicorn on a free loopback port: its URL."""
+    port = free_port()
+    config = uvicorn.Config(
+        raf.serve.app(agent, store=str(db)),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve)
+        with anyio.fail_after(BOUND):
+            while not server.started:  # noqa: ASYNC110  (uvicorn sets a flag, no event)
+                await anyio.sleep(0.01)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+
+
+async def workflows(name: str) -> dict[str, str]:
+    """The DBOS workflows of ``name``: each id and its status."""
+    listed = await DBOS.list_workflows_async(name=name, load_input=False, load_output=False)
+    return {w.workflow_id: w.status for w in listed}
+
+
+async def new_workflows(name: str, before: dict[str, str], count: int) -> dict[str, str]:
+    """The workflows of ``name`` not in ``before``, once ``count`` of them have ended."""
+    with anyio.fail_after(BOUND):
+        while True:
+            new = {k: v for k, v in (await workflows(name)).items() if k not in before}
+            if len(new) >= count and all(s not in ("PENDING", "ENQUEUED") for s in new.values()):
+                return new
+            await anyio.sleep(0.05)
+
+
+def event_of(line: str) -> dict[str, Any] | None:
+    if not line.startswith("data: "):
+        return None
+    event: dict[str, Any] = json.loads(line[6:])
+    return event
+
+
+def events_in(body: str) -> list[dict[str, Any]]:
+    return [e for e in map(event_of, body.splitlines()) if e is not None]
+
+
+def text_of(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+async def stored(client: httpx.AsyncClient, thread: str) -> dict[str, Any]:
+    reply = await client.get(f"/v1/sessions/{thread}/messages")
+    assert reply.status_code == 200
+    body: dict[str, Any] = reply.json()
+    return body
+
+
+async def test_a_served_durable_agent_streams_a_turn_stored_once_as_a_workflow(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    before = await workflows("raf.durable.run")
+    async with (
+        serving(durable([]), tmp_path / "sessions.db") as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as sdk,
+    ):
+        session = {"X-Session-Id": "conv-1"}
+        said: list[str] = []
+        stream = await sdk.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "hello there"}],
+            stream=True,
+            extra_headers=session,
+        )
+        async for chunk in stream:
+            if chunk.choices:
+                said.append(chunk.choices[0].delta.content or "")
+        assert "".join(said) == "seen 1: hello there "
+        # The next turn: the history reaches the model once (2 stored + 1 new = 3).
+        reply = await sdk.chat.completions.create(
+            model=MODEL,
+            messages=[
+                {"role": "user", "content": "hello there"},
+                {"role": "assistant", "content": "".join(said)},
+                {"role": "user", "content": "again"},
+            ],
+            extra_headers=session,
+        )
+        assert reply.choices[0].message.content == "seen 3: again "
+        async with httpx.AsyncClient(base_url=url) as client:
+            listed = await stored(client, "conv-1")
+        assert [m["role"] for m in listed["data"]] == ["user", "assistant"] * 2
+        assert listed["pending"] == []
+        # AG-UI: the same agent, the same store, one more workflow.
+        async with httpx.AsyncClient(base_url=url, timeout=BOUND) as client:
+            reply = await client.post("/ag-ui", json=run_input("hi", "conv-2"))
+        events = events_in(reply.text)
+        assert events[0]["type"] == "RUN_STARTED"
+        assert events[-1]["type"] == "RUN_FINISHED"
+        assert text_of(events) == "seen 1: hi "
+    # Each turn was a DBOS workflow, and it succeeded.
+    assert list((await new_workflows("raf.durable.run", before, 3)).values()) == ["SUCCESS"] * 3
+
+
+async def read_until_approval(lines: AsyncIterator[str]) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    async for line in lines:
+        event = event_of(line)
+        if event is not None:
+            events.append(event)
+            if event["type"] == "CUSTOM":
+                return events
+    raise AssertionError(f"the stream ended with no approval: {events}")
+
+
+async def test_a_decision_posted_as_the_page_does_reaches_the_waiting_run(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+    before = await workflows("raf.durable.wait")
+    async with (
+        serving(durable(ran), tmp_path / "sessions.db") as url,
+        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+    ):
+        async with client.stream("POST", "/ag-ui", json=run_input("delete", "t-1")) as first:
+            lines = first.aiter_lines()
+            events = await read_until_approval(lines)
+            assert [e["type"] for e in events] == [
+                "RUN_STARTED", "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "CUSTOM",
+            ]  # fmt: skip
+            approval = events[-1]["value"]
+            assert (approval["toolCallId"], approval["toolCallName"]) == ("call-del", "delete")
+            # The run waits inside DBOS, its stream open; the call is pending in the session.
+            assert [p["token"] for p in (await stored(client, "t-1"))["pending"]] == [
+                approval["token"]
+            ]
+            assert ran == []
+            decision = {"token": approval["token"], "approve": True}
+            decided = await client.post("/ag-ui", json=decision_input("t-1", decision))
+            rest = [e for e in map(event_of, [line async for line in lines]) if e is not None]
+        # The first stream goes on: the call's result, the answer, the end.
+        assert [e["type"] for e in rest][:1] == ["TOOL_CALL_RESULT"]
+        assert rest[0]["content"] == "deleted notes.txt"
+        assert text_of(rest) == "the tool said deleted notes.txt"
+        assert rest[-1]["type"] == "RUN_FINISHED"
+        # The decision's own stream carries what the run did with it, as for a plain agent.
+        assert decided.status_code == 200
+        answer = events_in(decided.text)
+        assert [e["type"] for e in answer][:2] == ["RUN_STARTED", "TOOL_CALL_RESULT"]
+        assert answer[1]["content"] == "deleted notes.txt"
+        assert text_of(answer) == "the tool said deleted notes.txt"
+        assert answer[-1]["type"] == "RUN_FINISHED"
+        assert ran == ["notes.txt"]
+        listed = await stored(client, "t-1")
+        assert [m["role"] for m in listed["data"]] == ["user", "assistant", "tool", "assistant"]
+        assert listed["pending"] == []
+    assert list((await new_workflows("raf.durable.wait", before, 1)).values()) == ["SUCCESS"]
+
+
+async def test_a_client_that_leaves_while_the_run_waits_cancels_the_wait(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+    waits = await workflows("raf.durable.wait")
+    async with (
+        serving(durable(ran), tmp_path / "sessions.db") as url,
+        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+    ):
+        async with client.stream("POST", "/ag-ui", json=run_input("delete", "t-2")) as first:
+            approval = (await read_until_approval(first.aiter_lines()))[-1]["value"]
+        # The client left (the connection is closed): the wait is cancelled in DBOS.
+        assert list((await new_workflows("raf.durable.wait", waits, 1)).values()) == ["CANCELLED"]
+        listed = await stored(client, "t-2")
+        assert [p["token"] for p in listed["pending"]] == [approval["token"]]
+        assert ran == []
+        # A later decision resumes the call in a new durable run, streamed to the decider.
+        runs = await workflows("raf.durable.run")
+        decision = {"token": approval["token"], "approve": True}
+        reply = await client.post("/ag-ui", json=decision_input("t-2", decision))
+        events = events_in(reply.text)
+        assert [e["type"] for e in events][:2] == ["RUN_STARTED", "TOOL_CALL_RESULT"]
+        assert text_of(events) == "the tool said deleted notes.txt"
+        assert events[-1]["type"] == "RUN_FINISHED"
+        assert ran == ["notes.txt"]
+        assert (await stored(client, "t-2"))["pending"] == []
+        assert list((await new_workflows("raf.durable.run", runs, 1)).values()) == ["SUCCESS"]
