@@ -10,6 +10,7 @@ the openai SDK and httpx, over TCP.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +22,8 @@ import openai
 import pytest
 import uvicorn
 from dbos import DBOS
+from selenium import webdriver
+from selenium.webdriver.common.by import By
 
 import raf.serve
 from raf.durable import DurableAgent, dbos_agent
@@ -28,8 +31,11 @@ from tests.redis_server import free_port
 from tests.serve_agent import make_agent
 from tests.test_serve_agui import run_input
 from tests.test_serve_approvals import decision_input
+from tests.test_serve_page import ARTIFACTS, answers, browser, wait_until
+from tests.uvicorn_server import ServedAgent
 
-pytestmark = pytest.mark.anyio
+__all__ = ["browser"]  # the page test's fixture: a headless Chromium
+
 MODEL = "word-agent"
 BOUND = 20.0  # no test may hang: each wait is bounded
 
@@ -127,6 +133,7 @@ async def stored(client: httpx.AsyncClient, thread: str) -> dict[str, Any]:
     return body
 
 
+@pytest.mark.anyio
 async def test_a_served_durable_agent_streams_a_turn_stored_once_as_a_workflow(
     anyio_backend: str, tmp_path: Path
 ) -> None:
@@ -184,6 +191,7 @@ async def read_until_approval(lines: AsyncIterator[str]) -> list[dict[str, Any]]
     raise AssertionError(f"the stream ended with no approval: {events}")
 
 
+@pytest.mark.anyio
 async def test_a_decision_posted_as_the_page_does_reaches_the_waiting_run(
     anyio_backend: str, tmp_path: Path
 ) -> None:
@@ -228,6 +236,7 @@ async def test_a_decision_posted_as_the_page_does_reaches_the_waiting_run(
     assert list((await new_workflows("raf.durable.wait", before, 1)).values()) == ["SUCCESS"]
 
 
+@pytest.mark.anyio
 async def test_a_client_that_leaves_while_the_run_waits_cancels_the_wait(
     anyio_backend: str, tmp_path: Path
 ) -> None:
@@ -255,3 +264,59 @@ async def test_a_client_that_leaves_while_the_run_waits_cancels_the_wait(
         assert ran == ["notes.txt"]
         assert (await stored(client, "t-2"))["pending"] == []
         assert list((await new_workflows("raf.durable.run", runs, 1)).values()) == ["SUCCESS"]
+
+
+@pytest.mark.slow
+def test_the_page_decides_while_the_durable_run_waits_in_its_stream(
+    browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    deleted = tmp_path / "deleted.log"  # the server process adds a line each time delete runs
+
+    def runs() -> list[str]:
+        return deleted.read_text().split() if deleted.exists() else []
+
+    def buttons(name: str) -> list[Any]:
+        return browser.find_elements(By.CSS_SELECTOR, f".msg.tool button.{name}")
+
+    command = [
+        sys.executable, "-m", "uvicorn", "tests.serve_durable_agent:create", "--factory",
+    ]  # fmt: skip
+    config = {
+        "db": str(tmp_path / "sessions.db"),
+        "dbos": str(tmp_path / "dbos.sqlite"),
+        "deleted": str(deleted),
+    }
+    with ServedAgent(command=command, **config) as server:
+        browser.get(f"{server.url}/")
+        browser.find_element(By.ID, "input").send_keys("please delete my notes")
+        browser.find_element(By.ID, "send").click()
+        # The run waits for the decision inside DBOS, its stream open (Stop is on).
+        (approve,) = wait_until(lambda: buttons("approve"))
+        assert browser.find_element(By.ID, "stop").is_enabled()
+        assert runs() == []
+        approve.click()
+        # The rest of the run streams in the open stream, once.
+        wait_until(lambda: answers(browser) == ["the tool said deleted notes.txt"])
+        wait_until(lambda: not browser.find_element(By.ID, "stop").is_enabled())
+        assert answers(browser) == ["the tool said deleted notes.txt"]
+        assert runs() == ["notes.txt"]
+        row = browser.find_element(By.CSS_SELECTOR, ".msg.tool")
+        assert "(approved)" in row.text
+        assert "→ deleted notes.txt" in row.text
+        # A second call waits; a reload leaves the stream (the wait is cancelled in DBOS)
+        # and shows the call again; a denial resumes it in a new durable run.
+        browser.find_element(By.ID, "input").send_keys("delete them again")
+        browser.find_element(By.ID, "send").click()
+        wait_until(lambda: buttons("deny"))
+        browser.refresh()
+        (deny,) = wait_until(lambda: buttons("deny"))
+        browser.find_element(By.CSS_SELECTOR, ".msg.tool.waiting input.reason").send_keys(
+            "keep them"
+        )
+        deny.click()
+        wait_until(lambda: len(answers(browser)) == 2)
+        assert answers(browser)[1].startswith("the tool said The user did not approve this call")
+        assert "keep them" in answers(browser)[1]
+        assert runs() == ["notes.txt"]
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "serve_page_durable.png"))
