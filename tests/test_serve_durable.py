@@ -320,3 +320,65 @@ def test_the_page_decides_while_the_durable_run_waits_in_its_stream(
         assert runs() == ["notes.txt"]
         ARTIFACTS.mkdir(exist_ok=True)
         browser.save_screenshot(str(ARTIFACTS / "serve_page_durable.png"))
+
+
+@pytest.mark.anyio
+async def test_a_chat_completion_that_pauses_waits_for_a_decision_sent_over_ag_ui(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+    async with (
+        serving(durable(ran), tmp_path / "sessions.db") as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as sdk,
+        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+    ):
+        answers: list[str | None] = []
+
+        async def ask() -> None:
+            reply = await sdk.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "delete my notes"}],
+                extra_headers={"X-Session-Id": "t-3"},
+            )
+            answers.append(reply.choices[0].message.content)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask)
+            with anyio.fail_after(BOUND):
+                while not (pending := (await stored(client, "t-3"))["pending"]):  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+            assert answers == []  # the run waits inside DBOS
+            decision = {"token": pending[0]["token"], "approve": True}
+            reply = await client.post("/ag-ui", json=decision_input("t-3", decision))
+            assert text_of(events_in(reply.text)) == "the tool said deleted notes.txt"
+        assert answers == ["the tool said deleted notes.txt"]
+        assert ran == ["notes.txt"]
+
+
+@pytest.mark.anyio
+async def test_a_streamed_chat_completion_opens_before_its_run_waits(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    # The response starts at the pause (a client or proxy waiting for headers would give up
+    # during a long wait); the answer streams in once decided.
+    ran: list[str] = []
+    async with (
+        serving(durable(ran), tmp_path / "sessions.db") as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as sdk,
+        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+    ):
+        with anyio.fail_after(5):  # the wait is 30 s: the stream opens before it
+            stream = await sdk.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "delete my notes"}],
+                stream=True,
+                extra_headers={"X-Session-Id": "t-4"},
+            )
+        (pending,) = (await stored(client, "t-4"))["pending"]
+        decision = {"token": pending["token"], "approve": True}
+        await client.post("/ag-ui", json=decision_input("t-4", decision))
+        chunks = [chunk async for chunk in stream]
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == "the tool said deleted notes.txt"
+        assert chunks[-1].choices[0].finish_reason == "stop"
+        assert ran == ["notes.txt"]

@@ -63,9 +63,10 @@ async def stream_turn(
     """Stream one turn (or a resume by ``Decision``) to the client; returns how it ended:
     ``done``, ``gone`` or ``failed``.
 
-    The response starts at the first event with something to say, so a run
-    that fails before it (the model is down) still answers with an HTTP
-    status (when ``error_status(error)`` says so), not a 200 with an error event.
+    The response starts at the first event with something to say, or at a
+    pause for approval, so a run that fails before it (the model is down)
+    still answers with an HTTP status (when ``error_status(error)`` says so),
+    not a 200 with an error event.
     """
     started = False
     gone = False
@@ -77,9 +78,9 @@ async def stream_turn(
         gone = True
         closing.close(AgentResponse.from_updates(sent))
 
-    async def emit(chunks: list[bytes]) -> None:
+    async def emit(chunks: list[bytes], *, start: bool = False) -> None:
         nonlocal started
-        if not chunks or gone:
+        if gone or not (chunks or (start and not started)):
             return
         try:
             if not started:
@@ -93,7 +94,10 @@ async def stream_turn(
     async def on_update(update: Update) -> None:
         if closing.closed is None:
             sent.append(update)
-            await emit(framing.update(update))
+            # A pause starts the response even when the protocol has nothing to say of
+            # it (chat completions): a durable run then waits for the decision, for
+            # minutes, and a client or proxy waiting for the status would give up.
+            await emit(framing.update(update), start=update.kind == "approval")
         if closing.closed is not None:
             raise closing.closed  # as at the iterator form's hand-over: nothing more goes out
 
