@@ -382,3 +382,35 @@ async def test_a_streamed_chat_completion_opens_before_its_run_waits(
         assert text == "the tool said deleted notes.txt"
         assert chunks[-1].choices[0].finish_reason == "stop"
         assert ran == ["notes.txt"]
+
+
+@pytest.mark.anyio
+async def test_with_no_wait_a_served_durable_agent_pauses_as_a_plain_one(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+    runs = await workflows("raf.durable.run")
+    async with (
+        serving(durable(ran, approval_timeout=0), tmp_path / "sessions.db") as url,
+        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+    ):
+        paused = events_in((await client.post("/ag-ui", json=run_input("delete", "t-5"))).text)
+        # The event sequence of a plain agent's pause (test_serve_approvals.py).
+        assert [e["type"] for e in paused] == [
+            "RUN_STARTED", "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "CUSTOM",
+            "RUN_FINISHED",
+        ]  # fmt: skip
+        decision = {"token": paused[4]["value"]["token"], "approve": True}
+        reply = await client.post("/ag-ui", json=decision_input("t-5", decision))
+        events = events_in(reply.text)
+        assert [e["type"] for e in events][:2] == ["RUN_STARTED", "TOOL_CALL_RESULT"]
+        assert text_of(events) == "the tool said deleted notes.txt"
+        assert events[-1]["type"] == "RUN_FINISHED"
+        assert ran == ["notes.txt"]
+        # The same decision again matches nothing: a RUN_ERROR, and nothing runs.
+        again = events_in((await client.post("/ag-ui", json=decision_input("t-5", decision))).text)
+        assert [e["type"] for e in again] == ["RUN_STARTED", "RUN_ERROR"]
+        assert again[-1]["code"] == "approval_mismatch"
+        assert ran == ["notes.txt"]
+    # The pause and the resume: two durable runs.
+    assert list((await new_workflows("raf.durable.run", runs, 2)).values()) == ["SUCCESS"] * 2
