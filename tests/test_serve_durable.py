@@ -25,6 +25,7 @@ from dbos import DBOS
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
+import raf
 import raf.serve
 from raf.durable import DurableAgent, dbos_agent
 from tests.redis_server import free_port
@@ -414,3 +415,28 @@ async def test_with_no_wait_a_served_durable_agent_pauses_as_a_plain_one(
         assert ran == ["notes.txt"]
     # The pause and the resume: two durable runs.
     assert list((await new_workflows("raf.durable.run", runs, 2)).values()) == ["SUCCESS"] * 2
+
+
+@pytest.mark.anyio
+async def test_a_stateless_chat_completion_is_a_durable_run_with_no_session(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    # Without X-Session-Id nothing is kept, as for a plain agent: the run has no session
+    # (an in-memory one could not cross DBOS).
+    runs = await workflows("raf.durable.run")
+    async with (
+        serving(durable([]), tmp_path / "sessions.db") as url,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as sdk,
+    ):
+        messages: Any = [{"role": "user", "content": "hello there"}]
+        reply = await sdk.chat.completions.create(model=MODEL, messages=messages)
+        assert reply.choices[0].message.content == "seen 1: hello there "
+        stream = await sdk.chat.completions.create(model=MODEL, messages=messages, stream=True)
+        chunks = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+        assert "".join(chunks) == "seen 1: hello there "
+    assert list((await new_workflows("raf.durable.run", runs, 2)).values()) == ["SUCCESS"] * 2
+
+
+def test_a_durable_agent_needs_a_store_that_outlives_the_process() -> None:
+    with pytest.raises(raf.ConfigError, match="durable agent needs a session store"):
+        raf.serve.app(durable([]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -25,7 +26,6 @@ from raf._errors import ConfigError
 from raf._messages import ChatMessage
 from raf._options import AgentRunOptions
 from raf._sessions.base import Session
-from raf._sessions.memory import InMemorySession
 from raf.serve._http import (
     MAX_BODY,
     HttpError,
@@ -66,8 +66,9 @@ def app(
     (:class:`raf.SqliteSessionStore`, :class:`raf.RedisSessionStore`), or a
     ``--db`` value (a SQLite path or ``redis://...``) that the app opens on
     its lifespan's start and closes at its end; ``None`` keeps sessions in
-    this process. The history of a session reaches the model through the
-    agent's own history provider (``Agent(..., history=True)``; give it
+    this process (not for a durable agent: its sessions cross DBOS). The
+    history of a session reaches the model through the agent's own history
+    provider (``Agent(..., history=True)``; give it
     ``persist_partial=True`` to keep the partial answer of a client that left).
     ``api_keys``: when given, every route but ``/healthz`` needs
     ``Authorization: Bearer KEY``, and each key has its own sessions.
@@ -87,6 +88,12 @@ def app(
         raise TypeError(f"app(agent): agent must be a raf.Agent, got {type(agent).__name__}")
     if type(max_body) is not int or max_body < 1:
         raise ConfigError(f"max_body must be a positive int of bytes, got {max_body!r}")
+    durable = sys.modules.get("raf.durable")  # an agent can be durable only once it is loaded
+    if store is None and durable is not None and isinstance(agent, durable.DurableAgent):
+        raise ConfigError(
+            "a durable agent needs a session store that another process can reopen "
+            "(its run crosses DBOS): app(agent, store='sessions.db' or 'redis://...')"
+        )
     served = Served(agent, store, Keys(api_keys), max_body, options or AgentRunOptions())
     routes = [
         Route("/v1/chat/completions", _Endpoint(served, chat_completions), methods=["POST"]),
@@ -150,10 +157,8 @@ class Served:
                     resources.push_async_callback(self.agent.chat_client.aclose)
             yield
 
-    async def session(self, scope: Scope, key_scope: str, session_id: str | None) -> Session:
-        """The stored session a request names, or a fresh one for a stateless request."""
-        if session_id is None:
-            return InMemorySession()
+    async def session(self, scope: Scope, key_scope: str, session_id: str) -> Session:
+        """The stored session a request names."""
         if self.store is None:
             raise HttpError(503, "the session store is not open (no lifespan)", "server_error")
         session: Session = await self.store.get(session_key(key_scope, session_id))
@@ -193,7 +198,12 @@ async def chat_completions(served: Served, scope: Scope, receive: Receive, send:
         messages = new_messages(messages)
         if not messages:
             raise HttpError(400, "no new message after the last assistant message")
-    session = await served.session(scope, scope["raf.key_scope"], session_id)
+    # A stateless request's run has no session (a fresh one of its own, kept nowhere).
+    session = (
+        None
+        if session_id is None
+        else await served.session(scope, scope["raf.key_scope"], session_id)
+    )
     if request.stream:
         framing = ChunkFraming(served.model, request.include_usage)
         await stream_turn(

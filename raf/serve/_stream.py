@@ -52,7 +52,7 @@ class Framing(Protocol):
 async def stream_turn(
     agent: Agent,
     messages: Sequence[ChatMessage] | Sequence[Decision],
-    session: Session,
+    session: Session | None,
     options: AgentRunOptions,
     framing: Framing,
     receive: Receive,
