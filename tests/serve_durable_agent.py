@@ -4,7 +4,8 @@
 :func:`tests.serve_agent.make_agent`'s agent, makes it durable, launches
 DBOS on the SQLite system database ``RAF_TEST_SERVE["dbos"]`` and returns
 the app (``db``: the sessions' SQLite file; ``deleted``: a file where each
-run of ``delete`` adds a line). raf never launches DBOS: this does.
+run of ``delete`` adds a line; ``executor``: DBOS's executor id, distinct
+per server on one system database). raf never launches DBOS: this does.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def create() -> Any:
             "system_database_url": f"sqlite:///{config['dbos']}",
             "log_level": "WARNING",
             "notification_listener_polling_interval_sec": 0.05,
+            "executor_id": config.get("executor", "local"),  # one per server process
         }
     )
     DBOS.launch()

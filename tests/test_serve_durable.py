@@ -33,7 +33,7 @@ from tests.serve_agent import make_agent
 from tests.test_serve_agui import run_input
 from tests.test_serve_approvals import decision_input
 from tests.test_serve_page import ARTIFACTS, answers, browser, wait_until
-from tests.uvicorn_server import ServedAgent
+from tests.uvicorn_server import ServedAgent, started
 
 __all__ = ["browser"]  # the page test's fixture: a headless Chromium
 
@@ -267,6 +267,45 @@ async def test_a_client_that_leaves_while_the_run_waits_cancels_the_wait(
         assert list((await new_workflows("raf.durable.run", runs, 1)).values()) == ["SUCCESS"]
 
 
+def durable_server(tmp_path: Path, **config: Any) -> ServedAgent:
+    """A server process of tests.serve_durable_agent; its files in ``tmp_path``."""
+    command = [
+        sys.executable, "-m", "uvicorn", "tests.serve_durable_agent:create", "--factory",
+    ]  # fmt: skip
+    files = {
+        "db": str(tmp_path / "sessions.db"),
+        "dbos": str(tmp_path / "dbos.sqlite"),
+        "deleted": str(tmp_path / "deleted.log"),
+    }
+    return ServedAgent(command=command, **files, **config)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_decision_sent_to_another_server_reaches_the_waiting_run(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    # Two server processes on one DBOS database and one session store: the run waits in
+    # one, the decision goes to the other.
+    with started(
+        durable_server(tmp_path, executor="server-a"), durable_server(tmp_path, executor="server-b")
+    ) as (first_server, other_server):
+        async with (
+            httpx.AsyncClient(base_url=first_server.url, timeout=BOUND) as first_client,
+            httpx.AsyncClient(base_url=other_server.url, timeout=BOUND) as other_client,
+            first_client.stream("POST", "/ag-ui", json=run_input("delete", "t-6")) as first,
+        ):
+            lines = first.aiter_lines()
+            approval = (await read_until_approval(lines))[-1]["value"]
+            decision = {"token": approval["token"], "approve": True}
+            decided = await other_client.post("/ag-ui", json=decision_input("t-6", decision))
+            rest = [e for e in map(event_of, [line async for line in lines]) if e is not None]
+        assert text_of(rest) == "the tool said deleted notes.txt"
+        assert rest[-1]["type"] == "RUN_FINISHED"
+        assert text_of(events_in(decided.text)) == "the tool said deleted notes.txt"
+        assert (tmp_path / "deleted.log").read_text().split() == ["notes.txt"]
+
+
 @pytest.mark.slow
 def test_the_page_decides_while_the_durable_run_waits_in_its_stream(
     browser: webdriver.Chrome, tmp_path: Path
@@ -279,15 +318,7 @@ def test_the_page_decides_while_the_durable_run_waits_in_its_stream(
     def buttons(name: str) -> list[Any]:
         return browser.find_elements(By.CSS_SELECTOR, f".msg.tool button.{name}")
 
-    command = [
-        sys.executable, "-m", "uvicorn", "tests.serve_durable_agent:create", "--factory",
-    ]  # fmt: skip
-    config = {
-        "db": str(tmp_path / "sessions.db"),
-        "dbos": str(tmp_path / "dbos.sqlite"),
-        "deleted": str(deleted),
-    }
-    with ServedAgent(command=command, **config) as server:
+    with durable_server(tmp_path) as server:
         browser.get(f"{server.url}/")
         browser.find_element(By.ID, "input").send_keys("please delete my notes")
         browser.find_element(By.ID, "send").click()
