@@ -471,3 +471,29 @@ async def test_a_stateless_chat_completion_is_a_durable_run_with_no_session(
 def test_a_durable_agent_needs_a_store_that_outlives_the_process() -> None:
     with pytest.raises(raf.ConfigError, match="durable agent needs a session store"):
         raf.serve.app(durable([]))
+
+
+@pytest.mark.anyio
+async def test_a_new_message_while_the_run_waits_refuses_the_call(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+    async with (
+        serving(durable(ran), tmp_path / "sessions.db") as url,
+        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+        client.stream("POST", "/ag-ui", json=run_input("delete", "t-7")) as first,
+    ):
+        lines = first.aiter_lines()
+        await read_until_approval(lines)
+        reply = await client.post("/ag-ui", json=run_input("never mind", "t-7"))
+        # The waiting stream ends, as a plain agent's pause does; nothing ran.
+        rest = [e for e in map(event_of, [line async for line in lines]) if e is not None]
+        assert [e["type"] for e in rest] == ["RUN_FINISHED"]
+        assert text_of(events_in(reply.text)) == "seen 4: never mind "
+        assert ran == []
+        listed = await stored(client, "t-7")
+        assert listed["pending"] == []
+        assert [m["role"] for m in listed["data"]] == [
+            "user", "assistant", "tool", "user", "assistant",
+        ]  # fmt: skip
+        assert "did not approve" in listed["data"][2]["content"]
