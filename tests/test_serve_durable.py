@@ -10,6 +10,7 @@ the openai SDK and httpx, over TCP.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -267,10 +268,11 @@ async def test_a_client_that_leaves_while_the_run_waits_cancels_the_wait(
         assert list((await new_workflows("raf.durable.run", runs, 1)).values()) == ["SUCCESS"]
 
 
-def durable_server(tmp_path: Path, **config: Any) -> ServedAgent:
-    """A server process of tests.serve_durable_agent; its files in ``tmp_path``."""
+def durable_server(tmp_path: Path, *args: str, **config: Any) -> ServedAgent:
+    """A server process of tests.serve_durable_agent (uvicorn ``args``); its files in
+    ``tmp_path``."""
     command = [
-        sys.executable, "-m", "uvicorn", "tests.serve_durable_agent:create", "--factory",
+        sys.executable, "-m", "uvicorn", "tests.serve_durable_agent:create", "--factory", *args,
     ]  # fmt: skip
     files = {
         "db": str(tmp_path / "sessions.db"),
@@ -304,6 +306,37 @@ async def test_a_decision_sent_to_another_server_reaches_the_waiting_run(
         assert rest[-1]["type"] == "RUN_FINISHED"
         assert text_of(events_in(decided.text)) == "the tool said deleted notes.txt"
         assert (tmp_path / "deleted.log").read_text().split() == ["notes.txt"]
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_server_stopped_while_a_run_waits_leaves_the_call_pending(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    # SIGTERM: uvicorn's graceful shutdown would wait for the waiting stream; its timeout
+    # cancels it, which cancels the wait in DBOS. The next server resumes the call.
+    server = durable_server(tmp_path, "--timeout-graceful-shutdown", "1").start()
+    try:
+        async with (
+            httpx.AsyncClient(base_url=server.url, timeout=BOUND) as client,
+            client.stream("POST", "/ag-ui", json=run_input("delete", "t-8")) as first,
+        ):
+            lines = first.aiter_lines()
+            token = (await read_until_approval(lines))[-1]["value"]["token"]
+            # It ended on SIGTERM (uvicorn re-raises it), not by stop()'s SIGKILL.
+            assert await anyio.to_thread.run_sync(server.stop) in (0, -signal.SIGTERM)
+            with pytest.raises(httpx.RemoteProtocolError):  # the server closed the stream
+                _ = [line async for line in lines]
+        server.start()  # the same executor id: nothing of the cancelled wait is resumed
+        async with httpx.AsyncClient(base_url=server.url, timeout=BOUND) as client:
+            assert [p["token"] for p in (await stored(client, "t-8"))["pending"]] == [token]
+            assert not (tmp_path / "deleted.log").exists()
+            decision = {"token": token, "approve": True}
+            reply = await client.post("/ag-ui", json=decision_input("t-8", decision))
+            assert text_of(events_in(reply.text)) == "the tool said deleted notes.txt"
+        assert (tmp_path / "deleted.log").read_text().split() == ["notes.txt"]
+    finally:
+        server.__exit__(None, None, None)
 
 
 @pytest.mark.slow
