@@ -13,7 +13,7 @@ from dbos import DBOS, SetWorkflowID
 
 import raf
 from raf import Agent, AgentResponse, ScriptedChatClient, ToolCall, Update
-from raf.durable import DurableAgent, dbos_agent
+from raf.durable import DurableAgent, dbos_agent, idempotency_key
 
 BOUND = 10.0  # no test may hang: each wait is bounded
 
@@ -41,18 +41,19 @@ def launched(folder: Path, name: str) -> Iterator[None]:
 
 
 def wipe_agent(
-    script: list[Any], approval_timeout: float = 30.0
+    script: list[Any] | None = None, approval_timeout: float = 30.0, *, keyed: bool = False
 ) -> tuple[DurableAgent, ScriptedChatClient, list[str]]:
-    """A durable agent whose tool ``wipe`` needs approval; ``ran`` gets each wiped path."""
+    """A durable agent whose tool ``wipe`` needs approval; ``ran`` gets each wiped path
+    (``keyed``: with the step's idempotency key, ``"path@key"``)."""
     ran: list[str] = []
 
     @raf.tool(approval=True)
     async def wipe(path: str) -> str:
         """Wipe a path."""
-        ran.append(path)
+        ran.append(f"{path}@{idempotency_key()}" if keyed else path)
         return f"wiped {path}"
 
-    client = ScriptedChatClient(script)
+    client = ScriptedChatClient(script or [ScriptedChatClient.tool_turn(WIPE), "all clean"])
     agent = Agent(client, tools=[wipe], history=True)
     name = f"test-durable-kit-{next(_names)}"
     return dbos_agent(agent, name=name, approval_timeout=approval_timeout), client, ran
@@ -88,6 +89,7 @@ class Run:
 
     def __init__(self, agent: DurableAgent, session: Any, workflow_id: str, text: str) -> None:
         self.agent, self.session, self.workflow_id, self.text = agent, session, workflow_id, text
+        self.kinds: list[str] = []
         self.tokens: list[str] = []
         self.waiting = anyio.Event()
         self.response: AgentResponse | None = None
@@ -96,6 +98,7 @@ class Run:
         self.streams = True  # False: the run is given no on_update
 
     async def on_update(self, update: Update) -> None:
+        self.kinds.append(update.kind)
         if update.kind == "approval":
             assert update.pending is not None
             self.tokens.append(update.pending.token)

@@ -16,7 +16,6 @@ import anyio
 import pytest
 from dbos import DBOS, SetWorkflowID
 
-import raf
 from raf import (
     Agent,
     AgentResponse,
@@ -27,9 +26,9 @@ from raf import (
     ScriptedChatClient,
     SqliteSessionStore,
     ToolCall,
-    Update,
 )
-from raf.durable import DurableAgent, dbos_agent, idempotency_key
+from raf.durable import dbos_agent
+from tests.durable_approval_kit import WIPE, Run, launched, wipe_agent
 
 
 @pytest.fixture
@@ -39,68 +38,11 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module", autouse=True)
 def dbos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    folder = tmp_path_factory.mktemp("dbos")
-    DBOS(
-        config={
-            "name": "raf-approval-tests",
-            "system_database_url": f"sqlite:///{folder / 'dbos.sqlite'}",
-            "log_level": "WARNING",
-            "notification_listener_polling_interval_sec": 0.05,
-        }
-    )
-    DBOS.launch()
-    yield
-    DBOS.destroy()
+    with launched(tmp_path_factory.mktemp("dbos"), "raf-approval-tests"):
+        yield
 
 
-_names = iter(range(1_000_000))
-
-WIPE = ToolCall("c1", "wipe", '{"path": "/tmp/x"}')
-
-
-def _agent(
-    script: list[Any] | None = None, approval_timeout: float = 30.0
-) -> tuple[DurableAgent, ScriptedChatClient, list[str]]:
-    """A durable agent whose tool ``wipe`` needs approval; ``ran`` gets each call's key."""
-    ran: list[str] = []
-
-    @raf.tool(approval=True)
-    async def wipe(path: str) -> str:
-        """Wipe a path."""
-        ran.append(f"{path}@{idempotency_key()}")
-        return f"wiped {path}"
-
-    client = ScriptedChatClient(script or [ScriptedChatClient.tool_turn(WIPE), "all clean"])
-    agent = Agent(client, tools=[wipe], history=True)
-    name = f"test-durable-approval-{next(_names)}"
-    return dbos_agent(agent, name=name, approval_timeout=approval_timeout), client, ran
-
-
-class _Run:
-    """The original run in a task of its own: its updates, its response, its first token."""
-
-    def __init__(self, agent: DurableAgent, session: Any, workflow_id: str) -> None:
-        self.agent, self.session, self.workflow_id = agent, session, workflow_id
-        self.kinds: list[str] = []
-        self.tokens: list[str] = []
-        self.waiting = anyio.Event()
-        self.response: AgentResponse | None = None
-
-    async def on_update(self, update: Update) -> None:
-        self.kinds.append(update.kind)
-        if update.kind == "approval":
-            assert update.pending is not None
-            self.tokens.append(update.pending.token)
-            self.waiting.set()
-
-    async def __call__(self) -> None:
-        with SetWorkflowID(self.workflow_id):
-            self.response = await self.agent.run(
-                "wipe /tmp/x", session=self.session, on_update=self.on_update
-            )
-
-
-async def _until_pending(store: SqliteSessionStore, run: _Run) -> None:
+async def _until_pending(store: SqliteSessionStore, run: Run) -> None:
     """Until the run asks for approval. A durable run holds its "approval" updates until
     the pass has stored its calls: a decision sent at once finds its call pending."""
     await run.waiting.wait()
@@ -112,9 +54,9 @@ async def _until_pending(store: SqliteSessionStore, run: _Run) -> None:
 
 @pytest.mark.anyio
 async def test_an_approved_call_runs_inside_the_waiting_workflow(tmp_path: Path) -> None:
-    agent, client, ran = _agent()
+    agent, client, ran = wipe_agent(keyed=True)
     async with SqliteSessionStore(tmp_path / "s.db") as store:
-        run = _Run(agent, await store.get("s"), "wf-approve")
+        run = Run(agent, await store.get("s"), "wf-approve", "wipe /tmp/x")
         async with anyio.create_task_group() as group:
             group.start_soon(run)
             await _until_pending(store, run)
@@ -152,9 +94,9 @@ async def test_an_approved_call_runs_inside_the_waiting_workflow(tmp_path: Path)
 async def test_a_denied_call_is_refused_with_the_reason_and_the_loop_goes_on(
     tmp_path: Path,
 ) -> None:
-    agent, client, ran = _agent()
+    agent, client, ran = wipe_agent(keyed=True)
     async with SqliteSessionStore(tmp_path / "s.db") as store:
-        run = _Run(agent, await store.get("s"), "wf-deny")
+        run = Run(agent, await store.get("s"), "wf-deny", "wipe /tmp/x")
         async with anyio.create_task_group() as group:
             group.start_soon(run)
             await _until_pending(store, run)
@@ -173,9 +115,9 @@ async def test_a_denied_call_is_refused_with_the_reason_and_the_loop_goes_on(
 
 @pytest.mark.anyio
 async def test_an_unknown_token_and_a_second_decision_are_approval_errors(tmp_path: Path) -> None:
-    agent, client, ran = _agent()
+    agent, client, ran = wipe_agent(keyed=True)
     async with SqliteSessionStore(tmp_path / "s.db") as store:
-        run = _Run(agent, await store.get("s"), "wf-twice")
+        run = Run(agent, await store.get("s"), "wf-twice", "wipe /tmp/x")
         outcomes: list[object] = []
 
         async def decide(token: str) -> None:
@@ -211,10 +153,10 @@ async def test_an_unknown_token_and_a_second_decision_are_approval_errors(tmp_pa
 async def test_a_wait_that_times_out_ends_the_run_pending_and_a_decision_resumes_it_later(
     tmp_path: Path,
 ) -> None:
-    agent, client, ran = _agent(approval_timeout=0.3)
+    agent, client, ran = wipe_agent(approval_timeout=0.3, keyed=True)
     async with SqliteSessionStore(tmp_path / "s.db") as store:
         session = await store.get("s")
-        run = _Run(agent, session, "wf-timeout")
+        run = Run(agent, session, "wf-timeout", "wipe /tmp/x")
         await run()  # no decision comes: the wait ends after 0.3 s
         assert run.response is not None
         assert [p.token for p in run.response.pending] == run.tokens
@@ -233,7 +175,7 @@ async def test_a_wait_that_times_out_ends_the_run_pending_and_a_decision_resumes
 
 @pytest.mark.anyio
 async def test_an_agent_that_does_not_wait_ends_pending_as_a_plain_one(tmp_path: Path) -> None:
-    agent, _, ran = _agent(approval_timeout=0)
+    agent, _, ran = wipe_agent(approval_timeout=0, keyed=True)
     async with SqliteSessionStore(tmp_path / "s.db") as store:
         session = await store.get("s")
         with SetWorkflowID("wf-no-wait"):
@@ -250,7 +192,7 @@ async def test_an_agent_that_does_not_wait_ends_pending_as_a_plain_one(tmp_path:
 
 
 def test_a_decision_on_trio_is_a_durable_error() -> None:
-    agent, client, _ = _agent()
+    agent, client, _ = wipe_agent(keyed=True)
 
     async def decide() -> None:
         async with SqliteSessionStore(":memory:") as store:
@@ -272,7 +214,9 @@ def test_the_approval_timeout_is_checked() -> None:
 @pytest.mark.anyio
 async def test_calls_decided_one_by_one_and_a_streamed_original_run(tmp_path: Path) -> None:
     second = ToolCall("c2", "wipe", '{"path": "/tmp/y"}')
-    agent, client, ran = _agent([ScriptedChatClient.tool_turn(WIPE, second), "both handled"])
+    agent, client, ran = wipe_agent(
+        [ScriptedChatClient.tool_turn(WIPE, second), "both handled"], keyed=True
+    )
     kinds: list[str] = []
     tokens: list[str] = []
     decided: list[AgentResponse] = []
@@ -319,10 +263,10 @@ async def test_calls_decided_one_by_one_and_a_streamed_original_run(tmp_path: Pa
 async def test_an_original_caller_that_gives_up_cancels_the_wait_and_a_decision_resumes_later(
     tmp_path: Path,
 ) -> None:
-    agent, _, ran = _agent(approval_timeout=5)
+    agent, _, ran = wipe_agent(approval_timeout=5, keyed=True)
     async with SqliteSessionStore(tmp_path / "s.db") as store:
         session = await store.get("s")
-        run = _Run(agent, session, "wf-give-up")
+        run = Run(agent, session, "wf-give-up", "wipe /tmp/x")
         async with anyio.create_task_group() as group:
             group.start_soon(run)
             await _until_pending(store, run)
