@@ -338,8 +338,7 @@ async def claim_decided(
         )
     claim = await _claim(session, tokens)
     if claim is None:
-        listed = await _claim(session, ())
-        raise not_pending(session, tokens, listed[1] if listed is not None else ())
+        raise not_pending(session, tokens, await pending_calls(session))
     claimed, remaining = claim
     return tuple(claimed), tuple(remaining)
 
@@ -357,6 +356,12 @@ def not_pending(
         f"{len(tokens)} decision{'s' if len(tokens) != 1 else ''} was applied",
         tokens=unknown,
     )
+
+
+async def pending_calls(session: Session) -> tuple[PendingCall, ...]:
+    """The calls that wait in ``session`` (a look: nothing is claimed)."""
+    listed = await _claim(session, ())
+    return () if listed is None else tuple(listed[1])
 
 
 async def _claim(session: Session, tokens: Sequence[str] | None) -> Any:

@@ -12,10 +12,10 @@ from dbos import DBOS
 from dbos import error as dbos_errors
 
 from raf._agent import Agent
-from raf._approvals import Decision, not_pending
+from raf._approvals import Decision, not_pending, pending_calls
 from raf._context import Invocation
-from raf._errors import ApprovalError, DurableError
-from raf._messages import AgentResponse, ChatMessage, OnUpdate, PendingCall
+from raf._errors import DurableError
+from raf._messages import AgentResponse, ChatMessage, OnUpdate
 from raf._options import AgentRunOptions
 from raf._pipeline import CallNext
 from raf._sessions.base import Claimed, Session
@@ -145,7 +145,7 @@ class DurableAgent(Agent):
         try:
             # Only a pending call is looked for: its pointer was made before it was recorded,
             # so a call that is pending and has none waits in no workflow.
-            pending = await _pending(session)
+            pending = await pending_calls(session)
             tokens = [decision.token for decision in decisions]
             if not set(tokens) <= {call.token for call in pending}:
                 raise not_pending(session, tokens, pending)
@@ -274,18 +274,6 @@ def dbos_agent(
     durable = DurableAgent(agent, name, float(approval_timeout))
     AGENTS[name] = durable
     return durable
-
-
-async def _pending(session: Session) -> tuple[PendingCall, ...]:
-    """The calls that wait in ``session`` (a look: nothing is claimed)."""
-    claim = getattr(session, "claim_pending", None)
-    if claim is None:
-        raise ApprovalError(
-            f"session {type(session).__name__} has no claim_pending(): its store cannot "
-            "keep tool calls that wait for approval (see docs/sessions.md)"
-        )
-    listed = await claim(())
-    return () if listed is None else tuple(listed[1])
 
 
 async def _wake_after(tokens: tuple[str, ...], error: BaseException) -> None:

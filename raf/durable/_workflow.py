@@ -151,10 +151,6 @@ class _Forward:
             self.caller.left = True
 
 
-def _held(on_update: OnUpdate | None, waits: bool) -> _HeldApprovals | None:
-    return _HeldApprovals(on_update) if on_update is not None and waits else None
-
-
 def _agent(name: str) -> DurableAgent:
     agent = AGENTS.get(name)
     if agent is None:
@@ -231,7 +227,7 @@ async def durable_run(
     waits = ref is not None and agent.approval_timeout > 0
     wait_id = f"{workflow_id}.wait"
     pointers = _Pointers(wait_id) if waits else None
-    held = _held(on_update, waits)
+    held = _HeldApprovals(on_update) if on_update is not None and waits else None
     async with _opened(session, ref) as opened:
         written = WrittenOnce(opened, workflow_id, pointers)
         if claimed is not None:
