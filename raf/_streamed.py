@@ -58,18 +58,18 @@ class Closing:
                 scope.cancel()
 
     def __enter__(self) -> Closing:
-        self._token = _RUN.set(self)
+        self._token = STREAMED_RUN.set(self)
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         assert self._token is not None
-        _RUN.reset(self._token)
+        STREAMED_RUN.reset(self._token)
 
 
 #: In a streamed run's task, until its core is entered: the closing of that run.
-_RUN: ContextVar[Closing | None] = ContextVar("raf_stream_run", default=None)
+STREAMED_RUN: ContextVar[Closing | None] = ContextVar("raf_stream_run", default=None)
 #: Inside that core: the closing its model calls answer. A streamed run nested in it
 #: (from a tool) sets None for itself: it is not that run's.
 _CORE: ContextVar[Closing | None] = ContextVar("raf_stream_core", default=None)
@@ -86,10 +86,10 @@ async def streamed_core(
     as the ``StreamClosedError``. Anywhere else (a plain callback-form run, a
     run nested in a tool) it is a plain await that joins no outer stream.
     """
-    closing = _RUN.get()
+    closing = STREAMED_RUN.get()
     if closing is None and _CORE.get() is None:
         return await function(*args, **kwargs)
-    tokens = _RUN.set(None), _CORE.set(closing)
+    tokens = STREAMED_RUN.set(None), _CORE.set(closing)
     try:
         if closing is None:  # a run nested in a stream's core is not that stream's
             return await function(*args, **kwargs)
@@ -107,7 +107,7 @@ async def streamed_core(
         raise closing.closed
     finally:
         _CORE.reset(tokens[1])
-        _RUN.reset(tokens[0])
+        STREAMED_RUN.reset(tokens[0])
 
 
 async def stream_model(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from raf._messages import AgentResponse, OnUpdate, Update
-from raf._streamed import _RUN, Closing
+from raf._streamed import STREAMED_RUN, Closing
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup  # loads typing_extensions: not at import time
@@ -102,7 +102,7 @@ class AgentStream:
 
     async def _run_task(self, invocation: Any) -> None:
         """The run, in its own task: never raises (but for its cancellation)."""
-        _RUN.set(self._closing)  # this task's own context: nothing to reset
+        STREAMED_RUN.set(self._closing)  # this task's own context: nothing to reset
         try:
             self._response = await self._run(invocation)
         except BaseException as exc:

@@ -27,7 +27,7 @@ from raf._options import AgentRunOptions
 from raf._pipeline import CallNext, ChatRequest
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
-from raf._streamed import _RUN
+from raf._streamed import STREAMED_RUN
 from raf._tool_loop import ToolRequest
 from raf.durable._sessions import SessionRef, WrittenOnce
 
@@ -274,7 +274,7 @@ async def wait_for_decisions(
     mine = caller if caller is not None and caller.wait_id == wait_id else None
     # The wait's passes are its own, not part of its caller's stream: a caller that leaves
     # while a decision is applied lets the pass finish (for the decider), and hears no more.
-    _RUN.set(None)  # this workflow's own task: nothing to reset
+    STREAMED_RUN.set(None)  # this workflow's own task: nothing to reset
     held = None
     if mine is not None and mine.on_update is not None:
         held = _HeldApprovals(_Forward(mine.on_update, mine))
