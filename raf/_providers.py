@@ -229,10 +229,22 @@ def provider_layer(
         except BaseException as error:
             await _after_error(provider, on_invoked, invocation, error, post_timeout)
             raise
-        outcome = await _after_success(provider, on_invoked, invocation, response, post_timeout)
-        if isinstance(outcome, PostStageFailures):
-            raise outcome
-        return outcome
+        if _cancel_pending():
+            # The deadline fired as the model returned: the post stage still runs, shielded.
+            outcome = await _after_success(provider, on_invoked, invocation, response, post_timeout)
+            if isinstance(outcome, PostStageFailures):
+                raise outcome
+            return outcome
+        # The common case, in line (a provider layer's budget is 3 bare coroutine layers).
+        try:
+            await on_invoked(
+                invocation.agent, invocation.session, invocation.request_messages, response, None
+            )
+        except Exception as exc:
+            failure = _post_failure(provider, exc, None)
+        else:
+            return response
+        raise PostStageFailures(response, [failure])
 
     return layer
 
