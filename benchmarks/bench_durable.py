@@ -1,6 +1,6 @@
 """Durable runs on DBOS: what they add per step, and a load test with workers killed.
 
-Starts its own PostgreSQL (tests/postgres_server.py: initdb in a temporary
+Starts its own PostgreSQL (tests/_harness/postgres_server.py: initdb in a temporary
 folder, a free loopback port, as ``nobody`` under root) and stops it.
 
 *Per step*: one turn of three tool calls (seven steps: four model calls,
@@ -12,7 +12,7 @@ is a step that does nothing, straight on DBOS: what DBOS itself costs.
 
 *Load*: four worker processes on one Postgres, 100 runs of three tool calls
 (0.2 s each), two workers picked at random SIGKILLed at a random moment of
-their runs and restarted with the same executor id (tests/durable_load.py).
+their runs and restarted with the same executor id (tests/_harness/durable_load.py).
 Every run must complete with the right answer, no completed tool call may
 run again and no history may be stored twice; tool and model calls that
 were in flight at a kill run again, and are counted.
@@ -40,9 +40,9 @@ from harness import fmt, table  # noqa: E402
 
 from raf import Agent, SqliteSessionStore  # noqa: E402
 from raf.durable import dbos_agent  # noqa: E402
-from tests.durable_load import load  # noqa: E402
-from tests.durable_worker import CountingModel, square_tool  # noqa: E402
-from tests.postgres_server import PostgresServer  # noqa: E402
+from tests._harness.durable_load import load  # noqa: E402
+from tests._harness.durable_worker import CountingModel, square_tool  # noqa: E402
+from tests._harness.postgres_server import PostgresServer  # noqa: E402
 
 STEPS = 7  # four model calls and three tool calls a turn
 FLOOR_STEPS = 20

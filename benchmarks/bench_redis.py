@@ -45,7 +45,7 @@ from harness import Samples, fmt, median, per_op, ratio, run_isolated, table  # 
 
 from raf import Agent, ChatMessage, EchoChatClient, InMemoryHistoryProvider  # noqa: E402
 from raf._sessions.redis import RedisSessionStore  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
+from tests._harness.redis_server import RedisServer  # noqa: E402
 
 Figures = dict[str, Samples | str]
 Scenario = Callable[[argparse.Namespace], Awaitable[Figures]]

@@ -61,7 +61,7 @@ from raf import (  # noqa: E402
     InMemorySession,
     SqliteSessionStore,
 )
-from tests.redis_server import RedisServer  # noqa: E402
+from tests._harness.redis_server import RedisServer  # noqa: E402
 
 Figures = dict[str, Any]
 Scenario = Callable[[argparse.Namespace], Awaitable[Figures]]

@@ -1,7 +1,7 @@
 """A served agent under load, and what serving costs per request and per chunk.
 
 Part 1, load: two uvicorn workers (one process, ``--workers 2``) serving
-``tests/serve_agent.py``'s agent on one redis-server (started here on a free
+``tests/_harness/serve_agent.py``'s agent on one redis-server (started here on a free
 loopback port, stopped at the end). 200 clients stream a turn each, all at
 once, each in its own session; 20 % of them leave after 5 chunks (they
 close the connection). Then every session is read back from Redis: every
@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import raf.serve
 from benchmarks.harness import table
 from raf import Agent, ChatMessage, ChatOptions, Update
-from tests.redis_server import RedisServer
-from tests.serve_agent import WordModel
-from tests.uvicorn_server import ServedAgent
+from tests._harness.redis_server import RedisServer
+from tests._harness.serve_agent import WordModel
+from tests._harness.uvicorn_server import ServedAgent
 
 WORDS = 40
 DELAY = 0.01  # between two words of the upstream model

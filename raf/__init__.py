@@ -4,9 +4,9 @@ import importlib
 import types
 import typing
 
-from raf._agent import Agent
-from raf._approvals import Decision
-from raf._context import AgentLike, ContextResult, Invocation, merge
+from raf._agent.agent import Agent
+from raf._agent.approvals import Decision
+from raf._values.context import AgentLike, ContextResult, Invocation, merge
 from raf._errors import (
     AgentError,
     ApprovalError,
@@ -38,7 +38,7 @@ from raf._errors import (
     ToolLoopError,
     ToolSchemaError,
 )
-from raf._messages import (
+from raf._values.messages import (
     AgentResponse,
     ChatClient,
     ChatMessage,
@@ -48,56 +48,56 @@ from raf._messages import (
     Update,
     Usage,
 )
-from raf._observe import Observer, ProviderStage
-from raf._options import AgentRunOptions, ChatOptions
-from raf._parallel import ProviderGroup, parallel
-from raf._pipeline import CallNext, ChatRequest, Middleware, compose
-from raf._providers import ContextProvider, ContextProviderLike
+from raf._onion.observe import Observer, ProviderStage
+from raf._values.options import AgentRunOptions, ChatOptions
+from raf._onion.parallel import ProviderGroup, parallel
+from raf._onion.pipeline import CallNext, ChatRequest, Middleware, compose
+from raf._onion.compose import ContextProvider, ContextProviderLike
 from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, Session, request_hash
 from raf._sessions.memory import InMemorySession
-from raf._streaming import AgentStream
-from raf._tool_loop import ToolRequest
-from raf._tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
+from raf._agent.streaming import AgentStream
+from raf._agent.tool_loop import ToolRequest
+from raf._agent.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
 
 if typing.TYPE_CHECKING:
     # Loaded on first use (see _LAZY below); imported here for type checkers and the docs.
-    from raf._builtin.compression import CompressionProvider as CompressionProvider
-    from raf._builtin.compression import CompressionStrategy as CompressionStrategy
-    from raf._builtin.compression import SummaryStrategy as SummaryStrategy
-    from raf._builtin.compression import TokenBudgetStrategy as TokenBudgetStrategy
-    from raf._builtin.compression import TruncationStrategy as TruncationStrategy
-    from raf._builtin.compression import approximate_tokens as approximate_tokens
-    from raf._builtin.compression import check_tool_pairing as check_tool_pairing
-    from raf._builtin.compression import message_units as message_units
-    from raf._builtin.history import HistoryProvider as HistoryProvider
-    from raf._builtin.history import InMemoryHistoryProvider as InMemoryHistoryProvider
-    from raf._builtin.knowledge import FolderRetriever as FolderRetriever
-    from raf._builtin.knowledge import KnowledgeProvider as KnowledgeProvider
-    from raf._builtin.knowledge import Passage as Passage
-    from raf._builtin.knowledge import Retriever as Retriever
-    from raf._builtin.knowledge import WikiRetriever as WikiRetriever
-    from raf._builtin.mcp import McpToolsProvider as McpToolsProvider
-    from raf._builtin.skills import AgentSkillsProvider as AgentSkillsProvider
-    from raf._builtin.workspace import WorkspaceContextProvider as WorkspaceContextProvider
+    from raf._providers.compression import CompressionProvider as CompressionProvider
+    from raf._providers.compression import CompressionStrategy as CompressionStrategy
+    from raf._providers.compression import SummaryStrategy as SummaryStrategy
+    from raf._providers.compression import TokenBudgetStrategy as TokenBudgetStrategy
+    from raf._providers.compression import TruncationStrategy as TruncationStrategy
+    from raf._providers.compression import approximate_tokens as approximate_tokens
+    from raf._providers.compression import check_tool_pairing as check_tool_pairing
+    from raf._providers.compression import message_units as message_units
+    from raf._providers.history import HistoryProvider as HistoryProvider
+    from raf._providers.history import InMemoryHistoryProvider as InMemoryHistoryProvider
+    from raf._providers.knowledge import FolderRetriever as FolderRetriever
+    from raf._providers.knowledge import KnowledgeProvider as KnowledgeProvider
+    from raf._providers.knowledge import Passage as Passage
+    from raf._providers.knowledge import Retriever as Retriever
+    from raf._providers.knowledge import WikiRetriever as WikiRetriever
+    from raf._providers.mcp import McpToolsProvider as McpToolsProvider
+    from raf._providers.skills import AgentSkillsProvider as AgentSkillsProvider
+    from raf._providers.workspace import WorkspaceContextProvider as WorkspaceContextProvider
     from raf._clients.echo import EchoChatClient as EchoChatClient
     from raf._clients.openai import OpenAIChatClient as OpenAIChatClient
     from raf._clients.responses import OpenAIResponsesClient as OpenAIResponsesClient
     from raf._clients.scripted import ScriptedChatClient as ScriptedChatClient
-    from raf._config import PROVIDER_KINDS as PROVIDER_KINDS
-    from raf._config import ContextProviderDecl as ContextProviderDecl
-    from raf._config import ProviderOptions as ProviderOptions
-    from raf._config import build_provider as build_provider
-    from raf._config import build_providers as build_providers
-    from raf._config import load_provider_decls as load_provider_decls
-    from raf._config import register_provider_kind as register_provider_kind
-    from raf._mermaid import MermaidObserver as MermaidObserver
+    from raf._config.declarations import PROVIDER_KINDS as PROVIDER_KINDS
+    from raf._config.declarations import ContextProviderDecl as ContextProviderDecl
+    from raf._config.declarations import ProviderOptions as ProviderOptions
+    from raf._config.declarations import build_provider as build_provider
+    from raf._config.declarations import build_providers as build_providers
+    from raf._config.declarations import load_provider_decls as load_provider_decls
+    from raf._config.declarations import register_provider_kind as register_provider_kind
+    from raf._observers.mermaid import MermaidObserver as MermaidObserver
     from raf._middleware.fallback import FallbackMiddleware as FallbackMiddleware
     from raf._middleware.logging import LoggingMiddleware as LoggingMiddleware
     from raf._middleware.retry import RetryMiddleware as RetryMiddleware
     from raf._sessions.redis import RedisSessionStore as RedisSessionStore
     from raf._sessions.sqlite import SqliteSessionStore as SqliteSessionStore
-    from raf._tracing import StageEvent as StageEvent
-    from raf._tracing import TraceObserver as TraceObserver
+    from raf._observers.tracing import StageEvent as StageEvent
+    from raf._observers.tracing import TraceObserver as TraceObserver
 
 __all__ = [
     "Agent",
@@ -216,43 +216,43 @@ __version__: str
 #: optional extra raf-agents[redis] (coredis; it is not in __all__, so that
 #: `from raf import *` works without the extra).
 _LAZY = {
-    "AgentSkillsProvider": "raf._builtin.skills",
-    "CompressionProvider": "raf._builtin.compression",
-    "CompressionStrategy": "raf._builtin.compression",
-    "ContextProviderDecl": "raf._config",
+    "AgentSkillsProvider": "raf._providers.skills",
+    "CompressionProvider": "raf._providers.compression",
+    "CompressionStrategy": "raf._providers.compression",
+    "ContextProviderDecl": "raf._config.declarations",
     "EchoChatClient": "raf._clients.echo",
     "FallbackMiddleware": "raf._middleware.fallback",
-    "FolderRetriever": "raf._builtin.knowledge",
-    "HistoryProvider": "raf._builtin.history",
-    "InMemoryHistoryProvider": "raf._builtin.history",
-    "KnowledgeProvider": "raf._builtin.knowledge",
+    "FolderRetriever": "raf._providers.knowledge",
+    "HistoryProvider": "raf._providers.history",
+    "InMemoryHistoryProvider": "raf._providers.history",
+    "KnowledgeProvider": "raf._providers.knowledge",
     "LoggingMiddleware": "raf._middleware.logging",
-    "McpToolsProvider": "raf._builtin.mcp",
-    "MermaidObserver": "raf._mermaid",
+    "McpToolsProvider": "raf._providers.mcp",
+    "MermaidObserver": "raf._observers.mermaid",
     "OpenAIChatClient": "raf._clients.openai",
     "OpenAIResponsesClient": "raf._clients.responses",
-    "PROVIDER_KINDS": "raf._config",
-    "Passage": "raf._builtin.knowledge",
-    "ProviderOptions": "raf._config",
+    "PROVIDER_KINDS": "raf._config.declarations",
+    "Passage": "raf._providers.knowledge",
+    "ProviderOptions": "raf._config.declarations",
     "RedisSessionStore": "raf._sessions.redis",
-    "Retriever": "raf._builtin.knowledge",
+    "Retriever": "raf._providers.knowledge",
     "RetryMiddleware": "raf._middleware.retry",
     "ScriptedChatClient": "raf._clients.scripted",
     "SqliteSessionStore": "raf._sessions.sqlite",
-    "StageEvent": "raf._tracing",
-    "SummaryStrategy": "raf._builtin.compression",
-    "TokenBudgetStrategy": "raf._builtin.compression",
-    "TraceObserver": "raf._tracing",
-    "TruncationStrategy": "raf._builtin.compression",
-    "WikiRetriever": "raf._builtin.knowledge",
-    "WorkspaceContextProvider": "raf._builtin.workspace",
-    "approximate_tokens": "raf._builtin.compression",
-    "build_provider": "raf._config",
-    "build_providers": "raf._config",
-    "check_tool_pairing": "raf._builtin.compression",
-    "load_provider_decls": "raf._config",
-    "message_units": "raf._builtin.compression",
-    "register_provider_kind": "raf._config",
+    "StageEvent": "raf._observers.tracing",
+    "SummaryStrategy": "raf._providers.compression",
+    "TokenBudgetStrategy": "raf._providers.compression",
+    "TraceObserver": "raf._observers.tracing",
+    "TruncationStrategy": "raf._providers.compression",
+    "WikiRetriever": "raf._providers.knowledge",
+    "WorkspaceContextProvider": "raf._providers.workspace",
+    "approximate_tokens": "raf._providers.compression",
+    "build_provider": "raf._config.declarations",
+    "build_providers": "raf._config.declarations",
+    "check_tool_pairing": "raf._providers.compression",
+    "load_provider_decls": "raf._config.declarations",
+    "message_units": "raf._providers.compression",
+    "register_provider_kind": "raf._config.declarations",
 }
 
 

@@ -18,8 +18,8 @@ import anyio
 import structlog
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from raf._agent import Agent
-from raf._config_file import LoadedConfig, load_config
+from raf._agent.agent import Agent
+from raf._config.file import LoadedConfig, load_config
 from raf._errors import (
     AgentError,
     ChatClientError,
@@ -28,11 +28,11 @@ from raf._errors import (
     StreamClosedError,
     ToolError,
 )
-from raf._messages import AgentResponse, Update
+from raf._values.messages import AgentResponse, Update
 from raf._metadata import docs_url, installed_version
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
-from raf._tracing import StageEvent
+from raf._observers.tracing import StageEvent
 
 __all__: list[str] = []
 
@@ -300,7 +300,7 @@ async def _run_command(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace, printer: _Printer) -> LoadedConfig:
     """The config, its agent watched by the observers that ``--trace`` asks for."""
-    from raf._mermaid import MermaidObserver
+    from raf._observers.mermaid import MermaidObserver
 
     def diagram(text: str) -> None:
         printer.end_line()

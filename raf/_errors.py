@@ -43,7 +43,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from raf._messages import AgentResponse
+    from raf._values.messages import AgentResponse
 
 __all__ = [
     "AgentError",
@@ -135,7 +135,7 @@ class StreamClosedError(AgentError):
     """
 
     def __init__(self, partial: AgentResponse | None = None) -> None:
-        from raf._messages import AgentResponse
+        from raf._values.messages import AgentResponse
 
         self.partial = AgentResponse() if partial is None else partial
         self.post_failures: list[ProviderError] = []
@@ -394,7 +394,7 @@ class IncompleteResponseError(ChatClientError):
     """
 
     def __init__(self, message: str, *, reason: str, partial: AgentResponse | None = None) -> None:
-        from raf._messages import AgentResponse
+        from raf._values.messages import AgentResponse
 
         self.reason = reason
         self.partial = AgentResponse() if partial is None else partial

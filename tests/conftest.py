@@ -17,7 +17,7 @@ import pytest
 import trio.testing
 from hypothesis import HealthCheck, settings
 
-from tests.redis_server import RedisServer
+from tests._harness.redis_server import RedisServer
 
 # "ci" tries hypothesis's own default number of examples (what every run used before the
 # profiles), for CI and whenever CI is set; "dev" tries fewer where a test does not ask

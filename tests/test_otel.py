@@ -36,7 +36,7 @@ from raf import (
     parallel,
     tool,
 )
-from raf._providers import post_stage_of
+from raf._onion.compose import post_stage_of
 
 pytestmark = pytest.mark.anyio
 

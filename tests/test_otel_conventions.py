@@ -18,8 +18,8 @@ from opentelemetry.trace import StatusCode
 import raf.otel
 from raf import Agent, OpenAIChatClient, OpenAIResponsesClient, RetryMiddleware, ScriptedChatClient
 from raf._errors import RateLimitError
-from tests.openai_server import OpenAIServer, Reply, completion, text_stream
-from tests.responses_server import ResponsesServer, response_body
+from tests._harness.openai_server import OpenAIServer, Reply, completion, text_stream
+from tests._harness.responses_server import ResponsesServer, response_body
 
 pytestmark = pytest.mark.anyio
 

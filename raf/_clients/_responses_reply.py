@@ -14,7 +14,7 @@ from raf._errors import (
     IncompleteResponseError,
     OutputRefusedError,
 )
-from raf._messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
+from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 
 __all__: list[str] = []
 

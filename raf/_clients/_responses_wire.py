@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import attrs
 
-from raf._clients._schema import text_format
+from raf._values.schema import text_format
 from raf._clients._wire import (
     TOOL_CHOICE_WORDS,
     TRANSPORT_EXTRA,
@@ -23,9 +23,9 @@ from raf._clients._wire import (
     utf8,
 )
 from raf._errors import BadRequestError
-from raf._messages import ChatMessage, ToolCall
-from raf._options import ChatOptions
-from raf._tools import Tool
+from raf._values.messages import ChatMessage, ToolCall
+from raf._values.options import ChatOptions
+from raf._agent.tools import Tool
 
 __all__: list[str] = []
 

@@ -19,7 +19,7 @@ from typing import Any, Final
 import attrs
 
 from raf._errors import BadRequestError
-from raf._messages import ChatMessage
+from raf._values.messages import ChatMessage
 
 __all__: list[str] = []
 

@@ -6,8 +6,8 @@ import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
-from raf._messages import AgentResponse, ChatMessage, Update, Usage
-from raf._options import ChatOptions
+from raf._values.messages import AgentResponse, ChatMessage, Update, Usage
+from raf._values.options import ChatOptions
 
 __all__ = ["EchoChatClient"]
 

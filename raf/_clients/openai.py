@@ -24,8 +24,8 @@ from raf._clients._sdk import (
 from raf._clients._sse import DRAIN_GRACE, Budget, EventReader
 from raf._clients._wire import RecentBodies
 from raf._errors import ChatClientError, ChatTimeoutError
-from raf._messages import AgentResponse, ChatMessage, Update
-from raf._options import ChatOptions
+from raf._values.messages import AgentResponse, ChatMessage, Update
+from raf._values.options import ChatOptions
 
 if TYPE_CHECKING:
     import openai

@@ -45,8 +45,8 @@ from raf._errors import (
     ChatProtocolError,
     ChatTimeoutError,
 )
-from raf._messages import AgentResponse, ChatMessage, Update
-from raf._options import ChatOptions
+from raf._values.messages import AgentResponse, ChatMessage, Update
+from raf._values.options import ChatOptions
 
 if TYPE_CHECKING:
     import openai

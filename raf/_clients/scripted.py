@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 
 import attrs
 
-from raf._messages import AgentResponse, ChatMessage, ToolCall, Update
-from raf._options import ChatOptions
+from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update
+from raf._values.options import ChatOptions
 
 __all__ = ["ScriptedChatClient"]
 

@@ -10,9 +10,9 @@ import attrs
 
 from raf._errors import ChatClientError
 from raf._log import log as _log
-from raf._messages import AgentResponse, ChatClient
-from raf._pipeline import ChatRequest
-from raf._streamed import Onward, stream_model
+from raf._values.messages import AgentResponse, ChatClient
+from raf._onion.pipeline import ChatRequest
+from raf._agent.streamed import Onward, stream_model
 
 __all__ = ["FallbackMiddleware"]
 

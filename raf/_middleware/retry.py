@@ -10,10 +10,10 @@ import attrs
 
 from raf._errors import ChatClientError
 from raf._log import log as _log
-from raf._messages import AgentResponse, OnUpdate
-from raf._pipeline import ChatRequest
-from raf._streamed import Onward
-from raf._tool_loop import ToolRequest
+from raf._values.messages import AgentResponse, OnUpdate
+from raf._onion.pipeline import ChatRequest
+from raf._agent.streamed import Onward
+from raf._agent.tool_loop import ToolRequest
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState

@@ -9,7 +9,7 @@ import attrs
 
 from raf._clients._wire import WireCache
 from raf._errors import BadRequestError
-from raf._messages import ChatMessage, PendingCall, checked_messages, messages_to_json
+from raf._values.messages import ChatMessage, PendingCall, checked_messages, messages_to_json
 
 __all__ = ["REQUEST_HASH_LIMIT", "RequestHash", "Session", "request_hash"]
 
@@ -101,7 +101,7 @@ _ENCODED_FROM = 8
 def request_hash(messages: Iterable[ChatMessage]) -> str:
     """SHA-256 hex digest of the messages' canonical JSON (stable across processes).
 
-    The digest of :func:`raf._messages.messages_to_json`'s text, built from
+    The digest of :func:`raf._values.messages.messages_to_json`'s text, built from
     each message's own JSON, cached by identity: a message seen before costs
     a lookup, not an encoding.
 

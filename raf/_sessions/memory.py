@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 
-from raf._messages import ChatMessage, PendingCall
+from raf._values.messages import ChatMessage, PendingCall
 from raf._sessions.base import (
     CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,

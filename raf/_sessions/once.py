@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
-from raf._messages import ChatMessage, PendingCall
+from raf._values.messages import ChatMessage, PendingCall
 from raf._sessions.base import checked_pending
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ from coredis.exceptions import NoScriptError, RedisError, WrongTypeError
 from coredis.retry import NoRetryPolicy
 
 from raf._errors import SessionStoreError
-from raf._messages import ChatMessage, PendingCall
+from raf._values.messages import ChatMessage, PendingCall
 from raf._sessions.base import (
     CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,

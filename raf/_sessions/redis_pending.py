@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from raf._errors import SessionStoreError
-from raf._messages import ChatMessage, PendingCall
+from raf._values.messages import ChatMessage, PendingCall
 from raf._sessions.base import Claimed, checked_pending, checked_tokens
 
 if TYPE_CHECKING:

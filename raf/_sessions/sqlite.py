@@ -18,7 +18,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from raf._errors import SessionStoreError
-from raf._messages import ChatMessage, PendingCall
+from raf._values.messages import ChatMessage, PendingCall
 from raf._sessions.base import (
     CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,

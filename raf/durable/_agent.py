@@ -11,16 +11,16 @@ import anyio
 from dbos import DBOS
 from dbos import error as dbos_errors
 
-from raf._agent import Agent
-from raf._approvals import Decision, not_pending, pending_calls
-from raf._context import Invocation
+from raf._agent.agent import Agent
+from raf._agent.approvals import Decision, not_pending, pending_calls
+from raf._values.context import Invocation
 from raf._errors import DurableError
-from raf._messages import AgentResponse, ChatMessage, OnUpdate
-from raf._options import AgentRunOptions
-from raf._pipeline import CallNext
+from raf._values.messages import AgentResponse, ChatMessage, OnUpdate
+from raf._values.options import AgentRunOptions
+from raf._onion.pipeline import CallNext
 from raf._sessions.base import Claimed, Session
-from raf._streamed import streamed_core
-from raf._streaming import AgentStream
+from raf._agent.streamed import streamed_core
+from raf._agent.streaming import AgentStream
 from raf.durable._decisions import deliver, waiting_in, wake
 from raf.durable._sessions import SessionRef
 from raf.durable._workflow import (

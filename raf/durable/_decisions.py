@@ -17,9 +17,9 @@ from typing import Any, Final
 import anyio
 from dbos import DBOS
 
-from raf._approvals import Decision, claim_decided
+from raf._agent.approvals import Decision, claim_decided
 from raf._errors import DurableError
-from raf._messages import AgentResponse
+from raf._values.messages import AgentResponse
 from raf._sessions.base import Session
 from raf.durable._workflow import TOPIC, Delivery, outcome_key, pointer_prefix
 

@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import attrs
 from dbos import DBOS, SetWorkflowID
 
-from raf._approvals import Decision
-from raf._context import start_invocation
+from raf._agent.approvals import Decision
+from raf._values.context import start_invocation
 from raf._errors import DurableError, StreamClosedError
-from raf._messages import AgentResponse, ChatMessage, OnUpdate, PendingCall, Update
-from raf._options import AgentRunOptions
-from raf._pipeline import CallNext, ChatRequest
+from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, PendingCall, Update
+from raf._values.options import AgentRunOptions
+from raf._onion.pipeline import CallNext, ChatRequest
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
-from raf._streamed import STREAMED_RUN
-from raf._tool_loop import ToolRequest
+from raf._agent.streamed import STREAMED_RUN
+from raf._agent.tool_loop import ToolRequest
 from raf.durable._sessions import SessionRef, WrittenOnce
 
 if TYPE_CHECKING:

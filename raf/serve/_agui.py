@@ -29,8 +29,8 @@ from ag_ui.core import (
 from ag_ui.encoder import EventEncoder
 from starlette.types import Receive, Scope, Send
 
-from raf._approvals import Decision
-from raf._messages import AgentResponse, ChatMessage, PendingCall, Role, ToolCall, Update
+from raf._agent.approvals import Decision
+from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Role, ToolCall, Update
 from raf.serve._http import HttpError, read_json
 from raf.serve._stream import stream_turn
 from raf.serve._wire import new_messages

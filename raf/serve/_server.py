@@ -71,7 +71,7 @@ def app_from_env() -> Any:
 
 
 def from_env(settings: dict[str, Any]) -> Any:
-    from raf._config_file import load_config
+    from raf._config.file import load_config
     from raf.serve._app import app
 
     loaded = load_config(Path(settings["config"]))

@@ -6,7 +6,7 @@ partial answer kept). Here the response is a plain ASGI callable instead.
 The turn is a callback-form run (``agent.run(on_update=...)``): each update
 goes to ``send`` in the request's own task, with no hand-over between tasks.
 A second task watches ``receive()`` for ``http.disconnect`` and then closes
-the run early (a :class:`raf._streamed.Closing` entered around it): every
+the run early (a :class:`raf._agent.streamed.Closing` entered around it): every
 entered provider gets ``StreamClosedError(partial)``, not under
 cancellation, each bounded by the agent's ``post_timeout``, and
 ``persist_partial=True`` stores the partial answer.
@@ -22,12 +22,12 @@ import anyio
 import structlog
 from starlette.types import Receive, Send
 
-from raf._agent import Agent
-from raf._approvals import Decision
-from raf._messages import AgentResponse, ChatMessage, Update
-from raf._options import AgentRunOptions
+from raf._agent.agent import Agent
+from raf._agent.approvals import Decision
+from raf._values.messages import AgentResponse, ChatMessage, Update
+from raf._values.options import AgentRunOptions
 from raf._sessions.base import Session
-from raf._streamed import Closing
+from raf._agent.streamed import Closing
 from raf.serve._http import HttpError, failure, send_error
 
 __all__: list[str] = []

@@ -10,8 +10,8 @@ from typing import Any
 
 import attrs
 
-from raf._messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
-from raf._options import AgentRunOptions
+from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
+from raf._values.options import AgentRunOptions
 from raf.serve._http import HttpError
 
 __all__: list[str] = []

@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from raf._output import OutputSpec, answer_json, output_spec
+from raf._agent.output import OutputSpec, answer_json, output_spec
 
 __all__ = ["output_json", "outputs"]
 

@@ -14,8 +14,8 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from raf._messages import AgentResponse, ChatMessage, ToolCall
-from raf._options import AgentRunOptions
+from raf._values.messages import AgentResponse, ChatMessage, ToolCall
+from raf._values.options import AgentRunOptions
 from raf._sessions.memory import InMemorySession
 
 __all__: list[str] = []

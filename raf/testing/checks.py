@@ -22,13 +22,13 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from raf._agent import Agent
+from raf._agent.agent import Agent
 from raf._clients.scripted import ScriptedChatClient
-from raf._context import checked_result
+from raf._values.context import checked_result
 from raf._errors import ContextResultError, ProviderError, StreamClosedError
-from raf._messages import AgentResponse, ChatMessage
-from raf._parallel import ProviderGroup
-from raf._providers import post_stage_of, provider_name
+from raf._values.messages import AgentResponse, ChatMessage
+from raf._onion.parallel import ProviderGroup
+from raf._onion.compose import post_stage_of, provider_name
 from raf._sessions.memory import InMemorySession
 from raf.testing._runs import (
     _RUNS,

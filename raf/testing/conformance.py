@@ -8,7 +8,7 @@ anyio backends; :func:`run_checks` runs it against a harness inside a
 running event loop (a harness can also reopen a session through a second
 store object, which a durable store should be tested with).
 
-raf's own stores run it in ``tests/test_sessions.py``; a store joins by
+raf's own stores run it in ``tests/sessions/test_base.py``; a store joins by
 adding one entry to ``STORES`` there.
 """
 
@@ -25,10 +25,10 @@ from typing import Any, Protocol
 import anyio
 import attrs
 
-from raf._agent import Agent
-from raf._builtin.history import InMemoryHistoryProvider
+from raf._agent.agent import Agent
+from raf._providers.history import InMemoryHistoryProvider
 from raf._clients.scripted import ScriptedChatClient
-from raf._messages import ChatMessage, PendingCall, ToolCall
+from raf._values.messages import ChatMessage, PendingCall, ToolCall
 from raf._sessions import REQUEST_HASH_LIMIT, request_hash
 from raf._sessions.base import RequestHash, Session
 
@@ -396,7 +396,7 @@ async def check_concurrent_touches_record_once(harness: Harness) -> None:
 
 
 def _pending(session: Session, *names: str) -> list[PendingCall]:
-    from raf._approvals import approval_token
+    from raf._agent.approvals import approval_token
 
     calls = [ToolCall(f"call_{name}", "delete", json.dumps({"path": name})) for name in names]
     return [PendingCall(call, approval_token(session.id, call)) for call in calls]

@@ -1,0 +1,240 @@
+"""The iterator form of a streamed run: ``async with agent.stream(...)``.
+
+:class:`AgentStream` is two tasks and one rendezvous. The run's task runs
+the whole onion and reads its own model stream, as the callback form does;
+its ``on_update`` chain ends at the one hand-over point
+(:meth:`AgentStream._send`), where each update waits until the consumer's
+task takes it and asks for the next one. The consumer's code runs in its own
+task, under none of the onion's cancel scopes. Leaving the block early is an
+early close (``raf._agent.streamed.Closing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from raf._values.messages import AgentResponse, OnUpdate, Update
+from raf._agent.streamed import STREAMED_RUN, Closing
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup  # loads typing_extensions: not at import time
+
+__all__ = ["AgentStream"]
+
+
+class AgentStream:
+    """The iterator form of a streamed run: ``async with agent.stream(...) as stream``.
+
+    Iterate it for the :class:`raf.Update` objects as they come; afterwards
+    :attr:`response` is the run's :class:`raf.AgentResponse`, or ``None``
+    if the run did not complete. The run goes in one task that the
+    ``async with`` owns; each update is handed over, and the run waits
+    until the consumer asks for the next one. An error of the run is
+    raised from the iteration, unchanged.
+
+    A read that is cancelled (``move_on_after`` around one ``__anext__``)
+    loses nothing: the next read gets the update. Leaving the ``async
+    with`` before the end (``break``, ``return``, an exception) is an early
+    close: the run's model stream and tools are cancelled, then every
+    entered provider gets its post stage with a :class:`raf.StreamClosedError`,
+    not under cancellation and each bounded by ``post_timeout``; the block
+    exits once they all ran, raising a failed one as the innermost
+    :class:`raf.ProviderError` (or as a note on the consumer's own
+    exception). A cancelled consumer follows the cancellation rules.
+
+    >>> import anyio
+    >>> from raf import Agent, EchoChatClient
+    >>> async def main():
+    ...     async with Agent(EchoChatClient()).stream("hello big world") as stream:
+    ...         words = [update.text async for update in stream if update.kind == "text"]
+    ...     return words, stream.response.text
+    >>> anyio.run(main)
+    (['hello ', 'big ', 'world'], 'hello big world')
+    """
+
+    def __init__(
+        self,
+        start: Callable[[OnUpdate], Awaitable[Any]],
+        run: Callable[[Any], Awaitable[AgentResponse]],
+    ) -> None:
+        # start(on_update) makes the run's request (the request hash included); run runs it.
+        self._start = start
+        self._run = run
+        self._state = "new"  # new -> running -> exited
+        self._done = False  # the run is over
+        self._response: AgentResponse | None = None
+        self._error: BaseException | None = None  # the run's, until the consumer saw it
+        self._cancelled: BaseException | None = None
+        self._closing = Closing()  # the early close
+        self._received: list[Update] = []
+        self._group: TaskGroup | None = None
+        self._reading = False  # an __anext__ is under way
+        # The hand-over: the run puts ``_item`` and sets ``_ready``, then waits for
+        # ``_asked``, which the consumer sets when it asks for the next update (or
+        # leaves). ``_holding``: the consumer took the item and has not asked yet.
+        self._item: Update | None = None
+        self._ready: anyio.Event  # made on entering, in the event loop
+        self._asked: anyio.Event | None = None
+        self._holding = False
+        # Set when the hand-over under way ends: others (two model streams at once) wait.
+        self._busy: anyio.Event | None = None
+
+    @property
+    def response(self) -> AgentResponse | None:
+        """The run's response once it completed; ``None`` before, or if it did not."""
+        return self._response
+
+    async def __aenter__(self) -> AgentStream:
+        if self._state != "new":
+            raise RuntimeError("an agent.stream(...) can be entered only once: call it again")
+        self._state = "running"
+        invocation = await self._start(self._send)
+        self._ready = anyio.Event()
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._group = group
+        group.start_soon(self._run_task, invocation)
+        return self
+
+    async def _run_task(self, invocation: Any) -> None:
+        """The run, in its own task: never raises (but for its cancellation)."""
+        STREAMED_RUN.set(self._closing)  # this task's own context: nothing to reset
+        try:
+            self._response = await self._run(invocation)
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                self._cancelled = exc  # its notes (failed post stages) go to the consumer's
+                raise
+            self._error = exc  # for the consumer: never into the group, which would wrap it
+        finally:
+            self._done = True
+            self._ready.set()
+
+    async def _send(self, update: Update) -> None:
+        """The run's ``on_update``, the end of the chain: hand ``update`` over.
+
+        Returns once the consumer took it and asks for the next one, so the
+        run is never ahead of the consumer and a consumer that leaves finds
+        the run here. After an early close, raises its ``StreamClosedError``.
+        """
+        while self._busy is not None:  # another task of the run is at the hand-over
+            await self._busy.wait()
+        if self._closing.closed is not None:
+            raise self._closing.closed
+        self._busy = done = anyio.Event()
+        try:
+            self._item = update
+            asked = self._asked = anyio.Event()
+            self._ready.set()
+            await asked.wait()
+        finally:
+            # Taken or not (the run's own deadline passed), it is no longer offered.
+            self._item, self._holding, self._busy = None, False, None
+            done.set()
+        if self._closing.closed is not None:
+            raise self._closing.closed
+
+    def _close(self) -> None:
+        """An early close: stop the run's in-flight work; what comes next fails."""
+        self._closing.close(AgentResponse.from_updates(self._received))
+        if self._asked is not None:
+            self._asked.set()  # a hand-over outside the core (a run middleware's update)
+
+    def __aiter__(self) -> AsyncIterator[Update]:
+        return self
+
+    async def __anext__(self) -> Update:
+        if self._reading or self._state == "new":
+            raise RuntimeError(
+                "a stream is read by one task at a time: this one is being read"
+                if self._reading
+                else "iterate a stream inside its block: 'async with agent.stream(...) as "
+                "stream: async for update in stream: ...'"
+            )
+        self._reading = True
+        try:
+            if self._holding:  # the run waits at the hand-over: the consumer wants more
+                self._holding = False
+                assert self._asked is not None
+                self._asked.set()
+            while True:
+                item = self._item
+                if item is not None:
+                    self._item = None
+                    self._holding = True
+                    self._received.append(item)
+                    return item
+                if self._done:
+                    error, self._error = self._error, None
+                    if error is not None:
+                        raise error  # once, as it is: its __cause__ and __context__ untouched
+                    raise StopAsyncIteration
+                # Cancelled here, the read loses nothing: the update waits for the next.
+                await self._ready.wait()
+                self._ready = anyio.Event()
+        finally:
+            self._reading = False
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._group is not None
+        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        if not self._done and not cancelled:
+            self._close()
+        self._state = "exited"
+        if not cancelled:
+            # The consumer's own exception never enters the task group (which would wrap it).
+            await self._group.__aexit__(None, None, None)
+            unseen = self._unseen()
+            if unseen is not None and exc is None:
+                raise unseen
+            if unseen is not None and exc is not None:
+                _note(exc, unseen)  # the consumer's own exception wins
+            return None
+        # The consumer is being cancelled: the group cancels the run, whose post stages
+        # run shielded and bounded; the cancellation propagates as it is, with notes.
+        assert exc is not None
+        try:
+            return await self._group.__aexit__(exc_type, exc, tb)
+        except BaseException as propagated:  # the backend may raise a new cancellation
+            exc = propagated
+            raise
+        finally:
+            run = self._cancelled
+            if run is not None and run is not exc:
+                for note in getattr(run, "__notes__", ()):
+                    exc.add_note(note)  # the failed post stages
+            unseen = self._unseen()
+            if unseen is not None:
+                _note(exc, unseen)
+
+    def _unseen(self) -> BaseException | None:
+        """What the run raised that the consumer did not see: nothing is swallowed.
+
+        After an early close, that is the post stages that failed: the
+        innermost :class:`raf.ProviderError`, the others as notes on it.
+        """
+        error, self._error = self._error, None
+        closed = self._closing.closed
+        if closed is None or error is not closed:
+            return error
+        if not closed.post_failures:
+            return None
+        first, *others = closed.post_failures
+        for other in others:
+            first.add_note(f"raf: also, {other} (cause: {other.__cause__!r})")
+        return first
+
+
+def _note(exc: BaseException, unseen: BaseException) -> None:
+    exc.add_note(f"raf: the streamed run failed too: {type(unseen).__name__}: {unseen}")
+    for note in getattr(unseen, "__notes__", ()):
+        exc.add_note(note)

@@ -1,0 +1,378 @@
+"""Tools a model can call: the Tool protocol, the @tool decorator, and argument checks.
+
+``@tool`` functions are described and checked by pydantic, from their
+signature (see :mod:`raf._agent.tool_signature`): the JSON Schema, then validation
+and coercion of each call's arguments into the declared types. Any other
+tool (hand-made, MCP) is checked against its own ``parameters`` with
+``jsonschema``. Both are imported when first needed, not with raf.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol, overload, runtime_checkable
+
+import attrs
+
+from raf._errors import ToolArgumentsError, ToolSchemaError
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
+    from raf._agent.tool_signature import Signature
+
+__all__ = ["FunctionTool", "Tool", "check_tool_arguments", "check_tool_schema", "tool"]
+
+#: How many problems of one call are told to the model; the rest are counted.
+MAX_PROBLEMS = 10
+#: Each problem's text is cut to this length (a validator may quote the whole input).
+MAX_PROBLEM_CHARS = 300
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """Something the model can call.
+
+    ``parameters`` is the JSON Schema of the arguments object. raf checks the
+    model's arguments against it (with jsonschema, see :func:`check_tool_arguments`)
+    before ``invoke`` is called, so ``invoke`` gets a mapping that fits; a
+    :class:`FunctionTool` checks its own. The result is sent back to the
+    model: a ``str`` as it is, anything else as JSON.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> Mapping[str, Any]: ...
+
+    async def invoke(self, arguments: Mapping[str, Any]) -> Any: ...
+
+
+@attrs.frozen(slots=True)
+class FunctionTool:
+    """A :class:`Tool` made from a Python function, usually by :func:`tool`.
+
+    A ``FunctionTool`` made by ``@tool`` validates and coerces its arguments
+    with pydantic from the function's signature. One built by hand with its
+    own ``parameters`` has that schema checked here (a
+    :class:`~raf.ToolSchemaError` when it is not a valid JSON Schema) and
+    its arguments checked against it, as any other tool.
+    """
+
+    fn: Callable[..., Any]
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    in_thread: bool = False
+    #: ``True``, or ``callable(call: ToolCall) -> bool`` asked per call: whether a person
+    #: must approve a call before it runs (see ``docs/approvals.md``).
+    approval: bool | Callable[[Any], bool] = attrs.field(default=False, kw_only=True)
+    _signature: Signature | None = attrs.field(
+        default=None, kw_only=True, repr=False, eq=False, alias="_signature"
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self._signature is None:
+            _validator(self)  # refuse a malformed schema now, not at the first call
+
+    async def invoke(self, arguments: Mapping[str, Any]) -> Any:
+        """Check ``arguments``, then call the function with them as keyword arguments.
+
+        Arguments that do not fit raise :class:`~raf.ToolArgumentsError`
+        before the function is called.
+        """
+        if self._signature is not None:
+            kwargs = self._signature.bind(self.name, arguments)
+        else:
+            check_tool_arguments(self, arguments)
+            kwargs = dict(arguments)
+        if self.in_thread:
+            # raf cannot stop a thread, but it stops waiting for it when the call is
+            # cancelled (a deadline, the tool stack's timeout): the thread runs on, and its
+            # late result or error goes nowhere (nothing holds it once the await raised).
+            from anyio.to_thread import run_sync  # here: `import raf` need not load it
+
+            return await run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
+        result = self.fn(**kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    in_thread: bool = False,
+    approval: bool | Callable[[Any], bool] = False,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    in_thread: bool = False,
+    approval: bool | Callable[[Any], bool] = False,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Make a :class:`Tool` from a sync or async function.
+
+    Each parameter's type hint is read by pydantic: it gives the JSON Schema
+    shown to the model, and each call's arguments are validated and coerced
+    into the declared types before the function runs (``int``, ``float``,
+    ``str``, ``bool``, ``list``, ``set``, ``tuple``, ``dict``, ``Literal``,
+    enums, ``TypedDict``, dataclasses, pydantic models, ``Optional``,
+    ``Annotated[int, Field(ge=1)]``, ...). Defaults make a parameter
+    optional; ``Annotated[T, "text"]``, ``Field(description=...)`` or a
+    Google-style ``Args:`` section describe it. The description is the
+    docstring's first paragraph. A blocking sync function should say
+    ``in_thread=True`` so it runs in a worker thread. ``approval=True`` makes
+    every call wait for a person's decision, ``approval=callable`` (given the
+    :class:`raf.ToolCall`, returning a bool) decides per call (see
+    ``docs/approvals.md``).
+
+    >>> @tool
+    ... def add(a: int, b: int = 1) -> int:
+    ...     '''Add two numbers.'''
+    ...     return a + b
+    >>> add.name, add.parameters["required"]
+    ('add', ['a'])
+    """
+
+    if not (approval is True or approval is False or callable(approval)):
+        raise TypeError(f"@tool(approval=...) takes a bool or a callable(call), got {approval!r}")
+
+    def make(function: Callable[..., Any]) -> FunctionTool:
+        if not callable(function):
+            raise TypeError(f"@tool needs a function, got {function!r}")
+        if in_thread and inspect.iscoroutinefunction(function):
+            raise TypeError(
+                f"@tool(in_thread=True) is for blocking sync functions; "
+                f"{function.__name__} is async and runs on the event loop already"
+            )
+        from raf._agent.tool_signature import describe  # pydantic: imported when a tool is made
+
+        signature, parameters = describe(function)
+        text = description if description is not None else _docstring_summary(function)
+        return FunctionTool(
+            function,
+            name or function.__name__,
+            text,
+            parameters,
+            in_thread,
+            approval=approval,
+            _signature=signature,
+        )
+
+    return make if fn is None else make(fn)
+
+
+def _docstring_summary(fn: Callable[..., Any]) -> str:
+    """The first paragraph of ``fn``'s docstring, on one line."""
+    doc = inspect.getdoc(fn) or ""
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
+# -- any other tool: jsonschema against its parameters ---------------------------------
+
+
+def check_tool_schema(name: str, schema: object) -> None:
+    """Raise :class:`~raf.ToolSchemaError` unless ``schema`` is a valid JSON Schema.
+
+    ``name`` is the tool's, for the message. The schema must be JSON (a
+    mapping of strings, numbers, booleans, ``None``, lists and mappings) and
+    valid against the metaschema of its ``$schema`` (draft 2020-12 when it
+    names none or one that jsonschema does not know). Call it where tools
+    come from elsewhere (an MCP server's listing, an API description), so a
+    bad one is refused where it is found.
+
+    >>> from raf import ToolSchemaError
+    >>> try:
+    ...     check_tool_schema("search", {"type": "object", "properties": []})
+    ... except ToolSchemaError as exc:
+    ...     print(exc)
+    tool 'search' has an invalid parameters schema: at properties: [] is not of type 'object'
+    """
+    _build_validator(name, schema)
+
+
+def check_tool_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
+    """Check ``arguments`` against ``tool.parameters`` with jsonschema.
+
+    Raises :class:`~raf.ToolArgumentsError` naming each misfit with its
+    path, or :class:`~raf.ToolSchemaError` when the schema itself is not
+    valid. The validator is built once per tool (and per ``parameters``
+    object) and kept. This checks, it does not coerce: a ``@tool`` function
+    gets coercion from its own signature instead.
+    """
+    import referencing.exceptions
+
+    validator = _validator(tool)
+    try:
+        # a bound on the errors collected: 100,000 wrong items need not make 100,000 messages
+        errors = list(itertools.islice(validator.iter_errors(arguments), _MAX_ERRORS + 1))
+    except RecursionError:
+        raise ToolArgumentsError(tool.name, ("the arguments are nested too deeply",)) from None
+    except referencing.exceptions.Unresolvable as exc:
+        raise ToolSchemaError(tool.name, f"a $ref cannot be resolved: {exc}") from None
+    if errors:
+        more = len(errors) > _MAX_ERRORS
+        errors = sorted(errors[:_MAX_ERRORS], key=lambda error: _path_order(error.absolute_path))
+        found = ((error.absolute_path, error.message) for error in errors)
+        raise ToolArgumentsError(tool.name, problems(found, more=more))
+
+
+_MAX_ERRORS = 1000
+
+
+def _path_order(location: Iterable[Any]) -> tuple[tuple[int, int, str], ...]:
+    """Sorts paths in document order: ``n[2]`` before ``n[10]``."""
+    return tuple((0, part, "") if isinstance(part, int) else (1, 0, str(part)) for part in location)
+
+
+_CACHE_SIZE = 1024
+#: id(tool) -> (the tool or a weak reference to it, its parameters object, the validator
+#: or what is wrong with the schema); the identity checks make a reused id harmless,
+#: the size bound (oldest out first) keeps it small.
+_validators: dict[int, tuple[object, object, Validator | str]] = {}
+_validators_lock = threading.Lock()
+
+
+# How a ToolSchemaError's problem begins when the schema cannot even be sent as JSON.
+_NOT_JSON: Final = "not JSON"
+
+
+def check_tool_json(tool: Tool) -> None:
+    """Raise :class:`~raf.ToolSchemaError` when ``tool.parameters`` cannot be sent as JSON
+    (a set, a circular or too deep structure, a bytes key, NaN): a tool no client can
+    offer to the model. A schema that is JSON but not a valid JSON Schema passes here:
+    it is refused when the model calls the tool. Cached per tool, as the validator is;
+    a :class:`FunctionTool` was checked when it was built."""
+    if isinstance(tool, FunctionTool):
+        return
+    try:
+        _validator(tool)
+    except ToolSchemaError as exc:
+        if exc.problem.startswith(_NOT_JSON):
+            raise
+
+
+def _validator(tool: Tool) -> Validator:
+    parameters = tool.parameters
+    key = id(tool)
+    entry = _validators.get(key)
+    if entry is not None:
+        held, schema, built = entry
+        alive = held() if isinstance(held, weakref.ref) else held
+        if alive is tool and schema is parameters:
+            if isinstance(built, str):
+                raise ToolSchemaError(tool.name, built)  # a fresh one: no traceback piles up
+            return built
+    result: Validator | str
+    try:
+        result = _build_validator(tool.name, parameters)
+    except ToolSchemaError as exc:
+        result = exc.problem
+    try:
+        held = weakref.ref(tool)
+    except TypeError:  # not weakly referenceable: hold it (the cache is bounded)
+        held = tool
+    with _validators_lock:  # runs on several event loops in threads must not race here
+        if len(_validators) >= _CACHE_SIZE:
+            del _validators[next(iter(_validators))]
+        _validators[key] = (held, parameters, result)
+    if isinstance(result, str):
+        raise ToolSchemaError(tool.name, result)
+    return result
+
+
+def _build_validator(name: str, schema: object) -> Validator:
+    # jsonschema is imported when a tool is first checked, not with raf.
+    import jsonschema
+    import referencing
+
+    if not isinstance(schema, Mapping):
+        raise ToolSchemaError(name, f"expected a JSON object, got {type(schema).__name__}")
+    try:
+        plain = _plain_json(schema)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ToolSchemaError(name, f"not JSON: {exc}") from None
+    declared = plain.get("$schema")
+    if declared is not None and not isinstance(declared, str):
+        raise ToolSchemaError(name, f"at $schema: {declared!r} is not of type 'string'")
+    cls = jsonschema.validators.validator_for(plain, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(plain)
+    except jsonschema.SchemaError as exc:
+        where = _path(exc.absolute_path)
+        raise ToolSchemaError(
+            name, f"{'at ' + where + ': ' if where else ''}{exc.message}"
+        ) from None
+    except RecursionError:
+        raise ToolSchemaError(name, "nested too deeply") from None
+    # An empty registry: a tool's $ref never reaches the network.
+    return cls(plain, registry=referencing.Registry())
+
+
+def _plain_json(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain copy (dicts and lists) of a schema that may hold read-only mappings and tuples."""
+    text = json.dumps(schema, default=_mapping_as_dict, allow_nan=False)
+    plain: dict[str, Any] = json.loads(text)
+    return plain
+
+
+def _mapping_as_dict(value: object) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} {value!r:.60}")
+
+
+# -- how problems are told ---------------------------------------------------------------
+
+
+def _path(location: Iterable[Any]) -> str:
+    """``items[2].qty`` from ``("items", 2, "qty")``."""
+    text = ""
+    for part in location:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif isinstance(part, str) and part.isidentifier():
+            text += f".{part}" if text else part
+        else:
+            text += f"[{json.dumps(str(part), ensure_ascii=False)}]"
+    return text
+
+
+def problems(found: Iterable[tuple[Iterable[Any], str]], *, more: bool = False) -> tuple[str, ...]:
+    problems: list[str] = []
+    extra = 0
+    for location, message in found:
+        if len(problems) == MAX_PROBLEMS:
+            extra += 1
+            continue
+        where = _path(location)
+        text = f"{where}: {message}" if where else message
+        if len(text) > MAX_PROBLEM_CHARS:
+            text = text[: MAX_PROBLEM_CHARS - 3] + "..."
+        problems.append(text)
+    if more:
+        problems.append(f"and more than {extra} more")
+    elif extra:
+        problems.append(f"and {extra} more")
+    return tuple(problems)

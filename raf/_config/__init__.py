@@ -1,0 +1,1 @@
+"""Provider declarations, the pydantic config models and the TOML file."""

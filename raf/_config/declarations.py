@@ -1,0 +1,587 @@
+"""Providers declared as data: ContextProviderDecl, the kind registry, and TOML loading."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import stat
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import attrs
+
+from raf._errors import AgentError, ConfigError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+__all__ = [
+    "PROVIDER_KINDS",
+    "ContextProviderDecl",
+    "ProviderOptions",
+    "build_provider",
+    "build_providers",
+    "load_provider_decls",
+    "register_provider_kind",
+]
+
+T = TypeVar("T")
+
+
+def _frozen_options(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"ContextProviderDecl.options must be a mapping, got {type(value).__name__}"
+        )
+    return MappingProxyType(dict(value))
+
+
+def _check_kind(_: object, __: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"ContextProviderDecl.kind must be a non-empty str, got {value!r}")
+
+
+def _check_name(_: object, __: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise TypeError(f"ContextProviderDecl.name must be a non-empty str or None, got {value!r}")
+
+
+@attrs.frozen(slots=True)
+class ContextProviderDecl:
+    """A provider described as data: its ``kind``, an optional ``name``, its ``options``.
+
+    ``base_dir`` is the folder relative path options are resolved against
+    (the config file's folder when loaded from a file; the current
+    directory when ``None``).
+
+    >>> decl = ContextProviderDecl("memory", name="history")
+    >>> build_provider(decl).name
+    'history'
+    """
+
+    kind: str = attrs.field(validator=_check_kind)
+    name: str | None = attrs.field(default=None, validator=_check_name)
+    options: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_options, hash=False)
+    base_dir: Path | None = attrs.field(default=None, kw_only=True)
+
+
+_NO_DEFAULT: Any = object()
+
+
+class ProviderOptions:
+    """A declaration's options, as a factory reads them.
+
+    A built-in kind reads them all at once with :meth:`parse`, against the
+    pydantic model of its options; a kind of your own can do the same with
+    a model of its own, or read them one by one with the getters (``text``,
+    ``integer``...). Either way a wrong or missing option is a
+    :class:`ConfigError` naming the kind, the option and what was expected,
+    and :func:`build_provider` refuses options that were not read.
+    ``chat_client`` is the client passed to :func:`build_provider`, for
+    kinds that need a model.
+    """
+
+    def __init__(
+        self, decl: ContextProviderDecl, chat_client: Any = None, *, what: str = "provider"
+    ) -> None:
+        self.decl = decl
+        self.kind = decl.kind
+        self.name = decl.name
+        self.chat_client = chat_client
+        #: What is being built, for error messages ("provider", "chat_stack").
+        self.what = what
+        #: The options a getter asked for.
+        self.read: set[str] = set()
+
+    @property
+    def where(self) -> str:
+        """How an error message names the declaration: ``provider kind 'x' (name 'y')``."""
+        named = f" (name {self.name!r})" if self.name else ""
+        return f"{self.what} kind {self.kind!r}{named}"
+
+    def parse(self, model: Any) -> Any:
+        """All the options, validated as ``model`` (a pydantic model with ``extra="forbid"``).
+
+        >>> from pydantic import BaseModel, ConfigDict
+        >>> class Zone(BaseModel):
+        ...     model_config = ConfigDict(extra="forbid")
+        ...     zone: str = "UTC"
+        >>> ProviderOptions(ContextProviderDecl("clock", options={"zone": 1})).parse(Zone)
+        Traceback (most recent call last):
+        raf.ConfigError: provider kind 'clock': option 'zone' must be a valid string, got 1
+        """
+        from raf._config.models import check_options
+
+        parsed = check_options(model, self.decl.options, self.where)
+        self.read.update(self.decl.options)
+        return parsed
+
+    def resolve(self, path: str | os.PathLike[str]) -> Path:
+        """``path`` as a Path; a relative one joins the declaration's ``base_dir``."""
+        resolved = Path(path).expanduser()
+        if not resolved.is_absolute() and self.decl.base_dir is not None:
+            resolved = self.decl.base_dir / resolved
+        return resolved
+
+    def _get(self, option: str, default: Any, tp: Any) -> Any:
+        from raf._config.models import _expect, check_value, option_error
+
+        self.read.add(option)
+        if option not in self.decl.options:
+            if default is _NO_DEFAULT:
+                raise option_error(self.where, option, _expect(tp))
+            return default
+        return check_value(tp, self.decl.options[option], self.where, option)
+
+    def text(self, option: str, default: Any = _NO_DEFAULT, *, allow_empty: bool = False) -> Any:
+        """A string (non-empty unless ``allow_empty``)."""
+        from raf._config.models import AnyText, Text
+
+        return self._get(option, default, AnyText if allow_empty else Text)
+
+    def integer(self, option: str, default: Any = _NO_DEFAULT, *, minimum: int = 1) -> Any:
+        """An integer of at least ``minimum``."""
+        from raf._config.models import integer_type
+
+        return self._get(option, default, integer_type(minimum))
+
+    def number(self, option: str, default: Any = _NO_DEFAULT, *, allow_zero: bool = False) -> Any:
+        """A positive number (or zero, with ``allow_zero``)."""
+        from raf._config.models import number_type
+
+        return self._get(option, default, number_type(allow_zero=allow_zero))
+
+    def flag(self, option: str, default: Any = _NO_DEFAULT) -> Any:
+        """``true`` or ``false``."""
+        from raf._config.models import Flag
+
+        return self._get(option, default, Flag)
+
+    def choice(self, option: str, choices: Sequence[str], default: Any = _NO_DEFAULT) -> Any:
+        """One of ``choices``."""
+        from raf._config.models import choice_type
+
+        return self._get(option, default, choice_type(choices))
+
+    def text_list(self, option: str, default: Any = _NO_DEFAULT) -> Any:
+        """A list of strings."""
+        from raf._config.models import TextList
+
+        return self._get(option, default, TextList)
+
+    def text_table(self, option: str, default: Any = _NO_DEFAULT) -> Any:
+        """A table of string values."""
+        from raf._config.models import TextTable
+
+        return self._get(option, default, TextTable)
+
+    def path(self, option: str, default: Any = _NO_DEFAULT) -> Any:
+        """A path; a relative one is resolved against the declaration's ``base_dir``."""
+        from raf._config.models import PathText
+
+        value = self._get(option, default, PathText)
+        return value if value is default else self.resolve(value)
+
+    def unread(self) -> list[str]:
+        """The options no getter asked for, sorted."""
+        return sorted(set(self.decl.options) - self.read)
+
+
+#: A factory builds one provider from its declaration's options.
+ProviderFactory = Callable[[ProviderOptions], Any]
+
+
+def _memory(o: ProviderOptions) -> Any:
+    from raf._providers.history import HistoryProvider
+    from raf._config.models import MemoryOptions
+
+    options = o.parse(MemoryOptions)
+    return HistoryProvider(
+        inject=options.inject,
+        persist_partial=options.persist_partial,
+        max_messages=options.max_messages,
+        max_tokens=options.max_tokens,
+        name=o.name,
+    )
+
+
+def _compression(o: ProviderOptions) -> Any:
+    from raf._providers.compression import (
+        DEFAULT_SUMMARY_PROMPT,
+        CompressionProvider,
+        SummaryStrategy,
+        TokenBudgetStrategy,
+        TruncationStrategy,
+    )
+    from raf._config.models import CompressionOptions, TokenBudgetOptions, TruncationOptions
+
+    options = o.parse(CompressionOptions)
+    strategy: Any
+    if isinstance(options, TruncationOptions):
+        strategy = TruncationStrategy(options.keep_last)
+    elif isinstance(options, TokenBudgetOptions):
+        strategy = TokenBudgetStrategy(options.max_tokens)
+    else:
+        if o.chat_client is None:
+            raise ConfigError(
+                "provider kind 'compression': strategy 'summary' needs a chat client; "
+                "pass chat_client= to build_provider"
+            )
+        strategy = SummaryStrategy(
+            o.chat_client,
+            options.keep_last,
+            DEFAULT_SUMMARY_PROMPT if options.prompt is None else options.prompt,
+            on_failure=options.on_failure,
+        )
+    return CompressionProvider(strategy, max_messages=options.max_messages, name=o.name)
+
+
+def _skills(o: ProviderOptions) -> Any:
+    from raf._providers.skills import AgentSkillsProvider
+    from raf._config.models import SkillsOptions
+
+    options = o.parse(SkillsOptions)
+    return AgentSkillsProvider(
+        o.resolve(options.root),
+        max_bytes=options.max_bytes,
+        tool_prefix=options.tool_prefix,
+        name=o.name,
+    )
+
+
+def _workspace(o: ProviderOptions) -> Any:
+    from raf._providers.workspace import WorkspaceContextProvider
+    from raf._config.models import WorkspaceOptions
+
+    options = o.parse(WorkspaceOptions)
+    return WorkspaceContextProvider(
+        o.resolve(options.root),
+        writable=options.writable,
+        max_bytes=options.max_bytes,
+        tool_prefix=options.tool_prefix,
+        name=o.name,
+    )
+
+
+def _knowledge(o: ProviderOptions) -> Any:
+    from raf._providers.knowledge import KnowledgeProvider
+    from raf._config.models import KnowledgeOptions
+
+    options = o.parse(KnowledgeOptions)
+    return KnowledgeProvider.folder(o.resolve(options.root), top_k=options.top_k, name=o.name)
+
+
+def _wiki(o: ProviderOptions) -> Any:
+    from raf._providers.knowledge import KnowledgeProvider
+    from raf._config.models import KnowledgeOptions
+
+    options = o.parse(KnowledgeOptions)
+    return KnowledgeProvider.wiki(o.resolve(options.root), top_k=options.top_k, name=o.name)
+
+
+def _mcp(o: ProviderOptions) -> Any:
+    from raf._providers.mcp import McpToolsProvider
+    from raf._config.models import McpOptions
+
+    options = o.parse(McpOptions)
+    return McpToolsProvider(
+        options.command,
+        list(options.args),
+        env=None if options.env is None else dict(options.env),
+        cwd=None if options.cwd is None else o.resolve(options.cwd),
+        tool_prefix=options.tool_prefix,
+        timeout=options.timeout,
+        max_tools=options.max_tools,
+        name=o.name,
+    )
+
+
+#: The built-in kinds; :func:`register_provider_kind` adds to it.
+PROVIDER_KINDS: dict[str, ProviderFactory] = {
+    "memory": _memory,
+    "compression": _compression,
+    "skills": _skills,
+    "workspace": _workspace,
+    "knowledge": _knowledge,
+    "wiki": _wiki,
+    "mcp": _mcp,
+}
+
+
+def register_provider_kind(
+    kind: str,
+    factory: ProviderFactory,
+    *,
+    registry: MutableMapping[str, ProviderFactory] | None = None,
+    replace: bool = False,
+) -> None:
+    """Make ``kind`` buildable: ``factory(options)`` returns the provider.
+
+    The factory reads its options through :class:`ProviderOptions` (a
+    pydantic model with :meth:`~ProviderOptions.parse`, or the getters), so a
+    wrong or missing option gets a clear error, and an option it never reads
+    is refused as unknown. Registering a taken kind needs
+    ``replace=True``.
+
+    >>> from raf import ContextProvider
+    >>> class Clock(ContextProvider):
+    ...     kind = "clock"
+    >>> registry = dict(PROVIDER_KINDS)
+    >>> register_provider_kind("clock", lambda options: Clock(), registry=registry)
+    >>> build_provider(ContextProviderDecl("clock"), registry).kind
+    'clock'
+    """
+    target = PROVIDER_KINDS if registry is None else registry
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"kind must be a non-empty str, got {kind!r}")
+    if not callable(factory):
+        raise TypeError(f"the factory of kind {kind!r} must be callable, got {factory!r}")
+    if kind in target and not replace:
+        raise ValueError(f"provider kind {kind!r} is already registered; pass replace=True")
+    target[kind] = factory
+
+
+def build_provider(
+    decl: ContextProviderDecl,
+    registry: Mapping[str, ProviderFactory] | None = None,
+    *,
+    chat_client: Any = None,
+) -> Any:
+    """Build the provider ``decl`` declares, with the factory of its kind.
+
+    A kind is looked up in ``registry`` (default :data:`PROVIDER_KINDS`),
+    then, when it has the form ``"package.module:factory"``, imported, then
+    among the kinds installed packages offer in the ``raf.providers``
+    entry-point group. An unknown kind, a wrong, missing or unknown option:
+    :class:`ConfigError` saying which. ``decl.name`` becomes the provider's ``name``.
+    ``chat_client`` is handed to factories that need a model (the
+    ``summary`` compression strategy).
+    """
+    kinds = PROVIDER_KINDS if registry is None else registry
+    factory = kinds.get(decl.kind)
+    if factory is None:
+        factory = _factory_elsewhere(decl.kind, kinds, decl.base_dir)
+    options = ProviderOptions(decl, chat_client)
+    provider = _built(factory, options, f"provider kind {decl.kind!r}")
+    if decl.name is not None and getattr(provider, "name", None) != decl.name:
+        try:
+            provider.name = decl.name
+        except AttributeError:
+            raise ConfigError(
+                f"provider kind {decl.kind!r}: the provider's name cannot be set to {decl.name!r}"
+            ) from None
+    return provider
+
+
+def build_providers(
+    decls: Iterable[ContextProviderDecl],
+    registry: Mapping[str, ProviderFactory] | None = None,
+    *,
+    chat_client: Any = None,
+) -> list[Any]:
+    """Build each declaration in order (see :func:`build_provider`)."""
+    return [build_provider(d, registry, chat_client=chat_client) for d in decls]
+
+
+def parse_provider_decls(
+    data: Mapping[str, Any], *, base_dir: Path | None = None, source: str = "config"
+) -> list[ContextProviderDecl]:
+    """The ``[[providers]]`` of parsed TOML (or any mapping) as declarations.
+
+    Each table needs ``kind``; ``name`` is optional; every other key is an
+    option of the kind. ``source`` names the file in error messages.
+
+    >>> [decl] = parse_provider_decls({"providers": [{"kind": "workspace", "root": "."}]})
+    >>> decl.kind, dict(decl.options)
+    ('workspace', {'root': '.'})
+    """
+    return _parse_decls(data, "providers", base_dir, source)
+
+
+def _parse_decls(
+    data: Mapping[str, Any], key: str, base_dir: Path | None, source: str
+) -> list[ContextProviderDecl]:
+    from raf._config.models import check_file
+
+    entries = getattr(check_file({key: data.get(key, [])}, source), key)
+    return [
+        ContextProviderDecl(entry.kind, entry.name, entry.model_extra or {}, base_dir=base_dir)
+        for entry in entries
+    ]
+
+
+def load_provider_decls(path: str | os.PathLike[str]) -> list[ContextProviderDecl]:
+    """The ``[[providers]]`` of a TOML file; relative paths resolve against its folder.
+
+    The file is read as :func:`read_config` reads it (at most
+    :data:`MAX_CONFIG_BYTES`; any problem is a :class:`ConfigError`).
+    """
+    file = Path(path)
+    return parse_provider_decls(read_config(file), base_dir=file.resolve().parent, source=str(file))
+
+
+def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The TOML document at ``path``: at most :data:`MAX_CONFIG_BYTES`, or a ConfigError.
+
+    A file too large (``/dev/zero``), not UTF-8, not TOML or nested too
+    deeply to parse is one line that names the file.
+    """
+    file = Path(path)
+    try:
+        # O_NONBLOCK: opening a FIFO that has no writer must not wait for one.
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISDIR(mode):
+                kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO or socket"
+                raise ConfigError(f"{file}: not a config file: {kind}, not a regular file")
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: cannot be read: no such config file") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"{file}: cannot read the config file: {reason}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{file}: not a config file: larger than {MAX_CONFIG_BYTES // 1024} KiB")
+    import tomllib  # here: `import raf` does not import it
+
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: not UTF-8 text ({exc.reason})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{file}: not a usable config: arrays or tables nested too deeply"
+        ) from None
+
+
+#: A config is a few kilobytes; anything past this is not one (``/dev/zero``, a log file).
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
+#: The entry-point group in which installed packages offer provider kinds.
+ENTRY_POINT_GROUP = "raf.providers"
+
+
+def _installed_kinds() -> dict[str, EntryPoint]:
+    # Asked each time a kind is not in the registry, never at import: scanning
+    # the installed distributions costs milliseconds that `import raf` must not pay.
+    from importlib.metadata import entry_points  # here: `import raf` does not import it
+
+    return {point.name: point for point in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _factory_elsewhere(
+    kind: str, kinds: Mapping[str, ProviderFactory], base_dir: Path | None
+) -> ProviderFactory:
+    """The factory of a kind that is not in the registry: an import path or an entry point."""
+    if ":" in kind:
+        factory = import_object(kind, base_dir=base_dir, what="provider kind")
+        if not callable(factory):
+            raise ConfigError(
+                f"provider kind {kind!r}: {type(factory).__name__} is not callable; "
+                "it must be a factory: options -> provider"
+            )
+        return cast(ProviderFactory, factory)
+    installed = _installed_kinds()
+    point = installed.get(kind)
+    if point is None:
+        known = ", ".join(sorted({*kinds, *installed})) or "none"
+        raise ConfigError(
+            f"unknown provider kind {kind!r}; known kinds: {known} "
+            "(or an import path 'package.module:factory')"
+        )
+    try:
+        factory = point.load()
+    except Exception as exc:
+        raise ConfigError(
+            f"provider kind {kind!r}: its entry point {point.value!r} "
+            f"(group {ENTRY_POINT_GROUP!r}) cannot be loaded: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not callable(factory):
+        raise ConfigError(
+            f"provider kind {kind!r}: its entry point {point.value!r} is not callable"
+        )
+    return cast(ProviderFactory, factory)
+
+
+@contextmanager
+def _importable_from(folder: Path | None) -> Iterator[None]:
+    """``folder`` on ``sys.path`` for the time of an import (a config's own modules)."""
+    entry = None if folder is None else os.fspath(folder)
+    if entry is None or entry in sys.path:
+        yield
+        return
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        with suppress(ValueError):
+            sys.path.remove(entry)
+
+
+def import_object(spec: str, *, base_dir: Path | None = None, what: str = "import path") -> Any:
+    """The object ``"package.module:name"`` names (``name`` may be dotted).
+
+    The module is imported from the installed packages, or from ``base_dir``
+    (a config file's folder). Any failure is a :class:`ConfigError` that
+    names ``what`` and the import path.
+
+    >>> import_object("raf._errors:ConfigError") is ConfigError
+    True
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute or ":" in attribute:
+        raise ConfigError(f"{what} {spec!r}: an import path has the form 'package.module:name'")
+    try:
+        with _importable_from(base_dir):
+            found: Any = importlib.import_module(module_name)
+    except SystemExit as exc:
+        # A module that exits on import (a script's sys.exit) must not end raf silently.
+        raise ConfigError(
+            f"{what} {spec!r}: cannot import {module_name!r}: it called sys.exit({exc.code!r}) "
+            "while being imported (a script, not a module of tools?)"
+        ) from exc
+    except Exception as exc:
+        # Whatever the module raises on import (ImportError, SyntaxError, its own
+        # errors) is a problem of the config's import path, told in one line.
+        raise ConfigError(
+            f"{what} {spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise ConfigError(
+                f"{what} {spec!r}: {module_name!r} has no attribute {attribute!r}"
+            ) from None
+    return found
+
+
+def _built(factory: Callable[[ProviderOptions], Any], options: ProviderOptions, what: str) -> Any:
+    """``factory(options)``; whatever goes wrong, and any option it did not read, is one
+    ConfigError that starts with ``what``."""
+    try:
+        built = factory(options)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what}: {exc}") from exc
+    except AgentError:
+        raise
+    except Exception as exc:
+        # A factory of your own (by import path, from a package) that fails in any
+        # other way is still a problem of the declaration: say which, in one line.
+        raise ConfigError(f"{what}: the factory failed: {type(exc).__name__}: {exc}") from exc
+    unread = options.unread()
+    if unread:
+        from raf._config.models import unknown_options_error
+
+        raise unknown_options_error(options.where, unread, sorted(options.read))
+    return built

@@ -1,0 +1,229 @@
+"""The config file of the ``raf`` command: the agent, its model, its providers and chat stack.
+
+A file is read once (:func:`raf._config.declarations.read_config`), checked whole against
+:class:`raf._config.models.ConfigFile` (unknown tables and keys, values of the
+wrong type: one line each), then built: the chat client, the run options, the
+providers, the chat stack's middleware, the tools and the agent.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from raf._agent.agent import Agent
+from raf._clients.echo import EchoChatClient
+from raf._config.declarations import (
+    ContextProviderDecl,
+    ProviderFactory,
+    ProviderOptions,
+    _built,
+    _parse_decls,
+    build_provider,
+    import_object,
+    read_config,
+)
+from raf._errors import AgentError, ConfigError
+from raf._values.messages import ChatClient
+from raf._values.options import AgentRunOptions
+from raf._agent.tools import Tool
+from raf._observers.tracing import StageEvent, TraceObserver
+
+if TYPE_CHECKING:
+    from raf._config.models import ModelTable
+
+__all__: list[str] = []
+
+
+@attrs.frozen
+class LoadedConfig:
+    """What a config file describes: the agent, and the options of each of its runs."""
+
+    agent: Agent
+    options: AgentRunOptions
+
+
+def load_agent(path: Path, *, emit: Callable[[StageEvent], None] | None = None) -> Agent:
+    """Build the agent a config file describes (``ConfigError`` says what is wrong, where)."""
+    return load_config(path, emit=emit).agent
+
+
+def load_config(
+    path: Path,
+    *,
+    emit: Callable[[StageEvent], None] | None = None,
+    observers: Sequence[Any] = (),
+) -> LoadedConfig:
+    """The agent and run options a config file describes; ``emit`` traces every stage,
+    ``observers`` are given to the agent too.
+
+    Every mistake is a :class:`ConfigError` naming the file, the table, the
+    entry and the key.
+    """
+    from raf._config.models import check_file
+
+    data = read_config(path)
+    config = check_file(data, str(path))
+    client = _chat_client(config.model, path)
+    options = AgentRunOptions(
+        temperature=config.model.temperature, max_tokens=config.model.max_tokens
+    )
+    providers = _each(data, "providers", path, lambda d: build_provider(d, chat_client=client))
+    chat_stack = _each(data, "chat_stack", path, build_chat_middleware)
+    tools = _tools(config.agent.tools, path)
+    observers = [*([] if emit is None else [TraceObserver(emit)]), *observers]
+    try:
+        agent = Agent(
+            client,
+            name=config.agent.name,
+            instructions=config.agent.instructions,
+            tools=tools,
+            stack=providers,
+            chat_stack=chat_stack,
+            observers=observers,
+        )
+    except (TypeError, ValueError, AgentError) as exc:
+        raise ConfigError(f"{path}: [agent]: {exc}") from exc
+    return LoadedConfig(agent, options)
+
+
+def _each(
+    data: Mapping[str, Any], key: str, path: Path, build: Callable[[ContextProviderDecl], Any]
+) -> list[Any]:
+    """Build each ``[[key]]`` entry; an error names the file and the entry."""
+    built = []
+    for index, decl in enumerate(_parse_decls(data, key, path.parent, str(path))):
+        try:
+            built.append(build(decl))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {key}[{index}]: {exc}") from None
+    return built
+
+
+def _chat_client(model: ModelTable, path: Path) -> ChatClient:
+    if model.client == "echo":
+        return EchoChatClient()
+    from raf._clients.openai import OpenAIChatClient
+    from raf._clients.responses import OpenAIResponsesClient
+
+    kind = model.client
+    if model.model is None:
+        raise ConfigError(f'{path}: [model] client = "{kind}" needs model = "<model name>"')
+    key_env = model.api_key_env or "OPENAI_API_KEY"
+    api_key = os.environ.get(key_env)
+    if not api_key:
+        named = " (named by [model] api_key_env)" if model.api_key_env is not None else ""
+        raise ConfigError(f'{path}: [model] client = "{kind}" needs {key_env} set{named}')
+    extra: dict[str, Any] = {}
+    if model.timeout is not None:
+        # A deadline for the whole call (connection, retries, a trickling reply).
+        extra["timeout"] = model.timeout
+    if model.idle_timeout is not None:
+        # A stream's bound: the silence between two chunks (its length is not bounded).
+        extra["idle_timeout"] = model.idle_timeout
+    # The Responses API client ("openai-responses") takes the same keywords.
+    factory = OpenAIChatClient if kind == "openai" else OpenAIResponsesClient
+    try:
+        return factory(model.model, base_url=model.base_url, api_key=api_key, **extra)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: [model]: {exc}") from exc
+
+
+def _tools(specs: list[str], path: Path) -> list[Any]:
+    tools = []
+    for index, spec in enumerate(specs):
+        where = f"[agent] tools[{index}]"
+        try:
+            found = import_object(spec, base_dir=path.parent, what=where)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        if not isinstance(found, Tool):
+            hint = " (decorate the function with @raf.tool)" if callable(found) else ""
+            raise ConfigError(
+                f"{path}: {where} {spec!r} is a {type(found).__name__}, not a raf Tool{hint}"
+            )
+        tools.append(found)
+    return tools
+
+
+# [[chat_stack]] ------------------------------------------------------------------------------
+
+
+def _retry(o: ProviderOptions) -> Any:
+    from raf._config.models import RetryOptions, option_error
+    from raf._middleware.retry import RetryMiddleware
+
+    options = o.parse(RetryOptions)
+    types: tuple[type[BaseException], ...] | None = None
+    if options.retry_on is not None:
+        found = []
+        for spec in options.retry_on:
+            error = import_object(spec, base_dir=o.decl.base_dir, what="retry_on")
+            if not (isinstance(error, type) and issubclass(error, BaseException)):
+                raise option_error(o.where, "retry_on", "a list of exception classes", spec)
+            found.append(error)
+        types = tuple(found)
+    return RetryMiddleware(
+        attempts=options.attempts,
+        retry_on=types,
+        wait_initial=options.wait_initial,
+        wait_max=options.wait_max,
+    )
+
+
+def _logging(o: ProviderOptions) -> Any:
+    from raf._config.models import LoggingOptions
+    from raf._middleware.logging import LoggingMiddleware
+
+    o.parse(LoggingOptions)
+    return LoggingMiddleware()
+
+
+#: The kinds of ``[[chat_stack]]`` entries: middleware around each model call.
+CHAT_STACK_KINDS: dict[str, ProviderFactory] = {"retry": _retry, "logging": _logging}
+
+
+def parse_chat_stack_decls(
+    data: Mapping[str, Any], *, base_dir: Path | None = None, source: str = "config"
+) -> list[ContextProviderDecl]:
+    """The ``[[chat_stack]]`` of parsed TOML as declarations (``kind`` and options).
+
+    >>> [decl] = parse_chat_stack_decls({"chat_stack": [{"kind": "retry", "attempts": 5}]})
+    >>> build_chat_middleware(decl)
+    RetryMiddleware(attempts=5, retry_on=None, wait_initial=0.5, wait_max=8.0)
+    """
+    return _parse_decls(data, "chat_stack", base_dir, source)
+
+
+def build_chat_middleware(decl: ContextProviderDecl) -> Any:
+    """The chat-stack middleware ``decl`` declares: ``retry``, ``logging``, or an import path.
+
+    ``retry`` takes :class:`raf.RetryMiddleware`'s options (``attempts``,
+    ``wait_initial``, ``wait_max``, ``retry_on`` as a list of import paths of
+    exception classes); ``logging`` takes none. A kind of the form
+    ``"package.module:factory"`` is a factory like a provider kind's, which
+    returns the middleware.
+    """
+    factory = CHAT_STACK_KINDS.get(decl.kind)
+    if factory is None:
+        if ":" not in decl.kind:
+            known = ", ".join(sorted(CHAT_STACK_KINDS))
+            raise ConfigError(
+                f"unknown chat_stack kind {decl.kind!r}; known kinds: {known} "
+                "(or an import path 'package.module:factory')"
+            )
+        factory = import_object(decl.kind, base_dir=decl.base_dir, what="chat_stack kind")
+        if not callable(factory):
+            raise ConfigError(f"chat_stack kind {decl.kind!r} is not callable")
+    options = ProviderOptions(decl, what="chat_stack")
+    middleware = _built(factory, options, f"chat_stack kind {decl.kind!r}")
+    if not callable(middleware):
+        raise ConfigError(
+            f"chat_stack kind {decl.kind!r}: the factory returned {type(middleware).__name__}, "
+            "not middleware (async (request, call_next))"
+        )
+    return middleware

@@ -1,0 +1,1 @@
+"""Observers of a run: tracing, the mermaid drawing, the context ledger."""

@@ -1,0 +1,1 @@
+"""The onion: ContextProvider, the provider layer and compose; parallel groups; observer hooks."""

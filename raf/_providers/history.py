@@ -1,0 +1,181 @@
+"""HistoryProvider: the session's history in, the turn's messages back to the session."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from raf._agent.approvals import still_owed
+from raf._providers.window import TokenCounter, checked_window, read_window
+from raf._values.context import ContextResult, stored_history
+from raf._errors import ApprovalError, StreamClosedError
+from raf._values.messages import AgentResponse, ChatMessage, PendingCall, ToolCall
+from raf._values.options import AgentRunOptions
+from raf._onion.compose import ContextProvider
+from raf._sessions.base import CHECKED_SESSION_TYPES, Session
+
+if TYPE_CHECKING:
+    from raf._values.context import AgentLike
+
+__all__ = ["HistoryProvider", "InMemoryHistoryProvider"]
+
+
+class HistoryProvider(ContextProvider):
+    """Conversation memory: what the session holds goes in, the new turn goes back.
+
+    It works with every session store (in memory, SQLite, Redis): the
+    session is where the history is kept, this provider is what reads and
+    writes it. ``Agent(..., history=True)`` puts one outermost in the stack.
+
+    Pre stage: the session's history, injected before the request messages
+    (the session's snapshot is passed on as it is, so a long history costs
+    no copy). Post stage, on success only: the request messages and every
+    message of the response (tool calls and tool results included) are
+    appended to the session in one ``add_messages`` call. A run that failed
+    or was cancelled persists nothing, so the session never holds half a turn.
+    A response that ends with calls waiting for approval is stored with
+    ``session.record_pending``, which records them in the same step; tool
+    results that open a response answer the previous turn's calls (a
+    resumed run's decisions), so they are stored before the request
+    messages (see ``docs/approvals.md``).
+
+    ``max_messages`` and ``max_tokens`` bound what goes in to the newest
+    messages of the history (a window): at most that many messages, at most
+    that many tokens by ``count_tokens`` (default
+    :func:`raf.approximate_tokens`). The window is read from the store's
+    tail alone, so a turn costs the same over 100,000 stored messages as
+    over 1,000, and it never splits an assistant turn's tool calls from
+    their results. The session keeps everything.
+
+    ``inject=False`` keeps the post stage but injects nothing; use it when a
+    :class:`raf.CompressionProvider` decides what the model sees.
+    ``persist_partial=True`` also stores a streamed turn that its consumer
+    left early (:class:`raf.StreamClosedError`): the request and the partial
+    answer the consumer saw, each tool call left without its result answered
+    as interrupted (a model would refuse a history with a call unanswered).
+
+    >>> import anyio
+    >>> from raf import Agent, EchoChatClient, InMemorySession
+    >>> agent = Agent(EchoChatClient(), stack=[HistoryProvider()])
+    >>> session = InMemorySession()
+    >>> anyio.run(lambda: agent.run("hello", session=session)).text
+    'hello'
+    >>> [m.role for m in anyio.run(session.get_messages)]
+    ['user', 'assistant']
+    """
+
+    kind = "memory"
+
+    def __init__(
+        self,
+        *,
+        inject: bool = True,
+        persist_partial: bool = False,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        count_tokens: TokenCounter | None = None,
+        name: str | None = None,
+    ) -> None:
+        if name is not None:
+            self.name = name
+        self.inject = inject
+        self.persist_partial = persist_partial
+        self.count_tokens = checked_window(max_messages, max_tokens, count_tokens)
+        self.max_messages = max_messages
+        self.max_tokens = max_tokens
+
+    async def on_invoking(
+        self,
+        agent: AgentLike | None,
+        session: Session,
+        messages: Sequence[ChatMessage],
+        options: AgentRunOptions,
+    ) -> ContextResult:
+        """The stored history, as injected messages."""
+        if not self.inject:
+            return ContextResult()
+        history = await read_window(session, self.max_messages, self.max_tokens, self.count_tokens)
+        if not history:
+            return ContextResult()
+        if type(session) in CHECKED_SESSION_TYPES:
+            return stored_history(history)  # no second pass over a long history
+        return ContextResult(messages=history)
+
+    async def on_invoked(
+        self,
+        agent: AgentLike | None,
+        session: Session,
+        request_messages: Sequence[ChatMessage],
+        response: AgentResponse | None,
+        error: BaseException | None,
+    ) -> None:
+        """On success, append the request and every response message in one call."""
+        if response is not None and error is None:
+            messages = response.messages
+            lead = 0  # the answers to the previous turn's calls come before the request
+            while lead < len(messages) and messages[lead].role == "tool":
+                lead += 1
+            answers = await still_owed(session, messages[:lead]) if lead else ()
+            batch = (*answers, *request_messages, *messages[lead:])
+            new = _new_pending(response)
+            if new:
+                record = getattr(session, "record_pending", None)
+                if record is None:
+                    raise ApprovalError(
+                        f"session {type(session).__name__} has no record_pending(): its store "
+                        "cannot keep tool calls that wait for approval (see docs/sessions.md)"
+                    )
+                await record(batch, new)
+            else:
+                await session.add_messages(batch)
+        elif self.persist_partial and type(error) is StreamClosedError:
+            partial = answered(error.partial.messages)
+            await session.add_messages((*request_messages, *partial))
+
+
+def _new_pending(response: AgentResponse) -> tuple[PendingCall, ...]:
+    """The pending calls that this response's own turns asked for (not those still waiting
+    from an earlier turn, which the session recorded then)."""
+    if not response.pending:
+        return ()
+    asked = {call.id for call in response.tool_calls}
+    return tuple(p for p in response.pending if p.call.id in asked)
+
+
+#: What a closed stream's unanswered call is answered with in the stored history.
+INTERRUPTED = "This call was interrupted before its result came back; it may or may not have run."
+
+
+def answered(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """``messages`` with every tool call answered and every tool result after its call.
+
+    A call with no result right after its turn is answered as interrupted
+    (it may have run: the model must not think it was never asked); a tool
+    result that answers no call of the turn before it is dropped (in a
+    resumed run, those answers are stored by the tool loop itself); a turn
+    with neither text nor calls is dropped.
+    """
+    kept: list[ChatMessage] = []
+    owed: dict[str, ToolCall] = {}  # the open turn's calls still without a result
+
+    def close() -> None:
+        kept.extend(ChatMessage.tool(c.id, INTERRUPTED, name=c.name) for c in owed.values())
+        owed.clear()
+
+    for message in messages:
+        if message.role == "tool":
+            if message.tool_call_id in owed:
+                del owed[message.tool_call_id]
+                kept.append(message)
+            continue
+        close()
+        if message.role == "assistant" and not message.tool_calls and not message.content:
+            continue
+        kept.append(message)
+        owed.update((call.id, call) for call in message.tool_calls)
+    close()
+    return tuple(kept)
+
+
+#: The first name of :class:`HistoryProvider`, kept so existing code runs unchanged.
+InMemoryHistoryProvider = HistoryProvider

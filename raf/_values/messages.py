@@ -1,0 +1,541 @@
+"""The messages a model reads and writes (ChatMessage, ToolCall, Usage, AgentResponse,
+Update), and the ChatClient protocol of what reads and writes them."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
+
+import attrs
+
+if TYPE_CHECKING:
+    from raf._values.options import ChatOptions
+
+__all__ = [
+    "AgentResponse",
+    "ChatClient",
+    "ChatMessage",
+    "PendingCall",
+    "StreamingChatClient",
+    "ToolCall",
+    "Update",
+    "Usage",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
+
+
+# Python strings can hold lone surrogates (from "\ud800" in JSON, or surrogateescape'd
+# argv), which no UTF-8 encoder accepts: one such reply would break every later turn.
+_SURROGATES: Final = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(value: Any) -> Any:
+    r"""``value`` with each lone surrogate replaced by U+FFFD; non-strings unchanged.
+
+    The one rule for text entering raf: every string field of a
+    :class:`ChatMessage` and :class:`ToolCall` goes through it, so whatever
+    a client, a session or the command line hands over can be encoded.
+
+    >>> clean_text("bad \udcff byte")
+    'bad \ufffd byte'
+    """
+    if type(value) is str and not value.isascii() and _SURROGATES.search(value):
+        return _SURROGATES.sub("\ufffd", value)
+    return value
+
+
+def _check_role(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in ROLES:
+        raise ValueError(f"ChatMessage.role must be one of {sorted(ROLES)}, got {value!r}")
+
+
+def _check_optional_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and type(value) is not str:
+        raise TypeError(
+            f"{type(instance).__name__}.{attribute.name} must be a str or None, "
+            f"got {type(value).__name__}"
+        )
+
+
+def _check_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) is not str:
+        raise TypeError(
+            f"{type(instance).__name__}.{attribute.name} must be a str, got {type(value).__name__}"
+        )
+
+
+@attrs.frozen(slots=True)
+class ToolCall:
+    """One tool call the model asked for.
+
+    ``arguments`` is the raw JSON text the model sent, kept verbatim so a
+    transcript round-trips exactly; :attr:`parsed_arguments` is the decoded
+    view.
+
+    >>> ToolCall("call_1", "add", '{"a": 1}').parsed_arguments
+    {'a': 1}
+    """
+
+    id: str = attrs.field(converter=clean_text, validator=_check_str)
+    name: str = attrs.field(converter=clean_text, validator=_check_str)
+    arguments: str = attrs.field(default="{}", converter=clean_text, validator=_check_str)
+
+    @property
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded from JSON (raises ``ValueError`` if they are not JSON)."""
+        return json.loads(self.arguments) if self.arguments.strip() else {}
+
+    def to_dict(self) -> dict[str, str]:
+        """A plain-JSON form, used for hashing and storage."""
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
+        """The inverse of :meth:`to_dict`."""
+        return cls(data["id"], data["name"], data.get("arguments", "{}"))
+
+
+@attrs.frozen(slots=True)
+class PendingCall:
+    """A tool call that waits for a person's decision (see ``docs/approvals.md``).
+
+    ``call`` is the model's call, exactly as it will run if approved;
+    ``token`` binds a :class:`raf.Decision` to it: derived from the session
+    id, the call id, the tool name and the canonical arguments, so a
+    decision applies to exactly what was shown.
+    ``AgentResponse.pending`` holds one per waiting call.
+    """
+
+    call: ToolCall = attrs.field()
+    token: str = attrs.field(validator=_check_str)
+
+    @call.validator
+    def _check_call(self, attribute: attrs.Attribute[Any], value: object) -> None:
+        if type(value) is not ToolCall:
+            raise TypeError(f"PendingCall.call must be a ToolCall, got {type(value).__name__}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain-JSON form, what a session store keeps."""
+        return {"token": self.token, "call": self.call.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PendingCall:
+        """The inverse of :meth:`to_dict`."""
+        return cls(ToolCall.from_dict(data["call"]), data["token"])
+
+
+def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    calls = tuple(value)
+    for index, call in enumerate(calls):
+        if type(call) is not ToolCall:
+            raise TypeError(
+                f"ChatMessage.tool_calls[{index}] must be a ToolCall, got {type(call).__name__}"
+            )
+    return calls
+
+
+@attrs.frozen(slots=True)
+class ChatMessage:
+    """One message of a conversation.
+
+    Build them with the role constructors:
+
+    >>> ChatMessage.user("hi")
+    ChatMessage(role='user', content='hi', name=None, tool_calls=(), tool_call_id=None)
+    """
+
+    role: Role = attrs.field(validator=_check_role)
+    content: str | None = attrs.field(
+        default=None, converter=clean_text, validator=_check_optional_str
+    )
+    name: str | None = attrs.field(
+        default=None, converter=clean_text, validator=_check_optional_str, kw_only=True
+    )
+    tool_calls: tuple[ToolCall, ...] = attrs.field(
+        default=(), converter=_to_tool_calls, kw_only=True
+    )
+    tool_call_id: str | None = attrs.field(
+        default=None, converter=clean_text, validator=_check_optional_str, kw_only=True
+    )
+
+    @classmethod
+    def user(cls, text: str, *, name: str | None = None) -> ChatMessage:
+        """A message from the user."""
+        return cls("user", text, name=name)
+
+    @classmethod
+    def system(cls, text: str) -> ChatMessage:
+        """A system (instructions) message."""
+        return cls("system", text)
+
+    @classmethod
+    def assistant(
+        cls, text: str | None = None, *, tool_calls: Iterable[ToolCall] = ()
+    ) -> ChatMessage:
+        """A model turn: text, tool calls, or both."""
+        return cls("assistant", text, tool_calls=tuple(tool_calls))
+
+    @classmethod
+    def tool(cls, call_id: str, content: str, *, name: str | None = None) -> ChatMessage:
+        """The result of the tool call ``call_id``."""
+        return cls("tool", content, tool_call_id=call_id, name=name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain-JSON form with only the fields that are set; stable key order."""
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name is not None:
+            data["name"] = self.name
+        if self.tool_calls:
+            data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChatMessage:
+        """The inverse of :meth:`to_dict`; a missing ``role`` is a ``ValueError``."""
+        if "role" not in data:
+            raise ValueError(f"ChatMessage.from_dict: no 'role' in {sorted(data)!r}")
+        return cls(
+            data["role"],
+            data.get("content"),
+            name=data.get("name"),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls", ())),
+            tool_call_id=data.get("tool_call_id"),
+        )
+
+
+_MESSAGE_TYPE: Final = frozenset({ChatMessage})
+
+
+def checked_messages(items: Iterable[ChatMessage], where: str) -> tuple[ChatMessage, ...]:
+    """``items`` as a tuple, each checked to be a ``ChatMessage``; a ``TypeError`` names
+    the first that is not, as ``where[index]``."""
+    chunk = items if type(items) is tuple else tuple(items)
+    if len(chunk) > 8 and {*map(type, chunk)} <= _MESSAGE_TYPE:
+        return chunk  # a long input checked in C: half the time of the loop below
+    for index, item in enumerate(chunk):
+        if type(item) is not ChatMessage:
+            raise TypeError(f"{where}[{index}] must be a ChatMessage, got {type(item).__name__}")
+    return chunk
+
+
+# One encoder for every call: json.dumps with options builds a new one each time.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def messages_to_json(messages: Iterable[ChatMessage]) -> str:
+    """Canonical JSON of messages: sorted keys, no spaces, UTF-8 kept."""
+    return _CANONICAL.encode([m.to_dict() for m in messages])
+
+
+def _message_tuple(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
+    return checked_messages(messages, "AgentResponse.messages")
+
+
+def _pending(calls: Iterable[PendingCall]) -> tuple[PendingCall, ...]:
+    pending = tuple(calls)
+    for index, call in enumerate(pending):
+        if type(call) is not PendingCall:
+            raise TypeError(
+                f"AgentResponse.pending[{index}] must be a PendingCall, got {type(call).__name__}"
+            )
+    return pending
+
+
+@attrs.frozen(slots=True, repr=False)
+class Usage:
+    """Token counts of one or more model calls; ``+`` adds them up.
+
+    ``cached_input_tokens`` is the part of ``input_tokens`` the provider read
+    from its prompt cache, ``reasoning_tokens`` the part of ``output_tokens``
+    a reasoning model spent thinking; both are 0 when the client does not
+    report them.
+
+    >>> Usage(10, 2, cached_input_tokens=8) + Usage(5, 1)
+    Usage(input_tokens=15, output_tokens=3, cached_input_tokens=8)
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = attrs.field(default=0, kw_only=True)
+    reasoning_tokens: int = attrs.field(default=0, kw_only=True)
+
+    @property
+    def total_tokens(self) -> int:
+        """Input and output tokens together."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def __repr__(self) -> str:
+        # The breakdowns only when there is one: most clients report none.
+        text = f"Usage(input_tokens={self.input_tokens}, output_tokens={self.output_tokens}"
+        if self.cached_input_tokens:
+            text += f", cached_input_tokens={self.cached_input_tokens}"
+        if self.reasoning_tokens:
+            text += f", reasoning_tokens={self.reasoning_tokens}"
+        return text + ")"
+
+
+@attrs.frozen(slots=True)
+class AgentResponse:
+    """What a model call, or a whole run, produced.
+
+    ``messages`` holds every message the run added: assistant turns with
+    tool calls, tool results, and the final answer. ``usage`` sums the
+    calls; ``raw`` is the last call's raw response, when the client has one.
+    ``output`` is the final answer validated into the run's ``output_type``
+    (``None`` when the run asked for none); ``model`` names the model that
+    answered when a client or middleware says (:class:`raf.FallbackMiddleware`
+    does), else ``None``.
+    ``pending`` holds the tool calls that wait for a person's decision
+    (:class:`PendingCall`); the run stopped before them (see
+    ``docs/approvals.md``).
+    """
+
+    messages: tuple[ChatMessage, ...] = attrs.field(default=(), converter=_message_tuple)
+    usage: Usage | None = None
+    raw: Any = attrs.field(default=None, eq=False, repr=False)
+    output: Any = attrs.field(default=None, kw_only=True, repr=False)
+    model: str | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
+    pending: tuple[PendingCall, ...] = attrs.field(default=(), kw_only=True, converter=_pending)
+
+    @property
+    def text(self) -> str:
+        """The last assistant message's text; ``""`` if there is none."""
+        for message in reversed(self.messages):
+            if message.role == "assistant":
+                return message.content or ""
+        return ""
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls the model asked for in these messages, in order."""
+        calls: tuple[ToolCall, ...] = ()
+        for message in self.messages:
+            if message.tool_calls:
+                calls += message.tool_calls
+        return calls
+
+    @classmethod
+    def from_updates(cls, updates: Iterable[Update]) -> AgentResponse:
+        """The response that a stream of updates amounts to.
+
+        Text deltas and tool calls make up an assistant turn (``content`` is
+        ``None`` when the turn had no text update); a ``"tool_result"``
+        update closes the turn and adds its tool message; usages are summed
+        (``None`` when there was none). ``raw`` is ``None``: the chunks stay on
+        the updates. For one client, the assembled response equals what its
+        ``complete`` returns for the same answer.
+
+        >>> AgentResponse.from_updates([Update.of_text("Hel"), Update.of_text("lo")]).text
+        'Hello'
+        """
+        messages: list[ChatMessage] = []
+        text: list[str] | None = None
+        calls: list[ToolCall] = []
+        usage: Usage | None = None
+        pending: list[PendingCall] = []
+        for update in updates:
+            kind = update.kind
+            if kind == "text":
+                if text is None:
+                    text = [update.text]
+                else:
+                    text.append(update.text)
+            elif kind == "tool_call":
+                calls.append(update.tool_call)  # type: ignore[arg-type]
+            elif kind == "tool_result":
+                if text is not None or calls:
+                    messages.append(_turn(text, calls))
+                    text, calls = None, []
+                messages.append(update.message)  # type: ignore[arg-type]
+            elif kind == "usage":
+                assert update.usage is not None
+                usage = update.usage if usage is None else usage + update.usage
+            elif kind == "approval":
+                pending.append(update.pending)  # type: ignore[arg-type]
+        if text is not None or calls:
+            messages.append(_turn(text, calls))
+        return cls(tuple(messages), usage, pending=tuple(pending))
+
+    def to_updates(self) -> tuple[Update, ...]:
+        """The updates a stream of this response sends: the inverse of :meth:`from_updates`.
+
+        Each assistant turn is its text (one update, when it has text) and its
+        tool calls; each tool message a ``"tool_result"``; the usage last.
+        Other messages (user, system) have no update. raf streams the answer
+        of a client without ``stream`` this way.
+
+        >>> answer = AgentResponse((ChatMessage.assistant("hi"),), Usage(1, 1))
+        >>> [update.kind for update in answer.to_updates()]
+        ['text', 'usage']
+        """
+        updates: list[Update] = []
+        for message in self.messages:
+            if message.role == "assistant":
+                if message.content is not None:
+                    updates.append(Update("text", message.content))
+                updates.extend(Update("tool_call", tool_call=call) for call in message.tool_calls)
+            elif message.role == "tool":
+                updates.append(Update("tool_result", message=message))
+        if self.usage is not None:
+            updates.append(Update("usage", usage=self.usage))
+        updates.extend(Update("approval", pending=pending) for pending in self.pending)
+        return tuple(updates)
+
+
+def _turn(text: list[str] | None, calls: Sequence[ToolCall]) -> ChatMessage:
+    return ChatMessage(
+        "assistant", None if text is None else "".join(text), tool_calls=tuple(calls)
+    )
+
+
+UpdateKind = Literal["text", "tool_call", "tool_result", "usage", "approval"]
+_UPDATE_KINDS: Final = ("text", "tool_call", "tool_result", "usage", "approval")
+
+
+@attrs.frozen(slots=True, repr=False)
+class Update:
+    """One event of a streamed run (see ``docs/streaming.md``).
+
+    ``kind`` says which field carries it: ``"text"`` a delta of the
+    assistant's text in ``text``; ``"tool_call"`` a complete call in
+    ``tool_call`` (sent once its arguments are complete); ``"tool_result"``
+    the tool message of a call in ``message``; ``"usage"`` the token counts
+    of a model call in ``usage``; ``"approval"`` a call that waits for a
+    person's decision in ``pending`` (sent before the stream ends). ``raw``
+    is the client's own chunk, if any (not part of equality). Build them
+    with the ``of_*`` constructors.
+
+    >>> Update.of_text("Hel")
+    Update(kind='text', text='Hel')
+    >>> Update.of_tool_call(ToolCall("c1", "now")).kind
+    'tool_call'
+    """
+
+    kind: UpdateKind
+    text: str = ""
+    tool_call: ToolCall | None = None
+    message: ChatMessage | None = None
+    usage: Usage | None = None
+    raw: Any = attrs.field(default=None, eq=False, repr=False)
+    pending: PendingCall | None = attrs.field(default=None, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        # One check per kind, in one place: a malformed update is refused where it is
+        # built (in the client), not when the run assembles the answer.
+        kind = self.kind
+        if type(self.text) is not str:
+            raise TypeError(f"Update.text must be a str, got {type(self.text).__name__}")
+        if kind == "text":
+            return
+        if self.text:
+            raise ValueError(f"Update.text is for 'text' updates, not {kind!r} ones: {self!r}")
+        if kind == "tool_call":
+            if type(self.tool_call) is not ToolCall:
+                raise TypeError(
+                    f"a 'tool_call' Update needs tool_call=ToolCall(...), got {self.tool_call!r}"
+                )
+        elif kind == "tool_result":
+            message = self.message
+            if type(message) is not ChatMessage or message.role != "tool":
+                raise TypeError(
+                    f"a 'tool_result' Update needs message=ChatMessage.tool(...), got {message!r}"
+                )
+        elif kind == "usage":
+            if type(self.usage) is not Usage:
+                raise TypeError(f"a 'usage' Update needs usage=Usage(...), got {self.usage!r}")
+        elif kind == "approval":
+            if type(self.pending) is not PendingCall:
+                raise TypeError(
+                    f"an 'approval' Update needs pending=PendingCall(...), got {self.pending!r}"
+                )
+        else:
+            raise ValueError(f"Update.kind must be one of {list(_UPDATE_KINDS)}, got {kind!r}")
+
+    def __repr__(self) -> str:
+        # Only the field the kind uses: a stream of updates reads as one line each.
+        kind = self.kind
+        value = (
+            ("text", self.text)
+            if kind == "text"
+            else ("tool_call", self.tool_call)
+            if kind == "tool_call"
+            else ("message", self.message)
+            if kind == "tool_result"
+            else ("pending", self.pending)
+            if kind == "approval"
+            else ("usage", self.usage)
+        )
+        return f"Update(kind={kind!r}, {value[0]}={value[1]!r})"
+
+    @classmethod
+    def of_text(cls, text: str, *, raw: Any = None) -> Update:
+        """A delta of the assistant's text."""
+        return cls("text", text, raw=raw)
+
+    @classmethod
+    def of_tool_call(cls, call: ToolCall, *, raw: Any = None) -> Update:
+        """A tool call, complete with its arguments."""
+        return cls("tool_call", tool_call=call, raw=raw)
+
+    @classmethod
+    def of_tool_result(cls, message: ChatMessage) -> Update:
+        """The tool message that answers a call."""
+        return cls("tool_result", message=message)
+
+    @classmethod
+    def of_usage(cls, usage: Usage, *, raw: Any = None) -> Update:
+        """The token counts of one model call."""
+        return cls("usage", usage=usage, raw=raw)
+
+
+#: Where a streamed run sends its updates: ``async (Update) -> None`` (ASGI's ``send``).
+OnUpdate = Callable[[Update], Awaitable[None]]
+
+
+@runtime_checkable
+class ChatClient(Protocol):
+    """A chat model: messages and options in, the model's turn out.
+
+    The response's ``messages`` hold the assistant turn (text, tool calls or
+    both); failures are :class:`raf.ChatClientError` subclasses.
+    A client may also have ``stream`` (see :class:`StreamingChatClient`); a
+    streamed run of a client without it sends the answer of ``complete`` as
+    updates once it has come.
+    """
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse: ...
+
+
+@runtime_checkable
+class StreamingChatClient(ChatClient, Protocol):
+    """A chat client that can also send its turn as it comes.
+
+    ``stream`` returns an async iterator (an async generator, typically) of
+    :class:`raf.Update`: text deltas, each tool call once its arguments are
+    complete, and the call's usage. ``AgentResponse.from_updates`` of what it
+    yields must equal what ``complete`` returns for the same answer. raf
+    closes the iterator with ``aclose()`` when the run stops early, so a
+    generator's ``finally`` is where the connection is released.
+    """
+
+    def stream(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AsyncIterator[Update]:
+        """The model's turn, update by update."""
+        ...

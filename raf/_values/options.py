@@ -1,0 +1,120 @@
+"""The knobs of a run (AgentRunOptions) and of one model call (ChatOptions)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from raf._agent.tools import Tool
+
+__all__ = ["AgentRunOptions", "ChatOptions"]
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"extra must be a mapping, got {type(value).__name__}")
+    return MappingProxyType(dict(value)) if value else _EMPTY
+
+
+def _not_negative(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{attribute.name} must be an int >= 0, got {value!r}")
+
+
+def _schema_of(output_type: Any) -> Mapping[str, Any] | None:
+    """The JSON Schema the model is asked to answer for ``output_type``; ``None`` for
+    none, and for ``str`` (the answer's text is the output)."""
+    if output_type is None or output_type is str:
+        return None
+    from raf._agent.output import output_spec  # pydantic, only for a run that asks for a type
+
+    return output_spec(output_type).schema
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
+
+
+@attrs.frozen(slots=True)
+class AgentRunOptions:
+    """Options of one run; ``None`` leaves the choice to the chat client.
+
+    ``max_tool_iterations`` counts model calls: a run makes at most that many.
+    ``extra`` is passed through to the chat client untouched.
+
+    ``output_type`` asks for structured output (``agent.run(..., output_type=T)``
+    sets it): a pydantic model, a dataclass, a ``TypedDict`` or a plain type
+    (``int``, ``list[Item]``); ``output_schema`` is its JSON Schema, made here
+    (read-only: share it, never change it), which the chat client gets as
+    :attr:`ChatOptions.output_schema`. ``output_retries`` is how many more
+    times a final answer that does not validate is told to the model and
+    asked for again (see ``docs/structured-output.md``).
+
+    >>> AgentRunOptions(model="gpt-4o-mini", temperature=0.0).max_tool_iterations
+    10
+    """
+
+    model: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    tool_choice: str | Mapping[str, Any] | None = None
+    max_tool_iterations: int = attrs.field(default=10, validator=_positive)
+    extra: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_frozen_mapping)
+    output_type: Any = None
+    output_retries: int = attrs.field(default=1, validator=_not_negative)
+    output_schema: Mapping[str, Any] | None = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "output_schema", _schema_of(self.output_type))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # extra is a read-only mapping proxy, which cannot pickle (a durable run's options
+        # cross DBOS pickled): rebuilt from a dict, through the converter.
+        fields = (self.model, self.temperature, self.max_tokens, self.tool_choice)
+        output = (self.output_type, self.output_retries)
+        return (AgentRunOptions, (*fields, self.max_tool_iterations, dict(self.extra), *output))
+
+
+@attrs.frozen(slots=True)
+class ChatOptions:
+    """What a chat client gets with the messages: the run's options and the tools.
+
+    ``output_schema``, when set, is the JSON Schema (an object) the final
+    answer must match (the run's ``output_type``): a client that can ask the
+    model for it does (OpenAI's structured outputs); others ignore it, and
+    raf validates the answer either way.
+    """
+
+    model: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    tool_choice: str | Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_frozen_mapping)
+    tools: tuple[Tool, ...] = ()
+    output_schema: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_run(
+        cls, options: AgentRunOptions, tools: tuple[Tool, ...], default_model: str | None = None
+    ) -> ChatOptions:
+        """The chat options for a run with ``options`` offering ``tools``.
+
+        ``default_model`` (the client's own) stands in for a run that names
+        none, so the chat stack sees the model the call will use.
+        """
+        return cls(
+            options.model if options.model is not None else default_model,
+            options.temperature,
+            options.max_tokens,
+            options.tool_choice,
+            options.extra,
+            tools,
+            options.output_schema,
+        )

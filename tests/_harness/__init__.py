@@ -1,0 +1,1 @@
+"""What the tests start and drive: servers, workers, loopback vendors."""

@@ -1,0 +1,132 @@
+"""The agent the serving tests serve: a model that streams word by word, slowly if asked.
+
+``uvicorn tests._harness.serve_agent:create --factory`` builds it from the environment
+(``RAF_TEST_SERVE``: a JSON object with ``delay`` between words, ``db`` and
+``keys``), so a test can run the real app in a real server process.
+
+What the model answers depends on the last message:
+- a user message ``fail:timeout`` / ``fail:rate`` / ``fail:model``: that model error;
+- a user message containing ``delete``: a call of ``delete`` (a tool that waits
+  for approval) on ``notes.txt``; after its result, ``the tool said <result>``;
+- a user message containing ``tool``: a call of the tool ``shout``; after its
+  result, ``the tool said <result>``;
+- a user message ``long``: 200 words (a stream to leave in the middle);
+- anything else: ``seen N: <the user text>``, N the count of messages it got
+  (so a test sees the history reach the model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import anyio
+
+import raf
+import raf.serve
+from raf import (
+    AgentResponse,
+    ChatMessage,
+    ChatOptions,
+    ChatTimeoutError,
+    HistoryProvider,
+    RateLimitError,
+    ServerError,
+    ToolCall,
+    Update,
+)
+
+
+@raf.tool
+def shout(text: str) -> str:
+    """Say ``text`` loudly."""
+    return text.upper()
+
+
+class WordModel:
+    """A streaming chat client that answers by the rules of this module."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse:
+        return AgentResponse.from_updates([u async for u in self.stream(messages, options)])
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AsyncIterator[Update]:
+        last = messages[-1]
+        text = last.content or ""
+        if last.role == "user" and text.startswith("fail:"):
+            kind = text[5:]
+            if kind == "timeout":
+                raise ChatTimeoutError("the model took too long", status_code=408)
+            if kind == "rate":
+                raise RateLimitError("slow down", status_code=429, retry_after=7)
+            raise ServerError("the model broke", status_code=500)
+        if last.role == "user" and "delete" in text:
+            yield Update.of_tool_call(ToolCall("call-del", "delete", '{"path": "notes.txt"}'))
+            yield Update.of_usage(raf.Usage(3, 1))
+            return
+        if last.role == "user" and "tool" in text:
+            yield Update.of_tool_call(ToolCall("call-1", "shout", json.dumps({"text": "hi"})))
+            yield Update.of_usage(raf.Usage(3, 1))
+            return
+        if last.role == "tool":
+            words = ["the ", "tool ", "said ", last.content or ""]
+        elif text == "long":
+            words = [f"w{i} " for i in range(200)]
+        else:
+            words = [f"seen {len(messages)}: "] + [f"{w} " for w in text.split()]
+        for word in words:
+            if self.delay:
+                await anyio.sleep(self.delay)
+            yield Update.of_text(word)
+        yield Update.of_usage(raf.Usage(len(messages), len(words)))
+
+
+def make_agent(
+    delay: float = 0.0,
+    *,
+    post_timeout: float = 10.0,
+    on_delete: Callable[[str], None] | None = None,
+) -> raf.Agent:
+    """The served agent: a history that keeps partial answers, ``shout``, and ``delete``
+    (which waits for approval; ``on_delete(path)`` is called each time it runs)."""
+
+    @raf.tool(approval=True)
+    def delete(path: str) -> str:
+        """Delete the file ``path`` (pretend): it waits for a person's approval."""
+        if on_delete is not None:
+            on_delete(path)
+        return f"deleted {path}"
+
+    return raf.Agent(
+        WordModel(delay),
+        name="word-agent",
+        tools=[shout, delete],
+        stack=[HistoryProvider(persist_partial=True)],
+        post_timeout=post_timeout,
+    )
+
+
+def create() -> Any:
+    """The ASGI app, configured by ``RAF_TEST_SERVE`` (for uvicorn's ``--factory``)."""
+    config = json.loads(os.environ.get("RAF_TEST_SERVE", "{}"))
+    deleted = config.get("deleted")  # a file where each run of ``delete`` adds a line
+
+    def on_delete(path: str) -> None:
+        if deleted is not None:
+            with open(deleted, "a") as log:
+                log.write(path + "\n")
+
+    return raf.serve.app(
+        make_agent(config.get("delay", 0.0), on_delete=on_delete),
+        store=config.get("db"),
+        api_keys=config.get("keys"),
+        max_body=config.get("max_body", 4 * 1024 * 1024),
+    )

@@ -1,0 +1,172 @@
+"""The history window: HistoryProvider(max_messages=, max_tokens=) and CompressionProvider's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raf import (
+    Agent,
+    ChatMessage,
+    CompressionProvider,
+    HistoryProvider,
+    InMemorySession,
+    ScriptedChatClient,
+    SqliteSessionStore,
+    ToolCall,
+    TruncationStrategy,
+    approximate_tokens,
+    check_tool_pairing,
+)
+from raf._providers.window import read_window
+from raf._sessions.base import RequestHash
+from raf.testing.strategies import histories
+
+pytestmark = pytest.mark.anyio
+
+
+class PlainSession:
+    """A session with the four protocol methods only: no ``get_last_messages``."""
+
+    def __init__(self, messages: Sequence[ChatMessage]) -> None:
+        self.inner = InMemorySession()
+        self.messages = list(messages)
+        self.id = "plain"
+
+    async def get_messages(self) -> tuple[ChatMessage, ...]:
+        return tuple(self.messages)
+
+    async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
+        self.messages += messages
+
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
+        return await self.inner.touch_request_hash(messages)
+
+    async def request_hashes(self) -> dict[str, float]:
+        return await self.inner.request_hashes()
+
+
+def chat(n: int) -> list[ChatMessage]:
+    return [
+        ChatMessage.user(f"q{i}") if i % 2 == 0 else ChatMessage.assistant(f"a{i}")
+        for i in range(n)
+    ]
+
+
+async def injected(provider: HistoryProvider, session: object) -> tuple[ChatMessage, ...]:
+    result = await provider.on_invoking(None, session, (), None)  # type: ignore[arg-type]
+    return tuple(result.messages)
+
+
+async def test_max_messages_injects_the_newest() -> None:
+    session = InMemorySession()
+    await session.add_messages(chat(10))
+    assert await injected(HistoryProvider(max_messages=4), session) == tuple(chat(10)[-4:])
+    assert await injected(HistoryProvider(max_messages=40), session) == tuple(chat(10))
+
+
+async def test_a_window_never_splits_a_tool_call_from_its_results() -> None:
+    call = ToolCall("c1", "now", "{}")
+    history = [
+        ChatMessage.user("what time is it"),
+        ChatMessage.assistant(None, tool_calls=[call]),
+        ChatMessage.tool("c1", "noon"),
+        ChatMessage.assistant("noon"),
+    ]
+    session = InMemorySession()
+    await session.add_messages(history)
+    # The newest 2 would start with the call's result: the cut moves past the whole unit.
+    assert await injected(HistoryProvider(max_messages=2), session) == (history[3],)
+    assert await injected(HistoryProvider(max_messages=3), session) == tuple(history[1:])
+    assert await injected(HistoryProvider(max_messages=4), session) == tuple(history)
+
+
+async def test_max_tokens_keeps_the_newest_that_fit() -> None:
+    session = InMemorySession()
+    await session.add_messages(chat(10))
+    one_each = HistoryProvider(max_tokens=3, count_tokens=lambda message: 1)
+    assert await injected(one_each, session) == tuple(chat(10)[-3:])
+    cost = approximate_tokens(chat(10)[-1])
+    assert len(await injected(HistoryProvider(max_tokens=2 * cost), session)) == 2
+
+
+async def test_a_budget_alone_reads_more_until_it_is_reached() -> None:
+    session = InMemorySession()
+    await session.add_messages(chat(1500))
+    provider = HistoryProvider(max_tokens=1000, count_tokens=lambda message: 1)
+    assert await injected(provider, session) == tuple(chat(1500)[-1000:])
+    everything = HistoryProvider(max_tokens=10_000, count_tokens=lambda message: 1)
+    assert await injected(everything, session) == tuple(chat(1500))
+
+
+async def test_a_session_without_get_last_messages_is_read_whole_and_cut() -> None:
+    session = PlainSession(chat(10))
+    assert await injected(HistoryProvider(max_messages=3), session) == tuple(chat(10)[-3:])
+
+
+async def test_sqlite_reads_only_the_window(tmp_path: Path) -> None:
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        await (await store.get("long")).add_messages(chat(500))
+    async with SqliteSessionStore(tmp_path / "s.db") as store:
+        session = await store.get("long")
+        assert await injected(HistoryProvider(max_messages=20), session) == tuple(chat(500)[-20:])
+        assert len(session._history) == 20  # what was decoded: the window, not 500 rows
+
+
+async def test_an_agent_with_a_window_sends_the_window_and_stores_everything() -> None:
+    client = ScriptedChatClient(["one", "two", "three"])
+    agent = Agent(client, stack=[HistoryProvider(max_messages=2)])
+    session = InMemorySession()
+    for text in ("a", "b", "c"):
+        await agent.run(text, session=session)
+    assert [m.content for m in client.requests[-1].messages] == ["b", "two", "c"]
+    assert len(await session.get_messages()) == 6
+
+
+async def test_compression_reads_the_same_window() -> None:
+    session = InMemorySession()
+    await session.add_messages(chat(10))
+    provider = CompressionProvider(TruncationStrategy(keep_last=100), max_messages=4)
+    result = await provider.on_invoking(None, session, (), None)  # type: ignore[arg-type]
+    assert tuple(result.messages) == tuple(chat(10)[-4:])
+    assert result.replace_messages
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_messages": 0}, {"max_tokens": -1}, {"max_messages": 1.5}, {"max_tokens": True}],
+)
+def test_bad_window_options_are_value_errors(options: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="positive int"):
+        HistoryProvider(**options)  # type: ignore[arg-type]
+
+
+def test_a_token_counter_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="count_tokens"):
+        HistoryProvider(max_tokens=10, count_tokens=3)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    history=histories(max_turns=12),
+    max_messages=st.none() | st.integers(1, 12),
+    max_tokens=st.none() | st.integers(1, 80),
+)
+async def test_the_window_is_a_whole_suffix_within_bounds(
+    history: tuple[ChatMessage, ...], max_messages: int | None, max_tokens: int | None
+) -> None:
+    session = InMemorySession()
+    await session.add_messages(history)
+    window = await read_window(session, max_messages, max_tokens)
+    assert window == history[len(history) - len(window) :]  # the newest messages, in order
+    assert check_tool_pairing(window) is None
+    if max_messages is not None:
+        assert len(window) <= max_messages
+    if max_tokens is not None:
+        assert sum(approximate_tokens(m) for m in window) <= max_tokens
+    # The same window whether the store reads its tail or everything.
+    assert await read_window(PlainSession(history), max_messages, max_tokens) == window

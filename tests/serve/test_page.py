@@ -1,0 +1,158 @@
+"""The chat page in a real headless Chromium (Debian's chromium and chromium-driver).
+
+``make test`` installs both when missing (the ``chromium`` target). The test
+types a question, sees the answer grow, presses Stop, reloads and finds the
+partial answer in the history; it saves a screenshot in ``tests/artifacts/``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+from tests._harness.uvicorn_server import ServedAgent
+
+pytestmark = pytest.mark.slow
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if binary is None or driver is None:
+        pytest.fail("chromium and chromium-driver are not installed: run `make chromium`")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=900,700"):
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
+    chrome = webdriver.Chrome(options=options, service=Service(driver))
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 15) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("the page did not get there in time")
+        time.sleep(0.05)
+
+
+def answers(browser: webdriver.Chrome) -> list[str]:
+    return [e.text.strip() for e in browser.find_elements(By.CSS_SELECTOR, ".msg.assistant")]
+
+
+def test_the_page_streams_stops_and_shows_the_partial_answer_after_a_reload(
+    browser: webdriver.Chrome,
+) -> None:
+    with ServedAgent(delay=0.03) as server:
+        browser.get(f"{server.url}/")
+        assert "word-agent" in browser.title
+        browser.find_element(By.ID, "input").send_keys("long")
+        browser.find_element(By.ID, "send").click()
+        # The answer grows as it streams.
+        first = wait_until(lambda: len(answers(browser)) == 1 and len(answers(browser)[0]) > 10)
+        grown = wait_until(lambda: len(answers(browser)[0].split()) >= 15 and answers(browser))
+        assert first
+        assert len(grown[0]) > 10
+        browser.find_element(By.ID, "stop").click()
+        stopped = wait_until(lambda: "(stopped)" in answers(browser)[0] and answers(browser))[0]
+        shown = stopped.replace("(stopped)", "").split()
+        time.sleep(0.5)  # the page no longer grows: the stream is closed
+        assert answers(browser)[0].replace("(stopped)", "").split() == shown
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "serve_page_stopped.png"))
+        browser.refresh()
+        history = wait_until(lambda: answers(browser))
+        stored = history[0].split()
+        # The partial answer, as far as the server had sent it: what the page showed, then
+        # at most the few words in flight when Stop was pressed; never the whole answer.
+        assert stored[: len(shown)] == shown
+        assert len(stored) < 200
+        users = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.user")]
+        assert users == ["long"]
+        # The conversation goes on in the same session, with the partial answer in it.
+        browser.find_element(By.ID, "input").send_keys("and then")
+        browser.find_element(By.ID, "send").click()
+        try:
+            wait_until(lambda: len(answers(browser)) == 2 and answers(browser)[1].endswith("then"))
+        finally:
+            ARTIFACTS.mkdir(exist_ok=True)
+            browser.save_screenshot(str(ARTIFACTS / "serve_page.png"))
+        assert answers(browser)[1] == "seen 3: and then"
+
+
+def test_the_page_approves_and_denies_a_waiting_call_across_reloads(
+    browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    deleted = tmp_path / "deleted.log"  # the server process adds a line each time delete runs
+
+    def runs() -> list[str]:
+        return deleted.read_text().split() if deleted.exists() else []
+
+    def buttons(name: str) -> list[Any]:
+        return browser.find_elements(By.CSS_SELECTOR, f".msg.tool button.{name}")
+
+    with ServedAgent(deleted=str(deleted)) as server:
+        browser.get(f"{server.url}/")
+        browser.find_element(By.ID, "input").send_keys("please delete my notes")
+        browser.find_element(By.ID, "send").click()
+        (approve,) = wait_until(lambda: buttons("approve"))
+        row = browser.find_element(By.CSS_SELECTOR, ".msg.tool.waiting")
+        assert 'delete({"path": "notes.txt"})' in row.text
+        assert runs() == []
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "serve_page_pending.png"))
+        approve.click()
+        wait_until(lambda: answers(browser) == ["the tool said deleted notes.txt"])
+        assert runs() == ["notes.txt"]
+        assert buttons("approve") == []
+        row = browser.find_element(By.CSS_SELECTOR, ".msg.tool")
+        assert "(approved)" in row.text
+        assert "→ deleted notes.txt" in row.text
+        # After a reload the history is whole: the question, the call and its result, the answer.
+        browser.refresh()
+        wait_until(lambda: answers(browser))
+        users = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.user")]
+        assert users == ["please delete my notes"]
+        tools = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.tool")]
+        assert len(tools) == 1
+        assert "→ deleted notes.txt" in tools[0]
+        assert answers(browser) == ["the tool said deleted notes.txt"]
+        assert buttons("approve") == []
+        # A second call waits; the page is reloaded before anyone decides: the buttons are back.
+        browser.find_element(By.ID, "input").send_keys("delete them again")
+        browser.find_element(By.ID, "send").click()
+        wait_until(lambda: buttons("deny"))
+        browser.refresh()
+        (deny,) = wait_until(lambda: buttons("deny"))
+        browser.find_element(By.CSS_SELECTOR, ".msg.tool.waiting input.reason").send_keys(
+            "keep them"
+        )
+        deny.click()
+        wait_until(lambda: len(answers(browser)) == 2)
+        assert answers(browser)[1].startswith("the tool said The user did not approve this call")
+        assert "keep them" in answers(browser)[1]
+        assert runs() == ["notes.txt"]  # the approved call ran once; the denied one never
+        browser.refresh()
+        wait_until(lambda: len(answers(browser)) == 2)
+        tools = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.tool")]
+        assert len(tools) == 2
+        assert "did not approve" in tools[1]
+        assert buttons("approve") == []
+        assert buttons("deny") == []
+        browser.save_screenshot(str(ARTIFACTS / "serve_page_approvals.png"))
