@@ -6,7 +6,9 @@ import typing
 
 from raf._agent.agent import Agent
 from raf._agent.approvals import Decision
-from raf._values.context import AgentLike, ContextResult, Invocation, merge
+from raf._agent.streaming import AgentStream
+from raf._agent.tool_loop import ToolRequest
+from raf._agent.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
 from raf._errors import (
     AgentError,
     ApprovalError,
@@ -38,6 +40,13 @@ from raf._errors import (
     ToolLoopError,
     ToolSchemaError,
 )
+from raf._onion.compose import ContextProvider, ContextProviderLike
+from raf._onion.observe import Observer, ProviderStage
+from raf._onion.parallel import ProviderGroup, parallel
+from raf._onion.pipeline import CallNext, ChatRequest, Middleware, compose
+from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, Session, request_hash
+from raf._sessions.memory import InMemorySession
+from raf._values.context import AgentLike, ContextResult, Invocation, merge
 from raf._values.messages import (
     AgentResponse,
     ChatClient,
@@ -48,19 +57,27 @@ from raf._values.messages import (
     Update,
     Usage,
 )
-from raf._onion.observe import Observer, ProviderStage
 from raf._values.options import AgentRunOptions, ChatOptions
-from raf._onion.parallel import ProviderGroup, parallel
-from raf._onion.pipeline import CallNext, ChatRequest, Middleware, compose
-from raf._onion.compose import ContextProvider, ContextProviderLike
-from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, Session, request_hash
-from raf._sessions.memory import InMemorySession
-from raf._agent.streaming import AgentStream
-from raf._agent.tool_loop import ToolRequest
-from raf._agent.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
 
 if typing.TYPE_CHECKING:
     # Loaded on first use (see _LAZY below); imported here for type checkers and the docs.
+    from raf._clients.echo import EchoChatClient as EchoChatClient
+    from raf._clients.openai import OpenAIChatClient as OpenAIChatClient
+    from raf._clients.responses import OpenAIResponsesClient as OpenAIResponsesClient
+    from raf._clients.scripted import ScriptedChatClient as ScriptedChatClient
+    from raf._config.declarations import PROVIDER_KINDS as PROVIDER_KINDS
+    from raf._config.declarations import ContextProviderDecl as ContextProviderDecl
+    from raf._config.declarations import ProviderOptions as ProviderOptions
+    from raf._config.declarations import build_provider as build_provider
+    from raf._config.declarations import build_providers as build_providers
+    from raf._config.declarations import load_provider_decls as load_provider_decls
+    from raf._config.declarations import register_provider_kind as register_provider_kind
+    from raf._middleware.fallback import FallbackMiddleware as FallbackMiddleware
+    from raf._middleware.logging import LoggingMiddleware as LoggingMiddleware
+    from raf._middleware.retry import RetryMiddleware as RetryMiddleware
+    from raf._observers.mermaid import MermaidObserver as MermaidObserver
+    from raf._observers.tracing import StageEvent as StageEvent
+    from raf._observers.tracing import TraceObserver as TraceObserver
     from raf._providers.compression import CompressionProvider as CompressionProvider
     from raf._providers.compression import CompressionStrategy as CompressionStrategy
     from raf._providers.compression import SummaryStrategy as SummaryStrategy
@@ -79,25 +96,8 @@ if typing.TYPE_CHECKING:
     from raf._providers.mcp import McpToolsProvider as McpToolsProvider
     from raf._providers.skills import AgentSkillsProvider as AgentSkillsProvider
     from raf._providers.workspace import WorkspaceContextProvider as WorkspaceContextProvider
-    from raf._clients.echo import EchoChatClient as EchoChatClient
-    from raf._clients.openai import OpenAIChatClient as OpenAIChatClient
-    from raf._clients.responses import OpenAIResponsesClient as OpenAIResponsesClient
-    from raf._clients.scripted import ScriptedChatClient as ScriptedChatClient
-    from raf._config.declarations import PROVIDER_KINDS as PROVIDER_KINDS
-    from raf._config.declarations import ContextProviderDecl as ContextProviderDecl
-    from raf._config.declarations import ProviderOptions as ProviderOptions
-    from raf._config.declarations import build_provider as build_provider
-    from raf._config.declarations import build_providers as build_providers
-    from raf._config.declarations import load_provider_decls as load_provider_decls
-    from raf._config.declarations import register_provider_kind as register_provider_kind
-    from raf._observers.mermaid import MermaidObserver as MermaidObserver
-    from raf._middleware.fallback import FallbackMiddleware as FallbackMiddleware
-    from raf._middleware.logging import LoggingMiddleware as LoggingMiddleware
-    from raf._middleware.retry import RetryMiddleware as RetryMiddleware
     from raf._sessions.redis import RedisSessionStore as RedisSessionStore
     from raf._sessions.sqlite import SqliteSessionStore as SqliteSessionStore
-    from raf._observers.tracing import StageEvent as StageEvent
-    from raf._observers.tracing import TraceObserver as TraceObserver
 
 __all__ = [
     "Agent",

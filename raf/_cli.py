@@ -28,11 +28,11 @@ from raf._errors import (
     StreamClosedError,
     ToolError,
 )
-from raf._values.messages import AgentResponse, Update
 from raf._metadata import docs_url, installed_version
+from raf._observers.tracing import StageEvent
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
-from raf._observers.tracing import StageEvent
+from raf._values.messages import AgentResponse, Update
 
 __all__: list[str] = []
 

@@ -44,13 +44,13 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from raf._agent.agent import Agent
-from raf._values.context import ContextResult, Invocation
-from raf._errors import StreamClosedError
-from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
-from raf._onion.observe import Observer, ProviderStage, RunStage
-from raf._observers.otel_details import Details, Metrics, server_of
-from raf._onion.pipeline import ChatRequest
 from raf._agent.tool_loop import ToolRequest
+from raf._errors import StreamClosedError
+from raf._observers.otel_details import Details, Metrics, server_of
+from raf._onion.observe import Observer, ProviderStage, RunStage
+from raf._onion.pipeline import ChatRequest
+from raf._values.context import ContextResult, Invocation
+from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
 
 __all__ = ["CAPTURE_CONTENT_ENV", "instrument"]
 

@@ -10,19 +10,19 @@ import anyio
 import attrs
 
 from raf._agent.approvals import Decision, RunApprovals, wants_approval
-from raf._values.context import Invocation, start_invocation
-from raf._errors import ApprovalError
-from raf._values.messages import AgentResponse, ChatClient, ChatMessage, OnUpdate, checked_messages
-from raf._onion.observe import checked_observers, hooks
-from raf._values.options import AgentRunOptions, ChatOptions
-from raf._onion.parallel import is_provider
-from raf._onion.pipeline import CallNext, ChatRequest, compose
-from raf._sessions.base import Session
-from raf._sessions.memory import InMemorySession
 from raf._agent.streamed import stream_model, streamed_core
 from raf._agent.streaming import AgentStream
 from raf._agent.tool_loop import ToolRequest, ToolStack, index_tools, invoke_tool, run_tool_loop
 from raf._agent.tools import Tool
+from raf._errors import ApprovalError
+from raf._onion.observe import checked_observers, hooks
+from raf._onion.parallel import is_provider
+from raf._onion.pipeline import CallNext, ChatRequest, compose
+from raf._sessions.base import Session
+from raf._sessions.memory import InMemorySession
+from raf._values.context import Invocation, start_invocation
+from raf._values.messages import AgentResponse, ChatClient, ChatMessage, OnUpdate, checked_messages
+from raf._values.options import AgentRunOptions, ChatOptions
 
 __all__ = ["Agent"]
 

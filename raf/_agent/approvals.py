@@ -19,8 +19,8 @@ import attrs
 
 from raf._errors import ApprovalError
 from raf._log import log as _log
-from raf._values.messages import ChatMessage, PendingCall, ToolCall
 from raf._sessions.base import Session
+from raf._values.messages import ChatMessage, PendingCall, ToolCall
 
 __all__ = ["Decision"]
 

@@ -17,9 +17,9 @@ from typing import Any, Final
 
 import attrs
 
+from raf._agent.tool_loop import run_tool_loop
 from raf._errors import OutputValidationError
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Usage
-from raf._agent.tool_loop import run_tool_loop
 
 __all__: list[str] = []
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from raf._values.messages import AgentResponse, OnUpdate, Update
 from raf._agent.streamed import STREAMED_RUN, Closing
+from raf._values.messages import AgentResponse, OnUpdate, Update
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup  # loads typing_extensions: not at import time

@@ -10,7 +10,7 @@ import anyio
 import attrs
 
 from raf._agent.approvals import Opening, RunApprovals, wants_approval
-from raf._values.context import Invocation
+from raf._agent.tools import FunctionTool, Tool, check_tool_arguments, check_tool_json
 from raf._errors import (
     ApprovalError,
     ToolArgumentsError,
@@ -19,9 +19,17 @@ from raf._errors import (
     ToolSchemaError,
 )
 from raf._log import log as _log
-from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, PendingCall, ToolCall, Update, Usage
+from raf._values.context import Invocation
+from raf._values.messages import (
+    AgentResponse,
+    ChatMessage,
+    OnUpdate,
+    PendingCall,
+    ToolCall,
+    Update,
+    Usage,
+)
 from raf._values.options import ChatOptions
-from raf._agent.tools import FunctionTool, Tool, check_tool_arguments, check_tool_json
 
 __all__ = ["ToolRequest"]
 

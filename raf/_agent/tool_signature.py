@@ -18,8 +18,8 @@ from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from raf._errors import ToolArgumentsError
 from raf._agent.tools import problems
+from raf._errors import ToolArgumentsError
 
 __all__: list[str] = []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from raf._values.schema import response_format
+from raf._agent.tools import Tool
 from raf._clients._wire import (
     NO_KEYS,
     TOOL_CHOICE_WORDS,
@@ -23,7 +23,7 @@ from raf._clients._wire import (
 from raf._errors import BadRequestError
 from raf._values.messages import ChatMessage
 from raf._values.options import ChatOptions
-from raf._agent.tools import Tool
+from raf._values.schema import response_format
 
 __all__: list[str] = []
 

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import attrs
 
-from raf._values.schema import text_format
+from raf._agent.tools import Tool
 from raf._clients._wire import (
     TOOL_CHOICE_WORDS,
     TRANSPORT_EXTRA,
@@ -25,7 +25,7 @@ from raf._clients._wire import (
 from raf._errors import BadRequestError
 from raf._values.messages import ChatMessage, ToolCall
 from raf._values.options import ChatOptions
-from raf._agent.tools import Tool
+from raf._values.schema import text_format
 
 __all__: list[str] = []
 

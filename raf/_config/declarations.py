@@ -196,8 +196,8 @@ ProviderFactory = Callable[[ProviderOptions], Any]
 
 
 def _memory(o: ProviderOptions) -> Any:
-    from raf._providers.history import HistoryProvider
     from raf._config.models import MemoryOptions
+    from raf._providers.history import HistoryProvider
 
     options = o.parse(MemoryOptions)
     return HistoryProvider(
@@ -210,6 +210,7 @@ def _memory(o: ProviderOptions) -> Any:
 
 
 def _compression(o: ProviderOptions) -> Any:
+    from raf._config.models import CompressionOptions, TokenBudgetOptions, TruncationOptions
     from raf._providers.compression import (
         DEFAULT_SUMMARY_PROMPT,
         CompressionProvider,
@@ -217,7 +218,6 @@ def _compression(o: ProviderOptions) -> Any:
         TokenBudgetStrategy,
         TruncationStrategy,
     )
-    from raf._config.models import CompressionOptions, TokenBudgetOptions, TruncationOptions
 
     options = o.parse(CompressionOptions)
     strategy: Any
@@ -241,8 +241,8 @@ def _compression(o: ProviderOptions) -> Any:
 
 
 def _skills(o: ProviderOptions) -> Any:
-    from raf._providers.skills import AgentSkillsProvider
     from raf._config.models import SkillsOptions
+    from raf._providers.skills import AgentSkillsProvider
 
     options = o.parse(SkillsOptions)
     return AgentSkillsProvider(
@@ -254,8 +254,8 @@ def _skills(o: ProviderOptions) -> Any:
 
 
 def _workspace(o: ProviderOptions) -> Any:
-    from raf._providers.workspace import WorkspaceContextProvider
     from raf._config.models import WorkspaceOptions
+    from raf._providers.workspace import WorkspaceContextProvider
 
     options = o.parse(WorkspaceOptions)
     return WorkspaceContextProvider(
@@ -268,24 +268,24 @@ def _workspace(o: ProviderOptions) -> Any:
 
 
 def _knowledge(o: ProviderOptions) -> Any:
-    from raf._providers.knowledge import KnowledgeProvider
     from raf._config.models import KnowledgeOptions
+    from raf._providers.knowledge import KnowledgeProvider
 
     options = o.parse(KnowledgeOptions)
     return KnowledgeProvider.folder(o.resolve(options.root), top_k=options.top_k, name=o.name)
 
 
 def _wiki(o: ProviderOptions) -> Any:
-    from raf._providers.knowledge import KnowledgeProvider
     from raf._config.models import KnowledgeOptions
+    from raf._providers.knowledge import KnowledgeProvider
 
     options = o.parse(KnowledgeOptions)
     return KnowledgeProvider.wiki(o.resolve(options.root), top_k=options.top_k, name=o.name)
 
 
 def _mcp(o: ProviderOptions) -> Any:
-    from raf._providers.mcp import McpToolsProvider
     from raf._config.models import McpOptions
+    from raf._providers.mcp import McpToolsProvider
 
     options = o.parse(McpOptions)
     return McpToolsProvider(

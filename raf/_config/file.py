@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from raf._agent.agent import Agent
+from raf._agent.tools import Tool
 from raf._clients.echo import EchoChatClient
 from raf._config.declarations import (
     ContextProviderDecl,
@@ -28,10 +29,9 @@ from raf._config.declarations import (
     read_config,
 )
 from raf._errors import AgentError, ConfigError
+from raf._observers.tracing import StageEvent, TraceObserver
 from raf._values.messages import ChatClient
 from raf._values.options import AgentRunOptions
-from raf._agent.tools import Tool
-from raf._observers.tracing import StageEvent, TraceObserver
 
 if TYPE_CHECKING:
     from raf._config.models import ModelTable

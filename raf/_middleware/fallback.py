@@ -8,11 +8,11 @@ from typing import Any
 
 import attrs
 
+from raf._agent.streamed import Onward, stream_model
 from raf._errors import ChatClientError
 from raf._log import log as _log
-from raf._values.messages import AgentResponse, ChatClient
 from raf._onion.pipeline import ChatRequest
-from raf._agent.streamed import Onward, stream_model
+from raf._values.messages import AgentResponse, ChatClient
 
 __all__ = ["FallbackMiddleware"]
 

@@ -9,9 +9,9 @@ from typing import Any
 import anyio
 import attrs
 
+from raf._onion.pipeline import ChatRequest
 from raf._values.context import Invocation
 from raf._values.messages import AgentResponse, OnUpdate, Update
-from raf._onion.pipeline import ChatRequest
 
 __all__ = ["LoggingMiddleware"]
 

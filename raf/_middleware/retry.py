@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from raf._errors import ChatClientError
-from raf._log import log as _log
-from raf._values.messages import AgentResponse, OnUpdate
-from raf._onion.pipeline import ChatRequest
 from raf._agent.streamed import Onward
 from raf._agent.tool_loop import ToolRequest
+from raf._errors import ChatClientError
+from raf._log import log as _log
+from raf._onion.pipeline import ChatRequest
+from raf._values.messages import AgentResponse, OnUpdate
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState

@@ -9,12 +9,12 @@ from typing import Any, Literal
 
 import attrs
 
-from raf._values.context import ContextResult
+from raf._agent.tool_loop import ToolRequest
 from raf._errors import Stage
-from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._onion.observe import Observer, ProviderStage, RunStage
 from raf._onion.pipeline import ChatRequest
-from raf._agent.tool_loop import ToolRequest
+from raf._values.context import ContextResult
+from raf._values.messages import AgentResponse, ChatMessage, Update
 
 __all__ = ["StageEvent", "TraceObserver"]
 

@@ -21,13 +21,13 @@ from typing import Any, Protocol, overload, runtime_checkable
 import anyio
 import attrs
 
-from raf._values.context import AgentLike, ContextResult, Invocation, merge
 from raf._errors import ContextResultError, ProviderError, StreamClosedError
 from raf._log import log as _log
-from raf._values.messages import AgentResponse, ChatMessage
 from raf._onion.observe import ProviderStage, StageHook, stage_hook
-from raf._values.options import AgentRunOptions
 from raf._sessions.base import Session
+from raf._values.context import AgentLike, ContextResult, Invocation, merge
+from raf._values.messages import AgentResponse, ChatMessage
+from raf._values.options import AgentRunOptions
 
 __all__ = ["ContextProvider", "ContextProviderLike"]
 

@@ -32,10 +32,10 @@ import attrs
 from raf._errors import Stage
 
 if TYPE_CHECKING:
+    from raf._agent.tool_loop import ToolRequest
+    from raf._onion.pipeline import ChatRequest
     from raf._values.context import Invocation
     from raf._values.messages import AgentResponse, ChatMessage
-    from raf._onion.pipeline import ChatRequest
-    from raf._agent.tool_loop import ToolRequest
 
 __all__ = ["Observer", "ProviderStage"]
 

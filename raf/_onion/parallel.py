@@ -14,9 +14,7 @@ from typing import Any, ClassVar
 import anyio
 import attrs
 
-from raf._values.context import Invocation
 from raf._errors import ProviderError
-from raf._values.messages import AgentResponse
 from raf._onion.compose import (
     CompleteInvocation,
     PostStage,
@@ -30,6 +28,8 @@ from raf._onion.compose import (
     provider_name,
     stages_of,
 )
+from raf._values.context import Invocation
+from raf._values.messages import AgentResponse
 
 __all__ = ["ProviderGroup", "parallel"]
 

@@ -7,10 +7,10 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 
+from raf._onion.compose import provider_layer, raise_post_failures, validate_stages
+from raf._onion.parallel import ProviderGroup, group_layer, is_provider
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate
 from raf._values.options import ChatOptions
-from raf._onion.parallel import ProviderGroup, group_layer, is_provider
-from raf._onion.compose import provider_layer, raise_post_failures, validate_stages
 
 __all__ = ["CallNext", "ChatRequest", "Middleware", "compose"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from raf._values.context import ContextResult
 from raf._errors import CompressionError
-from raf._values.messages import ChatMessage, checked_messages
-from raf._values.options import AgentRunOptions, ChatOptions
 from raf._onion.compose import ContextProvider
 from raf._sessions.base import Session
+from raf._values.context import ContextResult
+from raf._values.messages import ChatMessage, checked_messages
+from raf._values.options import AgentRunOptions, ChatOptions
 
 if TYPE_CHECKING:
     from raf._values.context import AgentLike

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from raf._agent.approvals import still_owed
-from raf._providers.window import TokenCounter, checked_window, read_window
-from raf._values.context import ContextResult, stored_history
 from raf._errors import ApprovalError, StreamClosedError
+from raf._onion.compose import ContextProvider
+from raf._providers.window import TokenCounter, checked_window, read_window
+from raf._sessions.base import CHECKED_SESSION_TYPES, Session
+from raf._values.context import ContextResult, stored_history
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, ToolCall
 from raf._values.options import AgentRunOptions
-from raf._onion.compose import ContextProvider
-from raf._sessions.base import CHECKED_SESSION_TYPES, Session
 
 if TYPE_CHECKING:
     from raf._values.context import AgentLike

@@ -11,15 +11,15 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from raf._providers._paths import Sandbox, checked_root, shown
-from raf._values.context import ContextResult
+from raf._agent.tools import FunctionTool, tool
 from raf._errors import ConfigError, PathError
 from raf._log import log as _log
+from raf._onion.compose import ContextProvider
+from raf._providers._paths import Sandbox, checked_root, shown
+from raf._sessions.base import Session
+from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
-from raf._onion.compose import ContextProvider
-from raf._sessions.base import Session
-from raf._agent.tools import FunctionTool, tool
 
 if TYPE_CHECKING:
     from raf._values.context import AgentLike

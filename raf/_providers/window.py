@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from raf._providers.compression import approximate_tokens, message_units
-from raf._values.messages import ChatMessage
 from raf._sessions.base import Session
+from raf._values.messages import ChatMessage
 
 __all__: list[str] = []
 

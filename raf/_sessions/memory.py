@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 
-from raf._values.messages import ChatMessage, PendingCall
 from raf._sessions.base import (
     CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
@@ -17,6 +16,7 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._values.messages import ChatMessage, PendingCall
 
 __all__ = ["InMemorySession"]
 

@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
-from raf._values.messages import ChatMessage, PendingCall
 from raf._sessions.base import checked_pending
+from raf._values.messages import ChatMessage, PendingCall
 
 if TYPE_CHECKING:
     from raf._sessions.redis import RedisSession

@@ -39,7 +39,6 @@ from coredis.exceptions import NoScriptError, RedisError, WrongTypeError
 from coredis.retry import NoRetryPolicy
 
 from raf._errors import SessionStoreError
-from raf._values.messages import ChatMessage, PendingCall
 from raf._sessions.base import (
     CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
@@ -51,6 +50,7 @@ from raf._sessions.base import (
 )
 from raf._sessions.once import redis_add_once
 from raf._sessions.redis_pending import RedisPending
+from raf._values.messages import ChatMessage, PendingCall
 
 __all__ = ["RedisSessionStore"]
 

@@ -18,7 +18,6 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from raf._errors import SessionStoreError
-from raf._values.messages import ChatMessage, PendingCall
 from raf._sessions.base import (
     CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
@@ -31,6 +30,7 @@ from raf._sessions.base import (
 from raf._sessions.once import sqlite_add_once
 from raf._sessions.sqlite_file import _BUSY, _CORRUPT, _NOTADB, _READONLY, _code, _open
 from raf._sessions.sqlite_pending import SqlitePending
+from raf._values.messages import ChatMessage, PendingCall
 
 __all__ = ["SqliteSessionStore"]
 

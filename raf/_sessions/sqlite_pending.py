@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from raf._errors import SessionStoreError
-from raf._values.messages import ChatMessage, PendingCall
 from raf._sessions.base import Claimed, checked_pending, checked_tokens
+from raf._values.messages import ChatMessage, PendingCall
 
 if TYPE_CHECKING:
     from raf._sessions.sqlite import SqliteSessionStore

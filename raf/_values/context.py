@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from raf._agent.tools import Tool
 from raf._errors import ContextResultError
+from raf._sessions.base import Session
 from raf._values.messages import ChatMessage, OnUpdate
 from raf._values.options import AgentRunOptions
-from raf._sessions.base import Session
-from raf._agent.tools import Tool
 
 if TYPE_CHECKING:
     from raf._agent.approvals import Decision

@@ -13,14 +13,14 @@ from dbos import error as dbos_errors
 
 from raf._agent.agent import Agent
 from raf._agent.approvals import Decision, not_pending, pending_calls
-from raf._values.context import Invocation
-from raf._errors import DurableError
-from raf._values.messages import AgentResponse, ChatMessage, OnUpdate
-from raf._values.options import AgentRunOptions
-from raf._onion.pipeline import CallNext
-from raf._sessions.base import Claimed, Session
 from raf._agent.streamed import streamed_core
 from raf._agent.streaming import AgentStream
+from raf._errors import DurableError
+from raf._onion.pipeline import CallNext
+from raf._sessions.base import Claimed, Session
+from raf._values.context import Invocation
+from raf._values.messages import AgentResponse, ChatMessage, OnUpdate
+from raf._values.options import AgentRunOptions
 from raf.durable._decisions import deliver, waiting_in, wake
 from raf.durable._sessions import SessionRef
 from raf.durable._workflow import (

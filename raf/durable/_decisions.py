@@ -19,8 +19,8 @@ from dbos import DBOS
 
 from raf._agent.approvals import Decision, claim_decided
 from raf._errors import DurableError
-from raf._values.messages import AgentResponse
 from raf._sessions.base import Session
+from raf._values.messages import AgentResponse
 from raf.durable._workflow import TOPIC, Delivery, outcome_key, pointer_prefix
 
 __all__: list[str] = []

@@ -10,10 +10,10 @@ from typing import Any, Literal
 import attrs
 
 from raf._errors import DurableError
-from raf._values.messages import ChatMessage, PendingCall
 from raf._sessions.base import Claimed, RequestHash, Session
 from raf._sessions.memory import InMemorySession
 from raf._sessions.sqlite import SqliteSession, SqliteSessionStore
+from raf._values.messages import ChatMessage, PendingCall
 
 __all__ = ["SessionRef"]
 

@@ -20,15 +20,15 @@ import attrs
 from dbos import DBOS, SetWorkflowID
 
 from raf._agent.approvals import Decision
-from raf._values.context import start_invocation
+from raf._agent.streamed import STREAMED_RUN
+from raf._agent.tool_loop import ToolRequest
 from raf._errors import DurableError, StreamClosedError
-from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, PendingCall, Update
-from raf._values.options import AgentRunOptions
 from raf._onion.pipeline import CallNext, ChatRequest
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
-from raf._agent.streamed import STREAMED_RUN
-from raf._agent.tool_loop import ToolRequest
+from raf._values.context import start_invocation
+from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, PendingCall, Update
+from raf._values.options import AgentRunOptions
 from raf.durable._sessions import SessionRef, WrittenOnce
 
 if TYPE_CHECKING:

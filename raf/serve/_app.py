@@ -23,9 +23,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from raf._agent.agent import Agent
 from raf._errors import ConfigError
+from raf._sessions.base import Session
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
-from raf._sessions.base import Session
 from raf.serve._http import (
     MAX_BODY,
     HttpError,

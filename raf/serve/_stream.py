@@ -24,10 +24,10 @@ from starlette.types import Receive, Send
 
 from raf._agent.agent import Agent
 from raf._agent.approvals import Decision
+from raf._agent.streamed import Closing
+from raf._sessions.base import Session
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
-from raf._sessions.base import Session
-from raf._agent.streamed import Closing
 from raf.serve._http import HttpError, failure, send_error
 
 __all__: list[str] = []

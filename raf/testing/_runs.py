@@ -14,9 +14,9 @@ import anyio
 import anyio.lowlevel
 import attrs
 
+from raf._sessions.memory import InMemorySession
 from raf._values.messages import AgentResponse, ChatMessage, ToolCall
 from raf._values.options import AgentRunOptions
-from raf._sessions.memory import InMemorySession
 
 __all__: list[str] = []
 

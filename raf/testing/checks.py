@@ -24,12 +24,12 @@ import attrs
 
 from raf._agent.agent import Agent
 from raf._clients.scripted import ScriptedChatClient
-from raf._values.context import checked_result
 from raf._errors import ContextResultError, ProviderError, StreamClosedError
-from raf._values.messages import AgentResponse, ChatMessage
-from raf._onion.parallel import ProviderGroup
 from raf._onion.compose import post_stage_of, provider_name
+from raf._onion.parallel import ProviderGroup
 from raf._sessions.memory import InMemorySession
+from raf._values.context import checked_result
+from raf._values.messages import AgentResponse, ChatMessage
 from raf.testing._runs import (
     _RUNS,
     _Broken,

@@ -18,10 +18,10 @@ import anyio
 import anyio.lowlevel
 import attrs
 
+from raf._onion.compose import ContextProvider
+from raf._onion.parallel import parallel
 from raf._values.context import ContextResult, Invocation
 from raf._values.messages import AgentResponse, ChatMessage
-from raf._onion.parallel import parallel
-from raf._onion.compose import ContextProvider
 
 __all__ = [
     "Ending",

@@ -45,10 +45,10 @@ except ModuleNotFoundError as exc:  # pragma: no cover - the extra is not instal
         name="hypothesis",
     ) from exc
 
+from raf._agent.tools import FunctionTool, tool
 from raf._providers.compression import check_tool_pairing
 from raf._values.context import ContextResult
 from raf._values.messages import AgentResponse, ChatMessage, Role, ToolCall, Update, Usage
-from raf._agent.tools import FunctionTool, tool
 from raf.testing._outputs import output_json, outputs
 from raf.testing.journal import ProviderSpec, RecordingStack, Scenario, StackItem, build_stack
 

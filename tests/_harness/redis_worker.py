@@ -1,4 +1,6 @@
-"""One stateless agent process of the multi-process test (``python -m tests._harness.redis_worker``).
+"""One stateless agent process of the multi-process test.
+
+Run as ``python -m tests._harness.redis_worker``.
 
     python -m tests._harness.redis_worker URL PREFIX SESSION WORKER WORKERS TURNS BACKEND
 

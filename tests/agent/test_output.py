@@ -34,8 +34,8 @@ from raf import (
     ToolCall,
     tool,
 )
-from raf._values.schema import strict_schema
 from raf._agent.output import output_spec
+from raf._values.schema import strict_schema
 from raf.testing import strategies as rs
 
 pytestmark = pytest.mark.anyio

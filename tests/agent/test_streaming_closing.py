@@ -1,4 +1,4 @@
-"""The early close of a callback-form run (``raf._agent.streamed.Closing``), as ``raf.serve`` uses it."""
+"""The early close of a callback-form run (``Closing``), as ``raf.serve`` uses it."""
 
 from __future__ import annotations
 

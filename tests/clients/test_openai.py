@@ -56,8 +56,8 @@ from raf._errors import (
     RateLimitError,
     ServerError,
 )
-from raf._values.messages import StreamingChatClient
 from raf._middleware.retry import RetryMiddleware
+from raf._values.messages import StreamingChatClient
 from tests._harness.openai_server import (
     HISTORY_EDITS,
     OpenAIServer,

@@ -332,7 +332,8 @@ def test_kinds_from_installed_packages(tmp_path: Path, monkeypatch: pytest.Monke
     site = tmp_path / "site"
     (site / "tz_kinds-1.0.dist-info").mkdir(parents=True)
     (site / "tz_kinds.py").write_text(
-        "from tests.config.test_declarations import Clock\ndef clock(options):\n    return Clock('UTC')\n"
+        "from tests.config.test_declarations import Clock\n"
+        "def clock(options):\n    return Clock('UTC')\n"
     )
     (site / "tz_kinds-1.0.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: tz-kinds\nVersion: 1.0\n"

@@ -14,7 +14,12 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from raf._cli import main
-from raf._config.declarations import PROVIDER_KINDS, ContextProviderDecl, ProviderOptions, build_provider
+from raf._config.declarations import (
+    PROVIDER_KINDS,
+    ContextProviderDecl,
+    ProviderOptions,
+    build_provider,
+)
 from raf._config.file import build_chat_middleware
 from raf._config.models import BUILTIN_PROVIDER_OPTIONS, _models, config_schema, schema_text
 from raf._errors import ConfigError

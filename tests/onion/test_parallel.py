@@ -1,4 +1,4 @@
-"""raf._onion.parallel: concurrent pre stages that merge exactly like the same providers in sequence."""
+"""Parallel groups: concurrent pre stages that merge like the same providers in sequence."""
 
 from __future__ import annotations
 

@@ -22,8 +22,8 @@ from raf import (
     TruncationStrategy,
     tool,
 )
-from raf._providers.compression import approximate_tokens, check_tool_pairing, message_units
 from raf._errors import ChatClientError, CompressionError, ProviderError
+from raf._providers.compression import approximate_tokens, check_tool_pairing, message_units
 
 pytestmark = pytest.mark.anyio
 

@@ -17,8 +17,8 @@ from raf import (
     check_tool_pairing,
     tool,
 )
-from raf._providers.history import INTERRUPTED
 from raf._errors import ChatClientError, ProviderError
+from raf._providers.history import INTERRUPTED
 
 pytestmark = pytest.mark.anyio
 

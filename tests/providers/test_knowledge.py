@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raf import Agent, ChatMessage, KnowledgeProvider, Passage, ScriptedChatClient
+from raf._errors import ConfigError
 from raf._providers import knowledge
 from raf._providers.knowledge import (
     BM25Index,
@@ -24,7 +25,6 @@ from raf._providers.knowledge import (
     split_passages,
     tokenize,
 )
-from raf._errors import ConfigError
 
 pytestmark = pytest.mark.anyio
 

@@ -9,8 +9,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from raf import Agent, AgentSkillsProvider, ScriptedChatClient, ToolCall
-from raf._providers.skills import parse_skill_file
 from raf._errors import ConfigError
+from raf._providers.skills import parse_skill_file
 from tests._harness.scripting import call_tools
 
 pytestmark = pytest.mark.anyio

@@ -31,10 +31,10 @@ import raf.serve
 from raf.durable import DurableAgent, dbos_agent
 from tests._harness.redis_server import free_port
 from tests._harness.serve_agent import make_agent
+from tests._harness.uvicorn_server import ServedAgent, started
 from tests.serve.test_agui import run_input
 from tests.serve.test_approvals import decision_input
 from tests.serve.test_page import ARTIFACTS, answers, browser, wait_until
-from tests._harness.uvicorn_server import ServedAgent, started
 
 __all__ = ["browser"]  # the page test's fixture: a headless Chromium
 
@@ -66,7 +66,7 @@ def dbos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 def durable(ran: list[str], approval_timeout: float = 30.0) -> DurableAgent:
-    """tests._harness.serve_agent's agent made durable; ``ran`` gets each path ``delete`` deletes."""
+    """The harness's served agent made durable; ``ran`` gets each path ``delete`` deletes."""
     agent = make_agent(on_delete=ran.append)
     return dbos_agent(
         agent, name=f"served-durable-{next(_names)}", approval_timeout=approval_timeout
@@ -272,7 +272,8 @@ def durable_server(tmp_path: Path, *args: str, **config: Any) -> ServedAgent:
     """A server process of tests._harness.serve_durable_agent (uvicorn ``args``); its files in
     ``tmp_path``."""
     command = [
-        sys.executable, "-m", "uvicorn", "tests._harness.serve_durable_agent:create", "--factory", *args,
+        sys.executable, "-m", "uvicorn", "tests._harness.serve_durable_agent:create",
+        "--factory", *args,
     ]  # fmt: skip
     files = {
         "db": str(tmp_path / "sessions.db"),
