@@ -674,37 +674,20 @@ def targets(results: dict[str, dict[str, Any]]) -> list[list[str]]:
             return [label, "n/a", f"<= {limit:g} {unit}", "not measured"]
         return [label, f"{figure:.2f} {unit}", f"<= {limit:g} {unit}", _verdict(figure, limit)]
 
+    # Issue 30's budgets are what a user notices, not microseconds: a bare run at most about
+    # 25 us (MAF measured ~170 us, LangChain ~1,100, pydantic-ai ~2,200 in the same run) and
+    # at most about 5 us a provider. The other rows are for reading.
     rows = []
     zero, fifty = raf_of("run/0 providers"), raf_of("run/50 providers")
-    rows.append(check("fixed cost of a run", zero, 15, "us"))
+    rows.append(check("a run with no providers", zero, 25, "us"))
     per = None if zero is None or fifty is None else (fifty - zero) / 50
-    rows.append(check("cost per trivial provider", per, 2, "us"))
-    # Histories are plain tuples: a run checks the injected messages' types and copies
-    # them into what the model sees (O(n), about 35 ns a message here). The budget that
-    # counts is the model call end to end (bench_openai.py); these rows are for reading.
+    rows.append(check("cost per trivial provider", per, 5, "us"))
     big = raf_of("history/10,000 injected")
     over = raf_of("history/10,000 injected + 50 providers")
     per_over = None if over is None or big is None else (over - big) / 50
-    rows.append(check("per provider over a 10,000 history", per_over, 3, "us"))
+    rows.append(check("per provider over a 10,000 history", per_over, 5, "us"))
     crowd = raf_of("concurrency/300 runs, 0.3 s model, 10 providers")
     rows.append(check("300 concurrent runs", None if crowd is None else crowd / 1e3, 0.5, "s"))
-    for form in ("callback", "iterator"):
-        name = f"stream/{form}, 10 providers, 2 chat mw"
-        figure, floor = raf_of(name), _median(results.get(name, {}).get("floor", "-"))
-        added = None if figure is None or floor is None else figure - floor
-        # Issue 19: the iterator form is two tasks and one hand-over (two task switches an
-        # update); its budget is 15 us, the callback form's stays 2 us.
-        limit = 2 if form == "callback" else 15
-        rows.append(check(f"raf per update over the floor ({form})", added, limit, "us"))
-    # What streaming adds before the first update: the time from the call to the first
-    # update against the time the unstreamed run takes to reach its model (no chat
-    # middleware: one that wraps on_update pays its own attrs.evolve, about 1 us).
-    limit = round(zero, 2) if zero is not None else 15
-    for form in ("callback", "iterator"):
-        name = f"stream/to the first update, {form} (floor: unstreamed, to the model)"
-        figure, floor = raf_of(name), _median(results.get(name, {}).get("floor", "-"))
-        first = None if figure is None or floor is None else figure - floor
-        rows.append(check(f"added before the first update ({form})", first, limit, "us"))
     return rows
 
 
