@@ -12,7 +12,7 @@ from dbos import DBOS
 from dbos import error as dbos_errors
 
 from raf._agent.agent import Agent
-from raf._agent.approvals import Decision, not_pending, pending_calls
+from raf._agent.approvals import Decision, not_pending
 from raf._agent.streamed import streamed_core
 from raf._agent.streaming import AgentStream
 from raf._errors import DurableError
@@ -145,7 +145,7 @@ class DurableAgent(Agent):
         try:
             # Only a pending call is looked for: its pointer was made before it was recorded,
             # so a call that is pending and has none waits in no workflow.
-            pending = await pending_calls(session)
+            pending = await session.list_pending()
             tokens = [decision.token for decision in decisions]
             if not set(tokens) <= {call.token for call in pending}:
                 raise not_pending(session, tokens, pending)

@@ -47,9 +47,8 @@ async def _until_pending(store: SqliteSessionStore, run: Run) -> None:
     the pass has stored its calls: a decision sent at once finds its call pending."""
     await run.waiting.wait()
     session = await store.get("s")
-    listed = await session.claim_pending(())
-    assert listed is not None
-    assert {call.token for call in listed[1]} >= set(run.tokens)
+    listed = await session.list_pending()
+    assert {call.token for call in listed} >= set(run.tokens)
 
 
 @pytest.mark.anyio
@@ -305,14 +304,14 @@ async def test_a_turn_with_pending_calls_is_written_once_and_a_decided_call_stay
     pending = [PendingCall(WIPE, "token-1")]
     async with store:
         session = await store.get("s")
-        assert await session.add_messages_once("wf:1", turn, pending) is True
-        assert await session.claim_pending(()) == ((), tuple(pending))  # recorded with the turn
+        assert await session.add_once("wf:1", turn, pending) is True
+        assert await session.list_pending() == tuple(pending)  # recorded with the turn
         assert await session.claim_pending(["token-1"]) == (tuple(pending), ())  # decided
         # The run replayed after a crash makes the same write: nothing is stored again, and
         # the decided call is not brought back.
-        assert await session.add_messages_once("wf:1", turn, pending) is False
-        assert await session.claim_pending(()) == ((), ())
+        assert await session.add_once("wf:1", turn, pending) is False
+        assert await session.list_pending() == ()
         assert await session.get_messages() == tuple(turn)
         with pytest.raises(TypeError, match="PendingCall"):
-            await session.add_messages_once("wf:2", turn, ["token-2"])
+            await session.add_once("wf:2", turn, ["token-2"])
         assert await session.get_messages() == tuple(turn)  # nothing half-written
