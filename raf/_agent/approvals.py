@@ -19,7 +19,7 @@ import attrs
 
 from raf._errors import ApprovalError
 from raf._log import log as _log
-from raf._sessions.base import Session
+from raf._sessions.base import Session, missing_pending, require_pending
 from raf._values.messages import ChatMessage, PendingCall, ToolCall
 
 __all__ = ["Decision"]
@@ -195,6 +195,8 @@ class RunApprovals:
     def __init__(self, session: Session, decisions: Sequence[Any], post_timeout: float) -> None:
         self.session = session
         self.decisions: tuple[Decision, ...] = tuple(decisions)
+        if self.decisions:
+            require_pending(session, "a run with decisions claims them")
         self.post_timeout = post_timeout
         self._claimed: list[ToolCall] = []  # claimed by this run: each one is owed an answer
         self._answers: dict[str, ChatMessage] = {}  # call id -> its answer, once known
@@ -222,8 +224,8 @@ class RunApprovals:
         if not gap:
             return Opening((), tuple(messages))  # nothing waits: no round trip to the store
         # A store without approvals has nothing pending: its gap is a lost result.
-        keeps = callable(getattr(self.session, "claim_pending", None))
-        claimed, _ = await self._claim(None) if keeps else ((), ())
+        keeps = not missing_pending(self.session)
+        claimed = await self.session.claim_all_pending() if keeps else ()
         owed = [refusal(p.call, SUPERSEDED) for p in claimed]
         self._claimed.extend(p.call for p in claimed)
         for answer in owed:
@@ -277,9 +279,6 @@ class RunApprovals:
         stalled = not in_view <= answered | waiting_ids or not answered <= in_view
         view = answer_in_place(messages, turn, _visible(answers, gap))
         return Opening(answers, view, tuple(remaining), stalled)
-
-    async def _claim(self, tokens: Sequence[str] | None) -> Any:
-        return await _claim(self.session, tokens)
 
     def held(self, calls: Sequence[ToolCall], tools: Mapping[str, Any]) -> list[ToolCall]:
         """The calls of one model turn that must wait for a person."""
@@ -336,9 +335,9 @@ async def claim_decided(
             f"two decisions for one call (tokens {', '.join(repeated)}): none was applied",
             tokens=repeated,
         )
-    claim = await _claim(session, tokens)
+    claim = await session.claim_pending(tokens)
     if claim is None:
-        raise not_pending(session, tokens, await pending_calls(session))
+        raise not_pending(session, tokens, await session.list_pending())
     claimed, remaining = claim
     return tuple(claimed), tuple(remaining)
 
@@ -356,22 +355,6 @@ def not_pending(
         f"{len(tokens)} decision{'s' if len(tokens) != 1 else ''} was applied",
         tokens=unknown,
     )
-
-
-async def pending_calls(session: Session) -> tuple[PendingCall, ...]:
-    """The calls that wait in ``session`` (a look: nothing is claimed)."""
-    listed = await _claim(session, ())
-    return () if listed is None else tuple(listed[1])
-
-
-async def _claim(session: Session, tokens: Sequence[str] | None) -> Any:
-    claim = getattr(session, "claim_pending", None)
-    if claim is None:
-        raise ApprovalError(
-            f"session {type(session).__name__} has no claim_pending(): its store cannot "
-            "keep tool calls that wait for approval (see docs/sessions.md)"
-        )
-    return await claim(tokens)
 
 
 def _visible(answers: Sequence[ChatMessage], gap: Sequence[ToolCall]) -> tuple[ChatMessage, ...]:

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from raf._agent.approvals import still_owed
-from raf._errors import ApprovalError, StreamClosedError
+from raf._errors import StreamClosedError
 from raf._onion.compose import ContextProvider
 from raf._providers.window import TokenCounter, checked_window, read_window
-from raf._sessions.base import CHECKED_SESSION_TYPES, Session
+from raf._sessions.base import CHECKED_SESSION_TYPES, Session, require_pending
 from raf._values.context import ContextResult, stored_history
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, ToolCall
 from raf._values.options import AgentRunOptions
@@ -119,13 +119,8 @@ class HistoryProvider(ContextProvider):
             batch = (*answers, *request_messages, *messages[lead:])
             new = _new_pending(response)
             if new:
-                record = getattr(session, "record_pending", None)
-                if record is None:
-                    raise ApprovalError(
-                        f"session {type(session).__name__} has no record_pending(): its store "
-                        "cannot keep tool calls that wait for approval (see docs/sessions.md)"
-                    )
-                await record(batch, new)
+                require_pending(session, "the turn asked for calls that wait for approval")
+                await session.record_pending(batch, new)
             else:
                 await session.add_messages(batch)
         elif self.persist_partial and type(error) is StreamClosedError:

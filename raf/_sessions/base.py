@@ -51,15 +51,18 @@ class Session(Protocol):
     ``request_hashes`` returns those records, digest to the time last seen
     (unix seconds), oldest first.
 
-    Two operations keep tool calls that wait for approval (see
-    ``docs/approvals.md`` and ``docs/sessions.md``): ``record_pending``
-    appends a turn's messages and records its pending calls, in one atomic
-    step; ``claim_pending(tokens)`` removes the pending calls with those
-    tokens and returns ``(claimed, still_pending)``, atomically and all or
-    nothing: when one token is not pending, nothing is claimed and it
-    returns ``None``, so of two callers claiming one token, one wins.
-    ``claim_pending(None)`` claims every pending call;
-    ``claim_pending(())`` claims nothing and lists them.
+    Five operations keep tool calls that wait for approval (see
+    ``docs/approvals.md`` and ``docs/sessions.md``), each atomic:
+    ``record_pending(messages, pending)`` appends a turn's messages and
+    records its pending calls in one step; ``list_pending()`` returns the
+    calls that wait, in the order recorded; ``claim_pending(tokens)`` removes
+    the calls with those tokens and returns ``(claimed, still_pending)``, all
+    or nothing: when one token is not pending, nothing is claimed and it
+    returns ``None``, so of two callers claiming one token, one wins;
+    ``claim_all_pending()`` removes and returns every pending call;
+    ``add_once(key, messages, pending=())`` does what ``record_pending``
+    does unless ``key`` was written to this session before, and says whether
+    it wrote (a replayed durable run stores its turn once).
     """
 
     @property
@@ -77,7 +80,47 @@ class Session(Protocol):
         self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
     ) -> None: ...
 
-    async def claim_pending(self, tokens: Sequence[str] | None) -> Claimed | None: ...
+    async def list_pending(self) -> tuple[PendingCall, ...]: ...
+
+    async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None: ...
+
+    async def claim_all_pending(self) -> tuple[PendingCall, ...]: ...
+
+    async def add_once(
+        self, key: str, messages: Iterable[ChatMessage], pending: Iterable[PendingCall] = ()
+    ) -> bool: ...
+
+
+#: The methods a session needs to keep tool calls that wait for approval.
+PENDING_METHODS: Final = (
+    "record_pending",
+    "list_pending",
+    "claim_pending",
+    "claim_all_pending",
+    "add_once",
+)
+#: Session type -> the pending methods it lacks; filled once per type.
+_MISSING: dict[type, tuple[str, ...]] = {}
+
+
+def missing_pending(session: object) -> tuple[str, ...]:
+    """The :data:`PENDING_METHODS` that ``session``'s type lacks (looked up once per type)."""
+    kind = type(session)
+    missing = _MISSING.get(kind)
+    if missing is None:
+        missing = tuple(n for n in PENDING_METHODS if not callable(getattr(session, n, None)))
+        _MISSING[kind] = missing
+    return missing
+
+
+def require_pending(session: object, why: str) -> None:
+    """A ``TypeError`` naming the pending methods ``session`` lacks, when it lacks any."""
+    missing = missing_pending(session)
+    if missing:
+        raise TypeError(
+            f"session {type(session).__name__} cannot keep tool calls that wait for approval "
+            f"({why}): it has no {', '.join(m + '()' for m in missing)} (see docs/sessions.md)"
+        )
 
 
 #: Session classes of raf's own stores: their ``get_messages`` and ``get_last_messages``
@@ -200,21 +243,28 @@ def checked_pending(
     return batch, calls
 
 
-def checked_tokens(tokens: Sequence[str] | None) -> tuple[str, ...] | None:
-    """``claim_pending``'s tokens as a tuple (``None`` stays ``None``), each checked to be a str.
+def checked_tokens(tokens: Sequence[str]) -> tuple[str, ...]:
+    """``claim_pending``'s tokens as a tuple, at least one, each checked to be a str.
 
     >>> checked_tokens(["a", 1])
     Traceback (most recent call last):
     TypeError: claim_pending(tokens)[1] must be a str, got int
     """
-    if tokens is None:
-        return None
-    if isinstance(tokens, (str, bytes)):
-        raise TypeError("claim_pending(tokens) must be a sequence of str or None, got a str")
+    if isinstance(tokens, (str, bytes)) or tokens is None:
+        raise TypeError(f"claim_pending(tokens) must be a sequence of str, got {tokens!r:.40}")
     checked = tuple(tokens)
+    if not checked:
+        raise ValueError("claim_pending(tokens) needs a token; list_pending() lists the calls")
     for index, token in enumerate(checked):
         if type(token) is not str:
             raise TypeError(
                 f"claim_pending(tokens)[{index}] must be a str, got {type(token).__name__}"
             )
     return checked
+
+
+def checked_key(key: str) -> str:
+    """``add_once``'s key, checked: a non-empty str."""
+    if type(key) is not str or not key:
+        raise ValueError(f"an idempotency key must be a non-empty str, got {key!r}")
+    return key

@@ -12,6 +12,7 @@ from raf._sessions.base import (
     RequestHash,
     checked_batch,
     checked_count,
+    checked_key,
     checked_pending,
     checked_tokens,
     request_hash,
@@ -36,7 +37,7 @@ class InMemorySession:
     1
     """
 
-    __slots__ = ("_hashes", "_id", "_messages", "_pending", "_snapshot")
+    __slots__ = ("_hashes", "_id", "_messages", "_once", "_pending", "_snapshot")
 
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
@@ -45,6 +46,7 @@ class InMemorySession:
         # Digest -> time last seen; insertion order is recency (a touch moves it to the end).
         self._hashes: dict[str, float] = {}
         self._pending: dict[str, PendingCall] = {}  # token -> call, in the order recorded
+        self._once: set[str] = set()  # the keys add_once wrote
 
     @property
     def id(self) -> str:
@@ -99,16 +101,34 @@ class InMemorySession:
         for call in calls:
             self._pending[call.token] = call
 
-    async def claim_pending(self, tokens: Sequence[str] | None) -> Claimed | None:
+    async def list_pending(self) -> tuple[PendingCall, ...]:
+        """The calls that wait for approval, in the order recorded."""
+        return tuple(self._pending.values())
+
+    async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None:
         """Remove and return the pending calls of ``tokens``: all of them, or ``None``."""
         wanted = checked_tokens(tokens)
-        if wanted is None:
-            claimed, self._pending = tuple(self._pending.values()), {}
-            return claimed, ()
         if len(set(wanted)) != len(wanted) or not all(t in self._pending for t in wanted):
             return None
         taken = tuple(self._pending.pop(token) for token in wanted)
         return taken, tuple(self._pending.values())
+
+    async def claim_all_pending(self) -> tuple[PendingCall, ...]:
+        """Remove and return every pending call."""
+        claimed, self._pending = tuple(self._pending.values()), {}
+        return claimed
+
+    async def add_once(
+        self, key: str, messages: Iterable[ChatMessage], pending: Iterable[PendingCall] = ()
+    ) -> bool:
+        """:meth:`record_pending`, unless ``key`` was written before (then nothing; ``False``)."""
+        checked_key(key)
+        new, calls = checked_pending(messages, pending)
+        if key in self._once:
+            return False
+        self._once.add(key)
+        await self.record_pending(new, calls)
+        return True
 
     def __repr__(self) -> str:
         return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"

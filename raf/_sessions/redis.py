@@ -4,15 +4,17 @@ Needs the optional extra ``raf-agents[redis]`` (the ``coredis`` client, which ru
 anyio: asyncio and trio alike). ``import raf`` does not import this module;
 ``raf.RedisSessionStore`` does, on first use.
 
-Layout in Redis, per session (``{id}`` is a hash tag, so both keys of a
+Layout in Redis, per session (``{id}`` is a hash tag, so the keys of a
 session live in one cluster slot):
 
 - ``{prefix}:{id}:messages``: a list, one entry per message, raf's JSON
   (``ChatMessage.to_dict``), oldest first;
 - ``{prefix}:{id}:requests``: a sorted set, request digest -> last time seen,
   the last :data:`REQUEST_HASH_LIMIT` digests;
-- ``{prefix}:{id}:pending``: a hash, the tool calls that wait for approval
-  (see :mod:`raf._sessions.redis_pending`).
+- ``{prefix}:{id}:pending``: a hash, token -> the tool call that waits for
+  approval as JSON (with the order it was recorded in);
+- ``{prefix}:{id}:once``: a set, the keys of the writes done once
+  (``add_once``: a replayed durable run does not store its turn twice).
 
 Every write is one command or one Lua script, so it is atomic on the server:
 it appends the whole batch (or records the digest) and puts the ``ttl`` on
@@ -26,39 +28,35 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Sequence
-from contextlib import AsyncExitStack
-from types import TracebackType
-from typing import Any, Final, NoReturn
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Final
 
 import anyio
 import attrs
-import coredis
-from coredis.exceptions import ConnectionError as RedisConnectionError
-from coredis.exceptions import NoScriptError, RedisError, WrongTypeError
-from coredis.retry import NoRetryPolicy
 
 from raf._errors import SessionStoreError
 from raf._sessions.base import (
     CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
+    Claimed,
     RequestHash,
     checked_batch,
     checked_count,
+    checked_key,
+    checked_pending,
     checked_session_id,
+    checked_tokens,
     request_hash,
 )
-from raf._sessions.once import redis_add_once
-from raf._sessions.redis_pending import RedisPending
+from raf._sessions.redis_connection import (
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL,
+    FAILURES,
+    RedisConnection,
+    redacted,
+)
 from raf._values.messages import ChatMessage, PendingCall
 
 __all__ = ["RedisSessionStore"]
-
-
-DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
-#: Seconds a store waits for the server by default: on opening (the connect and the
-#: PING) and on each call. Past it the call is a SessionStoreError, never a hang.
-DEFAULT_TIMEOUT: Final = 10.0
 
 # Both scripts write nothing before they know every write will succeed: the first
 # command that writes fails on a key of another type before it changes anything
@@ -153,24 +151,94 @@ class _Cached:
         return self.first + len(self.messages)
 
 
-# A dropped connection shows as coredis's ConnectionError, an OSError, or an anyio
-# stream error, depending on where the client was when it dropped.
-_CONNECTION_FAILURES: Final = (
-    RedisConnectionError,
-    OSError,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    anyio.EndOfStream,
+# Every key is checked before anything is written, so a key of another type
+# fails the script with WRONGTYPE and nothing changes.
+_CHECK: Final = """
+local expected = {'list', 'hash', 'zset'}
+for i = 1, 3 do
+  local kind = redis.call('TYPE', KEYS[i])['ok']
+  if kind ~= 'none' and kind ~= expected[i] then
+    return redis.error_reply(
+      'WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a ' .. expected[i])
+  end
+end
+local ttl = tonumber(ARGV[1])
+"""
+
+_EXPIRE: Final = """
+if ttl > 0 then
+  for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ttl) end
+end
+"""
+
+# KEYS: messages, pending, requests. ARGV[1] ttl, ARGV[2] n, ARGV[3..n+2] the messages,
+# then token and JSON pairs.
+_RECORD: Final = (
+    _CHECK
+    + """
+local n = tonumber(ARGV[2])
+for first = 3, n + 2, 1000 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 999, n + 2)))
+end
+for i = n + 3, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+"""
+    + _EXPIRE
 )
-# TimeoutError: the call's own deadline (the store's timeout), or coredis's stream timeout.
-_FAILURES: Final = (RedisError, TimeoutError, *_CONNECTION_FAILURES)
 
-_SHA1: Final = {
-    script: hashlib.sha1(script.encode()).hexdigest() for script in (_APPEND, _TOUCH, _READ)
-}
+# KEYS: messages, pending, requests. ARGV[1] ttl, ARGV[2] 'all', 'some' or 'look',
+# ARGV[3..] the tokens ('some'). Returns {claimed, still pending}, or nil when a token
+# is not pending (nothing claimed).
+_CLAIM: Final = (
+    _CHECK
+    + """
+local claimed = {}
+if ARGV[2] == 'all' then
+  claimed = redis.call('HVALS', KEYS[2])
+  redis.call('DEL', KEYS[2])
+elseif ARGV[2] == 'some' then
+  for i = 3, #ARGV do
+    if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 0 then return false end
+  end
+  for i = 3, #ARGV do
+    claimed[#claimed + 1] = redis.call('HGET', KEYS[2], ARGV[i])
+    redis.call('HDEL', KEYS[2], ARGV[i])
+  end
+end
+local left = redis.call('HVALS', KEYS[2])
+if ARGV[2] ~= 'look' then
+"""
+    + _EXPIRE
+    + """
+end
+return {claimed, left}
+"""
+)
 
 
-class RedisSessionStore:
+# Lua: KEYS[1] the message list, KEYS[2] the session's set of keys written once, KEYS[3]
+# the pending calls' hash; ARGV[1] the ttl ("0": none), ARGV[2] the key, ARGV[3] n, ARGV[4..n+3]
+# the messages as raf's JSON, then token and JSON pairs of pending calls.
+# Returns 0 (and writes nothing) when the key was written before, else 1.
+_ONCE: Final = """
+if redis.call('SADD', KEYS[2], ARGV[2]) == 0 then return 0 end
+local n = tonumber(ARGV[3])
+for first = 4, n + 3, 1000 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, first, math.min(first + 999, n + 3)))
+end
+for i = n + 4, #ARGV, 2 do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+end
+local ttl = tonumber(ARGV[1])
+if ttl > 0 then
+  for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ttl) end
+end
+return 1
+"""
+
+
+class RedisSessionStore(RedisConnection):
     """Sessions in one Redis database, shared by every process that opens it.
 
     Open it with ``async with`` (or ``await store.open()``, then
@@ -213,146 +281,27 @@ class RedisSessionStore:
         timeout: float | None = DEFAULT_TIMEOUT,
         cache_messages: int = CACHE_MESSAGES,
     ) -> None:
-        if type(url) is not str or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"RedisSessionStore: url must be a redis:// URL, got {url!r}")
-        if type(prefix) is not str or not prefix:
-            raise ValueError(f"RedisSessionStore: prefix must be a non-empty str, got {prefix!r}")
-        if ttl is not None and (isinstance(ttl, bool) or not ttl > 0):
-            raise ValueError(f"RedisSessionStore: ttl must be None or > 0 seconds, got {ttl!r}")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-        ):
-            raise ValueError(
-                f"RedisSessionStore: timeout must be None or > 0 seconds, got {timeout!r}"
-            )
         if type(cache_messages) is not int or cache_messages < 0:
             raise ValueError(
                 f"RedisSessionStore: cache_messages must be an int >= 0, got {cache_messages!r}"
             )
-        self.url = url
-        self.prefix = prefix
+        super().__init__(url, prefix=prefix, ttl=ttl, timeout=timeout)
         self.cache_messages = cache_messages
         # Session id -> what was read of it; insertion order is recency (least recent first).
         self._cache: dict[str, _Cached] = {}
         self._cached_count = 0
-        self.ttl = ttl
-        self.timeout = timeout
-        # EXPIRE takes whole seconds; a part of a second is rounded up, never down to 0.
-        self._ttl_arg = "0" if ttl is None else str(max(1, -int(-ttl // 1)))
-        self._where = f"Redis session store {_redacted(url)}"
-        self._client: coredis.Redis[bytes] | None = None
-        self._exit = AsyncExitStack()
-        self._closed = False
-
-    async def open(self) -> RedisSessionStore:
-        """Connect and check that the server answers (``async with`` calls it)."""
-        if self._closed:
-            raise SessionStoreError(f"{self._where}: the store is closed")
-        if self._client is not None:
-            return self
-        await self._check_answers()
-        # No automatic retries: resending a write whose reply was lost could store it twice.
-        # stream_timeout: coredis's own bound on each reply (opening included), under the
-        # calls' deadlines (a cancel scope cannot enclose the client's task group).
-        client: coredis.Redis[bytes] = coredis.Redis.from_url(
-            self.url,
-            decode_responses=False,
-            retry_policy=NoRetryPolicy(),
-            stream_timeout=self.timeout,
-        )
-        exit = AsyncExitStack()
-        try:
-            await exit.enter_async_context(client)
-            await client.ping()
-        except BaseException as exc:
-            await exit.aclose()
-            if isinstance(exc, TimeoutError):
-                problem = f"the server did not answer within timeout={self.timeout} s"
-            elif isinstance(exc, _CONNECTION_FAILURES):
-                problem = "cannot reach the server"
-            elif isinstance(exc, RedisError):
-                problem = "the server does not answer as Redis does"
-            else:
-                raise
-            raise SessionStoreError(f"{self._where}: {problem}: {_reason(exc)}") from exc
-        self._client, self._exit = client, exit
-        return self
-
-    async def _check_answers(self) -> None:
-        """Connect and send a PING over plain TCP, within ``timeout``: a server that is
-        down, frozen or silent fails here, before coredis (which leaves a failed
-        connection's streams unclosed, and whose opening no deadline of ours can enclose).
-        Any reply will do (``-NOAUTH`` too): the client's PING then checks it is Redis.
-        """
-        parts = urlsplit(self.url)
-        if parts.scheme == "unix":
-            return
-        try:
-            with anyio.fail_after(self.timeout):
-                stream = await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 6379)
-                async with stream:
-                    if parts.scheme == "redis":  # a TLS server waits for its handshake
-                        await stream.send(b"PING\r\n")
-                        await stream.receive(1)
-        except TimeoutError as exc:
-            raise SessionStoreError(
-                f"{self._where}: cannot reach the server: it did not answer within "
-                f"timeout={self.timeout} s"
-            ) from exc
-        except (OSError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-            raise SessionStoreError(
-                f"{self._where}: cannot reach the server: {_reason(exc)}"
-            ) from exc
 
     async def get(self, session_id: str) -> RedisSession:
         """The session ``session_id`` (created by its first write; no round trip here)."""
         checked_session_id(session_id)
-        self._require()
+        self.client()
         return RedisSession(self, session_id)
-
-    async def aclose(self) -> None:
-        """Close the connections; the store cannot be used afterwards."""
-        self._closed = True
-        client, self._client = self._client, None
-        if client is not None:
-            await self._exit.aclose()
-
-    async def __aenter__(self) -> RedisSessionStore:
-        return await self.open()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return (
-            f"RedisSessionStore({_redacted(self.url)!r}, prefix={self.prefix!r}, "
+            f"RedisSessionStore({redacted(self.url)!r}, prefix={self.prefix!r}, "
             f"ttl={self.ttl!r}, timeout={self.timeout!r})"
         )
-
-    def _require(self) -> coredis.Redis[bytes]:
-        if self._client is None:
-            state = "closed" if self._closed else "not open: use `async with` or `await open()`"
-            raise SessionStoreError(f"{self._where}: the store is {state}")
-        return self._client
-
-    async def _run(
-        self, client: coredis.Redis[bytes], script: str, keys: Sequence[str], args: list[str]
-    ) -> Any:
-        """Run a Lua script by its SHA1, loading it first if the server does not have it."""
-        # EVALSHA directly: coredis's Script wrapper costs a tenth of an append.
-        sha = _SHA1[script]
-        try:
-            return await client.evalsha(sha, keys=keys, args=args)
-        except NoScriptError:
-            # The server never ran the command (a restart or SCRIPT FLUSH dropped the
-            # script): load it and send the command again, once.
-            await client.script_load(script)
-            return await client.evalsha(sha, keys=keys, args=args)
 
     def _remember(self, session_id: str, cached: _Cached) -> None:
         """Keep ``cached`` as what was read of ``session_id``, most recently used."""
@@ -365,38 +314,16 @@ class RedisSessionStore:
             forgotten = self._cache.pop(next(iter(self._cache)))
             self._cached_count -= len(forgotten.messages)
 
-    def _fail(
-        self, exc: BaseException, what: str, session_id: str, *, writing: str = ""
-    ) -> NoReturn:
-        """Raise the SessionStoreError that says what ``exc`` means for this call."""
-        where = f"{self._where}, session {session_id!r}"
-        if isinstance(exc, TimeoutError):
-            outcome = f"; {writing}" if writing else ""
-            raise SessionStoreError(
-                f"{where}: cannot {what}: the server did not answer within "
-                f"timeout={self.timeout} s{outcome}"
-            ) from exc
-        if isinstance(exc, WrongTypeError) or "WRONGTYPE" in str(exc):
-            raise SessionStoreError(
-                f"{where}: cannot {what}: a key of the session holds another type of value "
-                f"({_reason(exc)}); it was left as it is"
-            ) from exc
-        if isinstance(exc, _CONNECTION_FAILURES):
-            outcome = f"; {writing}" if writing else ""
-            raise SessionStoreError(
-                f"{where}: the connection failed while trying to {what}: {_reason(exc)}{outcome}"
-            ) from exc
-        raise SessionStoreError(f"{where}: cannot {what}: {_reason(exc)}") from exc
 
-
-class RedisSession(RedisPending):
+class RedisSession:
     """One session of a :class:`RedisSessionStore` (get it with ``store.get``).
 
-    Its pending tool calls (``record_pending``, ``claim_pending``) are in
-    :mod:`raf._sessions.redis_pending`.
+    Its pending tool calls wait in the session's ``pending`` hash; every
+    pending operation is one Lua script, atomic on the server: of two claims
+    of one token, one takes it and the other finds it gone.
     """
 
-    __slots__ = ("_id", "_messages_key", "_requests_key", "_store")
+    __slots__ = ("_id", "_messages_key", "_once_key", "_pending_key", "_requests_key", "_store")
 
     def __init__(self, store: RedisSessionStore, id: str) -> None:
         self._store = store
@@ -404,6 +331,8 @@ class RedisSession(RedisPending):
         base = f"{store.prefix}:{{{id}}}"
         self._messages_key = f"{base}:messages"
         self._requests_key = f"{base}:requests"
+        self._pending_key = f"{base}:pending"
+        self._once_key = f"{base}:once"
 
     @property
     def id(self) -> str:
@@ -444,17 +373,17 @@ class RedisSession(RedisPending):
 
     async def _read(self, cached: _Cached | None, count: int) -> _Cached:
         store = self._store
-        client = store._require()
+        client = store.client()
         args = (
             ["0", "", str(count)] if cached is None else [str(cached.end), cached.sha, str(count)]
         )
         try:
             with anyio.fail_after(store.timeout):
-                length, first, entries = await store._run(
+                length, first, entries = await store.run_script(
                     client, _READ, (self._messages_key,), args
                 )
-        except _FAILURES as exc:
-            store._fail(exc, "read the messages", self._id)
+        except FAILURES as exc:
+            store.fail(exc, "read the messages", self._id)
         new = tuple([self._decode(first + index, entry) for index, entry in enumerate(entries)])
         if cached is not None and first == cached.end:
             if not new:
@@ -465,7 +394,7 @@ class RedisSession(RedisPending):
             read = _Cached(first, new, _sha(entries[-1]) if entries else "")
         if read.end != length:  # the script's own view: cannot differ unless the server lies
             raise SessionStoreError(
-                f"{store._where}, session {self._id!r}: read {read.end} entries of "
+                f"{store.where}, session {self._id!r}: read {read.end} entries of "
                 f"{self._messages_key}, which holds {length}"
             )
         store._remember(self._id, read)
@@ -478,7 +407,7 @@ class RedisSession(RedisPending):
             return
         encoded = [_encode(message) for message in batch]
         store = self._store
-        client = store._require()
+        client = store.client()
         try:
             with anyio.fail_after(store.timeout):
                 if store.ttl is None:
@@ -486,11 +415,11 @@ class RedisSession(RedisPending):
                     # key of another type it fails before writing: no script needed.
                     length = await client.rpush(self._messages_key, encoded)
                 else:
-                    length = await store._run(
-                        client, _APPEND, self.keys, [store._ttl_arg, *encoded]
+                    length = await store.run_script(
+                        client, _APPEND, self.keys, [store.ttl_arg, *encoded]
                     )
-        except _FAILURES as exc:
-            store._fail(
+        except FAILURES as exc:
+            store.fail(
                 exc,
                 f"append {len(batch)} message{'s' if len(batch) != 1 else ''}",
                 self._id,
@@ -504,35 +433,113 @@ class RedisSession(RedisPending):
                 self._id, _Cached(cached.first, cached.messages + batch, _sha(encoded[-1]))
             )
 
-    async def add_messages_once(
+    async def add_once(
         self, key: str, messages: Iterable[ChatMessage], pending: Iterable[PendingCall] = ()
     ) -> bool:
-        """:meth:`add_messages` (with :meth:`record_pending` when ``pending`` is given), unless
-        ``key`` was written before (then nothing; ``False``)."""
-        return await redis_add_once(self, key, messages, pending)
+        """:meth:`record_pending`, unless ``key`` was written to this session before (then
+        nothing; ``False``): one script, atomic on the server."""
+        key = checked_key(key)
+        new, calls = checked_pending(messages, pending)
+        args = [self._store.ttl_arg, key, str(len(new)), *(_encode(m) for m in new)]
+        args += self._encoded_calls(calls)
+        keys = [self._messages_key, self._once_key, self._pending_key]
+        written = await self._script(_ONCE, keys, args, f"append {len(new)} messages once")
+        return bool(written)
+
+    async def record_pending(
+        self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
+    ) -> None:
+        """Append ``messages`` and record ``pending`` in one atomic script."""
+        new, calls = checked_pending(messages, pending)
+        if new or calls:
+            args = [self._store.ttl_arg, str(len(new)), *(_encode(m) for m in new)]
+            args += self._encoded_calls(calls)
+            what = f"record {len(calls)} pending call(s)"
+            await self._script(_RECORD, self._pending_keys, args, what)
+
+    async def list_pending(self) -> tuple[PendingCall, ...]:
+        """The calls that wait for approval, in the order recorded (nothing is written)."""
+        listed = await self._claim("look")
+        return listed[1] if listed is not None else ()
+
+    async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None:
+        """Remove and return the pending calls of ``tokens``, all of them or none (``None``)."""
+        wanted = checked_tokens(tokens)
+        if len(set(wanted)) != len(wanted):
+            return None
+        return await self._claim("some", wanted)
+
+    async def claim_all_pending(self) -> tuple[PendingCall, ...]:
+        """Remove and return every pending call."""
+        claimed = await self._claim("all")
+        return claimed[0] if claimed is not None else ()
+
+    @property
+    def _pending_keys(self) -> list[str]:
+        return [self._messages_key, self._pending_key, self._requests_key]
+
+    def _encoded_calls(self, calls: Sequence[PendingCall]) -> list[str]:
+        stamp = time.time()  # ordered as recorded: the hash itself keeps no order
+        encoded: list[str] = []
+        for index, call in enumerate(calls):
+            encoded += [call.token, _json({**call.to_dict(), "order": [stamp, index]})]
+        return encoded
+
+    async def _claim(self, mode: str, tokens: Sequence[str] = ()) -> Claimed | None:
+        args = [self._store.ttl_arg, mode, *tokens]
+        reply = await self._script(_CLAIM, self._pending_keys, args, "claim pending calls")
+        if reply is None:
+            return None
+        claimed, left = (self._pending_decode(entries) for entries in reply)
+        if mode == "all":
+            claimed.sort(key=lambda pair: pair[0])
+        left.sort(key=lambda pair: pair[0])
+        return tuple(call for _, call in claimed), tuple(call for _, call in left)
+
+    async def _script(self, script: str, keys: list[str], args: list[str], what: str) -> Any:
+        store = self._store
+        client = store.client()
+        try:
+            with anyio.fail_after(store.timeout):
+                return await store.run_script(client, script, keys, args)
+        except FAILURES as exc:
+            store.fail(exc, what, self._id)
+
+    def _pending_decode(self, entries: Sequence[Any]) -> list[tuple[Any, PendingCall]]:
+        decoded: list[tuple[Any, PendingCall]] = []
+        for entry in entries:
+            try:
+                data = json.loads(entry)
+                decoded.append((tuple(data.get("order", ())), PendingCall.from_dict(data)))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise SessionStoreError(
+                    f"{self._store.where}, session {self._id!r}: an entry of "
+                    f"{self._pending_key} is not a stored PendingCall ({exc})"
+                ) from exc
+        return decoded
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request's digest with the time; say whether it was recorded before."""
         digest = request_hash(messages)
         store = self._store
-        client = store._require()
-        args = [store._ttl_arg, digest, repr(time.time()), str(REQUEST_HASH_LIMIT)]
+        client = store.client()
+        args = [store.ttl_arg, digest, repr(time.time()), str(REQUEST_HASH_LIMIT)]
         try:
             with anyio.fail_after(store.timeout):
                 keys = (self._requests_key, self._messages_key)
-                seen = await store._run(client, _TOUCH, keys, args)
-        except _FAILURES as exc:
-            store._fail(exc, "record the request hash", self._id)
+                seen = await store.run_script(client, _TOUCH, keys, args)
+        except FAILURES as exc:
+            store.fail(exc, "record the request hash", self._id)
         return RequestHash(digest, bool(seen))
 
     async def request_hashes(self) -> dict[str, float]:
         """The recorded digests with the time each was last seen, oldest first."""
-        client = self._store._require()
+        client = self._store.client()
         try:
             with anyio.fail_after(self._store.timeout):
                 pairs = await client.zrange(self._requests_key, 0, -1, withscores=True)
-        except _FAILURES as exc:
-            self._store._fail(exc, "read the request hashes", self._id)
+        except FAILURES as exc:
+            self._store.fail(exc, "read the request hashes", self._id)
         return {_text(member): float(score) for member, score in pairs}
 
     def _decode(self, index: int, entry: bytes | str) -> ChatMessage:
@@ -540,12 +547,12 @@ class RedisSession(RedisPending):
             return ChatMessage.from_dict(json.loads(entry))
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SessionStoreError(
-                f"{self._store._where}, session {self._id!r}: entry {index} of "
+                f"{self._store.where}, session {self._id!r}: entry {index} of "
                 f"{self._messages_key} is not a stored ChatMessage ({exc}); it was left as it is"
             ) from exc
 
     def __repr__(self) -> str:
-        return f"RedisSession(id={self._id!r}, store={_redacted(self._store.url)!r})"
+        return f"RedisSession(id={self._id!r}, store={redacted(self._store.url)!r})"
 
 
 CHECKED_SESSION_TYPES.add(RedisSession)
@@ -565,18 +572,5 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _redacted(url: str) -> str:
-    """The URL without its password, for messages and reprs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + host))
+def _json(data: object) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))

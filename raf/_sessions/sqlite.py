@@ -1,64 +1,59 @@
-"""SqliteSessionStore: durable sessions in one SQLite file (stdlib sqlite3, WAL)."""
+"""SqliteSessionStore: durable sessions in one SQLite file (stdlib sqlite3, WAL).
+
+Each session keeps its history, its request hashes, its pending tool calls
+(table ``raf_pending``) and the keys of its once-only writes (table
+``raf_once``); the last two tables are created on first use, so files made
+before them are read as they are. Every write is one ``BEGIN IMMEDIATE``
+transaction, so a claim is atomic across every process that shares the
+file: of two claims of one token, one finds the row and the other finds it gone.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import sqlite3
-import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Any, Final, TypeVar
-
-import anyio
-import anyio.lowlevel
-import anyio.to_thread
+from typing import Any, Final
 
 from raf._errors import SessionStoreError
 from raf._sessions.base import (
     CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
+    Claimed,
     RequestHash,
     checked_batch,
     checked_count,
+    checked_key,
+    checked_pending,
     checked_session_id,
+    checked_tokens,
     request_hash,
 )
-from raf._sessions.once import sqlite_add_once
-from raf._sessions.sqlite_file import _BUSY, _CORRUPT, _NOTADB, _READONLY, _code, _open
-from raf._sessions.sqlite_pending import SqlitePending
+from raf._sessions.sqlite_connection import SqliteConnection
 from raf._values.messages import ChatMessage, PendingCall
 
 __all__ = ["SqliteSessionStore"]
 
-T = TypeVar("T")
-
-#: How long a worker thread waits for the store's connection between two such checks.
-_LOCK_SLICE: Final = 0.05
-
-
-class _Abandoned(Exception):
-    """The caller stopped waiting before its work started or committed; nobody sees this."""
-
-
-class _Call:
-    """One piece of work handed to a worker thread, with its caller's bound."""
-
-    __slots__ = ("abandoned", "deadline", "work")
-
-    def __init__(self, work: Callable[[sqlite3.Connection], Any], deadline: float) -> None:
-        self.work = work
-        self.deadline = deadline  # time.monotonic() based; inf when unbounded
-        self.abandoned = False  # set by the caller when it stops waiting (a bool write is atomic)
-
-    def expired(self) -> bool:
-        return self.abandoned or time.monotonic() >= self.deadline
+_PENDING: Final = """
+CREATE TABLE IF NOT EXISTS raf_pending (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    token TEXT NOT NULL,
+    call TEXT NOT NULL,
+    UNIQUE (session_id, token)
+)
+"""
+_ONCE: Final = (
+    "CREATE TABLE IF NOT EXISTS raf_once "
+    "(session_id TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (session_id, key))"
+)
 
 
-class SqliteSessionStore:
+class SqliteSessionStore(SqliteConnection):
     """Sessions that outlive the process, in one SQLite file.
 
     ``await store.get(session_id)`` returns the :class:`raf.Session` with
@@ -99,23 +94,7 @@ class SqliteSessionStore:
     def __init__(
         self, path: str | os.PathLike[str], *, timeout: float = 30.0, read_only: bool = False
     ) -> None:
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.path = path if path == ":memory:" else Path(path)
-        self.timeout = timeout
-        self.read_only = read_only
-        # Held by the worker thread that uses the connection, until that thread really ends
-        # (a cancelled caller stops waiting for its thread; the thread keeps the lock).
-        self._lock = threading.Lock()
-        # Callers queue here, in their event loop, before they take a thread. Per loop:
-        # an anyio lock belongs to the event loop it was first used in.
-        self._gate: anyio.lowlevel.RunVar[anyio.Lock] = anyio.lowlevel.RunVar(
-            f"raf._sessions.sqlite.gate.{id(self)}"
-        )
-        self._connection: sqlite3.Connection | None = None
-        self._current: _Call | None = None  # the call whose thread holds self._lock
-        self._closed = False
-        self._broken: str | None = None  # set once the file is known to be corrupt
+        super().__init__(path, timeout=timeout, read_only=read_only)
         self._sessions: weakref.WeakValueDictionary[str, SqliteSession] = (
             weakref.WeakValueDictionary()
         )
@@ -136,113 +115,6 @@ class SqliteSessionStore:
         )
         return [row[0] for row in rows]
 
-    async def with_connection(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work(connection)`` in a worker thread, with the store's connection to itself.
-
-        Sessions use it for every database call; it opens the file on first
-        use. ``work`` must only read, or be one transaction that ends with
-        :meth:`commit`: when another connection holds the write lock, it is
-        rolled back and run again, until the caller's deadline or the store's
-        ``timeout``.
-        """
-        try:
-            gate = self._gate.get()
-        except LookupError:
-            gate = anyio.Lock()
-            self._gate.set(gate)
-        async with gate:
-            left = anyio.current_effective_deadline() - anyio.current_time()
-            call = _Call(work, time.monotonic() + min(left, self.timeout))
-            try:
-                result: T = await anyio.to_thread.run_sync(
-                    self._in_thread, call, abandon_on_cancel=True
-                )
-            except BaseException:
-                call.abandoned = True  # its thread stops waiting for locks and gives up
-                raise
-            return result
-
-    def _in_thread(self, call: _Call) -> Any:
-        while not self._lock.acquire(timeout=_LOCK_SLICE):
-            # Only after a cancelled caller left its thread running: wait for it, boundedly.
-            if call.expired():
-                raise self._gave_up(call, "the store's connection")
-        self._current = call
-        try:
-            if call.abandoned:
-                raise _Abandoned
-            if self._closed:
-                raise SessionStoreError(f"session store {self.path}: the store is closed")
-            if self._broken is not None:
-                raise SessionStoreError(self._broken)
-            while True:
-                try:
-                    if self._connection is None:
-                        self._connection = _open(self.path, self.read_only)
-                    return call.work(self._connection)
-                except sqlite3.Error as exc:
-                    db = self._connection
-                    if db is not None and db.in_transaction:
-                        db.rollback()
-                    if _code(exc) == _BUSY:
-                        if not call.expired():
-                            continue  # SQLite waited one slice; ours to decide whether to go on
-                        raise self._gave_up(call, "another connection's write lock") from exc
-                    raise self._error(exc) from exc
-                except BaseException:
-                    db = self._connection
-                    if db is not None and db.in_transaction:
-                        db.rollback()
-                    raise
-        finally:
-            self._current = None
-            self._lock.release()
-
-    def commit(self, db: sqlite3.Connection) -> None:
-        """Commit the transaction of the current call, unless its caller stopped waiting.
-
-        Work run by :meth:`with_connection` ends its transaction with it: a
-        caller cancelled before this point finds nothing written, so a
-        cancelled write has either not happened or (when the cancellation
-        came while committing) happened completely.
-        """
-        if self._current is not None and self._current.abandoned:
-            raise _Abandoned  # rolled back by _in_thread
-        db.execute("COMMIT")
-
-    def _gave_up(self, call: _Call, what: str) -> SessionStoreError:
-        why = "the caller stopped waiting" if call.abandoned else "the time ran out"
-        return SessionStoreError(
-            f"session store {self.path}: gave up waiting for {what} ({why}; timeout={self.timeout}s"
-            " or the caller's deadline, whichever comes first); nothing was written"
-        )
-
-    def _error(self, exc: sqlite3.Error) -> SessionStoreError:
-        code = _code(exc)
-        if code in (_CORRUPT, _NOTADB):
-            self._broken = (
-                f"session store {self.path}: the database file is corrupt ({exc}); the store "
-                "refuses to read a possibly short history. The file is left as it is: restore it "
-                "from a backup (sqlite3's .recover can salvage what is readable)"
-            )
-            return SessionStoreError(self._broken)
-        if code == _READONLY:
-            how = "opened with read_only=True" if self.read_only else "it cannot be written here"
-            return SessionStoreError(f"session store {self.path} is read-only ({how}): {exc}")
-        return SessionStoreError(f"session store {self.path}: {exc}")
-
-    async def aclose(self) -> None:
-        """Close the database connection; the store cannot be used afterwards."""
-        await anyio.to_thread.run_sync(self.close)
-
-    def close(self) -> None:
-        """Close the database connection (blocking; prefer :meth:`aclose` in async code)."""
-        with self._lock:
-            self._closed = True
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
-
     async def __aenter__(self) -> SqliteSessionStore:
         return self
 
@@ -258,11 +130,8 @@ class SqliteSessionStore:
         return f"SqliteSessionStore({str(self.path)!r})"
 
 
-class SqliteSession(SqlitePending):
+class SqliteSession:
     """One session of a :class:`SqliteSessionStore` (get it with ``store.get``).
-
-    Its pending tool calls (``record_pending``, ``claim_pending``) are in
-    :mod:`raf._sessions.sqlite_pending`.
 
     The history loaded so far is kept with the session, with the row id of
     its last message: each ``get_messages`` reads only the rows appended
@@ -321,12 +190,60 @@ class SqliteSession(SqlitePending):
         if new:
             await self._store.with_connection(lambda db: self._append(db, new))
 
-    async def add_messages_once(
+    async def add_once(
         self, key: str, messages: Iterable[ChatMessage], pending: Iterable[PendingCall] = ()
     ) -> bool:
-        """:meth:`add_messages` (with :meth:`record_pending` when ``pending`` is given), unless
-        ``key`` was written before (then nothing; ``False``)."""
-        return await sqlite_add_once(self, key, messages, pending)
+        """:meth:`record_pending`, unless ``key`` was written to this session before (then
+        nothing; ``False``): the key, the messages and the calls in one transaction."""
+        key = checked_key(key)
+        new, calls = checked_pending(messages, pending)
+
+        def append(db: sqlite3.Connection) -> bool:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(_ONCE)
+            if not db.execute(
+                "INSERT OR IGNORE INTO raf_once (session_id, key) VALUES (?, ?)", (self._id, key)
+            ).rowcount:
+                db.rollback()
+                return False
+            self._write_pending(db, new, calls)
+            return True
+
+        return await self._store.with_connection(append)
+
+    async def record_pending(
+        self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
+    ) -> None:
+        """Append ``messages`` and record ``pending`` in one transaction."""
+        new, calls = checked_pending(messages, pending)
+        if new or calls:
+
+            def record(db: sqlite3.Connection) -> None:
+                db.execute("BEGIN IMMEDIATE")
+                self._write_pending(db, new, calls)
+
+            await self._store.with_connection(record)
+
+    async def list_pending(self) -> tuple[PendingCall, ...]:
+        """The calls that wait for approval, in the order recorded (a read: no write lock)."""
+
+        def look(db: sqlite3.Connection) -> tuple[PendingCall, ...]:
+            found = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'raf_pending'"
+            ).fetchone()
+            return self._pending_rows(db) if found else ()
+
+        return await self._store.with_connection(look)
+
+    async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None:
+        """Remove and return the pending calls of ``tokens``, all of them or none (``None``)."""
+        wanted = checked_tokens(tokens)
+        return await self._store.with_connection(lambda db: self._claim(db, wanted))
+
+    async def claim_all_pending(self) -> tuple[PendingCall, ...]:
+        """Remove and return every pending call."""
+        claimed = await self._store.with_connection(lambda db: self._claim(db, None))
+        return claimed[0] if claimed is not None else ()
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request messages' hash with the time; say whether it was there."""
@@ -466,6 +383,63 @@ class SqliteSession(SqlitePending):
                 f"{where} is not a stored ChatMessage: {type(exc).__name__}: {exc}"
             ) from exc
 
+    def _write_pending(
+        self,
+        db: sqlite3.Connection,
+        messages: tuple[ChatMessage, ...],
+        calls: tuple[PendingCall, ...],
+    ) -> None:
+        """Within a write transaction: append ``messages``, record ``calls``, commit."""
+        self._ensure_row(db)
+        # The session's own read path picks these rows up by their seq, as any append.
+        db.executemany(
+            "INSERT INTO raf_messages (session_id, message) VALUES (?, ?)",
+            [(self._id, _encode(m)) for m in messages],
+        )
+        if calls:
+            db.execute(_PENDING)
+            db.executemany(
+                "INSERT OR REPLACE INTO raf_pending (session_id, token, call) VALUES (?, ?, ?)",
+                [(self._id, call.token, _json(call.to_dict())) for call in calls],
+            )
+        self._store.commit(db)
+        self._stored = True
+
+    def _claim(self, db: sqlite3.Connection, tokens: tuple[str, ...] | None) -> Claimed | None:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(_PENDING)
+        waiting = self._pending_rows(db)
+        if tokens is None:
+            claimed = waiting
+        else:
+            by_token = {call.token: call for call in waiting}
+            if len(set(tokens)) != len(tokens) or not all(t in by_token for t in tokens):
+                db.rollback()
+                return None
+            claimed = tuple(by_token[token] for token in tokens)
+        db.executemany(
+            "DELETE FROM raf_pending WHERE session_id = ? AND token = ?",
+            [(self._id, call.token) for call in claimed],
+        )
+        self._store.commit(db)
+        taken = {call.token for call in claimed}
+        return claimed, tuple(call for call in waiting if call.token not in taken)
+
+    def _pending_rows(self, db: sqlite3.Connection) -> tuple[PendingCall, ...]:
+        rows = db.execute(
+            "SELECT seq, call FROM raf_pending WHERE session_id = ? ORDER BY seq", (self._id,)
+        ).fetchall()
+        return tuple(self._pending_decode(seq, text) for seq, text in rows)
+
+    def _pending_decode(self, seq: int, text: Any) -> PendingCall:
+        try:
+            return PendingCall.from_dict(json.loads(text))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise SessionStoreError(
+                f"session store {self._store.path}: pending row {seq} of session {self._id!r} "
+                f"is not a stored PendingCall ({type(exc).__name__}: {exc})"
+            ) from exc
+
     def __repr__(self) -> str:
         return f"SqliteSession(id={self._id!r}, store={str(self._store.path)!r})"
 
@@ -478,4 +452,8 @@ def _nothing(db: sqlite3.Connection) -> None:
 
 
 def _encode(message: ChatMessage) -> str:
-    return json.dumps(message.to_dict(), ensure_ascii=False, separators=(",", ":"))
+    return _json(message.to_dict())
+
+
+def _json(data: object) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))

@@ -12,7 +12,7 @@ from dbos import DBOS
 from dbos import error as dbos_errors
 
 from raf._agent.agent import Agent
-from raf._agent.approvals import Decision, not_pending, pending_calls
+from raf._agent.approvals import Decision, not_pending
 from raf._agent.streamed import streamed_core
 from raf._agent.streaming import AgentStream
 from raf._errors import DurableError
@@ -145,7 +145,7 @@ class DurableAgent(Agent):
         try:
             # Only a pending call is looked for: its pointer was made before it was recorded,
             # so a call that is pending and has none waits in no workflow.
-            pending = await pending_calls(session)
+            pending = await session.list_pending()
             tokens = [decision.token for decision in decisions]
             if not set(tokens) <= {call.token for call in pending}:
                 raise not_pending(session, tokens, pending)
@@ -211,20 +211,16 @@ class DurableAgent(Agent):
                 await _wake_after(caller.superseded, exc)
             if not passed and not isinstance(exc, anyio.get_cancelled_exc_class()):
                 raise  # the pass failed (or its stream closed): its workflow ended with it
-            # The caller leaves (cancelled, its stream closed, its on_update raised): the run
-            # and its wait are cancelled in DBOS too (one that ended stays as it is), not
-            # resumed at the next launch.
+            # The caller leaves (cancelled, its stream closed, its on_update raised): a pass
+            # still running is cancelled in DBOS too, not resumed at the next launch.
             caller.left = True
             with anyio.CancelScope(shield=True):
-                # A wait applying a decision now is let finish (for its decider): the empty
-                # message below ends it after that pass.
-                wait_id = None if caller.busy else caller.wait_id
-                for workflow_id in (None if passed else caller.workflow_id, wait_id):
-                    if workflow_id is not None:
-                        await DBOS.cancel_workflow_async(workflow_id)
+                if not passed and caller.workflow_id is not None:
+                    await DBOS.cancel_workflow_async(caller.workflow_id)
                 if caller.wait_id is not None:
-                    # Its task here waits in DBOS.recv: wake it, so it ends now, not at its
-                    # deadline (an empty message is what a wait that timed out receives).
+                    # The wait is not cancelled: a decision sent before this empty message
+                    # (its decider was told it was accepted) is applied first, then the wait
+                    # ends, as one that timed out does. Cancelling it could lose that call.
                     await DBOS.send_async(caller.wait_id, None, TOPIC)
             raise
         finally:

@@ -119,50 +119,50 @@ class WrittenOnce:
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages`` unless this run stored this append before its crash."""
-        once = getattr(self._inner, "add_messages_once", None)
         self._count += 1
-        if once is None:
-            await self._inner.add_messages(messages)
-        else:
-            await once(f"{self._workflow_id}:{self._count}", messages)
+        await self._inner.add_once(f"{self._workflow_id}:{self._count}", messages)
 
     async def record_pending(
         self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
     ) -> None:
         """Append ``messages`` and record ``pending``, unless this run did before its crash."""
         calls = tuple(pending)
-        once = getattr(self._inner, "add_messages_once", None)
         self._count += 1
         if self._point is not None:
             await self._point(calls)
-        if once is None:
-            await self._inner.record_pending(messages, calls)
-        else:
-            await once(f"{self._workflow_id}:{self._count}", messages, calls)
+        await self._inner.add_once(f"{self._workflow_id}:{self._count}", messages, calls)
 
     def hand_over(self, claimed: Claimed) -> None:
         """The calls a decision claimed already (in the process that made it): the run's claim of
         exactly those tokens gets them, without asking the store again."""
         self._claimed = claimed
 
-    async def claim_pending(self, tokens: Sequence[str] | None) -> Claimed | None:
+    async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None:
         """The calls handed over (with what still waits now), when ``tokens`` are theirs; else
         the store's claim."""
         claimed = self._claimed
-        if (
-            claimed is not None
-            and tokens is not None
-            and sorted(tokens) == sorted(call.token for call in claimed[0])
-        ):
+        if claimed is not None and sorted(tokens) == sorted(c.token for c in claimed[0]):
             self._claimed = None
             # What still waits is read now: the decider's look is stale (another decider may
             # have claimed the turn's other calls meanwhile).
-            listed = await self._inner.claim_pending(())
-            return claimed[0], () if listed is None else tuple(listed[1])
-        claim: Claimed | None = await self._inner.claim_pending(tokens)
-        if tokens is None and claim is not None:  # a new message takes every waiting call
-            self.superseded += tuple(call.token for call in claim[0])
-        return claim
+            return claimed[0], await self._inner.list_pending()
+        return await self._inner.claim_pending(tokens)  # type: ignore[no-any-return]
+
+    async def claim_all_pending(self) -> tuple[PendingCall, ...]:
+        """Every waiting call (a new message takes them to deny them)."""
+        claimed: tuple[PendingCall, ...] = await self._inner.claim_all_pending()
+        self.superseded += tuple(call.token for call in claimed)
+        return claimed
+
+    async def list_pending(self) -> tuple[PendingCall, ...]:
+        """The calls that wait."""
+        return await self._inner.list_pending()  # type: ignore[no-any-return]
+
+    async def add_once(
+        self, key: str, messages: Iterable[ChatMessage], pending: Iterable[PendingCall] = ()
+    ) -> bool:
+        """The store's once-only write."""
+        return await self._inner.add_once(key, messages, pending)  # type: ignore[no-any-return]
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request's hash (see :meth:`raf.Session.touch_request_hash`)."""

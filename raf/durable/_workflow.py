@@ -63,8 +63,6 @@ class Caller:
     #: The tokens of the calls another run left waiting that this run's new message denied:
     #: their waits are woken, so their callers do not wait for decisions that cannot come.
     superseded: tuple[str, ...] = ()
-    #: Whether its wait is applying a decision now (a caller that leaves lets it finish).
-    busy: bool = False
     #: Whether the caller has left: its wait sends it nothing more.
     left: bool = False
 
@@ -288,18 +286,10 @@ async def wait_for_decisions(
             if not isinstance(delivery, Delivery):
                 break  # None: no decision came in time
             written.hand_over(delivery.claimed)
-            if mine is not None:
-                mine.busy = True
-            try:
-                batch = _Batch()
-                response = await run_pass(
-                    agent, written, (), options, held, delivery.decisions, batch
-                )
-                if held is not None:
-                    await held.release()
-            finally:
-                if mine is not None:
-                    mine.busy = False
+            batch = _Batch()
+            response = await run_pass(agent, written, (), options, held, delivery.decisions, batch)
+            if held is not None:
+                await held.release()
             await DBOS.set_event_async(outcome_key(delivery.message_id), response)
             parts.append(response)
             # A pass that neither left calls pending nor called the model stalled: another

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from raf._agent.agent import Agent
 from raf._errors import ConfigError
-from raf._sessions.base import Session
+from raf._sessions.base import Session, missing_pending
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
 from raf.serve._http import (
@@ -236,11 +236,9 @@ async def history(served: Served, scope: Scope, receive: Receive, send: Send) ->
     """
     session_id = str(scope["path_params"]["session_id"])
     session = await served.session(scope, scope["raf.key_scope"], session_id)
-    listing = getattr(session, "claim_pending", None)
     try:
         messages = await session.get_messages()
-        # claim_pending(()) claims nothing: it lists what waits.
-        waiting = (await listing(()))[1] if listing is not None else ()
+        waiting = () if missing_pending(session) else await session.list_pending()
     except Exception as exc:
         raise HttpError(503, f"the session store failed: {exc}", "server_error") from None
     pending = [

@@ -412,24 +412,19 @@ def _turn(pending: Sequence[PendingCall]) -> list[ChatMessage]:
 async def check_record_pending_stores_the_turn_and_its_calls(harness: Harness) -> None:
     rule = "record_pending appends the messages and records the calls, in order, also reopened"
     session = await harness.new()
-    _check(await session.claim_pending(()) == ((), ()), "a new session has no pending call")
+    _check(await session.list_pending() == (), "a new session has no pending call")
     pending = _pending(session, "a", "b")
     await session.record_pending(_turn(pending), pending)
     for view in (session, await harness.reopen(session)):
         _check(list(await view.get_messages()) == _turn(pending), rule)
-        _check(
-            await view.claim_pending(()) == ((), tuple(pending)), rule, await view.claim_pending(())
-        )
+        _check(await view.list_pending() == tuple(pending), rule, await view.list_pending())
     bad: list[Any] = [pending[0], "not a call"]
     with _raises(TypeError, "[1]", "record_pending raises a TypeError naming the bad index"):
         await session.record_pending([ChatMessage.user("lost")], bad)
     _check(
         list(await session.get_messages()) == _turn(pending), "a bad record_pending stores nothing"
     )
-    _check(
-        await session.claim_pending(()) == ((), tuple(pending)),
-        "a bad record_pending records nothing",
-    )
+    _check(await session.list_pending() == tuple(pending), "a bad record_pending records nothing")
 
 
 async def check_claim_pending_is_all_or_nothing_and_once(harness: Harness) -> None:
@@ -439,7 +434,7 @@ async def check_claim_pending_is_all_or_nothing_and_once(harness: Harness) -> No
     rule = "claim_pending with one token that is not pending claims nothing and returns None"
     _check(await session.claim_pending([a.token, "no-such-token"]) is None, rule)
     _check(await session.claim_pending([a.token, a.token]) is None, f"{rule} (a token twice)")
-    _check(await session.claim_pending(()) == ((), (a, b, c)), rule)
+    _check(await session.list_pending() == (a, b, c), rule)
     claimed = await session.claim_pending([c.token, a.token])
     _check(
         claimed == ((c, a), (b,)), "claim_pending returns (claimed in token order, left)", claimed
@@ -448,8 +443,11 @@ async def check_claim_pending_is_all_or_nothing_and_once(harness: Harness) -> No
     _check(again is None, "a claimed call cannot be claimed again, also reopened", again)
     other = await harness.new()
     _check(await other.claim_pending([b.token]) is None, "another session cannot claim a call")
-    _check(await session.claim_pending(None) == ((b,), ()), "claim_pending(None) claims every call")
-    _check(await session.claim_pending(None) == ((), ()), "then nothing is pending")
+    _check(await session.claim_all_pending() == (b,), "claim_all_pending() claims every call")
+    _check(await session.claim_all_pending() == (), "then nothing is pending")
+    _check(await session.list_pending() == (), "then nothing is listed")
+    with _raises(ValueError, "list_pending", "claim_pending(()) is refused: it claims nothing"):
+        await session.claim_pending(())
     _check(len(await session.get_messages()) == 2, "claiming changes no message")
 
 
@@ -469,6 +467,44 @@ async def check_concurrent_claims_of_one_call_give_it_once(harness: Harness) -> 
             group.start_soon(claim, index)
     won = [r for r in results if r is not None]
     _check(won == [((pending[0],), ())], rule, results)
+
+
+async def check_add_once_writes_once_per_key(harness: Harness) -> None:
+    rule = "add_once appends the messages and records the calls once per key, also reopened"
+    session = await harness.new()
+    pending = _pending(session, "a")
+    turn = _turn(pending)
+    _check(await session.add_once("run-1", turn, pending) is True, rule)
+    _check(await (await harness.reopen(session)).add_once("run-1", turn, pending) is False, rule)
+    _check(list(await session.get_messages()) == turn, rule)
+    _check(await session.list_pending() == tuple(pending), "add_once records the pending calls")
+    await session.claim_all_pending()
+    _check(await session.add_once("run-1", turn, pending) is False, "a decided call stays decided")
+    _check(await session.list_pending() == (), "a decided call stays decided")
+    _check(await session.add_once("run-2", turn[:1]) is True, "another key writes")
+    other = await harness.new()
+    _check(await other.add_once("run-1", turn[:1]) is True, "keys are per session")
+    with _raises(ValueError, "key", "an empty key is a ValueError"):
+        await session.add_once("", turn)
+    with _raises(TypeError, "[0]", "add_once checks the calls before it writes"):
+        await session.add_once("run-3", turn, ["not a call"])  # type: ignore[list-item]
+    _check(len(await session.get_messages()) == 3, "a refused add_once writes nothing")
+
+
+async def check_concurrent_add_once_writes_once(harness: Harness) -> None:
+    rule = "of concurrent add_once calls with one key (two store objects too), one writes"
+    session = await harness.new()
+    views = [session, await harness.reopen(session)]
+    results: list[bool] = []
+
+    async def add(index: int) -> None:
+        results.append(await views[index % 2].add_once("k", [ChatMessage.user(str(index))]))
+
+    async with anyio.create_task_group() as group:
+        for index in range(10):
+            group.start_soon(add, index)
+    _check(results.count(True) == 1, rule, results)
+    _check(len(await session.get_messages()) == 1, rule)
 
 
 Check = Callable[[Harness], Awaitable[None]]
@@ -495,6 +531,8 @@ CHECKS: tuple[Check, ...] = (
     check_record_pending_stores_the_turn_and_its_calls,
     check_claim_pending_is_all_or_nothing_and_once,
     check_concurrent_claims_of_one_call_give_it_once,
+    check_add_once_writes_once_per_key,
+    check_concurrent_add_once_writes_once,
 )
 
 

@@ -115,3 +115,13 @@ class Run:
                 )
         except Exception as exc:
             self.error = exc
+
+
+async def ended(workflow_id: str) -> str:
+    """The status of ``workflow_id`` once it has ended (not waiting any more), within BOUND."""
+    with anyio.fail_after(BOUND):
+        while True:
+            status = await DBOS.get_workflow_status_async(workflow_id)
+            if status is not None and status.status not in ("PENDING", "ENQUEUED"):
+                return str(status.status)
+            await anyio.sleep(0.02)

@@ -188,9 +188,8 @@ async def wait_one(store: SqliteSessionStore, workflow_id: str) -> dict[str, Any
 
 async def decide_one(agent: Any, store: SqliteSessionStore, workflow_id: str) -> dict[str, Any]:
     session = await store.get(workflow_id)
-    listed = await session.claim_pending(())  # a look: claims nothing
-    assert listed is not None
-    decisions = [Decision(call.token, approve=True) for call in listed[1]]
+    listed = await session.list_pending()
+    decisions = [Decision(call.token, approve=True) for call in listed]
     response = await agent.run(decisions, session=session)
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 

@@ -29,7 +29,7 @@ async def main(kind: str, target: str, session_id: str, texts: list[str]) -> Non
     async with RedisSessionStore(target) as redis_store:
         session = await redis_store.get(session_id)
         if kind == "redis-replace":
-            await redis_store._require().delete([session.keys[0]])
+            await redis_store.client().delete([session.keys[0]])
         await session.add_messages(batch)
 
 

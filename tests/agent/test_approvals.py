@@ -175,7 +175,7 @@ async def test_the_run_stops_before_an_approval_call_and_the_rest_of_the_turn_ru
     stored = await session.get_messages()
     assert [m.role for m in stored] == ["user", "assistant", "tool"]
     assert stored[1].tool_calls[0] == delete_call("a")
-    assert await session.claim_pending(()) == ((), (pending,))
+    assert await session.list_pending() == (pending,)
 
 
 async def test_every_post_stage_runs_with_the_paused_response() -> None:
@@ -280,7 +280,7 @@ async def test_a_sequence_of_decisions_is_all_or_nothing() -> None:
         await agent.run(decisions, session=session)
     assert caught.value.tokens == ("f" * 64,)
     assert tools.deleted == []
-    assert await session.claim_pending(()) == ((), (first, second))
+    assert await session.list_pending() == (first, second)
     with pytest.raises(ApprovalError, match="two decisions"):
         await agent.run([Decision(first.token, approve=True)] * 2, session=session)
     both = [Decision(first.token, approve=True), Decision(second.token, approve=True)]
@@ -304,14 +304,14 @@ async def test_a_token_that_matches_nothing_raises_before_any_model_call_or_tool
         assert type(caught.value) is ApprovalError  # as itself, never wrapped
     assert tools.deleted == []
     assert len(agent.chat_client.requests) == calls
-    assert (await session.claim_pending(()))[1] == response.pending
+    assert await session.list_pending() == response.pending
 
 
 async def test_a_stored_call_whose_arguments_changed_is_refused_and_never_runs() -> None:
     tools, session = Tools(), InMemorySession()
     agent, response = await paused(tools, session, "a")
     (pending,) = response.pending
-    (_claimed,), _ = await session.claim_pending(None)  # type: ignore[misc]
+    (_claimed,) = await session.claim_all_pending()
     altered = PendingCall(delete_call("/", "call_a"), pending.token)
     await session.record_pending((), [altered])
     with pytest.raises(ApprovalError, match="arguments changed"):
@@ -377,14 +377,14 @@ async def test_a_cancelled_resume_leaves_its_calls_answered_as_interrupted() -> 
     history = await session.get_messages()
     assert check_tool_pairing(history) is None
     assert history[-1] == ChatMessage.tool("call_a", INTERRUPTED, name="delete")
-    assert await session.claim_pending(()) == ((), ())
+    assert await session.list_pending() == ()
     assert (await agent.run("and now?", session=session)).text == "All done."
 
 
 async def test_an_unanswered_call_left_by_a_crash_is_answered_as_interrupted() -> None:
     tools, session = Tools(), InMemorySession()
     agent, _response = await paused(tools, session, "a")
-    await session.claim_pending(None)  # a claimer that died before storing the result
+    await session.claim_all_pending()  # a claimer that died before storing the result
     await agent.run("hello?", session=session)
     assert check_tool_pairing(agent.chat_client.requests[-1].messages) is None  # type: ignore[attr-defined]
     history = await session.get_messages()
@@ -392,7 +392,7 @@ async def test_an_unanswered_call_left_by_a_crash_is_answered_as_interrupted() -
     assert history[3] == ChatMessage.tool("call_a", INTERRUPTED, name="delete")
 
 
-async def test_a_store_without_the_two_operations_says_so() -> None:
+async def test_a_store_without_the_pending_operations_says_so() -> None:
     class Plain:
         """A session of a store written before approvals: the four first methods only."""
 
@@ -408,9 +408,9 @@ async def test_a_store_without_the_two_operations_says_so() -> None:
     agent = agent_for([ScriptedChatClient.tool_turn(delete_call("a"))], tools)
     with pytest.raises(raf.ProviderError) as caught:
         await agent.run("go", session=Plain())  # type: ignore[arg-type]
-    assert isinstance(caught.value.__cause__, ApprovalError)
-    assert "record_pending" in str(caught.value.__cause__)
-    with pytest.raises(ApprovalError, match="claim_pending"):
+    assert isinstance(caught.value.__cause__, TypeError)
+    assert "record_pending()" in str(caught.value.__cause__)
+    with pytest.raises(TypeError, match=r"list_pending\(\), claim_pending\(\)"):
         await agent.run(Decision("t", approve=True), session=Plain())  # type: ignore[arg-type]
 
 

@@ -161,7 +161,7 @@ async def test_approved_calls_run_once_denied_never_and_every_history_is_valid(
     async with store() as session:
         await agent.run("start", session=session)
         for op, pick in script:
-            _, waiting = await session.claim_pending(())
+            waiting = await session.list_pending()
             choice = waiting[pick % len(waiting)] if waiting else None
             if op == "message":
                 await agent.run(f"message {pick}", session=session)
@@ -209,7 +209,7 @@ async def test_approved_calls_run_once_denied_never_and_every_history_is_valid(
         assert all(count == 1 for count in world.started.values()), world.started
         assert model.broken == []
         history = await session.get_messages()
-        _, waiting = await session.claim_pending(())
+        waiting = await session.list_pending()
         answers = [ChatMessage.tool(p.call.id, "waiting") for p in waiting]
         assert check_tool_pairing([*history, *answers]) is None, history
 

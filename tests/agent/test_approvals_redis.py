@@ -49,9 +49,9 @@ async def test_record_and_claim_put_the_ttl_on_every_key(
         assert [990 < await admin.ttl(key) <= 1000 for key in keys] == [True] * 3
         for key in keys:
             await admin.expire(key, 5)  # as if time had passed
-        assert await session.claim_pending(()) == ((), (pending,))  # a look writes nothing
+        assert await session.list_pending() == (pending,)  # a look writes nothing
         assert [await admin.ttl(key) <= 5 for key in keys] == [True] * 3
-        assert await session.claim_pending(None) == ((pending,), ())
+        assert await session.claim_all_pending() == (pending,)
         assert [990 < await admin.ttl(key) <= 1000 for key in keys[:2]] == [True] * 2
 
 
@@ -65,7 +65,7 @@ async def test_a_pending_key_of_another_type_fails_and_changes_nothing(
             await session.record_pending([ChatMessage.user("q")], [_pending("s")])
         assert await session.get_messages() == ()
         with pytest.raises(SessionStoreError, match="another type"):
-            await session.claim_pending(None)
+            await session.claim_all_pending()
 
 
 async def test_an_entry_altered_in_the_store_is_refused_and_never_runs(

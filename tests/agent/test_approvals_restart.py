@@ -67,7 +67,7 @@ def _stored(db: str, session_id: str) -> tuple[Any, Any]:
         store = await open_store(db)
         try:
             session = await store.get(session_id)
-            return await session.get_messages(), await session.claim_pending(())
+            return await session.get_messages(), ((), await session.list_pending())
         finally:
             await store.aclose()
 

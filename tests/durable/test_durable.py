@@ -178,13 +178,13 @@ async def test_the_history_write_is_keyed_by_the_workflow(tmp_path: Path) -> Non
     async with SqliteSessionStore(tmp_path / "s.db") as store:
         session = await store.get("s")
         turn = [ChatMessage.user("hi"), ChatMessage.assistant("hello")]
-        assert await session.add_messages_once("wf:1", turn) is True
-        assert await session.add_messages_once("wf:1", turn) is False  # a replayed post stage
-        assert await session.add_messages_once("wf:2", turn[:1]) is True
+        assert await session.add_once("wf:1", turn) is True
+        assert await session.add_once("wf:1", turn) is False  # a replayed post stage
+        assert await session.add_once("wf:2", turn[:1]) is True
         assert await session.get_messages() == (*turn, turn[0])
-        assert await (await store.get("other")).add_messages_once("wf:1", turn) is True
+        assert await (await store.get("other")).add_once("wf:1", turn) is True
         with pytest.raises(ValueError, match="idempotency key"):
-            await session.add_messages_once("", turn)
+            await session.add_once("", turn)
 
 
 @pytest.mark.anyio
@@ -194,8 +194,8 @@ async def test_the_redis_history_write_is_keyed_by_the_workflow(redis_server: An
     async with RedisSessionStore(redis_server.url, prefix="once", ttl=60) as store:
         session = await store.get("s")
         turn = [ChatMessage.user("hi"), ChatMessage.assistant("hello")]
-        assert await session.add_messages_once("wf:1", turn) is True
-        assert await session.add_messages_once("wf:1", turn) is False
+        assert await session.add_once("wf:1", turn) is True
+        assert await session.add_once("wf:1", turn) is False
         assert await session.get_messages() == tuple(turn)
         assert SessionRef.of(session) == SessionRef("redis", redis_server.url, "s", "once", 60)
 

@@ -26,7 +26,7 @@ from tests._harness.postgres_server import PostgresServer, postgres_bin
 pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).resolve().parents[1] / "_harness" / "durable_worker.py"
-ROOT = WORKER.parent.parent
+ROOT = WORKER.parents[2]
 DEADLINE = 60.0
 
 

@@ -128,11 +128,10 @@ LAZY_TOO = (
     "raf._config.file",
     "raf._config.models",
     "raf._agent.output",  # structured output: with the first run that asks for a type
-    "raf._sessions.once",
     "raf._sessions.stores",
     "raf._sessions.sqlite_file",
-    "raf._sessions.sqlite_pending",
-    "raf._sessions.redis_pending",
+    "raf._sessions.sqlite_connection",
+    "raf._sessions.redis_connection",
     "sqlite3",
     "hashlib",
     "pathlib",
