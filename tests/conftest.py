@@ -1,4 +1,5 @@
-"""Shared setup of raf's own suite: both anyio backends, hypothesis profiles, the Redis server.
+"""Shared setup of raf's own suite: raf's pytest plugin, both anyio backends, hypothesis
+profiles, the Redis server.
 
 The suite runs in parallel (pytest-xdist, ``make test``): each worker is its own
 pytest session, so a session fixture (the Redis server) is one per worker, and
@@ -18,6 +19,10 @@ import trio.testing
 from hypothesis import HealthCheck, settings
 
 from tests._harness.redis_server import RedisServer
+
+# raf's plugin is opt-in, and the suite opts in as a user does (its anyio_backend below wins
+# over the plugin's: it adds trio's mock clock).
+pytest_plugins = ["raf.testing.plugin"]
 
 # "ci" tries hypothesis's own default number of examples (what every run used before the
 # profiles), for CI and whenever CI is set; "dev" tries fewer where a test does not ask

@@ -16,8 +16,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import raf.otel
-from raf import Agent, OpenAIChatClient, OpenAIResponsesClient, RetryMiddleware, ScriptedChatClient
-from raf._errors import RateLimitError
+from raf import (
+    Agent,
+    OpenAIChatClient,
+    OpenAIResponsesClient,
+    RateLimitError,
+    RetryMiddleware,
+    ScriptedChatClient,
+)
 from tests._harness.openai_server import OpenAIServer, Reply, completion, text_stream
 from tests._harness.responses_server import ResponsesServer, response_body
 

@@ -10,7 +10,7 @@
   module here that needs hypothesis (``pip install 'raf-agents[testing]'``);
 - :mod:`raf.testing.plugin`: the pytest plugin (fixtures ``scripted_client``
   and ``anyio_backend``, the ``raf_offline`` marker and ``--raf-offline``),
-  registered by installing raf.
+  opt-in: ``pytest_plugins = ["raf.testing.plugin"]`` in a ``conftest.py``.
 
 Importing this package imports neither hypothesis nor pytest.
 """

@@ -1,7 +1,8 @@
 """raf's pytest plugin: offline model fixtures, both anyio backends, no real model calls.
 
-Installing raf registers it (entry point ``pytest11``, name ``raf``; turn it
-off with ``-p no:raf``). It gives
+It is opt-in: installing raf does not load it. Enable it in a ``conftest.py``
+with ``pytest_plugins = ["raf.testing.plugin"]``, or for one run with
+``pytest -p raf.testing.plugin``. It gives
 
 - ``scripted_client``: a fresh :class:`raf.ScriptedChatClient` per test; add
   its answers with ``scripted_client.script.append(...)`` /
@@ -51,8 +52,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "raf_offline: the test fails if it connects to (or looks up) a host that is not "
         "loopback: no real model calls",
     )
-    # Registered now, after the plugins loaded from entry points (anyio's among them),
-    # so that this anyio_backend overrides anyio's default of asyncio alone.
+    # Registered now, after the plugins loaded from entry points (anyio's among them) and
+    # with ``-p``, so that this anyio_backend overrides anyio's default of asyncio alone.
     if not config.pluginmanager.has_plugin("raf-backends"):
         config.pluginmanager.register(_backends, "raf-backends")
 

@@ -5,9 +5,9 @@ tests/durable/test_recovery.py.) ``make test`` installs Debian's
 ``postgresql`` when the machine lacks it. Postgres refuses to run as root:
 under root, the cluster belongs to ``nobody`` and the server runs as
 ``nobody`` (setuid in the child, like ``runuser -u nobody``). ``initdb`` with
-trust authentication on 127.0.0.1 only, no persistence beyond the folder;
-on Linux the server dies with the process that started it, and ``stop``
-removes the folder.
+trust authentication on 127.0.0.1 only, no persistence beyond the folder; the
+process harness (tests/_harness/process.py) stops it at the end, or with its
+parent, and removes the folder.
 """
 
 from __future__ import annotations
@@ -15,20 +15,15 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from tests._harness.redis_server import _die_with_parent, free_port
+from tests._harness.process import ServerProcess
 
 __all__ = ["PostgresServer", "postgres_bin"]
-
-START_TIMEOUT = 30.0
 
 
 def postgres_bin() -> Path | None:
@@ -45,14 +40,15 @@ def _version(path: str) -> int:
     return int(part) if part.isdigit() else 0
 
 
-class PostgresServer:
+class PostgresServer(ServerProcess):
     """One ``postgres`` process; ``with PostgresServer() as server: server.url("db")``."""
 
+    name = "postgres"
+    start_timeout = 30.0
+    stop_signal = signal.SIGINT  # fast shutdown
+
     def __init__(self) -> None:
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
-        # Not under pytest's tmp_path: its folders are root's alone, and the server is not root.
-        self.folder = Path(tempfile.mkdtemp(prefix="raf-postgres-"))
+        super().__init__("raf-postgres-")
         self._user: dict[str, Any] = {}
         if os.geteuid() == 0:
             self._user = {"user": "nobody", "group": "nogroup"}
@@ -64,92 +60,45 @@ class PostgresServer:
 
     def start(self) -> PostgresServer:
         """initdb, then start the server and wait until it accepts connections."""
+        initdb: list[str | Path] = [
+            self._binaries() / "initdb",
+            "-D", self.folder / "data",
+            "-U", "raf",
+            "--auth=trust",
+            "-E", "UTF8",
+            "--no-sync",
+        ]  # fmt: skip
+        subprocess.run(initdb, check=True, capture_output=True, **self.popen_options())
+        return super().start()
+
+    def argv(self) -> list[str | Path]:
+        return [
+            self._binaries() / "postgres",
+            "-D", self.folder / "data",
+            "-p", str(self.port),
+            "-c", "listen_addresses=127.0.0.1",
+            "-c", f"unix_socket_directories={self.folder}",
+            "-c", "fsync=off",  # a throwaway cluster: durability of the files is not tested
+            "-c", "max_connections=200",
+        ]  # fmt: skip
+
+    def popen_options(self) -> dict[str, Any]:
+        return {"cwd": self.folder, **self._user}
+
+    def answers(self) -> bool:
+        if b"ready to accept connections" not in self.log_path.read_bytes():
+            return False
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1.0).close()
+        except OSError:
+            return False
+        return True
+
+    def _binaries(self) -> Path:
         binaries = postgres_bin()
         if binaries is None:
             raise RuntimeError(
                 "PostgreSQL is not installed: `make test` installs it "
                 "(or: apt-get install postgresql)"
             )
-        data = self.folder / "data"
-        subprocess.run(
-            [
-                binaries / "initdb",
-                "-D",
-                data,
-                "-U",
-                "raf",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-            check=True,
-            capture_output=True,
-            cwd=self.folder,
-            **self._user,
-        )
-        log = self.folder / "postgres.log"
-        for _ in range(5):  # another process may take the free port before the server does
-            self.port = free_port()
-            command = [
-                binaries / "postgres",
-                "-D", data,
-                "-p", str(self.port),
-                "-c", "listen_addresses=127.0.0.1",
-                "-c", f"unix_socket_directories={self.folder}",
-                "-c", "fsync=off",  # a throwaway cluster: durability of the files is not tested
-                "-c", "max_connections=200",
-            ]  # fmt: skip
-            with log.open("ab") as output:
-                self.process = subprocess.Popen(
-                    command,
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.folder,
-                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-                    **self._user,
-                )
-            if self._wait_until_ready():
-                return self
-            self.stop()
-        raise RuntimeError(f"postgres did not start; its log:\n{log.read_text()[-2000:]}")
-
-    def _wait_until_ready(self) -> bool:
-        assert self.process is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        log = self.folder / "postgres.log"
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                return False
-            if b"ready to accept connections" in log.read_bytes():
-                try:
-                    socket.create_connection(("127.0.0.1", self.port), timeout=1.0).close()
-                    return True
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        return False
-
-    def stop(self) -> None:
-        """Stop the server (SIGINT: fast shutdown, then SIGKILL after 10 s) and wait for it."""
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(2)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        return binaries

@@ -28,13 +28,13 @@ from raf import (
     InMemorySession,
     Invocation,
     ProviderError,
+    RequestHash,
     ScriptedChatClient,
     ToolCall,
     ToolConflictError,
+    request_hash,
     tool,
 )
-from raf._sessions import request_hash
-from raf._sessions.base import RequestHash
 
 pytestmark = pytest.mark.anyio
 
@@ -342,7 +342,7 @@ async def test_touch_request_hash_is_called_with_the_request_messages() -> None:
 
 def test_request_hash_is_stable_across_processes() -> None:
     code = (
-        "import sys; from raf import ChatMessage, ToolCall; from raf._sessions import request_hash;"
+        "import sys; from raf import ChatMessage, ToolCall, request_hash;"
         "print(request_hash([ChatMessage.user('Grüße'),"
         " ChatMessage.assistant('ok', tool_calls=[ToolCall('1', 'f')])]))"
     )

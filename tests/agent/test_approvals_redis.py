@@ -11,9 +11,16 @@ import coredis
 import pytest
 
 import raf
-from raf import ApprovalError, ChatMessage, Decision, PendingCall, SessionStoreError, ToolCall
+from raf import (
+    ApprovalError,
+    ChatMessage,
+    Decision,
+    PendingCall,
+    RedisSessionStore,
+    SessionStoreError,
+    ToolCall,
+)
 from raf._agent.approvals import approval_token
-from raf._sessions.redis import RedisSessionStore
 from tests._harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio

@@ -18,10 +18,18 @@ from typing import Any
 import anyio
 import pytest
 
-from raf import AgentResponse, ChatMessage, ChatOptions, IncompleteResponseError, Update, Usage
-from raf._clients.openai import OpenAIChatClient
-from raf._clients.responses import OpenAIResponsesClient
-from raf._errors import ChatClientError, ChatTimeoutError
+from raf import (
+    AgentResponse,
+    ChatClientError,
+    ChatMessage,
+    ChatOptions,
+    ChatTimeoutError,
+    IncompleteResponseError,
+    OpenAIChatClient,
+    OpenAIResponsesClient,
+    Update,
+    Usage,
+)
 from tests._harness.openai_server import OpenAIServer, Reply, chunk, completion, text_stream
 from tests._harness.responses_server import Answer, ResponsesServer, events_of, response_body
 

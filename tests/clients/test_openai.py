@@ -25,10 +25,21 @@ from raf import (
     Agent,
     AgentResponse,
     AgentRunOptions,
+    AuthenticationError,
+    BadRequestError,
+    ChatClientError,
+    ChatConnectionError,
     ChatMessage,
     ChatOptions,
+    ChatProtocolError,
+    ChatTimeoutError,
     ContextResult,
+    OpenAIChatClient,
+    RateLimitError,
+    RetryMiddleware,
+    ServerError,
     StreamClosedError,
+    StreamingChatClient,
     ToolCall,
     Update,
     Usage,
@@ -45,19 +56,6 @@ from raf._clients._chat_wire import (
 )
 from raf._clients._sdk import RETRY_AFTER_MAX, retry_after_seconds
 from raf._clients._wire import dumps as _dumps
-from raf._clients.openai import OpenAIChatClient
-from raf._errors import (
-    AuthenticationError,
-    BadRequestError,
-    ChatClientError,
-    ChatConnectionError,
-    ChatProtocolError,
-    ChatTimeoutError,
-    RateLimitError,
-    ServerError,
-)
-from raf._middleware.retry import RetryMiddleware
-from raf._values.messages import StreamingChatClient
 from tests._harness.openai_server import (
     HISTORY_EDITS,
     OpenAIServer,

@@ -24,10 +24,19 @@ from raf import (
     Agent,
     AgentResponse,
     AgentRunOptions,
+    AuthenticationError,
+    BadRequestError,
+    ChatClientError,
+    ChatConnectionError,
     ChatMessage,
     ChatOptions,
+    ChatProtocolError,
+    ChatTimeoutError,
     LoggingMiddleware,
+    OpenAIResponsesClient,
+    RateLimitError,
     RetryMiddleware,
+    ServerError,
     ToolCall,
     Update,
     Usage,
@@ -37,17 +46,6 @@ from raf._clients import _responses_wire as responses_wire
 from raf._clients import responses as responses_module
 from raf._clients._responses_wire import input_items, input_json, tool_to_wire
 from raf._clients._wire import dumps as _dumps
-from raf._clients.responses import OpenAIResponsesClient
-from raf._errors import (
-    AuthenticationError,
-    BadRequestError,
-    ChatClientError,
-    ChatConnectionError,
-    ChatProtocolError,
-    ChatTimeoutError,
-    RateLimitError,
-    ServerError,
-)
 from tests._harness.openai_server import HISTORY_EDITS, edit_history
 from tests._harness.responses_server import Answer, ResponsesServer, events_of, response_body
 

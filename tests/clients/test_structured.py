@@ -13,13 +13,13 @@ from raf import (
     Agent,
     AgentResponse,
     BadRequestError,
+    OpenAIChatClient,
+    OpenAIResponsesClient,
     OutputRefusedError,
     OutputValidationError,
     Update,
     tool,
 )
-from raf._clients.openai import OpenAIChatClient
-from raf._clients.responses import OpenAIResponsesClient
 from tests._harness.openai_server import OpenAIServer, Reply, chunk, text_stream
 from tests._harness.responses_server import Answer, ResponsesServer, response_body
 

@@ -11,14 +11,20 @@ import attrs
 import pytest
 
 from raf import (
+    PROVIDER_KINDS,
     Agent,
+    AgentError,
     AgentSkillsProvider,
     CompressionProvider,
+    ConfigError,
     ContextProvider,
+    ContextProviderDecl,
     InMemoryHistoryProvider,
     InMemorySession,
     KnowledgeProvider,
     LoggingMiddleware,
+    ProviderOptions,
+    RateLimitError,
     RetryMiddleware,
     ScriptedChatClient,
     SummaryStrategy,
@@ -26,21 +32,13 @@ from raf import (
     ToolCall,
     TruncationStrategy,
     WorkspaceContextProvider,
-)
-from raf._config.declarations import (
-    ENTRY_POINT_GROUP,
-    PROVIDER_KINDS,
-    ContextProviderDecl,
-    ProviderOptions,
     build_provider,
     build_providers,
-    import_object,
     load_provider_decls,
-    parse_provider_decls,
     register_provider_kind,
 )
+from raf._config.declarations import ENTRY_POINT_GROUP, import_object, parse_provider_decls
 from raf._config.file import build_chat_middleware, parse_chat_stack_decls
-from raf._errors import AgentError, ConfigError, RateLimitError
 
 pytestmark = pytest.mark.anyio
 

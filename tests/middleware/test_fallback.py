@@ -23,13 +23,13 @@ from raf import (
     ChatRequest,
     FallbackMiddleware,
     LoggingMiddleware,
+    OpenAIChatClient,
     RateLimitError,
     RetryMiddleware,
     ScriptedChatClient,
     ServerError,
     Update,
 )
-from raf._clients.openai import OpenAIChatClient
 from tests._harness.openai_server import OpenAIServer, Reply, chunk, text_stream
 
 pytestmark = pytest.mark.anyio

@@ -21,12 +21,12 @@ from raf import (
     EchoChatClient,
     InMemorySession,
     LoggingMiddleware,
+    OpenAIChatClient,
+    RateLimitError,
     ScriptedChatClient,
     ToolCall,
     tool,
 )
-from raf._clients.openai import OpenAIChatClient
-from raf._errors import RateLimitError
 from tests._harness.openai_server import OpenAIServer, Reply, text_stream
 
 pytestmark = pytest.mark.anyio

@@ -13,17 +13,20 @@ from structlog.testing import capture_logs
 from raf import (
     Agent,
     AgentResponse,
+    BadRequestError,
+    ChatConnectionError,
     ChatMessage,
     ChatOptions,
     ContextProvider,
     ContextResult,
+    RateLimitError,
     RetryMiddleware,
     ScriptedChatClient,
+    ServerError,
     ToolCall,
     Update,
     tool,
 )
-from raf._errors import BadRequestError, ChatConnectionError, RateLimitError, ServerError
 
 pytestmark = pytest.mark.anyio
 

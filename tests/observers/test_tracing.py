@@ -12,11 +12,12 @@ from raf import (
     ContextResult,
     ProviderError,
     ScriptedChatClient,
+    StageEvent,
     ToolCall,
+    TraceObserver,
     parallel,
     tool,
 )
-from raf._observers.tracing import StageEvent, TraceObserver
 
 pytestmark = pytest.mark.anyio
 

@@ -22,10 +22,10 @@ from raf import (
     ProviderError,
     ScriptedChatClient,
     ToolCall,
+    compose,
     parallel,
     tool,
 )
-from raf._onion.pipeline import compose
 
 pytestmark = pytest.mark.anyio
 

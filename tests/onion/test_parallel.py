@@ -21,10 +21,11 @@ from raf import (
     ContextResult,
     Invocation,
     ProviderError,
+    ProviderGroup,
     ScriptedChatClient,
+    parallel,
     tool,
 )
-from raf._onion.parallel import ProviderGroup, parallel
 
 pytestmark = pytest.mark.anyio
 

@@ -11,19 +11,23 @@ from hypothesis import strategies as st
 
 from raf import (
     Agent,
+    ChatClientError,
     ChatMessage,
+    CompressionError,
     CompressionProvider,
     InMemoryHistoryProvider,
     InMemorySession,
+    ProviderError,
     ScriptedChatClient,
     SummaryStrategy,
     TokenBudgetStrategy,
     ToolCall,
     TruncationStrategy,
+    approximate_tokens,
+    check_tool_pairing,
+    message_units,
     tool,
 )
-from raf._errors import ChatClientError, CompressionError, ProviderError
-from raf._providers.compression import approximate_tokens, check_tool_pairing, message_units
 
 pytestmark = pytest.mark.anyio
 

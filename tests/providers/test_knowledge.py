@@ -15,16 +15,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raf import Agent, ChatMessage, KnowledgeProvider, Passage, ScriptedChatClient
-from raf._errors import ConfigError
-from raf._providers import knowledge
-from raf._providers.knowledge import (
-    BM25Index,
+from raf import (
+    Agent,
+    ChatMessage,
+    ConfigError,
     FolderRetriever,
+    KnowledgeProvider,
+    Passage,
+    ScriptedChatClient,
     WikiRetriever,
-    split_passages,
-    tokenize,
 )
+from raf._providers import knowledge
+from raf._providers.knowledge import BM25Index, split_passages, tokenize
 
 pytestmark = pytest.mark.anyio
 
@@ -248,7 +250,7 @@ ZERO_PROBE = """
 import resource, sys
 # Unsafe code reads /dev/zero until memory runs out: make that a MemoryError here.
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from raf._providers.knowledge import FolderRetriever, WikiRetriever
+from raf import FolderRetriever, WikiRetriever
 print([p.source for p in FolderRetriever(sys.argv[1])._build().passages])
 print([p.source for p in WikiRetriever(sys.argv[1])._build().index.passages])
 """

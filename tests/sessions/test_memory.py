@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from raf import ChatMessage, InMemorySession, RequestHash, Session
-from raf._sessions import REQUEST_HASH_LIMIT, request_hash
+from raf import REQUEST_HASH_LIMIT, ChatMessage, InMemorySession, RequestHash, Session, request_hash
 
 pytestmark = pytest.mark.anyio
 

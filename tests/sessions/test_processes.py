@@ -61,7 +61,7 @@ async def test_sqlite_reads_see_another_process(tmp_path: Path) -> None:
 
 
 async def test_redis_reads_see_another_process(redis_server: RedisServer) -> None:
-    from raf._sessions.redis import RedisSessionStore
+    from raf import RedisSessionStore
 
     async with RedisSessionStore(redis_server.url) as store:
         await read_write_read(await store.get(uuid.uuid4().hex), "redis", redis_server.url)
@@ -70,7 +70,7 @@ async def test_redis_reads_see_another_process(redis_server: RedisServer) -> Non
 async def test_redis_a_history_written_again_is_not_taken_for_the_old_one_grown(
     redis_server: RedisServer,
 ) -> None:
-    from raf._sessions.redis import RedisSessionStore
+    from raf import RedisSessionStore
 
     async with RedisSessionStore(redis_server.url) as store:
         session = await store.get(uuid.uuid4().hex)

@@ -28,11 +28,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import raf
-from raf import ChatMessage, Session
+from raf import (
+    REQUEST_HASH_LIMIT,
+    ChatMessage,
+    RedisSessionStore,
+    RequestHash,
+    Session,
+    SessionStoreError,
+    request_hash,
+)
 from raf._cli import main
-from raf._errors import SessionStoreError
-from raf._sessions import REQUEST_HASH_LIMIT, RequestHash, request_hash
-from raf._sessions.redis import RedisSession, RedisSessionStore
 from raf._sessions.stores import open_store
 from raf.testing.conformance import (
     CHECKS,
@@ -197,7 +202,7 @@ async def test_a_batch_of_many_messages_is_one_contiguous_append(
         await _append_many(await store.get("big"))
 
 
-async def _append_many(session: RedisSession) -> None:
+async def _append_many(session: Session) -> None:
     batch = [ChatMessage.user(str(index)) for index in range(12_345)]
     await session.add_messages([ChatMessage.system("first")])
     await session.add_messages(batch)
@@ -238,7 +243,7 @@ async def test_a_server_that_lost_the_scripts_gets_them_again(
         await _scripts_come_back(await store.get("s"), admin)
 
 
-async def _scripts_come_back(session: RedisSession, admin: coredis.Redis[bytes]) -> None:
+async def _scripts_come_back(session: Session, admin: coredis.Redis[bytes]) -> None:
     await session.add_messages([ChatMessage.user("one")])
     await admin.script_flush()  # as after a restart of the server
     await session.add_messages([ChatMessage.user("two")])

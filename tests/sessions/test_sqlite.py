@@ -10,9 +10,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from raf import ChatMessage, RequestHash, SqliteSessionStore
-from raf._errors import SessionStoreError
-from raf._sessions import REQUEST_HASH_LIMIT, request_hash
+from raf import (
+    REQUEST_HASH_LIMIT,
+    ChatMessage,
+    RequestHash,
+    SessionStoreError,
+    SqliteSessionStore,
+    request_hash,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -28,9 +28,9 @@ from raf import (
     ContextProvider,
     InMemoryHistoryProvider,
     ScriptedChatClient,
+    SessionStoreError,
     SqliteSessionStore,
 )
-from raf._errors import SessionStoreError
 
 pytestmark = pytest.mark.anyio
 
@@ -382,8 +382,7 @@ READ_ONLY_PROBE = textwrap.dedent(
     """
     import json, sys
     import anyio
-    from raf import ChatMessage, SqliteSessionStore
-    from raf._errors import SessionStoreError
+    from raf import ChatMessage, SessionStoreError, SqliteSessionStore
 
     async def main(path):
         out = {}

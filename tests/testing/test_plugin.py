@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import anyio
@@ -17,17 +17,19 @@ from raf import Agent, ChatMessage, ChatOptions, ScriptedChatClient, ToolCall
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def registered() -> bool:
-    """Whether raf is installed with its entry point (then pytest loads the plugin itself)."""
-    return any(ep.name == "raf" for ep in importlib.metadata.entry_points(group="pytest11"))
+#: An install of raf from before the plugin was opt-in still has its entry point: blocked.
+NO_ENTRY_POINT = ["-p", "no:raf"]
 
 
-def run_pytest(folder: Path, test: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run_pytest(
+    folder: Path, test: str, *args: str, enabled: bool = True
+) -> subprocess.CompletedProcess[str]:
     """``test`` as test_it.py in ``folder``, under a pytest with raf's plugin (no conftest)."""
     (folder / "test_it.py").write_text(textwrap.dedent(test))
-    plugin = [] if registered() else ["-p", "raf.testing.plugin"]
+    plugin = ["-p", "raf.testing.plugin"] if enabled else []
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, *args],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *NO_ENTRY_POINT]
+        + [*plugin, *args],
         capture_output=True,
         text=True,
         cwd=folder,
@@ -35,6 +37,37 @@ def run_pytest(folder: Path, test: str, *args: str) -> subprocess.CompletedProce
         check=False,
         timeout=120,
     )
+
+
+def test_installing_raf_registers_no_pytest_plugin() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "pytest11" not in project.get("entry-points", {})
+
+
+SEES_THE_PLUGIN = """
+    import pytest
+
+    def test_what_the_plugin_gives(request):
+        try:
+            client = request.getfixturevalue("scripted_client") is not None
+        except pytest.FixtureLookupError:
+            client = False
+        marker = any(m.startswith("raf_offline:") for m in request.config.getini("markers"))
+        print("scripted_client:", client, "raf_offline:", marker)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("how", "active"),
+    [("not enabled", False), ("-p", True), ("pytest_plugins", True)],
+)
+def test_the_plugin_is_active_only_when_enabled(tmp_path: Path, how: str, active: bool) -> None:
+    if how == "pytest_plugins":
+        (tmp_path / "conftest.py").write_text('pytest_plugins = ["raf.testing.plugin"]\n')
+    done = run_pytest(tmp_path, SEES_THE_PLUGIN, "-s", enabled=how == "-p")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"scripted_client: {active} raf_offline: {active}" in done.stdout, done.stdout
 
 
 @pytest.mark.slow
