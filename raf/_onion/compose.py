@@ -1,14 +1,15 @@
-"""ContextProvider, and the layer that wraps one provider around the rest.
+"""The onion: ContextProvider, the layer that wraps one provider around the rest, and compose.
 
 A provider layer runs its provider's pre stage, merges the result into the
-invocation it passes inward, and runs the post stage on the way out (a
-:func:`raf.parallel` group's layer, in :mod:`raf._onion.parallel`, runs its
-members' stages through the same functions). Post
-stages of a cancelled run run shielded and bounded; post-stage failures never
-change what the layers outside see: on an error they become notes on it, on
-success they travel outward with the response (:class:`PostStageFailures`)
-until :func:`raise_post_failures` — the layer just inside each middleware, and
-the outermost one — raises them.
+invocation it passes inward, calls the rest, and runs the post stage on the
+way out, whatever happened (a :func:`raf.parallel` group's layer, in
+:mod:`raf._onion.parallel`, runs its members through the same functions).
+The one post-stage failure policy (``design.md``, "Error and cancellation
+rules"), written once in :func:`run_post_stages`: a failed post stage does
+not change what the layers outside see. On a failed run it becomes a note
+on the error; on a successful run it goes into ``Invocation.post_failures``,
+the list that :func:`collect_post_failures`, the outermost layer of a stack
+with providers, gives each run and raises from once every post stage ran.
 """
 
 from __future__ import annotations
@@ -16,26 +17,42 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, overload, runtime_checkable
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 import anyio
 import attrs
 
 from raf._errors import ContextResultError, ProviderError, StreamClosedError
 from raf._log import log as _log
-from raf._onion.observe import ProviderStage, StageHook, stage_hook
-from raf._sessions.base import Session
+from raf._onion.observe import PostStage, PreStage, observed_stages
 from raf._values.context import AgentLike, ContextResult, Invocation, merge
 from raf._values.messages import AgentResponse, ChatMessage
 from raf._values.options import AgentRunOptions
+from raf._values.protocols import Session
 
-__all__ = ["ContextProvider", "ContextProviderLike"]
+__all__ = ["CallNext", "ContextProvider", "ContextProviderLike", "Middleware", "compose"]
 
+Request = TypeVar("Request")
+Request_contra = TypeVar("Request_contra", contravariant=True)
+
+#: The inner rest of a stack: ``await call_next(request)`` runs it.
+CallNext = Callable[[Request], Awaitable[AgentResponse]]
 CompleteInvocation = Callable[[Invocation], Awaitable[AgentResponse]]
-PreStage = Callable[..., Awaitable[Any]]
-PostStage = Callable[..., Awaitable[None]]
+#: The providers whose pre stage returned, with their post stage, in the order entered.
+Entered = list[tuple[Any, PostStage]]
 
-_EMPTY = ContextResult()
+
+class Middleware(Protocol[Request_contra]):
+    """``async (request, call_next) -> AgentResponse``.
+
+    In the run stack the request is an :class:`raf.Invocation`; in the chat
+    stack it is a :class:`raf.ChatRequest`. Call ``call_next`` once to go on
+    inward, more than once to retry, or not at all to answer yourself.
+    """
+
+    async def __call__(
+        self, request: Request_contra, call_next: CallNext[Any], /
+    ) -> AgentResponse: ...
 
 
 class _ClassName:
@@ -77,7 +94,7 @@ class ContextProvider:
         options: AgentRunOptions,
     ) -> ContextResult:
         """Before the model call: return what to add to the context."""
-        return _EMPTY
+        return ContextResult()
 
     async def on_invoked(
         self,
@@ -110,6 +127,23 @@ class ContextProviderLike(Protocol):
     ) -> ContextResult: ...
 
 
+@runtime_checkable
+class GroupLike(Protocol):
+    """A stack item that builds its own layer from this module's parts: a :func:`raf.parallel`
+    group (which imports this module, so this module names it by what it does)."""
+
+    members: tuple[Any, ...]
+
+    def build_layer(
+        self, call_next: CompleteInvocation, *, where: str, post_timeout: float, observers: Any
+    ) -> CompleteInvocation: ...
+
+
+def is_provider(item: object) -> bool:
+    """A stack item with ``on_invoking`` (or a :func:`raf.parallel` group) is a provider."""
+    return isinstance(item, GroupLike) or callable(getattr(item, "on_invoking", None))
+
+
 def provider_name(provider: object) -> str:
     """The provider's ``name`` attribute, or its class name."""
     name = getattr(provider, "name", None)
@@ -140,73 +174,31 @@ def post_stage_of(provider: object) -> PostStage | None:
     on_invoked = getattr(provider, "on_invoked", None)
     # A method bound from the base class does nothing: skip its frames. A function set on
     # the instance (or any other callable) has no such __func__ and is kept.
-    if on_invoked is None or getattr(on_invoked, "__func__", None) is ContextProvider.on_invoked:
+    if getattr(on_invoked, "__func__", None) is ContextProvider.on_invoked:
         return None
-    return on_invoked  # type: ignore[no-any-return]
+    return on_invoked
 
 
 def stages_of(provider: Any, observers: Sequence[Any]) -> tuple[PreStage, PostStage | None]:
-    """The provider's pre and post stage (``None``: it has none), each inside the observers'
-    ``provider_stage`` hooks (see :class:`raf.Observer`).
-
-    A post stage inherited from :class:`ContextProvider` does nothing and is
-    skipped, unless an observer asks to see it (``inherited_post_stages``).
-    """
-    on_invoking = provider.on_invoking
-    on_invoked = post_stage_of(provider)
-    observe = stage_hook(observers) if observers else None
-    if observe is None:
-        return on_invoking, on_invoked
-    name, kind = provider_name(provider), str(getattr(provider, "kind", "unknown"))
-    pre = ProviderStage(provider, name, kind, "on_invoking")
-
-    # Plain functions that return the hook's coroutine: no frame of their own per stage.
-    def observed_pre(*args: Any) -> Awaitable[Any]:
-        return observe(pre, lambda: on_invoking(*args))
-
-    post: PostStage | None = on_invoked
-    observe_post: StageHook | None = observe
-    if on_invoked is None:
-        post = getattr(provider, "on_invoked", None)
-        observe_post = stage_hook(observers, inherited=True)
-    if post is None or observe_post is None:
-        return observed_pre, None
-
-    succeeded = ProviderStage(provider, name, kind, "on_invoked")
-
-    def observed_post(*args: Any) -> Awaitable[None]:
-        error = args[4]  # agent, session, request_messages, response, error
-        stage = succeeded if error is None else attrs.evolve(succeeded, error=error)
-        return observe_post(stage, lambda: post(*args))
-
-    return observed_pre, observed_post
-
-
-class PostStageFailures(Exception):
-    """A run that succeeded, on its way out, with the post stages that failed so far.
-
-    Raised by a provider layer whose post stage failed on success; the
-    provider layers outside it treat it as the success it carries (their
-    post stages get ``response``) and add their own failures, innermost
-    first. :func:`raise_post_failures` turns it into the public error.
-    """
-
-    def __init__(self, response: AgentResponse, failures: list[ProviderError]) -> None:
-        super().__init__(response, failures)
-        self.response = response
-        self.failures = failures
+    """The provider's pre and post stage (``None``: it has none or inherits the no-op),
+    inside the observers' ``provider_stage`` hooks (see :class:`raf.Observer`)."""
+    own = post_stage_of(provider)
+    if not observers:
+        return provider.on_invoking, own
+    kind = str(getattr(provider, "kind", "unknown"))
+    inherited = getattr(provider, "on_invoked", None)
+    return observed_stages(
+        provider, provider_name(provider), kind, provider.on_invoking, own, inherited, observers
+    )
 
 
 def provider_layer(
-    provider: Any,
-    call_next: CompleteInvocation,
-    *,
-    post_timeout: float,
-    observers: Sequence[Any] = (),
+    provider: Any, call_next: CompleteInvocation, *, post_timeout: float, observers: Any = ()
 ) -> CompleteInvocation:
     """One provider around ``call_next``: its pre stage, the rest of the run, its post stage."""
     on_invoking, on_invoked = stages_of(provider, observers)
     name = provider_name(provider)
+    entered: Entered = [] if on_invoked is None else [(provider, on_invoked)]
 
     async def layer(invocation: Invocation) -> AgentResponse:
         try:
@@ -217,63 +209,151 @@ def provider_layer(
                 invocation.options,
             )
         except Exception as exc:
-            raise _stage_error(provider, "on_invoking", exc) from exc
-        inner = _merged(name, invocation, result)
-        if on_invoked is None:
-            return await call_next(inner)
-        try:
-            response = await call_next(inner)
-        except PostStageFailures as carried:
-            await _after_success(provider, on_invoked, invocation, carried, post_timeout)
-            raise
-        except BaseException as error:
-            await _after_error(provider, on_invoked, invocation, error, post_timeout)
-            raise
-        if _cancel_pending():
-            # The deadline fired as the model returned: the post stage still runs, shielded.
-            outcome = await _after_success(provider, on_invoked, invocation, response, post_timeout)
-            if isinstance(outcome, PostStageFailures):
-                raise outcome
-            return outcome
-        # The common case, in line (a provider layer's budget is 3 bare coroutine layers).
-        try:
-            await on_invoked(
-                invocation.agent, invocation.session, invocation.request_messages, response, None
-            )
-        except Exception as exc:
-            failure = _post_failure(provider, exc, None)
-        else:
-            return response
-        raise PostStageFailures(response, [failure])
+            raise stage_error(provider, "on_invoking", exc) from exc
+        inner = merged(name, invocation, result)
+        return await around(call_next, inner, invocation, entered, post_timeout)
 
     return layer
 
 
-def raise_post_failures(call_next: CompleteInvocation) -> CompleteInvocation:
-    """The layer that raises post-stage failures of a successful run, once all post stages ran.
+async def around(
+    call_next: CompleteInvocation,
+    inner: Invocation,
+    invocation: Invocation,
+    entered: Entered,
+    post_timeout: float,
+) -> AgentResponse:
+    """``call_next(inner)``, then the post stages of ``entered`` with how it ended."""
+    if not entered:
+        return await call_next(inner)
+    try:
+        response = await call_next(inner)
+    except BaseException as error:
+        await run_post_stages(entered, invocation, None, error, post_timeout)
+        raise
+    await run_post_stages(entered, invocation, response, None, post_timeout)
+    return response
 
-    The innermost failure is raised (a :class:`ProviderError`, the post
-    stage's exception as ``__cause__``), the others attached as notes.
-    ``compose`` puts one outermost and one just inside every middleware, so
-    a middleware sees exactly what its caller would.
+
+async def run_post_stages(
+    entered: Entered,
+    invocation: Invocation,
+    response: AgentResponse | None,
+    error: BaseException | None,
+    post_timeout: float,
+) -> None:
+    """The post stages of ``entered``, last entered first, with the run's outcome.
+
+    A failure is a note on ``error``; on success it goes to
+    ``invocation.post_failures`` (raised here once all ran, when there is no
+    such list). A BaseException arriving in one (a cancellation) is what the
+    remaining ones see, and is raised once they have run.
     """
-
-    async def layer(invocation: Invocation) -> AgentResponse:
+    failures = invocation.post_failures
+    collected: list[ProviderError] = [] if failures is None else failures
+    arrived: BaseException | None = None
+    for provider, on_invoked in reversed(entered):
+        seen = arrived or error
+        args = (invocation.agent, invocation.session, invocation.request_messages)
         try:
-            return await call_next(invocation)
-        except PostStageFailures as carried:
-            first, *others = carried.failures
-            for other in others:
-                first.add_note(f"raf: also, {other} (cause: {other.__cause__!r})")
-            raise first from first.__cause__
+            failure = await _post_stage(
+                provider,
+                on_invoked,
+                (*args, response if seen is None else None, seen),
+                post_timeout,
+            )
+        except BaseException as exc:
+            arrived = exc
+            continue
+        if failure is None:
+            continue
+        if seen is None:
+            collected.append(failure)
+        else:
+            note(seen, failure)
+    if failures is None and arrived is not None:
+        for failure in collected:
+            note(arrived, failure)
+    if arrived is not None:
+        raise arrived
+    if failures is None and collected:
+        raise_failures(collected)
 
-    return layer
+
+def collect_post_failures(call_next: CompleteInvocation) -> CompleteInvocation:
+    """The outermost layer of a stack with providers: it gives each run the list of its
+    post-stage failures and, once every post stage ran, raises the innermost one as a
+    :class:`ProviderError` (the others as notes), or notes them on the run's error."""
+
+    async def outermost(invocation: Invocation) -> AgentResponse:
+        failures: list[ProviderError] = []
+        try:
+            response = await call_next(attrs.evolve(invocation, post_failures=failures))
+        except BaseException as error:
+            for failure in failures:
+                note(error, failure)
+            raise
+        if failures:
+            raise_failures(failures)
+        return response
+
+    return outermost
+
+
+def compose(
+    core: CallNext[Request],
+    stack: Sequence[Any] = (),
+    *,
+    post_timeout: float = 10.0,
+    observers: Sequence[Any] = (),
+) -> CallNext[Request]:
+    """Build the onion once: ``stack[0]`` outermost, ``core`` in the middle.
+
+    Each item is a provider (it has ``on_invoking``; only for a run stack,
+    whose request is an :class:`raf.Invocation`), a :func:`raf.parallel`
+    group, or a middleware callable; each is one layer. Calling the result
+    runs the whole stack. A failed post stage of a successful run does not
+    change what the layers outside it see: it is raised once every post
+    stage ran, by the outermost layer. The ``provider_stage`` hooks of
+    ``observers`` (see :class:`raf.Observer`) wrap every provider stage.
+
+    >>> async def core(request):
+    ...     return AgentResponse()
+    >>> compose(core, []) is core
+    True
+    """
+    complete: Any = core
+    for index in range(len(stack) - 1, -1, -1):
+        complete = _layer(stack[index], complete, f"stack[{index}]", post_timeout, observers)
+    if any(is_provider(item) for item in stack):
+        complete = collect_post_failures(complete)
+    return complete  # type: ignore[no-any-return]
+
+
+def _layer(
+    item: Any, call_next: Any, where: str, post_timeout: float, observers: Sequence[Any]
+) -> Any:
+    if isinstance(item, GroupLike):
+        return item.build_layer(
+            call_next, where=where, post_timeout=post_timeout, observers=observers
+        )
+    if callable(getattr(item, "on_invoking", None)):
+        validate_stages(item, where)
+        return provider_layer(item, call_next, post_timeout=post_timeout, observers=observers)
+    if isinstance(item, type) or not callable(item):
+        raise TypeError(
+            f"{where} is neither a context provider (no on_invoking) nor a middleware "
+            f"callable: {item!r}"
+            + (" (a class: put an instance in the stack)" if isinstance(item, type) else "")
+        )
+    # A lambda, not a coroutine: the middleware's own coroutine is the only frame.
+    return lambda request: item(request, call_next)
 
 
 # The stages ------------------------------------------------------------------------------
 
 
-def _merged(name: str, invocation: Invocation, result: object) -> Invocation:
+def merged(name: str, invocation: Invocation, result: object) -> Invocation:
     """``merge``, a malformed result becoming the provider's ProviderError."""
     try:
         return merge(invocation, result, source=name)  # type: ignore[arg-type]
@@ -281,83 +361,17 @@ def _merged(name: str, invocation: Invocation, result: object) -> Invocation:
         raise ProviderError(name, "on_invoking", str(exc), field=exc.field) from exc
 
 
-async def _after_success(
-    provider: Any,
-    on_invoked: PostStage,
-    invocation: Invocation,
-    outcome: AgentResponse | PostStageFailures,
-    post_timeout: float,
-) -> AgentResponse | PostStageFailures:
-    """The post stage of a run that succeeded; returns the outcome, with its failure if any.
-
-    The caller raises what comes back when it is a ``PostStageFailures``
-    (a failure is added to one already carried). A BaseException from
-    the post stage (a cancellation arriving now) propagates, carrying the
-    failures so far as notes.
-    """
-    carried = outcome if isinstance(outcome, PostStageFailures) else None
-    response = carried.response if carried is not None else outcome
-    assert isinstance(response, AgentResponse)
-    args = (invocation.agent, invocation.session, invocation.request_messages, response, None)
-    try:
-        if _cancel_pending():
-            # The deadline fired as the model returned: the post stage still runs, shielded.
-            failure = await _bounded(provider, on_invoked, args, post_timeout)
-        else:
-            failure = None
-            try:
-                await on_invoked(*args)
-            except Exception as exc:
-                failure = _post_failure(provider, exc, None)
-    except BaseException as arrived:
-        if carried is not None:
-            _add_notes(arrived, carried.failures)
-        raise
-    if failure is None:
-        return outcome
-    if carried is not None:
-        carried.failures.append(failure)
-        return carried
-    return PostStageFailures(response, [failure])
-
-
-async def _after_error(
-    provider: Any,
-    on_invoked: PostStage,
-    invocation: Invocation,
-    error: BaseException,
-    post_timeout: float,
-) -> None:
-    """The post stage of a run that failed; its own failure becomes a note on ``error``."""
-    args = (invocation.agent, invocation.session, invocation.request_messages, None, error)
-    if isinstance(error, StreamClosedError) or _being_cancelled(error):
-        # The consumer left (an early close) or the run is cancelled: bounded, so a hung
-        # post stage cannot keep the caller (a web request whose client went away) open.
-        failure = await _bounded(provider, on_invoked, args, post_timeout, error)
-    else:
-        # Not cancelled: no cancel scope, the caller's own deadlines apply.
-        failure = None
-        try:
-            await on_invoked(*args)
-        except Exception as exc:
-            failure = _post_failure(provider, exc, error)
-    if failure is not None:
-        _add_notes(error, (failure,))
-        if type(error) is StreamClosedError:
-            # An early close is raised to the consumer as a successful run would be.
-            error.post_failures.append(failure)
-
-
-async def _bounded(
-    provider: Any,
-    on_invoked: PostStage,
-    args: tuple[Any, ...],
-    post_timeout: float,
-    error: BaseException | None = None,
+async def _post_stage(
+    provider: Any, on_invoked: PostStage, args: tuple[Any, ...], post_timeout: float
 ) -> ProviderError | None:
-    """A post stage shielded from the cancellation and bounded by ``post_timeout``."""
+    """One post stage; its failure, if it failed. Shielded and bounded by ``post_timeout``
+    when the run is being cancelled or the consumer of a stream left (so a hung post stage
+    cannot keep the caller open); otherwise the caller's own deadlines apply."""
+    error = args[4]
+    bounded = isinstance(error, StreamClosedError) or _being_cancelled(error)
+    deadline = anyio.current_time() + post_timeout if bounded else math.inf
     finished = False
-    with anyio.CancelScope(shield=True), anyio.move_on_after(post_timeout) as scope:
+    with anyio.CancelScope(deadline=deadline, shield=bounded) as scope:
         try:
             await on_invoked(*args)
             finished = True
@@ -366,54 +380,42 @@ async def _bounded(
     if finished or not scope.cancelled_caught:
         return None
     overrun = TimeoutError(f"post_timeout={post_timeout}s")
+    while_ = (
+        "on the early close of the stream"
+        if isinstance(error, StreamClosedError)
+        else ("while the run was being cancelled")
+    )
     failure = ProviderError(
         provider_name(provider),
         "on_invoked",
-        f"did not finish within post_timeout={post_timeout}s "
-        + (
-            "on the early close of the stream"
-            if isinstance(error, StreamClosedError)
-            else "while the run was being cancelled"
-        ),
+        f"did not finish within post_timeout={post_timeout}s {while_}",
     )
     failure.__cause__ = overrun
     _log_failure(failure, overrun, error)
     return failure
 
 
-def _cancel_pending() -> bool:
-    """True when the current task is inside a cancelled (unshielded) cancel scope."""
+def _being_cancelled(error: BaseException | None) -> bool:
+    """Whether the run is being cancelled: the backend's exception, or a cancelled scope
+    around us (which also covers a cancellation wrapped in a group, or translated)."""
     try:
+        if error is not None and isinstance(error, anyio.get_cancelled_exc_class()):
+            return True
         return anyio.current_effective_deadline() == -math.inf
     except Exception:  # no async library is running: nothing can be cancelling us
         return False
 
 
-def _being_cancelled(error: BaseException) -> bool:
-    """Whether the run is being cancelled: the backend's exception, or a cancelled scope.
-
-    The scope's state also covers a cancellation wrapped in an exception
-    group, or one that a layer translated into another exception.
-    """
-    if isinstance(error, Exception) and not isinstance(error, BaseExceptionGroup):
-        return _cancel_pending()
-    try:
-        if isinstance(error, anyio.get_cancelled_exc_class()):
-            return True
-    except Exception:  # no async library is running
-        return False
-    return _cancel_pending()
-
-
 # Failures ---------------------------------------------------------------------------------
 
 
-def _stage_error(provider: Any, stage: Any, exc: BaseException) -> ProviderError:
+def stage_error(provider: Any, stage: Any, exc: BaseException) -> ProviderError:
+    """The :class:`ProviderError` of ``provider``'s ``stage`` that raised ``exc``."""
     return ProviderError(provider_name(provider), stage, f"{type(exc).__name__}: {exc}")
 
 
 def _post_failure(provider: Any, exc: BaseException, error: BaseException | None) -> ProviderError:
-    failure = _stage_error(provider, "on_invoked", exc)
+    failure = stage_error(provider, "on_invoked", exc)
     failure.__cause__ = exc
     _log_failure(failure, exc, error)
     return failure
@@ -431,8 +433,16 @@ def _log_failure(failure: ProviderError, exc: BaseException, error: BaseExceptio
     )
 
 
-def _add_notes(
-    error: BaseException, failures: Sequence[ProviderError], how: str = "while this propagated"
-) -> None:
-    for failure in failures:
-        error.add_note(f"raf: {how}, {failure} (cause: {failure.__cause__!r})")
+def note(error: BaseException, failure: ProviderError, how: str = "while this propagated") -> None:
+    """Attach ``failure`` to ``error``; an early close keeps it to raise it as after success."""
+    error.add_note(f"raf: {how}, {failure} (cause: {failure.__cause__!r})")
+    if type(error) is StreamClosedError:
+        error.post_failures.append(failure)
+
+
+def raise_failures(failures: Sequence[ProviderError], how: str = "also") -> None:
+    """Raise the first of ``failures`` (the innermost), the others attached as notes."""
+    first, *others = failures
+    for other in others:
+        first.add_note(f"raf: {how}, {other} (cause: {other.__cause__!r})")
+    raise first from first.__cause__

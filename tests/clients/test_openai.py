@@ -57,7 +57,7 @@ from raf._errors import (
     ServerError,
 )
 from raf._middleware.retry import RetryMiddleware
-from raf._values.messages import StreamingChatClient
+from raf._values.client import StreamingChatClient
 from tests._harness.openai_server import (
     HISTORY_EDITS,
     OpenAIServer,

@@ -25,7 +25,7 @@ from raf import (
     parallel,
     tool,
 )
-from raf._onion.pipeline import compose
+from raf._onion.compose import compose
 
 pytestmark = pytest.mark.anyio
 
