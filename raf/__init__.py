@@ -38,7 +38,7 @@ from raf._errors import (
     ToolLoopError,
     ToolSchemaError,
 )
-from raf._onion.compose import CallNext, ContextProvider, ContextProviderLike, Middleware, compose
+from raf._onion.compose import CallNext, ContextProvider, compose
 from raf._onion.observe import Observer, ProviderStage
 from raf._onion.parallel import ProviderGroup, parallel
 from raf._sessions.base import REQUEST_HASH_LIMIT
@@ -47,6 +47,7 @@ from raf._values.client import ChatClient, StreamingChatClient
 from raf._values.context import (
     AgentLike,
     ChatRequest,
+    ContextProviderLike,
     ContextResult,
     Invocation,
     ToolRequest,
@@ -63,7 +64,7 @@ from raf._values.messages import (
     request_hash,
 )
 from raf._values.options import AgentRunOptions, ChatOptions
-from raf._values.protocols import RequestHash, Session, Tool
+from raf._values.protocols import Middleware, RequestHash, Session, Tool
 
 if typing.TYPE_CHECKING:
     # Loaded on first use (see _LAZY below); imported here for type checkers and the docs.

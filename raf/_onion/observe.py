@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import attrs
 
 from raf._errors import Stage
+from raf._onion.errors import provider_name
 from raf._values.context import ChatRequest, Invocation, ToolRequest
 from raf._values.messages import AgentResponse, ChatMessage
 
@@ -168,25 +169,20 @@ def stage_hook(observers: Iterable[Any], *, inherited: bool = False) -> StageHoo
 
 
 def observed_stages(
-    provider: Any,
-    name: str,
-    kind: str,
-    on_invoking: PreStage,
-    on_invoked: PostStage | None,
-    inherited: PostStage | None,
-    observers: Iterable[Any],
+    provider: Any, on_invoked: PostStage | None, observers: Iterable[Any]
 ) -> tuple[PreStage, PostStage | None]:
     """A provider's stages inside the observers' ``provider_stage`` hooks.
 
-    ``on_invoked`` is ``None`` when the provider has no post stage of its
-    own; ``inherited`` is the no-op it inherits from
-    :class:`raf.ContextProvider`, wrapped only for the observers that ask to
-    see it (``inherited_post_stages``).
+    ``on_invoked`` is its own post stage, ``None`` when it has none or
+    inherits the no-op of :class:`raf.ContextProvider`, which is wrapped
+    only for the observers that ask to see it (``inherited_post_stages``).
     """
     observers = tuple(observers)
+    on_invoking = provider.on_invoking
     observe = stage_hook(observers)
     if observe is None:
         return on_invoking, on_invoked
+    name, kind = provider_name(provider), str(getattr(provider, "kind", "unknown"))
     pre = ProviderStage(provider, name, kind, "on_invoking")
 
     # Plain functions that return the hook's coroutine: no frame of their own per stage.
@@ -195,7 +191,8 @@ def observed_stages(
 
     post, observe_post = on_invoked, stage_hook(observers)
     if on_invoked is None:
-        post, observe_post = inherited, stage_hook(observers, inherited=True)
+        post = getattr(provider, "on_invoked", None)
+        observe_post = stage_hook(observers, inherited=True)
     if post is None or observe_post is None:
         return observed_pre, None
     succeeded = ProviderStage(provider, name, kind, "on_invoked")

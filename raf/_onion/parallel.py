@@ -15,17 +15,13 @@ import anyio
 import attrs
 
 from raf._errors import ProviderError
-from raf._onion.compose import (
-    CompleteInvocation,
-    Entered,
-    around,
+from raf._onion.compose import CompleteInvocation, Entered, around, run_post_stages, stages_of
+from raf._onion.errors import (
     merged,
     note,
     provider_name,
     raise_failures,
-    run_post_stages,
     stage_error,
-    stages_of,
     validate_stages,
 )
 from raf._onion.observe import PostStage, PreStage

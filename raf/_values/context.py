@@ -4,7 +4,7 @@ what a model call and a tool call carry through their stacks (ChatRequest, ToolR
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -14,7 +14,15 @@ from raf._values.messages import ChatMessage, OnUpdate, ToolCall
 from raf._values.options import AgentRunOptions, ChatOptions
 from raf._values.protocols import Session, Tool
 
-__all__ = ["AgentLike", "ChatRequest", "ContextResult", "Invocation", "ToolRequest", "merge"]
+__all__ = [
+    "AgentLike",
+    "ChatRequest",
+    "ContextProviderLike",
+    "ContextResult",
+    "Invocation",
+    "ToolRequest",
+    "merge",
+]
 
 
 class AgentLike(Protocol):
@@ -38,6 +46,23 @@ class AgentLike(Protocol):
     def tools(self) -> tuple[Tool, ...]:
         """The agent's own tools (providers' tools come on top)."""
         ...
+
+
+@runtime_checkable
+class ContextProviderLike(Protocol):
+    """What the run stack accepts as a provider: anything with ``on_invoking``.
+
+    ``on_invoked``, ``name`` and ``kind`` are optional; a missing
+    ``on_invoked`` means the provider has no post stage.
+    """
+
+    async def on_invoking(
+        self,
+        agent: AgentLike | None,
+        session: Session,
+        messages: Sequence[ChatMessage],
+        options: AgentRunOptions,
+    ) -> ContextResult: ...
 
 
 @attrs.frozen(slots=True)

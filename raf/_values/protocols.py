@@ -1,4 +1,4 @@
-"""The protocols the values name: Tool, Session (and what it returns, RequestHash).
+"""The protocols: Tool, Session (and what it returns, RequestHash), Middleware.
 
 They live with the values so that a value can name a tool or a session
 without importing the code that makes tools or keeps sessions.
@@ -6,14 +6,34 @@ without importing the code that makes tools or keeps sessions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
-from raf._values.messages import ChatMessage, PendingCall
+from raf._values.messages import AgentResponse, ChatMessage, PendingCall
 
-__all__ = ["Claimed", "RequestHash", "Session", "Tool"]
+__all__ = ["CallNext", "Claimed", "Middleware", "RequestHash", "Session", "Tool"]
+
+Request = TypeVar("Request")
+Request_contra = TypeVar("Request_contra", contravariant=True)
+
+#: The inner rest of a stack: ``await call_next(request)`` runs it.
+CallNext = Callable[[Request], Awaitable[AgentResponse]]
+
+
+class Middleware(Protocol[Request_contra]):
+    """``async (request, call_next) -> AgentResponse``.
+
+    In the run stack the request is an :class:`raf.Invocation`; in the chat
+    stack it is a :class:`raf.ChatRequest`. Call ``call_next`` once to go on
+    inward, more than once to retry, or not at all to answer yourself.
+    """
+
+    async def __call__(
+        self, request: Request_contra, call_next: CallNext[Any], /
+    ) -> AgentResponse: ...
+
 
 #: What ``Session.claim_pending`` returns: the calls it claimed, and those still pending.
 Claimed = tuple[tuple[PendingCall, ...], tuple[PendingCall, ...]]
