@@ -7,6 +7,7 @@ from typing import Any, cast
 
 import attrs
 
+from raf._agent.output import output_spec
 from raf._onion.compose import is_provider
 from raf._sessions.memory import InMemorySession
 from raf._values.decision import Decision
@@ -106,6 +107,8 @@ def run_arguments(
         if output_retries is not None:
             changes["output_retries"] = output_retries
         options = attrs.evolve(options, **changes)
+    if options.output_type is not None:
+        output_spec(options.output_type)  # a type without a schema is refused before the run
     return request, session, options
 
 
