@@ -12,13 +12,7 @@ from typing import Final
 from raf._values.messages import ChatMessage, PendingCall, checked_messages, request_hash
 from raf._values.protocols import Claimed, RequestHash, Session
 
-__all__ = [
-    "REQUEST_HASH_LIMIT",
-    "Claimed",
-    "RequestHash",
-    "Session",
-    "request_hash",
-]
+__all__ = ["REQUEST_HASH_LIMIT", "RequestHash", "Session", "request_hash"]
 
 #: How many request digests a session keeps: the most recent ones, never more.
 REQUEST_HASH_LIMIT: Final = 64
