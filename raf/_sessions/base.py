@@ -10,7 +10,8 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from raf._values.messages import ChatMessage, PendingCall, checked_messages, request_hash
-from raf._values.protocols import Claimed, RequestHash, Session
+from raf._values.protocols import Claimed as Claimed  # re-exported for the stores
+from raf._values.protocols import RequestHash, Session
 
 __all__ = ["REQUEST_HASH_LIMIT", "RequestHash", "Session", "request_hash"]
 

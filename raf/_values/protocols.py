@@ -13,7 +13,7 @@ import attrs
 
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall
 
-__all__ = ["CallNext", "Claimed", "Middleware", "RequestHash", "Session", "Tool"]
+__all__ = ["CallNext", "Middleware", "RequestHash", "Session", "Tool"]
 
 Request = TypeVar("Request")
 Request_contra = TypeVar("Request_contra", contravariant=True)
