@@ -5,10 +5,8 @@ import types
 import typing
 
 from raf._agent.agent import Agent
-from raf._agent.approvals import Decision
 from raf._agent.streaming import AgentStream
-from raf._agent.tool_loop import ToolRequest
-from raf._agent.tools import FunctionTool, Tool, check_tool_arguments, check_tool_schema, tool
+from raf._agent.tools import FunctionTool, check_tool_arguments, check_tool_schema, tool
 from raf._errors import (
     AgentError,
     ApprovalError,
@@ -40,24 +38,33 @@ from raf._errors import (
     ToolLoopError,
     ToolSchemaError,
 )
-from raf._onion.compose import ContextProvider, ContextProviderLike
+from raf._onion.compose import CallNext, ContextProvider, compose
 from raf._onion.observe import Observer, ProviderStage
 from raf._onion.parallel import ProviderGroup, parallel
-from raf._onion.pipeline import CallNext, ChatRequest, Middleware, compose
-from raf._sessions.base import REQUEST_HASH_LIMIT, RequestHash, Session, request_hash
+from raf._sessions.base import REQUEST_HASH_LIMIT
 from raf._sessions.memory import InMemorySession
-from raf._values.context import AgentLike, ContextResult, Invocation, merge
+from raf._values.client import ChatClient, StreamingChatClient
+from raf._values.context import (
+    AgentLike,
+    ChatRequest,
+    ContextProviderLike,
+    ContextResult,
+    Invocation,
+    ToolRequest,
+    merge,
+)
+from raf._values.decision import Decision
 from raf._values.messages import (
     AgentResponse,
-    ChatClient,
     ChatMessage,
     PendingCall,
-    StreamingChatClient,
     ToolCall,
     Update,
     Usage,
+    request_hash,
 )
 from raf._values.options import AgentRunOptions, ChatOptions
+from raf._values.protocols import Middleware, RequestHash, Session, Tool
 
 if typing.TYPE_CHECKING:
     # Loaded on first use (see _LAZY below); imported here for type checkers and the docs.

@@ -40,10 +40,7 @@ the model as that call's tool message, and the run goes on; a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:
-    from raf._values.messages import AgentResponse
+from typing import Any, Literal
 
 __all__ = [
     "AgentError",
@@ -134,10 +131,9 @@ class StreamClosedError(AgentError):
     a successful run; the consumer, gone, never sees the error itself.
     """
 
-    def __init__(self, partial: AgentResponse | None = None) -> None:
-        from raf._values.messages import AgentResponse
-
-        self.partial = AgentResponse() if partial is None else partial
+    # ``partial`` is typed Any: the errors sit below the values and name none of them.
+    def __init__(self, partial: Any) -> None:
+        self.partial = partial
         self.post_failures: list[ProviderError] = []
         received = self.partial.messages
         what = (
@@ -393,11 +389,9 @@ class IncompleteResponseError(ChatClientError):
     request ends the same way (raise ``max_tokens``, or change the request).
     """
 
-    def __init__(self, message: str, *, reason: str, partial: AgentResponse | None = None) -> None:
-        from raf._values.messages import AgentResponse
-
+    def __init__(self, message: str, *, reason: str, partial: Any) -> None:
         self.reason = reason
-        self.partial = AgentResponse() if partial is None else partial
+        self.partial = partial  # an AgentResponse; Any, as the errors name no value
         super().__init__(message)
 
 

@@ -48,8 +48,7 @@ from raf._agent.tool_loop import ToolRequest
 from raf._errors import StreamClosedError
 from raf._observers.otel_details import Details, Metrics, server_of
 from raf._onion.observe import Observer, ProviderStage, RunStage
-from raf._onion.pipeline import ChatRequest
-from raf._values.context import ContextResult, Invocation
+from raf._values.context import ChatRequest, ContextResult, Invocation
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
 
 __all__ = ["CAPTURE_CONTENT_ENV", "instrument"]

@@ -19,8 +19,10 @@ import attrs
 
 from raf._errors import ApprovalError
 from raf._log import log as _log
-from raf._sessions.base import Session, missing_pending, require_pending
+from raf._sessions.base import missing_pending, require_pending
+from raf._values.decision import Decision
 from raf._values.messages import ChatMessage, PendingCall, ToolCall
+from raf._values.protocols import Session
 
 __all__ = ["Decision"]
 
@@ -35,40 +37,6 @@ SUPERSEDED: Final = (
 INTERRUPTED: Final = (
     "This call was interrupted before its result was stored; it may or may not have run."
 )
-
-
-def _check_token(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if type(value) is not str or not value:
-        raise TypeError(f"Decision.token must be a non-empty str, got {value!r:.80}")
-
-
-def _check_approve(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not True and value is not False:
-        raise TypeError(f"Decision.approve must be True or False, got {value!r:.80}")
-
-
-@attrs.frozen(slots=True)
-class Decision:
-    """A person's answer to a :class:`raf.PendingCall`: run it, or refuse it (and why).
-
-    Resume a paused run with it, from any process that opens the session:
-    ``await agent.run(raf.Decision(pending.token, approve=True), session=s)``,
-    or a sequence of decisions (all or nothing). A refused call becomes a
-    tool message that tells the model so, with ``reason`` when given.
-
-    >>> Decision("4f2a", approve=False, reason="not that folder")
-    Decision(token='4f2a', approve=False, reason='not that folder')
-    """
-
-    token: str = attrs.field(validator=_check_token)
-    approve: bool = attrs.field(kw_only=True, validator=_check_approve)
-    reason: str | None = attrs.field(default=None, kw_only=True)
-
-    def __attrs_post_init__(self) -> None:
-        if self.reason is not None and type(self.reason) is not str:
-            raise TypeError(f"Decision.reason must be a str or None, got {self.reason!r:.80}")
-        if self.approve and self.reason is not None:
-            raise ValueError("Decision.reason is a refusal's reason: give it with approve=False")
 
 
 def approval_token(session_id: str, call: ToolCall) -> str:

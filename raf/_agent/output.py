@@ -20,6 +20,7 @@ import attrs
 from raf._agent.tool_loop import run_tool_loop
 from raf._errors import OutputValidationError
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Usage
+from raf._values.schema import accepts_null
 
 __all__: list[str] = []
 
@@ -88,8 +89,6 @@ def _drop_nulls(data: Any, schema: Any, defs: Mapping[str, Any], depth: int = 0)
 
 
 def _allows_null(schema: Any, defs: Mapping[str, Any]) -> bool:
-    from raf._values.schema import accepts_null
-
     while isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str):
         schema = defs.get(schema["$ref"].rpartition("/")[2])
     return accepts_null(schema)

@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
-import attrs
 
 from raf._agent.approvals import Opening, RunApprovals, wants_approval
 from raf._agent.tools import FunctionTool, Tool, check_tool_arguments, check_tool_json
@@ -19,7 +18,7 @@ from raf._errors import (
     ToolSchemaError,
 )
 from raf._log import log as _log
-from raf._values.context import Invocation
+from raf._values.context import Invocation, ToolRequest
 from raf._values.messages import (
     AgentResponse,
     ChatMessage,
@@ -35,40 +34,6 @@ __all__ = ["ToolRequest"]
 
 
 ChatCall = Callable[[Sequence[ChatMessage], ChatOptions], Awaitable[AgentResponse]]
-
-
-@attrs.frozen(slots=True)
-class ToolRequest:
-    """One tool call on its way through the tool stack (``Agent(tool_stack=[...])``).
-
-    ``call`` is the model's call as it came; ``tool`` the tool it names;
-    ``arguments`` the call's arguments parsed from JSON (always a JSON
-    object, so a ``dict``), **not yet checked against the tool's schema**:
-    the check is the first step of the innermost point, just before
-    ``tool.invoke``, so arguments that a middleware rewrites (with
-    ``attrs.evolve(request, arguments=...)``) are checked too. A middleware
-    that must see only valid arguments calls
-    ``raf.check_tool_arguments(request.tool, request.arguments)`` itself.
-    ``invocation`` is the run the call belongs to (its session, options,
-    agent).
-
-    A call that names no known tool, or whose arguments are not a JSON
-    object, never reaches the tool stack: there is no tool (or no
-    arguments) to hand it, and the model is told at once.
-    """
-
-    call: ToolCall
-    tool: Tool
-    arguments: Mapping[str, Any]
-    invocation: Invocation = attrs.field(repr=False)
-
-    def reply(self, text: str) -> ChatMessage:
-        """The tool message that answers this call with ``text``, without running the tool.
-
-        What a middleware returns to refuse or short-cut a call: the model
-        reads ``text`` as the tool's result.
-        """
-        return ChatMessage.tool(self.call.id, text, name=self.call.name)
 
 
 #: The composed tool stack: a tool request in, the call's tool message out.

@@ -18,7 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from raf._agent.tools import problems
+from raf._agent.tool_problems import problems
 from raf._errors import ToolArgumentsError
 
 __all__: list[str] = []

@@ -15,11 +15,13 @@ import json
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, overload
 
 import attrs
 
+from raf._agent.tool_problems import path_text, problems
 from raf._errors import ToolArgumentsError, ToolSchemaError
+from raf._values.protocols import Tool
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -27,34 +29,6 @@ if TYPE_CHECKING:
     from raf._agent.tool_signature import Signature
 
 __all__ = ["FunctionTool", "Tool", "check_tool_arguments", "check_tool_schema", "tool"]
-
-#: How many problems of one call are told to the model; the rest are counted.
-MAX_PROBLEMS = 10
-#: Each problem's text is cut to this length (a validator may quote the whole input).
-MAX_PROBLEM_CHARS = 300
-
-
-@runtime_checkable
-class Tool(Protocol):
-    """Something the model can call.
-
-    ``parameters`` is the JSON Schema of the arguments object. raf checks the
-    model's arguments against it (with jsonschema, see :func:`check_tool_arguments`)
-    before ``invoke`` is called, so ``invoke`` gets a mapping that fits; a
-    :class:`FunctionTool` checks its own. The result is sent back to the
-    model: a ``str`` as it is, anything else as JSON.
-    """
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def description(self) -> str: ...
-
-    @property
-    def parameters(self) -> Mapping[str, Any]: ...
-
-    async def invoke(self, arguments: Mapping[str, Any]) -> Any: ...
 
 
 @attrs.frozen(slots=True)
@@ -320,7 +294,7 @@ def _build_validator(name: str, schema: object) -> Validator:
     try:
         cls.check_schema(plain)
     except jsonschema.SchemaError as exc:
-        where = _path(exc.absolute_path)
+        where = path_text(exc.absolute_path)
         raise ToolSchemaError(
             name, f"{'at ' + where + ': ' if where else ''}{exc.message}"
         ) from None
@@ -341,38 +315,3 @@ def _mapping_as_dict(value: object) -> Any:
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError(f"{type(value).__name__} {value!r:.60}")
-
-
-# -- how problems are told ---------------------------------------------------------------
-
-
-def _path(location: Iterable[Any]) -> str:
-    """``items[2].qty`` from ``("items", 2, "qty")``."""
-    text = ""
-    for part in location:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif isinstance(part, str) and part.isidentifier():
-            text += f".{part}" if text else part
-        else:
-            text += f"[{json.dumps(str(part), ensure_ascii=False)}]"
-    return text
-
-
-def problems(found: Iterable[tuple[Iterable[Any], str]], *, more: bool = False) -> tuple[str, ...]:
-    problems: list[str] = []
-    extra = 0
-    for location, message in found:
-        if len(problems) == MAX_PROBLEMS:
-            extra += 1
-            continue
-        where = _path(location)
-        text = f"{where}: {message}" if where else message
-        if len(text) > MAX_PROBLEM_CHARS:
-            text = text[: MAX_PROBLEM_CHARS - 3] + "..."
-        problems.append(text)
-    if more:
-        problems.append(f"and more than {extra} more")
-    elif extra:
-        problems.append(f"and {extra} more")
-    return tuple(problems)

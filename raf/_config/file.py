@@ -30,7 +30,7 @@ from raf._config.declarations import (
 )
 from raf._errors import AgentError, ConfigError
 from raf._observers.tracing import StageEvent, TraceObserver
-from raf._values.messages import ChatClient
+from raf._values.client import ChatClient
 from raf._values.options import AgentRunOptions
 
 if TYPE_CHECKING:

@@ -11,8 +11,9 @@ import attrs
 from raf._agent.streamed import Onward, stream_model
 from raf._errors import ChatClientError
 from raf._log import log as _log
-from raf._onion.pipeline import ChatRequest
-from raf._values.messages import AgentResponse, ChatClient
+from raf._values.client import ChatClient
+from raf._values.context import ChatRequest
+from raf._values.messages import AgentResponse
 
 __all__ = ["FallbackMiddleware"]
 

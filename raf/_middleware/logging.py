@@ -9,8 +9,7 @@ from typing import Any
 import anyio
 import attrs
 
-from raf._onion.pipeline import ChatRequest
-from raf._values.context import Invocation
+from raf._values.context import ChatRequest, Invocation
 from raf._values.messages import AgentResponse, OnUpdate, Update
 
 __all__ = ["LoggingMiddleware"]

@@ -12,7 +12,7 @@ from raf._agent.streamed import Onward
 from raf._agent.tool_loop import ToolRequest
 from raf._errors import ChatClientError
 from raf._log import log as _log
-from raf._onion.pipeline import ChatRequest
+from raf._values.context import ChatRequest
 from raf._values.messages import AgentResponse, OnUpdate
 
 if TYPE_CHECKING:

@@ -9,8 +9,7 @@ from typing import Any
 from raf._agent.tool_loop import ToolRequest
 from raf._observers.tracing import _count, _describe_arguments, _describe_result
 from raf._onion.observe import Observer, ProviderStage, RunStage
-from raf._onion.pipeline import ChatRequest
-from raf._values.context import Invocation
+from raf._values.context import ChatRequest, Invocation
 from raf._values.messages import AgentResponse, ChatMessage
 
 __all__ = ["MermaidObserver"]

@@ -12,8 +12,7 @@ import attrs
 from raf._agent.tool_loop import ToolRequest
 from raf._errors import Stage
 from raf._onion.observe import Observer, ProviderStage, RunStage
-from raf._onion.pipeline import ChatRequest
-from raf._values.context import ContextResult
+from raf._values.context import ChatRequest, ContextResult
 from raf._values.messages import AgentResponse, ChatMessage, Update
 
 __all__ = ["StageEvent", "TraceObserver"]

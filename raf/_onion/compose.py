@@ -1,51 +1,42 @@
-"""ContextProvider, and the layer that wraps one provider around the rest.
+"""The onion: ContextProvider, the layer that wraps one provider around the rest, compose.
 
-A provider layer runs its provider's pre stage, merges the result into the
-invocation it passes inward, and runs the post stage on the way out (a
-:func:`raf.parallel` group's layer, in :mod:`raf._onion.parallel`, runs its
-members' stages through the same functions). Post
-stages of a cancelled run run shielded and bounded; post-stage failures never
-change what the layers outside see: on an error they become notes on it, on
-success they travel outward with the response (:class:`PostStageFailures`)
-until :func:`raise_post_failures` — the layer just inside each middleware, and
-the outermost one — raises them.
+A provider layer runs its pre stage, merges the result into the invocation it
+passes inward, calls the rest, and runs the post stage on the way out, however
+the rest ended (a :func:`raf.parallel` group's layer runs its members through
+the same functions). The one post-stage failure policy, :func:`run_post_stages`:
+a failed post stage does not change what the layers outside see; it is a note
+on the run's error, or, on success, goes into ``Invocation.post_failures``,
+which the outermost layer (:func:`collect_post_failures`) raises from.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, overload, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import attrs
 
-from raf._errors import ContextResultError, ProviderError, StreamClosedError
-from raf._log import log as _log
-from raf._onion.observe import ProviderStage, StageHook, stage_hook
-from raf._sessions.base import Session
-from raf._values.context import AgentLike, ContextResult, Invocation, merge
+from raf._errors import ProviderError, StreamClosedError
+from raf._onion import errors
+from raf._onion.observe import PostStage, PreStage, observed_stages
+from raf._values.context import AgentLike, ContextResult, Invocation
 from raf._values.messages import AgentResponse, ChatMessage
 from raf._values.options import AgentRunOptions
+from raf._values.protocols import CallNext, Request, Session
 
-__all__ = ["ContextProvider", "ContextProviderLike"]
+__all__ = ["CallNext", "ContextProvider", "compose"]
 
 CompleteInvocation = Callable[[Invocation], Awaitable[AgentResponse]]
-PreStage = Callable[..., Awaitable[Any]]
-PostStage = Callable[..., Awaitable[None]]
-
-_EMPTY = ContextResult()
+#: The providers whose pre stage returned, with their post stage, in the order entered.
+Entered = list[tuple[Any, PostStage]]
 
 
 class _ClassName:
     """``name`` defaults to the class name; a non-data descriptor, so a class
     attribute, a property or an instance attribute of a subclass all win."""
 
-    @overload
-    def __get__(self, instance: None, owner: type) -> str: ...
-    @overload
-    def __get__(self, instance: object, owner: type) -> str: ...
     def __get__(self, instance: object | None, owner: type) -> str:
         return owner.__name__
 
@@ -77,7 +68,7 @@ class ContextProvider:
         options: AgentRunOptions,
     ) -> ContextResult:
         """Before the model call: return what to add to the context."""
-        return _EMPTY
+        return ContextResult()
 
     async def on_invoked(
         self,
@@ -94,45 +85,18 @@ class ContextProvider:
 
 
 @runtime_checkable
-class ContextProviderLike(Protocol):
-    """What the run stack accepts as a provider: anything with ``on_invoking``.
+class GroupLike(Protocol):
+    """A :func:`raf.parallel` group: it builds its own layer from this module's parts
+    (named by what it does, as ``raf._onion.parallel`` imports this module)."""
 
-    ``on_invoked``, ``name`` and ``kind`` are optional; a missing
-    ``on_invoked`` means the provider has no post stage.
-    """
-
-    async def on_invoking(
-        self,
-        agent: AgentLike | None,
-        session: Session,
-        messages: Sequence[ChatMessage],
-        options: AgentRunOptions,
-    ) -> ContextResult: ...
+    def build_layer(
+        self, call_next: CompleteInvocation, *, where: str, post_timeout: float, observers: Any
+    ) -> CompleteInvocation: ...
 
 
-def provider_name(provider: object) -> str:
-    """The provider's ``name`` attribute, or its class name."""
-    name = getattr(provider, "name", None)
-    return name if isinstance(name, str) and name else type(provider).__name__
-
-
-def validate_stages(provider: object, where: str) -> None:
-    """Refuse, when the stack is built, the mistakes that would only show mid-run."""
-    if isinstance(provider, type):
-        raise TypeError(
-            f"{where} is the class {provider.__name__}, not a provider: "
-            f"put an instance in the stack, {provider.__name__}(...)"
-        )
-    for stage in ("on_invoking", "on_invoked"):
-        method = getattr(provider, stage, None)
-        # Only plain functions can be told apart for sure; other callables may return awaitables.
-        if (inspect.isfunction(method) or inspect.ismethod(method)) and not (
-            inspect.iscoroutinefunction(method)
-        ):
-            raise TypeError(
-                f"{where} ({provider_name(provider)}): {stage} must be a coroutine "
-                f"function: write 'async def {stage}(...)'"
-            )
+def is_provider(item: object) -> bool:
+    """A stack item with ``on_invoking`` (or a :func:`raf.parallel` group) is a provider."""
+    return isinstance(item, GroupLike) or callable(getattr(item, "on_invoking", None))
 
 
 def post_stage_of(provider: object) -> PostStage | None:
@@ -140,73 +104,25 @@ def post_stage_of(provider: object) -> PostStage | None:
     on_invoked = getattr(provider, "on_invoked", None)
     # A method bound from the base class does nothing: skip its frames. A function set on
     # the instance (or any other callable) has no such __func__ and is kept.
-    if on_invoked is None or getattr(on_invoked, "__func__", None) is ContextProvider.on_invoked:
+    if getattr(on_invoked, "__func__", None) is ContextProvider.on_invoked:
         return None
-    return on_invoked  # type: ignore[no-any-return]
+    return on_invoked
 
 
 def stages_of(provider: Any, observers: Sequence[Any]) -> tuple[PreStage, PostStage | None]:
-    """The provider's pre and post stage (``None``: it has none), each inside the observers'
-    ``provider_stage`` hooks (see :class:`raf.Observer`).
-
-    A post stage inherited from :class:`ContextProvider` does nothing and is
-    skipped, unless an observer asks to see it (``inherited_post_stages``).
-    """
-    on_invoking = provider.on_invoking
-    on_invoked = post_stage_of(provider)
-    observe = stage_hook(observers) if observers else None
-    if observe is None:
-        return on_invoking, on_invoked
-    name, kind = provider_name(provider), str(getattr(provider, "kind", "unknown"))
-    pre = ProviderStage(provider, name, kind, "on_invoking")
-
-    # Plain functions that return the hook's coroutine: no frame of their own per stage.
-    def observed_pre(*args: Any) -> Awaitable[Any]:
-        return observe(pre, lambda: on_invoking(*args))
-
-    post: PostStage | None = on_invoked
-    observe_post: StageHook | None = observe
-    if on_invoked is None:
-        post = getattr(provider, "on_invoked", None)
-        observe_post = stage_hook(observers, inherited=True)
-    if post is None or observe_post is None:
-        return observed_pre, None
-
-    succeeded = ProviderStage(provider, name, kind, "on_invoked")
-
-    def observed_post(*args: Any) -> Awaitable[None]:
-        error = args[4]  # agent, session, request_messages, response, error
-        stage = succeeded if error is None else attrs.evolve(succeeded, error=error)
-        return observe_post(stage, lambda: post(*args))
-
-    return observed_pre, observed_post
-
-
-class PostStageFailures(Exception):
-    """A run that succeeded, on its way out, with the post stages that failed so far.
-
-    Raised by a provider layer whose post stage failed on success; the
-    provider layers outside it treat it as the success it carries (their
-    post stages get ``response``) and add their own failures, innermost
-    first. :func:`raise_post_failures` turns it into the public error.
-    """
-
-    def __init__(self, response: AgentResponse, failures: list[ProviderError]) -> None:
-        super().__init__(response, failures)
-        self.response = response
-        self.failures = failures
+    """The provider's pre and post stage (``None``: it has none or inherits the no-op),
+    inside the observers' ``provider_stage`` hooks (see :class:`raf.Observer`)."""
+    own = post_stage_of(provider)
+    return observed_stages(provider, own, observers) if observers else (provider.on_invoking, own)
 
 
 def provider_layer(
-    provider: Any,
-    call_next: CompleteInvocation,
-    *,
-    post_timeout: float,
-    observers: Sequence[Any] = (),
+    provider: Any, call_next: CompleteInvocation, *, post_timeout: float, observers: Any = ()
 ) -> CompleteInvocation:
     """One provider around ``call_next``: its pre stage, the rest of the run, its post stage."""
     on_invoking, on_invoked = stages_of(provider, observers)
-    name = provider_name(provider)
+    name = errors.provider_name(provider)
+    entered: Entered = [] if on_invoked is None else [(provider, on_invoked)]
 
     async def layer(invocation: Invocation) -> AgentResponse:
         try:
@@ -217,222 +133,166 @@ def provider_layer(
                 invocation.options,
             )
         except Exception as exc:
-            raise _stage_error(provider, "on_invoking", exc) from exc
-        inner = _merged(name, invocation, result)
-        if on_invoked is None:
-            return await call_next(inner)
-        try:
-            response = await call_next(inner)
-        except PostStageFailures as carried:
-            await _after_success(provider, on_invoked, invocation, carried, post_timeout)
-            raise
-        except BaseException as error:
-            await _after_error(provider, on_invoked, invocation, error, post_timeout)
-            raise
-        if _cancel_pending():
-            # The deadline fired as the model returned: the post stage still runs, shielded.
-            outcome = await _after_success(provider, on_invoked, invocation, response, post_timeout)
-            if isinstance(outcome, PostStageFailures):
-                raise outcome
-            return outcome
-        # The common case, in line (a provider layer's budget is 3 bare coroutine layers).
-        try:
-            await on_invoked(
-                invocation.agent, invocation.session, invocation.request_messages, response, None
-            )
-        except Exception as exc:
-            failure = _post_failure(provider, exc, None)
-        else:
-            return response
-        raise PostStageFailures(response, [failure])
+            raise errors.stage_error(provider, "on_invoking", exc) from exc
+        inner = errors.merged(name, invocation, result)
+        return await around(call_next, inner, invocation, entered, post_timeout)
 
     return layer
 
 
-def raise_post_failures(call_next: CompleteInvocation) -> CompleteInvocation:
-    """The layer that raises post-stage failures of a successful run, once all post stages ran.
-
-    The innermost failure is raised (a :class:`ProviderError`, the post
-    stage's exception as ``__cause__``), the others attached as notes.
-    ``compose`` puts one outermost and one just inside every middleware, so
-    a middleware sees exactly what its caller would.
-    """
-
-    async def layer(invocation: Invocation) -> AgentResponse:
-        try:
-            return await call_next(invocation)
-        except PostStageFailures as carried:
-            first, *others = carried.failures
-            for other in others:
-                first.add_note(f"raf: also, {other} (cause: {other.__cause__!r})")
-            raise first from first.__cause__
-
-    return layer
-
-
-# The stages ------------------------------------------------------------------------------
-
-
-def _merged(name: str, invocation: Invocation, result: object) -> Invocation:
-    """``merge``, a malformed result becoming the provider's ProviderError."""
-    try:
-        return merge(invocation, result, source=name)  # type: ignore[arg-type]
-    except ContextResultError as exc:
-        raise ProviderError(name, "on_invoking", str(exc), field=exc.field) from exc
-
-
-async def _after_success(
-    provider: Any,
-    on_invoked: PostStage,
+async def around(
+    call_next: CompleteInvocation,
+    inner: Invocation,
     invocation: Invocation,
-    outcome: AgentResponse | PostStageFailures,
+    entered: Entered,
     post_timeout: float,
-) -> AgentResponse | PostStageFailures:
-    """The post stage of a run that succeeded; returns the outcome, with its failure if any.
-
-    The caller raises what comes back when it is a ``PostStageFailures``
-    (a failure is added to one already carried). A BaseException from
-    the post stage (a cancellation arriving now) propagates, carrying the
-    failures so far as notes.
-    """
-    carried = outcome if isinstance(outcome, PostStageFailures) else None
-    response = carried.response if carried is not None else outcome
-    assert isinstance(response, AgentResponse)
-    args = (invocation.agent, invocation.session, invocation.request_messages, response, None)
+) -> AgentResponse:
+    """``call_next(inner)``, then the post stages of ``entered`` with how it ended."""
+    if not entered:
+        return await call_next(inner)
     try:
-        if _cancel_pending():
-            # The deadline fired as the model returned: the post stage still runs, shielded.
-            failure = await _bounded(provider, on_invoked, args, post_timeout)
-        else:
-            failure = None
-            try:
-                await on_invoked(*args)
-            except Exception as exc:
-                failure = _post_failure(provider, exc, None)
-    except BaseException as arrived:
-        if carried is not None:
-            _add_notes(arrived, carried.failures)
+        response = await call_next(inner)
+    except BaseException as error:
+        await run_post_stages(entered, invocation, None, error, post_timeout)
         raise
-    if failure is None:
-        return outcome
-    if carried is not None:
-        carried.failures.append(failure)
-        return carried
-    return PostStageFailures(response, [failure])
+    await run_post_stages(entered, invocation, response, None, post_timeout)
+    return response
 
 
-async def _after_error(
-    provider: Any,
-    on_invoked: PostStage,
+async def run_post_stages(
+    entered: Entered,
     invocation: Invocation,
-    error: BaseException,
+    response: AgentResponse | None,
+    error: BaseException | None,
     post_timeout: float,
 ) -> None:
-    """The post stage of a run that failed; its own failure becomes a note on ``error``."""
-    args = (invocation.agent, invocation.session, invocation.request_messages, None, error)
-    if isinstance(error, StreamClosedError) or _being_cancelled(error):
-        # The consumer left (an early close) or the run is cancelled: bounded, so a hung
-        # post stage cannot keep the caller (a web request whose client went away) open.
-        failure = await _bounded(provider, on_invoked, args, post_timeout, error)
-    else:
-        # Not cancelled: no cancel scope, the caller's own deadlines apply.
-        failure = None
+    """The post stages of ``entered``, last entered first, with the run's outcome.
+
+    A failure is a note on ``error``, or on success goes to ``post_failures``
+    (raised here when the invocation has none). A BaseException arriving in
+    one (a cancellation) is what the rest see, raised once they have run.
+    """
+    failures = invocation.post_failures
+    collected: list[ProviderError] = [] if failures is None else failures
+    arrived: BaseException | None = None
+    start = (invocation.agent, invocation.session, invocation.request_messages)
+    for provider, on_invoked in reversed(entered):
+        seen = arrived or error
+        args = (*start, response if seen is None else None, seen)
         try:
-            await on_invoked(*args)
-        except Exception as exc:
-            failure = _post_failure(provider, exc, error)
-    if failure is not None:
-        _add_notes(error, (failure,))
-        if type(error) is StreamClosedError:
-            # An early close is raised to the consumer as a successful run would be.
-            error.post_failures.append(failure)
+            failure = await _post_stage(provider, on_invoked, args, post_timeout)
+        except BaseException as exc:
+            arrived = exc
+            continue
+        if failure is not None and seen is not None:
+            errors.note(seen, failure)
+        elif failure is not None:
+            collected.append(failure)
+    if failures is None:
+        _finish(collected, arrived)
+    if arrived is not None:
+        raise arrived
 
 
-async def _bounded(
-    provider: Any,
-    on_invoked: PostStage,
-    args: tuple[Any, ...],
-    post_timeout: float,
-    error: BaseException | None = None,
+def collect_post_failures(call_next: CompleteInvocation) -> CompleteInvocation:
+    """The outermost layer of a stack with providers: each run's list of post-stage
+    failures, raised once every post stage ran (or noted on the run's error)."""
+
+    async def outermost(invocation: Invocation) -> AgentResponse:
+        failures: list[ProviderError] = []
+        try:
+            response = await call_next(attrs.evolve(invocation, post_failures=failures))
+        except BaseException as error:
+            _finish(failures, error)
+            raise
+        _finish(failures, None)
+        return response
+
+    return outermost
+
+
+def compose(
+    core: CallNext[Request],
+    stack: Sequence[Any] = (),
+    *,
+    post_timeout: float = 10.0,
+    observers: Sequence[Any] = (),
+) -> CallNext[Request]:
+    """Build the onion once: ``stack[0]`` outermost, ``core`` in the middle.
+
+    Each item is one layer: a provider (it has ``on_invoking``; only in a run
+    stack), a :func:`raf.parallel` group, or a middleware callable. A stack
+    with providers gets the outermost layer that raises the post-stage
+    failures of a successful run. The ``provider_stage`` hooks of
+    ``observers`` (see :class:`raf.Observer`) wrap every provider stage.
+
+    >>> async def core(request):
+    ...     return AgentResponse()
+    >>> compose(core, []) is core
+    True
+    """
+    complete: Any = core
+    for index in range(len(stack) - 1, -1, -1):
+        complete = _layer(stack[index], complete, f"stack[{index}]", post_timeout, observers)
+    if any(is_provider(item) for item in stack):
+        complete = collect_post_failures(complete)
+    return complete  # type: ignore[no-any-return]
+
+
+def _layer(
+    item: Any, call_next: Any, where: str, post_timeout: float, observers: Sequence[Any]
+) -> Any:
+    if isinstance(item, GroupLike):
+        return item.build_layer(
+            call_next, where=where, post_timeout=post_timeout, observers=observers
+        )
+    if callable(getattr(item, "on_invoking", None)):
+        errors.validate_stages(item, where)
+        return provider_layer(item, call_next, post_timeout=post_timeout, observers=observers)
+    errors.check_middleware(item, where)
+    # A lambda, not a coroutine: the middleware's own coroutine is the only frame.
+    return lambda request: item(request, call_next)
+
+
+async def _post_stage(
+    provider: Any, on_invoked: PostStage, args: tuple[Any, ...], post_timeout: float
 ) -> ProviderError | None:
-    """A post stage shielded from the cancellation and bounded by ``post_timeout``."""
-    finished = False
-    with anyio.CancelScope(shield=True), anyio.move_on_after(post_timeout) as scope:
+    """One post stage; its failure, if it failed. Shielded and bounded by ``post_timeout``
+    when the run is being cancelled or the consumer of a stream left (so a hung post stage
+    cannot keep the caller open); otherwise the caller's own deadlines apply."""
+    error = args[4]
+    closed = isinstance(error, StreamClosedError)
+    bounded = closed or _being_cancelled(error)
+    deadline = anyio.current_time() + post_timeout if bounded else math.inf
+    with anyio.CancelScope(deadline=deadline, shield=bounded) as scope:
         try:
             await on_invoked(*args)
-            finished = True
+            return None
         except Exception as exc:
-            return _post_failure(provider, exc, error)
-    if finished or not scope.cancelled_caught:
+            return errors.post_failure(provider, exc, error, f"{type(exc).__name__}: {exc}")
+    if not scope.cancelled_caught:
         return None
     overrun = TimeoutError(f"post_timeout={post_timeout}s")
-    failure = ProviderError(
-        provider_name(provider),
-        "on_invoked",
-        f"did not finish within post_timeout={post_timeout}s "
-        + (
-            "on the early close of the stream"
-            if isinstance(error, StreamClosedError)
-            else "while the run was being cancelled"
-        ),
-    )
-    failure.__cause__ = overrun
-    _log_failure(failure, overrun, error)
-    return failure
+    when = "on the early close of the stream" if closed else "while the run was being cancelled"
+    detail = f"did not finish within post_timeout={post_timeout}s {when}"
+    return errors.post_failure(provider, overrun, error, detail)
 
 
-def _cancel_pending() -> bool:
-    """True when the current task is inside a cancelled (unshielded) cancel scope."""
+def _being_cancelled(error: BaseException | None) -> bool:
+    """Whether the run is being cancelled: the backend's exception, or a cancelled scope
+    around us (which also covers a cancellation wrapped in a group, or translated)."""
     try:
+        if error is not None and isinstance(error, anyio.get_cancelled_exc_class()):
+            return True
         return anyio.current_effective_deadline() == -math.inf
     except Exception:  # no async library is running: nothing can be cancelling us
         return False
 
 
-def _being_cancelled(error: BaseException) -> bool:
-    """Whether the run is being cancelled: the backend's exception, or a cancelled scope.
-
-    The scope's state also covers a cancellation wrapped in an exception
-    group, or one that a layer translated into another exception.
-    """
-    if isinstance(error, Exception) and not isinstance(error, BaseExceptionGroup):
-        return _cancel_pending()
-    try:
-        if isinstance(error, anyio.get_cancelled_exc_class()):
-            return True
-    except Exception:  # no async library is running
-        return False
-    return _cancel_pending()
-
-
-# Failures ---------------------------------------------------------------------------------
-
-
-def _stage_error(provider: Any, stage: Any, exc: BaseException) -> ProviderError:
-    return ProviderError(provider_name(provider), stage, f"{type(exc).__name__}: {exc}")
-
-
-def _post_failure(provider: Any, exc: BaseException, error: BaseException | None) -> ProviderError:
-    failure = _stage_error(provider, "on_invoked", exc)
-    failure.__cause__ = exc
-    _log_failure(failure, exc, error)
-    return failure
-
-
-def _log_failure(failure: ProviderError, exc: BaseException, error: BaseException | None) -> None:
-    # Logged as well as raised or noted: a cancel scope that swallows the cancellation
-    # carrying the note would otherwise hide it for good.
-    _log.error(
-        "provider.post_failed",
-        provider=failure.provider,
-        stage=failure.stage,
-        error=f"{type(exc).__name__}: {exc}",
-        run_error=None if error is None else type(error).__name__,
-    )
-
-
-def _add_notes(
-    error: BaseException, failures: Sequence[ProviderError], how: str = "while this propagated"
-) -> None:
-    for failure in failures:
-        error.add_note(f"raf: {how}, {failure} (cause: {failure.__cause__!r})")
+def _finish(failures: Sequence[ProviderError], error: BaseException | None) -> None:
+    """The run's post-stage failures, once all ran: notes on ``error``, or raised."""
+    if error is not None:
+        for failure in failures:
+            errors.note(error, failure)
+    elif failures:
+        errors.raise_failures(failures)

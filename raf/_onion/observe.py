@@ -25,19 +25,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from functools import reduce
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
 from raf._errors import Stage
-
-if TYPE_CHECKING:
-    from raf._agent.tool_loop import ToolRequest
-    from raf._onion.pipeline import ChatRequest
-    from raf._values.context import Invocation
-    from raf._values.messages import AgentResponse, ChatMessage
+from raf._onion.errors import provider_name
+from raf._values.context import ChatRequest, Invocation, ToolRequest
+from raf._values.messages import AgentResponse, ChatMessage
 
 __all__ = ["Observer", "ProviderStage"]
+
+PreStage = Callable[..., Awaitable[Any]]
+PostStage = Callable[..., Awaitable[None]]
 
 #: What ``call_next`` of a ``provider_stage`` hook is: it runs the stage, returns its result.
 RunStage = Callable[[], Awaitable[Any]]
@@ -166,3 +166,40 @@ def stage_hook(observers: Iterable[Any], *, inherited: bool = False) -> StageHoo
         return lambda stage, call_next: outer(stage, lambda: inner(stage, call_next))
 
     return reduce(nest, found)
+
+
+def observed_stages(
+    provider: Any, on_invoked: PostStage | None, observers: Iterable[Any]
+) -> tuple[PreStage, PostStage | None]:
+    """A provider's stages inside the observers' ``provider_stage`` hooks.
+
+    ``on_invoked`` is its own post stage, ``None`` when it has none or
+    inherits the no-op of :class:`raf.ContextProvider`, which is wrapped
+    only for the observers that ask to see it (``inherited_post_stages``).
+    """
+    observers = tuple(observers)
+    on_invoking = provider.on_invoking
+    observe = stage_hook(observers)
+    if observe is None:
+        return on_invoking, on_invoked
+    name, kind = provider_name(provider), str(getattr(provider, "kind", "unknown"))
+    pre = ProviderStage(provider, name, kind, "on_invoking")
+
+    # Plain functions that return the hook's coroutine: no frame of their own per stage.
+    def observed_pre(*args: Any) -> Awaitable[Any]:
+        return observe(pre, lambda: on_invoking(*args))
+
+    post, observe_post = on_invoked, stage_hook(observers)
+    if on_invoked is None:
+        post = getattr(provider, "on_invoked", None)
+        observe_post = stage_hook(observers, inherited=True)
+    if post is None or observe_post is None:
+        return observed_pre, None
+    succeeded = ProviderStage(provider, name, kind, "on_invoked")
+
+    def observed_post(*args: Any) -> Awaitable[None]:
+        error = args[4]  # agent, session, request_messages, response, error
+        stage = succeeded if error is None else attrs.evolve(succeeded, error=error)
+        return observe_post(stage, lambda: post(*args))
+
+    return observed_pre, observed_post

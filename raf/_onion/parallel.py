@@ -1,9 +1,9 @@
 """Provider groups: providers whose pre stages run concurrently, merged in declaration order.
 
-A group is one layer of the run stack (:func:`group_layer`): its members' pre
-stages run in one task group, their results merge in declaration order, and
-their post stages run on the way out, last declared first, through the same
-stages as a single provider's layer (:mod:`raf._onion.compose`).
+A group is one layer of the run stack (:meth:`ProviderGroup.build_layer`): its
+members' pre stages run in one task group, their results merge in declaration
+order, and their post stages run on the way out, last declared first, through
+the same functions as a single provider's layer (:mod:`raf._onion.compose`).
 """
 
 from __future__ import annotations
@@ -15,19 +15,16 @@ import anyio
 import attrs
 
 from raf._errors import ProviderError
-from raf._onion.compose import (
-    CompleteInvocation,
-    PostStage,
-    PostStageFailures,
-    PreStage,
-    _add_notes,
-    _after_error,
-    _after_success,
-    _merged,
-    _stage_error,
+from raf._onion.compose import CompleteInvocation, Entered, around, run_post_stages, stages_of
+from raf._onion.errors import (
+    merged,
+    note,
     provider_name,
-    stages_of,
+    raise_failures,
+    stage_error,
+    validate_stages,
 )
+from raf._onion.observe import PostStage, PreStage
 from raf._values.context import Invocation
 from raf._values.messages import AgentResponse
 
@@ -48,6 +45,30 @@ class ProviderGroup:
     members: tuple[Any, ...]
     name: str
     kind: ClassVar[str] = "parallel"
+
+    def build_layer(
+        self,
+        call_next: CompleteInvocation,
+        *,
+        where: str,
+        post_timeout: float,
+        observers: Sequence[Any] = (),
+    ) -> CompleteInvocation:
+        """The group as one layer: concurrent pre stages, then post stages last-first."""
+        for number, member in enumerate(self.members):
+            validate_stages(member, f"{where} ({self.name}) member {number}")
+        members = tuple((member, *stages_of(member, observers)) for member in self.members)
+
+        async def layer(invocation: Invocation) -> AgentResponse:
+            entered: Entered = []
+            try:
+                inner = await _group_pre(members, invocation, entered)
+            except BaseException as error:
+                await run_post_stages(entered, invocation, None, error, post_timeout)
+                raise
+            return await around(call_next, inner, invocation, entered, post_timeout)
+
+        return layer
 
 
 def parallel(*providers: Any, name: str | None = None) -> ProviderGroup:
@@ -83,73 +104,10 @@ def parallel(*providers: Any, name: str | None = None) -> ProviderGroup:
     return ProviderGroup(tuple(providers), name)
 
 
-def is_provider(item: object) -> bool:
-    """A stack item with ``on_invoking`` (or a :func:`raf.parallel` group) is a provider."""
-    return isinstance(item, ProviderGroup) or callable(getattr(item, "on_invoking", None))
-
-
-def group_layer(
-    group: ProviderGroup,
-    call_next: CompleteInvocation,
-    *,
-    post_timeout: float,
-    observers: Sequence[Any] = (),
-) -> CompleteInvocation:
-    """A parallel group as one layer: concurrent pre stages, then post stages last-first."""
-    members = tuple((member, *stages_of(member, observers)) for member in group.members)
-
-    async def layer(invocation: Invocation) -> AgentResponse:
-        entered: list[tuple[Any, PostStage]] = []
-        try:
-            inner = await _group_pre(members, invocation, entered)
-            outcome: AgentResponse | PostStageFailures = await call_next(inner)
-        except PostStageFailures as carried:
-            outcome = carried
-        except BaseException as error:
-            await _unwind_error(entered, invocation, error, post_timeout)
-            raise
-        while entered:
-            member, on_invoked = entered.pop()
-            try:
-                outcome = await _after_success(
-                    member, on_invoked, invocation, outcome, post_timeout
-                )
-            except BaseException as arrived:  # a cancellation now: what the rest see
-                await _unwind_error(entered, invocation, arrived, post_timeout)
-                raise
-        if isinstance(outcome, PostStageFailures):
-            raise outcome
-        return outcome
-
-    return layer
-
-
-async def _unwind_error(
-    entered: list[tuple[Any, PostStage]],
-    invocation: Invocation,
-    error: BaseException,
-    post_timeout: float,
-) -> None:
-    """The post stages of ``entered``, last first, with ``error``.
-
-    A BaseException arriving in one of them (a cancellation) is what the
-    remaining ones see, and is raised once they have run, as between
-    nested layers.
-    """
-    arrived: BaseException | None = None
-    for member, on_invoked in reversed(entered):
-        try:
-            await _after_error(member, on_invoked, invocation, arrived or error, post_timeout)
-        except BaseException as exc:
-            arrived = exc
-    if arrived is not None:
-        raise arrived
-
-
 async def _group_pre(
     members: tuple[tuple[Any, PreStage, PostStage | None], ...],
     invocation: Invocation,
-    entered: list[tuple[Any, PostStage]],
+    entered: Entered,
 ) -> Invocation:
     """The members' pre stages in one task group; the merged invocation, in declaration order.
 
@@ -175,7 +133,7 @@ async def _group_pre(
         try:
             outcomes[index] = await on_invoking(*args)
         except Exception as exc:
-            failure = _stage_error(provider, "on_invoking", exc)
+            failure = stage_error(provider, "on_invoking", exc)
             failure.__cause__ = exc
             failures.append(failure)
             scope.cancel()
@@ -187,18 +145,18 @@ async def _group_pre(
 
     def settle() -> Invocation:
         # Whatever ended the group, every member that returned is merged or failed here.
-        merged = invocation
+        into = invocation
         for (provider, _, on_invoked), outcome in zip(members, outcomes, strict=True):
             if outcome is _NOT_RETURNED:
                 continue
             try:
-                merged = _merged(provider_name(provider), merged, outcome)
+                into = merged(provider_name(provider), into, outcome)
             except ProviderError as failure:
                 failures.append(failure)
                 continue
             if on_invoked is not None:
                 entered.append((provider, on_invoked))
-        return merged
+        return into
 
     try:
         async with anyio.create_task_group() as group:
@@ -208,17 +166,15 @@ async def _group_pre(
         settle()
         if fatal:
             raise fatal[0]  # noqa: B904  (a BaseException beats the cancellation, unchanged)
-        _add_notes(error, failures, "in the cancelled group")
+        for failure in failures:
+            note(error, failure, "in the cancelled group")
         raise
-    merged = settle()
+    into = settle()
     if fatal:
         raise fatal[0]
     if failures:
-        first, *others = failures
-        for other in others:
-            first.add_note(f"raf: in the same group, {other} (cause: {other.__cause__!r})")
-        raise first from first.__cause__
-    return merged
+        raise_failures(failures, "in the same group")
+    return into
 
 
 _NOT_RETURNED: Any = object()

@@ -13,8 +13,8 @@ from raf._values.messages import ChatMessage, checked_messages
 from raf._values.options import AgentRunOptions, ChatOptions
 
 if TYPE_CHECKING:
+    from raf._values.client import ChatClient
     from raf._values.context import AgentLike
-    from raf._values.messages import ChatClient
 
 __all__ = [
     "CompressionProvider",

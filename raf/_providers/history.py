@@ -9,8 +9,8 @@ from raf._agent.approvals import still_owed
 from raf._errors import StreamClosedError
 from raf._onion.compose import ContextProvider
 from raf._providers.window import TokenCounter, checked_window, read_window
-from raf._sessions.base import CHECKED_SESSION_TYPES, Session, require_pending
-from raf._values.context import ContextResult, stored_history
+from raf._sessions.base import Session, require_pending
+from raf._values.context import ContextResult
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, ToolCall
 from raf._values.options import AgentRunOptions
 
@@ -97,8 +97,6 @@ class HistoryProvider(ContextProvider):
         history = await read_window(session, self.max_messages, self.max_tokens, self.count_tokens)
         if not history:
             return ContextResult()
-        if type(session) in CHECKED_SESSION_TYPES:
-            return stored_history(history)  # no second pass over a long history
         return ContextResult(messages=history)
 
     async def on_invoked(

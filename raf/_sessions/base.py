@@ -1,94 +1,22 @@
-"""The Session protocol and the request hash every session records."""
+"""What every session store shares: the checks of its arguments, the digests it keeps.
+
+The Session protocol and the request hash are values (:mod:`raf._values`),
+re-exported here for the stores.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final, Protocol, runtime_checkable
+from typing import Final
 
-import attrs
-
-from raf._clients._wire import WireCache
-from raf._errors import BadRequestError
-from raf._values.messages import ChatMessage, PendingCall, checked_messages, messages_to_json
+from raf._values.messages import ChatMessage, PendingCall, checked_messages, request_hash
+from raf._values.protocols import Claimed as Claimed  # re-exported for the stores
+from raf._values.protocols import RequestHash, Session
 
 __all__ = ["REQUEST_HASH_LIMIT", "RequestHash", "Session", "request_hash"]
 
-#: What ``Session.claim_pending`` returns: the calls it claimed, and those still pending.
-Claimed = tuple[tuple[PendingCall, ...], tuple[PendingCall, ...]]
-
 #: How many request digests a session keeps: the most recent ones, never more.
 REQUEST_HASH_LIMIT: Final = 64
-#: How much canonical message JSON :func:`request_hash` keeps, process-wide.
-HASH_CACHE_BYTES: Final = 16 * 1024 * 1024
-
-
-@attrs.frozen(slots=True)
-class RequestHash:
-    """What :meth:`Session.touch_request_hash` returns.
-
-    ``digest`` is :func:`request_hash` of the request messages; ``repeated``
-    is true when this session had already recorded the same digest (among
-    its last :data:`REQUEST_HASH_LIMIT`) before this call: a client's retried
-    duplicate turn, for example.
-
-    >>> RequestHash("ab" * 32, repeated=False).repeated
-    False
-    """
-
-    digest: str
-    repeated: bool
-
-
-@runtime_checkable
-class Session(Protocol):
-    """Where a conversation lives between runs.
-
-    ``get_messages`` returns the stored history, oldest first, as a tuple;
-    ``add_messages`` appends messages in one step, all or nothing;
-    ``touch_request_hash`` records the hash of a run's request messages with
-    the time (checked and recorded in one atomic step), keeping the last
-    :data:`REQUEST_HASH_LIMIT`, and says whether it was already there;
-    ``request_hashes`` returns those records, digest to the time last seen
-    (unix seconds), oldest first.
-
-    Five operations keep tool calls that wait for approval (see
-    ``docs/approvals.md`` and ``docs/sessions.md``), each atomic:
-    ``record_pending(messages, pending)`` appends a turn's messages and
-    records its pending calls in one step; ``list_pending()`` returns the
-    calls that wait, in the order recorded; ``claim_pending(tokens)`` removes
-    the calls with those tokens and returns ``(claimed, still_pending)``, all
-    or nothing: when one token is not pending, nothing is claimed and it
-    returns ``None``, so of two callers claiming one token, one wins;
-    ``claim_all_pending()`` removes and returns every pending call;
-    ``add_once(key, messages, pending=())`` does what ``record_pending``
-    does unless ``key`` was written to this session before, and says whether
-    it wrote (a replayed durable run stores its turn once).
-    """
-
-    @property
-    def id(self) -> str: ...
-
-    async def get_messages(self) -> tuple[ChatMessage, ...]: ...
-
-    async def add_messages(self, messages: Iterable[ChatMessage]) -> None: ...
-
-    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash: ...
-
-    async def request_hashes(self) -> dict[str, float]: ...
-
-    async def record_pending(
-        self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
-    ) -> None: ...
-
-    async def list_pending(self) -> tuple[PendingCall, ...]: ...
-
-    async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None: ...
-
-    async def claim_all_pending(self) -> tuple[PendingCall, ...]: ...
-
-    async def add_once(
-        self, key: str, messages: Iterable[ChatMessage], pending: Iterable[PendingCall] = ()
-    ) -> bool: ...
 
 
 #: The methods a session needs to keep tool calls that wait for approval.
@@ -121,48 +49,6 @@ def require_pending(session: object, why: str) -> None:
             f"session {type(session).__name__} cannot keep tool calls that wait for approval "
             f"({why}): it has no {', '.join(m + '()' for m in missing)} (see docs/sessions.md)"
         )
-
-
-#: Session classes of raf's own stores: their ``get_messages`` and ``get_last_messages``
-#: return snapshots built from checked or decoded messages only, which the history
-#: provider passes on without a second per-message check. Exact types: a subclass may
-#: override the reads, so it is checked as any other session is.
-CHECKED_SESSION_TYPES: set[type] = set()
-
-
-def _canonical(message: ChatMessage, index: int) -> bytes:
-    return messages_to_json((message,))[1:-1].encode()
-
-
-#: Each message's canonical JSON by identity, so that hashing a long input again (a
-#: conversation passed whole on every turn) encodes only its new messages.
-_ENCODED = WireCache(_canonical, max_bytes=HASH_CACHE_BYTES)
-#: Inputs of more messages than this go through the cache.
-_ENCODED_FROM = 8
-
-
-def request_hash(messages: Iterable[ChatMessage]) -> str:
-    """SHA-256 hex digest of the messages' canonical JSON (stable across processes).
-
-    The digest of :func:`raf._values.messages.messages_to_json`'s text, built from
-    each message's own JSON, cached by identity: a message seen before costs
-    a lookup, not an encoding.
-
-    >>> request_hash([]) == request_hash(())
-    True
-    """
-    import hashlib  # here, not at import: it loads OpenSSL, some 2 ms
-
-    batch = messages if type(messages) is tuple or type(messages) is list else tuple(messages)
-    if len(batch) <= _ENCODED_FROM and all(type(m) is ChatMessage for m in batch):
-        # A short request (most turns send one message) costs less to encode whole than
-        # to cache: the same text, so the same digest.
-        return hashlib.sha256(messages_to_json(batch).encode()).hexdigest()
-    try:
-        encoded = _ENCODED.many(batch)
-    except BadRequestError as exc:  # an item that is not a ChatMessage
-        raise TypeError(f"request_hash(messages): {exc}") from None
-    return hashlib.sha256(b"[" + b",".join(encoded) + b"]").hexdigest()
 
 
 def checked_count(count: object) -> int:

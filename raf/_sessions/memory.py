@@ -6,7 +6,6 @@ import time
 from collections.abc import Iterable, Sequence
 
 from raf._sessions.base import (
-    CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
     Claimed,
     RequestHash,
@@ -132,6 +131,3 @@ class InMemorySession:
 
     def __repr__(self) -> str:
         return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"
-
-
-CHECKED_SESSION_TYPES.add(InMemorySession)

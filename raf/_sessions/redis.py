@@ -35,7 +35,6 @@ import attrs
 
 from raf._errors import SessionStoreError
 from raf._sessions.base import (
-    CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
     Claimed,
     RequestHash,
@@ -553,9 +552,6 @@ class RedisSession:
 
     def __repr__(self) -> str:
         return f"RedisSession(id={self._id!r}, store={redacted(self._store.url)!r})"
-
-
-CHECKED_SESSION_TYPES.add(RedisSession)
 
 
 def _sha(entry: bytes | str) -> str:

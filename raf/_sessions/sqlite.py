@@ -21,7 +21,6 @@ from typing import Any, Final
 
 from raf._errors import SessionStoreError
 from raf._sessions.base import (
-    CHECKED_SESSION_TYPES,
     REQUEST_HASH_LIMIT,
     Claimed,
     RequestHash,
@@ -442,9 +441,6 @@ class SqliteSession:
 
     def __repr__(self) -> str:
         return f"SqliteSession(id={self._id!r}, store={str(self._store.path)!r})"
-
-
-CHECKED_SESSION_TYPES.add(SqliteSession)
 
 
 def _nothing(db: sqlite3.Connection) -> None:

@@ -1,22 +1,28 @@
-"""What providers return (ContextResult), what a run carries (Invocation), and merge."""
+"""What providers return (ContextResult), what a run carries (Invocation), and merge;
+what a model call and a tool call carry through their stacks (ChatRequest, ToolRequest)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from raf._agent.tools import Tool
-from raf._errors import ContextResultError
-from raf._sessions.base import Session
-from raf._values.messages import ChatMessage, OnUpdate
-from raf._values.options import AgentRunOptions
+from raf._errors import ContextResultError, ProviderError
+from raf._values.decision import Decision
+from raf._values.messages import ChatMessage, OnUpdate, ToolCall
+from raf._values.options import AgentRunOptions, ChatOptions
+from raf._values.protocols import Session, Tool
 
-if TYPE_CHECKING:
-    from raf._agent.approvals import Decision
-
-__all__ = ["AgentLike", "ContextResult", "Invocation", "merge"]
+__all__ = [
+    "AgentLike",
+    "ChatRequest",
+    "ContextProviderLike",
+    "ContextResult",
+    "Invocation",
+    "ToolRequest",
+    "merge",
+]
 
 
 class AgentLike(Protocol):
@@ -42,6 +48,23 @@ class AgentLike(Protocol):
         ...
 
 
+@runtime_checkable
+class ContextProviderLike(Protocol):
+    """What the run stack accepts as a provider: anything with ``on_invoking``.
+
+    ``on_invoked``, ``name`` and ``kind`` are optional; a missing
+    ``on_invoked`` means the provider has no post stage.
+    """
+
+    async def on_invoking(
+        self,
+        agent: AgentLike | None,
+        session: Session,
+        messages: Sequence[ChatMessage],
+        options: AgentRunOptions,
+    ) -> ContextResult: ...
+
+
 @attrs.frozen(slots=True)
 class ContextResult:
     """What a provider's ``on_invoking`` adds to a run.
@@ -62,21 +85,6 @@ class ContextResult:
 
 
 @attrs.frozen(slots=True)
-class _StoredHistory(ContextResult):
-    """A result whose messages are a session store's own snapshot, already checked.
-
-    raf's stores build their snapshots from checked or decoded messages
-    only, so the per-message check of :func:`checked_result` (one pass over
-    a history that may hold 100,000 messages) is skipped for it.
-    """
-
-
-def stored_history(messages: tuple[ChatMessage, ...]) -> ContextResult:
-    """The result that injects ``messages``, a snapshot from one of raf's own stores."""
-    return _StoredHistory(messages=messages)
-
-
-@attrs.frozen(slots=True)
 class Invocation:
     """One run on its way to the model (ASGI's ``scope``).
 
@@ -90,8 +98,12 @@ class Invocation:
     that is not streamed; a middleware may wrap it with
     ``attrs.evolve(invocation, on_update=...)``. ``decisions`` are the
     :class:`raf.Decision` objects of a run that resumes paused tool calls
-    (its request messages are then empty). Immutable: a layer passes an
-    evolved copy inward (see :func:`merge`).
+    (its request messages are then empty). ``post_failures`` is where the
+    provider layers put the post stages that failed on a successful run:
+    the outermost layer of the run stack gives each run a fresh list and
+    raises them once every post stage has run (``None``: a layer raises its
+    own failure at once). Immutable: a layer passes an evolved copy inward
+    (see :func:`merge`).
     """
 
     agent: AgentLike | None
@@ -106,6 +118,57 @@ class Invocation:
     tool_sources: tuple[str, ...] = attrs.field(default=(), kw_only=True, repr=False)
     on_update: OnUpdate | None = attrs.field(default=None, kw_only=True, repr=False)
     decisions: tuple[Decision, ...] = attrs.field(default=(), kw_only=True)
+    post_failures: list[ProviderError] | None = attrs.field(
+        default=None, kw_only=True, repr=False, eq=False
+    )
+
+
+@attrs.frozen(slots=True)
+class ChatRequest:
+    """One model call on its way through the chat stack.
+
+    ``on_update`` is where the call's updates go in a streamed run (``None``
+    otherwise); a chat middleware may wrap it to see them, with
+    ``attrs.evolve(request, on_update=...)``.
+    """
+
+    messages: Sequence[ChatMessage]
+    options: ChatOptions
+    on_update: OnUpdate | None = attrs.field(default=None, repr=False)
+
+
+@attrs.frozen(slots=True)
+class ToolRequest:
+    """One tool call on its way through the tool stack (``Agent(tool_stack=[...])``).
+
+    ``call`` is the model's call as it came; ``tool`` the tool it names;
+    ``arguments`` the call's arguments parsed from JSON (always a JSON
+    object, so a ``dict``), **not yet checked against the tool's schema**:
+    the check is the first step of the innermost point, just before
+    ``tool.invoke``, so arguments that a middleware rewrites (with
+    ``attrs.evolve(request, arguments=...)``) are checked too. A middleware
+    that must see only valid arguments calls
+    ``raf.check_tool_arguments(request.tool, request.arguments)`` itself.
+    ``invocation`` is the run the call belongs to (its session, options,
+    agent).
+
+    A call that names no known tool, or whose arguments are not a JSON
+    object, never reaches the tool stack: there is no tool (or no
+    arguments) to hand it, and the model is told at once.
+    """
+
+    call: ToolCall
+    tool: Tool
+    arguments: Mapping[str, Any]
+    invocation: Invocation = attrs.field(repr=False)
+
+    def reply(self, text: str) -> ChatMessage:
+        """The tool message that answers this call with ``text``, without running the tool.
+
+        What a middleware returns to refuse or short-cut a call: the model
+        reads ``text`` as the tool's result.
+        """
+        return ChatMessage.tool(self.call.id, text, name=self.call.name)
 
 
 def merge(
@@ -128,24 +191,6 @@ def merge(
     >>> merge(start, ContextResult(instructions="Be brief.")).instructions
     ('Be brief.',)
     """
-    if (
-        type(result) is ContextResult
-        and result.messages == ()
-        and result.tools == ()
-        and result.replace_messages is False
-    ):
-        # Instructions alone, the commonest result: one copy, no further checks.
-        text = result.instructions
-        if text is None or text == "":
-            return invocation
-        if type(text) is str:
-            return _copy(
-                invocation,
-                (*invocation.instructions, text),
-                invocation.messages,
-                invocation.tools,
-                invocation.tool_sources,
-            )
     text, messages, tools, replace = checked_result(result)
     if not (text or messages or tools or replace):
         return invocation
@@ -153,21 +198,14 @@ def merge(
     if replace:
         injected = messages
     elif messages:
-        # `+` of two tuples copies each once (and `() + t` is `t`); `(*a, *b)` builds a
-        # list, then copies that: a long history injected after other messages costs double.
-        joined = type(injected) is tuple and type(messages) is tuple
-        injected = injected + messages if joined else (*injected, *messages)
-    if tools:
-        all_tools = (*invocation.tools, *tools)
-        sources = (*invocation.tool_sources, *(source,) * len(tools))
-    else:
-        all_tools, sources = invocation.tools, invocation.tool_sources
-    return _copy(
+        # `+` of tuples copies each once; `(*a, *b)` builds a list and then copies that.
+        injected = tuple(injected) + messages
+    return attrs.evolve(
         invocation,
-        (*invocation.instructions, text) if text else invocation.instructions,
-        injected,
-        all_tools,
-        sources,
+        instructions=(*invocation.instructions, text) if text else invocation.instructions,
+        messages=injected,
+        tools=(*invocation.tools, *tools),
+        tool_sources=(*invocation.tool_sources, *(source,) * len(tools)),
     )
 
 
@@ -194,70 +232,6 @@ def start_invocation(
     )
 
 
-# merge() copies an invocation once per provider with something to say: the copy is
-# the per-provider cost of a run. Setting the slots directly skips the generated
-# __init__ (keyword arguments and a bound __setattr__ per field), which has no validator
-# or converter to run. A benchmark row needs it (benchmarks/bench_pipeline.py): through
-# Invocation(...) run/10 providers is 15 % slower and run/50 providers 20 %; through
-# attrs.evolve (2 us a copy) far more. The check below fails at import when a field is
-# added to Invocation and not here.
-_FIELDS = (
-    "agent",
-    "session",
-    "request_messages",
-    "options",
-    "instructions",
-    "messages",
-    "tools",
-    "request_hash",
-    "repeated",
-    "tool_sources",
-    "on_update",
-    "decisions",
-)
-if tuple(field.name for field in attrs.fields(Invocation)) != _FIELDS:  # pragma: no cover
-    raise AssertionError("raf._values.context._copy does not set every field of Invocation")
-(
-    _set_agent,
-    _set_session,
-    _set_request,
-    _set_options,
-    _set_instructions,
-    _set_messages,
-    _set_tools,
-    _set_hash,
-    _set_repeated,
-    _set_sources,
-    _set_on_update,
-    _set_decisions,
-) = (vars(Invocation)[name].__set__ for name in _FIELDS)
-_new = object.__new__
-
-
-def _copy(
-    invocation: Invocation,
-    instructions: tuple[str, ...],
-    messages: Sequence[ChatMessage],
-    tools: tuple[Tool, ...],
-    sources: tuple[str, ...],
-) -> Invocation:
-    """``invocation`` with what the providers contributed replaced, the rest shared."""
-    copy: Invocation = _new(Invocation)
-    _set_agent(copy, invocation.agent)
-    _set_session(copy, invocation.session)
-    _set_request(copy, invocation.request_messages)
-    _set_options(copy, invocation.options)
-    _set_instructions(copy, instructions)
-    _set_messages(copy, messages)
-    _set_tools(copy, tools)
-    _set_hash(copy, invocation.request_hash)
-    _set_repeated(copy, invocation.repeated)
-    _set_sources(copy, sources)
-    _set_on_update(copy, invocation.on_update)
-    _set_decisions(copy, invocation.decisions)
-    return copy
-
-
 #: ``(instructions, messages, tools, replace_messages)`` of a result that passed the checks.
 CheckedResult = tuple[str | None, Any, tuple[Tool, ...], bool]
 
@@ -279,7 +253,7 @@ def checked_result(result: object) -> CheckedResult:
         raise ContextResultError("instructions", "str or None", instructions)
     if replace is not False and replace is not True:
         raise ContextResultError("replace_messages", "bool", replace)
-    if messages != () and type(result) is not _StoredHistory:
+    if messages != ():
         messages = _checked_messages(messages)
     if tools != ():
         tools = _checked_tools(tools)

@@ -1,27 +1,23 @@
 """The messages a model reads and writes (ChatMessage, ToolCall, Usage, AgentResponse,
-Update), and the ChatClient protocol of what reads and writes them."""
+Update); the ChatClient protocol of what reads and writes them is in ``client``."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, Literal
 
 import attrs
 
-if TYPE_CHECKING:
-    from raf._values.options import ChatOptions
-
 __all__ = [
     "AgentResponse",
-    "ChatClient",
     "ChatMessage",
     "PendingCall",
-    "StreamingChatClient",
     "ToolCall",
     "Update",
     "Usage",
+    "request_hash",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -231,6 +227,24 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 def messages_to_json(messages: Iterable[ChatMessage]) -> str:
     """Canonical JSON of messages: sorted keys, no spaces, UTF-8 kept."""
     return _CANONICAL.encode([m.to_dict() for m in messages])
+
+
+def request_hash(messages: Iterable[ChatMessage]) -> str:
+    """SHA-256 hex digest of the messages' canonical JSON (stable across processes).
+
+    >>> request_hash([]) == request_hash(())
+    True
+    """
+    import hashlib  # a stdlib module, not raf's: here, not at import, as it loads OpenSSL (~2 ms)
+
+    batch = tuple(messages)
+    for index, message in enumerate(batch):
+        if type(message) is not ChatMessage:
+            raise TypeError(
+                f"request_hash(messages): messages[{index}] must be a ChatMessage, "
+                f"got {type(message).__name__}"
+            )
+    return hashlib.sha256(messages_to_json(batch).encode()).hexdigest()
 
 
 def _message_tuple(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
@@ -504,38 +518,3 @@ class Update:
 
 #: Where a streamed run sends its updates: ``async (Update) -> None`` (ASGI's ``send``).
 OnUpdate = Callable[[Update], Awaitable[None]]
-
-
-@runtime_checkable
-class ChatClient(Protocol):
-    """A chat model: messages and options in, the model's turn out.
-
-    The response's ``messages`` hold the assistant turn (text, tool calls or
-    both); failures are :class:`raf.ChatClientError` subclasses.
-    A client may also have ``stream`` (see :class:`StreamingChatClient`); a
-    streamed run of a client without it sends the answer of ``complete`` as
-    updates once it has come.
-    """
-
-    async def complete(
-        self, messages: Sequence[ChatMessage], options: ChatOptions
-    ) -> AgentResponse: ...
-
-
-@runtime_checkable
-class StreamingChatClient(ChatClient, Protocol):
-    """A chat client that can also send its turn as it comes.
-
-    ``stream`` returns an async iterator (an async generator, typically) of
-    :class:`raf.Update`: text deltas, each tool call once its arguments are
-    complete, and the call's usage. ``AgentResponse.from_updates`` of what it
-    yields must equal what ``complete`` returns for the same answer. raf
-    closes the iterator with ``aclose()`` when the run stops early, so a
-    generator's ``finally`` is where the connection is released.
-    """
-
-    def stream(
-        self, messages: Sequence[ChatMessage], options: ChatOptions
-    ) -> AsyncIterator[Update]:
-        """The model's turn, update by update."""
-        ...

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-if TYPE_CHECKING:
-    from raf._agent.tools import Tool
+from raf._values.protocols import Tool
 
 __all__ = ["AgentRunOptions", "ChatOptions"]
 
@@ -27,16 +26,6 @@ def _not_negative(instance: object, attribute: attrs.Attribute[Any], value: int)
         raise ValueError(f"{attribute.name} must be an int >= 0, got {value!r}")
 
 
-def _schema_of(output_type: Any) -> Mapping[str, Any] | None:
-    """The JSON Schema the model is asked to answer for ``output_type``; ``None`` for
-    none, and for ``str`` (the answer's text is the output)."""
-    if output_type is None or output_type is str:
-        return None
-    from raf._agent.output import output_spec  # pydantic, only for a run that asks for a type
-
-    return output_spec(output_type).schema
-
-
 def _positive(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if type(value) is not int or value < 1:
         raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
@@ -51,8 +40,7 @@ class AgentRunOptions:
 
     ``output_type`` asks for structured output (``agent.run(..., output_type=T)``
     sets it): a pydantic model, a dataclass, a ``TypedDict`` or a plain type
-    (``int``, ``list[Item]``); ``output_schema`` is its JSON Schema, made here
-    (read-only: share it, never change it), which the chat client gets as
+    (``int``, ``list[Item]``); the chat client gets its JSON Schema as
     :attr:`ChatOptions.output_schema`. ``output_retries`` is how many more
     times a final answer that does not validate is told to the model and
     asked for again (see ``docs/structured-output.md``).
@@ -69,10 +57,6 @@ class AgentRunOptions:
     extra: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_frozen_mapping)
     output_type: Any = None
     output_retries: int = attrs.field(default=1, validator=_not_negative)
-    output_schema: Mapping[str, Any] | None = attrs.field(init=False, eq=False, repr=False)
-
-    def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "output_schema", _schema_of(self.output_type))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # extra is a read-only mapping proxy, which cannot pickle (a durable run's options
@@ -102,12 +86,18 @@ class ChatOptions:
 
     @classmethod
     def from_run(
-        cls, options: AgentRunOptions, tools: tuple[Tool, ...], default_model: str | None = None
+        cls,
+        options: AgentRunOptions,
+        tools: tuple[Tool, ...],
+        default_model: str | None = None,
+        output_schema: Mapping[str, Any] | None = None,
     ) -> ChatOptions:
         """The chat options for a run with ``options`` offering ``tools``.
 
         ``default_model`` (the client's own) stands in for a run that names
-        none, so the chat stack sees the model the call will use.
+        none, so the chat stack sees the model the call will use;
+        ``output_schema`` is the schema of ``options.output_type``, made by
+        the agent (a value does not build schemas).
         """
         return cls(
             options.model if options.model is not None else default_model,
@@ -116,5 +106,5 @@ class ChatOptions:
             options.tool_choice,
             options.extra,
             tools,
-            options.output_schema,
+            output_schema,
         )

@@ -16,7 +16,7 @@ from raf._agent.approvals import Decision, not_pending
 from raf._agent.streamed import streamed_core
 from raf._agent.streaming import AgentStream
 from raf._errors import DurableError
-from raf._onion.pipeline import CallNext
+from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
 from raf._values.context import Invocation
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate

@@ -23,10 +23,10 @@ from raf._agent.approvals import Decision
 from raf._agent.streamed import STREAMED_RUN
 from raf._agent.tool_loop import ToolRequest
 from raf._errors import DurableError, StreamClosedError
-from raf._onion.pipeline import CallNext, ChatRequest
+from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
-from raf._values.context import start_invocation
+from raf._values.context import ChatRequest, start_invocation
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, PendingCall, Update
 from raf._values.options import AgentRunOptions
 from raf.durable._sessions import SessionRef, WrittenOnce

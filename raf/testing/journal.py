@@ -287,20 +287,16 @@ def expected_post_journal(scenario: Scenario, outcome: str) -> list[tuple[Any, .
     """The way out of :func:`expected_journal`: post stages and middleware, innermost
     first, each with the kind of outcome it sees, starting from ``outcome``."""
     journal: list[tuple[Any, ...]] = []
-    # A failed post stage of a successful run does not change what the providers outside
-    # it see, up to the next middleware: that one sees the ProviderError, as a caller would.
-    failed_post = False
+    # A failed post stage does not change what the layers outside it see, providers and
+    # middleware alike: the run raises it once every post stage has run.
     for item in reversed(scenario.reached):
         if item.kind == "middleware":
-            if failed_post and outcome == "response":
-                outcome = "post_error"
             journal.append(("mw-out", item.name, outcome))
             continue
         for m in reversed(item.members):
             spec = scenario.providers[m]
             if not spec.fail_pre:
                 journal.append(("post", spec.name, outcome))
-                failed_post = failed_post or spec.fail_post
     return journal
 
 

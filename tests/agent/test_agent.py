@@ -650,11 +650,11 @@ async def test_the_agent_is_passed_to_providers() -> None:
 
 def test_agent_attributes_are_read_only() -> None:
     agent = Agent(ScriptedChatClient(["ok"]), tools=[named_tool("a")])
-    with pytest.raises(AttributeError, match="read-only"):
+    with pytest.raises(AttributeError):
         agent.tools = (named_tool("b"),)  # type: ignore[misc]
-    with pytest.raises(AttributeError, match="read-only"):
+    with pytest.raises(AttributeError):
         agent.stack = ()  # type: ignore[misc]
-    with pytest.raises(AttributeError, match="read-only"):
+    with pytest.raises(AttributeError):
         agent.anything = 1  # type: ignore[attr-defined]
     assert [t.name for t in agent.tools] == ["a"]
 

@@ -152,12 +152,12 @@ async def test_a_run_with_history_keeps_every_turn_the_model_saw() -> None:
     assert isinstance(agent.stack[0], HistoryProvider)
 
 
-async def test_the_options_carry_the_type_and_the_schema_to_providers_and_middleware() -> None:
+async def test_the_options_carry_the_type_to_providers_and_the_schema_to_the_chat_stack() -> None:
     seen: list[Any] = []
 
     class Looks(ContextProvider):
         async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
-            seen.append(("provider", options.output_type, options.output_schema["title"]))
+            seen.append(("provider", options.output_type))
             return ContextResult()
 
     async def run_middleware(
@@ -179,27 +179,33 @@ async def test_the_options_carry_the_type_and_the_schema_to_providers_and_middle
     )
     response = await agent.run("x", output_type=Item, output_retries=3)
     assert response.output == Item(name="a")
-    assert seen == [("provider", Item, "Item"), ("run", 3), ("chat", "Item")]
+    assert seen == [("provider", Item), ("run", 3), ("chat", "Item")]
 
 
 async def test_options_can_ask_for_the_type_themselves() -> None:
     options = AgentRunOptions(output_type=int, output_retries=0)
-    assert options.output_schema is output_spec(int).schema
-    assert attrs.evolve(options, output_type=None).output_schema is None
-    response = await Agent(ScriptedChatClient(['{"value": 2}'])).run("x", options=options)
+    client = ScriptedChatClient(['{"value": 2}', "plain"])
+    response = await Agent(client).run("x", options=options)
     assert response.output == 2
+    assert client.requests[0].options.output_schema == output_spec(int).schema
+    await Agent(client).run("x", options=attrs.evolve(options, output_type=None))
+    assert client.requests[1].options.output_schema is None
     assert ChatOptions().output_schema is None
 
 
-def test_bad_output_arguments_are_refused() -> None:
+async def test_bad_output_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="output_retries"):
         AgentRunOptions(output_retries=-1)
 
     class NotAType:
         pass
 
+    client = ScriptedChatClient(["never"])
     with pytest.raises(TypeError, match="output_type"):
-        AgentRunOptions(output_type=NotAType)
+        await Agent(client).run("x", output_type=NotAType)
+    with pytest.raises(TypeError, match="output_type"):
+        await Agent(client).run("x", options=AgentRunOptions(output_type=NotAType))
+    assert client.requests == []
 
 
 @tool

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-import raf._agent.tools
+import raf._agent.tool_problems
 from raf import (
     Agent,
     ContextProvider,
@@ -364,7 +364,7 @@ async def test_many_problems_are_counted_not_all_listed() -> None:
     with pytest.raises(ToolArgumentsError) as caught:
         await numbers.invoke({"values": ["x"] * 50})
     problems = caught.value.problems
-    assert len(problems) == raf._agent.tools.MAX_PROBLEMS + 1
+    assert len(problems) == raf._agent.tool_problems.MAX_PROBLEMS + 1
     assert problems[0].startswith("values[0]: Input should be a valid integer")
     assert problems[-1] == "and 40 more"
 
@@ -733,8 +733,8 @@ def test_a_flood_of_misfits_is_told_in_brief() -> None:
         check_tool_arguments(numbers, {"n": ["x"] * 5000})
     problems = caught.value.problems
     assert problems[0] == "n[0]: 'x' is not of type 'integer'"
-    assert len(problems) == raf._agent.tools.MAX_PROBLEMS + 1
-    assert problems[-1] == f"and more than {1000 - raf._agent.tools.MAX_PROBLEMS} more"
+    assert len(problems) == raf._agent.tool_problems.MAX_PROBLEMS + 1
+    assert problems[-1] == f"and more than {1000 - raf._agent.tool_problems.MAX_PROBLEMS} more"
     with pytest.raises(ToolArgumentsError) as caught:
         check_tool_arguments(numbers, {"n": ["x"] * 12})
     assert caught.value.problems[-1] == "and 2 more"
@@ -843,4 +843,11 @@ async def test_a_provider_tool_that_is_not_json_ends_the_run_before_the_model_is
 async def test_a_hand_made_tool_with_a_malformed_but_json_schema_still_reaches_the_model() -> None:
     # Only what cannot be sent at all is refused up front; a schema that is JSON but not a
     # valid JSON Schema is refused when the model calls the tool (the model is told).
-    Agent(ScriptedChatClient(["ok"]), tools=[HandMade("odd", {"type": "object", "enum": 5})])
+    odd = HandMade("odd", {"type": "object", "enum": 5})
+    model = ScriptedChatClient([ScriptedChatClient.tool_turn(ToolCall("1", "odd", "{}")), "ok"])
+    response = await Agent(model, tools=[odd]).run("go")
+    assert response.text == "ok"
+    assert [t.name for t in model.requests[0].options.tools] == ["odd"]
+    told = model.requests[1].messages[-1]
+    assert (told.role, told.tool_call_id) == ("tool", "1")
+    assert "schema" in (told.content or "")

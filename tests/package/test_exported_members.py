@@ -127,7 +127,6 @@ LAZY_TOO = (
     "raf._cli",
     "raf._config.file",
     "raf._config.models",
-    "raf._agent.output",  # structured output: with the first run that asks for a type
     "raf._sessions.stores",
     "raf._sessions.sqlite_file",
     "raf._sessions.sqlite_connection",
@@ -143,7 +142,7 @@ def _lazy_modules() -> set[str]:
     for package in ("raf._providers", "raf._middleware", "raf._clients"):
         path = importlib.import_module(package).__path__
         modules |= {info.name for info in pkgutil.iter_modules(path, package + ".")}
-    return modules - {"raf._clients._wire"}  # the request hash's cache: the core's
+    return modules
 
 
 def test_import_raf_loads_only_the_core() -> None:

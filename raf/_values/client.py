@@ -1,0 +1,46 @@
+"""The ChatClient protocol: messages and options in, the model's turn out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol, runtime_checkable
+
+from raf._values.messages import AgentResponse, ChatMessage, Update
+from raf._values.options import ChatOptions
+
+__all__ = ["ChatClient", "StreamingChatClient"]
+
+
+@runtime_checkable
+class ChatClient(Protocol):
+    """A chat model: messages and options in, the model's turn out.
+
+    The response's ``messages`` hold the assistant turn (text, tool calls or
+    both); failures are :class:`raf.ChatClientError` subclasses.
+    A client may also have ``stream`` (see :class:`StreamingChatClient`); a
+    streamed run of a client without it sends the answer of ``complete`` as
+    updates once it has come.
+    """
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse: ...
+
+
+@runtime_checkable
+class StreamingChatClient(ChatClient, Protocol):
+    """A chat client that can also send its turn as it comes.
+
+    ``stream`` returns an async iterator (an async generator, typically) of
+    :class:`raf.Update`: text deltas, each tool call once its arguments are
+    complete, and the call's usage. ``AgentResponse.from_updates`` of what it
+    yields must equal what ``complete`` returns for the same answer. raf
+    closes the iterator with ``aclose()`` when the run stops early, so a
+    generator's ``finally`` is where the connection is released.
+    """
+
+    def stream(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AsyncIterator[Update]:
+        """The model's turn, update by update."""
+        ...
