@@ -20,10 +20,12 @@ from raf import (
     TokenBudgetStrategy,
     ToolCall,
     TruncationStrategy,
+    approximate_tokens,
+    check_tool_pairing,
+    message_units,
     tool,
 )
 from raf._errors import ChatClientError, CompressionError, ProviderError
-from raf._providers.compression import approximate_tokens, check_tool_pairing, message_units
 
 pytestmark = pytest.mark.anyio
 
