@@ -20,11 +20,10 @@ from typing import Any
 
 import pytest
 
-from raf import Update
+from raf import ConfigError, Update
 from raf._cli import main
 from raf._config.declarations import read_config
 from raf._config.file import load_agent, load_config
-from raf._errors import ConfigError
 from tests._harness.openai_server import OpenAIServer, Reply, chunk, completion, text_stream
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent.toml"
@@ -242,8 +241,7 @@ def test_an_empty_session_id_is_one_clear_line(
 def test_a_failed_model_call_does_not_end_the_chat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from raf._clients.echo import EchoChatClient
-    from raf._errors import RateLimitError
+    from raf import EchoChatClient, RateLimitError
 
     calls = {"n": 0}
     original = EchoChatClient.stream
@@ -542,7 +540,7 @@ def test_api_key_env_names_a_variable_that_is_not_set(tmp_path: Path, server: Op
 
 @pytest.mark.slow
 def test_the_timeout_bounds_the_whole_model_call(tmp_path: Path, server: OpenAIServer) -> None:
-    from raf._clients.openai import OpenAIChatClient
+    from raf import OpenAIChatClient
 
     if "timeout" not in inspect.signature(OpenAIChatClient).parameters:
         pytest.skip("OpenAIChatClient has no timeout= yet (added in another branch)")

@@ -13,13 +13,16 @@ from pydantic import BaseModel, ConfigDict
 
 from raf import (
     Agent,
+    AgentError,
     AgentSkillsProvider,
     CompressionProvider,
+    ConfigError,
     ContextProvider,
     InMemoryHistoryProvider,
     InMemorySession,
     KnowledgeProvider,
     LoggingMiddleware,
+    RateLimitError,
     RetryMiddleware,
     ScriptedChatClient,
     SummaryStrategy,
@@ -41,7 +44,6 @@ from raf._config.declarations import (
     register_provider_kind,
 )
 from raf._config.file import build_chat_middleware, parse_chat_stack_decls
-from raf._errors import AgentError, ConfigError, RateLimitError
 
 pytestmark = pytest.mark.anyio
 

@@ -13,15 +13,10 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, ConfigDict
 
+from raf import PROVIDER_KINDS, ConfigError, ContextProviderDecl, build_provider
 from raf._cli import main
-from raf._config.declarations import (
-    PROVIDER_KINDS,
-    ContextProviderDecl,
-    build_provider,
-)
 from raf._config.file import build_chat_middleware
 from raf._config.models import BUILTIN_PROVIDER_OPTIONS, _models, config_schema, schema_text
-from raf._errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "raf" / "config.schema.json"

@@ -11,10 +11,13 @@ from hypothesis import strategies as st
 
 from raf import (
     Agent,
+    ChatClientError,
     ChatMessage,
+    CompressionError,
     CompressionProvider,
     InMemoryHistoryProvider,
     InMemorySession,
+    ProviderError,
     ScriptedChatClient,
     SummaryStrategy,
     TokenBudgetStrategy,
@@ -25,7 +28,6 @@ from raf import (
     message_units,
     tool,
 )
-from raf._errors import ChatClientError, CompressionError, ProviderError
 
 pytestmark = pytest.mark.anyio
 

@@ -9,15 +9,16 @@ import pytest
 
 from raf import (
     Agent,
+    ChatClientError,
     ChatMessage,
     InMemoryHistoryProvider,
     InMemorySession,
+    ProviderError,
     ScriptedChatClient,
     ToolCall,
     check_tool_pairing,
     tool,
 )
-from raf._errors import ChatClientError, ProviderError
 from raf._providers.history import INTERRUPTED
 
 pytestmark = pytest.mark.anyio

@@ -15,8 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raf import Agent, ChatMessage, KnowledgeProvider, Passage, ScriptedChatClient
-from raf._errors import ConfigError
+from raf import Agent, ChatMessage, ConfigError, KnowledgeProvider, Passage, ScriptedChatClient
 from raf._providers import knowledge
 from raf._providers.knowledge import (
     BM25Index,

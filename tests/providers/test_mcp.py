@@ -23,9 +23,17 @@ import raf._providers.mcp
 
 pytest.importorskip("mcp")
 
-from raf import Agent, McpToolsProvider, ScriptedChatClient, ToolCall
-from raf._config.declarations import ContextProviderDecl, build_provider
-from raf._errors import ConfigError, McpError, ProviderError
+from raf import (
+    Agent,
+    ConfigError,
+    ContextProviderDecl,
+    McpError,
+    McpToolsProvider,
+    ProviderError,
+    ScriptedChatClient,
+    ToolCall,
+    build_provider,
+)
 
 pytestmark = pytest.mark.anyio
 

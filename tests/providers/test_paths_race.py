@@ -20,8 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from raf import AgentSkillsProvider, WorkspaceContextProvider
-from raf._errors import PathError
+from raf import AgentSkillsProvider, PathError, WorkspaceContextProvider
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # each race runs for RACE_SECONDS
 

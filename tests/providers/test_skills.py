@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from raf import Agent, AgentSkillsProvider, ScriptedChatClient, ToolCall
-from raf._errors import ConfigError
+from raf import Agent, AgentSkillsProvider, ConfigError, ScriptedChatClient, ToolCall
 from raf._providers.skills import parse_skill_file
 from tests._harness.scripting import call_tools
 

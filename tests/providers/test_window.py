@@ -15,6 +15,7 @@ from raf import (
     CompressionProvider,
     HistoryProvider,
     InMemorySession,
+    RequestHash,
     ScriptedChatClient,
     SqliteSessionStore,
     ToolCall,
@@ -23,7 +24,6 @@ from raf import (
     check_tool_pairing,
 )
 from raf._providers.window import read_window
-from raf._sessions.base import RequestHash
 from raf.testing.strategies import histories
 
 pytestmark = pytest.mark.anyio

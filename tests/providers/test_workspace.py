@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from raf import Agent, ScriptedChatClient, ToolCall, WorkspaceContextProvider
-from raf._errors import ConfigError
+from raf import Agent, ConfigError, ScriptedChatClient, ToolCall, WorkspaceContextProvider
 from tests._harness.scripting import call_tools
 
 pytestmark = pytest.mark.anyio
