@@ -153,7 +153,8 @@ class AgentStream:
                 self._asked.set()
                 self._asked = None
             try:
-                # Cancelled here, the read loses nothing: the update waits for the next.
+                # Cancelled here, the read loses nothing: anyio hands no item to a receiver
+                # whose cancellation is pending; the update waits for the next read.
                 update, self._asked = await self._inbox.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 pass  # the run is over (or the block was left)
