@@ -5,9 +5,9 @@ the whole onion and reads its own model stream, as the callback form does;
 its ``on_update`` chain ends at the one hand-over point
 (:meth:`AgentStream._send`): a zero-buffer anyio memory object stream, whose
 ``send`` returns once the consumer's task took the update, and an event per
-update that the consumer sets when it asks for the next one. The consumer's code runs in its own
-task, under none of the onion's cancel scopes. Leaving the block early is an
-early close (``raf._agent.streamed.Closing``).
+update that the consumer sets when it asks for the next one. The consumer's
+code runs in its own task, under none of the onion's cancel scopes. Leaving
+the block early is an early close (``raf._agent.streamed.Closing``).
 """
 
 from __future__ import annotations
