@@ -29,9 +29,11 @@ from raf._errors import (
     ToolError,
 )
 from raf._metadata import docs_url, installed_version
+from raf._observers.mermaid import MermaidObserver
 from raf._observers.tracing import StageEvent
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
+from raf._sessions.stores import open_store
 from raf._values.messages import AgentResponse, Update
 
 __all__: list[str] = []
@@ -87,9 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "chat":
             return _chat_command(args)
         if args.command == "serve":
-            from raf.serve._server import serve
-
-            return serve(
+            return _serve()(
                 args.config, host=args.host, port=args.port, db=args.db,
                 workers=args.workers, api_keys=args.api_key, grace=args.grace,
             )  # fmt: skip
@@ -102,6 +102,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if logs_here:
             structlog.reset_defaults()
+
+
+def _serve() -> Callable[..., int]:
+    """``raf.serve``'s command, imported here: Starlette and uvicorn are an optional extra."""
+    try:
+        from raf.serve._server import serve
+    except ImportError as exc:
+        raise ConfigError(
+            f"raf serve needs the serve extra: pip install 'raf-agents[serve]' ({exc})"
+        ) from None
+    return serve
 
 
 def _exit_status(error: BaseException) -> int:
@@ -300,8 +311,6 @@ async def _run_command(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace, printer: _Printer) -> LoadedConfig:
     """The config, its agent watched by the observers that ``--trace`` asks for."""
-    from raf._observers.mermaid import MermaidObserver
-
     def diagram(text: str) -> None:
         printer.end_line()
         _say(text, sys.stderr)
@@ -544,8 +553,6 @@ class _open_session:
     async def __aenter__(self) -> Session:
         if self._args.session is None:
             return InMemorySession()
-        from raf._sessions.stores import open_store
-
         if not self._args.session:
             raise ConfigError("--session: the session id must not be empty")
         # A SQLite file (its folder created) or redis://HOST:PORT/N.

@@ -3,10 +3,11 @@
 :class:`AgentStream` is two tasks and one rendezvous. The run's task runs
 the whole onion and reads its own model stream, as the callback form does;
 its ``on_update`` chain ends at the one hand-over point
-(:meth:`AgentStream._send`), where each update waits until the consumer's
-task takes it and asks for the next one. The consumer's code runs in its own
-task, under none of the onion's cancel scopes. Leaving the block early is an
-early close (``raf._agent.streamed.Closing``).
+(:meth:`AgentStream._send`): a zero-buffer anyio memory object stream, whose
+``send`` returns once the consumer's task took the update, and an event per
+update that the consumer sets when it asks for the next one. The consumer's
+code runs in its own task, under none of the onion's cancel scopes. Leaving
+the block early is an early close (``raf._agent.streamed.Closing``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import anyio
 from raf._agent.streamed import STREAMED_RUN, Closing
 from raf._values.messages import AgentResponse, OnUpdate, Update
 
-if TYPE_CHECKING:
-    from anyio.abc import TaskGroup  # loads typing_extensions: not at import time
+if TYPE_CHECKING:  # these load typing_extensions: not at import time
+    from anyio.abc import TaskGroup
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 __all__ = ["AgentStream"]
 
@@ -64,24 +66,20 @@ class AgentStream:
         # start(on_update) makes the run's request (the request hash included); run runs it.
         self._start = start
         self._run = run
-        self._state = "new"  # new -> running -> exited
+        self._group: TaskGroup | None = None  # the run's task, once entered
         self._done = False  # the run is over
         self._response: AgentResponse | None = None
         self._error: BaseException | None = None  # the run's, until the consumer saw it
         self._cancelled: BaseException | None = None
         self._closing = Closing()  # the early close
         self._received: list[Update] = []
-        self._group: TaskGroup | None = None
         self._reading = False  # an __anext__ is under way
-        # The hand-over: the run puts ``_item`` and sets ``_ready``, then waits for
-        # ``_asked``, which the consumer sets when it asks for the next update (or
-        # leaves). ``_holding``: the consumer took the item and has not asked yet.
-        self._item: Update | None = None
-        self._ready: anyio.Event  # made on entering, in the event loop
+        # The hand-over, made on entering: a zero-buffer stream of (update, asked); the run
+        # then waits for ``asked``, which the consumer sets when it asks for the next update
+        # (or leaves). ``_asked``: the one of the update the consumer holds.
+        self._outbox: MemoryObjectSendStream[tuple[Update, anyio.Event]]
+        self._inbox: MemoryObjectReceiveStream[tuple[Update, anyio.Event]]
         self._asked: anyio.Event | None = None
-        self._holding = False
-        # Set when the hand-over under way ends: others (two model streams at once) wait.
-        self._busy: anyio.Event | None = None
 
     @property
     def response(self) -> AgentResponse | None:
@@ -89,11 +87,10 @@ class AgentStream:
         return self._response
 
     async def __aenter__(self) -> AgentStream:
-        if self._state != "new":
+        if self._group is not None:
             raise RuntimeError("an agent.stream(...) can be entered only once: call it again")
-        self._state = "running"
         invocation = await self._start(self._send)
-        self._ready = anyio.Event()
+        self._outbox, self._inbox = anyio.create_memory_object_stream[tuple[Update, anyio.Event]](0)
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
@@ -103,16 +100,16 @@ class AgentStream:
     async def _run_task(self, invocation: Any) -> None:
         """The run, in its own task: never raises (but for its cancellation)."""
         STREAMED_RUN.set(self._closing)  # this task's own context: nothing to reset
-        try:
-            self._response = await self._run(invocation)
-        except BaseException as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                self._cancelled = exc  # its notes (failed post stages) go to the consumer's
-                raise
-            self._error = exc  # for the consumer: never into the group, which would wrap it
-        finally:
-            self._done = True
-            self._ready.set()
+        with self._outbox:  # closed when the run is over: the consumer's read then ends
+            try:
+                self._response = await self._run(invocation)
+            except BaseException as exc:
+                if isinstance(exc, anyio.get_cancelled_exc_class()):
+                    self._cancelled = exc  # its notes (failed post stages) go to the consumer's
+                    raise
+                self._error = exc  # for the consumer: never into the group, which would wrap it
+            finally:
+                self._done = True
 
     async def _send(self, update: Update) -> None:
         """The run's ``on_update``, the end of the chain: hand ``update`` over.
@@ -121,34 +118,29 @@ class AgentStream:
         run is never ahead of the consumer and a consumer that leaves finds
         the run here. After an early close, raises its ``StreamClosedError``.
         """
-        while self._busy is not None:  # another task of the run is at the hand-over
-            await self._busy.wait()
-        if self._closing.closed is not None:
-            raise self._closing.closed
-        self._busy = done = anyio.Event()
+        asked = anyio.Event()
         try:
-            self._item = update
-            asked = self._asked = anyio.Event()
-            self._ready.set()
-            await asked.wait()
-        finally:
-            # Taken or not (the run's own deadline passed), it is no longer offered.
-            self._item, self._holding, self._busy = None, False, None
-            done.set()
+            if self._closing.closed is None:
+                await self._outbox.send((update, asked))
+                await asked.wait()
+        except anyio.BrokenResourceError:
+            pass  # not taken: the consumer left (an early close, raised below)
         if self._closing.closed is not None:
             raise self._closing.closed
 
     def _close(self) -> None:
         """An early close: stop the run's in-flight work; what comes next fails."""
         self._closing.close(AgentResponse.from_updates(self._received))
+        # The run's core is cancelled; an update outside it (a run middleware's) is let go.
         if self._asked is not None:
-            self._asked.set()  # a hand-over outside the core (a run middleware's update)
+            self._asked.set()
+        self._inbox.close()
 
     def __aiter__(self) -> AsyncIterator[Update]:
         return self
 
     async def __anext__(self) -> Update:
-        if self._reading or self._state == "new":
+        if self._reading or self._group is None:
             raise RuntimeError(
                 "a stream is read by one task at a time: this one is being read"
                 if self._reading
@@ -157,27 +149,24 @@ class AgentStream:
             )
         self._reading = True
         try:
-            if self._holding:  # the run waits at the hand-over: the consumer wants more
-                self._holding = False
-                assert self._asked is not None
+            if self._asked is not None:  # the run waits at the hand-over: it may go on
                 self._asked.set()
-            while True:
-                item = self._item
-                if item is not None:
-                    self._item = None
-                    self._holding = True
-                    self._received.append(item)
-                    return item
-                if self._done:
-                    error, self._error = self._error, None
-                    if error is not None:
-                        raise error  # once, as it is: its __cause__ and __context__ untouched
-                    raise StopAsyncIteration
-                # Cancelled here, the read loses nothing: the update waits for the next.
-                await self._ready.wait()
-                self._ready = anyio.Event()
+                self._asked = None
+            try:
+                # Cancelled here, the read loses nothing: anyio hands no item to a receiver
+                # whose cancellation is pending; the update waits for the next read.
+                update, self._asked = await self._inbox.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                pass  # the run is over (or the block was left)
+            else:
+                self._received.append(update)
+                return update
         finally:
             self._reading = False
+        error, self._error = self._error, None
+        if error is not None:
+            raise error  # once, as it is: its __cause__ and __context__ untouched
+        raise StopAsyncIteration
 
     async def __aexit__(
         self,
@@ -186,13 +175,22 @@ class AgentStream:
         tb: TracebackType | None,
     ) -> bool | None:
         assert self._group is not None
+        with self._inbox:
+            return await self._exit(self._group, exc_type, exc, tb)
+
+    async def _exit(
+        self,
+        group: TaskGroup,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
         cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
         if not self._done and not cancelled:
             self._close()
-        self._state = "exited"
         if not cancelled:
             # The consumer's own exception never enters the task group (which would wrap it).
-            await self._group.__aexit__(None, None, None)
+            await group.__aexit__(None, None, None)
             unseen = self._unseen()
             if unseen is not None and exc is None:
                 raise unseen
@@ -203,7 +201,7 @@ class AgentStream:
         # run shielded and bounded; the cancellation propagates as it is, with notes.
         assert exc is not None
         try:
-            return await self._group.__aexit__(exc_type, exc, tb)
+            return await group.__aexit__(exc_type, exc, tb)
         except BaseException as propagated:  # the backend may raise a new cancellation
             exc = propagated
             raise

@@ -6,7 +6,7 @@ import importlib
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import MappingProxyType
@@ -14,7 +14,32 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 
+from raf._config.models import (
+    CompressionOptions,
+    KnowledgeOptions,
+    McpOptions,
+    MemoryOptions,
+    SkillsOptions,
+    TokenBudgetOptions,
+    TruncationOptions,
+    WorkspaceOptions,
+    check_file,
+    check_options,
+    unknown_options_error,
+)
 from raf._errors import AgentError, ConfigError
+from raf._providers.compression import (
+    DEFAULT_SUMMARY_PROMPT,
+    CompressionProvider,
+    SummaryStrategy,
+    TokenBudgetStrategy,
+    TruncationStrategy,
+)
+from raf._providers.history import HistoryProvider
+from raf._providers.knowledge import KnowledgeProvider
+from raf._providers.mcp import McpToolsProvider
+from raf._providers.skills import AgentSkillsProvider
+from raf._providers.workspace import WorkspaceContextProvider
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -69,18 +94,15 @@ class ContextProviderDecl:
     base_dir: Path | None = attrs.field(default=None, kw_only=True)
 
 
-_NO_DEFAULT: Any = object()
-
-
 class ProviderOptions:
     """A declaration's options, as a factory reads them.
 
-    A built-in kind reads them all at once with :meth:`parse`, against the
-    pydantic model of its options; a kind of your own can do the same with
-    a model of its own, or read them one by one with the getters (``text``,
-    ``integer``...). Either way a wrong or missing option is a
-    :class:`ConfigError` naming the kind, the option and what was expected,
-    and :func:`build_provider` refuses options that were not read.
+    A kind reads them all at once with :meth:`parse`, against the pydantic
+    model of its options (a built-in kind's is in ``raf._config.models``; a
+    kind of your own brings its own). A wrong, missing or unknown option is
+    a :class:`ConfigError` naming the kind, the option and what was
+    expected, and :func:`build_provider` refuses options when the factory
+    read none.
     ``chat_client`` is the client passed to :func:`build_provider`, for
     kinds that need a model.
     """
@@ -94,7 +116,7 @@ class ProviderOptions:
         self.chat_client = chat_client
         #: What is being built, for error messages ("provider", "chat_stack").
         self.what = what
-        #: The options a getter asked for.
+        #: The options :meth:`parse` read.
         self.read: set[str] = set()
 
     @property
@@ -114,8 +136,6 @@ class ProviderOptions:
         Traceback (most recent call last):
         raf.ConfigError: provider kind 'clock': option 'zone' must be a valid string, got 1
         """
-        from raf._config.models import check_options
-
         parsed = check_options(model, self.decl.options, self.where)
         self.read.update(self.decl.options)
         return parsed
@@ -127,67 +147,8 @@ class ProviderOptions:
             resolved = self.decl.base_dir / resolved
         return resolved
 
-    def _get(self, option: str, default: Any, tp: Any) -> Any:
-        from raf._config.models import _expect, check_value, option_error
-
-        self.read.add(option)
-        if option not in self.decl.options:
-            if default is _NO_DEFAULT:
-                raise option_error(self.where, option, _expect(tp))
-            return default
-        return check_value(tp, self.decl.options[option], self.where, option)
-
-    def text(self, option: str, default: Any = _NO_DEFAULT, *, allow_empty: bool = False) -> Any:
-        """A string (non-empty unless ``allow_empty``)."""
-        from raf._config.models import AnyText, Text
-
-        return self._get(option, default, AnyText if allow_empty else Text)
-
-    def integer(self, option: str, default: Any = _NO_DEFAULT, *, minimum: int = 1) -> Any:
-        """An integer of at least ``minimum``."""
-        from raf._config.models import integer_type
-
-        return self._get(option, default, integer_type(minimum))
-
-    def number(self, option: str, default: Any = _NO_DEFAULT, *, allow_zero: bool = False) -> Any:
-        """A positive number (or zero, with ``allow_zero``)."""
-        from raf._config.models import number_type
-
-        return self._get(option, default, number_type(allow_zero=allow_zero))
-
-    def flag(self, option: str, default: Any = _NO_DEFAULT) -> Any:
-        """``true`` or ``false``."""
-        from raf._config.models import Flag
-
-        return self._get(option, default, Flag)
-
-    def choice(self, option: str, choices: Sequence[str], default: Any = _NO_DEFAULT) -> Any:
-        """One of ``choices``."""
-        from raf._config.models import choice_type
-
-        return self._get(option, default, choice_type(choices))
-
-    def text_list(self, option: str, default: Any = _NO_DEFAULT) -> Any:
-        """A list of strings."""
-        from raf._config.models import TextList
-
-        return self._get(option, default, TextList)
-
-    def text_table(self, option: str, default: Any = _NO_DEFAULT) -> Any:
-        """A table of string values."""
-        from raf._config.models import TextTable
-
-        return self._get(option, default, TextTable)
-
-    def path(self, option: str, default: Any = _NO_DEFAULT) -> Any:
-        """A path; a relative one is resolved against the declaration's ``base_dir``."""
-        from raf._config.models import PathText
-
-        value = self._get(option, default, PathText)
-        return value if value is default else self.resolve(value)
-
     def unread(self) -> list[str]:
-        """The options no getter asked for, sorted."""
+        """The options no :meth:`parse` read, sorted."""
         return sorted(set(self.decl.options) - self.read)
 
 
@@ -196,9 +157,6 @@ ProviderFactory = Callable[[ProviderOptions], Any]
 
 
 def _memory(o: ProviderOptions) -> Any:
-    from raf._config.models import MemoryOptions
-    from raf._providers.history import HistoryProvider
-
     options = o.parse(MemoryOptions)
     return HistoryProvider(
         inject=options.inject,
@@ -210,15 +168,6 @@ def _memory(o: ProviderOptions) -> Any:
 
 
 def _compression(o: ProviderOptions) -> Any:
-    from raf._config.models import CompressionOptions, TokenBudgetOptions, TruncationOptions
-    from raf._providers.compression import (
-        DEFAULT_SUMMARY_PROMPT,
-        CompressionProvider,
-        SummaryStrategy,
-        TokenBudgetStrategy,
-        TruncationStrategy,
-    )
-
     options = o.parse(CompressionOptions)
     strategy: Any
     if isinstance(options, TruncationOptions):
@@ -241,9 +190,6 @@ def _compression(o: ProviderOptions) -> Any:
 
 
 def _skills(o: ProviderOptions) -> Any:
-    from raf._config.models import SkillsOptions
-    from raf._providers.skills import AgentSkillsProvider
-
     options = o.parse(SkillsOptions)
     return AgentSkillsProvider(
         o.resolve(options.root),
@@ -254,9 +200,6 @@ def _skills(o: ProviderOptions) -> Any:
 
 
 def _workspace(o: ProviderOptions) -> Any:
-    from raf._config.models import WorkspaceOptions
-    from raf._providers.workspace import WorkspaceContextProvider
-
     options = o.parse(WorkspaceOptions)
     return WorkspaceContextProvider(
         o.resolve(options.root),
@@ -268,25 +211,16 @@ def _workspace(o: ProviderOptions) -> Any:
 
 
 def _knowledge(o: ProviderOptions) -> Any:
-    from raf._config.models import KnowledgeOptions
-    from raf._providers.knowledge import KnowledgeProvider
-
     options = o.parse(KnowledgeOptions)
     return KnowledgeProvider.folder(o.resolve(options.root), top_k=options.top_k, name=o.name)
 
 
 def _wiki(o: ProviderOptions) -> Any:
-    from raf._config.models import KnowledgeOptions
-    from raf._providers.knowledge import KnowledgeProvider
-
     options = o.parse(KnowledgeOptions)
     return KnowledgeProvider.wiki(o.resolve(options.root), top_k=options.top_k, name=o.name)
 
 
 def _mcp(o: ProviderOptions) -> Any:
-    from raf._config.models import McpOptions
-    from raf._providers.mcp import McpToolsProvider
-
     options = o.parse(McpOptions)
     return McpToolsProvider(
         options.command,
@@ -321,10 +255,9 @@ def register_provider_kind(
 ) -> None:
     """Make ``kind`` buildable: ``factory(options)`` returns the provider.
 
-    The factory reads its options through :class:`ProviderOptions` (a
-    pydantic model with :meth:`~ProviderOptions.parse`, or the getters), so a
-    wrong or missing option gets a clear error, and an option it never reads
-    is refused as unknown. Registering a taken kind needs
+    The factory reads its options with :meth:`ProviderOptions.parse` and a
+    pydantic model, so a wrong, missing or unknown option gets a clear
+    error; options given to a factory that reads none are refused. Registering a taken kind needs
     ``replace=True``.
 
     >>> from raf import ContextProvider
@@ -405,8 +338,6 @@ def parse_provider_decls(
 def _parse_decls(
     data: Mapping[str, Any], key: str, base_dir: Path | None, source: str
 ) -> list[ContextProviderDecl]:
-    from raf._config.models import check_file
-
     entries = getattr(check_file({key: data.get(key, [])}, source), key)
     return [
         ContextProviderDecl(entry.kind, entry.name, entry.model_extra or {}, base_dir=base_dir)
@@ -581,7 +512,5 @@ def _built(factory: Callable[[ProviderOptions], Any], options: ProviderOptions, 
         raise ConfigError(f"{what}: the factory failed: {type(exc).__name__}: {exc}") from exc
     unread = options.unread()
     if unread:
-        from raf._config.models import unknown_options_error
-
         raise unknown_options_error(options.where, unread, sorted(options.read))
     return built

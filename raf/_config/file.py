@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from raf._agent.agent import Agent
 from raf._agent.tools import Tool
 from raf._clients.echo import EchoChatClient
+from raf._clients.openai import OpenAIChatClient
+from raf._clients.responses import OpenAIResponsesClient
 from raf._config.declarations import (
     ContextProviderDecl,
     ProviderFactory,
@@ -28,13 +30,19 @@ from raf._config.declarations import (
     import_object,
     read_config,
 )
+from raf._config.models import (
+    LoggingOptions,
+    ModelTable,
+    RetryOptions,
+    check_file,
+    option_error,
+)
 from raf._errors import AgentError, ConfigError
+from raf._middleware.logging import LoggingMiddleware
+from raf._middleware.retry import RetryMiddleware
 from raf._observers.tracing import StageEvent, TraceObserver
 from raf._values.client import ChatClient
 from raf._values.options import AgentRunOptions
-
-if TYPE_CHECKING:
-    from raf._config.models import ModelTable
 
 __all__: list[str] = []
 
@@ -64,8 +72,6 @@ def load_config(
     Every mistake is a :class:`ConfigError` naming the file, the table, the
     entry and the key.
     """
-    from raf._config.models import check_file
-
     data = read_config(path)
     config = check_file(data, str(path))
     client = _chat_client(config.model, path)
@@ -107,9 +113,6 @@ def _each(
 def _chat_client(model: ModelTable, path: Path) -> ChatClient:
     if model.client == "echo":
         return EchoChatClient()
-    from raf._clients.openai import OpenAIChatClient
-    from raf._clients.responses import OpenAIResponsesClient
-
     kind = model.client
     if model.model is None:
         raise ConfigError(f'{path}: [model] client = "{kind}" needs model = "<model name>"')
@@ -154,9 +157,6 @@ def _tools(specs: list[str], path: Path) -> list[Any]:
 
 
 def _retry(o: ProviderOptions) -> Any:
-    from raf._config.models import RetryOptions, option_error
-    from raf._middleware.retry import RetryMiddleware
-
     options = o.parse(RetryOptions)
     types: tuple[type[BaseException], ...] | None = None
     if options.retry_on is not None:
@@ -176,9 +176,6 @@ def _retry(o: ProviderOptions) -> Any:
 
 
 def _logging(o: ProviderOptions) -> Any:
-    from raf._config.models import LoggingOptions
-    from raf._middleware.logging import LoggingMiddleware
-
     o.parse(LoggingOptions)
     return LoggingMiddleware()
 

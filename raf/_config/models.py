@@ -1,10 +1,10 @@
 """The config as pydantic models: each built-in kind's options, the tables of a config file.
 
-Imported only when a config is read or a declaration is built (``import raf``
-must not pay for pydantic). A :class:`pydantic.ValidationError` never leaves
-this module: :func:`check_options`, :func:`check_value` and :func:`check_file`
-turn it into a one-line :class:`raf.ConfigError` that names where the
-mistake is, the field, and what the field must be.
+Imported with the config's modules, never by ``import raf`` (which must not
+pay for pydantic). A :class:`pydantic.ValidationError` never leaves this
+module: :func:`check_options` and :func:`check_file` turn it into a one-line
+:class:`raf.ConfigError` that names where the mistake is, the field, and
+what the field must be.
 """
 
 from __future__ import annotations
@@ -54,21 +54,6 @@ PathText = Annotated[
     BeforeValidator(_fspath),
     Expect("a path (a non-empty string)"),
 ]
-
-
-def integer_type(minimum: int) -> Any:
-    """An integer of at least ``minimum`` (a bool is not one)."""
-    return Annotated[int, Field(strict=True, ge=minimum), Expect(f"an integer >= {minimum}")]
-
-
-def number_type(*, allow_zero: bool) -> Any:
-    """A finite number, positive (or zero, with ``allow_zero``)."""
-    return NonNegative if allow_zero else Positive
-
-
-def choice_type(choices: Sequence[str]) -> Any:
-    """One of ``choices``."""
-    return Literal[tuple(choices)]
 
 
 class _Closed(BaseModel):
@@ -360,15 +345,6 @@ def check_options(tp: Any, options: Mapping[str, Any], where: str) -> Any:
     unknown = [str(e["loc"][-1]) for e in errors]
     known = {name for model in _variants(tp, errors[0]["loc"]) for name in model.model_fields}
     raise unknown_options_error(where, unknown, sorted(known)) from None
-
-
-def check_value(tp: Any, value: Any, where: str, option: str) -> Any:
-    """One option's ``value`` validated as ``tp`` (a type of this module), or a ConfigError."""
-    try:
-        return TypeAdapter(tp).validate_python(value)
-    except ValidationError as exc:
-        expected = _expect(tp) or _expected(tp, "", exc.errors(include_url=False)[0])
-        raise option_error(where, option, expected, value) from None
 
 
 _TOP_LEVEL = {

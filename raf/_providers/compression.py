@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from raf._agent.approvals import unanswered_tail
 from raf._errors import CompressionError
 from raf._onion.compose import ContextProvider
+from raf._providers.tokens import Unit, approximate_tokens, message_units
+from raf._providers.window import checked_window, read_window
 from raf._sessions.base import Session
 from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage, checked_messages
@@ -27,8 +30,6 @@ __all__ = [
     "message_units",
 ]
 
-Unit = tuple[ChatMessage, ...]
-
 
 @runtime_checkable
 class CompressionStrategy(Protocol):
@@ -41,44 +42,6 @@ class CompressionStrategy(Protocol):
     """
 
     async def compress(self, messages: Sequence[ChatMessage]) -> Sequence[ChatMessage]: ...
-
-
-def message_units(messages: Sequence[ChatMessage]) -> list[Unit]:
-    """The history as units that must be kept or dropped whole.
-
-    An assistant turn with tool calls and the tool results right after it
-    form one unit; every other message is a unit of its own. Pieces that
-    could not be sent to a model are left out: a tool result with no
-    calling turn before it, and a calling turn whose results are incomplete
-    (with the results it has).
-
-    >>> from raf import ToolCall
-    >>> call = ChatMessage.assistant(tool_calls=[ToolCall("1", "now")])
-    >>> units = message_units([ChatMessage.user("hi"), call, ChatMessage.tool("1", "noon")])
-    >>> [len(unit) for unit in units]
-    [1, 2]
-    """
-    if not isinstance(messages, (list, tuple)):
-        messages = list(messages)  # one pass at C speed; indexing a chunked history costs more
-    units: list[Unit] = []
-    index, count = 0, len(messages)
-    while index < count:
-        message = messages[index]
-        index += 1
-        if message.role == "tool":
-            continue  # an orphan result: its calling turn is not before it
-        if message.role != "assistant" or not message.tool_calls:
-            units.append((message,))
-            continue
-        wanted = {call.id for call in message.tool_calls}
-        results: list[ChatMessage] = []
-        while index < count and messages[index].role == "tool":
-            if messages[index].tool_call_id in wanted:
-                results.append(messages[index])
-            index += 1
-        if wanted <= {result.tool_call_id for result in results}:
-            units.append((message, *results))
-    return units
 
 
 def check_tool_pairing(messages: Sequence[ChatMessage]) -> str | None:
@@ -181,18 +144,6 @@ class TruncationStrategy:
 
     def __repr__(self) -> str:
         return f"TruncationStrategy(keep_last={self.keep_last})"
-
-
-def approximate_tokens(message: ChatMessage) -> int:
-    """A rough token count: about four characters a token, plus a little per message.
-
-    >>> approximate_tokens(ChatMessage.user("x" * 40))
-    14
-    """
-    chars = len(message.content or "")
-    for call in message.tool_calls:
-        chars += len(call.name) + len(call.arguments) + 8
-    return 4 + (chars + 3) // 4
 
 
 class TokenBudgetStrategy:
@@ -357,8 +308,6 @@ class CompressionProvider(ContextProvider):
         count_tokens: Callable[[ChatMessage], int] | None = None,
         name: str | None = None,
     ) -> None:
-        from raf._providers.window import checked_window  # window.py imports this module
-
         if not callable(getattr(strategy, "compress", None)):
             raise TypeError(
                 f"strategy must have an async compress(messages) method, got {strategy!r}"
@@ -378,8 +327,6 @@ class CompressionProvider(ContextProvider):
         options: AgentRunOptions,
     ) -> ContextResult:
         """The compressed history, replacing whatever was injected before."""
-        from raf._providers.window import read_window
-
         history = await read_window(session, self.max_messages, self.max_tokens, self.count_tokens)
         # A last turn whose calls wait for approval (or lost their result) is kept out of
         # compression and put back after it, so the run can answer its calls in place.
@@ -399,8 +346,6 @@ class CompressionProvider(ContextProvider):
 
 def _waiting_turn(history: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
     """The last calling turn and its results, when one of its calls has no result yet."""
-    from raf._agent.approvals import unanswered_tail
-
     turn, gap = unanswered_tail(history)
     if turn is None or not gap:
         return ()

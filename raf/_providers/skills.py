@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import anyio.to_thread
 import attrs
+import yaml
 
 from raf._agent.tools import FunctionTool, tool
 from raf._errors import ConfigError, PathError
 from raf._log import log as _log
 from raf._onion.compose import ContextProvider
+from raf._providers._front_matter import DuplicateKey, FrontMatterLoader
 from raf._providers._paths import Sandbox, checked_root, shown
 from raf._sessions.base import Session
 from raf._values.context import ContextResult
@@ -67,10 +69,6 @@ def parse_skill_file(text: str, source: str) -> tuple[dict[str, Any], str]:
         end = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
     except StopIteration:
         raise ConfigError(f"{source}: the front matter has no closing '---' line") from None
-    import yaml  # here: `import raf` does not import PyYAML
-
-    from raf._providers._front_matter import DuplicateKey, FrontMatterLoader
-
     try:
         fields = yaml.load("\n".join(lines[1:end]), Loader=FrontMatterLoader)
     except yaml.YAMLError as exc:

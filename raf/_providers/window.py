@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from raf._providers.compression import approximate_tokens, message_units
+from raf._providers.tokens import approximate_tokens, message_units
 from raf._sessions.base import Session
 from raf._values.messages import ChatMessage
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pydantic
 from ag_ui.core import (
@@ -27,16 +27,15 @@ from ag_ui.core import (
     UserMessage,
 )
 from ag_ui.encoder import EventEncoder
-from starlette.types import Receive, Scope, Send
+from starlette.requests import Request
+from starlette.types import ASGIApp
 
 from raf._agent.approvals import Decision
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Role, ToolCall, Update
 from raf.serve._http import HttpError, read_json
-from raf.serve._stream import stream_turn
+from raf.serve._served import Served
+from raf.serve._stream import TurnStream
 from raf.serve._wire import new_messages
-
-if TYPE_CHECKING:
-    from raf.serve._app import Served
 
 __all__: list[str] = []
 
@@ -45,7 +44,7 @@ _ENCODER = EventEncoder()
 APPROVAL_EVENT = "raf.approval"
 
 
-async def ag_ui(served: Served, scope: Scope, receive: Receive, send: Send) -> None:
+async def ag_ui(served: Served, request: Request) -> ASGIApp:
     """``POST /ag-ui``: a ``RunAgentInput`` in, the run's AG-UI events out (SSE).
 
     The ``threadId`` is the session: the stored history is the agent's
@@ -58,7 +57,7 @@ async def ag_ui(served: Served, scope: Scope, receive: Receive, send: Send) -> N
     new message. Each pending call is reported as TOOL_CALL_START/ARGS/END
     with no result, then a ``raf.approval`` CUSTOM event with its token.
     """
-    body = await read_json(scope, receive, served.max_body)
+    body = await read_json(request, served.max_body)
     try:
         run = RunAgentInput.model_validate(body)
     except pydantic.ValidationError as exc:
@@ -74,16 +73,14 @@ async def ag_ui(served: Served, scope: Scope, receive: Receive, send: Send) -> N
         )
     if not messages and not decisions:
         raise HttpError(400, "no new message after the last assistant message")
-    session = await served.session(scope, scope["raf.key_scope"], run.thread_id)
+    session = await served.session(request, run.thread_id)
     framing = EventFraming(run.thread_id, run.run_id)
-    await stream_turn(
+    return TurnStream(
         served.agent,
         decisions or messages,
         session,
         served.options,
         framing,
-        receive,
-        send,
         error_status=lambda error: False,
     )
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Iterable, Sequence
 from html import escape
 from importlib.resources import files
 from typing import Any
@@ -17,33 +15,24 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.types import ASGIApp
 
 from raf._agent.agent import Agent
 from raf._errors import ConfigError
-from raf._sessions.base import Session, missing_pending
+from raf._sessions.base import missing_pending
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
-from raf.serve._http import (
-    MAX_BODY,
-    HttpError,
-    error_body,
-    failure,
-    read_json,
-    send_error,
-    send_json,
-)
-from raf.serve._http import header as request_header
-from raf.serve._sessions import Keys, MemoryStore, check_store, session_key
-from raf.serve._stream import stream_turn
+from raf.serve._agui import ag_ui
+from raf.serve._http import MAX_BODY, HttpError, error_body, error_response, failure, read_json
+from raf.serve._served import Served
+from raf.serve._sessions import Keys, check_store
+from raf.serve._stream import TurnStream
 from raf.serve._wire import ChunkFraming, completion, new_messages, parse_completion
 
 __all__: list[str] = []
 
 _log = structlog.get_logger("raf.serve")
-Handler = Callable[["Served", Scope, Receive, Send], Awaitable[None]]
 
 
 def app(
@@ -96,18 +85,13 @@ def app(
         )
     served = Served(agent, store, Keys(api_keys), max_body, options or AgentRunOptions())
     routes = [
-        Route("/v1/chat/completions", _Endpoint(served, chat_completions), methods=["POST"]),
-        Route("/v1/models", _Endpoint(served, models), methods=["GET"]),
-        Route("/v1/sessions/{session_id}/messages", _Endpoint(served, history), methods=["GET"]),
-        Route("/healthz", _Endpoint(served, healthz, keyed=False), methods=["GET"]),
-        Route("/", _Endpoint(served, page), methods=["GET"]),
+        served.route("/v1/chat/completions", "POST", chat_completions),
+        served.route("/v1/models", "GET", models),
+        served.route("/v1/sessions/{session_id}/messages", "GET", history),
+        served.route("/healthz", "GET", healthz, keyed=False),
+        served.route("/", "GET", page),
+        served.route("/ag-ui", "POST", ag_ui),
     ]
-    try:
-        from raf.serve._agui import ag_ui
-    except ImportError:  # pragma: no cover - the serve extra brings ag-ui-protocol
-        pass
-    else:
-        routes.append(Route("/ag-ui", _Endpoint(served, ag_ui), methods=["POST"]))
     middleware = []
     if cors_origins:
         middleware.append(
@@ -121,121 +105,60 @@ def app(
     return Starlette(
         routes=routes,
         middleware=middleware,
-        exception_handlers={HTTPException: _http_exception, Exception: _server_error},
+        exception_handlers={
+            HttpError: _http_error,
+            HTTPException: _http_exception,
+            Exception: _server_error,
+        },
         lifespan=lambda _: served.lifespan(manage_agent),
     )
 
 
-class Served:
-    """What every route of one app shares: the agent, the store, the keys."""
-
-    def __init__(
-        self, agent: Agent, store: Any, keys: Keys, max_body: int, options: AgentRunOptions
-    ) -> None:
-        self.agent = agent
-        self.options = options
-        self.model = agent.name or "raf-agent"
-        self._db = store if isinstance(store, (str, os.PathLike)) else None
-        self.store: Any = MemoryStore() if store is None else None if self._db else store
-        self.keys = keys
-        self.max_body = max_body
-
-    @asynccontextmanager
-    async def lifespan(self, manage_agent: bool) -> AsyncIterator[None]:
-        async with AsyncExitStack() as resources:
-            if self._db is not None:
-                from raf._sessions.stores import open_store
-
-                opened = await open_store(self._db)
-                resources.push_async_callback(opened.aclose)
-                self.store = opened
-            if manage_agent:
-                for provider in self.agent.providers:
-                    if hasattr(provider, "__aenter__"):
-                        await resources.enter_async_context(provider)
-                if hasattr(self.agent.chat_client, "aclose"):
-                    resources.push_async_callback(self.agent.chat_client.aclose)
-            yield
-
-    async def session(self, scope: Scope, key_scope: str, session_id: str) -> Session:
-        """The stored session a request names."""
-        if self.store is None:
-            raise HttpError(503, "the session store is not open (no lifespan)", "server_error")
-        session: Session = await self.store.get(session_key(key_scope, session_id))
-        return session
-
-
-class _Endpoint:
-    """A route's handler as a plain ASGI app: the key checked, any HttpError answered."""
-
-    def __init__(self, served: Served, handler: Handler, *, keyed: bool = True) -> None:
-        self._served = served
-        self._handler = handler
-        self._keyed = keyed
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            if self._keyed:
-                scope["raf.key_scope"] = self._served.keys.scope(scope)
-            await self._handler(self._served, scope, receive, send)
-        except HttpError as error:
-            await send_error(send, error)
-
-
-async def chat_completions(served: Served, scope: Scope, receive: Receive, send: Send) -> None:
+async def chat_completions(served: Served, request: Request) -> ASGIApp:
     """``POST /v1/chat/completions``: one turn, whole or streamed."""
-    request = parse_completion(await read_json(scope, receive, served.max_body))
-    if request.model != served.model:
+    body = parse_completion(await read_json(request, served.max_body))
+    if body.model != served.model:
         raise HttpError(
             404,
-            f"the model {request.model!r:.80} does not exist here: this server serves "
+            f"the model {body.model!r:.80} does not exist here: this server serves "
             f"{served.model!r}",
             code="model_not_found",
         )
-    session_id = request_header(scope, b"x-session-id")
-    messages: Sequence[ChatMessage] = request.messages
+    session_id = request.headers.get("x-session-id")
+    messages: Sequence[ChatMessage] = body.messages
     if session_id is not None:
         messages = new_messages(messages)
         if not messages:
             raise HttpError(400, "no new message after the last assistant message")
     # A stateless request's run has no session (a fresh one of its own, kept nowhere).
-    session = (
-        None
-        if session_id is None
-        else await served.session(scope, scope["raf.key_scope"], session_id)
-    )
-    if request.stream:
-        framing = ChunkFraming(served.model, request.include_usage)
-        await stream_turn(
-            served.agent, messages, session, request.options(served.options), framing, receive, send
-        )
-        return
+    session = None if session_id is None else await served.session(request, session_id)
+    options = body.options(served.options)
+    if body.stream:
+        framing = ChunkFraming(served.model, body.include_usage)
+        return TurnStream(served.agent, messages, session, options, framing)
     try:
-        response = await served.agent.run(
-            messages, session=session, options=request.options(served.options)
-        )
+        response = await served.agent.run(messages, session=session, options=options)
     except Exception as exc:
         problem = failure(exc)
         if problem.type == "server_error":
             _log.error("raf.serve: the run failed", error=repr(exc), exc_info=exc)
         raise problem from None
-    await send_json(send, 200, completion(served.model, response))
+    return JSONResponse(completion(served.model, response))
 
 
-async def models(served: Served, scope: Scope, receive: Receive, send: Send) -> None:
+async def models(served: Served, request: Request) -> ASGIApp:
     """``GET /v1/models``: the one agent, as a model."""
     model = {"id": served.model, "object": "model", "created": 0, "owned_by": "raf"}
-    await send_json(send, 200, {"object": "list", "data": [model]})
+    return JSONResponse({"object": "list", "data": [model]})
 
 
-async def history(served: Served, scope: Scope, receive: Receive, send: Send) -> None:
+async def history(served: Served, request: Request) -> ASGIApp:
     """``GET /v1/sessions/{id}/messages``: what a session holds (the page shows it).
 
     ``pending`` lists the calls that wait for approval, each
     ``{"tool_call_id", "name", "arguments", "token"}``: a decision needs the token.
     """
-    session_id = str(scope["path_params"]["session_id"])
-    session = await served.session(scope, scope["raf.key_scope"], session_id)
+    session = await served.session(request, str(request.path_params["session_id"]))
     try:
         messages = await session.get_messages()
         waiting = () if missing_pending(session) else await session.list_pending()
@@ -247,10 +170,10 @@ async def history(served: Served, scope: Scope, receive: Receive, send: Send) ->
         for p in waiting
     ]  # fmt: skip
     body = {"object": "list", "data": [m.to_dict() for m in messages], "pending": pending}
-    await send_json(send, 200, body)
+    return JSONResponse(body)
 
 
-async def healthz(served: Served, scope: Scope, receive: Receive, send: Send) -> None:
+async def healthz(served: Served, request: Request) -> ASGIApp:
     """``GET /healthz``: 200 when the store answers, 503 when it does not."""
     started = time.perf_counter()
     problem = (
@@ -258,22 +181,20 @@ async def healthz(served: Served, scope: Scope, receive: Receive, send: Send) ->
     )
     took = round((time.perf_counter() - started) * 1000, 1)
     if problem is not None:
-        await send_json(send, 503, {"status": "unavailable", "error": problem, "ms": took})
-        return
-    await send_json(send, 200, {"status": "ok", "model": served.model, "ms": took})
+        return JSONResponse({"status": "unavailable", "error": problem, "ms": took}, 503)
+    return JSONResponse({"status": "ok", "model": served.model, "ms": took})
 
 
-async def page(served: Served, scope: Scope, receive: Receive, send: Send) -> None:
+async def page(served: Served, request: Request) -> ASGIApp:
     """``GET /``: the chat page, one file of HTML and plain JavaScript."""
     html = (files("raf.serve") / "page.html").read_bytes()
     html = html.replace(b"{{MODEL}}", escape(served.model).encode())
-    headers = [
-        (b"content-type", b"text/html; charset=utf-8"),
-        (b"content-length", str(len(html)).encode()),
-        (b"cache-control", b"no-store"),
-    ]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": html})
+    return HTMLResponse(html, headers={"cache-control": "no-store"})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HttpError)
+    return error_response(exc)
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from starlette.types import Receive, Scope, Send
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse
+from starlette.types import Scope
 
 from raf._errors import ApprovalError, ChatClientError, ChatTimeoutError, RateLimitError
 
@@ -37,57 +39,47 @@ def error_body(message: str, type: str, code: str | None = None) -> dict[str, An
     return {"error": {"message": message, "type": type, "param": None, "code": code}}
 
 
-async def send_json(
-    send: Send, status: int, body: Any, headers: Mapping[str, str] | None = None
-) -> None:
-    """A whole JSON response."""
-    data = json.dumps(body, ensure_ascii=False).encode()
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": data})
-
-
-async def send_error(send: Send, error: HttpError) -> None:
+def error_response(error: HttpError) -> JSONResponse:
     """``error`` as a response in the OpenAI error shape."""
     body = error_body(error.message, error.type, error.code)
-    await send_json(send, error.status, body, error.headers)
+    return JSONResponse(body, error.status, headers=dict(error.headers))
 
 
-async def read_json(scope: Scope, receive: Receive, max_body: int) -> Any:
+async def read_json(request: Request, max_body: int) -> Any:
     """The request body as JSON, read within ``max_body`` bytes.
 
     Raises :class:`HttpError`: 413 when the body is over the limit (told by
     its Content-Length, or found while reading a chunked body), 400 when it
-    is not UTF-8 or not JSON.
+    is not UTF-8, not JSON, nested too deeply or holds a huge number.
+    (Starlette's ``request.json()`` reads any length, and guesses UTF-16 or
+    UTF-32 from the first bytes.)
     """
-    length = header(scope, b"content-length")
+    length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():
             raise HttpError(400, f"Content-Length is not a number: {length[:40]!r}")
         if int(length) > max_body:
             raise HttpError(413, _too_big(max_body), code="request_too_large")
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise HttpError(400, "the client went away before the body's end")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > max_body:
-            raise HttpError(413, _too_big(max_body), code="request_too_large")
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            break
+    body = bytearray()
     try:
-        text = b"".join(parts).decode("utf-8")
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body:
+                raise HttpError(413, _too_big(max_body), code="request_too_large")
+    except ClientDisconnect:
+        raise HttpError(400, "the client went away before the body's end") from None
+    try:
+        text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HttpError(400, f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise HttpError(400, f"the body is not valid JSON: {exc}") from None
+    except ValueError as exc:  # a number of more than 4300 digits
+        raise HttpError(400, f"the body is not usable JSON: {exc}") from None
+    except RecursionError:
+        raise HttpError(400, "the body is not usable JSON: nested too deeply") from None
 
 
 def _too_big(max_body: int) -> str:
@@ -95,7 +87,8 @@ def _too_big(max_body: int) -> str:
 
 
 def header(scope: Scope, name: bytes) -> str | None:
-    """The value of request header ``name`` (lower case), or ``None``."""
+    """The value of request header ``name`` (lower case), or ``None`` (for the key check,
+    which reads the ASGI scope)."""
     for key, value in scope.get("headers", ()):
         if key == name:
             return bytes(value).decode("latin-1")

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from raf._config.file import load_config
 from raf._errors import ConfigError
+from raf.serve._app import app
 
 __all__: list[str] = []
 
@@ -71,9 +73,7 @@ def app_from_env() -> Any:
 
 
 def from_env(settings: dict[str, Any]) -> Any:
-    from raf._config.file import load_config
-    from raf.serve._app import app
-
+    """The app of ``settings`` (the config file, the store, the keys)."""
     loaded = load_config(Path(settings["config"]))
     return app(
         loaded.agent,

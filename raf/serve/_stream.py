@@ -20,7 +20,7 @@ from typing import Protocol
 
 import anyio
 import structlog
-from starlette.types import Receive, Send
+from starlette.types import Receive, Scope, Send
 
 from raf._agent.agent import Agent
 from raf._agent.approvals import Decision
@@ -28,7 +28,7 @@ from raf._agent.streamed import Closing
 from raf._sessions.base import Session
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
-from raf.serve._http import HttpError, failure, send_error
+from raf.serve._http import HttpError, error_response, failure
 
 __all__: list[str] = []
 
@@ -49,12 +49,37 @@ class Framing(Protocol):
     def failed(self, error: HttpError) -> list[bytes]: ...
 
 
+class TurnStream:
+    """The response of a streamed turn (or a resume by ``Decision``): an ASGI app.
+
+    ``error_status(error)`` says whether a run that fails before the first
+    event answers with an HTTP status (else with the protocol's error event).
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        messages: Sequence[ChatMessage] | Sequence[Decision],
+        session: Session | None,
+        options: AgentRunOptions,
+        framing: Framing,
+        *,
+        error_status: Callable[[HttpError], bool] = lambda error: True,
+    ) -> None:
+        self._turn = (agent, messages, session, options, framing)
+        self._error_status = error_status
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await stream_turn(*self._turn, scope, receive, send, error_status=self._error_status)
+
+
 async def stream_turn(
     agent: Agent,
     messages: Sequence[ChatMessage] | Sequence[Decision],
     session: Session | None,
     options: AgentRunOptions,
     framing: Framing,
+    scope: Scope,
     receive: Receive,
     send: Send,
     *,
@@ -127,7 +152,7 @@ async def stream_turn(
         if problem.status >= 500 and problem.type == "server_error":
             _log.error("raf.serve: the run failed", error=repr(error), exc_info=error)
         if not started and error_status(problem):
-            await send_error(send, problem)
+            await error_response(problem)(scope, receive, send)
         else:
             await emit(framing.failed(problem))
             await _end(send, gone)

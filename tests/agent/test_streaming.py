@@ -781,6 +781,39 @@ async def test_a_read_cancelled_while_the_update_waits_gets_it_next_time() -> No
     assert AgentResponse.from_updates([first, *rest]) == stream.response
 
 
+class TickingModel:
+    """A model that sends ``count`` words, one every ``tick`` seconds."""
+
+    def __init__(self, count: int, tick: float) -> None:
+        self.words = [f"w{i} " for i in range(count)]
+        self.tick = tick
+
+    async def complete(self, messages: Any, options: Any) -> AgentResponse:
+        raise AssertionError("streamed only")
+
+    async def stream(self, messages: Any, options: Any) -> AsyncIterator[Update]:
+        for word in self.words:
+            await anyio.sleep(self.tick)
+            yield Update.of_text(word)
+
+
+async def test_reads_cancelled_at_any_moment_lose_no_update() -> None:
+    # Each read races its own deadline against the next update's hand-over, at many
+    # offsets around it: whichever wins, every update is read once, in order.
+    model = TickingModel(60, 0.002)
+    got: list[str] = []
+    with anyio.fail_after(20):
+        async with Agent(model).stream("hi") as stream:
+            for attempt in range(100_000):
+                with anyio.move_on_after(0.0005 * (attempt % 7)):
+                    try:
+                        got.append((await stream.__anext__()).text)
+                    except StopAsyncIteration:
+                        break
+    assert got == model.words
+    assert stream.response is not None
+
+
 @pytest.mark.parametrize("outer_deadline", [False, True])
 async def test_leaving_after_a_cancelled_read_is_an_early_close(outer_deadline: bool) -> None:
     # Was test_reading_again_after_a_cancelled_read_raises_the_closed_stream: the early

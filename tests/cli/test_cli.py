@@ -563,6 +563,7 @@ def test_the_model_table_names_both_timeouts(
 
 
 PROVIDERS_MODULE = """
+from pydantic import BaseModel, ConfigDict
 from raf import ContextProvider, ContextResult
 
 class Motto(ContextProvider):
@@ -576,8 +577,12 @@ class Motto(ContextProvider):
     async def on_invoking(self, agent, session, messages, options):
         return ContextResult(instructions=self.text)
 
+class MottoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    text: str
+
 def motto(options):
-    return Motto(options.text("text"), options.name)
+    return Motto(options.parse(MottoOptions).text, options.name)
 
 not_callable = 42
 """
@@ -744,6 +749,7 @@ def terminals() -> Iterator[list[Terminal]]:
 SLOW_MODULE = '''
 import pathlib
 import anyio
+from pydantic import BaseModel, ConfigDict
 from raf import ContextProvider, ContextResult
 
 class Record(ContextProvider):
@@ -774,8 +780,12 @@ class HangOnStop(ContextProvider):
             pathlib.Path("hanging").write_text("yes")
             await anyio.sleep(600)
 
+class RecordOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    file: str
+
 def record(options):
-    return Record(options.path("file"))
+    return Record(options.resolve(options.parse(RecordOptions).file))
 
 def hang_on_stop(options):
     return HangOnStop()

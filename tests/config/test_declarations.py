@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from raf import (
     PROVIDER_KINDS,
@@ -217,6 +218,11 @@ def test_summary_strategy_from_data_uses_the_given_client() -> None:
     assert isinstance(default.strategy, TruncationStrategy)
 
 
+class ClockOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    zone: str = "UTC"
+
+
 class Clock(ContextProvider):
     kind = "clock"
 
@@ -226,7 +232,7 @@ class Clock(ContextProvider):
 
 def test_register_a_kind_in_a_private_registry() -> None:
     registry = dict(PROVIDER_KINDS)
-    register_provider_kind("clock", lambda o: Clock(o.text("zone", "UTC")), registry=registry)
+    register_provider_kind("clock", lambda o: Clock(o.parse(ClockOptions).zone), registry=registry)
     clock = build_provider(ContextProviderDecl("clock", "tick", {"zone": "CET"}), registry)
     assert (clock.name, clock.zone) == ("tick", "CET")
     assert "clock" not in PROVIDER_KINDS
@@ -242,7 +248,7 @@ def test_register_in_the_default_registry(monkeypatch: pytest.MonkeyPatch) -> No
     import raf._config.declarations
 
     def make(options: ProviderOptions) -> Clock:
-        return Clock(options.text("zone"))
+        return Clock(options.parse(ClockOptions).zone)
 
     register_provider_kind("clock", make)
     assert "clock" in raf._config.declarations.PROVIDER_KINDS
@@ -293,9 +299,9 @@ def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
 
 def test_a_kind_by_import_path(tmp_path: Path) -> None:
     (tmp_path / "clock_kinds.py").write_text(
-        "from tests.config.test_declarations import Clock\n"
+        "from tests.config.test_declarations import Clock, ClockOptions\n"
         "def clock(options):\n"
-        "    return Clock(options.text('zone', 'UTC'))\n"
+        "    return Clock(options.parse(ClockOptions).zone)\n"
         "not_a_factory = 3\n"
     )
     decl = ContextProviderDecl("clock_kinds:clock", "tick", {"zone": "CET"}, base_dir=tmp_path)

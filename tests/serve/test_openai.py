@@ -150,6 +150,8 @@ BAD_BODIES: list[tuple[str, bytes, int]] = [
     ),
     ("an unknown model", json.dumps({"model": "gpt-9", "messages": user("x")}).encode(), 404),
     ("over the limit", json.dumps({"model": MODEL, "messages": user("x" * 70_000)}).encode(), 413),
+    ("nested too deeply", b"[" * 20_000 + b"]" * 20_000, 400),
+    ("a huge number", b'{"model": ' + b"9" * 5000 + b"}", 400),
 ]
 
 

@@ -1,0 +1,72 @@
+"""What every route of one served app shares: the agent, its session store, the keys."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from raf._agent.agent import Agent
+from raf._sessions.base import Session
+from raf._sessions.stores import open_store
+from raf._values.options import AgentRunOptions
+from raf.serve._http import HttpError
+from raf.serve._sessions import Keys, MemoryStore, session_key
+
+__all__: list[str] = []
+
+#: A route's handler: the request in, an ASGI app out (a Starlette response, or a stream).
+Handler = Callable[["Served", Request], Awaitable[ASGIApp]]
+
+
+class Served:
+    """What every route of one app shares: the agent, the store, the keys."""
+
+    def __init__(
+        self, agent: Agent, store: Any, keys: Keys, max_body: int, options: AgentRunOptions
+    ) -> None:
+        self.agent = agent
+        self.options = options
+        self.model = agent.name or "raf-agent"
+        self._db = store if isinstance(store, (str, os.PathLike)) else None
+        self.store: Any = MemoryStore() if store is None else None if self._db else store
+        self.keys = keys
+        self.max_body = max_body
+
+    @asynccontextmanager
+    async def lifespan(self, manage_agent: bool) -> AsyncIterator[None]:
+        async with AsyncExitStack() as resources:
+            if self._db is not None:
+                opened = await open_store(self._db)
+                resources.push_async_callback(opened.aclose)
+                self.store = opened
+            if manage_agent:
+                for provider in self.agent.providers:
+                    if hasattr(provider, "__aenter__"):
+                        await resources.enter_async_context(provider)
+                if hasattr(self.agent.chat_client, "aclose"):
+                    resources.push_async_callback(self.agent.chat_client.aclose)
+            yield
+
+    async def session(self, request: Request, session_id: str) -> Session:
+        """The stored session a request names, under the caller's key."""
+        if self.store is None:
+            raise HttpError(503, "the session store is not open (no lifespan)", "server_error")
+        stored = session_key(request.state.key_scope, session_id)
+        session: Session = await self.store.get(stored)
+        return session
+
+    def route(self, path: str, method: str, handler: Handler, *, keyed: bool = True) -> Route:
+        """A route of this app: with ``keyed``, the caller's key is checked first."""
+
+        async def endpoint(request: Request) -> ASGIApp:
+            if keyed:
+                request.state.key_scope = self.keys.scope(request.scope)
+            return await handler(self, request)
+
+        return Route(path, endpoint, methods=[method])
