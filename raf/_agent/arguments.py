@@ -32,27 +32,30 @@ def middleware_only(items: Iterable[Any], where: str) -> tuple[Any, ...]:
     return checked
 
 
-def with_history(stack: Sequence[Any]) -> tuple[Any, ...]:
-    """``stack`` with a :class:`raf.HistoryProvider` outermost (``Agent(history=True)``)."""
-    # Local: the providers sit above the agent; this is the one built-in the agent offers.
+def _history_provider() -> type[Any]:
+    # Local: the providers sit above the agent; the history provider is the one built-in
+    # the agent itself offers (history=True) and needs (approvals).
     from raf._providers.history import HistoryProvider
 
+    return HistoryProvider
+
+
+def with_history(stack: Sequence[Any]) -> tuple[Any, ...]:
+    """``stack`` with a :class:`raf.HistoryProvider` outermost (``Agent(history=True)``)."""
     for index, item in enumerate(stack):
         if getattr(item, "kind", None) == "memory":
             raise TypeError(
                 f"history=True adds a history provider, but stack[{index}] is one already "
                 f"({item!r}): drop one of the two"
             )
-    return (HistoryProvider(), *stack)
+    return (_history_provider()(), *stack)
 
 
 def keeps_history(stack: Sequence[Any]) -> bool:
     """Whether a :class:`raf.HistoryProvider` is in the stack (or one of its groups)."""
-    # Local: the providers sit above the agent (see with_history).
-    from raf._providers.history import HistoryProvider
-
+    history = _history_provider()
     for item in stack:
-        if isinstance(item, HistoryProvider):
+        if isinstance(item, history):
             return True
         members = getattr(item, "members", None)
         if isinstance(members, tuple) and keeps_history(members):

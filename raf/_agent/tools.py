@@ -140,9 +140,7 @@ def tool(
                 f"@tool(in_thread=True) is for blocking sync functions; "
                 f"{function.__name__} is async and runs on the event loop already"
             )
-        from raf._agent.tool_signature import describe  # pydantic: imported when a tool is made
-
-        signature, parameters = describe(function)
+        signature, parameters = _describe(function)
         text = description if description is not None else _docstring_summary(function)
         return FunctionTool(
             function,
@@ -155,6 +153,14 @@ def tool(
         )
 
     return make if fn is None else make(fn)
+
+
+def _describe(function: Callable[..., Any]) -> tuple[Any, dict[str, Any]]:
+    # Local: the signature is read with pydantic, imported when the first tool is made, so
+    # `import raf` does not import pydantic.
+    from raf._agent.tool_signature import describe
+
+    return describe(function)
 
 
 def _docstring_summary(fn: Callable[..., Any]) -> str:

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from raf._errors import ConfigError
+from raf._sessions.sqlite import SqliteSessionStore
 
 if TYPE_CHECKING:
     from raf._sessions.redis import RedisSessionStore
-    from raf._sessions.sqlite import SqliteSessionStore
 
 __all__: list[str] = []
 
@@ -32,7 +32,7 @@ async def open_store(db: str | os.PathLike[str]) -> SqliteSessionStore | RedisSe
     ``raf-agents[redis]``; without it this is a :class:`raf.ConfigError`.
     """
     if is_redis_url(db):
-        try:
+        try:  # Local: coredis is an optional extra.
             from raf._sessions.redis import RedisSessionStore
         except ImportError as exc:
             raise ConfigError(
@@ -40,8 +40,6 @@ async def open_store(db: str | os.PathLike[str]) -> SqliteSessionStore | RedisSe
                 f"pip install 'raf-agents[redis]' ({exc})"
             ) from None
         return await RedisSessionStore(str(db)).open()
-    from raf._sessions.sqlite import SqliteSessionStore
-
     path = Path(db)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

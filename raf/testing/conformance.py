@@ -26,6 +26,7 @@ import anyio
 import attrs
 
 from raf._agent.agent import Agent
+from raf._agent.approvals import approval_token
 from raf._clients.scripted import ScriptedChatClient
 from raf._providers.history import InMemoryHistoryProvider
 from raf._sessions import REQUEST_HASH_LIMIT, request_hash
@@ -396,8 +397,6 @@ async def check_concurrent_touches_record_once(harness: Harness) -> None:
 
 
 def _pending(session: Session, *names: str) -> list[PendingCall]:
-    from raf._agent.approvals import approval_token
-
     calls = [ToolCall(f"call_{name}", "delete", json.dumps({"path": name})) for name in names]
     return [PendingCall(call, approval_token(session.id, call)) for call in calls]
 
