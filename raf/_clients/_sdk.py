@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import json
 import math
 import time
 import zlib
@@ -224,29 +225,41 @@ def _decode_capped(raw: bytes, coding: str, cap: int) -> bytes:
 async def post(
     client: openai.AsyncOpenAI,
     path: str,
-    body: bytes,
+    body: dict[str, Any],
     request_options: dict[str, Any],
     where: str,
 ) -> httpx2.Response:
-    """POST ``body`` through the SDK (auth, retries, HTTP errors); the reply, unread.
+    """POST ``body`` as JSON through the SDK (auth, retries, HTTP errors); the reply,
+    unread, so raf reads it under its own size bound.
 
-    ``cast_to=Response`` and ``stream=True``: the SDK hands back the reply before
-    reading it, so raf reads it under its own size bound and parses it itself.
+    The body is encoded here, with ``json.dumps``, not by the SDK's ``create``,
+    whose request transform walks every message (a quarter of a millisecond
+    each). ASCII JSON: a lone surrogate (from a reply) stays a valid escape.
     """
     import httpx2
     import openai
 
     try:
+        content = json.dumps(body, separators=(",", ":"), allow_nan=False, default=_not_json)
+    except (TypeError, ValueError) as exc:
+        raise BadRequestError(f"{where}: a request option cannot be sent as JSON: {exc}") from exc
+    try:
         response: httpx2.Response = await client.post(  # type: ignore[call-overload]
             path,
             cast_to=httpx2.Response,
-            content=body,
+            content=content.encode(),
             options=request_options,
             stream=True,
         )
     except openai.OpenAIError as exc:
         raise error_from_sdk(exc, where) from exc
     return response
+
+
+def _not_json(value: object) -> Any:
+    if isinstance(value, Mapping):  # read-only mappings (schemas) are objects too
+        return dict(value)
+    raise TypeError(f"not JSON serialisable: {value!r}")
 
 
 async def read_reply(response: httpx2.Response, limit: int, where: str) -> bytes:
@@ -388,3 +401,44 @@ def _retry_after_date(value: str, now: float | None) -> float | None:
         return None
     current = time.time() if now is None else now
     return min(max(when.timestamp() - current, 0.0), RETRY_AFTER_MAX)
+
+
+# --- What both request bodies share ----------------------------------------------------
+
+#: The ``tool_choice`` values that are words, not a tool's name.
+TOOL_CHOICE_WORDS: Final = frozenset({"auto", "none", "required"})
+#: Extra options that are how the request is sent, not what it says: the SDK's own.
+TRANSPORT_EXTRA: Final = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+
+
+def plain(value: Any) -> Any:
+    """A copy of ``value`` in dicts and lists: schemas may hold read-only mappings and
+    tuples, the wire wants dicts and lists."""
+    return json.loads(json.dumps(value, default=_not_json))
+
+
+def no_call_id(index: int) -> BadRequestError:
+    """The error of a tool message with no ``tool_call_id``, at ``messages[index]``."""
+    return BadRequestError(
+        f"messages[{index}]: a tool message needs a tool_call_id (the id of the call it answers)"
+    )
+
+
+def not_a_message(index: int, message: object) -> BadRequestError:
+    """The error of something else than a :class:`raf.ChatMessage` at ``messages[index]``."""
+    return BadRequestError(
+        f"messages[{index}] must be a ChatMessage, got {type(message).__name__}"
+    )
+
+
+def transport_option(where: str, key: str, value: Any, request_options: dict[str, Any]) -> None:
+    """``timeout``, ``extra_headers`` or ``extra_query`` of ``options.extra`` into the
+    SDK's request options."""
+    if key == "timeout":
+        request_options["timeout"] = value
+    elif not isinstance(value, Mapping):
+        raise BadRequestError(
+            f"{where}: extra option {key!r} must be a mapping, got {type(value).__name__}"
+        )
+    else:
+        request_options["headers" if key == "extra_headers" else "params"] = dict(value)
