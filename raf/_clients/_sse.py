@@ -95,16 +95,19 @@ class Events:
         """The next event; ``None`` at the end of the stream."""
         import httpx2
 
+        event: ServerSentEvent | None = None
         with anyio.CancelScope() as self._stop:
             try:
-                return await self._events.__anext__()
+                event = await self._events.__anext__()
             except StopAsyncIteration:
-                return None
+                pass
             except httpx2.HTTPError as exc:
                 raise error_from_http(exc, self.where) from exc
             except UnicodeDecodeError as exc:
                 raise ChatProtocolError(f"{self.where}: an event is not UTF-8: {exc}") from None
-        raise too_large(self.where, self.limit, "it is larger")
+        if self._stop.cancel_called:  # past the bound, whether or not the stream went on
+            raise too_large(self.where, self.limit, "it is larger")
+        return event
 
     async def aclose(self) -> None:
         """Stop reading and close the response (call it shielded)."""
