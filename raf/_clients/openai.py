@@ -129,7 +129,7 @@ class OpenAIChatClient(SdkClient):
         ``max_response_bytes`` the size of the whole stream. The HTTP
         response is closed whatever ends the stream, ``aclose()`` included.
         """
-        model, body, request_options = request_body(self.model, messages, options, stream=True)
+        model, body, request_options = self.request_body(messages, options, stream=True)
         where = call_name(model)
         # The request until its reply starts: the whole-call deadline, the SDK's retries
         # included. Then each read: the idle bound (a healthy stream may last any time).
@@ -178,7 +178,7 @@ class OpenAIChatClient(SdkClient):
             await close(events)
 
     def request_body(
-        self, messages: Sequence[ChatMessage], options: ChatOptions
+        self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False
     ) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """The model, the body (plain dicts and lists) and the SDK request options of one
         call.
@@ -189,9 +189,10 @@ class OpenAIChatClient(SdkClient):
 
         ``options.extra`` is applied last: ``timeout`` (the SDK's per-attempt
         timeout), ``extra_headers``, ``extra_query`` and ``extra_body`` as the
-        SDK understands them, any other key into the body.
+        SDK understands them, any other key into the body. ``stream`` adds
+        ``"stream": true`` and asks for the usage.
         """
-        return request_body(self.model, messages, options, stream=False)
+        return request_body(self.model, messages, options, stream=stream)
 
     def _path(self, model: str) -> str:
         """The request path: Azure's client finds the deployment in the body only when
