@@ -92,7 +92,11 @@ def message_to_wire(message: ChatMessage, index: int = 0) -> dict[str, Any]:
     if role == "tool":
         if message.tool_call_id is None:
             raise no_call_id(index)
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content or ""}
+        return {
+            "role": "tool",
+            "tool_call_id": message.tool_call_id,
+            "content": message.content or "",
+        }
     wire: dict[str, Any] = {"role": role}
     if role == "assistant" and message.tool_calls:
         wire["content"] = message.content

@@ -27,6 +27,8 @@ __all__: list[str] = []
 # Keys of the body that are the run's own, never an option's.
 _OWN_KEYS: Final = frozenset({"input", "stream"})
 _REASONING_INCLUDE: Final = "reasoning.encrypted_content"
+
+
 @attrs.frozen
 class Turn:
     """The order of one reply's output, for replay: reasoning items as they came,

@@ -426,9 +426,7 @@ def no_call_id(index: int) -> BadRequestError:
 
 def not_a_message(index: int, message: object) -> BadRequestError:
     """The error of something else than a :class:`raf.ChatMessage` at ``messages[index]``."""
-    return BadRequestError(
-        f"messages[{index}] must be a ChatMessage, got {type(message).__name__}"
-    )
+    return BadRequestError(f"messages[{index}] must be a ChatMessage, got {type(message).__name__}")
 
 
 def transport_option(where: str, key: str, value: Any, request_options: dict[str, Any]) -> None:
