@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 
-from raf._clients._sdk import error_from_http, too_large
+from raf._clients._sdk import SdkClient, error_from_http, post, read_reply, too_large
 from raf._errors import ChatProtocolError, ChatTimeoutError
 
 if TYPE_CHECKING:
@@ -66,20 +66,55 @@ class Budget:
         self.left = seconds if self.left is None else min(self.left, seconds)
 
 
+async def open_events(
+    owner: SdkClient, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
+) -> Events:
+    """POST a streamed request for ``owner`` (a client): its events.
+
+    The request until its reply starts is held to the client's ``timeout``
+    (the SDK's retries included); then each wait on the server to its
+    ``idle_timeout`` (a healthy stream may last any time).
+    """
+    name = type(owner).__name__
+    start = Budget(
+        owner.timeout,
+        f"{where} did not start streaming within {owner.timeout} s "
+        f"({name}(timeout={owner.timeout}), the SDK's retries included)",
+    )
+    response = await start.run(post, owner.client, path, body, request_options, where)
+    idle = Budget(
+        owner.idle_timeout,
+        f"{where}: the stream sent nothing for {owner.idle_timeout} s of waiting "
+        f"({name}(idle_timeout={owner.idle_timeout}))",
+    )
+    return Events(response, owner.max_response_bytes, where, idle)
+
+
 class Events:
-    """The server-sent events of ``response`` as the SDK decodes them, refusing more than
-    ``limit`` decoded bytes; errors name ``where``."""
+    """The server-sent events of ``response`` as the SDK decodes them, each wait on the
+    server held to ``budget``, refusing more than ``limit`` decoded bytes; errors name
+    ``where``."""
 
-    __slots__ = ("_events", "_stop", "limit", "response", "where")
+    __slots__ = ("_events", "_stop", "budget", "limit", "response", "where")
 
-    def __init__(self, response: Any, limit: int, where: str) -> None:
+    def __init__(self, response: Any, limit: int, where: str, budget: Budget) -> None:
         from openai._streaming import SSEDecoder
 
         self.response = response
         self.limit = limit
         self.where = where
+        self.budget = budget
         self._stop = anyio.CancelScope()
         self._events = SSEDecoder().aiter_bytes(self._bytes())
+
+    @property
+    def content_type(self) -> str:
+        """The reply's content type (``text/event-stream``, or a server's own idea)."""
+        return str(self.response.headers.get("content-type", ""))
+
+    async def read_all(self) -> bytes:
+        """The whole reply, for a server that answered with no event stream."""
+        return await self.budget.run(read_reply, self.response, self.limit, self.where)
 
     async def _bytes(self) -> AsyncIterator[bytes]:
         size = 0
@@ -93,6 +128,9 @@ class Events:
 
     async def next(self) -> ServerSentEvent | None:
         """The next event; ``None`` at the end of the stream."""
+        return await self.budget.run(self._next)
+
+    async def _next(self) -> ServerSentEvent | None:
         import httpx2
 
         event: ServerSentEvent | None = None
@@ -110,13 +148,16 @@ class Events:
         return event
 
     async def aclose(self) -> None:
-        """Stop reading and close the response (call it shielded)."""
+        """Stop reading and close the response, bounded and shielded: returning the
+        connection must not hang or be cut, also when the consumer left or the call is
+        being cancelled."""
         # A cancellation raised at the HTTP stack's next read ends each generator of the
         # chain in turn; closing only the outer one would leave the inner ones to the
         # garbage collector (trio warns).
-        with anyio.CancelScope() as stop:
-            stop.cancel()
-            with contextlib.suppress(Exception):
-                async for _ in self._events:
-                    pass
-        await self.response.aclose()
+        with anyio.move_on_after(5, shield=True):
+            with anyio.CancelScope() as stop:
+                stop.cancel()
+                with contextlib.suppress(Exception):
+                    async for _ in self._events:
+                        pass
+            await self.response.aclose()

@@ -6,20 +6,11 @@ import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from raf._clients._chat_reply import StreamedTurn, call_name, response_from_reply
 from raf._clients._chat_wire import request_body
-from raf._clients._sdk import (
-    DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_TIMEOUT,
-    SdkClient,
-    close,
-    post,
-    read_reply,
-)
-from raf._clients._sse import DRAIN_GRACE, Budget, Events
-from raf._errors import ChatClientError, ChatTimeoutError
+from raf._clients._sdk import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, SdkClient
+from raf._clients._sse import DRAIN_GRACE, open_events
+from raf._errors import ChatClientError
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 
@@ -92,20 +83,11 @@ class OpenAIChatClient(SdkClient):
     ) -> AgentResponse:
         """Send one chat completion request and return the model's turn."""
         model, body, request_options = self.request_body(messages, options)
-        where = call_name(model)
-        with anyio.move_on_after(self.timeout):
-            response = await post(self.client, self._path(model), body, request_options, where)
-            data = await read_reply(response, self.max_response_bytes, where)
-            return response_from_reply(
-                data,
-                response.headers.get("content-type", ""),
-                model,
-                refuse=options.output_schema is not None,
-            )
-        # Only the deadline's own cancellation lands here: any other one propagates.
-        raise ChatTimeoutError(
-            f"{where} did not finish within {self.timeout} s "
-            f"(OpenAIChatClient(timeout={self.timeout}), the SDK's retries included)"
+        data, content_type = await self._call(
+            self._path(model), body, request_options, call_name(model)
+        )
+        return response_from_reply(
+            data, content_type, model, refuse=options.output_schema is not None
         )
 
     async def stream(
@@ -131,43 +113,26 @@ class OpenAIChatClient(SdkClient):
         """
         model, body, request_options = self.request_body(messages, options, stream=True)
         where = call_name(model)
-        # The request until its reply starts: the whole-call deadline, the SDK's retries
-        # included. Then each read: the idle bound (a healthy stream may last any time).
-        start = Budget(
-            self.timeout,
-            f"{where} did not start streaming within {self.timeout} s "
-            f"(OpenAIChatClient(timeout={self.timeout}), the SDK's retries included)",
-        )
-        response = await start.run(
-            post, self.client, self._path(model), body, request_options, where
-        )
-        budget = Budget(
-            self.idle_timeout,
-            f"OpenAI chat completion stream (model {model!r}) sent nothing for "
-            f"{self.idle_timeout} s of waiting (OpenAIChatClient(idle_timeout="
-            f"{self.idle_timeout}))",
-        )
-        events = Events(response, self.max_response_bytes, where)
+        events = await open_events(self, self._path(model), body, request_options, where)
         try:
-            content_type = response.headers.get("content-type", "")
             refuse = options.output_schema is not None
-            if not content_type.startswith("text/event-stream"):
+            if not events.content_type.startswith("text/event-stream"):
                 # A server that ignores "stream" answers with one chat completion: its updates.
-                data = await budget.run(read_reply, response, self.max_response_bytes, where)
-                answer = response_from_reply(data, content_type, model, refuse=refuse)
+                data = await events.read_all()
+                answer = response_from_reply(data, events.content_type, model, refuse=refuse)
                 for update in answer.to_updates():
                     yield update
                 return
             turn = StreamedTurn(model, refuse=refuse)
             try:
-                while (event := await budget.run(events.next)) is not None:
+                while (event := await events.next()) is not None:
                     finished = turn.finished is not None
                     for update in turn.feed(event.data):
                         yield update
                     if not finished and turn.finished is not None:
                         # Only the usage follows the finish: it gets a moment, not the
                         # budget, so a server that keeps the stream open costs no answer.
-                        budget.cap(DRAIN_GRACE)
+                        events.budget.cap(DRAIN_GRACE)
             except ChatClientError:
                 # Once the model finished, what goes wrong reading past it is no error.
                 if turn.finished is None:
@@ -175,7 +140,7 @@ class OpenAIChatClient(SdkClient):
             for update in turn.finish():
                 yield update
         finally:
-            await close(events)
+            await events.aclose()
 
     def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False

@@ -6,8 +6,6 @@ import collections
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio
-
 from raf._clients._reply import quote
 from raf._clients._responses_reply import (
     StreamState,
@@ -16,18 +14,9 @@ from raf._clients._responses_reply import (
     response_from_reply,
 )
 from raf._clients._responses_wire import Turn, request_body
-from raf._clients._sdk import (
-    DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_TIMEOUT,
-    ERROR_REPLY_MAX,
-    SdkClient,
-    close,
-    post,
-    read_bounded,
-    read_reply,
-)
-from raf._clients._sse import DRAIN_GRACE, Budget, Events
-from raf._errors import ChatClientError, ChatConnectionError, ChatProtocolError, ChatTimeoutError
+from raf._clients._sdk import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, SdkClient
+from raf._clients._sse import DRAIN_GRACE, open_events
+from raf._errors import ChatClientError, ChatConnectionError, ChatProtocolError
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 
@@ -103,22 +92,12 @@ class OpenAIResponsesClient(SdkClient):
     ) -> AgentResponse:
         """Send one Responses API request and return the model's turn."""
         model, body, request_options = self.request_body(messages, options)
-        where = call_name(model)
-        with anyio.move_on_after(self.timeout):
-            response = await post(self.client, "/responses", body, request_options, where)
-            data = await read_reply(response, self.max_response_bytes, where)
-            answer, turn = response_from_reply(
-                data,
-                response.headers.get("content-type", ""),
-                model,
-                refuse=options.output_schema is not None,
-            )
-            self._remember(turn)
-            return answer
-        raise ChatTimeoutError(
-            f"{where} did not finish within {self.timeout} s "
-            f"(OpenAIResponsesClient(timeout={self.timeout}), the SDK's retries included)"
+        data, content_type = await self._call("/responses", body, request_options, call_name(model))
+        answer, turn = response_from_reply(
+            data, content_type, model, refuse=options.output_schema is not None
         )
+        self._remember(turn)
+        return answer
 
     # --- stream -------------------------------------------------------------------------
 
@@ -136,31 +115,18 @@ class OpenAIResponsesClient(SdkClient):
         """
         model, body, request_options = self.request_body(messages, options, stream=True)
         where = call_name(model)
-        # The request until its reply starts: the whole-call deadline, the SDK's retries
-        # included. Then each read: the idle bound (a healthy stream may last any time).
-        start = Budget(
-            self.timeout,
-            f"{where} did not start streaming within {self.timeout} s "
-            f"(OpenAIResponsesClient(timeout={self.timeout}), the SDK's retries included)",
-        )
-        response = await start.run(post, self.client, "/responses", body, request_options, where)
-        budget = Budget(
-            self.idle_timeout,
-            f"{where}: the stream sent nothing for {self.idle_timeout} s of waiting "
-            f"(OpenAIResponsesClient(idle_timeout={self.idle_timeout}))",
-        )
-        events = Events(response, self.max_response_bytes, where)
+        events = await open_events(self, "/responses", body, request_options, where)
         try:
-            content_type = response.headers.get("content-type", "")
+            content_type = events.content_type
             if not content_type.startswith("text/event-stream"):
-                reply = await read_bounded(response, ERROR_REPLY_MAX, where)
                 raise ChatProtocolError(
                     f"{where}: a streamed request was answered with "
-                    f"{content_type or 'no content-type'}, not an event stream: {quote(reply)}"
+                    f"{content_type or 'no content-type'}, not an event stream: "
+                    f"{quote(await events.read_all())}"
                 )
             state = StreamState(model, refuse=options.output_schema is not None)
             try:
-                while (event := await budget.run(events.next)) is not None:
+                while (event := await events.next()) is not None:
                     if state.done or event.data.strip() == "[DONE]":
                         continue  # read to the end: the connection can then be reused
                     updates = state.feed(event_json(event.data, model))
@@ -170,7 +136,7 @@ class OpenAIResponsesClient(SdkClient):
                     if state.done:
                         # What follows the answer gets a moment, not the budget: a server
                         # that keeps the stream open must not turn an answer into a timeout.
-                        budget.cap(DRAIN_GRACE)
+                        events.budget.cap(DRAIN_GRACE)
                     for update in updates:
                         yield update
             except ChatClientError:
@@ -182,7 +148,7 @@ class OpenAIResponsesClient(SdkClient):
                     f"{where}: the event stream ended before response.completed"
                 )
         finally:
-            await close(events)
+            await events.aclose()
 
     # --- the request --------------------------------------------------------------------
 
