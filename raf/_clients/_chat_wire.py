@@ -7,14 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from raf._agent.tools import Tool
-from raf._clients._sdk import (
-    TOOL_CHOICE_WORDS,
-    TRANSPORT_EXTRA,
-    no_call_id,
-    not_a_message,
-    plain,
-    transport_option,
-)
+from raf._clients._sdk import TOOL_CHOICE_WORDS, body_extra, no_call_id, not_a_message, plain
 from raf._errors import BadRequestError
 from raf._values.messages import ChatMessage
 from raf._values.options import ChatOptions
@@ -45,7 +38,7 @@ def request_body(
     if options.output_schema is not None:
         body["response_format"] = response_format(options.output_schema)
     request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
-    for key, value in options.extra.items():
+    for key, value in body_extra(_WHERE, options.extra, request_options).items():
         if key in _REFUSED_EXTRA:
             if value:
                 raise BadRequestError(
@@ -56,19 +49,6 @@ def request_body(
             raise BadRequestError(
                 f"{_WHERE}: extra option 'messages' is not allowed; the messages are the run's"
             )
-        elif key == "extra_body":
-            if not isinstance(value, Mapping):
-                raise BadRequestError(
-                    f"{_WHERE}: extra option 'extra_body' must be a mapping, "
-                    f"got {type(value).__name__}"
-                )
-            if "messages" in value:
-                raise BadRequestError(
-                    f"{_WHERE}: extra_body may not hold 'messages'; the messages are the run's"
-                )
-            body.update(value)
-        elif key in TRANSPORT_EXTRA:
-            transport_option(_WHERE, key, value, request_options)
         else:
             body[key] = value
     if stream:  # the usage comes in a last chunk of its own

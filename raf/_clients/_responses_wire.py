@@ -9,14 +9,7 @@ from typing import Any, Final
 import attrs
 
 from raf._agent.tools import Tool
-from raf._clients._sdk import (
-    TOOL_CHOICE_WORDS,
-    TRANSPORT_EXTRA,
-    no_call_id,
-    not_a_message,
-    plain,
-    transport_option,
-)
+from raf._clients._sdk import TOOL_CHOICE_WORDS, body_extra, no_call_id, not_a_message, plain
 from raf._errors import BadRequestError
 from raf._values.messages import ChatMessage, ToolCall
 from raf._values.options import ChatOptions
@@ -66,21 +59,12 @@ def request_body(
     body["store"] = store
     include = [] if store else [_REASONING_INCLUDE]
     request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
-    extra = dict(options.extra)
-    extra_body = extra.pop("extra_body", {})
-    if not isinstance(extra_body, Mapping):
-        raise BadRequestError(
-            f"{where}: extra option 'extra_body' must be a mapping, got {type(extra_body).__name__}"
-        )
-    extra.update(extra_body)  # the SDK merges extra_body into the body: so does raf
-    for key, value in extra.items():
+    for key, value in body_extra(where, options.extra, request_options).items():
         if key in _OWN_KEYS or key == "stream_options":
             raise BadRequestError(
                 f"{where}: extra option {key!r} is not allowed; "
                 "the input is the run's messages, and stream() is how to stream"
             )
-        if key in TRANSPORT_EXTRA:
-            transport_option(where, key, value, request_options)
         elif key == "include":
             if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
                 raise BadRequestError(

@@ -445,7 +445,7 @@ async def test_bad_extra_options_are_refused_before_sending(server: OpenAIServer
     async with client_for(server) as model:
         for extra, match in [
             ({"messages": []}, "'messages' is not allowed"),
-            ({"extra_body": {"messages": []}}, "extra_body may not hold 'messages'"),
+            ({"extra_body": {"messages": []}}, "'messages' is not allowed"),
             ({"extra_headers": ["x"]}, "'extra_headers' must be a mapping"),
             ({"seed": object()}, "cannot be sent as JSON"),
             ({"top_p": float("nan")}, "cannot be sent as JSON"),
