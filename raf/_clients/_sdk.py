@@ -164,6 +164,7 @@ async def post(
     whose request transform walks every message (a quarter of a millisecond
     each). ASCII JSON: a lone surrogate (from a reply) stays a valid escape.
     """
+    import httpx2
     import openai
 
     try:
@@ -227,6 +228,8 @@ def too_large(where: str, limit: int, detail: str) -> ChatProtocolError:
 
 def error_from_http(exc: Exception, where: str) -> ChatClientError:
     """An error of the HTTP stack while reading a reply, as a raf error."""
+    import httpx2
+
     if isinstance(exc, httpx2.TimeoutException):
         return ChatTimeoutError(f"{where} timed out reading the reply: {exc!r}")
     if isinstance(exc, httpx2.DecodingError):
