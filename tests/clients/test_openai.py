@@ -1316,3 +1316,15 @@ async def test_an_event_split_across_reads_is_read_whole(server: OpenAIServer) -
     async with client_for(server) as model:
         updates = await collect(model)
     assert [u.text for u in updates] == ["Hello", " you"]
+
+
+async def test_a_stream_cut_inside_its_last_event_is_a_connection_error(
+    server: OpenAIServer,
+) -> None:
+    # The finish chunk's event never ends (no blank line): the answer is not complete.
+    finish = json.dumps(chunk(finish_reason="stop"))
+    events = (chunk("Hi", role="assistant"), f"data: {finish}".encode())
+    server.reply(Reply(events=events, done=False))
+    async with client_for(server) as model:
+        with pytest.raises(ChatConnectionError, match="no finish_reason"):
+            await collect(model)
