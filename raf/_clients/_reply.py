@@ -50,7 +50,7 @@ def tokens(usage: dict[str, Any], path: str, where: str) -> int:
     return value
 
 
-_NOUNS: Final = {str: "a string", list: "a list", dict: "an object", int: "an int"}
+_NOUNS: Final[dict[type, str]] = {str: "a string", list: "a list", dict: "an object", int: "an int"}
 
 
 def typed(
@@ -84,21 +84,13 @@ def sdk_object(model: Any, reply: dict[str, Any]) -> Any:
 
 def json_type(value: object) -> str:
     """What a JSON value is, for an error message: ``"a string"``, ``"missing"``, ..."""
-    if value is MISSING:
-        return "missing"
-    if value is None:
-        return "null"
+    if value is MISSING or value is None:
+        return "missing" if value is MISSING else "null"
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int | float):
         return f"a number ({value!r})"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return _NOUNS.get(type(value), type(value).__name__)
 
 
 def quote(data: bytes) -> str:

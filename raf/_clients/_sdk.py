@@ -12,13 +12,14 @@ import email.utils
 import json
 import math
 import time
+import zlib
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
 import anyio
+import httpx2
 
-from raf._clients._transport import BoundedErrors
 from raf._errors import (
     AuthenticationError,
     BadRequestError,
@@ -31,13 +32,12 @@ from raf._errors import (
 )
 
 if TYPE_CHECKING:
-    import httpx2
     import openai
 
 __all__: list[str] = []
 
-# The SDK takes ~2 s to import; raf imports it only when a client is built (httpx, which
-# the transport needs, with the client modules).
+# The SDK takes ~2 s to import; raf imports it only when a client is built (httpx, whose
+# transport raf's own extends, loads with the client modules).
 
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
@@ -150,6 +150,71 @@ def _check_seconds(name: str, keyword: str, value: object) -> None:
         )
 
 
+#: The most of an error reply (4xx, 5xx) raf lets the SDK read: enough to quote it.
+ERROR_REPLY_MAX: Final = 1024 * 1024
+
+
+class BoundedErrors(httpx2.AsyncHTTPTransport):
+    """The SDK's transport, reading an error reply itself, at most ``ERROR_REPLY_MAX``
+    bytes (or ``max_response_bytes``) once decoded.
+
+    The SDK reads an error reply whole to quote it; a hostile or broken server
+    could make that gigabytes (a gzip bomb). The SDK gets a reply of the
+    bounded bytes, already decoded (a longer one is cut: only its start is
+    quoted).
+    """
+
+    def __init__(self, max_response_bytes: int) -> None:
+        import openai
+
+        super().__init__(limits=openai.DEFAULT_CONNECTION_LIMITS)
+        self.cap = min(max_response_bytes, ERROR_REPLY_MAX)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        if response.status_code < 400:
+            return response
+        raw = bytearray()
+        try:
+            # Stop by cancelling: raised inside the HTTP stack's next read, it ends each of
+            # its generators (breaking out would leave them to the garbage collector).
+            with anyio.CancelScope() as stop:
+                async for chunk in response.stream:  # type: ignore[union-attr]
+                    if not stop.cancel_called:
+                        raw += chunk
+                        if len(raw) > self.cap:
+                            stop.cancel()
+        finally:
+            await response.aclose()
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        headers = [
+            (key, value)
+            for key, value in response.headers.multi_items()
+            if key.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+        ]
+        return httpx2.Response(
+            response.status_code,
+            headers=headers,
+            content=_decode_capped(bytes(raw[: self.cap]), coding, self.cap),
+            request=request,
+            extensions=response.extensions,
+        )
+
+
+def _decode_capped(raw: bytes, coding: str, cap: int) -> bytes:
+    """``raw`` decoded per its content-encoding, at most ``cap`` bytes of it."""
+    if coding in ("", "identity"):
+        return raw[:cap]
+    if coding in ("gzip", "x-gzip", "deflate"):
+        # gzip, a zlib stream, then raw deflate (servers send both as "deflate").
+        for wbits in (16 + zlib.MAX_WBITS, zlib.MAX_WBITS, -zlib.MAX_WBITS):
+            try:
+                return zlib.decompressobj(wbits).decompress(raw, cap)
+            except zlib.error:
+                continue
+    return b""  # an encoding raf does not decode: the SDK then names the status only
+
+
 async def post(
     client: openai.AsyncOpenAI,
     path: str,
@@ -164,7 +229,6 @@ async def post(
     whose request transform walks every message (a quarter of a millisecond
     each). ASCII JSON: a lone surrogate (from a reply) stays a valid escape.
     """
-    import httpx2
     import openai
 
     try:
@@ -193,7 +257,6 @@ def _not_json(value: object) -> Any:
 async def read_reply(response: httpx2.Response, limit: int, where: str) -> bytes:
     """The whole decoded body of a reply that is not a stream, refusing to hold more than
     ``limit`` bytes; the response is closed whatever happens (bounded and shielded)."""
-    import httpx2
 
     chunks: list[bytes] = []
     size = 0
@@ -228,7 +291,6 @@ def too_large(where: str, limit: int, detail: str) -> ChatProtocolError:
 
 def error_from_http(exc: Exception, where: str) -> ChatClientError:
     """An error of the HTTP stack while reading a reply, as a raf error."""
-    import httpx2
 
     if isinstance(exc, httpx2.TimeoutException):
         return ChatTimeoutError(f"{where} timed out reading the reply: {exc!r}")

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
+import httpx2
 
 from raf._clients._sdk import SdkClient, error_from_http, post, read_reply, too_large
 from raf._errors import ChatProtocolError, ChatTimeoutError
@@ -131,8 +132,6 @@ class Events:
         return await self.budget.run(self._next)
 
     async def _next(self) -> ServerSentEvent | None:
-        import httpx2
-
         event: ServerSentEvent | None = None
         with anyio.CancelScope() as self._stop:
             try:
