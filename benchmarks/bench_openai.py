@@ -1,37 +1,33 @@
 """A turn over a long history through OpenAIChatClient (and OpenAIResponsesClient), against
-a plain httpx POST.
+its floor: ``json.dumps`` of the same body and a plain httpx POST.
 
 One loopback HTTP server in a child process (so it does not share the GIL with
 what is measured) answers every POST with the same small chat completion. In
 this process, side by side and interleaved, for a stored history of 1,000 and
 10,000 messages:
 
-- ``httpx POST`` (the floor): the same JSON body that raf sends, already encoded,
-  POSTed with a plain ``httpx2.AsyncClient`` and the reply decoded with ``json.loads``;
-- ``httpx POST json=``: the same body passed as a dict, encoded by httpx;
-- ``raf turn``: ``agent.run(...)`` of an ``Agent`` with instructions and an
+- ``floor`` (``json.dumps`` + POST): the body raf sends for that turn, as plain
+  dicts, encoded with ``json.dumps`` and POSTed with a plain ``httpx2.AsyncClient``,
+  the reply decoded with ``json.loads``;
+- ``raf turn`` (warm): ``agent.run(...)`` of an ``Agent`` with instructions and an
   ``InMemoryHistoryProvider``, ``OpenAIChatClient`` underneath: the next turn of one
   conversation whose session holds the history (it grows by two messages a turn);
 - ``raf turn, new objects``: the same, with the session's history rebuilt as new
   message objects before each turn (as a store that decodes rows each turn gives
   them), so no message is the object the client saw before;
+- ``raf streamed turn``: ``agent.run(..., on_update=...)``, ``OpenAIChatClient.stream``
+  underneath, against the streamed floor (the same body with ``"stream": true``,
+  POSTed with ``httpx2.AsyncClient.stream``, each event's data decoded with
+  ``json.loads``; the server answers with 20 text chunks, the finish and the usage);
 - ``SDK create``: ``AsyncOpenAI.chat.completions.create`` with the messages as
-  dicts, which runs the SDK's request transform over every message;
-- ``httpx stream POST`` (the floor of a streamed turn): the same body with
-  ``"stream": true``, POSTed with ``httpx2.AsyncClient.stream`` and each server-sent
-  event's ``data`` decoded with ``json.loads`` (the server answers a stream request
-  with 20 text chunks, the finish and the usage);
-- ``raf streamed turn``: ``agent.run(..., on_update=...)`` of the same agent,
-  ``OpenAIChatClient.stream`` underneath.
+  dicts, which runs the SDK's request transform over every message (for scale).
 
 With ``--clients chat responses`` the same rows are measured for
 ``OpenAIResponsesClient`` too (``POST /responses``; the server answers with a
 response object, or with the events of one: 20 text deltas and
-``response.completed``), each row named ``responses:``; the SDK row is then
-``AsyncOpenAI.responses.create`` with the input items.
+``response.completed``); the SDK row is then ``AsyncOpenAI.responses.create``.
 
-Budget: ``raf turn`` <= 2x ``httpx POST``; ``raf streamed turn`` <= 2x
-``httpx stream POST``.
+Budget (docs/performance.md): each raf row at most 5x its floor.
 
     python benchmarks/bench_openai.py                    # both sizes, asyncio
     python benchmarks/bench_openai.py --repeats 15 --backend trio
@@ -146,7 +142,18 @@ def _response_event(event: dict[str, Any]) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-#: The streamed response: created, 20 text deltas, completed; chunked.
+_STREAMED_TEXT = "".join(f"word{n} " for n in range(20))
+_STREAMED_RESPONSE = {
+    **RESPONSE,
+    "output": [
+        {
+            **RESPONSE["output"][0],  # type: ignore[index]
+            "content": [{"type": "output_text", "text": _STREAMED_TEXT, "annotations": []}],
+        }
+    ],
+}
+
+#: The streamed response: created, 20 text deltas, completed (the deltas' text); chunked.
 RESPONSES_STREAM_REPLY = (
     b"".join(
         [
@@ -163,7 +170,7 @@ RESPONSES_STREAM_REPLY = (
                 )
                 for n in range(20)
             ),
-            _response_event({"type": "response.completed", "response": RESPONSE}),
+            _response_event({"type": "response.completed", "response": _STREAMED_RESPONSE}),
         ]
     )
     + b"0\r\n\r\n"
@@ -193,14 +200,14 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":", 1)[1])
             body = await reader.readexactly(length)
+            # raf's body says "stream" last (after the messages), with or without a space.
+            streamed = b'"stream":true' in body[-200:] or b'"stream": true' in body[-200:]
             if request.split(b" ", 2)[1].endswith(b"/responses"):
-                # raf's Responses body says "stream" after the model (the SDK's order;
-                # at the end before that order was followed).
-                if b'"stream":true' in body[:300] or b'"stream":true' in body[-100:]:
+                if streamed:
                     writer.write(stream_head + RESPONSES_STREAM_REPLY)
                 else:
                     writer.write(responses_head + RESPONSES_REPLY)
-            elif b'"stream":true' in body[-200:]:  # raf's streamed body ends with it
+            elif streamed:
                 writer.write(stream_head + STREAM_REPLY)
             else:
                 writer.write(head + REPLY)
@@ -294,18 +301,11 @@ async def measure(
     path = "/chat/completions" if kind == "chat" else "/responses"
     model = client_class("bench-model", base_url=base_url, api_key="sk-bench", max_retries=0)
     agent = Agent(model, instructions=instructions, stack=[InMemoryHistoryProvider()])
-    # The floor's body is exactly what raf sends for a turn (a fresh client: nothing cached).
+    # The floor's body is what raf sends for a turn, as plain dicts.
     turn_messages = [ChatMessage.system(instructions), *stored, ChatMessage.user(question)]
-    _, body, _ = client_class("bench-model", api_key="sk-bench").request_body(
-        turn_messages, ChatOptions()
-    )
-    body_dict = json.loads(body)
-    if kind == "chat":
-        streamed_body = body[:-1] + b',"stream":true,"stream_options":{"include_usage":true}}'
-    else:
-        _, streamed_body, _ = OpenAIResponsesClient("bench-model", api_key="sk-bench").request_body(
-            turn_messages, ChatOptions(), stream=True
-        )
+    builder = client_class("bench-model", api_key="sk-bench")
+    _, body_dict, _ = builder.request_body(turn_messages, ChatOptions())
+    _, streamed_dict, _ = builder.request_body(turn_messages, ChatOptions(), stream=True)
     plain = httpx2.AsyncClient(base_url=base_url)
     headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
     sdk = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
@@ -316,11 +316,7 @@ async def measure(
         return session
 
     async def floor() -> None:
-        reply = await plain.post(path, content=body, headers=headers)
-        json.loads(reply.content)
-
-    async def floor_json() -> None:
-        reply = await plain.post(path, json=body_dict, headers=headers)
+        reply = await plain.post(path, content=json.dumps(body_dict).encode(), headers=headers)
         json.loads(reply.content)
 
     async def sdk_create() -> None:
@@ -335,7 +331,8 @@ async def measure(
             )
 
     async def floor_stream() -> None:
-        async with plain.stream("POST", path, content=streamed_body, headers=headers) as reply:
+        content = json.dumps(streamed_dict).encode()
+        async with plain.stream("POST", path, content=content, headers=headers) as reply:
             async for line in reply.aiter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
                     json.loads(line[6:])
@@ -344,9 +341,8 @@ async def measure(
         pass
 
     contenders: dict[str, Callable[[], Awaitable[Any]]] = {
-        "httpx POST": floor,
-        "httpx POST json=": floor_json,
-        "httpx stream POST": floor_stream,
+        "floor": floor,
+        "streamed floor": floor_stream,
     }
     samples: dict[str, Samples] = {name: [] for name in contenders}
     samples["raf turn"] = []
@@ -380,6 +376,10 @@ async def measure(
     return samples
 
 
+#: The rows measured against their floor, in the order of the table.
+RAF_ROWS = ("raf turn", "raf turn, new objects", "raf streamed turn", "SDK create")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000])
@@ -407,11 +407,13 @@ def main() -> None:
                     args.backend,
                 )
                 prefix = "" if kind == "chat" else "responses: "
-                for name, figure in samples.items():
-                    floor = samples["httpx stream POST" if "stream" in name else "httpx POST"]
+                for name in RAF_ROWS:
+                    figure = samples[name]
+                    floor = samples["streamed floor" if "stream" in name else "floor"]
                     shown: Samples | str = figure if figure else "not run"
                     best = f"x{min(figure) / min(floor):.2f}" if figure else "-"
-                    rows.append([f"{size:,}", prefix + name, fmt(shown), ratio(shown, floor), best])
+                    ratios = [ratio(shown, floor), best]
+                    rows.append([f"{size:,}", prefix + name, fmt(shown), fmt(floor), *ratios])
     finally:
         assert child.stdin is not None
         child.stdin.close()
@@ -422,9 +424,9 @@ def main() -> None:
         f"Python {platform.python_version()}, openai {openai.__version__}, "
         f"backend {args.backend}, {args.repeats} repeats ({args.sdk_repeats} for the SDK)"
     )
-    headers = ["history", "what", "ms median (min-max)", "vs its floor", "best vs best"]
+    headers = ["history", "what", "ms median (min-max)", "floor ms", "vs floor", "best vs best"]
     print(table(headers, rows))
-    print("(the floor of a streamed row is httpx stream POST; of the others httpx POST)")
+    print("(floor: json.dumps of the same body + httpx POST; streamed: + httpx stream POST)")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from raf._clients._reply import MISSING, json_object, json_type, quote, sdk_object, tokens
+from raf._clients._reply import MISSING, json_object, json_type, quote, sdk_object, tokens, typed
 from raf._errors import (
     ChatConnectionError,
     ChatProtocolError,
@@ -19,6 +19,7 @@ __all__: list[str] = []
 
 #: The finish reasons of an answer the model did not finish: an IncompleteResponseError.
 INCOMPLETE: Final = frozenset({"length", "content_filter"})
+_JSON_TEXT: Final = "a string of JSON"
 
 
 def call_name(model: str) -> str:
@@ -40,40 +41,24 @@ def response_from_reply(
     reply = json_object(data, content_type, where)
     if reply.get("error") is not None:
         raise ChatProtocolError(f"{where}: the server answered 200 with an error: {reply['error']}")
-    choices = reply.get("choices", MISSING)
-    if not isinstance(choices, list):
-        raise ChatProtocolError(f"{where}: 'choices' is {json_type(choices)}, not a list")
+    choices = typed(reply.get("choices", MISSING), list, where, "'choices'", required=True)
     if not choices:
         raise ChatProtocolError(f"{where}: the model returned no choices")
-    choice = choices[0]
-    if not isinstance(choice, dict):
-        raise ChatProtocolError(f"{where}: choices[0] is {json_type(choice)}, not an object")
-    message = choice.get("message", MISSING)
-    if not isinstance(message, dict):
-        raise ChatProtocolError(
-            f"{where}: choices[0].message is {json_type(message)}, not an object"
-        )
-    text = _optional_str(message, "content", where)
-    calls = [
-        _tool_call(call, f"choices[0].message.tool_calls[{n}]", where)
-        for n, call in enumerate(_optional_list(message, "tool_calls", where))
-    ]
+    choice = typed(choices[0], dict, where, "choices[0]", required=True)
+    path = "choices[0].message"
+    message = typed(choice.get("message", MISSING), dict, where, path, required=True)
+    text = typed(message.get("content"), str, where, f"{path}.content")
+    raw_calls = typed(message.get("tool_calls"), list, where, f"{path}.tool_calls") or []
+    calls = [_tool_call(call, f"{path}.tool_calls[{n}]", where) for n, call in enumerate(raw_calls)]
     if text is None and not calls:
         # A refusal is what the user should read when there is no answer.
-        text = _optional_str(message, "refusal", where)
+        text = typed(message.get("refusal"), str, where, f"{path}.refusal")
         if refuse and text is not None:
             raise OutputRefusedError(text, model=model)
-    usage = None
-    raw_usage = reply.get("usage")
-    if raw_usage is not None:
-        if not isinstance(raw_usage, dict):
-            raise ChatProtocolError(f"{where}: 'usage' is {json_type(raw_usage)}, not an object")
-        usage = Usage(
-            tokens(raw_usage, "prompt_tokens", where),
-            tokens(raw_usage, "completion_tokens", where),
-        )
     response = AgentResponse(
-        (ChatMessage.assistant(text, tool_calls=calls),), usage, _completion(reply)
+        (ChatMessage.assistant(text, tool_calls=calls),),
+        _usage(reply, where, "'usage'"),
+        _completion(reply),
     )
     reason = choice.get("finish_reason")
     if reason in INCOMPLETE:
@@ -96,51 +81,29 @@ def incomplete(where: str, reason: str, partial: AgentResponse) -> IncompleteRes
     )
 
 
-def _tool_call(call: Any, path: str, where: str) -> ToolCall:
-    if not isinstance(call, dict):
-        raise ChatProtocolError(f"{where}: {path} is {json_type(call)}, not an object")
-    kind = call.get("type", "function")
-    if kind != "function":
+def _function_only(kind: Any, where: str, path: str) -> None:
+    if kind is not None and kind != "function":
         raise ChatProtocolError(
             f"{where}: {path} is a {kind!r} tool call; raf supports function tool calls only"
         )
-    call_id = call.get("id", MISSING)
-    if not isinstance(call_id, str):
-        raise ChatProtocolError(f"{where}: {path}.id is {json_type(call_id)}, not a string")
-    function = call.get("function", MISSING)
-    if not isinstance(function, dict):
-        raise ChatProtocolError(f"{where}: {path}.function is {json_type(function)}, not an object")
-    name = function.get("name", MISSING)
-    if not isinstance(name, str):
-        raise ChatProtocolError(f"{where}: {path}.function.name is {json_type(name)}, not a string")
-    arguments = function.get("arguments")
-    if arguments is None:
-        arguments = "{}"
-    elif not isinstance(arguments, str):
-        raise ChatProtocolError(
-            f"{where}: {path}.function.arguments is {json_type(arguments)}, not a string of JSON"
-        )
-    return ToolCall(call_id, name, arguments)
 
 
-def _optional_str(data: dict[str, Any], key: str, where: str) -> str | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, str):
-        raise ChatProtocolError(
-            f"{where}: choices[0].message.{key} is {json_type(value)}, not a string"
-        )
-    return value
+def _tool_call(call: Any, path: str, where: str) -> ToolCall:
+    call = typed(call, dict, where, path, required=True)
+    _function_only(call.get("type"), where, path)
+    call_id = typed(call.get("id", MISSING), str, where, f"{path}.id", required=True)
+    function = typed(call.get("function", MISSING), dict, where, f"{path}.function", required=True)
+    name = typed(function.get("name", MISSING), str, where, f"{path}.function.name", required=True)
+    where_args = f"{path}.function.arguments"
+    arguments = typed(function.get("arguments"), str, where, where_args, noun=_JSON_TEXT)
+    return ToolCall(call_id, name, "{}" if arguments is None else arguments)
 
 
-def _optional_list(data: dict[str, Any], key: str, where: str) -> list[Any]:
-    value = data.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ChatProtocolError(
-            f"{where}: choices[0].message.{key} is {json_type(value)}, not a list"
-        )
-    return value
+def _usage(data: dict[str, Any], where: str, path: str) -> Usage | None:
+    raw = typed(data.get("usage"), dict, where, path)
+    if raw is None:
+        return None
+    return Usage(tokens(raw, "prompt_tokens", where), tokens(raw, "completion_tokens", where))
 
 
 def _completion(reply: dict[str, Any]) -> Any:
@@ -152,19 +115,6 @@ def _completion(reply: dict[str, Any]) -> Any:
 
 class StreamedTurn:
     """The updates of one streamed chat completion, from its chunks' JSON."""
-
-    __slots__ = (
-        "calls",
-        "empty_text",
-        "finished",
-        "model",
-        "refusal",
-        "refuse",
-        "text",
-        "text_sent",
-        "usage",
-        "where",
-    )
 
     def __init__(self, model: str, *, refuse: bool = False) -> None:
         self.model = model
@@ -210,147 +160,67 @@ class StreamedTurn:
                 f"{where}: a chunk is {json_type(chunk)}, not a JSON object: {quote(data.encode())}"
             )
         if self.finished is not None:
-            return self._after_finish(chunk)
+            try:  # after the finish: its usage, if it has a readable one; nothing else
+                return self._usage(chunk)
+            except ChatProtocolError:
+                return []
         if chunk.get("error") is not None:
             raise ChatProtocolError(
                 f"{where}: the server sent an error mid-stream: {chunk['error']}"
             )
         updates: list[Update] = []
-        choices = chunk.get("choices")
-        if choices is None:
-            choices = []
-        if not isinstance(choices, list):
-            raise ChatProtocolError(
-                f"{where}: a chunk's 'choices' is {json_type(choices)}, not a list"
-            )
-        for choice in choices:
-            if not isinstance(choice, dict):
-                raise ChatProtocolError(
-                    f"{where}: a chunk's choice is {json_type(choice)}, not an object"
-                )
-            if choice.get("index", 0) != 0:
-                continue  # raf asks for one choice: others are not its answer
-            self._choice(choice, chunk, updates)
-        updates += self._usage(chunk)
-        return updates
-
-    def _after_finish(self, chunk: dict[str, Any]) -> list[Update]:
-        """A chunk after the finish: its usage, if it has a readable one; nothing else."""
-        try:
-            return self._usage(chunk)
-        except ChatProtocolError:
-            return []
+        for choice in typed(chunk.get("choices"), list, where, "a chunk's 'choices'") or []:
+            choice = typed(choice, dict, where, "a chunk's choice", required=True)
+            if choice.get("index", 0) == 0:  # raf asks for one choice: others are not its answer
+                self._choice(choice, chunk, updates)
+        return updates + self._usage(chunk)
 
     def _usage(self, chunk: dict[str, Any]) -> list[Update]:
-        where = self.where
-        raw_usage = chunk.get("usage")
-        if raw_usage is None:
+        usage = _usage(chunk, self.where, "a chunk's 'usage'")
+        if usage is None:
             return []
-        if not isinstance(raw_usage, dict):
-            raise ChatProtocolError(
-                f"{where}: a chunk's 'usage' is {json_type(raw_usage)}, not an object"
-            )
-        usage = Usage(
-            tokens(raw_usage, "prompt_tokens", where),
-            tokens(raw_usage, "completion_tokens", where),
-        )
         self.usage = usage
         # The usage comes after the finish: the tool calls go out before it.
         return [*self._finish_updates(chunk), Update("usage", usage=usage, raw=chunk)]
 
     def _choice(self, choice: dict[str, Any], chunk: Any, updates: list[Update]) -> None:
         where = self.where
-        delta = choice.get("delta")
-        if delta is None:
-            delta = {}
-        if not isinstance(delta, dict):
-            raise ChatProtocolError(
-                f"{where}: choices[0].delta is {json_type(delta)}, not an object"
-            )
-        content = delta.get("content")
-        if content is not None:
-            if not isinstance(content, str):
-                raise ChatProtocolError(
-                    f"{where}: choices[0].delta.content is {json_type(content)}, not a string"
-                )
-            if content:
-                self.text_sent = True
-                self.text.append(content)
-                updates.append(Update("text", content, raw=chunk))
-            else:
-                self.empty_text = True
-        refusal = delta.get("refusal")
+        delta = typed(choice.get("delta"), dict, where, "choices[0].delta") or {}
+        content = typed(delta.get("content"), str, where, "choices[0].delta.content")
+        if content:
+            self.text_sent = True
+            self.text.append(content)
+            updates.append(Update("text", content, raw=chunk))
+        elif content is not None:
+            self.empty_text = True
+        refusal = typed(delta.get("refusal"), str, where, "choices[0].delta.refusal")
         if refusal is not None:
-            if not isinstance(refusal, str):
-                raise ChatProtocolError(
-                    f"{where}: choices[0].delta.refusal is {json_type(refusal)}, not a string"
-                )
             self.refusal.append(refusal)
-        tool_calls = delta.get("tool_calls")
-        if tool_calls is not None:
-            if not isinstance(tool_calls, list):
-                raise ChatProtocolError(
-                    f"{where}: choices[0].delta.tool_calls is {json_type(tool_calls)}, not a list"
-                )
-            for position, piece in enumerate(tool_calls):
-                self._tool_call_delta(piece, position, chunk)
-        reason = choice.get("finish_reason")
+        path = "choices[0].delta.tool_calls"
+        for position, piece in enumerate(typed(delta.get("tool_calls"), list, where, path) or []):
+            self._tool_call_delta(piece, f"{path}[{position}]", position, chunk)
+        reason = typed(choice.get("finish_reason"), str, where, "choices[0].finish_reason")
         if reason is not None:
-            if not isinstance(reason, str):
-                raise ChatProtocolError(
-                    f"{where}: choices[0].finish_reason is {json_type(reason)}, not a string"
-                )
             self.finished = reason
 
-    def _tool_call_delta(self, piece: Any, position: int, chunk: Any) -> None:
+    def _tool_call_delta(self, piece: Any, path: str, position: int, chunk: Any) -> None:
         where = self.where
-        path = f"choices[0].delta.tool_calls[{position}]"
-        if not isinstance(piece, dict):
-            raise ChatProtocolError(f"{where}: {path} is {json_type(piece)}, not an object")
-        index = piece.get("index", position)
-        if type(index) is not int:
-            raise ChatProtocolError(f"{where}: {path}.index is {json_type(index)}, not an int")
-        kind = piece.get("type")
-        if kind is not None and kind != "function":
-            raise ChatProtocolError(
-                f"{where}: {path} is a {kind!r} tool call; raf supports function tool calls only"
-            )
-        call = self.calls.get(index)
-        if call is None:
-            call = self.calls[index] = [None, None, None, chunk]
+        piece = typed(piece, dict, where, path, required=True)
+        index = typed(piece.get("index", position), int, where, f"{path}.index", required=True)
+        _function_only(piece.get("type"), where, path)
+        call = self.calls.setdefault(index, [None, None, None, chunk])
         call[3] = chunk
-        call_id = piece.get("id")
-        if call_id is not None:
-            if not isinstance(call_id, str):
-                raise ChatProtocolError(f"{where}: {path}.id is {json_type(call_id)}, not a string")
-            if call[0] is None:
-                call[0] = call_id
-        function = piece.get("function")
-        if function is None:
-            return
-        if not isinstance(function, dict):
-            raise ChatProtocolError(
-                f"{where}: {path}.function is {json_type(function)}, not an object"
-            )
-        name = function.get("name")
-        if name is not None:
-            if not isinstance(name, str):
-                raise ChatProtocolError(
-                    f"{where}: {path}.function.name is {json_type(name)}, not a string"
-                )
-            if not call[1]:
-                call[1] = name
-        arguments = function.get("arguments")
+        call_id = typed(piece.get("id"), str, where, f"{path}.id")
+        if call[0] is None:
+            call[0] = call_id
+        function = typed(piece.get("function"), dict, where, f"{path}.function") or {}
+        name = typed(function.get("name"), str, where, f"{path}.function.name")
+        if name is not None and not call[1]:
+            call[1] = name
+        where_args = f"{path}.function.arguments"
+        arguments = typed(function.get("arguments"), str, where, where_args, noun=_JSON_TEXT)
         if arguments is not None:
-            if not isinstance(arguments, str):
-                raise ChatProtocolError(
-                    f"{where}: {path}.function.arguments is {json_type(arguments)}, "
-                    "not a string of JSON"
-                )
-            if call[2] is None:
-                call[2] = [arguments]
-            else:
-                call[2].append(arguments)
+            call[2] = [*(call[2] or ()), arguments]
 
     def _finish_updates(self, chunk: Any) -> list[Update]:
         """The updates held until the model finished: tool calls (complete only then),

@@ -50,6 +50,26 @@ def tokens(usage: dict[str, Any], path: str, where: str) -> int:
     return value
 
 
+_NOUNS: Final[dict[type, str]] = {str: "a string", list: "a list", dict: "an object", int: "an int"}
+
+
+def typed(
+    value: Any, kind: type, where: str, path: str, *, required: bool = False, noun: str = ""
+) -> Any:
+    """``value`` if it is a ``kind`` (or ``None``, unless ``required``), else a
+    ChatProtocolError naming ``path`` (``choices[0].message.content``, say).
+
+    ``MISSING`` (what ``dict.get(key, MISSING)`` gives) is ``None`` here; an
+    ``int`` is a count, never a boolean.
+    """
+    if (value is MISSING or value is None) and not required:
+        return None
+    if not isinstance(value, kind) or (kind is int and type(value) is not int):
+        noun = noun or _NOUNS.get(kind, kind.__name__)
+        raise ChatProtocolError(f"{where}: {path} is {json_type(value)}, not {noun}")
+    return value
+
+
 def sdk_object(model: Any, reply: dict[str, Any]) -> Any:
     """``model`` (an SDK pydantic type) for ``reply``: validated, or built leniently."""
     try:
@@ -64,21 +84,13 @@ def sdk_object(model: Any, reply: dict[str, Any]) -> Any:
 
 def json_type(value: object) -> str:
     """What a JSON value is, for an error message: ``"a string"``, ``"missing"``, ..."""
-    if value is MISSING:
-        return "missing"
-    if value is None:
-        return "null"
+    if value is MISSING or value is None:
+        return "missing" if value is MISSING else "null"
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int | float):
         return f"a number ({value!r})"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return _NOUNS.get(type(value), type(value).__name__)
 
 
 def quote(data: bytes) -> str:

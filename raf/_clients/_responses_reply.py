@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from raf._clients._reply import MISSING, json_object, json_type, quote, sdk_object, tokens
+from raf._clients._reply import MISSING, json_object, quote, sdk_object, tokens, typed
 from raf._clients._responses_wire import Turn
 from raf._errors import (
     ChatClientError,
@@ -97,37 +97,25 @@ def _read_response(
     reply: dict[str, Any], where: str, refused_by: str | None = None
 ) -> tuple[ChatMessage, Usage | None, Turn]:
     """The reply's turn, usage and order; ``refused_by`` (a model): a refusal raises."""
-    output = reply.get("output", MISSING)
-    if not isinstance(output, list):
-        raise ChatProtocolError(f"{where}: 'output' is {json_type(output)}, not a list")
+    output = typed(reply.get("output", MISSING), list, where, "'output'", required=True)
     texts: list[str] | None = None
     refusals: list[str] = []
     calls: list[ToolCall] = []
     order: list[tuple[str, Any]] = []
     for n, item in enumerate(output):
         path = f"output[{n}]"
-        if not isinstance(item, dict):
-            raise ChatProtocolError(f"{where}: {path} is {json_type(item)}, not an object")
+        item = typed(item, dict, where, path, required=True)
         kind = item.get("type")
         if kind == "message":
             content = item.get("content", MISSING)
-            if not isinstance(content, list):
-                raise ChatProtocolError(
-                    f"{where}: {path}.content is {json_type(content)}, not a list"
-                )
+            content = typed(content, list, where, f"{path}.content", required=True)
             for m, part in enumerate(content):
-                if not isinstance(part, dict):
-                    raise ChatProtocolError(
-                        f"{where}: {path}.content[{m}] is {json_type(part)}, not an object"
-                    )
+                part = typed(part, dict, where, f"{path}.content[{m}]", required=True)
                 field = {"output_text": "text", "refusal": "refusal"}.get(part.get("type", ""))
                 if field is None:
                     continue
                 value = part.get(field, MISSING)
-                if not isinstance(value, str):
-                    raise ChatProtocolError(
-                        f"{where}: {path}.content[{m}].{field} is {json_type(value)}, not a string"
-                    )
+                value = typed(value, str, where, f"{path}.content[{m}].{field}", required=True)
                 if field == "text":
                     texts = [*(texts or ()), value]
                 else:
@@ -152,27 +140,17 @@ def _read_response(
 
 
 def _function_call_item(item: dict[str, Any], path: str, where: str) -> ToolCall:
-    call_id = item.get("call_id", MISSING)
-    if not isinstance(call_id, str):
-        raise ChatProtocolError(f"{where}: {path}.call_id is {json_type(call_id)}, not a string")
-    name = item.get("name", MISSING)
-    if not isinstance(name, str):
-        raise ChatProtocolError(f"{where}: {path}.name is {json_type(name)}, not a string")
-    arguments = item.get("arguments")
-    if arguments is None:
-        arguments = "{}"
-    elif not isinstance(arguments, str):
-        raise ChatProtocolError(
-            f"{where}: {path}.arguments is {json_type(arguments)}, not a string of JSON"
-        )
-    return ToolCall(call_id, name, arguments)
+    call_id = typed(item.get("call_id", MISSING), str, where, f"{path}.call_id", required=True)
+    name = typed(item.get("name", MISSING), str, where, f"{path}.name", required=True)
+    noun = "a string of JSON"
+    arguments = typed(item.get("arguments"), str, where, f"{path}.arguments", noun=noun)
+    return ToolCall(call_id, name, "{}" if arguments is None else arguments)
 
 
 def _usage(raw: Any, where: str) -> Usage | None:
+    raw = typed(raw, dict, where, "'usage'")
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise ChatProtocolError(f"{where}: 'usage' is {json_type(raw)}, not an object")
     return Usage(
         tokens(raw, "input_tokens", where),
         tokens(raw, "output_tokens", where),
@@ -203,15 +181,12 @@ class StreamState:
 
     def feed(self, event: Any) -> list[Update]:
         where = self.where
-        if not isinstance(event, dict):
-            raise ChatProtocolError(f"{where}: an event is {json_type(event)}, not an object")
+        event = typed(event, dict, where, "an event", required=True)
         kind = event.get("type")
         if kind == "response.output_text.delta":
-            delta = event.get("delta", MISSING)
-            if not isinstance(delta, str):
-                raise ChatProtocolError(
-                    f"{where}: a {kind} event's delta is {json_type(delta)}, not a string"
-                )
+            delta = typed(
+                event.get("delta", MISSING), str, where, f"a {kind} event's delta", required=True
+            )
             self.sent_text = True
             self.text.append(delta)
             return [Update.of_text(delta, raw=event)]
@@ -252,12 +227,8 @@ class StreamState:
         return []  # deltas raf does not stream (reasoning summaries, refusals, ...)
 
     def _completed(self, event: dict[str, Any]) -> list[Update]:
-        response = event.get("response")
-        if not isinstance(response, dict):
-            raise ChatProtocolError(
-                f"{self.where}: response.completed's response is {json_type(response)}, "
-                "not an object"
-            )
+        path = "response.completed's response"
+        response = typed(event.get("response"), dict, self.where, path, required=True)
         message, usage, self.turn = _read_response(response, self.where, self.refused_by)
         updates: list[Update] = []
         # Whatever the events did not carry: the answer is the completed response's.

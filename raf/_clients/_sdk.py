@@ -8,17 +8,17 @@ words that open its errors, so each client names its own API.
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
+import json
 import math
 import time
 import zlib
 from collections.abc import Mapping
-from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
 import anyio
+import httpx2
 
 from raf._errors import (
     AuthenticationError,
@@ -32,29 +32,28 @@ from raf._errors import (
 )
 
 if TYPE_CHECKING:
-    import httpx2
     import openai
 
 __all__: list[str] = []
 
-# The SDK takes ~0.6 s to import; raf imports it only when a client is built.
+# The SDK takes ~2 s to import; raf imports it only when a client is built (httpx, whose
+# transport raf's own extends, loads with the client modules).
 
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 #: The longest wait a server's ``Retry-After`` can ask for, in seconds (a week): a larger
 #: ask, ``inf`` included, is clamped to it, so ``retry_after`` is always a finite number.
 RETRY_AFTER_MAX: Final = 7 * 86_400.0
-#: The most of an error reply (4xx, 5xx) raf lets the SDK read: enough to quote it.
-ERROR_REPLY_MAX: Final = 1024 * 1024
 
 
 class SdkClient:
     """What both OpenAI clients are besides their API: the SDK client and its closing,
     the model, the call's ``timeout``, a stream's ``idle_timeout`` and the reply's
-    ``max_response_bytes``.
+    ``max_response_bytes``, checked (``ValueError`` naming the subclass).
 
-    The arguments are checked (``ValueError``) and the SDK client built as
-    :func:`sdk_client` says, the errors naming the subclass.
+    A client raf builds is the SDK's own, its HTTP client the SDK's default with
+    the bound on error replies (:class:`BoundedErrors`); a ``client=`` given is
+    used as it is, and closed by whoever built it.
     """
 
     def __init__(
@@ -67,24 +66,61 @@ class SdkClient:
         timeout: float | None,
         max_response_bytes: int,
         client: openai.AsyncOpenAI | None,
-        idle_timeout: float | None = None,
+        idle_timeout: float | None,
     ) -> None:
-        built, self._owns_client = sdk_client(
-            type(self).__name__,
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            max_retries=max_retries,
-            timeout=timeout,
-            max_response_bytes=max_response_bytes,
-            client=client,
-        )
-        _check_seconds(type(self).__name__, "idle_timeout", idle_timeout)
+        import openai
+
+        name = type(self).__name__
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"{name}: model must be a non-empty str, got {model!r}")
+        if type(max_retries) is not int or max_retries < 0:
+            raise ValueError(f"{name}: max_retries must be an int >= 0, got {max_retries!r}")
+        _check_seconds(name, "timeout", timeout)
+        _check_seconds(name, "idle_timeout", idle_timeout)
+        if type(max_response_bytes) is not int or max_response_bytes < 1:
+            raise ValueError(
+                f"{name}: max_response_bytes must be an int >= 1, got {max_response_bytes!r}"
+            )
+        if client is not None and (base_url is not None or api_key is not None):
+            raise ValueError(
+                f"{name}: pass base_url and api_key to the AsyncOpenAI client you give "
+                f"as client=, not to {name}"
+            )
+        self._owns_client = client is None
+        if client is None:
+            try:
+                client = openai.AsyncOpenAI(
+                    base_url=base_url,
+                    api_key=api_key,
+                    max_retries=max_retries,
+                    http_client=openai.DefaultAsyncHttpxClient(
+                        transport=BoundedErrors(max_response_bytes)
+                    ),
+                )
+            except openai.OpenAIError as exc:
+                raise AuthenticationError(
+                    f"{name}({model!r}): cannot build the OpenAI client: {exc}"
+                ) from exc
         self.model = model
         self.timeout = timeout
         self.idle_timeout = idle_timeout
         self.max_response_bytes = max_response_bytes
-        self.client: openai.AsyncOpenAI = built
+        self.client: openai.AsyncOpenAI = client
+
+    async def _call(
+        self, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
+    ) -> tuple[bytes, str]:
+        """POST one request and read its reply within ``timeout`` (the SDK's retries
+        included): the reply's body and content type."""
+        with anyio.move_on_after(self.timeout):
+            response = await post(self.client, path, body, request_options, where)
+            data = await read_reply(response, self.max_response_bytes, where)
+            return data, response.headers.get("content-type", "")
+        # Only the deadline's own cancellation lands here: any other one propagates.
+        raise ChatTimeoutError(
+            f"{where} did not finish within {self.timeout} s "
+            f"({type(self).__name__}(timeout={self.timeout}), the SDK's retries included)"
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP connections (not those of a ``client=`` you passed in)."""
@@ -103,57 +139,6 @@ class SdkClient:
         await self.aclose()
 
 
-def sdk_client(
-    name: str,
-    model: object,
-    *,
-    base_url: str | None,
-    api_key: str | None,
-    max_retries: object,
-    timeout: object,
-    max_response_bytes: object,
-    client: Any,
-) -> tuple[Any, bool]:
-    """The arguments both OpenAI clients share, checked; their SDK client, and whether raf
-    built it (and so closes it).
-
-    A client raf builds is the SDK's own HTTP client and defaults, plus the hook that
-    bounds error replies (:func:`bound_error_reply`); a ``client=`` given is used as is.
-    """
-    import openai
-
-    if not isinstance(model, str) or not model:
-        raise ValueError(f"{name}: model must be a non-empty str, got {model!r}")
-    if type(max_retries) is not int or max_retries < 0:
-        raise ValueError(f"{name}: max_retries must be an int >= 0, got {max_retries!r}")
-    _check_seconds(name, "timeout", timeout)
-    if type(max_response_bytes) is not int or max_response_bytes < 1:
-        raise ValueError(
-            f"{name}: max_response_bytes must be an int >= 1, got {max_response_bytes!r}"
-        )
-    if client is not None:
-        if base_url is not None or api_key is not None:
-            raise ValueError(
-                f"{name}: pass base_url and api_key to the AsyncOpenAI client you give "
-                f"as client=, not to {name}"
-            )
-        return client, False
-    try:
-        http_client = openai.DefaultAsyncHttpxClient(
-            event_hooks={
-                "response": [partial(bound_error_reply, max_response_bytes=max_response_bytes)]
-            }
-        )
-        built = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key, max_retries=max_retries, http_client=http_client
-        )
-    except openai.OpenAIError as exc:
-        raise AuthenticationError(
-            f"{name}({model!r}): cannot build the OpenAI client: {exc}"
-        ) from exc
-    return built, True
-
-
 def _check_seconds(name: str, keyword: str, value: object) -> None:
     if value is not None and (
         isinstance(value, bool)
@@ -165,46 +150,55 @@ def _check_seconds(name: str, keyword: str, value: object) -> None:
         )
 
 
-async def bound_error_reply(response: Any, max_response_bytes: int) -> None:
-    """Read an error reply here, at most ``ERROR_REPLY_MAX`` bytes once decoded.
+#: The most of an error reply (4xx, 5xx) raf lets the SDK read: enough to quote it.
+ERROR_REPLY_MAX: Final = 1024 * 1024
 
-    The SDK reads an error reply whole to quote it; a hostile or broken
-    server could make that gigabytes (a gzip bomb). This hook of the HTTP
-    client raf builds (both OpenAI clients use it) runs first: it reads the
-    raw reply, decodes gzip and deflate itself with a bound, and leaves the
-    SDK the bounded bytes (a longer reply is cut: only its start is quoted).
+
+class BoundedErrors(httpx2.AsyncHTTPTransport):
+    """The SDK's transport, reading an error reply itself, at most ``ERROR_REPLY_MAX``
+    bytes (or ``max_response_bytes``) once decoded.
+
+    The SDK reads an error reply whole to quote it; a hostile or broken server
+    could make that gigabytes (a gzip bomb). The SDK gets a reply of the
+    bounded bytes, already decoded (a longer one is cut: only its start is
+    quoted).
     """
-    import httpx2
 
-    if response.status_code < 400:
-        return
-    cap = min(max_response_bytes, ERROR_REPLY_MAX)
-    raw = await _read_capped(response.aiter_raw(), cap)
-    await response.aclose()
-    coding = response.headers.get("content-encoding", "identity").strip().lower()
-    data = _decode_capped(raw, coding, cap)
-    # The response now replays those bytes, as plain (already decoded) content.
-    response.stream = httpx2.ByteStream(data)
-    response.is_stream_consumed = False
-    response.is_closed = False
-    response.headers.pop("content-encoding", None)
-    response.headers["content-length"] = str(len(data))
+    def __init__(self, max_response_bytes: int) -> None:
+        import openai
 
+        super().__init__(limits=openai.DEFAULT_CONNECTION_LIMITS)
+        self.cap = min(max_response_bytes, ERROR_REPLY_MAX)
 
-async def _read_capped(stream: Any, cap: int) -> bytes:
-    """At most ``cap`` bytes of an async byte stream, read no further than needed."""
-    chunks: list[bytes] = []
-    size = 0
-    async with contextlib.aclosing(stream) as pieces:
-        with anyio.CancelScope() as stop:  # see read_bounded: stop inside the stream
-            async for chunk in pieces:
-                if stop.cancel_called:
-                    continue
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > cap:
-                    stop.cancel()
-    return b"".join(chunks)[:cap]
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        if response.status_code < 400:
+            return response
+        raw = bytearray()
+        try:
+            # Stop by cancelling: raised inside the HTTP stack's next read, it ends each of
+            # its generators (breaking out would leave them to the garbage collector).
+            with anyio.CancelScope() as stop:
+                async for chunk in response.stream:  # type: ignore[union-attr]
+                    if not stop.cancel_called:
+                        raw += chunk
+                        if len(raw) > self.cap:
+                            stop.cancel()
+        finally:
+            await response.aclose()
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        headers = [
+            (key, value)
+            for key, value in response.headers.multi_items()
+            if key.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+        ]
+        return httpx2.Response(
+            response.status_code,
+            headers=headers,
+            content=_decode_capped(bytes(raw[: self.cap]), coding, self.cap),
+            request=request,
+            extensions=response.extensions,
+        )
 
 
 def _decode_capped(raw: bytes, coding: str, cap: int) -> bytes:
@@ -224,23 +218,28 @@ def _decode_capped(raw: bytes, coding: str, cap: int) -> bytes:
 async def post(
     client: openai.AsyncOpenAI,
     path: str,
-    body: bytes,
+    body: dict[str, Any],
     request_options: dict[str, Any],
     where: str,
 ) -> httpx2.Response:
-    """POST ``body`` through the SDK (auth, retries, HTTP errors); the reply, unread.
+    """POST ``body`` as JSON through the SDK (auth, retries, HTTP errors); the reply,
+    unread, so raf reads it under its own size bound.
 
-    ``cast_to=Response`` and ``stream=True``: the SDK hands back the reply before
-    reading it, so raf reads it under its own size bound and parses it itself.
+    The body is encoded here, with ``json.dumps``, not by the SDK's ``create``,
+    whose request transform walks every message (a quarter of a millisecond
+    each). ASCII JSON: a lone surrogate (from a reply) stays a valid escape.
     """
-    import httpx2
     import openai
 
+    try:
+        content = json.dumps(body, separators=(",", ":"), allow_nan=False, default=_not_json)
+    except (TypeError, ValueError) as exc:
+        raise BadRequestError(f"{where}: a request option cannot be sent as JSON: {exc}") from exc
     try:
         response: httpx2.Response = await client.post(  # type: ignore[call-overload]
             path,
             cast_to=httpx2.Response,
-            content=body,
+            content=content.encode(),
             options=request_options,
             stream=True,
         )
@@ -249,54 +248,34 @@ async def post(
     return response
 
 
-async def read_reply(response: httpx2.Response, limit: int, where: str) -> bytes:
-    """The whole decoded body of a reply that is not a stream, at most ``limit`` bytes;
-    the response is closed whatever happens."""
-    import httpx2
+def _not_json(value: object) -> Any:
+    if isinstance(value, Mapping):  # read-only mappings (schemas) are objects too
+        return dict(value)
+    raise TypeError(f"not JSON serialisable: {value!r}")
 
+
+async def read_reply(response: httpx2.Response, limit: int, where: str) -> bytes:
+    """The whole decoded body of a reply that is not a stream, refusing to hold more than
+    ``limit`` bytes; the response is closed whatever happens (bounded and shielded)."""
+
+    chunks: list[bytes] = []
+    size = 0
     try:
-        return await read_bounded(response, limit, where)
+        # httpx decodes a chunk at a time in bounded pieces: a gzip bomb stops here. Stop
+        # by cancelling: raised inside the HTTP stack's next read, it ends each of its
+        # generators (breaking out would leave them to the garbage collector).
+        with anyio.CancelScope() as stop:
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    stop.cancel()
+                elif not stop.cancel_called:
+                    chunks.append(chunk)
     except httpx2.HTTPError as exc:
         raise error_from_http(exc, where) from exc
     finally:
-        await close(response)
-
-
-async def close(response: Any) -> None:
-    """Close a response, bounded and shielded: returning the connection must not hang
-    or be cut, also when the consumer left or the call is being cancelled."""
-    with anyio.move_on_after(5, shield=True):
-        await response.aclose()
-
-
-async def read_bounded(response: Any, limit: int, where: str) -> bytes:
-    """The decoded body of ``response``, refusing to hold more than ``limit`` bytes."""
-    declared = response.headers.get("content-length")
-    encoded = response.headers.get("content-encoding", "identity").strip().lower()
-    # Checked before reading only when it is the decoded size (no content-encoding).
-    if (
-        declared is not None
-        and declared.isdigit()
-        and encoded == "identity"
-        and int(declared) > limit
-    ):
-        raise too_large(where, limit, f"it declares {int(declared)} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    # httpx decompresses a chunk at a time in bounded pieces: a gzip bomb stops here.
-    async with contextlib.aclosing(response.aiter_bytes()) as stream:
-        with anyio.CancelScope() as stop:
-            async for chunk in stream:
-                if stop.cancel_called:
-                    continue  # pieces already decoded before the cancellation lands
-                size += len(chunk)
-                if size > limit:
-                    # Stop by cancelling, which is raised inside httpx's stream at its next
-                    # read and ends each generator of it; closing the outer one from here
-                    # would leave the inner ones to the garbage collector (trio warns).
-                    stop.cancel()
-                    continue
-                chunks.append(chunk)
+        with anyio.move_on_after(5, shield=True):
+            await response.aclose()
     if size > limit:
         raise too_large(where, limit, "it is larger")
     return b"".join(chunks)
@@ -312,7 +291,6 @@ def too_large(where: str, limit: int, detail: str) -> ChatProtocolError:
 
 def error_from_http(exc: Exception, where: str) -> ChatClientError:
     """An error of the HTTP stack while reading a reply, as a raf error."""
-    import httpx2
 
     if isinstance(exc, httpx2.TimeoutException):
         return ChatTimeoutError(f"{where} timed out reading the reply: {exc!r}")
@@ -388,3 +366,49 @@ def _retry_after_date(value: str, now: float | None) -> float | None:
         return None
     current = time.time() if now is None else now
     return min(max(when.timestamp() - current, 0.0), RETRY_AFTER_MAX)
+
+
+# --- What both request bodies share ----------------------------------------------------
+
+#: The ``tool_choice`` values that are words, not a tool's name.
+TOOL_CHOICE_WORDS: Final = frozenset({"auto", "none", "required"})
+#: Extra options that are how the request is sent, not what it says: the SDK's own.
+TRANSPORT_EXTRA: Final = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+
+
+def plain(value: Any) -> Any:
+    """A copy of ``value`` in dicts and lists: schemas may hold read-only mappings and
+    tuples, the wire wants dicts and lists."""
+    return json.loads(json.dumps(value, default=_not_json))
+
+
+def no_call_id(index: int) -> BadRequestError:
+    """The error of a tool message with no ``tool_call_id``, at ``messages[index]``."""
+    return BadRequestError(
+        f"messages[{index}]: a tool message needs a tool_call_id (the id of the call it answers)"
+    )
+
+
+def not_a_message(index: int, message: object) -> BadRequestError:
+    """The error of something else than a :class:`raf.ChatMessage` at ``messages[index]``."""
+    return BadRequestError(f"messages[{index}] must be a ChatMessage, got {type(message).__name__}")
+
+
+def body_extra(where: str, extra: Mapping[str, Any], request_options: dict[str, Any]) -> Any:
+    """``options.extra`` for the body: ``extra_body`` merged in (as the SDK merges it),
+    ``timeout``, ``extra_headers`` and ``extra_query`` moved to the SDK's request options."""
+    keys: dict[str, Any] = {}
+    for key, value in extra.items():
+        if key not in TRANSPORT_EXTRA:
+            keys[key] = value
+        elif key == "timeout":
+            request_options["timeout"] = value
+        elif not isinstance(value, Mapping):
+            raise BadRequestError(
+                f"{where}: extra option {key!r} must be a mapping, got {type(value).__name__}"
+            )
+        elif key == "extra_body":
+            keys.update(value)
+        else:
+            request_options["headers" if key == "extra_headers" else "params"] = dict(value)
+    return keys

@@ -1,18 +1,20 @@
 """Reading a streamed reply, for both OpenAI clients: the bound on each wait on the server,
-and the ``data`` of each server-sent event under a size bound.
-
-Each client words its own errors (a chat completion, a response): it passes them in.
-"""
+and the server-sent events, decoded by the SDK's own decoder, under a size bound."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
+import httpx2
 
-from raf._errors import ChatTimeoutError
+from raf._clients._sdk import SdkClient, error_from_http, post, read_reply, too_large
+from raf._errors import ChatProtocolError, ChatTimeoutError
+
+if TYPE_CHECKING:
+    from openai._streaming import ServerSentEvent
 
 __all__: list[str] = []
 
@@ -65,130 +67,96 @@ class Budget:
         self.left = seconds if self.left is None else min(self.left, seconds)
 
 
-class EventReader:
-    """The ``data`` of each server-sent event of a response, read under a size bound.
+async def open_events(
+    owner: SdkClient, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
+) -> Events:
+    """POST a streamed request for ``owner`` (a client): its events.
 
-    ``too_large()`` is the error past ``limit`` decoded bytes; ``http_error(exc)``
-    the error for an error of the HTTP stack while reading.
+    The request until its reply starts is held to the client's ``timeout``
+    (the SDK's retries included); then each wait on the server to its
+    ``idle_timeout`` (a healthy stream may last any time).
     """
-
-    __slots__ = (
-        "_chunks",
-        "_data",
-        "_done",
-        "_line",
-        "http_error",
-        "limit",
-        "response",
-        "size",
-        "too_large",
+    name = type(owner).__name__
+    start = Budget(
+        owner.timeout,
+        f"{where} did not start streaming within {owner.timeout} s "
+        f"({name}(timeout={owner.timeout}), the SDK's retries included)",
     )
+    response = await start.run(post, owner.client, path, body, request_options, where)
+    idle = Budget(
+        owner.idle_timeout,
+        f"{where}: the stream sent nothing for {owner.idle_timeout} s of waiting "
+        f"({name}(idle_timeout={owner.idle_timeout}))",
+    )
+    return Events(response, owner.max_response_bytes, where, idle)
 
-    def __init__(
-        self,
-        response: Any,
-        limit: int,
-        *,
-        too_large: Callable[[], Exception],
-        http_error: Callable[[Exception], Exception],
-    ) -> None:
+
+class Events:
+    """The server-sent events of ``response`` as the SDK decodes them, each wait on the
+    server held to ``budget``, refusing more than ``limit`` decoded bytes; errors name
+    ``where``."""
+
+    __slots__ = ("_events", "_stop", "budget", "limit", "response", "where")
+
+    def __init__(self, response: Any, limit: int, where: str, budget: Budget) -> None:
+        from openai._streaming import SSEDecoder
+
         self.response = response
         self.limit = limit
-        self.too_large = too_large
-        self.http_error = http_error
-        self.size = 0
-        self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
-        self._done = False
-        # The pieces of the line not finished yet: kept as they came and joined once, when
-        # its newline comes (a growing buffer copied per chunk is quadratic in its length).
-        self._line: list[bytes] = []
-        self._data: list[bytes] = []
+        self.where = where
+        self.budget = budget
+        self._stop = anyio.CancelScope()
+        self._events = SSEDecoder().aiter_bytes(self._bytes())
 
-    async def _next_bytes(self) -> bytes | None:
-        """The next decoded piece of the body; ``None`` at its end."""
-        import httpx2
-
-        try:
-            chunk = await self._chunks.__anext__()
-        except StopAsyncIteration:
-            self._done = True
-            return None
-        except httpx2.HTTPError as exc:
-            self._done = True  # the exception went through the stream's generators
-            raise self.http_error(exc) from exc
-        self.size += len(chunk)
-        if self.size > self.limit:
-            raise self.too_large()
-        return chunk
+    @property
+    def content_type(self) -> str:
+        """The reply's content type (``text/event-stream``, or a server's own idea)."""
+        return str(self.response.headers.get("content-type", ""))
 
     async def read_all(self) -> bytes:
-        """The rest of the body (a reply that is not a stream)."""
-        pieces, self._line = self._line, []
-        while (chunk := await self._next_bytes()) is not None:
-            pieces.append(chunk)
-        return b"".join(pieces)
+        """The whole reply, for a server that answered with no event stream."""
+        return await self.budget.run(read_reply, self.response, self.limit, self.where)
 
-    async def next_events(self) -> list[str] | None:
-        """The data (``data:`` lines joined) of the events that the next read completes,
-        at least one; ``None`` at the end of the body.
-
-        One call per read of the body, not per event: the caller's deadline
-        scope is then paid once for all the events that came together. Linear
-        in the body's length: each chunk is searched for its last newline once,
-        and a line that spans chunks is joined once.
-        """
-        events: list[str] = []
-        while not events:
-            chunk = await self._next_bytes()
-            if chunk is None:
-                if self._line:  # a last line without its newline
-                    self._lines(self._take_line(b""), events)
-                if self._data:  # a last event without its blank line
-                    events.append(self._event())
-                return events or None
-            cut = chunk.rfind(b"\n")
-            if cut < 0:
-                self._line.append(chunk)
+    async def _bytes(self) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in self.response.aiter_bytes():
+            size += len(chunk)
+            if size > self.limit:
+                # Stop by cancelling (see aclose): raised inside the HTTP stack's next read.
+                self._stop.cancel()
                 continue
-            text = self._take_line(chunk[:cut]) if self._line else chunk[:cut]
-            if cut + 1 < len(chunk):
-                self._line.append(chunk[cut + 1 :])
-            self._lines(text, events)
-        return events
+            yield chunk
 
-    def _take_line(self, end: bytes) -> bytes:
-        """The held pieces and ``end``, joined: the held line is then empty."""
-        self._line.append(end)
-        text, self._line = b"".join(self._line), []
-        return text
+    async def next(self) -> ServerSentEvent | None:
+        """The next event; ``None`` at the end of the stream."""
+        return await self.budget.run(self._next)
 
-    def _lines(self, text: bytes, events: list[str]) -> None:
-        """Read whole lines: an empty one ends an event."""
-        for raw in text.split(b"\n"):
-            line = raw[:-1] if raw.endswith(b"\r") else raw
-            if not line:
-                if self._data:
-                    events.append(self._event())
-            elif line.startswith(b"data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(b" ") else value)
-            # Comments (": keep-alive"), "event:", "id:" and "retry:" lines carry no data.
-
-    def _event(self) -> str:
-        data, self._data = b"\n".join(self._data), []
-        return data.decode("utf-8", "replace")
+    async def _next(self) -> ServerSentEvent | None:
+        event: ServerSentEvent | None = None
+        with anyio.CancelScope() as self._stop:
+            try:
+                event = await self._events.__anext__()
+            except StopAsyncIteration:
+                pass
+            except httpx2.HTTPError as exc:
+                raise error_from_http(exc, self.where) from exc
+            except UnicodeDecodeError as exc:
+                raise ChatProtocolError(f"{self.where}: an event is not UTF-8: {exc}") from None
+        if self._stop.cancel_called:  # past the bound, whether or not the stream went on
+            raise too_large(self.where, self.limit, "it is larger")
+        return event
 
     async def aclose(self) -> None:
-        """Stop reading and close the response (call shielded)."""
-        if not self._done:
-            # Stop inside the HTTP stack: a cancellation raised at its next read ends each
-            # of its generators in turn; closing only the outer one from here would leave
-            # the inner ones to the garbage collector (trio warns). Pieces already decoded
-            # come first.
+        """Stop reading and close the response, bounded and shielded: returning the
+        connection must not hang or be cut, also when the consumer left or the call is
+        being cancelled."""
+        # A cancellation raised at the HTTP stack's next read ends each generator of the
+        # chain in turn; closing only the outer one would leave the inner ones to the
+        # garbage collector (trio warns).
+        with anyio.move_on_after(5, shield=True):
             with anyio.CancelScope() as stop:
                 stop.cancel()
                 with contextlib.suppress(Exception):
-                    async for _ in self._chunks:
+                    async for _ in self._events:
                         pass
-            self._done = True
-        await self.response.aclose()
+            await self.response.aclose()

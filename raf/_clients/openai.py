@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from raf._clients._chat_reply import StreamedTurn, call_name, response_from_reply
-from raf._clients._chat_wire import STREAM_TAIL, messages_run, request_body
-from raf._clients._sdk import (
-    DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_TIMEOUT,
-    SdkClient,
-    close,
-    error_from_http,
-    post,
-    read_reply,
-    too_large,
-)
-from raf._clients._sse import DRAIN_GRACE, Budget, EventReader
-from raf._clients._wire import RecentBodies
-from raf._errors import ChatClientError, ChatTimeoutError
+from raf._clients._chat_wire import request_body
+from raf._clients._sdk import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, SdkClient
+from raf._clients._sse import DRAIN_GRACE, open_events
+from raf._errors import ChatClientError
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 
@@ -90,28 +77,17 @@ class OpenAIChatClient(SdkClient):
             client=client,
             idle_timeout=idle_timeout,
         )
-        # The messages and message chunks of the last bodies sent (see request_body).
-        self._bodies = RecentBodies(messages_run)
 
     async def complete(
         self, messages: Sequence[ChatMessage], options: ChatOptions
     ) -> AgentResponse:
         """Send one chat completion request and return the model's turn."""
         model, body, request_options = self.request_body(messages, options)
-        where = call_name(model)
-        with anyio.move_on_after(self.timeout):
-            response = await post(self.client, self._path(model), body, request_options, where)
-            data = await read_reply(response, self.max_response_bytes, where)
-            return response_from_reply(
-                data,
-                response.headers.get("content-type", ""),
-                model,
-                refuse=options.output_schema is not None,
-            )
-        # Only the deadline's own cancellation lands here: any other one propagates.
-        raise ChatTimeoutError(
-            f"{where} did not finish within {self.timeout} s "
-            f"(OpenAIChatClient(timeout={self.timeout}), the SDK's retries included)"
+        data, content_type = await self._call(
+            self._path(model), body, request_options, call_name(model)
+        )
+        return response_from_reply(
+            data, content_type, model, refuse=options.output_schema is not None
         )
 
     async def stream(
@@ -135,53 +111,28 @@ class OpenAIChatClient(SdkClient):
         ``max_response_bytes`` the size of the whole stream. The HTTP
         response is closed whatever ends the stream, ``aclose()`` included.
         """
-        model, body, request_options = request_body(
-            self.model, messages, options, self._bodies, STREAM_TAIL
-        )
+        model, body, request_options = self.request_body(messages, options, stream=True)
         where = call_name(model)
-        # The request until its reply starts: the whole-call deadline, the SDK's retries
-        # included. Then each read: the idle bound (a healthy stream may last any time).
-        start = Budget(
-            self.timeout,
-            f"{where} did not start streaming within {self.timeout} s "
-            f"(OpenAIChatClient(timeout={self.timeout}), the SDK's retries included)",
-        )
-        response = await start.run(
-            post, self.client, self._path(model), body, request_options, where
-        )
-        budget = Budget(
-            self.idle_timeout,
-            f"OpenAI chat completion stream (model {model!r}) sent nothing for "
-            f"{self.idle_timeout} s of waiting (OpenAIChatClient(idle_timeout="
-            f"{self.idle_timeout}))",
-        )
-        reader = EventReader(
-            response,
-            self.max_response_bytes,
-            too_large=partial(too_large, where, self.max_response_bytes, "it is larger"),
-            http_error=partial(error_from_http, where=where),
-        )
+        events = await open_events(self, self._path(model), body, request_options, where)
         try:
-            content_type = response.headers.get("content-type", "")
-            if not content_type.startswith("text/event-stream"):
+            refuse = options.output_schema is not None
+            if not events.content_type.startswith("text/event-stream"):
                 # A server that ignores "stream" answers with one chat completion: its updates.
-                data = await budget.run(reader.read_all)
-                refuse = options.output_schema is not None
-                answer = response_from_reply(data, content_type, model, refuse=refuse)
+                data = await events.read_all()
+                answer = response_from_reply(data, events.content_type, model, refuse=refuse)
                 for update in answer.to_updates():
                     yield update
                 return
-            turn = StreamedTurn(model, refuse=options.output_schema is not None)
+            turn = StreamedTurn(model, refuse=refuse)
             try:
-                while (events := await budget.run(reader.next_events)) is not None:
-                    for event in events:
-                        finished = turn.finished is not None
-                        for update in turn.feed(event):
-                            yield update
-                        if not finished and turn.finished is not None:
-                            # Only the usage follows the finish: it gets a moment, not the
-                            # budget, so a server that keeps the stream open costs no answer.
-                            budget.cap(DRAIN_GRACE)
+                while (event := await events.next()) is not None:
+                    finished = turn.finished is not None
+                    for update in turn.feed(event.data):
+                        yield update
+                    if not finished and turn.finished is not None:
+                        # Only the usage follows the finish: it gets a moment, not the
+                        # budget, so a server that keeps the stream open costs no answer.
+                        events.budget.cap(DRAIN_GRACE)
             except ChatClientError:
                 # Once the model finished, what goes wrong reading past it is no error.
                 if turn.finished is None:
@@ -189,29 +140,28 @@ class OpenAIChatClient(SdkClient):
             for update in turn.finish():
                 yield update
         finally:
-            await close(reader)
+            await events.aclose()
 
     def request_body(
-        self, messages: Sequence[ChatMessage], options: ChatOptions
-    ) -> tuple[str, bytes, dict[str, Any]]:
-        """The model, the JSON body and the SDK request options of one call.
+        self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False
+    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """The model, the body (plain dicts and lists) and the SDK request options of one
+        call.
 
-        The body is built here, not by the SDK's ``create``: its request
-        transform walks every message (a quarter of a millisecond each). Each
-        message's JSON is cached (see :func:`message_json`), and so are the
-        message parts of this client's last few bodies: a turn whose messages
-        extend an earlier call's (the next turn of a conversation, the next
-        call of a tool loop) costs its new messages and one copy.
+        The body is built here and sent as ``json.dumps`` writes it, not by the
+        SDK's ``create``: its request transform walks every message (a quarter
+        of a millisecond each, seconds over a long history).
 
         ``options.extra`` is applied last: ``timeout`` (the SDK's per-attempt
         timeout), ``extra_headers``, ``extra_query`` and ``extra_body`` as the
-        SDK understands them, any other key into the body.
+        SDK understands them, any other key into the body. ``stream`` adds
+        ``"stream": true`` and asks for the usage.
         """
-        return request_body(self.model, messages, options, self._bodies, b"")
+        return request_body(self.model, messages, options, stream=stream)
 
     def _path(self, model: str) -> str:
-        """The request path: Azure's client finds the deployment in a JSON body the
-        SDK encodes, which raf's body is not, so raf names it as the SDK would."""
+        """The request path: Azure's client finds the deployment in the body only when
+        the SDK's ``create`` sends it, so raf names it as the SDK would."""
         import openai
 
         if isinstance(self.client, openai.AsyncAzureOpenAI) and "/deployments" not in str(

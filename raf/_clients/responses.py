@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import collections
-import contextlib
 from collections.abc import AsyncIterator, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, Final
-
-import anyio
 
 from raf._clients._reply import quote
 from raf._clients._responses_reply import (
@@ -17,34 +13,10 @@ from raf._clients._responses_reply import (
     event_json,
     response_from_reply,
 )
-from raf._clients._responses_wire import (
-    ITEMS,
-    CallItems,
-    Turn,
-    assistant_turn,
-    request_body,
-    turn_for,
-)
-from raf._clients._sdk import (
-    DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_TIMEOUT,
-    ERROR_REPLY_MAX,
-    SdkClient,
-    close,
-    error_from_http,
-    post,
-    read_bounded,
-    read_reply,
-)
-from raf._clients._sse import DRAIN_GRACE, Budget, EventReader
-from raf._clients._wire import NO_KEYS, RecentBodies, dumps, utf8
-from raf._errors import (
-    BadRequestError,
-    ChatClientError,
-    ChatConnectionError,
-    ChatProtocolError,
-    ChatTimeoutError,
-)
+from raf._clients._responses_wire import Turn, request_body
+from raf._clients._sdk import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, SdkClient
+from raf._clients._sse import DRAIN_GRACE, open_events
+from raf._errors import ChatClientError, ChatConnectionError, ChatProtocolError
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 
@@ -112,11 +84,6 @@ class OpenAIResponsesClient(SdkClient):
         self.store = store
         # Reasoning to replay, by the first call id of the turn it came with (oldest first).
         self._turns: collections.OrderedDict[str, Turn] = collections.OrderedDict()
-        # The JSON of the assistant turn each remembered turn was last replayed into, by the
-        # same key, with the message and the turn it was written from.
-        self._replayed: dict[str, tuple[ChatMessage, Turn, bytes]] = {}
-        # The input parts of the last bodies sent, to extend (see request_body).
-        self._bodies = RecentBodies(self._input_run)
 
     # --- complete -----------------------------------------------------------------------
 
@@ -125,22 +92,12 @@ class OpenAIResponsesClient(SdkClient):
     ) -> AgentResponse:
         """Send one Responses API request and return the model's turn."""
         model, body, request_options = self.request_body(messages, options)
-        where = call_name(model)
-        with anyio.move_on_after(self.timeout):
-            response = await post(self.client, "/responses", body, request_options, where)
-            data = await read_reply(response, self.max_response_bytes, where)
-            answer, turn = response_from_reply(
-                data,
-                response.headers.get("content-type", ""),
-                model,
-                refuse=options.output_schema is not None,
-            )
-            self._remember(turn)
-            return answer
-        raise ChatTimeoutError(
-            f"{where} did not finish within {self.timeout} s "
-            f"(OpenAIResponsesClient(timeout={self.timeout}), the SDK's retries included)"
+        data, content_type = await self._call("/responses", body, request_options, call_name(model))
+        answer, turn = response_from_reply(
+            data, content_type, model, refuse=options.output_schema is not None
         )
+        self._remember(turn)
+        return answer
 
     # --- stream -------------------------------------------------------------------------
 
@@ -158,57 +115,30 @@ class OpenAIResponsesClient(SdkClient):
         """
         model, body, request_options = self.request_body(messages, options, stream=True)
         where = call_name(model)
-        # The request until its reply starts: the whole-call deadline, the SDK's retries
-        # included. Then each read: the idle bound (a healthy stream may last any time).
-        start = Budget(
-            self.timeout,
-            f"{where} did not start streaming within {self.timeout} s "
-            f"(OpenAIResponsesClient(timeout={self.timeout}), the SDK's retries included)",
-        )
-        response = await start.run(post, self.client, "/responses", body, request_options, where)
-        budget = Budget(
-            self.idle_timeout,
-            f"{where}: the stream sent nothing for {self.idle_timeout} s of waiting "
-            f"(OpenAIResponsesClient(idle_timeout={self.idle_timeout}))",
-        )
-        limit = self.max_response_bytes
-        reader = EventReader(
-            response,
-            limit,
-            too_large=lambda: ChatProtocolError(
-                f"{where}: the event stream is larger than "
-                f"max_response_bytes={limit}; raf stopped reading it"
-            ),
-            http_error=partial(error_from_http, where=where),
-        )
+        events = await open_events(self, "/responses", body, request_options, where)
         try:
-            content_type = response.headers.get("content-type", "")
+            content_type = events.content_type
             if not content_type.startswith("text/event-stream"):
-                reply = await read_bounded(response, ERROR_REPLY_MAX, where)
                 raise ChatProtocolError(
                     f"{where}: a streamed request was answered with "
-                    f"{content_type or 'no content-type'}, not an event stream: {quote(reply)}"
+                    f"{content_type or 'no content-type'}, not an event stream: "
+                    f"{quote(await events.read_all())}"
                 )
             state = StreamState(model, refuse=options.output_schema is not None)
             try:
-                while (events := await budget.run(reader.next_events)) is not None:
-                    if state.done:
+                while (event := await events.next()) is not None:
+                    if state.done or event.data.strip() == "[DONE]":
                         continue  # read to the end: the connection can then be reused
-                    for data in events:
-                        if data.strip() == "[DONE]":
-                            continue
-                        updates = state.feed(event_json(data, model))
-                        # Remembered before the updates go out: a consumer may leave after them.
-                        self._remember(state.turn)
-                        state.turn = None
-                        if state.done:
-                            # What follows the answer gets a moment, not the budget: a server
-                            # that keeps the stream open must not turn an answer into a timeout.
-                            budget.cap(DRAIN_GRACE)
-                        for update in updates:
-                            yield update
-                        if state.done:
-                            break
+                    updates = state.feed(event_json(event.data, model))
+                    # Remembered before the updates go out: a consumer may leave after them.
+                    self._remember(state.turn)
+                    state.turn = None
+                    if state.done:
+                        # What follows the answer gets a moment, not the budget: a server
+                        # that keeps the stream open must not turn an answer into a timeout.
+                        events.budget.cap(DRAIN_GRACE)
+                    for update in updates:
+                        yield update
             except ChatClientError:
                 # Once the answer is complete, what goes wrong reading past it is no error.
                 if not state.done:
@@ -218,71 +148,24 @@ class OpenAIResponsesClient(SdkClient):
                     f"{where}: the event stream ended before response.completed"
                 )
         finally:
-            await close(reader)
+            await events.aclose()
 
     # --- the request --------------------------------------------------------------------
 
     def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False
-    ) -> tuple[str, bytes, dict[str, Any]]:
-        """The model, the JSON body and the SDK request options of one call.
-
-        The body is the bytes ``responses.create`` would send, its keys in the
-        SDK's order, built as :meth:`raf.OpenAIChatClient.request_body` builds
-        its own: each message's input items are cached (see :func:`input_json`),
-        and so are the input parts of this client's last few bodies, so a turn
-        whose messages extend an earlier call's costs its new messages and one
-        copy. ``stream`` adds ``"stream": true``.
+    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """The model, the body (plain dicts and lists) and the SDK request options of one
+        call, built and sent as :meth:`raf.OpenAIChatClient.request_body` says, with the
+        reasoning this client remembers replayed into its turns. ``stream`` adds
+        ``"stream": true``.
 
         ``options.extra`` is applied last, as with :class:`raf.OpenAIChatClient`:
         ``timeout``, ``extra_headers``, ``extra_query`` and ``extra_body`` as the
         SDK understands them, any other key into the body; an ``include`` list
         is added to raf's own.
         """
-        return request_body(self.model, self.store, messages, options, self._bodies, stream=stream)
-
-    def _input_run(
-        self, messages: tuple[ChatMessage, ...], start: int
-    ) -> tuple[bytes, frozenset[str]]:
-        """The input items of a run of messages (``messages[start:]`` of a call) as JSON,
-        and the turns' keys it depends on (the first call id of each assistant turn with
-        tool calls, whether or not reasoning is replayed into it: see :meth:`_remember`).
-
-        Each message's items are cached by identity (see :func:`input_json`); an
-        assistant turn whose reasoning this client replays is written from the turn,
-        and kept by the turn's key until the turn changes.
-        """
-        found = ITEMS.many(messages, start)
-        types = list(map(type, found))  # one C loop: the assistant turns with calls stand out
-        if CallItems not in types:
-            return b",".join(found), NO_KEYS
-        keys: set[str] = set()
-        index = -1
-        with contextlib.suppress(ValueError):  # no assistant turn with calls left
-            while True:
-                index = types.index(CallItems, index + 1)
-                message = messages[index]
-                key = message.tool_calls[0].id
-                keys.add(key)
-                turn = turn_for(message, self._turns)
-                if turn is not None:
-                    found[index] = self._replay(key, message, turn)
-        return b",".join(found), frozenset(keys)
-
-    def _replay(self, key: str, message: ChatMessage, turn: Turn) -> bytes:
-        """The items of ``message`` with the reasoning of ``turn`` replayed, as JSON."""
-        kept = self._replayed.get(key)
-        if kept is not None and kept[0] is message and kept[1] is turn:
-            return kept[2]
-        try:
-            text = ",".join(map(dumps, assistant_turn(message, self._turns)))
-        except (TypeError, ValueError) as exc:
-            raise BadRequestError(
-                f"OpenAIResponsesClient: a request option cannot be sent as JSON: {exc}"
-            ) from exc
-        data = utf8(text)
-        self._replayed[key] = (message, turn, data)
-        return data
+        return request_body(self.model, self.store, messages, options, self._turns, stream=stream)
 
     def _remember(self, turn: Turn | None) -> None:
         if turn is None or not turn.call_ids:
@@ -290,14 +173,8 @@ class OpenAIResponsesClient(SdkClient):
         key = turn.call_ids[0]
         self._turns[key] = turn
         self._turns.move_to_end(key)
-        self._changed(key)
         while len(self._turns) > _TURNS_KEPT:
-            self._changed(self._turns.popitem(last=False)[0])
-
-    def _changed(self, key: str) -> None:
-        """What ``key`` names changed: the JSON written with it is stale."""
-        self._replayed.pop(key, None)
-        self._bodies.forget(key)
+            self._turns.popitem(last=False)
 
     def __repr__(self) -> str:
         return (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import socket
 import subprocess
@@ -17,7 +16,7 @@ import anyio
 import openai
 import pytest
 import structlog
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raf import (
@@ -42,10 +41,8 @@ from raf import (
     Usage,
     tool,
 )
-from raf._clients import _responses_wire as responses_wire
 from raf._clients import responses as responses_module
-from raf._clients._responses_wire import input_items, input_json, tool_to_wire
-from raf._clients._wire import dumps as _dumps
+from raf._clients._responses_wire import input_items, tool_to_wire
 from tests._harness.openai_server import HISTORY_EDITS, edit_history
 from tests._harness.responses_server import Answer, ResponsesServer, events_of, response_body
 
@@ -305,7 +302,7 @@ async def test_the_body_is_what_the_sdks_create_would_send(server: ResponsesServ
         server.answer()
     async with client_for(server) as model:
         await model.complete(history, options)
-        await model.complete(history, options)  # the second body is built from the cache
+        await model.complete(history, options)
         for stream in (None, True):
             await model.client.responses.create(  # type: ignore[call-overload]
                 model="test-model",
@@ -323,16 +320,15 @@ async def test_the_body_is_what_the_sdks_create_would_send(server: ResponsesServ
             )
         _, streamed, _ = model.request_body(history, options, stream=True)
     ours, again, sdks, sdk_streamed = server.requests
-    assert ours.raw == again.raw == sdks.raw  # the same bytes, not only the same JSON
-    assert streamed == sdk_streamed.raw
+    assert ours.body == again.body == sdks.body
+    assert streamed == sdk_streamed.body
     assert ours.path == sdks.path
 
 
-# --- The body cache -------------------------------------------------------------------------
+# --- The body over a changing conversation ----------------------------------------------
 
-# Text with no lone surrogate: the SDK cannot send one (raf sends its JSON escape).
+# Text with no lone surrogate: the SDK cannot send one.
 sdk_text = st.text(st.characters(categories=["L", "N", "P", "S", "Z", "Cc"]), max_size=6)
-any_text = st.text(st.characters(categories=["L", "N", "P", "S", "Z", "C", "Cs"]), max_size=6)
 
 
 def messages_of(text: st.SearchStrategy[str]) -> st.SearchStrategy[ChatMessage]:
@@ -346,27 +342,14 @@ def messages_of(text: st.SearchStrategy[str]) -> st.SearchStrategy[ChatMessage]:
     )
 
 
-def uncached_body(model: OpenAIResponsesClient, messages: list[ChatMessage]) -> bytes:
-    """The body with no cache at all: :func:`input_items` and a generic JSON encoder, in
-    the SDK's order of keys."""
-    body = {
+def expected_body(model: OpenAIResponsesClient, messages: list[ChatMessage]) -> dict[str, Any]:
+    """The body of a plain call: :func:`input_items` with the client's reasoning."""
+    return {
         "model": model.model,
         "include": ["reasoning.encrypted_content"],
         "input": input_items(messages, model._turns),
         "store": False,
     }
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8", "backslashreplace"
-    )
-
-
-@settings(max_examples=300, deadline=None)
-@given(messages_of(any_text))
-@example(ChatMessage.user('lone \ud800 \x00 \u2028 "q" \\', name="\udcff"))
-@example(ChatMessage.assistant("\ud800", tool_calls=[ToolCall("\ud800", "n", '{"a": "\\u00e9"}')]))
-def test_the_written_out_items_equal_the_generic_encoding(message: ChatMessage) -> None:
-    generic = ",".join(_dumps(item) for item in input_items([message]))
-    assert input_json(message) == generic.encode("utf-8", "backslashreplace")
 
 
 # Steps of a random conversation as the client sees it: what changes between two calls.
@@ -386,7 +369,7 @@ call_steps = st.lists(
 )
 @given(call_steps, st.lists(messages_of(sdk_text), min_size=1, max_size=5))
 @pytest.mark.slow
-async def test_cached_bodies_are_the_uncached_bytes_and_the_sdks(
+async def test_bodies_over_a_changing_conversation_are_the_sdks(
     server: ResponsesServer, steps: list[str], pool: list[ChatMessage]
 ) -> None:
     messages: list[ChatMessage] = [ChatMessage.system("rules"), *pool]
@@ -403,10 +386,10 @@ async def test_cached_bodies_are_the_uncached_bytes_and_the_sdks(
             if not step.startswith("call"):
                 server.answer()
             sent = tuple(messages) if n % 2 else list(messages)
-            expected = uncached_body(model, messages)
+            expected = expected_body(model, messages)
             items = input_items(messages, model._turns)
             response = await model.complete(sent, ChatOptions())
-            assert server.requests[-1].raw == expected
+            assert server.requests[-1].body == expected
             server.answer()
             await model.client.responses.create(
                 model="test-model",
@@ -414,41 +397,12 @@ async def test_cached_bodies_are_the_uncached_bytes_and_the_sdks(
                 store=False,
                 include=["reasoning.encrypted_content"],
             )
-            assert server.requests[-1].raw == expected
+            assert server.requests[-1].body == expected
             messages.append(response.messages[0])
             messages += [ChatMessage.tool(c.id, "5") for c in response.messages[0].tool_calls]
 
 
-def test_a_second_turn_encodes_only_its_new_messages() -> None:
-    model = OpenAIResponsesClient("m", api_key="k")
-    history = [ChatMessage.system("rules")]
-    for n in range(500):
-        call = ToolCall(f"call_{n}", "add", "{}")
-        history += [
-            ChatMessage.user(f"q{n}"),
-            ChatMessage.assistant(None, tool_calls=[call]),
-            ChatMessage.tool(call.id, "5"),
-            ChatMessage.assistant(f"a{n}"),
-        ]
-    held = len(responses_wire.ITEMS.held)
-    model.request_body(history, ChatOptions())
-    assert len(responses_wire.ITEMS.held) - held == len(history)  # the first turn: all
-    first = model._bodies.recent[-1]
-    turn = [*history, ChatMessage.assistant("a"), ChatMessage.user("q")]
-    model.request_body(turn, ChatOptions())
-    assert len(responses_wire.ITEMS.held) - held == len(turn)  # the second: 2 more
-    second = model._bodies.recent[-1]
-    assert second.ends == (1, len(history), len(turn))
-    assert second.chunks[1] is first.chunks[1]  # the history's JSON, shared, not re-encoded
-    # A history decoded anew (equal messages, new objects) is not encoded again either;
-    # only its leading system message, a chunk of its own, is.
-    decoded = [ChatMessage.from_dict(m.to_dict()) for m in turn]
-    _, body, _ = model.request_body(decoded, ChatOptions())
-    assert len(responses_wire.ITEMS.held) - held == len(turn) + 1
-    assert body == uncached_body(model, decoded)
-
-
-async def test_replayed_reasoning_is_encoded_once_and_again_when_its_turn_changes(
+async def test_replayed_reasoning_follows_its_turn_when_a_later_reply_takes_its_key(
     server: ResponsesServer,
 ) -> None:
     server.answer(text=None, calls=[("c1", "add", "{}")], reasoning="rs_1")
@@ -463,42 +417,18 @@ async def test_replayed_reasoning_is_encoded_once_and_again_when_its_turn_change
         for _ in range(2):
             history.append(ChatMessage.user("again"))
             await model.complete(history, ChatOptions())
-            assert server.requests[-1].raw == uncached_body(model, history)
-        replayed = model._replayed["c1"][2]
-        assert b"rs_1" in replayed
-        # A second turn: the same bytes of the replayed turn, not encoded again.
+            assert server.requests[-1].body == expected_body(model, history)
+            assert b"rs_1" in server.requests[-1].raw
         history.append(ChatMessage.user("more"))
         await model.complete(history, ChatOptions())
-        assert model._replayed["c1"][2] is replayed
-        # A later reply takes the key c1 (ids repeat): the earlier turn gets its reasoning
-        # now, as the uncached body does, not the bytes kept from before.
+        # A later reply takes the key c1 (ids repeat): the earlier turn gets the reasoning
+        # of the later one's calls only if they are its own.
         other = await model.complete([ChatMessage.user("other")], ChatOptions())
         assert other.messages[0].tool_calls[0].id == "c1"
         history.append(ChatMessage.user("last"))
         await model.complete(history, ChatOptions())
-    assert server.requests[-1].raw == uncached_body(model, history)
+    assert server.requests[-1].body == expected_body(model, history)
     assert b"rs_1" not in server.requests[-1].raw  # the calls differ now: nothing to replay
-
-
-def test_the_caches_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    items = responses_wire.ITEMS
-    monkeypatch.setattr(items, "max_bytes", 1000)
-    messages = [ChatMessage.user(f"message number {n}") for n in range(200)]
-    model = OpenAIResponsesClient("m", api_key="k")
-    _, body, _ = model.request_body(messages, ChatOptions())
-    assert id(messages[0]) not in items.json
-    assert id(messages[-1]) in items.json
-    assert items.size <= 1000
-    assert sum(size for _, _, size in items.held) == items.size
-    assert body == uncached_body(model, messages)
-    # The bodies kept: a few, each of a bounded number of chunks.
-    history = [ChatMessage.system("rules")]
-    for turn in range(150):
-        history += [ChatMessage.user(f"q{turn}"), ChatMessage.assistant(f"a{turn}")]
-        _, body, _ = model.request_body(history, ChatOptions())
-        assert body == uncached_body(model, history)
-        assert len(model._bodies.recent[-1].chunks) <= 65
-    assert len(model._bodies.recent) <= 4
 
 
 async def test_replayed_turns_are_kept_no_longer_than_their_turns(
@@ -509,15 +439,15 @@ async def test_replayed_turns_are_kept_no_longer_than_their_turns(
     async with client_for(server) as model:
         for n in range(5):
             server.answer(text=None, calls=[(f"c{n}", "add", "{}")], reasoning=f"rs_{n}")
-            expected = uncached_body(model, history)
+            expected = expected_body(model, history)
             reply = (await model.complete(history, ChatOptions())).messages[0]
-            assert server.requests[-1].raw == expected
+            assert server.requests[-1].body == expected
             history += [reply, ChatMessage.tool(f"c{n}", "5")]
         server.answer()
-        expected = uncached_body(model, history)
+        expected = expected_body(model, history)
         await model.complete(history, ChatOptions())
-    assert server.requests[-1].raw == expected
-    assert list(model._replayed) == list(model._turns) == ["c3", "c4"]
+    assert server.requests[-1].body == expected
+    assert list(model._turns) == ["c3", "c4"]
 
 
 async def test_bad_input_is_refused_before_sending(server: ResponsesServer) -> None:
