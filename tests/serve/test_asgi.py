@@ -140,6 +140,17 @@ async def test_a_disconnect_is_an_early_close_with_the_partial_answer_stored(
     assert journal.seen[-1] == ("NoneType", "")
 
 
+async def test_a_disconnect_after_the_whole_answer_leaves_the_run_completed(
+    anyio_backend: str,
+) -> None:
+    """The client leaves once the run is done: nothing is closed, the run completed."""
+    journal = Journal()
+    app = raf.serve.app(raf.Agent(WordModel(), name=MODEL, stack=[journal]))
+    done = await Exchange()(app, "/v1/chat/completions", streamed("hi there"))
+    assert done.events()[-1] == "[DONE]"
+    assert journal.seen == [("NoneType", "")]
+
+
 async def test_a_hung_post_stage_after_a_disconnect_is_bounded_by_post_timeout(
     anyio_backend: str,
 ) -> None:
