@@ -36,7 +36,6 @@ from raf import (
     parallel,
     tool,
 )
-from raf._onion.compose import post_stage_of
 
 pytestmark = pytest.mark.anyio
 
@@ -557,12 +556,15 @@ async def test_the_copy_keeps_the_agent_and_the_original_is_untouched(tracing: T
     assert traced.stack == agent.stack
     history, traced_clock, group = traced.stack
     assert history.name == agent.stack[0].name
-    assert post_stage_of(traced_clock) is None
     assert traced_clock.name == "Clock"
     assert traced_clock.kind == "clock"
-    assert post_stage_of(group.members[0]) is not None
+    assert group.members[0] is notes
     session = InMemorySession()
     assert (await traced.run("hi", session=session)).text == "hi"
+    # The clock has no post stage, so no span for one; the group member's post stage is traced.
+    assert tracing.named("on_invoking Clock")
+    assert tracing.named("on_invoked Clock") == []
+    assert len(tracing.named("on_invoked notes")) == 1
     assert len(await session.get_messages()) == 2  # the history provider still works
     with pytest.raises(ValueError, match="already instrumented"):
         raf.otel.instrument(traced)

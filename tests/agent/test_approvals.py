@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import anyio
@@ -24,7 +25,6 @@ from raf import (
     Update,
     check_tool_pairing,
 )
-from raf._agent.approvals import DENIED, INTERRUPTED, SUPERSEDED, approval_token
 
 pytestmark = pytest.mark.anyio
 
@@ -54,6 +54,12 @@ class Tools:
         self.delete, self.listing = delete, listing
 
 
+# What the model reads for a call that did not run (docs/approvals.md): the text is the behaviour.
+DENIED = "The user did not approve this call; it was not run."
+SUPERSEDED = "The user did not approve this call (they sent a new message instead); it was not run."
+INTERRUPTED = "This call was interrupted before its result was stored; it may or may not have run."
+
+
 def delete_call(path: str, call_id: str | None = None) -> ToolCall:
     return ToolCall(call_id or f"call_{path}", "delete", json.dumps({"path": path}))
 
@@ -62,6 +68,13 @@ def agent_for(script: list[Any], tools: Tools, **kwargs: Any) -> Agent:
     return Agent(
         ScriptedChatClient(script), tools=[tools.delete, tools.listing], history=True, **kwargs
     )
+
+
+async def token_of(call: ToolCall, session_id: str) -> str:
+    """The token a paused run gives ``call`` in a fresh session ``session_id``."""
+    agent = agent_for([ScriptedChatClient.tool_turn(call), "done"], Tools())
+    (pending,) = (await agent.run("clean up", session=InMemorySession(session_id))).pending
+    return pending.token
 
 
 async def paused(
@@ -170,7 +183,10 @@ async def test_the_run_stops_before_an_approval_call_and_the_rest_of_the_turn_ru
     assert tools.deleted == []
     assert tools.listed == 1
     (pending,) = response.pending
-    assert pending == PendingCall(delete_call("a"), approval_token("s", delete_call("a")))
+    assert pending.call == delete_call("a")
+    assert re.fullmatch("[0-9a-f]{64}", pending.token)  # a SHA-256 (docs/approvals.md)
+    # The same call in a session of the same id gets the same token (any process, any run).
+    assert await token_of(delete_call("a"), "s") == pending.token
     assert len(agent.chat_client.requests) == 1  # type: ignore[attr-defined]
     stored = await session.get_messages()
     assert [m.role for m in stored] == ["user", "assistant", "tool"]
@@ -292,12 +308,9 @@ async def test_a_token_that_matches_nothing_raises_before_any_model_call_or_tool
     tools, session = Tools(), InMemorySession("mine")
     agent, response = await paused(tools, session, "a")
     calls = len(agent.chat_client.requests)  # type: ignore[attr-defined]
-    other_session = approval_token("yours", delete_call("a"))
-    changed = approval_token(
-        "mine",
-        delete_call("/"),
-    )
-    changed_id = approval_token("mine", delete_call("a", "call_other"))
+    other_session = await token_of(delete_call("a"), "yours")
+    changed = await token_of(delete_call("/"), "mine")
+    changed_id = await token_of(delete_call("a", "call_other"), "mine")
     for token in ("unknown", other_session, changed, changed_id):
         with pytest.raises(ApprovalError) as caught:
             await agent.run(Decision(token, approve=True), session=session)

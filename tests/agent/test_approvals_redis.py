@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import uuid
@@ -20,7 +21,6 @@ from raf import (
     SessionStoreError,
     ToolCall,
 )
-from raf._agent.approvals import approval_token
 from tests._harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -40,8 +40,15 @@ async def admin(redis_server: RedisServer) -> AsyncIterator[coredis.Redis[bytes]
 
 
 def _pending(session_id: str, path: str = "a") -> PendingCall:
+    """A pending call as the store is given it: the store keeps the token, never derives it.
+
+    The token follows the rule of docs/approvals.md (the SHA-256 of the session id, the call
+    id, the tool name and the canonical arguments); only its being unique matters here.
+    """
     call = ToolCall("call_1", "delete", json.dumps({"path": path}))
-    return PendingCall(call, approval_token(session_id, call))
+    arguments = json.dumps(call.parsed_arguments, sort_keys=True, separators=(",", ":"))
+    fields = json.dumps([session_id, call.id, call.name, arguments], separators=(",", ":"))
+    return PendingCall(call, hashlib.sha256(fields.encode()).hexdigest())
 
 
 async def test_record_and_claim_put_the_ttl_on_every_key(

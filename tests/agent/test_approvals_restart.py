@@ -18,8 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from raf import check_tool_pairing
-from raf._sessions.stores import open_store
+from raf import RedisSessionStore, SqliteSessionStore, check_tool_pairing
 from tests._harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
@@ -64,7 +63,11 @@ def _output(process: subprocess.Popen[str]) -> Any:
 
 def _stored(db: str, session_id: str) -> tuple[Any, Any]:
     async def read() -> tuple[Any, Any]:
-        store = await open_store(db)
+        store: SqliteSessionStore | RedisSessionStore
+        if db.startswith("redis://"):
+            store = await RedisSessionStore(db).open()
+        else:
+            store = SqliteSessionStore(db)
         try:
             session = await store.get(session_id)
             return await session.get_messages(), ((), await session.list_pending())

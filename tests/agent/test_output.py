@@ -20,6 +20,7 @@ from raf import (
     AgentResponse,
     AgentRunOptions,
     BadRequestError,
+    ChatMessage,
     ChatOptions,
     ChatRequest,
     ContextProvider,
@@ -28,15 +29,15 @@ from raf import (
     HistoryProvider,
     InMemorySession,
     Invocation,
+    OpenAIChatClient,
     OutputRefusedError,
     OutputValidationError,
     ScriptedChatClient,
     ToolCall,
     tool,
 )
-from raf._agent.output import output_spec
-from raf._values.schema import strict_schema
 from raf.testing import strategies as rs
+from tests._harness.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.anyio
 
@@ -63,7 +64,8 @@ async def test_a_scripted_client_ignores_the_schema_and_the_run_validates() -> N
     response = await Agent(client).run("pack", output_type=Box)
     assert response.output == Box([Item(name="tea")], "a")
     (call,) = client.requests
-    assert call.options.output_schema == output_spec(Box).schema
+    # An object type's schema is pydantic's JSON Schema of it (docs/structured-output.md).
+    assert call.options.output_schema == pydantic.TypeAdapter(Box).json_schema()
     assert call.options.output_schema["title"] == "Box"
 
 
@@ -187,7 +189,13 @@ async def test_options_can_ask_for_the_type_themselves() -> None:
     client = ScriptedChatClient(['{"value": 2}', "plain"])
     response = await Agent(client).run("x", options=options)
     assert response.output == 2
-    assert client.requests[0].options.output_schema == output_spec(int).schema
+    # A plain type is asked for wrapped in an object with one key, value.
+    assert client.requests[0].options.output_schema == {
+        "properties": {"value": {"title": "Value", "type": "integer"}},
+        "required": ["value"],
+        "title": "int",
+        "type": "object",
+    }
     await Agent(client).run("x", options=attrs.evolve(options, output_type=None))
     assert client.requests[1].options.output_schema is None
     assert ChatOptions().output_schema is None
@@ -243,10 +251,28 @@ async def test_a_streamed_retry_streams_both_answers() -> None:
 # --- The strict schema --------------------------------------------------------------------
 
 
-def test_strict_schema_requires_every_property_and_forbids_others_recursively() -> None:
-    schema = output_spec(Box).schema
-    strict = strict_schema(schema)
-    assert strict_schema(schema) is strict  # made once per schema
+async def strict_schema_sent(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema an OpenAIChatClient sends, strict, when a call asks for ``schema``."""
+    server = OpenAIServer()
+    try:
+        server.answer(content="{}")
+        async with OpenAIChatClient(
+            "m", base_url=server.base_url, api_key="k", max_retries=0
+        ) as model:
+            await model.complete([ChatMessage.user("x")], ChatOptions(output_schema=schema))
+        (request,) = server.requests
+        sent: dict[str, Any] = request.body["response_format"]["json_schema"]["schema"]
+        return sent
+    finally:
+        server.close()
+
+
+async def test_strict_schema_requires_every_property_and_forbids_others_recursively(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    schema = pydantic.TypeAdapter(Box).json_schema()
+    strict = await strict_schema_sent(schema)
     assert strict["required"] == ["items", "label", "size"]
     assert strict["additionalProperties"] is False
     assert strict["properties"]["size"] == {
@@ -259,11 +285,14 @@ def test_strict_schema_requires_every_property_and_forbids_others_recursively() 
     assert schema["required"] == ["items"]  # the original is left as it was
 
 
-def test_strict_schema_turns_one_of_into_any_of_and_refuses_free_keys() -> None:
-    strict = strict_schema({"oneOf": [{"type": "integer"}, {"type": "string"}]})
+async def test_strict_schema_turns_one_of_into_any_of_and_refuses_free_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    strict = await strict_schema_sent({"oneOf": [{"type": "integer"}, {"type": "string"}]})
     assert strict == {"anyOf": [{"type": "integer"}, {"type": "string"}]}
     with pytest.raises(BadRequestError, match="#/properties/tags"):
-        strict_schema(
+        await strict_schema_sent(
             {
                 "type": "object",
                 "properties": {
@@ -294,4 +323,6 @@ def test_outputs_of_plain_types_and_typed_dicts(
     assert all(isinstance(item, Item) for item in items)
     assert isinstance(point["x"], int)
     assert number is None or isinstance(number, int)
-    assert output_spec(list[Item]).validate(rs.output_json(items, list[Item])) == items
+    client = ScriptedChatClient([rs.output_json(items, list[Item])])
+    response = anyio.run(lambda: Agent(client).run("x", output_type=list[Item]))
+    assert response.output == items

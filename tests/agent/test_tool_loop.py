@@ -30,9 +30,11 @@ from raf import (
     Usage,
     tool,
 )
-from raf._agent.tool_loop import MAX_ARGUMENT_DEPTH, _deeper_than
 
 pytestmark = pytest.mark.anyio
+
+#: How deep a tool call's arguments may nest (docs/tools.md: "nested deeper than 64 levels").
+MAX_ARGUMENT_DEPTH = 64
 
 turn = ScriptedChatClient.tool_turn
 
@@ -553,6 +555,9 @@ async def test_arguments_nested_within_the_limit_are_fine() -> None:
     arguments = '{"x": ' + _nested(MAX_ARGUMENT_DEPTH - 1) + "}"
     told = await _told(ToolCall("c1", "tree", arguments), tree)
     assert told.startswith('{"got": {"x": [[[')
+    one_more = '{"x": ' + _nested(MAX_ARGUMENT_DEPTH) + "}"
+    told = await _told(ToolCall("c1", "tree", one_more), tree)
+    assert told == "Error: the arguments of 'tree' are not valid: nested deeper than 64 levels"
 
 
 async def test_a_result_nested_too_deeply_is_told_as_an_error_not_raised() -> None:
@@ -634,10 +639,24 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@tool
+def take_anything(x: Any = None) -> str:
+    """Takes anything."""
+    return "taken"
+
+
+@settings(max_examples=100, deadline=None)
 @given(json_values, st.integers(0, 8))
 def test_the_depth_limit_agrees_with_the_recursive_definition(value: Any, limit: int) -> None:
-    assert _deeper_than(value, limit) == (_depth(value) > limit)
+    """Arguments ``{"x": [[...value...]]}`` padded so they pass iff ``value`` nests <= limit."""
+    padded = value
+    for _ in range(MAX_ARGUMENT_DEPTH - 1 - limit):
+        padded = [padded]
+    call = ToolCall("c1", "take_anything", json.dumps({"x": padded}))
+    told = anyio.run(_told, call, take_anything)
+    assert (told != "taken") == (_depth(value) > limit)
+    if told != "taken":
+        assert "nested deeper than 64 levels" in told
 
 
 class Unprintable(Exception):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from raf._cli import EXIT_INTERRUPTED, EXIT_MODEL, EXIT_RUN_FAILED, EXIT_USAGE, main
+from tests._harness.cli import run_raf
 from tests._harness.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,16 +93,14 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def test_a_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(["run", "--no-such-option"])
-    assert exited.value.code == EXIT_USAGE == 2
+    assert run_raf(["run", "--no-such-option"]) == 2
     assert "usage: raf run" in capsys.readouterr().err
 
 
 def test_a_config_error_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "agent.toml"
     path.write_text("[model]\nclient = 'no such client'\n")
-    assert main(["run", str(path), "hi"]) == EXIT_USAGE
+    assert run_raf(["run", str(path), "hi"]) == 2
     assert capsys.readouterr().err.startswith(f"raf: {path}")
 
 
@@ -117,7 +115,7 @@ def test_a_failed_model_exits_3(
             f"[model]\nclient = 'openai'\nmodel = 'm'\nbase_url = '{server.base_url}'\n"
             "api_key_env = 'RAF_TEST_KEY'\n"
         )
-        assert main(["run", str(config(tmp_path, model=model)), "hi"]) == EXIT_MODEL == 3
+        assert run_raf(["run", str(config(tmp_path, model=model)), "hi"]) == 3
     finally:
         server.close()
     out, err = capsys.readouterr()
@@ -130,7 +128,7 @@ def test_a_failed_model_exits_3(
 def test_a_provider_that_fails_the_run_exits_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["run", str(config(tmp_path, "broken")), "hi"]) == EXIT_RUN_FAILED == 1
+    assert run_raf(["run", str(config(tmp_path, "broken")), "hi"]) == 1
     assert "broken on purpose" in capsys.readouterr().err
 
 
@@ -159,7 +157,7 @@ def test_an_interrupted_run_exits_130_after_its_post_stages(tmp_path: Path) -> N
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode == EXIT_INTERRUPTED == 130, err
+    assert process.returncode == 130, err
     assert "Traceback" not in err
     # The post stage ran, with the cancellation, before the command exited.
     assert (tmp_path / "ended").read_text() == "CancelledError"
@@ -175,7 +173,7 @@ def test_piped_stderr_gets_every_log_event_and_stdout_only_the_answer(
     import structlog
 
     structlog.reset_defaults()  # as a fresh process: the command configures structlog
-    assert main(["run", str(config(tmp_path, "noisy")), "hello"]) == 0
+    assert run_raf(["run", str(config(tmp_path, "noisy")), "hello"]) == 0
     out, err = capsys.readouterr()
     assert out == "hello\n"
     assert [line.split()[-1] for line in err.splitlines()] == ["noisy.warning", "noisy.error"]
@@ -279,7 +277,7 @@ def test_trace_mermaid_draws_the_run_in_order(
             "api_key_env = 'RAF_TEST_KEY'\n\n"
             "[[providers]]\nkind = 'memory'\n"
         )
-        assert main(["run", str(path), "say hi", "--trace=mermaid"]) == 0
+        assert run_raf(["run", str(path), "say hi", "--trace=mermaid"]) == 0
     finally:
         server.close()
     out, err = capsys.readouterr()
@@ -311,7 +309,7 @@ def test_trace_mermaid_draws_an_error_as_a_crossed_arrow(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = config(tmp_path, "record", "broken")
-    assert main(["run", str(path), "hi", "--trace=mermaid"]) == EXIT_RUN_FAILED
+    assert run_raf(["run", str(path), "hi", "--trace=mermaid"]) == 1
     err = capsys.readouterr().err.splitlines()
     diagram = err[: err.index("raf: " + err[-1][5:])]
     assert diagram[diagram.index("    caller->>raf: run: hi") :] == [

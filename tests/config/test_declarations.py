@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -38,8 +40,18 @@ from raf import (
     load_provider_decls,
     register_provider_kind,
 )
-from raf._config.declarations import ENTRY_POINT_GROUP, import_object, parse_provider_decls
-from raf._config.file import build_chat_middleware, parse_chat_stack_decls
+from raf._config.declarations import (
+    ENTRY_POINT_GROUP,
+    import_object,
+    parse_provider_decls,
+    read_config,
+)
+from raf._config.file import (
+    build_chat_middleware,
+    load_agent,
+    load_config,
+    parse_chat_stack_decls,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -469,3 +481,85 @@ def test_persist_partial_must_be_a_boolean() -> None:
         build_providers(
             parse_provider_decls({"providers": [{"kind": "memory", "persist_partial": 1}]})
         )
+
+
+# The config file's loaders (moved from tests/cli: they test these functions, not the command) --
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "agent.toml"
+    path.write_text(text)
+    return path
+
+
+def test_relative_roots_are_resolved_against_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ws").mkdir()
+    path = write_config(tmp_path, "[[providers]]\nkind = 'workspace'\nroot = 'ws'\nname = 'files'")
+    monkeypatch.chdir("/")
+    agent = load_agent(path)
+    [provider] = agent.providers
+    assert provider.name == "files"
+
+
+@pytest.mark.parametrize("client", ["openai", "openai-responses"])
+def test_the_model_table_names_both_timeouts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: str
+) -> None:
+    monkeypatch.setenv("SUPPORT_BOT_KEY", "sk")
+    path = write_config(
+        tmp_path,
+        f"""
+[agent]
+name = "support"
+
+[model]
+client = "{client}"
+model = "test-model"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "SUPPORT_BOT_KEY"
+timeout = 5
+idle_timeout = 7.5
+""",
+    )
+    model: Any = load_agent(path).chat_client
+    assert (model.timeout, model.idle_timeout) == (5, 7.5)
+
+
+def test_a_config_that_is_a_fifo_with_no_writer_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "agent.toml"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            read_config(fifo)
+        except BaseException as exc:  # what the reading thread ended with, for the test
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # it hangs in open(): let it go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+    assert not reader.is_alive()
+    [error] = outcome
+    assert isinstance(error, ConfigError)
+    assert "not a regular file" in str(error)
+
+
+def test_a_tools_module_that_exits_on_import_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "quitter.py").write_text("import sys\nsys.exit(0)\n")
+    path = write_config(tmp_path, '[agent]\nname = "a"\ntools = ["quitter:tool"]\n')
+    with pytest.raises(ConfigError, match=r"cannot import 'quitter'.*exit.*0"):
+        load_agent(path)
+
+
+def test_the_support_example_loads_its_tools_and_options() -> None:
+    loaded = load_config(Path(__file__).resolve().parents[2] / "examples" / "support.toml")
+    assert [t.name for t in loaded.agent.tools] == ["order_status", "today"]
+    assert (loaded.options.temperature, loaded.options.max_tokens) == (0.2, 500)

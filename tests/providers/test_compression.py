@@ -324,7 +324,11 @@ async def test_a_custom_strategy_plugs_in() -> None:
 
 @settings(max_examples=120, deadline=None)
 @given(any_history())
-def test_units_read_from_the_end_are_the_units_reversed(history: list[ChatMessage]) -> None:
-    from raf._providers.compression import _units_from_the_end
-
-    assert list(_units_from_the_end(history)) == message_units(history)[::-1]
+def test_a_budget_the_history_fits_keeps_every_unit(history: list[ChatMessage]) -> None:
+    """Read from the end, the strategies find the units message_units finds from the start."""
+    everything = flat(message_units(history))
+    kept = list(run(TruncationStrategy(max(1, len(history))).compress, history))  # type: ignore[call-overload]
+    assert kept == everything
+    tokens = max(1, sum(approximate_tokens(m) for m in history))
+    kept = list(run(TokenBudgetStrategy(tokens).compress, history))  # type: ignore[call-overload]
+    assert kept == everything

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
 from raf import Agent, AgentSkillsProvider, ConfigError, ScriptedChatClient, ToolCall
-from raf._providers.skills import parse_skill_file
 from tests._harness.scripting import call_tools
 
 pytestmark = pytest.mark.anyio
@@ -25,6 +25,28 @@ metadata:
 
 1. Read `reference/fields.md`.
 """
+
+
+def skills_root(root: Path, text: str) -> Path:
+    """A skills root whose one folder, ``demo``, holds a SKILL.md with ``text``."""
+    (root / "demo").mkdir(parents=True)
+    (root / "demo" / "SKILL.md").write_text(text, encoding="utf-8")
+    return root
+
+
+async def load_one(root: Path, text: str) -> Any:
+    """The skill a SKILL.md with ``text`` is read as."""
+    [skill] = (await AgentSkillsProvider(skills_root(root, text)).skills()).values()
+    return skill
+
+
+async def skipped_because(root: Path, text: str) -> str:
+    """Why a SKILL.md with ``text`` is skipped (the ``skill.skipped`` warning's reason)."""
+    with capture_logs() as logs:
+        assert await AgentSkillsProvider(skills_root(root, text)).skills() == {}
+    [event] = [e for e in logs if e["event"] == "skill.skipped"]
+    assert event["log_level"] == "warning"
+    return str(event["reason"])
 
 
 @pytest.fixture
@@ -128,47 +150,39 @@ async def test_resource_size_limit(root: Path) -> None:
         ("---\nname: !!python/object:os.system x\ndescription: y\n---\n", "not valid YAML"),
     ],
 )
-def test_malformed_front_matter_is_a_clear_error(text: str, expected: str) -> None:
-    with pytest.raises(ConfigError, match=r"demo/SKILL\.md") as caught:
-        parse_skill_file(text, "demo/SKILL.md")
-    assert expected in str(caught.value)
+async def test_malformed_front_matter_is_a_clear_error(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    reason = await skipped_because(tmp_path, text)
+    assert reason.startswith("demo/SKILL.md")
+    assert expected in reason
 
 
-def test_front_matter_values() -> None:
-    fields, body = parse_skill_file(
+async def test_front_matter_values(tmp_path: Path) -> None:
+    """Other keys (YAML lists, mappings) are allowed beside the name and description."""
+    skill = await load_one(
+        tmp_path,
         "\ufeff---\nname: 'it''s'\n# comment\ndescription: one\n  two\n"
         "allowed-tools: [Read, Write]\nmetadata:\n  owner: docs\n---\n\nBody\n",
-        "f",
     )
-    assert fields == {
-        "name": "it's",
-        "description": "one two",
-        "allowed-tools": ["Read", "Write"],
-        "metadata": {"owner": "docs"},
-    }
-    assert body == "Body"
+    assert (skill.name, skill.description, skill.body) == ("it's", "one two", "Body")
 
 
-def test_block_values() -> None:
-    folded, _ = parse_skill_file("---\nname: x\ndescription: >\n  one\n  two\n---\n", "f")
-    literal, _ = parse_skill_file("---\nname: x\ndescription: |\n  one\n  two\n---\n", "f")
-    assert folded["description"] == "one two"
-    assert literal["description"] == "one\ntwo"
+async def test_block_values(tmp_path: Path) -> None:
+    folded = await load_one(tmp_path / "a", "---\nname: x\ndescription: >\n  one\n  two\n---\n")
+    literal = await load_one(tmp_path / "b", "---\nname: x\ndescription: |\n  one\n  two\n---\n")
+    assert folded.description == "one two"
+    assert literal.description == "one\ntwo"
 
 
-def test_valid_yaml_is_read_as_yaml() -> None:
+async def test_valid_yaml_is_read_as_yaml(tmp_path: Path) -> None:
     """Quoted values with a comment after them, flow and block styles: what YAML says."""
-    fields, _ = parse_skill_file(
+    skill = await load_one(
+        tmp_path,
         '---\nname: "pdf"  # id\ndescription: >-\n  Fill in\n  forms\n'
         "license: 'MIT'  # see LICENSE\ntags: {a: 1}\n---\nbody",
-        "S",
     )
-    assert fields == {
-        "name": "pdf",
-        "description": "Fill in forms",
-        "license": "MIT",
-        "tags": {"a": 1},
-    }
+    assert (skill.name, skill.description, skill.body) == ("pdf", "Fill in forms", "body")
 
 
 async def test_a_bad_skill_is_skipped_with_a_warning_and_the_others_load(root: Path) -> None:
@@ -219,17 +233,17 @@ def test_root_must_be_a_folder(tmp_path: Path) -> None:
         AgentSkillsProvider(tmp_path / "missing")
 
 
-def test_a_comment_after_a_plain_value_is_not_part_of_it() -> None:
+async def test_a_comment_after_a_plain_value_is_not_part_of_it(tmp_path: Path) -> None:
     text = (
         "---\nname: pdf-forms  # the folder's name\n"
         "description: Fill in C# forms # TODO: say more\n"
         "license: MIT # see LICENSE\n---\nbody"
     )
-    fields, _ = parse_skill_file(text, "S")
-    assert fields["name"] == "pdf-forms"
-    assert fields["description"] == "Fill in C# forms"
-    quoted, _ = parse_skill_file("---\nname: 'a # b'\ndescription: \"c # d\"\n---\n", "S")
-    assert (quoted["name"], quoted["description"]) == ("a # b", "c # d")
+    skill = await load_one(tmp_path / "a", text)
+    assert skill.name == "pdf-forms"
+    assert skill.description == "Fill in C# forms"
+    quoted = await load_one(tmp_path / "b", "---\nname: 'a # b'\ndescription: \"c # d\"\n---\n")
+    assert (quoted.name, quoted.description) == ("a # b", "c # d")
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ from raf import (
     approximate_tokens,
     check_tool_pairing,
 )
-from raf._providers.window import read_window
 from raf.testing.strategies import histories
 
 pytestmark = pytest.mark.anyio
@@ -161,7 +160,8 @@ async def test_the_window_is_a_whole_suffix_within_bounds(
 ) -> None:
     session = InMemorySession()
     await session.add_messages(history)
-    window = await read_window(session, max_messages, max_tokens)
+    provider = HistoryProvider(max_messages=max_messages, max_tokens=max_tokens)
+    window = await injected(provider, session)
     assert window == history[len(history) - len(window) :]  # the newest messages, in order
     assert check_tool_pairing(window) is None
     if max_messages is not None:
@@ -169,4 +169,4 @@ async def test_the_window_is_a_whole_suffix_within_bounds(
     if max_tokens is not None:
         assert sum(approximate_tokens(m) for m in window) <= max_tokens
     # The same window whether the store reads its tail or everything.
-    assert await read_window(PlainSession(history), max_messages, max_tokens) == window
+    assert await injected(provider, PlainSession(history)) == window

@@ -17,6 +17,7 @@ import structlog.testing
 
 import raf.serve
 from raf import AgentResponse, ChatMessage, ContextProvider, HistoryProvider, StreamClosedError
+from tests._harness.cli import run_raf
 from tests._harness.serve_agent import WordModel, make_agent
 
 pytestmark = pytest.mark.anyio
@@ -139,6 +140,17 @@ async def test_a_disconnect_is_an_early_close_with_the_partial_answer_stored(
     assert journal.seen[-1] == ("NoneType", "")
 
 
+async def test_a_disconnect_after_the_whole_answer_leaves_the_run_completed(
+    anyio_backend: str,
+) -> None:
+    """The client leaves once the run is done: nothing is closed, the run completed."""
+    journal = Journal()
+    app = raf.serve.app(raf.Agent(WordModel(), name=MODEL, stack=[journal]))
+    done = await Exchange()(app, "/v1/chat/completions", streamed("hi there"))
+    assert done.events()[-1] == "[DONE]"
+    assert journal.seen == [("NoneType", "")]
+
+
 async def test_a_hung_post_stage_after_a_disconnect_is_bounded_by_post_timeout(
     anyio_backend: str,
 ) -> None:
@@ -190,13 +202,11 @@ def test_app_rejects_what_is_not_an_agent_and_bad_limits() -> None:
 def test_raf_serve_refuses_workers_without_a_shared_store(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from raf._cli import main
-
     config = tmp_path / "agent.toml"
     config.write_text('[agent]\nname = "a"\n[model]\nclient = "echo"\n')
-    assert main(["serve", str(config), "--workers", "2"]) == 2
+    assert run_raf(["serve", str(config), "--workers", "2"]) == 2
     assert "--workers above 1 needs --db" in capsys.readouterr().err
-    assert main(["serve", str(tmp_path / "missing.toml")]) == 2
+    assert run_raf(["serve", str(tmp_path / "missing.toml")]) == 2
 
 
 async def test_cors_is_off_unless_origins_are_given(anyio_backend: str) -> None:

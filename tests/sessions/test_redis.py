@@ -37,8 +37,6 @@ from raf import (
     SessionStoreError,
     request_hash,
 )
-from raf._cli import main
-from raf._sessions.stores import open_store
 from raf.testing.conformance import (
     CHECKS,
     Check,
@@ -46,6 +44,7 @@ from raf.testing.conformance import (
     run_checks,
 )
 from raf.testing.strategies import chat_messages
+from tests._harness.cli import run_raf
 from tests._harness.redis_server import RedisServer, free_port
 
 pytestmark = [
@@ -380,7 +379,7 @@ async def test_a_server_that_is_down_fails_on_opening() -> None:
             pass  # pragma: no cover
     assert "hunter2" not in str(caught.value)  # the password is not printed
     with pytest.raises(SessionStoreError, match="cannot reach the server"):
-        await open_store(url)
+        await RedisSessionStore(url).open()
 
 
 async def test_a_store_that_is_not_open_or_closed_says_so(redis_server: RedisServer) -> None:
@@ -571,9 +570,9 @@ def test_raf_run_keeps_history_in_redis(
 ) -> None:
     session = f"{prefix}-cli"
     args = ["--session", session, "--db", redis_server.url, "--trace"]
-    assert main(["run", str(EXAMPLE), "first", *args]) == 0
+    assert run_raf(["run", str(EXAMPLE), "first", *args]) == 0
     capsys.readouterr()
-    assert main(["run", str(EXAMPLE), "second", *args]) == 0
+    assert run_raf(["run", str(EXAMPLE), "second", *args]) == 0
     out, err = capsys.readouterr()
     assert out == "second\n"
     assert "(+2 messages)" in err  # the second turn saw the first one, from Redis
@@ -588,16 +587,16 @@ def test_raf_chat_continues_a_conversation_kept_in_redis(
     session = f"{prefix}-chat"
     lines = iter(["one", "two", "/exit"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
-    assert main(["chat", str(EXAMPLE), "--session", session, "--db", redis_server.url]) == 0
+    assert run_raf(["chat", str(EXAMPLE), "--session", session, "--db", redis_server.url]) == 0
     assert capsys.readouterr().out == "one\ntwo\n"
     args = ["--session", session, "--db", redis_server.url, "--trace"]
-    assert main(["run", str(EXAMPLE), "three", *args]) == 0
+    assert run_raf(["run", str(EXAMPLE), "three", *args]) == 0
     assert "(+4 messages)" in capsys.readouterr().err  # both chat turns, from Redis
 
 
 def test_raf_run_with_redis_down_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
-    assert main(["run", str(EXAMPLE), "hi", "--session", "s", "--db", url]) == 2
+    assert run_raf(["run", str(EXAMPLE), "hi", "--session", "s", "--db", url]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"raf: Redis session store {url}: cannot reach the server")
     assert "Traceback" not in err

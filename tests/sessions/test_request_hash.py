@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 
 import pytest
@@ -10,13 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raf import ChatMessage, request_hash
-from raf._values.messages import messages_to_json
 from raf.testing.strategies import chat_messages, histories
 
 
 def encoded_whole(messages: Iterable[ChatMessage]) -> str:
-    """The function as it was: the whole input encoded at once, then hashed."""
-    return hashlib.sha256(messages_to_json(messages).encode()).hexdigest()
+    """The stated rule: SHA-256 of the messages' canonical JSON (their ``to_dict()``s, sorted
+    keys, no spaces, UTF-8 kept), encoded at once, then hashed."""
+    canonical = json.dumps(
+        [m.to_dict() for m in messages], sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @settings(max_examples=60, deadline=None)

@@ -222,47 +222,6 @@ async def test_in_memory_database_works(anyio_backend: str) -> None:
         assert texts(await session.get_messages()) == ["x"]
 
 
-async def test_a_write_cancelled_midway_is_all_or_nothing_and_the_cache_agrees(
-    store: SqliteSessionStore, db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import threading
-
-    import raf._sessions.sqlite as sqlite_module
-
-    session = await store.get("s")
-    await session.add_messages([ChatMessage.user("before")])
-    started, release = threading.Event(), threading.Event()
-    encode = sqlite_module._encode
-
-    def slow_encode(message: ChatMessage) -> str:
-        started.set()
-        release.wait(10)
-        return encode(message)
-
-    monkeypatch.setattr(sqlite_module, "_encode", slow_encode)
-    scope = anyio.CancelScope()
-
-    async def write() -> None:
-        with scope:
-            await session.add_messages([ChatMessage.user("during"), ChatMessage.assistant("ok")])
-
-    try:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(write)
-            await anyio.to_thread.run_sync(started.wait, 10)
-            scope.cancel()  # the caller leaves at once; its thread is still encoding
-        assert not release.is_set()
-    finally:
-        release.set()
-    monkeypatch.setattr(sqlite_module, "_encode", encode)
-    # The thread finished after its caller left: it wrote nothing, and the cache agrees.
-    assert texts(await session.get_messages()) == ["before"]
-    async with SqliteSessionStore(db_path) as other:
-        assert texts(await (await other.get("s")).get_messages()) == ["before"]
-    await session.add_messages([ChatMessage.user("after")])
-    assert texts(await session.get_messages()) == ["before", "after"]
-
-
 async def test_two_stores_touching_one_request_at_once_see_it_new_once(db_path: Path) -> None:
     async with SqliteSessionStore(db_path) as one, SqliteSessionStore(db_path) as two:
         sessions = [await one.get("s"), await two.get("s")]

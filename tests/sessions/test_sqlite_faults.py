@@ -500,3 +500,41 @@ async def test_a_read_only_folder_with_a_leftover_wal_file_is_a_clear_error(
     out = await anyio.to_thread.run_sync(read_without_write_access, folder, anyio_backend)
     assert "sessions.db: cannot be read where it is" in out["read"]
     assert "sessions.db-wal" in out["read"]
+
+
+# Moved from test_sqlite.py: it slows the private encoder to cancel a write midway.
+async def test_a_write_cancelled_midway_is_all_or_nothing_and_the_cache_agrees(
+    store: SqliteSessionStore, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = await store.get("s")
+    await session.add_messages([ChatMessage.user("before")])
+    started, release = threading.Event(), threading.Event()
+    encode = sqlite_module._encode
+
+    def slow_encode(message: ChatMessage) -> str:
+        started.set()
+        release.wait(10)
+        return encode(message)
+
+    monkeypatch.setattr(sqlite_module, "_encode", slow_encode)
+    scope = anyio.CancelScope()
+
+    async def write() -> None:
+        with scope:
+            await session.add_messages([ChatMessage.user("during"), ChatMessage.assistant("ok")])
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(write)
+            await anyio.to_thread.run_sync(started.wait, 10)
+            scope.cancel()  # the caller leaves at once; its thread is still encoding
+        assert not release.is_set()
+    finally:
+        release.set()
+    monkeypatch.setattr(sqlite_module, "_encode", encode)
+    # The thread finished after its caller left: it wrote nothing, and the cache agrees.
+    assert texts(await session.get_messages()) == ["before"]
+    async with SqliteSessionStore(db_path) as other:
+        assert texts(await (await other.get("s")).get_messages()) == ["before"]
+    await session.add_messages([ChatMessage.user("after")])
+    assert texts(await session.get_messages()) == ["before", "after"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -10,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raf import AgentResponse, ChatMessage, ToolCall, Usage
-from raf._values.messages import messages_to_json
+from raf import AgentResponse, ChatMessage, ToolCall, Usage, request_hash
 
 # -- ChatMessage constructors ------------------------------------------------
 
@@ -139,11 +139,11 @@ def test_dict_round_trip(message: ChatMessage) -> None:
 @settings(max_examples=50)
 @given(st.lists(chat_messages, max_size=5))
 def test_canonical_json_is_sorted_and_compact(messages: list[ChatMessage]) -> None:
-    text = messages_to_json(messages)
-    expected = json.dumps(
+    """request_hash digests the canonical JSON: sorted keys, no spaces, UTF-8 kept."""
+    text = json.dumps(
         [m.to_dict() for m in messages], sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
-    assert text == expected
+    assert request_hash(messages) == hashlib.sha256(text.encode()).hexdigest()
     assert [ChatMessage.from_dict(d) for d in json.loads(text)] == messages
 
 
@@ -240,4 +240,4 @@ def test_lone_surrogates_become_the_replacement_character(field: str, build: Any
 def test_json_with_a_lone_surrogate_escape_round_trips_as_replacement() -> None:
     message = ChatMessage.from_dict(json.loads('{"role": "assistant", "content": "x\\ud800"}'))
     assert message.content == "x\ufffd"
-    assert messages_to_json([message]).encode("utf-8")
+    assert request_hash([message])  # its canonical JSON encodes as UTF-8
