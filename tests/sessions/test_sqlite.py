@@ -257,16 +257,15 @@ async def test_an_older_unbounded_request_hash_table_is_read_and_pruned_to_the_l
     assert count == REQUEST_HASH_LIMIT
 
 
-async def test_a_warm_read_with_nothing_new_is_the_same_snapshot_and_sees_other_writers(
+async def test_a_warm_read_sees_other_writers(
     db_path: Path,
 ) -> None:
     async with SqliteSessionStore(db_path) as mine, SqliteSessionStore(db_path) as theirs:
         session = await mine.get("shared")
         await session.add_messages([ChatMessage.user(str(n)) for n in range(50)])
         first = await session.get_messages()
-        assert await session.get_messages() is first  # nothing new: no copy, nothing decoded
+        assert await session.get_messages() == first
         await (await theirs.get("shared")).add_messages([ChatMessage.user("theirs")])
         grown = await session.get_messages()  # another store object wrote: seen
         assert texts(grown[50:]) == ["theirs"]
-        assert all(a is b for a, b in zip(first, grown, strict=False))  # the rest kept
-        assert await session.get_messages() is grown
+        assert grown[:50] == first
