@@ -70,6 +70,7 @@ test: $(VENV)/.test redis-server postgresql chromium
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
 	$(PY) -m mypy
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: $(VENV)/.test redis-server postgresql
 	$(PY) benchmarks/bench_pipeline.py
