@@ -6,11 +6,10 @@ import collections
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from raf._clients._reply import quote
+from raf._clients._reply import json_object, quote
 from raf._clients._responses_reply import (
     StreamState,
     call_name,
-    event_json,
     response_from_reply,
 )
 from raf._clients._responses_wire import Turn, request_body
@@ -129,7 +128,7 @@ class OpenAIResponsesClient(SdkClient):
                 while (event := await events.next()) is not None:
                     if state.done or event.data.strip() == "[DONE]":
                         continue  # read to the end: the connection can then be reused
-                    updates = state.feed(event_json(event.data, model))
+                    updates = state.feed(json_object(event.data, None, where, "an event"))
                     # Remembered before the updates go out: a consumer may leave after them.
                     self._remember(state.turn)
                     state.turn = None
