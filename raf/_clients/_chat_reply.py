@@ -130,6 +130,16 @@ class StreamedTurn:
         self.text: list[str] = []
         self.usage: Usage | None = None
 
+    @property
+    def done(self) -> bool:
+        """Whether the model finished its answer (a ``finish_reason`` came)."""
+        return self.finished is not None
+
+    def plain(self, data: bytes, content_type: str) -> list[Update]:
+        """The updates of a server that ignored "stream": one chat completion."""
+        answer = response_from_reply(data, content_type, self.model, refuse=self.refuse)
+        return list(answer.to_updates())
+
     def feed(self, data: str) -> list[Update]:
         """The updates one event's data makes (``[DONE]`` and usage-only chunks included).
 

@@ -3,12 +3,14 @@ and updates, with the order of its output (the reasoning a client replays)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
-from raf._clients._reply import json_object, json_type, parse, tokens
+from raf._clients._reply import json_object, json_type, parse, quote, tokens
 from raf._clients._responses_wire import Turn
 from raf._errors import (
     ChatClientError,
+    ChatConnectionError,
     ChatProtocolError,
     IncompleteResponseError,
     OutputRefusedError,
@@ -168,8 +170,11 @@ def _usage(usage: Any, where: str) -> Usage | None:
 class StreamState:
     """What a stream's events amount to so far; :meth:`feed` turns one into updates."""
 
-    def __init__(self, model: str, *, refuse: bool = False) -> None:
+    def __init__(
+        self, model: str, remember: Callable[[Turn | None], None], *, refuse: bool = False
+    ) -> None:
         self.where = call_name(model)
+        self.remember = remember  # the client's: the reasoning of a turn, to replay
         self.refused_by = model if refuse else None  # see _read_response
         self.calls: dict[str, tuple[str, str]] = {}  # item id -> (call_id, name)
         self.sent_calls: set[str] = set()
@@ -178,7 +183,32 @@ class StreamState:
         self.done = False
         self.turn: Turn | None = None
 
-    def feed(self, event: Any) -> list[Update]:
+    def plain(self, data: bytes, content_type: str) -> list[Update]:
+        """A reply that is no event stream: an error that quotes it."""
+        raise ChatProtocolError(
+            f"{self.where}: a streamed request was answered with "
+            f"{content_type or 'no content-type'}, not an event stream: {quote(data)}"
+        )
+
+    def finish(self) -> list[Update]:
+        """Nothing: the answer came with response.completed, or the stream was cut short."""
+        if not self.done:
+            raise ChatConnectionError(
+                f"{self.where}: the event stream ended before response.completed"
+            )
+        return []
+
+    def feed(self, data: str) -> list[Update]:
+        """The updates of one event's data (none once the answer is complete)."""
+        if self.done or data.strip() == "[DONE]":
+            return []  # read to the end: the connection can then be reused
+        updates = self._event(json_object(data, None, self.where, "an event"))
+        # Remembered before the updates go out: a consumer may leave after them.
+        self.remember(self.turn)
+        self.turn = None
+        return updates
+
+    def _event(self, event: Any) -> list[Update]:
         where = self.where
         kind = event.get("type")
         if kind == "response.output_text.delta":
