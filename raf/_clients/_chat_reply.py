@@ -3,10 +3,9 @@ response and updates."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
-from raf._clients._reply import MISSING, json_object, json_type, quote, sdk_object, tokens, typed
+from raf._clients._reply import json_object, parse, tokens
 from raf._errors import (
     ChatConnectionError,
     ChatProtocolError,
@@ -27,6 +26,23 @@ def call_name(model: str) -> str:
     return f"OpenAI chat completion (model {model!r})"
 
 
+# What raf reads of a completion and of a chunk: checked (see parse).
+_CALL: Final = ("", ".*", ".*.id", ".*.function", ".*.function.name", ".*.function.arguments?")
+_USAGE: Final = ("usage", "usage.prompt_tokens?", "usage.completion_tokens?")
+_READS: Final = frozenset(
+    {"choices", "choices.*", "choices.*.message"}
+    | {f"choices.*.message.{key}" for key in ("content", "refusal")}
+    | {f"choices.*.message.tool_calls{tail}" for tail in _CALL}
+    | set(_USAGE)
+)
+_CHUNK_READS: Final = frozenset(
+    {"choices", "choices.*", "choices.*.delta?"}
+    | {f"choices.*.delta.{key}" for key in ("content", "refusal")}
+    | {f"choices.*.delta.tool_calls{tail}" for tail in (*_CALL, ".*.index?")}
+    | set(_USAGE)
+)
+
+
 def response_from_reply(
     data: bytes, content_type: str, model: str, *, refuse: bool = False
 ) -> AgentResponse:
@@ -37,30 +53,27 @@ def response_from_reply(
     text, or with ``refuse`` (structured output asked for) a
     :class:`raf.OutputRefusedError`.
     """
+    from openai.types.chat import ChatCompletion
+
     where = call_name(model)
-    reply = json_object(data, content_type, where)
+    reply = json_object(data, content_type, where, "the reply")
     if reply.get("error") is not None:
         raise ChatProtocolError(f"{where}: the server answered 200 with an error: {reply['error']}")
-    choices = typed(reply.get("choices", MISSING), list, where, "'choices'", required=True)
-    if not choices:
+    completion = parse(ChatCompletion, reply, where, _READS)
+    if not completion.choices:
         raise ChatProtocolError(f"{where}: the model returned no choices")
-    choice = typed(choices[0], dict, where, "choices[0]", required=True)
-    path = "choices[0].message"
-    message = typed(choice.get("message", MISSING), dict, where, path, required=True)
-    text = typed(message.get("content"), str, where, f"{path}.content")
-    raw_calls = typed(message.get("tool_calls"), list, where, f"{path}.tool_calls") or []
-    calls = [_tool_call(call, f"{path}.tool_calls[{n}]", where) for n, call in enumerate(raw_calls)]
+    choice = completion.choices[0]
+    message = choice.message
+    calls = [_tool_call(call, n, where) for n, call in enumerate(message.tool_calls or ())]
+    text = message.content
     if text is None and not calls:
         # A refusal is what the user should read when there is no answer.
-        text = typed(message.get("refusal"), str, where, f"{path}.refusal")
+        text = message.refusal
         if refuse and text is not None:
             raise OutputRefusedError(text, model=model)
-    response = AgentResponse(
-        (ChatMessage.assistant(text, tool_calls=calls),),
-        _usage(reply, where, "'usage'"),
-        _completion(reply),
-    )
-    reason = choice.get("finish_reason")
+    usage = _usage(completion.usage, where)
+    response = AgentResponse((ChatMessage.assistant(text, tool_calls=calls),), usage, completion)
+    reason = getattr(choice, "finish_reason", None)
     if reason in INCOMPLETE:
         raise incomplete(where, reason, response)
     return response
@@ -88,29 +101,16 @@ def _function_only(kind: Any, where: str, path: str) -> None:
         )
 
 
-def _tool_call(call: Any, path: str, where: str) -> ToolCall:
-    call = typed(call, dict, where, path, required=True)
-    _function_only(call.get("type"), where, path)
-    call_id = typed(call.get("id", MISSING), str, where, f"{path}.id", required=True)
-    function = typed(call.get("function", MISSING), dict, where, f"{path}.function", required=True)
-    name = typed(function.get("name", MISSING), str, where, f"{path}.function.name", required=True)
-    where_args = f"{path}.function.arguments"
-    arguments = typed(function.get("arguments"), str, where, where_args, noun=_JSON_TEXT)
-    return ToolCall(call_id, name, "{}" if arguments is None else arguments)
+def _tool_call(call: Any, n: int, where: str) -> ToolCall:
+    _function_only(getattr(call, "type", None), where, f"choices[0].message.tool_calls[{n}]")
+    arguments = getattr(call.function, "arguments", None)
+    return ToolCall(call.id, call.function.name, "{}" if arguments is None else arguments)
 
 
-def _usage(data: dict[str, Any], where: str, path: str) -> Usage | None:
-    raw = typed(data.get("usage"), dict, where, path)
-    if raw is None:
+def _usage(usage: Any, where: str) -> Usage | None:
+    if usage is None:
         return None
-    return Usage(tokens(raw, "prompt_tokens", where), tokens(raw, "completion_tokens", where))
-
-
-def _completion(reply: dict[str, Any]) -> Any:
-    """The SDK's ``ChatCompletion`` for ``raw``: validated, or built leniently."""
-    from openai.types.chat import ChatCompletion
-
-    return sdk_object(ChatCompletion, reply)
+    return Usage(tokens(usage, "prompt_tokens", where), tokens(usage, "completion_tokens", where))
 
 
 class StreamedTurn:
@@ -130,6 +130,16 @@ class StreamedTurn:
         self.text: list[str] = []
         self.usage: Usage | None = None
 
+    @property
+    def done(self) -> bool:
+        """Whether the model finished its answer (a ``finish_reason`` came)."""
+        return self.finished is not None
+
+    def plain(self, data: bytes, content_type: str) -> list[Update]:
+        """The updates of a server that ignored "stream": one chat completion."""
+        answer = response_from_reply(data, content_type, self.model, refuse=self.refuse)
+        return list(answer.to_updates())
+
     def feed(self, data: str) -> list[Update]:
         """The updates one event's data makes (``[DONE]`` and usage-only chunks included).
 
@@ -146,79 +156,68 @@ class StreamedTurn:
                 )
             return []
         try:
-            chunk = json.loads(data)
-        except (ValueError, RecursionError) as exc:
-            if self.finished is not None:
-                return []
-            raise ChatProtocolError(
-                f"{where}: a chunk is not JSON ({exc}): {quote(data.encode())}"
-            ) from None
-        if not isinstance(chunk, dict):
-            if self.finished is not None:
-                return []
-            raise ChatProtocolError(
-                f"{where}: a chunk is {json_type(chunk)}, not a JSON object: {quote(data.encode())}"
-            )
-        if self.finished is not None:
-            try:  # after the finish: its usage, if it has a readable one; nothing else
+            chunk = json_object(data, None, where, "a chunk")
+            if self.finished is not None:  # after the finish: its usage if readable; no more
                 return self._usage(chunk)
-            except ChatProtocolError:
+        except ChatProtocolError:
+            if self.finished is not None:
                 return []
+            raise
         if chunk.get("error") is not None:
             raise ChatProtocolError(
                 f"{where}: the server sent an error mid-stream: {chunk['error']}"
             )
         updates: list[Update] = []
-        for choice in typed(chunk.get("choices"), list, where, "a chunk's 'choices'") or []:
-            choice = typed(choice, dict, where, "a chunk's choice", required=True)
-            if choice.get("index", 0) == 0:  # raf asks for one choice: others are not its answer
+        for choice in self._parse(chunk).choices or ():
+            if getattr(choice, "index", 0) == 0:  # raf asks for one choice: others are not its
                 self._choice(choice, chunk, updates)
         return updates + self._usage(chunk)
 
+    def _parse(self, chunk: dict[str, Any]) -> Any:
+        from openai.types.chat import ChatCompletionChunk
+
+        return parse(ChatCompletionChunk, chunk, self.where, _CHUNK_READS)
+
     def _usage(self, chunk: dict[str, Any]) -> list[Update]:
-        usage = _usage(chunk, self.where, "a chunk's 'usage'")
+        usage = _usage(self._parse(chunk).usage, self.where) if chunk.get("usage") else None
         if usage is None:
             return []
         self.usage = usage
         # The usage comes after the finish: the tool calls go out before it.
         return [*self._finish_updates(chunk), Update("usage", usage=usage, raw=chunk)]
 
-    def _choice(self, choice: dict[str, Any], chunk: Any, updates: list[Update]) -> None:
-        where = self.where
-        delta = typed(choice.get("delta"), dict, where, "choices[0].delta") or {}
-        content = typed(delta.get("content"), str, where, "choices[0].delta.content")
+    def _choice(self, choice: Any, chunk: Any, updates: list[Update]) -> None:
+        delta: Any = getattr(choice, "delta", None)
+        content = getattr(delta, "content", None)
         if content:
             self.text_sent = True
             self.text.append(content)
             updates.append(Update("text", content, raw=chunk))
         elif content is not None:
             self.empty_text = True
-        refusal = typed(delta.get("refusal"), str, where, "choices[0].delta.refusal")
-        if refusal is not None:
-            self.refusal.append(refusal)
-        path = "choices[0].delta.tool_calls"
-        for position, piece in enumerate(typed(delta.get("tool_calls"), list, where, path) or []):
-            self._tool_call_delta(piece, f"{path}[{position}]", position, chunk)
-        reason = typed(choice.get("finish_reason"), str, where, "choices[0].finish_reason")
+        if getattr(delta, "refusal", None) is not None:
+            self.refusal.append(delta.refusal)
+        for position, piece in enumerate(getattr(delta, "tool_calls", None) or ()):
+            path = f"choices[0].delta.tool_calls[{position}]"
+            self._tool_call_delta(piece, path, position, chunk)
+        reason = getattr(choice, "finish_reason", None)
         if reason is not None:
-            self.finished = reason
+            self.finished = str(reason)
 
     def _tool_call_delta(self, piece: Any, path: str, position: int, chunk: Any) -> None:
-        where = self.where
-        piece = typed(piece, dict, where, path, required=True)
-        index = typed(piece.get("index", position), int, where, f"{path}.index", required=True)
-        _function_only(piece.get("type"), where, path)
-        call = self.calls.setdefault(index, [None, None, None, chunk])
+        index = getattr(piece, "index", None)
+        _function_only(getattr(piece, "type", None), self.where, path)
+        call = self.calls.setdefault(
+            position if index is None else index, [None, None, None, chunk]
+        )
         call[3] = chunk
-        call_id = typed(piece.get("id"), str, where, f"{path}.id")
         if call[0] is None:
-            call[0] = call_id
-        function = typed(piece.get("function"), dict, where, f"{path}.function") or {}
-        name = typed(function.get("name"), str, where, f"{path}.function.name")
+            call[0] = piece.id
+        function = piece.function
+        name = getattr(function, "name", None)
         if name is not None and not call[1]:
             call[1] = name
-        where_args = f"{path}.function.arguments"
-        arguments = typed(function.get("arguments"), str, where, where_args, noun=_JSON_TEXT)
+        arguments = getattr(function, "arguments", None)
         if arguments is not None:
             call[2] = [*(call[2] or ()), arguments]
 

@@ -3,13 +3,14 @@ and updates, with the order of its output (the reasoning a client replays)."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from typing import Any, Final
 
-from raf._clients._reply import MISSING, json_object, quote, sdk_object, tokens, typed
+from raf._clients._reply import json_object, json_type, parse, quote, tokens
 from raf._clients._responses_wire import Turn
 from raf._errors import (
     ChatClientError,
+    ChatConnectionError,
     ChatProtocolError,
     IncompleteResponseError,
     OutputRefusedError,
@@ -34,10 +35,10 @@ def response_from_reply(
     (structured output asked for), a refusal a :class:`raf.OutputRefusedError`.
     """
     where = call_name(model)
-    reply = json_object(data, content_type, where)
+    reply = json_object(data, content_type, where, "the reply")
     _check_status(reply, where, finished=True)
-    message, usage, turn = _read_response(reply, where, model if refuse else None)
-    return AgentResponse((message,), usage, _sdk_response(reply)), turn
+    message, usage, turn, raw = _read_response(reply, where, model if refuse else None)
+    return AgentResponse((message,), usage, raw), turn
 
 
 # The status of a reply that is not finished yet (a background response): not an answer.
@@ -77,7 +78,7 @@ def _partial(reply: dict[str, Any], where: str, streamed: str) -> AgentResponse:
     """What an incomplete reply holds, as far as it can be read (the streamed text when
     its output has none)."""
     try:
-        message, usage, _ = _read_response(reply, where)
+        message, usage, _, _ = _read_response(reply, where)
     except ChatProtocolError:
         message, usage = ChatMessage.assistant(None), None
     if message.content is None and streamed:
@@ -93,41 +94,48 @@ def _error_text(error: Any) -> tuple[str, str]:
     return "", repr(error)
 
 
+_TOKENS: Final = (
+    "input_tokens",
+    "output_tokens",
+    "input_tokens_details.cached_tokens",
+    "output_tokens_details.reasoning_tokens",
+)
+# What raf reads of a response: checked (see parse).
+_READS: Final = frozenset(
+    {"output", "output.*", "output.*.content", "output.*.content.*"}
+    | {f"output.*.{key}" for key in ("content.*.text", "content.*.refusal", "call_id", "name")}
+    | {"output.*.arguments?", "usage"}
+    | {f"usage.{path}?" for path in _TOKENS}
+)
+
+
 def _read_response(
     reply: dict[str, Any], where: str, refused_by: str | None = None
-) -> tuple[ChatMessage, Usage | None, Turn]:
-    """The reply's turn, usage and order; ``refused_by`` (a model): a refusal raises."""
-    output = typed(reply.get("output", MISSING), list, where, "'output'", required=True)
+) -> tuple[ChatMessage, Usage | None, Turn, Any]:
+    """The reply's turn, usage, order and SDK ``Response``; ``refused_by`` (a model): a
+    refusal raises."""
+    from openai.types.responses import Response
+
+    response = parse(Response, reply, where, _READS)
     texts: list[str] | None = None
     refusals: list[str] = []
     calls: list[ToolCall] = []
     order: list[tuple[str, Any]] = []
-    for n, item in enumerate(output):
-        path = f"output[{n}]"
-        item = typed(item, dict, where, path, required=True)
-        kind = item.get("type")
+    for item, raw in zip(response.output, reply["output"], strict=True):
+        kind = getattr(item, "type", None)
         if kind == "message":
-            content = item.get("content", MISSING)
-            content = typed(content, list, where, f"{path}.content", required=True)
-            for m, part in enumerate(content):
-                part = typed(part, dict, where, f"{path}.content[{m}]", required=True)
-                field = {"output_text": "text", "refusal": "refusal"}.get(part.get("type", ""))
-                if field is None:
-                    continue
-                value = part.get(field, MISSING)
-                value = typed(value, str, where, f"{path}.content[{m}].{field}", required=True)
-                if field == "text":
-                    texts = [*(texts or ()), value]
-                else:
-                    refusals.append(value)
+            for part in item.content:
+                if getattr(part, "type", None) == "output_text":
+                    texts = [*(texts or ()), part.text]
+                elif getattr(part, "type", None) == "refusal":
+                    refusals.append(part.refusal)
             if not order or order[-1][0] != "text":
                 order.append(("text", None))
         elif kind == "function_call":
-            call = _function_call_item(item, path, where)
-            calls.append(call)
-            order.append(("call", call.id))
+            calls.append(_function_call(item))
+            order.append(("call", calls[-1].id))
         elif kind == "reasoning":
-            order.append(("reasoning", item))
+            order.append(("reasoning", raw))
         # Other items (built-in tools a run asked for through extra) stay in raw.
     text = None if texts is None else "".join(texts)
     if text is None and not calls and refusals:
@@ -136,41 +144,37 @@ def _read_response(
             raise OutputRefusedError(text, model=refused_by)
     message = ChatMessage.assistant(text, tool_calls=calls)
     turn = Turn(tuple(call.id for call in calls), tuple(order))
-    return message, _usage(reply.get("usage"), where), turn
+    return message, _usage(response.usage, where), turn, response
 
 
-def _function_call_item(item: dict[str, Any], path: str, where: str) -> ToolCall:
-    call_id = typed(item.get("call_id", MISSING), str, where, f"{path}.call_id", required=True)
-    name = typed(item.get("name", MISSING), str, where, f"{path}.name", required=True)
-    noun = "a string of JSON"
-    arguments = typed(item.get("arguments"), str, where, f"{path}.arguments", noun=noun)
-    return ToolCall(call_id, name, "{}" if arguments is None else arguments)
+def _function_call(item: Any) -> ToolCall:
+    arguments = getattr(item, "arguments", None)
+    return ToolCall(item.call_id, item.name, "{}" if arguments is None else arguments)
 
 
-def _usage(raw: Any, where: str) -> Usage | None:
-    raw = typed(raw, dict, where, "'usage'")
-    if raw is None:
+def _function_call_item(item: Any, where: str) -> ToolCall:
+    """A streamed event's function call item (checked as a response's)."""
+    from openai.types.responses import ResponseFunctionToolCall
+
+    reads = ("call_id", "name", "arguments?")
+    return _function_call(parse(ResponseFunctionToolCall, item, where, reads))
+
+
+def _usage(usage: Any, where: str) -> Usage | None:
+    if usage is None:
         return None
-    return Usage(
-        tokens(raw, "input_tokens", where),
-        tokens(raw, "output_tokens", where),
-        cached_input_tokens=tokens(raw, "input_tokens_details.cached_tokens", where),
-        reasoning_tokens=tokens(raw, "output_tokens_details.reasoning_tokens", where),
-    )
-
-
-def _sdk_response(reply: dict[str, Any]) -> Any:
-    """The SDK's ``Response`` for ``raw``: validated, or built leniently."""
-    from openai.types.responses import Response
-
-    return sdk_object(Response, reply)
+    counts = [tokens(usage, path, where) for path in _TOKENS]
+    return Usage(counts[0], counts[1], cached_input_tokens=counts[2], reasoning_tokens=counts[3])
 
 
 class StreamState:
     """What a stream's events amount to so far; :meth:`feed` turns one into updates."""
 
-    def __init__(self, model: str, *, refuse: bool = False) -> None:
+    def __init__(
+        self, model: str, remember: Callable[[Turn | None], None], *, refuse: bool = False
+    ) -> None:
         self.where = call_name(model)
+        self.remember = remember  # the client's: the reasoning of a turn, to replay
         self.refused_by = model if refuse else None  # see _read_response
         self.calls: dict[str, tuple[str, str]] = {}  # item id -> (call_id, name)
         self.sent_calls: set[str] = set()
@@ -179,21 +183,45 @@ class StreamState:
         self.done = False
         self.turn: Turn | None = None
 
-    def feed(self, event: Any) -> list[Update]:
+    def plain(self, data: bytes, content_type: str) -> list[Update]:
+        """A reply that is no event stream: an error that quotes it."""
+        raise ChatProtocolError(
+            f"{self.where}: a streamed request was answered with "
+            f"{content_type or 'no content-type'}, not an event stream: {quote(data)}"
+        )
+
+    def finish(self) -> list[Update]:
+        """Nothing: the answer came with response.completed, or the stream was cut short."""
+        if not self.done:
+            raise ChatConnectionError(
+                f"{self.where}: the event stream ended before response.completed"
+            )
+        return []
+
+    def feed(self, data: str) -> list[Update]:
+        """The updates of one event's data (none once the answer is complete)."""
+        if self.done or data.strip() == "[DONE]":
+            return []  # read to the end: the connection can then be reused
+        updates = self._event(json_object(data, None, self.where, "an event"))
+        # Remembered before the updates go out: a consumer may leave after them.
+        self.remember(self.turn)
+        self.turn = None
+        return updates
+
+    def _event(self, event: Any) -> list[Update]:
         where = self.where
-        event = typed(event, dict, where, "an event", required=True)
         kind = event.get("type")
         if kind == "response.output_text.delta":
-            delta = typed(
-                event.get("delta", MISSING), str, where, f"a {kind} event's delta", required=True
-            )
+            delta = event.get("delta")
+            if not isinstance(delta, str):
+                raise ChatProtocolError(f"{where}: a {kind} event's delta is {json_type(delta)}")
             self.sent_text = True
             self.text.append(delta)
             return [Update.of_text(delta, raw=event)]
         if kind == "response.output_item.added":
             item = event.get("item")
             if isinstance(item, dict) and item.get("type") == "function_call":
-                call = _function_call_item(item, "output_item.added item", where)
+                call = _function_call_item(item, where)
                 self.calls[str(item.get("id"))] = (call.id, call.name)
             return []
         if kind == "response.function_call_arguments.done":
@@ -206,7 +234,7 @@ class StreamState:
         if kind == "response.output_item.done":
             item = event.get("item")
             if isinstance(item, dict) and item.get("type") == "function_call":
-                call = _function_call_item(item, "output_item.done item", where)
+                call = _function_call_item(item, where)
                 if call.id not in self.sent_calls:
                     self.sent_calls.add(call.id)
                     return [Update.of_tool_call(call, raw=event)]
@@ -227,9 +255,11 @@ class StreamState:
         return []  # deltas raf does not stream (reasoning summaries, refusals, ...)
 
     def _completed(self, event: dict[str, Any]) -> list[Update]:
-        path = "response.completed's response"
-        response = typed(event.get("response"), dict, self.where, path, required=True)
-        message, usage, self.turn = _read_response(response, self.where, self.refused_by)
+        response = event.get("response")
+        if not isinstance(response, dict):
+            what = json_type(response)
+            raise ChatProtocolError(f"{self.where}: response.completed's response is {what}")
+        message, usage, self.turn, _ = _read_response(response, self.where, self.refused_by)
         updates: list[Update] = []
         # Whatever the events did not carry: the answer is the completed response's.
         if not self.sent_text and message.content is not None:
@@ -253,13 +283,3 @@ class StreamState:
             updates.append(Update.of_usage(usage, raw=event))
         self.done = True
         return updates
-
-
-def event_json(data: str, model: str) -> Any:
-    """The JSON of one event's data."""
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise ChatProtocolError(
-            f"{call_name(model)}: an event is not JSON ({exc}): {quote(data.encode())}"
-        ) from None

@@ -60,13 +60,13 @@ class SdkClient:
         self,
         model: str,
         *,
-        base_url: str | None,
-        api_key: str | None,
-        max_retries: int,
-        timeout: float | None,
-        max_response_bytes: int,
-        client: openai.AsyncOpenAI | None,
-        idle_timeout: float | None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_retries: int = 2,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        idle_timeout: float | None = DEFAULT_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        client: openai.AsyncOpenAI | None = None,
     ) -> None:
         import openai
 

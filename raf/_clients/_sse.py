@@ -4,14 +4,15 @@ and the server-sent events, decoded by the SDK's own decoder, under a size bound
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import anyio
 import httpx2
 
 from raf._clients._sdk import SdkClient, error_from_http, post, read_reply, too_large
-from raf._errors import ChatProtocolError, ChatTimeoutError
+from raf._errors import ChatClientError, ChatProtocolError, ChatTimeoutError
+from raf._values.messages import Update
 
 if TYPE_CHECKING:
     from openai._streaming import ServerSentEvent
@@ -65,6 +66,55 @@ class Budget:
     def cap(self, seconds: float) -> None:
         """Leave at most ``seconds`` for all the waits left."""
         self.left = seconds if self.left is None else min(self.left, seconds)
+
+
+class StreamReader(Protocol):
+    """What a client's stream is read with: the updates of each event's data, and of a
+    reply that is no event stream; ``done`` once the answer is complete; ``finish``
+    the updates left at the end (a stream cut short is an error)."""
+
+    @property
+    def done(self) -> bool: ...
+    def feed(self, data: str) -> list[Update]: ...
+    def plain(self, data: bytes, content_type: str) -> list[Update]: ...
+    def finish(self) -> list[Update]: ...
+
+
+async def stream_updates(
+    owner: SdkClient,
+    path: str,
+    body: dict[str, Any],
+    request_options: dict[str, Any],
+    reader: StreamReader,
+    where: str,
+) -> AsyncGenerator[Update]:
+    """The updates of a streamed request for ``owner``, as ``reader`` reads its events;
+    the response is closed whatever ends the stream, ``aclose()`` included; errors
+    of the request name ``where``."""
+    events = await open_events(owner, path, body, request_options, where)
+    try:
+        if not events.content_type.startswith("text/event-stream"):
+            for update in reader.plain(await events.read_all(), events.content_type):
+                yield update
+            return
+        try:
+            while (event := await events.next()) is not None:
+                done = reader.done
+                updates = reader.feed(event.data)
+                if not done and reader.done:
+                    # What follows the answer gets a moment, not the budget: a server that
+                    # keeps the stream open must not turn an answer into a timeout.
+                    events.budget.cap(DRAIN_GRACE)
+                for update in updates:
+                    yield update
+        except ChatClientError:
+            # Once the answer is complete, what goes wrong reading past it is no error.
+            if not reader.done:
+                raise
+        for update in reader.finish():
+            yield update
+    finally:
+        await events.aclose()
 
 
 async def open_events(

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raf._clients._chat_reply import StreamedTurn, call_name, response_from_reply
 from raf._clients._chat_wire import request_body
-from raf._clients._sdk import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, SdkClient
-from raf._clients._sse import DRAIN_GRACE, open_events
-from raf._errors import ChatClientError
+from raf._clients._sdk import SdkClient
+from raf._clients._sse import stream_updates
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
-
-if TYPE_CHECKING:
-    import openai
 
 __all__ = ["OpenAIChatClient"]
 
@@ -55,29 +52,6 @@ class OpenAIChatClient(SdkClient):
             print((await agent.run("Hello!")).text)
     """
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        max_retries: int = 2,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        idle_timeout: float | None = DEFAULT_TIMEOUT,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        client: openai.AsyncOpenAI | None = None,
-    ) -> None:
-        super().__init__(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            max_retries=max_retries,
-            timeout=timeout,
-            max_response_bytes=max_response_bytes,
-            client=client,
-            idle_timeout=idle_timeout,
-        )
-
     async def complete(
         self, messages: Sequence[ChatMessage], options: ChatOptions
     ) -> AgentResponse:
@@ -112,35 +86,13 @@ class OpenAIChatClient(SdkClient):
         response is closed whatever ends the stream, ``aclose()`` included.
         """
         model, body, request_options = self.request_body(messages, options, stream=True)
-        where = call_name(model)
-        events = await open_events(self, self._path(model), body, request_options, where)
-        try:
-            refuse = options.output_schema is not None
-            if not events.content_type.startswith("text/event-stream"):
-                # A server that ignores "stream" answers with one chat completion: its updates.
-                data = await events.read_all()
-                answer = response_from_reply(data, events.content_type, model, refuse=refuse)
-                for update in answer.to_updates():
-                    yield update
-                return
-            turn = StreamedTurn(model, refuse=refuse)
-            try:
-                while (event := await events.next()) is not None:
-                    finished = turn.finished is not None
-                    for update in turn.feed(event.data):
-                        yield update
-                    if not finished and turn.finished is not None:
-                        # Only the usage follows the finish: it gets a moment, not the
-                        # budget, so a server that keeps the stream open costs no answer.
-                        events.budget.cap(DRAIN_GRACE)
-            except ChatClientError:
-                # Once the model finished, what goes wrong reading past it is no error.
-                if turn.finished is None:
-                    raise
-            for update in turn.finish():
+        turn = StreamedTurn(model, refuse=options.output_schema is not None)
+        path, where = self._path(model), call_name(model)
+        # Closed here, not left to the garbage collector, when the consumer stops early.
+        updates = stream_updates(self, path, body, request_options, turn, where)
+        async with contextlib.aclosing(updates):
+            async for update in updates:
                 yield update
-        finally:
-            await events.aclose()
 
     def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False

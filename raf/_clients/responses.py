@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from raf._clients._reply import quote
 from raf._clients._responses_reply import (
     StreamState,
     call_name,
-    event_json,
     response_from_reply,
 )
 from raf._clients._responses_wire import Turn, request_body
-from raf._clients._sdk import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, SdkClient
-from raf._clients._sse import DRAIN_GRACE, open_events
-from raf._errors import ChatClientError, ChatConnectionError, ChatProtocolError
+from raf._clients._sdk import SdkClient
+from raf._clients._sse import stream_updates
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
-
-if TYPE_CHECKING:
-    import openai
 
 __all__ = ["OpenAIResponsesClient"]
 
@@ -56,31 +51,10 @@ class OpenAIResponsesClient(SdkClient):
             print((await agent.run("Hello!")).text)
     """
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        store: bool = False,
-        max_retries: int = 2,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        idle_timeout: float | None = DEFAULT_TIMEOUT,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        client: openai.AsyncOpenAI | None = None,
-    ) -> None:
+    def __init__(self, model: str, *, store: bool = False, **keywords: Any) -> None:
         if type(store) is not bool:
             raise ValueError(f"OpenAIResponsesClient: store must be True or False, got {store!r}")
-        super().__init__(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            max_retries=max_retries,
-            timeout=timeout,
-            max_response_bytes=max_response_bytes,
-            client=client,
-            idle_timeout=idle_timeout,
-        )
+        super().__init__(model, **keywords)
         self.store = store
         # Reasoning to replay, by the first call id of the turn it came with (oldest first).
         self._turns: collections.OrderedDict[str, Turn] = collections.OrderedDict()
@@ -114,41 +88,13 @@ class OpenAIResponsesClient(SdkClient):
         :class:`raf.ChatConnectionError`.
         """
         model, body, request_options = self.request_body(messages, options, stream=True)
+        state = StreamState(model, self._remember, refuse=options.output_schema is not None)
         where = call_name(model)
-        events = await open_events(self, "/responses", body, request_options, where)
-        try:
-            content_type = events.content_type
-            if not content_type.startswith("text/event-stream"):
-                raise ChatProtocolError(
-                    f"{where}: a streamed request was answered with "
-                    f"{content_type or 'no content-type'}, not an event stream: "
-                    f"{quote(await events.read_all())}"
-                )
-            state = StreamState(model, refuse=options.output_schema is not None)
-            try:
-                while (event := await events.next()) is not None:
-                    if state.done or event.data.strip() == "[DONE]":
-                        continue  # read to the end: the connection can then be reused
-                    updates = state.feed(event_json(event.data, model))
-                    # Remembered before the updates go out: a consumer may leave after them.
-                    self._remember(state.turn)
-                    state.turn = None
-                    if state.done:
-                        # What follows the answer gets a moment, not the budget: a server
-                        # that keeps the stream open must not turn an answer into a timeout.
-                        events.budget.cap(DRAIN_GRACE)
-                    for update in updates:
-                        yield update
-            except ChatClientError:
-                # Once the answer is complete, what goes wrong reading past it is no error.
-                if not state.done:
-                    raise
-            if not state.done:
-                raise ChatConnectionError(
-                    f"{where}: the event stream ended before response.completed"
-                )
-        finally:
-            await events.aclose()
+        # Closed here, not left to the garbage collector, when the consumer stops early.
+        updates = stream_updates(self, "/responses", body, request_options, state, where)
+        async with contextlib.aclosing(updates):
+            async for update in updates:
+                yield update
 
     # --- the request --------------------------------------------------------------------
 

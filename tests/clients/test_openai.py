@@ -505,8 +505,8 @@ MALFORMED: list[tuple[str, Reply, str]] = [
     ("a json string", Reply(body="ok"), "the reply is a string, not a JSON object"),
     ("nested deep", Reply(raw=b"[" * 100_000 + b"]" * 100_000), "not JSON"),
     ("an error in a 200", Reply(body={"error": {"message": "quota"}}), "200 with an error.*quota"),
-    ("choices missing", Reply(body={"id": "x"}), "'choices' is missing"),
-    ("choices an object", Reply(body={"choices": {}}), "'choices' is an object, not a list"),
+    ("choices missing", Reply(body={"id": "x"}), "choices is missing"),
+    ("choices an object", Reply(body={"choices": {}}), "choices is an object, not a list"),
     ("choices empty", Reply(body={**completion(), "choices": []}), "no choices"),
     ("choice a number", Reply(body={**completion(), "choices": [3]}), r"choices\[0\] is a number"),
     ("message null", Reply(body=_null_message()), r"choices\[0\]\.message is null"),
@@ -524,7 +524,7 @@ MALFORMED: list[tuple[str, Reply, str]] = [
         Reply(
             body=_call(id="c1", type="function", function={"name": "add", "arguments": {"a": 1}})
         ),
-        r"tool_calls\[0\]\.function\.arguments is an object, not a string of JSON",
+        r"tool_calls\[0\]\.function\.arguments is an object, not a string",
     ),
     (
         "id null",
@@ -546,7 +546,7 @@ MALFORMED: list[tuple[str, Reply, str]] = [
         Reply(body=_call(id="c1", type="custom", custom={"name": "x", "input": ""})),
         "'custom' tool call; raf supports function tool calls only",
     ),
-    ("usage a list", Reply(body={**completion(), "usage": [1]}), "'usage' is a list"),
+    ("usage a list", Reply(body={**completion(), "usage": [1]}), "usage is a list"),
     (
         "tokens a string",
         Reply(body=_usage(prompt_tokens="5", completion_tokens=1)),
@@ -1082,7 +1082,7 @@ async def test_a_stream_without_a_finish_reason_is_a_connection_error(
     [
         ("{not json", "a chunk is not JSON"),
         ("[1, 2]", "a chunk is a list, not a JSON object"),
-        ('{"choices": {}}', "'choices' is an object, not a list"),
+        ('{"choices": {}}', "choices is an object, not a list"),
         ('{"choices": [{"index": 0, "delta": "hi"}]}', r"choices\[0\]\.delta is a string"),
         ('{"choices": [{"index": 0, "delta": {"content": 3}}]}', r"delta\.content is a number"),
         (

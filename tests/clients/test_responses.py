@@ -585,7 +585,7 @@ async def test_the_consumers_time_is_not_the_servers(server: ResponsesServer) ->
 MALFORMED: list[tuple[Answer, str]] = [
     (Answer(raw=b"this is not json"), "not JSON"),
     (Answer(body=[1]), "a list, not a JSON object"),
-    (Answer(body={"id": "x", "status": "completed"}), "'output' is missing"),
+    (Answer(body={"id": "x", "status": "completed"}), "output is missing"),
     (Answer(body={"output": [3]}), r"output\[0\] is a number"),
     (
         Answer(body={"output": [{"type": "function_call", "call_id": None, "name": "f"}]}),
