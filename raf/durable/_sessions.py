@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -82,26 +82,19 @@ class WrittenOnce:
     keyed ``"{workflow_id}:{n}"`` and goes to the store's
     ``add_messages_once``: the run's post stages make the same writes in the
     same order when the run is recovered, so the ones already stored are
-    skipped (a store without it is written to as usual). ``point``, when
-    given, hears of the calls a write is about to record as pending, before
-    they are (a decision finds the workflow that waits for it through it).
+    skipped. Each pending call is stored with the workflow id (``run_id``):
+    a decider finds the run that waits for it from the session.
     """
 
-    __slots__ = ("_claimed", "_count", "_inner", "_point", "_workflow_id", "superseded")
+    __slots__ = ("_claimed", "_count", "_inner", "_workflow_id", "superseded")
 
-    def __init__(
-        self,
-        inner: Any,
-        workflow_id: str,
-        point: Callable[[tuple[PendingCall, ...]], Awaitable[None]] | None = None,
-    ) -> None:
+    def __init__(self, inner: Any, workflow_id: str) -> None:
         self._inner = inner
         self._workflow_id = workflow_id
-        self._point = point
         self._count = 0
         self._claimed: Claimed | None = None
-        #: The tokens of the waiting calls a new message claimed (to deny them), in this run.
-        self.superseded: tuple[str, ...] = ()
+        #: The runs whose waiting calls a new message claimed (to deny them), in this pass.
+        self.superseded: set[str] = set()
 
     @property
     def id(self) -> str:
@@ -126,10 +119,8 @@ class WrittenOnce:
         self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
     ) -> None:
         """Append ``messages`` and record ``pending``, unless this run did before its crash."""
-        calls = tuple(pending)
+        calls = tuple(attrs.evolve(call, run_id=self._workflow_id) for call in pending)
         self._count += 1
-        if self._point is not None:
-            await self._point(calls)
         await self._inner.add_once(f"{self._workflow_id}:{self._count}", messages, calls)
 
     def hand_over(self, claimed: Claimed) -> None:
@@ -151,7 +142,7 @@ class WrittenOnce:
     async def claim_all_pending(self) -> tuple[PendingCall, ...]:
         """Every waiting call (a new message takes them to deny them)."""
         claimed: tuple[PendingCall, ...] = await self._inner.claim_all_pending()
-        self.superseded += tuple(call.token for call in claimed)
+        self.superseded |= {c.run_id for c in claimed if c.run_id not in (None, self._workflow_id)}
         return claimed
 
     async def list_pending(self) -> tuple[PendingCall, ...]:
