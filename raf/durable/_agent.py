@@ -98,7 +98,8 @@ class DurableAgent:
             raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
         if decisions:
             return await self._decide(decisions, checked, run_options, on_update)
-        return await self._run(request, None if session is None else checked, run_options, on_update)
+        given = None if session is None else checked
+        return await self._run(request, given, run_options, on_update)
 
     def stream(
         self,
@@ -269,7 +270,7 @@ def _require_asyncio() -> None:
 
 def _not_set_up(exc: dbos_errors.DBOSException) -> DurableError | None:
     """The DurableError to raise when ``exc`` says DBOS is not set up in this process."""
-    unset = ("before DBOS initialized", "before DBOS was launched")
+    unset = ("before DBOS initialized", "before DBOS was launched", "No DBOS was created")
     if not any(text in str(exc) for text in unset):
         return None
     return DurableError(

@@ -8,7 +8,7 @@ the agent's ``approval_timeout``), running the pipeline again with each,
 until nothing waits, no decision comes in time, or an empty message ends
 the wait (its caller left, or a new message denied its calls). Every
 update goes to the workflow's DBOS stream ``raf.updates``, which whoever
-follows the run reads.
+follows the run reads (it ends with the workflow).
 """
 
 from __future__ import annotations
@@ -158,8 +158,13 @@ async def durable_run(
         response, _ = await _pass(agent, session, request, options, publish, decisions)
         parts = [response]
         if response.pending and waits:
-            await DBOS.write_stream_async(UPDATES, Paused(response))
+            # Set before the "approval" updates go out: a caller that saw one and leaves does
+            # not cancel the run, whose recv may hold a decision sent meanwhile.
             await DBOS.set_event_async(WAITING, True)
+        if publish is not None:
+            await publish.release()
+        if response.pending and waits:
+            await DBOS.write_stream_async(UPDATES, Paused(response))
             while True:
                 delivery = await DBOS.recv_async(TOPIC, timeout_seconds=agent.approval_timeout)
                 if not isinstance(delivery, Delivery):
@@ -168,13 +173,14 @@ async def durable_run(
                 response, model_calls = await _pass(
                     agent, session, (), options, publish, delivery.decisions
                 )
+                if publish is not None:
+                    await publish.release()
                 await DBOS.set_event_async(outcome_key(delivery.message_id), response)
                 parts.append(response)
                 # A pass that neither left calls pending nor called the model stalled: another
                 # call of the turn was claimed by another decider, whose decision is on its way.
                 if not response.pending and model_calls:
                     break
-    await DBOS.close_stream_async(UPDATES)
     return merged(parts)
 
 
@@ -210,8 +216,6 @@ async def _pass(
         for superseded in sorted(session.superseded):
             await DBOS.send_async(superseded, None, TOPIC)
         session.superseded.clear()
-    if publish is not None:
-        await publish.release()
     return response, batch.model_calls
 
 
