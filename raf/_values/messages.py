@@ -104,12 +104,13 @@ class PendingCall:
     id, the call id, the tool name and the canonical arguments, so a
     decision applies to exactly what was shown.
     ``AgentResponse.pending`` holds one per waiting call. ``run_id``: the
-    durable run (DBOS workflow id) that waits for the decision, if one does.
+    durable run (DBOS workflow id) that waits for the decision, if one does
+    (where it waits, not what it is: equality ignores it).
     """
 
     call: ToolCall = attrs.field()
     token: str = attrs.field(validator=_check_str)
-    run_id: str | None = attrs.field(default=None, kw_only=True)
+    run_id: str | None = attrs.field(default=None, kw_only=True, eq=False)
 
     @call.validator
     def _check_call(self, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -179,12 +179,12 @@ class DurableAgent:
             raise _not_set_up(exc) or exc from exc
         run_id = handle.get_workflow_id()
         try:
-            paused = await streamed_core(_follow, run_id, on_update)
+            paused = await streamed_core(_follow, run_id, on_update, bool(decisions))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await _leave(run_id)
             raise
-        if paused is not None and decisions:
+        if paused is not None:
             return paused
         return await handle.get_result(polling_interval_sec=0.1)
 
@@ -192,16 +192,16 @@ class DurableAgent:
         return f"<DurableAgent {self.durable_name!r} {self.agent!r}>"
 
 
-async def _follow(run_id: str, on_update: OnUpdate | None) -> AgentResponse | None:
-    """Read the run's stream into ``on_update`` until it ends: the paused response, if any."""
-    paused = None
+async def _follow(run_id: str, on_update: OnUpdate | None, to_pause: bool) -> AgentResponse | None:
+    """Read the run's stream into ``on_update`` until it ends, or (``to_pause``) until the run
+    pauses: then the response of its pass."""
     async for item in DBOS.read_stream_async(run_id, UPDATES, polling_interval_sec=0.05):
         if isinstance(item, Paused):
-            paused = item.response
-            # A run started by decisions returns as it pauses; another goes on reading.
+            if to_pause:
+                return item.response
         elif on_update is not None:
             await on_update(item)
-    return paused
+    return None
 
 
 async def _leave(run_id: str) -> None:
