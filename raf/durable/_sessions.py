@@ -8,6 +8,8 @@ from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import attrs
+from dbos import DBOS
+from dbos import error as dbos_errors
 
 from raf._errors import DurableError
 from raf._sessions.base import Claimed, RequestHash, Session
@@ -107,8 +109,21 @@ class WrittenOnce:
         return self._inner  # type: ignore[no-any-return]
 
     async def get_messages(self) -> tuple[ChatMessage, ...]:
-        """The history, oldest first."""
-        return await self._inner.get_messages()  # type: ignore[no-any-return]
+        """The history, oldest first, as long as it was when this read first ran.
+
+        Its length is the step ``raf.history``: a run replayed after it stored
+        its turn (a worker killed while the run waited for a decision) reads
+        the history as it was then, not its own turn as a previous one.
+        """
+        messages: tuple[ChatMessage, ...] = await self._inner.get_messages()
+
+        async def length() -> int:
+            return len(messages)
+
+        try:
+            return messages[: await DBOS.run_step_async({"name": "raf.history"}, length)]
+        except dbos_errors.DBOSWorkflowCancelledError:
+            return messages  # a cancelled run's post stages still store what it answered
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages`` unless this run stored this append before its crash."""
@@ -140,9 +155,16 @@ class WrittenOnce:
         return await self._inner.claim_pending(tokens)  # type: ignore[no-any-return]
 
     async def claim_all_pending(self) -> tuple[PendingCall, ...]:
-        """Every waiting call (a new message takes them to deny them)."""
-        claimed: tuple[PendingCall, ...] = await self._inner.claim_all_pending()
-        self.superseded |= {c.run_id for c in claimed if c.run_id not in (None, self._workflow_id)}
+        """Every waiting call but this run's own (a new message takes them to deny them): a run
+        replayed after it stored its pending calls does not deny them."""
+        waiting = await self._inner.list_pending()
+        if any(call.run_id == self._workflow_id for call in waiting):
+            others = [c.token for c in waiting if c.run_id != self._workflow_id]
+            claim = await self._inner.claim_pending(others) if others else None
+            claimed: tuple[PendingCall, ...] = () if claim is None else tuple(claim[0])
+        else:
+            claimed = await self._inner.claim_all_pending()
+        self.superseded |= {c.run_id for c in claimed if c.run_id is not None}
         return claimed
 
     async def list_pending(self) -> tuple[PendingCall, ...]:
