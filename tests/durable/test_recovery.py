@@ -208,7 +208,8 @@ def test_a_worker_killed_while_its_run_waits_for_approval_is_recovered_and_decid
     ]
     # Each tool call's key is a step of the run's own workflow, the same one throughout.
     keys = [what.split(" key=")[1] for what, _ in calls if " key=" in what]
-    assert all(key.startswith("turn-1:") for key in keys) and len(set(keys)) == 3, keys
+    assert all(key.startswith("turn-1:") for key in keys), keys
+    assert len(set(keys)) == 3, keys
     launched = [what for what, pid in log].index("launched decide")
     assert [what for what, _ in log].index(calls[3][0]) > launched
     # The first pass's post stages ran before the wait, and again when the recovered worker
