@@ -179,14 +179,15 @@ class DurableAgent:
             raise _not_set_up(exc) or exc from exc
         run_id = handle.get_workflow_id()
         try:
-            paused = await streamed_core(_follow, run_id, on_update, bool(decisions))
-        except BaseException:
+            if on_update is not None or decisions:
+                paused = await streamed_core(_follow, run_id, on_update, bool(decisions))
+                if paused is not None:
+                    return paused
+            return await streamed_core(handle.get_result)
+        except BaseException:  # the caller leaves (a run that has ended is left as it is)
             with anyio.CancelScope(shield=True):
                 await _leave(run_id)
             raise
-        if paused is not None:
-            return paused
-        return await handle.get_result(polling_interval_sec=0.1)
 
     def __repr__(self) -> str:
         return f"<DurableAgent {self.durable_name!r} {self.agent!r}>"
@@ -195,7 +196,7 @@ class DurableAgent:
 async def _follow(run_id: str, on_update: OnUpdate | None, to_pause: bool) -> AgentResponse | None:
     """Read the run's stream into ``on_update`` until it ends, or (``to_pause``) until the run
     pauses: then the response of its pass."""
-    async for item in DBOS.read_stream_async(run_id, UPDATES, polling_interval_sec=0.05):
+    async for item in DBOS.read_stream_async(run_id, UPDATES, polling_interval_sec=0.02):
         if isinstance(item, Paused):
             if to_pause:
                 return item.response

@@ -12,7 +12,7 @@ from dbos import DBOS
 from dbos import error as dbos_errors
 
 from raf._errors import DurableError
-from raf._sessions.base import Claimed, RequestHash, Session
+from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
 from raf._sessions.sqlite import SqliteSession, SqliteSessionStore
 from raf._values.messages import ChatMessage, PendingCall
@@ -82,7 +82,7 @@ class WrittenOnce:
 
     The n-th write of a run (``add_messages`` or ``record_pending``) is
     keyed ``"{workflow_id}:{n}"`` and goes to the store's
-    ``add_messages_once``: the run's post stages make the same writes in the
+    ``add_once``: the run's post stages make the same writes in the
     same order when the run is recovered, so the ones already stored are
     skipped. Each pending call is stored with the workflow id (``run_id``):
     a decider finds the run that waits for it from the session.
@@ -102,11 +102,6 @@ class WrittenOnce:
     def id(self) -> str:
         """The session's id."""
         return str(self._inner.id)
-
-    @property
-    def inner(self) -> Session:
-        """The session itself."""
-        return self._inner  # type: ignore[no-any-return]
 
     async def get_messages(self) -> tuple[ChatMessage, ...]:
         """The history, oldest first, as long as it was when this read first ran.
@@ -167,25 +162,7 @@ class WrittenOnce:
         self.superseded |= {c.run_id for c in claimed if c.run_id is not None}
         return claimed
 
-    async def list_pending(self) -> tuple[PendingCall, ...]:
-        """The calls that wait."""
-        return await self._inner.list_pending()  # type: ignore[no-any-return]
-
-    async def add_once(
-        self, key: str, messages: Iterable[ChatMessage], pending: Iterable[PendingCall] = ()
-    ) -> bool:
-        """The store's once-only write."""
-        return await self._inner.add_once(key, messages, pending)  # type: ignore[no-any-return]
-
-    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
-        """Record the request's hash (see :meth:`raf.Session.touch_request_hash`)."""
-        return await self._inner.touch_request_hash(messages)  # type: ignore[no-any-return]
-
-    async def request_hashes(self) -> dict[str, float]:
-        """The recorded digests with the time each was last seen."""
-        return await self._inner.request_hashes()  # type: ignore[no-any-return]
-
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # the rest is the session's own
         return getattr(self._inner, name)
 
     def __repr__(self) -> str:

@@ -8,7 +8,7 @@ the agent's ``approval_timeout``), running the pipeline again with each,
 until nothing waits, no decision comes in time, or an empty message ends
 the wait (its caller left, or a new message denied its calls). Every
 update goes to the workflow's DBOS stream ``raf.updates``, which whoever
-follows the run reads (it ends with the workflow).
+follows the run reads.
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ async def durable_run(
     """The workflow of one durable run: a pass of the pipeline, then the wait for decisions.
 
     ``decisions`` resume calls that wait (``claimed``: the calls they
-    claimed already). ``streams``: its caller follows the updates.
+    claimed already). ``streams``: its caller follows the updates (a caller
+    of decisions follows the stream, to its pause, in any case).
     """
     agent = _agent(agent_name)
     run_id = DBOS.workflow_id
@@ -181,6 +182,8 @@ async def durable_run(
                 # call of the turn was claimed by another decider, whose decision is on its way.
                 if not response.pending and model_calls:
                     break
+    if streams or decisions:  # its caller reads the stream: it ends now, not at a status poll
+        await DBOS.close_stream_async(UPDATES)
     return merged(parts)
 
 
