@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import anyio
@@ -91,15 +91,10 @@ class DurableAgent:
         with it; when no run waits for it, it resumes the calls here.
         """
         _require_asyncio()
-        request, checked, run_options, decisions = self.agent._arguments(
-            messages, session, options, output_type, output_retries
-        )
+        go = self._prepared(messages, session, options, output_type, output_retries)
         if on_update is not None and not callable(on_update):
             raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
-        if decisions:
-            return await self._decide(decisions, checked, run_options, on_update)
-        given = None if session is None else checked
-        return await self._run(request, given, run_options, on_update)
+        return await go(on_update)
 
     def stream(
         self,
@@ -111,21 +106,29 @@ class DurableAgent:
         output_retries: int | None = None,
     ) -> AgentStream:
         """:meth:`raf.Agent.stream` as a DBOS workflow (on asyncio; trio is a DurableError)."""
-        request, checked, run_options, decisions = self.agent._arguments(
-            messages, session, options, output_type, output_retries
-        )
-        given = None if session is None else checked
+        go = self._prepared(messages, session, options, output_type, output_retries)
 
         async def start(on_update: OnUpdate) -> Any:
             _require_asyncio()
             return on_update
 
-        async def run(on_update: Any) -> AgentResponse:
+        return AgentStream(start, cast("CallNext[Invocation]", go))
+
+    def _prepared(
+        self, messages: Any, session: Session | None, options: Any, output_type: Any, retries: Any
+    ) -> Callable[[OnUpdate | None], Awaitable[AgentResponse]]:
+        """The run of these arguments (checked now), to start with an ``on_update``."""
+        request, checked, run_options, decisions = self.agent._arguments(
+            messages, session, options, output_type, retries
+        )
+
+        async def go(on_update: OnUpdate | None) -> AgentResponse:
             if decisions:
                 return await self._decide(decisions, checked, run_options, on_update)
+            given = None if session is None else checked
             return await self._run(request, given, run_options, on_update)
 
-        return AgentStream(start, cast("CallNext[Invocation]", run))
+        return go
 
     async def _decide(
         self,
