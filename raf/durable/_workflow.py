@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, Protocol, cast
 
 import attrs
 from dbos import DBOS
 
+from raf._agent.agent import Agent
 from raf._agent.approvals import Decision
 from raf._agent.streamed import STREAMED_RUN
 from raf._agent.tool_loop import ToolRequest
@@ -33,13 +34,18 @@ from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
 from raf.durable._sessions import SessionRef, WrittenOnce
 
-if TYPE_CHECKING:
-    from raf.durable._agent import DurableAgent
-
 __all__: list[str] = []
 
+
+class Durable(Protocol):
+    """What the workflow needs of a durable agent (``raf.durable.DurableAgent``)."""
+
+    agent: Agent
+    approval_timeout: float
+
+
 #: The durable agents of this process, by name: what a recovered workflow runs.
-AGENTS: dict[str, DurableAgent] = {}
+AGENTS: dict[str, Durable] = {}
 
 #: The topic a decision (or the empty message that ends a wait) is sent on.
 TOPIC: Final = "raf.approval"
@@ -109,7 +115,7 @@ class _Publish:
             await DBOS.write_stream_async(UPDATES, update)
 
 
-def _agent(name: str) -> DurableAgent:
+def _agent(name: str) -> Durable:
     agent = AGENTS.get(name)
     if agent is None:
         raise DurableError(
@@ -188,7 +194,7 @@ async def durable_run(
 
 
 async def _pass(
-    agent: DurableAgent,
+    agent: Durable,
     session: WrittenOnce,
     request: tuple[ChatMessage, ...],
     options: AgentRunOptions,
