@@ -167,17 +167,9 @@ class DurableAgent:
         the background); one started by messages follows it to its end.
         """
         ref = None if session is None else SessionRef.of(session)
+        args = (self.durable_name, request, ref, options, on_update is not None, decisions, claimed)
         try:
-            handle = await DBOS.start_workflow_async(
-                durable_run,
-                self.durable_name,
-                request,
-                ref,
-                options,
-                on_update is not None,
-                decisions,
-                claimed,
-            )
+            handle = await DBOS.start_workflow_async(durable_run, *args)
         except dbos_errors.DBOSException as exc:
             raise _not_set_up(exc) or exc from exc
         run_id = handle.get_workflow_id()

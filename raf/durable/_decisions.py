@@ -1,11 +1,8 @@
-"""Decisions for a durable run: sent to the run that waits for them, from any process.
+"""Decisions for a durable run: found by the pending call's ``run_id``, sent with ``DBOS.send``.
 
-Each pending call is stored with the id of the run that waits for it
-(``PendingCall.run_id``). The deciding process claims the calls in the
-session (the store's atomic claim: of two processes deciding one call,
-one gets it, the other an :class:`raf.ApprovalError`), sends the decisions
-and the claimed calls to that run with ``DBOS.send``, and waits for the
-event under which the run publishes what that pass returned.
+The decider claims the calls in the session (the store's atomic claim: of
+two deciders of one call, one gets it, the other an ApprovalError), sends
+them to the run and waits for the event of that pass's answer.
 """
 
 from __future__ import annotations
