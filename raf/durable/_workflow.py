@@ -223,7 +223,9 @@ async def _pass(
         _BATCH.reset(token)
         # The runs whose calls this pass denied (a new message) stop waiting for them.
         for superseded in sorted(session.superseded):
-            await DBOS.send_async(superseded, None, TOPIC)
+            status = await DBOS.get_workflow_status_async(superseded)
+            if status is not None and status.status in ("PENDING", "ENQUEUED"):
+                await DBOS.send_async(superseded, None, TOPIC)
         session.superseded.clear()
     return response, batch.model_calls
 

@@ -382,7 +382,8 @@ def test_the_page_decides_while_the_durable_run_waits_in_its_stream(
             "keep them"
         )
         deny.click()
-        wait_until(lambda: len(answers(browser)) == 2)
+        # Until the answer has streamed to its end (its text comes in deltas).
+        wait_until(lambda: len(answers(browser)) == 2 and "keep them" in answers(browser)[1])
         assert answers(browser)[1].startswith("the tool said The user did not approve this call")
         assert "keep them" in answers(browser)[1]
         assert runs() == ["notes.txt"]
