@@ -103,11 +103,14 @@ class PendingCall:
     ``token`` binds a :class:`raf.Decision` to it: derived from the session
     id, the call id, the tool name and the canonical arguments, so a
     decision applies to exactly what was shown.
-    ``AgentResponse.pending`` holds one per waiting call.
+    ``AgentResponse.pending`` holds one per waiting call. ``run_id``: the
+    durable run (DBOS workflow id) that waits for the decision, if one does
+    (where it waits, not what it is: equality ignores it).
     """
 
     call: ToolCall = attrs.field()
     token: str = attrs.field(validator=_check_str)
+    run_id: str | None = attrs.field(default=None, kw_only=True, eq=False)
 
     @call.validator
     def _check_call(self, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -116,12 +119,15 @@ class PendingCall:
 
     def to_dict(self) -> dict[str, Any]:
         """A plain-JSON form, what a session store keeps."""
-        return {"token": self.token, "call": self.call.to_dict()}
+        data: dict[str, Any] = {"token": self.token, "call": self.call.to_dict()}
+        if self.run_id is not None:
+            data["run_id"] = self.run_id
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PendingCall:
         """The inverse of :meth:`to_dict`."""
-        return cls(ToolCall.from_dict(data["call"]), data["token"])
+        return cls(ToolCall.from_dict(data["call"]), data["token"], run_id=data.get("run_id"))
 
 
 def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:

@@ -1,8 +1,8 @@
 """Durable runs on DBOS Transact (extra ``raf-agents[dbos]``; asyncio only).
 
-``dbos_agent(agent)`` returns a copy of ``agent`` whose run is a DBOS
-workflow and whose model calls and tool calls are DBOS steps (``raf.model``,
-``raf.tool.NAME``): a worker that dies in the middle of a tool loop is
+``dbos_agent(agent)`` wraps ``agent``: its run is one DBOS workflow, its
+model calls and tool calls DBOS steps (``raf.model``, ``raf.tool.NAME``),
+its updates a DBOS stream: a worker that dies in the middle of a tool loop is
 recovered by the next worker that launches DBOS, without repeating what
 completed. A run whose calls wait for approval waits for the decisions
 inside DBOS (``DBOS.recv``), and a decision reaches it from any process.

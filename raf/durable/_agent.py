@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import anyio
@@ -12,7 +12,7 @@ from dbos import DBOS
 from dbos import error as dbos_errors
 
 from raf._agent.agent import Agent
-from raf._agent.approvals import Decision, not_pending
+from raf._agent.approvals import Decision
 from raf._agent.streamed import streamed_core
 from raf._agent.streaming import AgentStream
 from raf._errors import DurableError
@@ -21,16 +21,15 @@ from raf._sessions.base import Claimed, Session
 from raf._values.context import Invocation
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate
 from raf._values.options import AgentRunOptions
-from raf.durable._decisions import deliver, waiting_in, wake
+from raf.durable._decisions import LIVE, deliver, waiting_run
 from raf.durable._sessions import SessionRef
 from raf.durable._workflow import (
     AGENTS,
-    CALLER,
     TOPIC,
-    Caller,
-    Delivery,
+    UPDATES,
+    WAITING,
+    Paused,
     durable_run,
-    merged,
     model_step,
     tool_step,
 )
@@ -41,22 +40,21 @@ __all__ = ["DurableAgent", "dbos_agent"]
 APPROVAL_TIMEOUT = 600.0
 
 
-class DurableAgent(Agent):
+class DurableAgent:
     """An agent whose run is a DBOS workflow (build it with :func:`dbos_agent`).
 
-    Its chat stack ends with the step ``raf.model`` and its tool stack with
-    the step ``raf.tool.NAME``; everything else is the agent it copies. A
-    run whose calls wait for approval waits for the decisions inside DBOS,
-    up to ``approval_timeout`` seconds (see ``docs/durable.md``).
+    It wraps :attr:`agent`, a copy of the agent it was built from whose chat
+    stack ends with the step ``raf.model`` and whose tool stack ends with the
+    step ``raf.tool.NAME``; every other attribute is that agent's. A run
+    whose calls wait for approval waits for the decisions inside DBOS, up
+    to ``approval_timeout`` seconds (see ``docs/durable.md``).
     """
 
-    __slots__ = ("_approval_timeout", "_durable_name")
-
-    _approval_timeout: float
-    _durable_name: str
+    __slots__ = ("agent", "approval_timeout", "durable_name")
 
     def __init__(self, agent: Agent, name: str, approval_timeout: float = APPROVAL_TIMEOUT) -> None:
-        super().__init__(
+        #: The agent whose pipeline each pass runs (its model and tool calls are steps).
+        self.agent = Agent(
             agent.chat_client,
             name=agent.name,
             instructions=agent.instructions,
@@ -67,18 +65,13 @@ class DurableAgent(Agent):
             post_timeout=agent.post_timeout,
             observers=agent.observers,
         )
-        object.__setattr__(self, "_durable_name", name)
-        object.__setattr__(self, "_approval_timeout", approval_timeout)
+        #: The name this agent is registered under: a recovering worker finds it by it.
+        self.durable_name = name
+        #: How long a run waits inside DBOS for each decision, in seconds (0: it does not).
+        self.approval_timeout = approval_timeout
 
-    @property
-    def durable_name(self) -> str:
-        """The name this agent is registered under: a recovering worker finds it by it."""
-        return self._durable_name
-
-    @property
-    def approval_timeout(self) -> float:
-        """How long a run waits inside DBOS for approvals, in seconds (0: it does not wait)."""
-        return self._approval_timeout
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.agent, name)
 
     async def run(
         self,
@@ -98,15 +91,10 @@ class DurableAgent(Agent):
         with it; when no run waits for it, it resumes the calls here.
         """
         _require_asyncio()
-        request, checked, run_options, decisions = self._arguments(
-            messages, session, options, output_type, output_retries
-        )
+        go = self._prepared(messages, session, options, output_type, output_retries)
         if on_update is not None and not callable(on_update):
             raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
-        given = None if session is None else checked
-        if decisions:
-            return await self._decide(decisions, checked, run_options, on_update)
-        return await self._workflow(request, given, run_options, on_update)
+        return await go(on_update)
 
     def stream(
         self,
@@ -118,21 +106,29 @@ class DurableAgent(Agent):
         output_retries: int | None = None,
     ) -> AgentStream:
         """:meth:`raf.Agent.stream` as a DBOS workflow (on asyncio; trio is a DurableError)."""
-        request, checked, run_options, decisions = self._arguments(
-            messages, session, options, output_type, output_retries
-        )
-        given = None if session is None else checked
+        go = self._prepared(messages, session, options, output_type, output_retries)
 
         async def start(on_update: OnUpdate) -> Any:
             _require_asyncio()
             return on_update
 
-        async def run(on_update: Any) -> AgentResponse:
+        return AgentStream(start, cast("CallNext[Invocation]", go))
+
+    def _prepared(
+        self, messages: Any, session: Session | None, options: Any, output_type: Any, retries: Any
+    ) -> Callable[[OnUpdate | None], Awaitable[AgentResponse]]:
+        """The run of these arguments (checked now), to start with an ``on_update``."""
+        request, checked, run_options, decisions = self.agent._arguments(
+            messages, session, options, output_type, retries
+        )
+
+        async def go(on_update: OnUpdate | None) -> AgentResponse:
             if decisions:
                 return await self._decide(decisions, checked, run_options, on_update)
-            return await self._workflow(request, given, run_options, on_update)
+            given = None if session is None else checked
+            return await self._run(request, given, run_options, on_update)
 
-        return AgentStream(start, cast("CallNext[Invocation]", run))
+        return go
 
     async def _decide(
         self,
@@ -141,99 +137,85 @@ class DurableAgent(Agent):
         options: AgentRunOptions,
         on_update: OnUpdate | None,
     ) -> AgentResponse:
-        """Decisions: to the wait that holds their calls, or (none waits) a run to resume them."""
+        """Decisions: to the run that waits for their calls, or (none waits) a new run."""
+        claimed: Claimed | None = None
         try:
-            # Only a pending call is looked for: its pointer was made before it was recorded,
-            # so a call that is pending and has none waits in no workflow.
-            pending = await session.list_pending()
-            tokens = [decision.token for decision in decisions]
-            if not set(tokens) <= {call.token for call in pending}:
-                raise not_pending(session, tokens, pending)
-            wait_id = await waiting_in(decisions[0].token)
-            if wait_id is not None:
-                outcome, delivery = await deliver(wait_id, session, decisions)
+            run_id = await waiting_run(session, decisions)
+            if run_id is not None:
+                outcome, delivery = await deliver(run_id, session, decisions)
                 if outcome is not None:
                     return outcome
-                # The wait ended (timed out, cancelled) as they came: the calls are claimed
-                # by this process, which runs them.
-                return await self._workflow((), session, options, on_update, delivery)
+                # The run ended (timed out, its caller left) as they came: the calls are
+                # claimed by this process, which runs them.
+                claimed = delivery.claimed
         except dbos_errors.DBOSException as exc:
-            problem = _not_set_up(exc)
-            if problem is None:
-                raise
-            raise problem from exc
-        return await self._workflow((), session, options, on_update, decisions=decisions)
+            raise _not_set_up(exc) or exc from exc
+        return await self._run((), session, options, on_update, decisions, claimed)
 
-    async def _workflow(
+    async def _run(
         self,
         request: tuple[ChatMessage, ...],
         session: Session | None,
         options: AgentRunOptions,
         on_update: OnUpdate | None,
-        delivery: Delivery | None = None,
-        *,
         decisions: tuple[Decision, ...] = (),
+        claimed: Claimed | None = None,
     ) -> AgentResponse:
+        """Start the run's workflow and follow its stream; leaving it early leaves the run.
+
+        A run started by decisions returns once it pauses (its wait goes on in
+        the background); one started by messages follows it to its end.
+        """
         ref = None if session is None else SessionRef.of(session)
-        claimed: Claimed | None = None
-        if delivery is not None:
-            decisions, claimed = delivery.decisions, delivery.claimed
-        caller = Caller(on_update, session, waits=not decisions)
-        token = CALLER.set(caller)
-        passed = False  # whether the run's pass (its workflow) has returned
+        args = (self.durable_name, request, ref, options, on_update is not None, decisions, claimed)
         try:
-            response = await durable_run(
-                self._durable_name, request, ref, options, decisions, claimed
-            )
-            passed = True
-            superseded, caller.superseded = caller.superseded, ()
-            await wake(superseded)
-            if caller.held is not None:
-                await caller.held.release()
-            if caller.wait_id is None:
-                return response
-            # Calls wait for approval: the wait (another workflow) goes on in this process,
-            # streaming to this caller, until it is decided or times out. A stream closed
-            # early meanwhile ends this wait for it (as a StreamClosedError).
-            waited: AgentResponse | None = await streamed_core(
-                caller.wait.get_result, polling_interval_sec=0.1
-            )
-            return response if waited is None else merged([response, waited])
+            handle = await DBOS.start_workflow_async(durable_run, *args)
         except dbos_errors.DBOSException as exc:
-            if caller.superseded:
-                await _wake_after(caller.superseded, exc)
-            problem = _not_set_up(exc) if caller.workflow_id is None else None
-            if problem is None:
-                raise
-            raise problem from exc
-        except BaseException as exc:
-            if caller.superseded:  # the pass failed after its new message denied them
-                await _wake_after(caller.superseded, exc)
-            if not passed and not isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise  # the pass failed (or its stream closed): its workflow ended with it
-            # The caller leaves (cancelled, its stream closed, its on_update raised): a pass
-            # still running is cancelled in DBOS too, not resumed at the next launch.
-            caller.left = True
+            raise _not_set_up(exc) or exc from exc
+        run_id = handle.get_workflow_id()
+        try:
+            if on_update is not None or decisions:
+                paused = await streamed_core(_follow, run_id, on_update, bool(decisions))
+                if paused is not None:
+                    return paused
+            return await streamed_core(handle.get_result)
+        except BaseException:  # the caller leaves (a run that has ended is left as it is)
             with anyio.CancelScope(shield=True):
-                if not passed and caller.workflow_id is not None:
-                    await DBOS.cancel_workflow_async(caller.workflow_id)
-                if caller.wait_id is not None:
-                    # The wait is not cancelled: a decision sent before this empty message
-                    # (its decider was told it was accepted) is applied first, then the wait
-                    # ends, as one that timed out does. Cancelling it could lose that call.
-                    await DBOS.send_async(caller.wait_id, None, TOPIC)
+                await _leave(run_id)
             raise
-        finally:
-            CALLER.reset(token)
 
     def __repr__(self) -> str:
-        return f"<DurableAgent {self._durable_name!r} {super().__repr__()}>"
+        return f"<DurableAgent {self.durable_name!r} {self.agent!r}>"
+
+
+async def _follow(run_id: str, on_update: OnUpdate | None, to_pause: bool) -> AgentResponse | None:
+    """Read the run's stream into ``on_update`` until it ends, or (``to_pause``) until the run
+    pauses: then the response of its pass."""
+    async for item in DBOS.read_stream_async(run_id, UPDATES, polling_interval_sec=0.02):
+        if isinstance(item, Paused):
+            if to_pause:
+                return item.response
+        elif on_update is not None:
+            await on_update(item)
+    return None
+
+
+async def _leave(run_id: str) -> None:
+    """The caller leaves: a run not yet waiting is cancelled in DBOS (not resumed at the next
+    launch); a waiting one gets the empty message, after any decision sent before it."""
+    status = await DBOS.get_workflow_status_async(run_id)
+    if status is None or status.status not in LIVE:
+        return
+    if await DBOS.get_event_async(run_id, WAITING, timeout_seconds=0):
+        await DBOS.send_async(run_id, None, TOPIC)
+    else:
+        await DBOS.cancel_workflow_async(run_id)
 
 
 def dbos_agent(
     agent: Agent, *, name: str | None = None, approval_timeout: float = APPROVAL_TIMEOUT
 ) -> DurableAgent:
-    """A copy of ``agent`` whose run is a DBOS workflow, registered under ``name``.
+    """A wrapper of ``agent`` whose run is a DBOS workflow, registered under ``name``.
 
     ``name`` defaults to ``agent.name``; it must be unique in the process
     and the same in every worker, because a recovered run finds its agent
@@ -241,12 +223,12 @@ def dbos_agent(
     recovers the runs a dead worker left.
 
     ``approval_timeout`` is how long, in seconds, a run whose calls wait for
-    approval waits for the decisions inside DBOS (default 600; the deadline
+    approval waits for each decision inside DBOS (default 600; the deadline
     holds across a recovery). ``0`` does not wait: the run ends with
     ``pending``, as a plain agent's does, and a decision resumes it in a
     new durable run.
     """
-    if not isinstance(agent, Agent) or isinstance(agent, DurableAgent):
+    if not isinstance(agent, Agent):
         raise TypeError(f"dbos_agent() takes a plain raf.Agent, got {agent!r}")
     name = agent.name if name is None else name
     if not isinstance(name, str) or not name:
@@ -272,15 +254,6 @@ def dbos_agent(
     return durable
 
 
-async def _wake_after(tokens: tuple[str, ...], error: BaseException) -> None:
-    """Wake the waits of ``tokens`` on the way out of a failed run (a failure is a note)."""
-    try:
-        with anyio.CancelScope(shield=True):
-            await wake(tokens)
-    except Exception as exc:
-        error.add_note(f"raf: the waits of the denied calls were not woken: {exc!r}")
-
-
 def _require_asyncio() -> None:
     try:
         asyncio.get_running_loop()
@@ -293,7 +266,7 @@ def _require_asyncio() -> None:
 
 def _not_set_up(exc: dbos_errors.DBOSException) -> DurableError | None:
     """The DurableError to raise when ``exc`` says DBOS is not set up in this process."""
-    unset = ("before DBOS initialized", "before DBOS was launched")
+    unset = ("before DBOS initialized", "before DBOS was launched", "No DBOS was created")
     if not any(text in str(exc) for text in unset):
         return None
     return DurableError(

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import attrs
+from dbos import DBOS
+from dbos import error as dbos_errors
 
 from raf._errors import DurableError
-from raf._sessions.base import Claimed, RequestHash, Session
+from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
 from raf._sessions.sqlite import SqliteSession, SqliteSessionStore
 from raf._values.messages import ChatMessage, PendingCall
@@ -80,42 +82,43 @@ class WrittenOnce:
 
     The n-th write of a run (``add_messages`` or ``record_pending``) is
     keyed ``"{workflow_id}:{n}"`` and goes to the store's
-    ``add_messages_once``: the run's post stages make the same writes in the
+    ``add_once``: the run's post stages make the same writes in the
     same order when the run is recovered, so the ones already stored are
-    skipped (a store without it is written to as usual). ``point``, when
-    given, hears of the calls a write is about to record as pending, before
-    they are (a decision finds the workflow that waits for it through it).
+    skipped. Each pending call is stored with the workflow id (``run_id``):
+    a decider finds the run that waits for it from the session.
     """
 
-    __slots__ = ("_claimed", "_count", "_inner", "_point", "_workflow_id", "superseded")
+    __slots__ = ("_claimed", "_count", "_inner", "_workflow_id", "superseded")
 
-    def __init__(
-        self,
-        inner: Any,
-        workflow_id: str,
-        point: Callable[[tuple[PendingCall, ...]], Awaitable[None]] | None = None,
-    ) -> None:
+    def __init__(self, inner: Any, workflow_id: str) -> None:
         self._inner = inner
         self._workflow_id = workflow_id
-        self._point = point
         self._count = 0
         self._claimed: Claimed | None = None
-        #: The tokens of the waiting calls a new message claimed (to deny them), in this run.
-        self.superseded: tuple[str, ...] = ()
+        #: The runs whose waiting calls a new message claimed (to deny them), in this pass.
+        self.superseded: set[str] = set()
 
     @property
     def id(self) -> str:
         """The session's id."""
         return str(self._inner.id)
 
-    @property
-    def inner(self) -> Session:
-        """The session itself."""
-        return self._inner  # type: ignore[no-any-return]
-
     async def get_messages(self) -> tuple[ChatMessage, ...]:
-        """The history, oldest first."""
-        return await self._inner.get_messages()  # type: ignore[no-any-return]
+        """The history, oldest first, as long as it was when this read first ran.
+
+        Its length is the step ``raf.history``: a run replayed after it stored
+        its turn (a worker killed while the run waited for a decision) reads
+        the history as it was then, not its own turn as a previous one.
+        """
+        messages: tuple[ChatMessage, ...] = await self._inner.get_messages()
+
+        async def length() -> int:
+            return len(messages)
+
+        try:
+            return messages[: await DBOS.run_step_async({"name": "raf.history"}, length)]
+        except dbos_errors.DBOSWorkflowCancelledError:
+            return messages  # a cancelled run's post stages still store what it answered
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages`` unless this run stored this append before its crash."""
@@ -126,10 +129,8 @@ class WrittenOnce:
         self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
     ) -> None:
         """Append ``messages`` and record ``pending``, unless this run did before its crash."""
-        calls = tuple(pending)
+        calls = tuple(attrs.evolve(call, run_id=self._workflow_id) for call in pending)
         self._count += 1
-        if self._point is not None:
-            await self._point(calls)
         await self._inner.add_once(f"{self._workflow_id}:{self._count}", messages, calls)
 
     def hand_over(self, claimed: Claimed) -> None:
@@ -149,30 +150,19 @@ class WrittenOnce:
         return await self._inner.claim_pending(tokens)  # type: ignore[no-any-return]
 
     async def claim_all_pending(self) -> tuple[PendingCall, ...]:
-        """Every waiting call (a new message takes them to deny them)."""
-        claimed: tuple[PendingCall, ...] = await self._inner.claim_all_pending()
-        self.superseded += tuple(call.token for call in claimed)
+        """Every waiting call but this run's own (a new message takes them to deny them): a run
+        replayed after it stored its pending calls does not deny them."""
+        waiting = await self._inner.list_pending()
+        if any(call.run_id == self._workflow_id for call in waiting):
+            others = [c.token for c in waiting if c.run_id != self._workflow_id]
+            claim = await self._inner.claim_pending(others) if others else None
+            claimed: tuple[PendingCall, ...] = () if claim is None else tuple(claim[0])
+        else:
+            claimed = await self._inner.claim_all_pending()
+        self.superseded |= {c.run_id for c in claimed if c.run_id is not None}
         return claimed
 
-    async def list_pending(self) -> tuple[PendingCall, ...]:
-        """The calls that wait."""
-        return await self._inner.list_pending()  # type: ignore[no-any-return]
-
-    async def add_once(
-        self, key: str, messages: Iterable[ChatMessage], pending: Iterable[PendingCall] = ()
-    ) -> bool:
-        """The store's once-only write."""
-        return await self._inner.add_once(key, messages, pending)  # type: ignore[no-any-return]
-
-    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
-        """Record the request's hash (see :meth:`raf.Session.touch_request_hash`)."""
-        return await self._inner.touch_request_hash(messages)  # type: ignore[no-any-return]
-
-    async def request_hashes(self) -> dict[str, float]:
-        """The recorded digests with the time each was last seen."""
-        return await self._inner.request_hashes()  # type: ignore[no-any-return]
-
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # the rest is the session's own
         return getattr(self._inner, name)
 
     def __repr__(self) -> str:

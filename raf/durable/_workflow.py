@@ -1,12 +1,14 @@
-"""The workflows of a durable run: one pass of the pipeline, and the wait for approvals.
+"""The workflow of a durable run: the pipeline, then (calls pending) a ``DBOS.recv`` loop.
 
-``raf.durable.run`` runs the agent's pipeline once, its model calls and tool
-calls as the steps ``raf.model`` and ``raf.tool.NAME``. When that pass ends
-with calls waiting for approval, it starts ``raf.durable.wait`` (id
-``"{run id}.wait"``), which waits for the decisions with ``DBOS.recv`` and
-runs the pipeline again with each (the loop goes on), until nothing waits
-or the wait times out. Decisions find the wait through one tiny workflow per
-waiting call, ``raf.approval.{token}.{wait id}`` (see ``_decisions.py``).
+``raf.durable.run`` runs the agent's pipeline once, its model calls and
+tool calls as the steps ``raf.model`` and ``raf.tool.NAME``. When that pass
+ends with calls waiting for approval, the same workflow sets the event
+``raf.waiting`` and waits for decisions with ``DBOS.recv`` (each bounded by
+the agent's ``approval_timeout``), running the pipeline again with each,
+until nothing waits, no decision comes in time, or an empty message ends
+the wait (its caller left, or a new message denied its calls). Every
+update goes to the workflow's DBOS stream ``raf.updates``, which whoever
+follows the run reads.
 """
 
 from __future__ import annotations
@@ -14,90 +16,75 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, Protocol, cast
 
 import attrs
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS
 
+from raf._agent.agent import Agent
 from raf._agent.approvals import Decision
 from raf._agent.streamed import STREAMED_RUN
 from raf._agent.tool_loop import ToolRequest
-from raf._errors import DurableError, StreamClosedError
+from raf._errors import DurableError
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
 from raf._values.context import ChatRequest, start_invocation
-from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, PendingCall, Update
+from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
 from raf.durable._sessions import SessionRef, WrittenOnce
 
-if TYPE_CHECKING:
-    from raf.durable._agent import DurableAgent
-
 __all__: list[str] = []
 
+
+class Durable(Protocol):
+    """What the workflow needs of a durable agent (``raf.durable.DurableAgent``)."""
+
+    agent: Agent
+    approval_timeout: float
+
+
 #: The durable agents of this process, by name: what a recovered workflow runs.
-AGENTS: dict[str, DurableAgent] = {}
+AGENTS: dict[str, Durable] = {}
 
-#: The topic a decision is sent on to the workflow that waits for it.
+#: The topic a decision (or the empty message that ends a wait) is sent on.
 TOPIC: Final = "raf.approval"
-
-
-@attrs.define
-class Caller:
-    """What a run started in this process hands its workflows: nothing of it is pickled."""
-
-    on_update: OnUpdate | None
-    session: Session | None
-    #: Whether the caller waits for the decisions when its run's calls wait (a run started
-    #: with messages does; one started by decisions returns at once, as a plain one does).
-    waits: bool = True
-    workflow_id: str | None = None
-    #: The id of the wait this caller's run started (its pass ended with calls pending).
-    wait_id: str | None = None
-    #: Its DBOS handle, once started.
-    wait: Any = None
-    #: The ``"approval"`` updates of the run's pass, held for the caller to send once the
-    #: pass returned (outside the workflow: a stream closed then is the caller's to handle).
-    held: _HeldApprovals | None = None
-    #: The tokens of the calls another run left waiting that this run's new message denied:
-    #: their waits are woken, so their callers do not wait for decisions that cannot come.
-    superseded: tuple[str, ...] = ()
-    #: Whether the caller has left: its wait sends it nothing more.
-    left: bool = False
-
-
-CALLER: ContextVar[Caller | None] = ContextVar("raf_durable_caller", default=None)
+#: The stream of the run's updates, and of its pauses.
+UPDATES: Final = "raf.updates"
+#: The event set once the run waits for decisions (a caller who leaves then does not cancel).
+WAITING: Final = "raf.waiting"
 
 
 @attrs.frozen
 class Delivery:
-    """Decisions on their way to the workflow that waits for them: the calls they claimed
-    (in the deciding process) and those still pending, and an id for the answer."""
+    """Decisions sent to the run that waits for them: the calls they claimed (in the deciding
+    process) with those still pending, and an id for the answer."""
 
     message_id: str
     decisions: tuple[Decision, ...]
     claimed: Claimed
 
 
+@attrs.frozen
+class Paused:
+    """In the stream: the run's first pass ended with calls pending, and the run waits."""
+
+    response: AgentResponse
+
+
 def outcome_key(message_id: str) -> str:
-    """The DBOS event under which the wait publishes what a delivery's pass returned."""
+    """The DBOS event under which the run publishes what a delivery's pass returned."""
     return f"raf.outcome.{message_id}"
-
-
-def pointer_prefix(token: str) -> str:
-    """The id prefix of the workflows that say which wait a pending call's token waits in."""
-    return f"raf.approval.{token}."
 
 
 @attrs.define
 class _Batch:
-    """The tool calls the run's last model call asked for, and their step ids once drawn.
+    """The tool calls the last model call asked for, and their step ids once drawn.
 
-    The calls of a batch run concurrently, and may enter the tool stack in
-    any order (a middleware may await first): their step ids are drawn all
-    at once, when the first one enters, and given out by position in the
-    model's answer, so a replay gives each call the same step.
+    The calls of a batch run concurrently and may enter the tool stack in
+    any order: their step ids are drawn all at once (``DBOS.reserve_step``)
+    when the first enters, and given out by position in the model's answer,
+    so a replay gives each call the same step.
     """
 
     calls: tuple[str, ...] = ()
@@ -109,47 +96,26 @@ class _Batch:
 _BATCH: ContextVar[_Batch | None] = ContextVar("raf_durable_batch", default=None)
 
 
-class _HeldApprovals:
-    """The caller's ``on_update``, its ``"approval"`` updates held until the pass has stored
-    its pending calls (and made their pointers): a decision sent on seeing one finds its call.
+class _Publish:
+    """A pass's ``on_update``: each update into the stream; the ``"approval"`` ones once the
+    pass has stored its pending calls, so a decision sent on seeing one finds its call."""
 
-    A plain run sends them as the calls are asked for, and its caller decides after the
-    run returned; a durable run's caller decides while the run waits.
-    """
-
-    def __init__(self, on_update: OnUpdate) -> None:
-        self.on_update = on_update
+    def __init__(self) -> None:
         self.held: list[Update] = []
 
     async def __call__(self, update: Update) -> None:
         if update.kind == "approval":
             self.held.append(update)
         else:
-            await self.on_update(update)
+            await DBOS.write_stream_async(UPDATES, update)
 
     async def release(self) -> None:
         held, self.held = self.held, []
         for update in held:
-            await self.on_update(update)
+            await DBOS.write_stream_async(UPDATES, update)
 
 
-class _Forward:
-    """The caller's ``on_update`` as its wait calls it: nothing once the caller has left."""
-
-    def __init__(self, on_update: OnUpdate, caller: Caller) -> None:
-        self.on_update = on_update
-        self.caller = caller
-
-    async def __call__(self, update: Update) -> None:
-        if self.caller.left:
-            return
-        try:
-            await self.on_update(update)
-        except StreamClosedError:  # its stream closed: it is leaving
-            self.caller.left = True
-
-
-def _agent(name: str) -> DurableAgent:
+def _agent(name: str) -> Durable:
     agent = AGENTS.get(name)
     if agent is None:
         raise DurableError(
@@ -159,47 +125,15 @@ def _agent(name: str) -> DurableAgent:
     return agent
 
 
-def _attached(workflow_id: str, caller: Caller | None) -> tuple[OnUpdate | None, Session | None]:
-    """The caller's ``on_update`` and session, when the caller started this workflow; a
-    recovered workflow (or one DBOS started) has none, and reopens the session."""
-    if caller is None:
-        return None, None
-    if caller.workflow_id is None:
-        caller.workflow_id = workflow_id
-        return caller.on_update, caller.session
-    return None, None
-
-
 @asynccontextmanager
-async def _opened(session: Session | None, ref: SessionRef | None) -> AsyncIterator[Session]:
-    if session is not None:
-        yield session
-    elif ref is None:
+async def _opened(ref: SessionRef | None) -> AsyncIterator[Session]:
+    # Always reopened from the reference: the caller may leave (and close its store)
+    # while the run goes on.
+    if ref is None:
         yield InMemorySession()
     else:
         async with ref.reopened() as reopened:
             yield reopened
-
-
-@DBOS.workflow(name="raf.durable.approval")
-async def _pointer(wait_id: str) -> str:
-    """Says which wait a pending call waits in: its id holds the call's token and the wait's."""
-    return wait_id
-
-
-class _Pointers:
-    """Makes the pointer of each call that is to wait in ``wait_id``, once, before it waits."""
-
-    def __init__(self, wait_id: str) -> None:
-        self.wait_id = wait_id
-        self.made: set[str] = set()
-
-    async def __call__(self, pending: tuple[PendingCall, ...]) -> None:
-        for call in pending:
-            if call.token not in self.made:
-                self.made.add(call.token)
-                with SetWorkflowID(pointer_prefix(call.token) + self.wait_id):
-                    await _pointer(self.wait_id)
 
 
 @DBOS.workflow(name="raf.durable.run")
@@ -208,138 +142,104 @@ async def durable_run(
     request: tuple[ChatMessage, ...],
     ref: SessionRef | None,
     options: AgentRunOptions,
+    streams: bool,
     decisions: tuple[Decision, ...] = (),
     claimed: Claimed | None = None,
 ) -> AgentResponse:
-    """The workflow: one pass of a durable agent's pipeline, from the request to the post stages.
+    """The workflow of one durable run: a pass of the pipeline, then the wait for decisions.
 
     ``decisions`` resume calls that wait (``claimed``: the calls they
-    claimed already). A pass that ends with calls pending starts the wait
-    for them (when the session can be reopened and the agent waits at all).
+    claimed already). ``streams``: its caller follows the updates (a caller
+    of decisions follows the stream, to its pause, in any case).
     """
     agent = _agent(agent_name)
-    workflow_id = DBOS.workflow_id
-    assert workflow_id is not None  # inside a workflow
-    caller = CALLER.get()
-    on_update, session = _attached(workflow_id, caller)
+    run_id = DBOS.workflow_id
+    assert run_id is not None  # inside a workflow
+    STREAMED_RUN.set(None)  # the workflow's own task: its caller's stream is not its own
+    publish = _Publish() if streams else None
     waits = ref is not None and agent.approval_timeout > 0
-    wait_id = f"{workflow_id}.wait"
-    pointers = _Pointers(wait_id) if waits else None
-    held = _HeldApprovals(on_update) if on_update is not None and waits else None
-    async with _opened(session, ref) as opened:
-        written = WrittenOnce(opened, workflow_id, pointers)
+    async with _opened(ref) as opened:
+        session = WrittenOnce(opened, run_id)
         if claimed is not None:
-            written.hand_over(claimed)
-        try:
-            response = await run_pass(
-                agent, written, request, options, held or on_update, decisions
-            )
-        finally:  # their waits are woken even when this pass fails
-            if caller is not None and caller.workflow_id == workflow_id:
-                caller.superseded = written.superseded
-    if response.pending and pointers is not None and ref is not None:
-        await pointers(response.pending)  # the calls still waiting from before wait there too
-        if caller is not None and caller.workflow_id == workflow_id and caller.waits:
-            caller.wait_id = wait_id  # before the wait starts: it streams to this caller
-        with SetWorkflowID(wait_id):
-            handle = await DBOS.start_workflow_async(
-                wait_for_decisions, agent_name, ref, options, agent.approval_timeout
-            )
-        if caller is not None and caller.wait_id == wait_id:
-            caller.wait = handle
-    if held is not None and caller is not None:
-        caller.held = held  # sent by the caller once this returned
-    return response
+            session.hand_over(claimed)
+        response, _ = await _pass(agent, session, request, options, publish, decisions)
+        parts = [response]
+        if response.pending and waits:
+            # Set before the "approval" updates go out: a caller that saw one and leaves does
+            # not cancel the run, whose recv may hold a decision sent meanwhile.
+            await DBOS.set_event_async(WAITING, True)
+        if publish is not None:
+            await publish.release()
+        if response.pending and waits:
+            await DBOS.write_stream_async(UPDATES, Paused(response))
+            while True:
+                delivery = await DBOS.recv_async(TOPIC, timeout_seconds=agent.approval_timeout)
+                if not isinstance(delivery, Delivery):
+                    break  # none came in time, or its caller left, or its calls were denied
+                session.hand_over(delivery.claimed)
+                response, model_calls = await _pass(
+                    agent, session, (), options, publish, delivery.decisions
+                )
+                if publish is not None:
+                    await publish.release()
+                await DBOS.set_event_async(outcome_key(delivery.message_id), response)
+                parts.append(response)
+                # A pass that neither left calls pending nor called the model stalled: another
+                # call of the turn was claimed by another decider, whose decision is on its way.
+                if not response.pending and model_calls:
+                    break
+    if streams or decisions:  # its caller reads the stream: it ends now, not at a status poll
+        await DBOS.close_stream_async(UPDATES)
+    return merged(parts)
 
 
-@DBOS.workflow(name="raf.durable.wait")
-async def wait_for_decisions(
-    agent_name: str, ref: SessionRef, options: AgentRunOptions, seconds: float
-) -> AgentResponse | None:
-    """The workflow that waits for decisions (``DBOS.recv``) and runs a pass with each.
-
-    Each pass's response is published as the event ``raf.outcome.{id}`` for
-    the process that sent the decisions. Returns the passes' responses as
-    one (``None`` if none came): when nothing waits any more, or when no
-    decision came within ``seconds`` (DBOS keeps that deadline
-    across a recovery), with the calls still pending then.
-    """
-    agent = _agent(agent_name)
-    wait_id = DBOS.workflow_id
-    assert wait_id is not None  # inside a workflow
-    # The caller that waits for this wait, when it runs in this process (not recovered).
-    caller = CALLER.get()
-    mine = caller if caller is not None and caller.wait_id == wait_id else None
-    # The wait's passes are its own, not part of its caller's stream: a caller that leaves
-    # while a decision is applied lets the pass finish (for the decider), and hears no more.
-    STREAMED_RUN.set(None)  # this workflow's own task: nothing to reset
-    held = None
-    if mine is not None and mine.on_update is not None:
-        held = _HeldApprovals(_Forward(mine.on_update, mine))
-    parts: list[AgentResponse] = []
-    # Its session is reopened from the reference, never the caller's object: the caller
-    # may leave (and close its store) while the wait applies a decision.
-    async with ref.reopened() as opened:
-        written = WrittenOnce(opened, wait_id, _Pointers(wait_id))
-        while True:
-            delivery = await DBOS.recv_async(TOPIC, timeout_seconds=seconds)
-            if not isinstance(delivery, Delivery):
-                break  # None: no decision came in time
-            written.hand_over(delivery.claimed)
-            batch = _Batch()
-            response = await run_pass(agent, written, (), options, held, delivery.decisions, batch)
-            if held is not None:
-                await held.release()
-            await DBOS.set_event_async(outcome_key(delivery.message_id), response)
-            parts.append(response)
-            # A pass that neither left calls pending nor called the model stalled: another
-            # call of the turn was claimed by another decider, whose decision is on its way.
-            if not response.pending and batch.model_calls:
-                break
-    return merged(parts) if parts else None
+async def _pass(
+    agent: Durable,
+    session: WrittenOnce,
+    request: tuple[ChatMessage, ...],
+    options: AgentRunOptions,
+    publish: _Publish | None,
+    decisions: tuple[Decision, ...],
+) -> tuple[AgentResponse, int]:
+    """The agent's pipeline once: its response and how many model calls it made."""
+    # The pre stages are not steps: they run again on recovery, where the request hash
+    # was recorded already (Invocation.repeated is true).
+    touched = await session.touch_request_hash(request)
+    invocation = start_invocation(
+        agent.agent,
+        cast("Session", session),
+        request,
+        options,
+        touched.digest,
+        touched.repeated,
+        publish,
+        decisions,
+    )
+    batch = _Batch()
+    token = _BATCH.set(batch)
+    try:
+        response = await agent.agent._run(invocation)
+    finally:
+        _BATCH.reset(token)
+        # The runs whose calls this pass denied (a new message) stop waiting for them.
+        for superseded in sorted(session.superseded):
+            status = await DBOS.get_workflow_status_async(superseded)
+            if status is not None and status.status in ("PENDING", "ENQUEUED"):
+                await DBOS.send_async(superseded, None, TOPIC)
+        session.superseded.clear()
+    return response, batch.model_calls
 
 
 def merged(parts: list[AgentResponse]) -> AgentResponse:
     """The responses of a run's passes as one: every message, the summed usage, the last rest."""
     if len(parts) == 1:
         return parts[0]
-    usages = [part.usage for part in parts if part.usage is not None]
     usage = None
-    for part_usage in usages:
-        usage = part_usage if usage is None else usage + part_usage
+    for part in parts:
+        if part.usage is not None:
+            usage = part.usage if usage is None else usage + part.usage
     messages = tuple(message for part in parts for message in part.messages)
     return attrs.evolve(parts[-1], messages=messages, usage=usage)
-
-
-async def run_pass(
-    agent: DurableAgent,
-    session: WrittenOnce,
-    request: tuple[ChatMessage, ...],
-    options: AgentRunOptions,
-    on_update: OnUpdate | None,
-    decisions: tuple[Decision, ...],
-    batch: _Batch | None = None,
-) -> AgentResponse:
-    """The agent's pipeline once, on ``session``, with the steps' batch bookkeeping (in
-    ``batch`` when given: the caller reads it after)."""
-    # The pre stages are not steps: they run again on recovery, where the request hash
-    # was recorded already (Invocation.repeated is true).
-    touched = await session.touch_request_hash(request)
-    invocation = start_invocation(
-        agent,
-        cast("Session", session),
-        request,
-        options,
-        touched.digest,
-        touched.repeated,
-        on_update,
-        decisions,
-    )
-    token = _BATCH.set(_Batch() if batch is None else batch)
-    try:
-        return await agent._run(invocation)
-    finally:
-        _BATCH.reset(token)
 
 
 def idempotency_key() -> str | None:
@@ -362,7 +262,8 @@ async def model_step(request: ChatRequest, call_next: CallNext[ChatRequest]) -> 
     async def model() -> AgentResponse:
         return await call_next(request)
 
-    response = await DBOS.run_step_async({"name": "raf.model"}, model)
+    options: Any = {"name": "raf.model", "preemptible": True}
+    response = await DBOS.run_step_async(options, model)
     batch = _BATCH.get()
     if batch is not None:
         batch.calls, batch.steps = tuple(call.id for call in response.tool_calls), None
@@ -376,7 +277,8 @@ async def tool_step(request: ToolRequest, call_next: Any) -> ChatMessage:
     async def tool() -> ChatMessage:
         return cast("ChatMessage", await call_next(request))
 
-    options: Any = {"name": f"raf.tool.{request.tool.name}"}
+    # Preemptible: a run its caller cancelled stops its tools, not only at the next step.
+    options: Any = {"name": f"raf.tool.{request.tool.name}", "preemptible": True}
     batch = _BATCH.get()
     reserved = None
     if batch is not None and request.call.id in batch.calls:
@@ -384,7 +286,6 @@ async def tool_step(request: ToolRequest, call_next: Any) -> ChatMessage:
             batch.steps = {call: DBOS.reserve_step() for call in dict.fromkeys(batch.calls)}
         reserved = batch.steps.pop(request.call.id, None)
     if reserved is None:
-        # Not from the last answer (a middleware made it up), or called on twice (a retry):
-        # the next step id.
+        # Not from the last answer (a middleware made it up), or called on twice (a retry).
         return await DBOS.run_step_async(options, tool)
     return cast("ChatMessage", await reserved.run_async(options, tool))

@@ -73,11 +73,11 @@ def app(
     >>> type(served).__name__
     'Starlette'
     """
-    if not isinstance(agent, Agent):
+    durable = sys.modules.get("raf.durable")  # an agent can be durable only once it is loaded
+    if not isinstance(agent, Agent) and not (durable and isinstance(agent, durable.DurableAgent)):
         raise TypeError(f"app(agent): agent must be a raf.Agent, got {type(agent).__name__}")
     if type(max_body) is not int or max_body < 1:
         raise ConfigError(f"max_body must be a positive int of bytes, got {max_body!r}")
-    durable = sys.modules.get("raf.durable")  # an agent can be durable only once it is loaded
     if store is None and durable is not None and isinstance(agent, durable.DurableAgent):
         raise ConfigError(
             "a durable agent needs a session store that another process can reopen "

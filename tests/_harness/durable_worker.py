@@ -177,11 +177,7 @@ async def run_one(agent: Any, store: SqliteSessionStore, workflow_id: str) -> di
 
 async def wait_one(store: SqliteSessionStore, workflow_id: str) -> dict[str, Any]:
     handle: Any = await DBOS.retrieve_workflow_async(workflow_id)
-    response = await handle.get_result(polling_interval_sec=0.05)
-    if response.pending:  # the run waits for approval in its wait workflow: its end is there
-        handle = await DBOS.retrieve_workflow_async(f"{workflow_id}.wait")
-        waited = await handle.get_result(polling_interval_sec=0.05)
-        response = response if waited is None else waited
+    response = await handle.get_result(polling_interval_sec=0.05)  # the whole turn
     session = await store.get(workflow_id)
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 
@@ -195,9 +191,9 @@ async def decide_one(agent: Any, store: SqliteSessionStore, workflow_id: str) ->
 
 
 async def log_waiting(log: Path, workflow_id: str) -> None:
-    """Log ``waiting ID`` once the run's wait workflow waits in ``DBOS.recv``."""
+    """Log ``waiting ID`` once the run waits in ``DBOS.recv``."""
     while True:
-        steps = await DBOS.list_workflow_steps_async(f"{workflow_id}.wait")
+        steps = await DBOS.list_workflow_steps_async(workflow_id)
         if any(step["function_name"] == "DBOS.sleep" for step in steps):  # recv's deadline
             _log(log, f"waiting {workflow_id}")
             return

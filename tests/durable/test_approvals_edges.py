@@ -149,7 +149,7 @@ async def test_a_new_message_while_calls_wait_denies_them_and_ends_the_wait(
     assert run.error is None
     assert run.response is not None
     assert [p.token for p in run.response.pending] == run.tokens
-    status = await DBOS.get_workflow_status_async(f"{workflow_id}.wait")
+    status = await DBOS.get_workflow_status_async(workflow_id)
     assert status is not None
     assert status.status == "SUCCESS"
 
@@ -214,7 +214,7 @@ async def test_a_decider_slow_between_its_claim_and_its_send_still_reaches_the_w
     which ends the turn, and the original caller gets the final answer."""
     second = ToolCall("c2", "wipe", '{"path": "/tmp/y"}')
     agent, client, ran = wipe_agent([ScriptedChatClient.tool_turn(WIPE, second), "both handled"])
-    wait_id = "edge-claimed-elsewhere.wait"
+    wait_id = "edge-claimed-elsewhere"  # the run waits in its own workflow
     async with SqliteSessionStore(tmp_path / "s.db") as store:
         run = Run(agent, await store.get("s"), "edge-claimed-elsewhere", "wipe both")
         with anyio.fail_after(BOUND):
@@ -261,7 +261,7 @@ async def test_a_run_resumed_by_a_decision_after_a_timeout_waits_in_the_backgrou
                     Decision(first.token, approve=False), session=await store.get("s")
                 )
             assert decided.pending == (other,)  # at once, not after its wait
-            status = await DBOS.get_workflow_status_async("edge-background-2.wait")
+            status = await DBOS.get_workflow_status_async("edge-background-2")
             assert status is not None
             assert status.status == "PENDING"  # the wait goes on in the background
             last = await agent.run(

@@ -59,7 +59,7 @@ async def test_a_stream_closed_while_its_run_waits(tmp_path: Path) -> None:
                         token = update.pending.token
                         break
         assert token is not None
-        assert await ended("edge-stream-close.wait") in ("SUCCESS", "CANCELLED")
+        assert await ended("edge-stream-close") in ("SUCCESS", "CANCELLED")
         with anyio.fail_after(BOUND):
             decided = await agent.run(Decision(token, approve=True), session=await store.get("s"))
     assert decided.text == "all clean"
@@ -77,7 +77,7 @@ async def test_a_stream_left_after_a_read_timed_out_while_its_run_waits(tmp_path
                         break
                 with anyio.move_on_after(0.3):  # no decision comes: the consumer gives up
                     await stream.__anext__()
-        assert await ended("edge-stream-read-timeout.wait") in ("SUCCESS", "CANCELLED")
+        assert await ended("edge-stream-read-timeout") in ("SUCCESS", "CANCELLED")
         assert await (await store.get("s")).list_pending()  # still pending
     assert ran == []
 
@@ -101,7 +101,7 @@ async def test_an_on_update_that_raises_on_the_approval_leaves_no_wait_behind(
         ):
             await agent.run("wipe", session=session, on_update=broken)
         # Not left waiting, calling a broken callback.
-        assert await ended("edge-broken-callback.wait") in ("SUCCESS", "CANCELLED")
+        assert await ended("edge-broken-callback") in ("SUCCESS", "CANCELLED")
         listed = await session.list_pending()
         with anyio.fail_after(BOUND):
             decided = await agent.run(Decision(listed[0].token, approve=True), session=session)
@@ -109,13 +109,10 @@ async def test_an_on_update_that_raises_on_the_approval_leaves_no_wait_behind(
     assert ran == ["/tmp/x"]
 
 
-async def _until_waiting(store: SqliteSessionStore, wait_id: str) -> None:
-    """Until the wait ``wait_id`` has begun (its calls are stored by then)."""
-    for _ in range(1000):
-        if await DBOS.get_workflow_status_async(wait_id) is not None:
-            return
-        await anyio.sleep(0.01)
-    raise AssertionError(f"{wait_id} did not begin")
+async def _until_waiting(run_id: str) -> None:
+    """Until the run ``run_id`` waits for decisions (its calls are stored by then)."""
+    if not await DBOS.get_event_async(run_id, "raf.waiting", timeout_seconds=BOUND):
+        raise AssertionError(f"{run_id} did not begin to wait")
 
 
 @pytest.mark.anyio
@@ -127,7 +124,7 @@ async def test_the_original_caller_leaves_while_an_approved_call_runs(
     let finish (the call runs once, the decider gets the answer), then it ends."""
     slow = SlowWipe()
     agent, started, release, ran = slow.agent, slow.started, slow.release, slow.ran
-    wait_id = f"edge-leave-{how}.wait"
+    run_id = f"edge-leave-{how}"
     decided: list[AgentResponse] = []
     async with SqliteSessionStore(tmp_path / "s.db") as store:
 
@@ -138,7 +135,7 @@ async def test_the_original_caller_leaves_while_an_approved_call_runs(
         with anyio.fail_after(BOUND):
             async with anyio.create_task_group() as deciders:
                 if how.startswith("cancelled"):
-                    run = Run(agent, await store.get("s"), wait_id.removesuffix(".wait"), "wipe")
+                    run = Run(agent, await store.get("s"), run_id, "wipe")
                     async with anyio.create_task_group() as group:
                         if how == "cancelled":
                             group.start_soon(run)
@@ -147,13 +144,13 @@ async def test_the_original_caller_leaves_while_an_approved_call_runs(
                         else:  # a caller that streams nothing: the token is read in the store
                             run.streams = False
                             group.start_soon(run)
-                            await _until_waiting(store, wait_id)
+                            await _until_waiting(run_id)
                             listed = await (await store.get("s")).list_pending()
                             deciders.start_soon(decide, listed[0].token)
                         await started.wait()
                         group.cancel_scope.cancel()  # the caller leaves while the call runs
                 else:
-                    with SetWorkflowID(wait_id.removesuffix(".wait")):
+                    with SetWorkflowID(run_id):
                         async with agent.stream("wipe", session=await store.get("s")) as stream:
                             async for update in stream:
                                 if update.pending is not None:
@@ -162,7 +159,7 @@ async def test_the_original_caller_leaves_while_an_approved_call_runs(
                                     break  # the consumer leaves while the call runs
                 release.set()
             while True:  # the wait ends after that pass
-                status = await DBOS.get_workflow_status_async(wait_id)
+                status = await DBOS.get_workflow_status_async(run_id)
                 assert status is not None
                 if status.status not in ("PENDING", "ENQUEUED"):
                     break
@@ -202,7 +199,7 @@ async def test_a_wait_cancelled_while_it_applies_a_decision_is_not_run_again(
                 await run.waiting.wait()
                 group.start_soon(decide)
                 await started.wait()
-                await DBOS.cancel_workflow_async("edge-operator.wait")
+                await DBOS.cancel_workflow_async("edge-operator")
                 release.set()
         history = await (await store.get("s")).get_messages()
     assert ran == ["/tmp/x"]
