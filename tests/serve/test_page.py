@@ -21,7 +21,7 @@ from selenium.webdriver.common.by import By
 from tests._harness.uvicorn_server import ServedAgent
 
 pytestmark = pytest.mark.slow
-ARTIFACTS = Path(__file__).parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
 
 @pytest.fixture
