@@ -264,9 +264,12 @@ def _checked_messages(value: object) -> tuple[ChatMessage, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise ContextResultError("messages", "a sequence of ChatMessage", value)
     messages = tuple(value)
-    for index, message in enumerate(messages):
-        if type(message) is not ChatMessage:
-            raise ContextResultError(f"messages[{index}]", "a ChatMessage", message)
+    # The types of a long history are checked in C (a set of them); the index of the
+    # first wrong one is looked for only when there is one.
+    if set(map(type, messages)) - {ChatMessage}:
+        for index, message in enumerate(messages):
+            if type(message) is not ChatMessage:
+                raise ContextResultError(f"messages[{index}]", "a ChatMessage", message)
     return messages
 
 
