@@ -189,8 +189,17 @@ class AgentStream:
         if not self._done and not cancelled:
             self._close()
         if not cancelled:
-            # The consumer's own exception never enters the task group (which would wrap it).
-            await group.__aexit__(None, None, None)
+            try:
+                # The consumer's own exception never enters the task group (which would
+                # wrap it). A cancellation that arrives while the post stages run wins once
+                # they have all run, with their failures as notes (level-triggered: ask).
+                await group.__aexit__(None, None, None)
+                await anyio.lowlevel.checkpoint_if_cancelled()
+            except BaseException as propagated:
+                unseen = self._unseen()
+                if unseen is not None:
+                    _note(propagated, unseen)
+                raise
             unseen = self._unseen()
             if unseen is not None and exc is None:
                 raise unseen

@@ -1093,3 +1093,44 @@ async def test_a_streamed_run_inside_a_tool_of_an_early_closed_stream_is_cancell
             await read_until(stream, asked)
     assert isinstance(log[-1][3], StreamClosedError)
     assert isinstance(inner_log[-1][3], anyio.get_cancelled_exc_class())
+
+
+class CancelsItsCallerThenFails(ContextProvider):
+    """A post stage during which the caller's own deadline fires, and which then fails."""
+
+    def __init__(self) -> None:
+        self.scope: anyio.CancelScope | None = None
+
+    async def on_invoked(
+        self,
+        agent: Any,
+        session: Any,
+        request_messages: Any,
+        response: Any,
+        error: BaseException | None,
+    ) -> None:
+        assert self.scope is not None
+        self.scope.cancel()
+        raise OSError("the post stage broke")
+
+
+async def test_a_cancellation_during_an_early_close_propagates_with_the_failure_noted() -> None:
+    # Found by the red team: the early close's post stages ran, the caller's deadline
+    # fired meanwhile, and the failure was dropped (asyncio) or replaced the
+    # cancellation (trio).
+    provider = CancelsItsCallerThenFails()
+    agent = Agent(EchoChatClient(), stack=[provider])
+    caught: list[BaseException] = []
+    with anyio.CancelScope() as scope:
+        provider.scope = scope
+        try:
+            async with agent.stream("hello big world") as stream:
+                async for _ in stream:
+                    break
+        except BaseException as exc:
+            caught.append(exc)
+            raise
+    assert scope.cancelled_caught
+    assert len(caught) == 1
+    assert isinstance(caught[0], anyio.get_cancelled_exc_class())
+    assert "the post stage broke" in " ".join(getattr(caught[0], "__notes__", []))
