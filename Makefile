@@ -65,9 +65,12 @@ demo: $(VENV)/.base
 # The suite on TEST_WORKERS processes (pytest-xdist): many tests wait on subprocesses and
 # sockets, so 4 workers keep a 2-core machine busy; worksteal hands the last slow tests of a
 # busy worker to an idle one. `make test TEST_WORKERS=0`: one process.
+# The suite starts hundreds of Python processes: PYTHONDONTWRITEBYTECODE, where the machine
+# sets it, is cleared for it, so each compiles raf (and pytest rewrites the tests) once, not
+# in every process.
 TEST_WORKERS ?= 4
 test: $(VENV)/.test redis-server postgresql chromium
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
 	$(PY) -m mypy
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache

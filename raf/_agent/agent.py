@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
+from itertools import chain
 from typing import Any, cast
 
 import anyio
@@ -319,11 +320,10 @@ class Agent:
         instructions = invocation.instructions
         if self.instructions is not None:
             instructions = (self.instructions, *instructions)
-        # `+` of tuples: a history that may hold 100,000 messages is copied once (twice
-        # with a system message), where `(*a, *b)` builds a list and then copies that.
-        messages = tuple(invocation.messages) + invocation.request_messages
-        if instructions:
-            messages = (ChatMessage("system", "\n".join(instructions)),) + messages
+        system = (ChatMessage("system", "\n".join(instructions)),) if instructions else ()
+        # One pass over a history that may hold 100,000 messages: `a + b + c` and
+        # `(*a, *b, *c)` copy it twice.
+        messages = tuple(chain(system, invocation.messages, invocation.request_messages))
         options = invocation.options
         tool_index = self._tool_index
         if invocation.tools:

@@ -4,6 +4,7 @@ what a model call and a tool call carry through their stacks (ChatRequest, ToolR
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import countOf
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -264,9 +265,9 @@ def _checked_messages(value: object) -> tuple[ChatMessage, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise ContextResultError("messages", "a sequence of ChatMessage", value)
     messages = tuple(value)
-    # The types of a long history are checked in C (a set of them); the index of the
-    # first wrong one is looked for only when there is one.
-    if set(map(type, messages)) - {ChatMessage}:
+    # A long history's types are counted in C; the index of the first wrong one is
+    # looked for only when there is one.
+    if countOf(map(type, messages), ChatMessage) != len(messages):
         for index, message in enumerate(messages):
             if type(message) is not ChatMessage:
                 raise ContextResultError(f"messages[{index}]", "a ChatMessage", message)
