@@ -19,17 +19,19 @@ from raf._errors import DurableError
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
 from raf._values.context import Invocation
-from raf._values.messages import AgentResponse, ChatMessage, OnUpdate
+from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
 from raf._values.options import AgentRunOptions
-from raf.durable._decisions import LIVE, deliver, waiting_run
+from raf.durable._decisions import deliver, waiting_run
 from raf.durable._sessions import SessionRef
 from raf.durable._workflow import (
     AGENTS,
+    STREAM_POLL,
     TOPIC,
     UPDATES,
     WAITING,
-    Paused,
+    Answer,
     durable_run,
+    live,
     model_step,
     tool_step,
 )
@@ -38,6 +40,8 @@ __all__ = ["DurableAgent", "dbos_agent"]
 
 #: How long a durable run waits for approvals by default, in seconds.
 APPROVAL_TIMEOUT = 600.0
+#: What DBOS says when it is not set up in this process.
+_NOT_SET_UP = ("before DBOS initialized", "before DBOS was launched", "No DBOS was created")
 
 
 class DurableAgent:
@@ -123,10 +127,18 @@ class DurableAgent:
         )
 
         async def go(on_update: OnUpdate | None) -> AgentResponse:
-            if decisions:
-                return await self._decide(decisions, checked, run_options, on_update)
-            given = None if session is None else checked
-            return await self._run(request, given, run_options, on_update)
+            try:
+                if decisions:
+                    return await self._decide(decisions, checked, run_options, on_update)
+                given = None if session is None else checked
+                return await self._run(request, given, run_options, on_update)
+            except dbos_errors.DBOSException as exc:
+                if any(text in str(exc) for text in _NOT_SET_UP):
+                    raise DurableError(
+                        "DBOS is not set up in this process: call DBOS(config=...) and "
+                        "DBOS.launch() after building the durable agents (raf never does)"
+                    ) from exc
+                raise
 
         return go
 
@@ -139,17 +151,14 @@ class DurableAgent:
     ) -> AgentResponse:
         """Decisions: to the run that waits for their calls, or (none waits) a new run."""
         claimed: Claimed | None = None
-        try:
-            run_id = await waiting_run(session, decisions)
-            if run_id is not None:
-                outcome, delivery = await deliver(run_id, session, decisions)
-                if outcome is not None:
-                    return outcome
-                # The run ended (timed out, its caller left) as they came: the calls are
-                # claimed by this process, which runs them.
-                claimed = delivery.claimed
-        except dbos_errors.DBOSException as exc:
-            raise _not_set_up(exc) or exc from exc
+        run_id = await waiting_run(session, decisions)
+        if run_id is not None:
+            outcome, delivery = await deliver(run_id, session, decisions)
+            if outcome is not None:
+                return outcome
+            # The run ended (timed out, its caller left) as they came: the calls are
+            # claimed by this process, which runs them.
+            claimed = delivery.claimed
         return await self._run((), session, options, on_update, decisions, claimed)
 
     async def _run(
@@ -168,10 +177,7 @@ class DurableAgent:
         """
         ref = None if session is None else SessionRef.of(session)
         args = (self.durable_name, request, ref, options, on_update is not None, decisions, claimed)
-        try:
-            handle = await DBOS.start_workflow_async(durable_run, *args)
-        except dbos_errors.DBOSException as exc:
-            raise _not_set_up(exc) or exc from exc
+        handle = await DBOS.start_workflow_async(durable_run, *args)
         run_id = handle.get_workflow_id()
         try:
             if on_update is not None or decisions:
@@ -189,13 +195,13 @@ class DurableAgent:
 
 
 async def _follow(run_id: str, on_update: OnUpdate | None, to_pause: bool) -> AgentResponse | None:
-    """Read the run's stream into ``on_update`` until it ends, or (``to_pause``) until the run
-    pauses: then the response of its pass."""
-    async for item in DBOS.read_stream_async(run_id, UPDATES, polling_interval_sec=0.02):
-        if isinstance(item, Paused):
+    """Read the run's updates into ``on_update`` until its stream ends, or (``to_pause``) until
+    the run waits: then the answer of its first pass."""
+    async for item in DBOS.read_stream_async(run_id, UPDATES, polling_interval_sec=STREAM_POLL):
+        if isinstance(item, Answer):
             if to_pause:
                 return item.response
-        elif on_update is not None:
+        elif on_update is not None and isinstance(item, Update):
             await on_update(item)
     return None
 
@@ -203,8 +209,7 @@ async def _follow(run_id: str, on_update: OnUpdate | None, to_pause: bool) -> Ag
 async def _leave(run_id: str) -> None:
     """The caller leaves: a run not yet waiting is cancelled in DBOS (not resumed at the next
     launch); a waiting one gets the empty message, after any decision sent before it."""
-    status = await DBOS.get_workflow_status_async(run_id)
-    if status is None or status.status not in LIVE:
+    if not await live(run_id):
         return
     if await DBOS.get_event_async(run_id, WAITING, timeout_seconds=0):
         await DBOS.send_async(run_id, None, TOPIC)
@@ -262,14 +267,3 @@ def _require_asyncio() -> None:
             "a durable agent runs only on asyncio (DBOS is asyncio-only): "
             "run it with anyio.run(..., backend='asyncio') or asyncio.run()"
         ) from None
-
-
-def _not_set_up(exc: dbos_errors.DBOSException) -> DurableError | None:
-    """The DurableError to raise when ``exc`` says DBOS is not set up in this process."""
-    unset = ("before DBOS initialized", "before DBOS was launched", "No DBOS was created")
-    if not any(text in str(exc) for text in unset):
-        return None
-    return DurableError(
-        "DBOS is not set up in this process: call DBOS(config=...) and "
-        "DBOS.launch() after building the durable agents (raf never does)"
-    )

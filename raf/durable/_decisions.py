@@ -2,13 +2,13 @@
 
 The decider claims the calls in the session (the store's atomic claim: of
 two deciders of one call, one gets it, the other an ApprovalError), sends
-them to the run and waits for the event of that pass's answer.
+them to the run and follows the run's stream to the answer of that pass.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any, Final
+from typing import Any
 
 import anyio
 from dbos import DBOS
@@ -17,14 +17,9 @@ from raf._agent.approvals import Decision, claim_decided, not_pending
 from raf._errors import DurableError
 from raf._sessions.base import Session
 from raf._values.messages import AgentResponse
-from raf.durable._workflow import TOPIC, Delivery, outcome_key
+from raf.durable._workflow import STREAM_POLL, TOPIC, UPDATES, Answer, Delivery, Taken, live
 
 __all__: list[str] = []
-
-#: The statuses of a workflow that has not ended.
-LIVE: Final = ("PENDING", "ENQUEUED")
-#: How often a waiting decider looks whether the run ended without taking its decisions.
-_POLL: Final = 1.0
 
 
 async def waiting_run(session: Session, decisions: tuple[Decision, ...]) -> str | None:
@@ -37,10 +32,7 @@ async def waiting_run(session: Session, decisions: tuple[Decision, ...]) -> str 
     if not set(tokens) <= pending.keys():
         raise not_pending(session, tokens, tuple(pending.values()))
     run_id = pending[tokens[0]].run_id
-    if run_id is None:
-        return None
-    status = await DBOS.get_workflow_status_async(run_id)
-    return run_id if status is not None and status.status in LIVE else None
+    return run_id if run_id is not None and await live(run_id) else None
 
 
 async def deliver(
@@ -56,39 +48,27 @@ async def deliver(
         claimed = await claim_decided(session, decisions)
         delivery = Delivery(uuid.uuid4().hex, decisions, claimed)
         await DBOS.send_async(run_id, delivery, TOPIC)
-    return await _outcome(run_id, delivery.message_id), delivery
+    return await outcome(run_id, delivery.message_id), delivery
 
 
-async def _outcome(run_id: str, message_id: str) -> AgentResponse | None:
-    key = outcome_key(message_id)
-    while True:
-        value = await DBOS.get_event_async(run_id, key, timeout_seconds=_POLL)
-        if value is not None:
-            return value  # type: ignore[no-any-return]
-        status = await DBOS.get_workflow_status_async(run_id)
-        if status is not None and status.status in LIVE:
-            continue
-        value = await DBOS.get_event_async(run_id, key, timeout_seconds=0)
-        if value is not None:  # published just before the run ended
-            return value  # type: ignore[no-any-return]
-        if status is not None and status.status == "ERROR":
-            handle: Any = await DBOS.retrieve_workflow_async(run_id)
-            await handle.get_result()  # raises the error that ended the run
-        if await _received(run_id, message_id):
-            # It took them, then was cancelled in the middle of that pass: running them
-            # here would run an approved call a second time.
-            raise DurableError(
-                f"the run {run_id!r} was cancelled while it applied these decisions: their "
-                "calls are answered in the session (with their result if it came, else as "
-                "interrupted) and are not run again; send a message to go on"
-            )
-        return None
-
-
-async def _received(run_id: str, message_id: str) -> bool:
-    """Whether the run took the delivery ``message_id`` (its recv recorded it)."""
-    for step in await DBOS.list_workflow_steps_async(run_id):
-        output = step["output"]
-        if isinstance(output, Delivery) and output.message_id == message_id:
-            return True
-    return False
+async def outcome(run_id: str, message_id: str) -> AgentResponse | None:
+    """What the run's pass of the delivery ``message_id`` returned, read from its stream;
+    ``None`` when the run ended without taking the delivery."""
+    taken = False
+    async for item in DBOS.read_stream_async(run_id, UPDATES, polling_interval_sec=STREAM_POLL):
+        if isinstance(item, Answer) and item.message_id == message_id:
+            return item.response
+        taken = taken or (isinstance(item, Taken) and item.message_id == message_id)
+    status = await DBOS.get_workflow_status_async(run_id)
+    if status is not None and status.status == "ERROR":
+        handle: Any = await DBOS.retrieve_workflow_async(run_id)
+        await handle.get_result()  # raises the error that ended the run
+    if taken:
+        # It took them, then was cancelled in the middle of that pass: running them
+        # here would run an approved call a second time.
+        raise DurableError(
+            f"the run {run_id!r} was cancelled while it applied these decisions: their "
+            "calls are answered in the session (with their result if it came, else as "
+            "interrupted) and are not run again; send a message to go on"
+        )
+    return None

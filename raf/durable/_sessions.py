@@ -88,13 +88,15 @@ class WrittenOnce:
     a decider finds the run that waits for it from the session.
     """
 
-    __slots__ = ("_claimed", "_count", "_inner", "_workflow_id", "superseded")
+    __slots__ = ("_count", "_inner", "_workflow_id", "claimed", "superseded")
 
-    def __init__(self, inner: Any, workflow_id: str) -> None:
+    def __init__(self, inner: Any, workflow_id: str, claimed: Claimed | None = None) -> None:
         self._inner = inner
         self._workflow_id = workflow_id
         self._count = 0
-        self._claimed: Claimed | None = None
+        #: The calls a decision claimed already (in the process that made it): the run's claim
+        #: of exactly those tokens gets them, without asking the store again.
+        self.claimed = claimed
         #: The runs whose waiting calls a new message claimed (to deny them), in this pass.
         self.superseded: set[str] = set()
 
@@ -122,8 +124,7 @@ class WrittenOnce:
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages`` unless this run stored this append before its crash."""
-        self._count += 1
-        await self._inner.add_once(f"{self._workflow_id}:{self._count}", messages)
+        await self.record_pending(messages, ())
 
     async def record_pending(
         self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
@@ -133,17 +134,12 @@ class WrittenOnce:
         self._count += 1
         await self._inner.add_once(f"{self._workflow_id}:{self._count}", messages, calls)
 
-    def hand_over(self, claimed: Claimed) -> None:
-        """The calls a decision claimed already (in the process that made it): the run's claim of
-        exactly those tokens gets them, without asking the store again."""
-        self._claimed = claimed
-
     async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None:
         """The calls handed over (with what still waits now), when ``tokens`` are theirs; else
         the store's claim."""
-        claimed = self._claimed
+        claimed = self.claimed
         if claimed is not None and sorted(tokens) == sorted(c.token for c in claimed[0]):
-            self._claimed = None
+            self.claimed = None
             # What still waits is read now: the decider's look is stale (another decider may
             # have claimed the turn's other calls meanwhile).
             return claimed[0], await self._inner.list_pending()

@@ -6,9 +6,10 @@ ends with calls waiting for approval, the same workflow sets the event
 ``raf.waiting`` and waits for decisions with ``DBOS.recv`` (each bounded by
 the agent's ``approval_timeout``), running the pipeline again with each,
 until nothing waits, no decision comes in time, or an empty message ends
-the wait (its caller left, or a new message denied its calls). Every
-update goes to the workflow's DBOS stream ``raf.updates``, which whoever
-follows the run reads.
+the wait (its caller left, or a new message denied its calls). Its DBOS
+stream ``raf.updates`` carries every update its caller follows, and, while
+it waits, each pass's :class:`Answer` and each delivery it took
+(:class:`Taken`), which whoever sent the delivery follows.
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ AGENTS: dict[str, Durable] = {}
 
 #: The topic a decision (or the empty message that ends a wait) is sent on.
 TOPIC: Final = "raf.approval"
-#: The stream of the run's updates, and of its pauses.
+#: The stream of the run's updates, and of its answers while it waits.
 UPDATES: Final = "raf.updates"
 #: The event set once the run waits for decisions (a caller who leaves then does not cancel).
 WAITING: Final = "raf.waiting"
+#: How often a reader of the stream looks for more (on SQLite, which notifies no reader).
+STREAM_POLL: Final = 0.02
 
 
 @attrs.frozen
@@ -66,15 +69,19 @@ class Delivery:
 
 
 @attrs.frozen
-class Paused:
-    """In the stream: the run's first pass ended with calls pending, and the run waits."""
+class Taken:
+    """In the stream: the run took the delivery ``message_id`` and applies it now."""
+
+    message_id: str
+
+
+@attrs.frozen
+class Answer:
+    """In the stream: what a pass of the waiting run returned; ``message_id`` is the delivery's
+    (``None``: the first pass, which left calls pending)."""
 
     response: AgentResponse
-
-
-def outcome_key(message_id: str) -> str:
-    """The DBOS event under which the run publishes what a delivery's pass returned."""
-    return f"raf.outcome.{message_id}"
+    message_id: str | None = None
 
 
 @attrs.define
@@ -115,6 +122,12 @@ class _Publish:
             await DBOS.write_stream_async(UPDATES, update)
 
 
+async def live(run_id: str) -> bool:
+    """Whether the workflow ``run_id`` exists and has not ended."""
+    status = await DBOS.get_workflow_status_async(run_id)
+    return status is not None and status.status in ("PENDING", "ENQUEUED")
+
+
 def _agent(name: str) -> Durable:
     agent = AGENTS.get(name)
     if agent is None:
@@ -150,7 +163,7 @@ async def durable_run(
 
     ``decisions`` resume calls that wait (``claimed``: the calls they
     claimed already). ``streams``: its caller follows the updates (a caller
-    of decisions follows the stream, to its pause, in any case).
+    of decisions follows the stream, to its first answer, in any case).
     """
     agent = _agent(agent_name)
     run_id = DBOS.workflow_id
@@ -159,38 +172,37 @@ async def durable_run(
     publish = _Publish() if streams else None
     waits = ref is not None and agent.approval_timeout > 0
     async with _opened(ref) as opened:
-        session = WrittenOnce(opened, run_id)
-        if claimed is not None:
-            session.hand_over(claimed)
-        response, _ = await _pass(agent, session, request, options, publish, decisions)
+        session = WrittenOnce(opened, run_id, claimed)
+        response, _ = await _pass(agent, session, request, options, publish, decisions, waits)
         parts = [response]
         if response.pending and waits:
-            # Set before the "approval" updates go out: a caller that saw one and leaves does
-            # not cancel the run, whose recv may hold a decision sent meanwhile.
-            await DBOS.set_event_async(WAITING, True)
-        if publish is not None:
-            await publish.release()
-        if response.pending and waits:
-            await DBOS.write_stream_async(UPDATES, Paused(response))
-            while True:
-                delivery = await DBOS.recv_async(TOPIC, timeout_seconds=agent.approval_timeout)
-                if not isinstance(delivery, Delivery):
-                    break  # none came in time, or its caller left, or its calls were denied
-                session.hand_over(delivery.claimed)
-                response, model_calls = await _pass(
-                    agent, session, (), options, publish, delivery.decisions
-                )
-                if publish is not None:
-                    await publish.release()
-                await DBOS.set_event_async(outcome_key(delivery.message_id), response)
-                parts.append(response)
-                # A pass that neither left calls pending nor called the model stalled: another
-                # call of the turn was claimed by another decider, whose decision is on its way.
-                if not response.pending and model_calls:
-                    break
+            await DBOS.write_stream_async(UPDATES, Answer(response))
+            parts += await _wait(agent, session, options, publish)
     if streams or decisions:  # its caller reads the stream: it ends now, not at a status poll
         await DBOS.close_stream_async(UPDATES)
     return merged(parts)
+
+
+async def _wait(
+    agent: Durable, session: WrittenOnce, options: AgentRunOptions, publish: _Publish | None
+) -> list[AgentResponse]:
+    """Receive deliveries and run a pass with each, until the run stops waiting: their answers."""
+    parts: list[AgentResponse] = []
+    while True:
+        delivery = await DBOS.recv_async(TOPIC, timeout_seconds=agent.approval_timeout)
+        if not isinstance(delivery, Delivery):
+            return parts  # none came in time, or its caller left, or its calls were denied
+        await DBOS.write_stream_async(UPDATES, Taken(delivery.message_id))
+        session.claimed = delivery.claimed
+        response, model_calls = await _pass(
+            agent, session, (), options, publish, delivery.decisions, True
+        )
+        await DBOS.write_stream_async(UPDATES, Answer(response, delivery.message_id))
+        parts.append(response)
+        # A pass that neither left calls pending nor called the model stalled: another
+        # call of the turn was claimed by another decider, whose decision is on its way.
+        if not response.pending and model_calls:
+            return parts
 
 
 async def _pass(
@@ -200,8 +212,9 @@ async def _pass(
     options: AgentRunOptions,
     publish: _Publish | None,
     decisions: tuple[Decision, ...],
+    waits: bool,
 ) -> tuple[AgentResponse, int]:
-    """The agent's pipeline once: its response and how many model calls it made."""
+    """The agent's pipeline once, its updates published: its response and its model calls."""
     # The pre stages are not steps: they run again on recovery, where the request hash
     # was recorded already (Invocation.repeated is true).
     touched = await session.touch_request_hash(request)
@@ -223,10 +236,15 @@ async def _pass(
         _BATCH.reset(token)
         # The runs whose calls this pass denied (a new message) stop waiting for them.
         for superseded in sorted(session.superseded):
-            status = await DBOS.get_workflow_status_async(superseded)
-            if status is not None and status.status in ("PENDING", "ENQUEUED"):
+            if await live(superseded):
                 await DBOS.send_async(superseded, None, TOPIC)
         session.superseded.clear()
+    if response.pending and waits:
+        # Set before the "approval" updates go out: a caller that saw one and leaves does
+        # not cancel the run, whose recv may hold a decision sent meanwhile.
+        await DBOS.set_event_async(WAITING, True)
+    if publish is not None:
+        await publish.release()
     return response, batch.model_calls
 
 
