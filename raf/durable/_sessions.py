@@ -100,11 +100,6 @@ class WrittenOnce:
         #: The runs whose waiting calls a new message claimed (to deny them), in this pass.
         self.superseded: set[str] = set()
 
-    @property
-    def id(self) -> str:
-        """The session's id."""
-        return str(self._inner.id)
-
     async def get_messages(self) -> tuple[ChatMessage, ...]:
         """The history, oldest first, as long as it was when this read first ran.
 
@@ -113,12 +108,8 @@ class WrittenOnce:
         the history as it was then, not its own turn as a previous one.
         """
         messages: tuple[ChatMessage, ...] = await self._inner.get_messages()
-
-        async def length() -> int:
-            return len(messages)
-
         try:
-            return messages[: await DBOS.run_step_async({"name": "raf.history"}, length)]
+            return messages[: await DBOS.run_step_async({"name": "raf.history"}, len, messages)]
         except dbos_errors.DBOSWorkflowCancelledError:
             return messages  # a cancelled run's post stages still store what it answered
 
@@ -158,8 +149,5 @@ class WrittenOnce:
         self.superseded |= {c.run_id for c in claimed if c.run_id is not None}
         return claimed
 
-    def __getattr__(self, name: str) -> Any:  # the rest is the session's own
+    def __getattr__(self, name: str) -> Any:  # the rest (its id included) is the session's own
         return getattr(self._inner, name)
-
-    def __repr__(self) -> str:
-        return f"<WrittenOnce {self._inner!r} workflow={self._workflow_id!r}>"

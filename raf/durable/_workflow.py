@@ -14,10 +14,9 @@ it waits, each pass's :class:`Answer` and each delivery it took
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import nullcontext
 from contextvars import ContextVar
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, cast
 
 import attrs
 from dbos import DBOS
@@ -38,15 +37,8 @@ from raf.durable._sessions import SessionRef, WrittenOnce
 __all__: list[str] = []
 
 
-class Durable(Protocol):
-    """What the workflow needs of a durable agent (``raf.durable.DurableAgent``)."""
-
-    agent: Agent
-    approval_timeout: float
-
-
-#: The durable agents of this process, by name: what a recovered workflow runs.
-AGENTS: dict[str, Durable] = {}
+#: The agents of this process's durable agents, by name: what a recovered workflow runs.
+AGENTS: dict[str, Agent] = {}
 
 #: The topic a decision (or the empty message that ends a wait) is sent on.
 TOPIC: Final = "raf.approval"
@@ -128,7 +120,7 @@ async def live(run_id: str) -> bool:
     return status is not None and status.status in ("PENDING", "ENQUEUED")
 
 
-def _agent(name: str) -> Durable:
+def _agent(name: str) -> Agent:
     agent = AGENTS.get(name)
     if agent is None:
         raise DurableError(
@@ -138,58 +130,56 @@ def _agent(name: str) -> Durable:
     return agent
 
 
-@asynccontextmanager
-async def _opened(ref: SessionRef | None) -> AsyncIterator[Session]:
-    # Always reopened from the reference: the caller may leave (and close its store)
-    # while the run goes on.
-    if ref is None:
-        yield InMemorySession()
-    else:
-        async with ref.reopened() as reopened:
-            yield reopened
-
-
 @DBOS.workflow(name="raf.durable.run")
 async def durable_run(
     agent_name: str,
     request: tuple[ChatMessage, ...],
     ref: SessionRef | None,
     options: AgentRunOptions,
+    approval_timeout: float,
     streams: bool,
     decisions: tuple[Decision, ...] = (),
     claimed: Claimed | None = None,
 ) -> AgentResponse:
     """The workflow of one durable run: a pass of the pipeline, then the wait for decisions.
 
-    ``decisions`` resume calls that wait (``claimed``: the calls they
-    claimed already). ``streams``: its caller follows the updates (a caller
-    of decisions follows the stream, to its first answer, in any case).
+    It waits up to ``approval_timeout`` seconds for each decision (0, or
+    no session: it does not wait). ``decisions`` resume calls that wait
+    (``claimed``: the calls they claimed already). ``streams``: its caller
+    follows the updates (a caller of decisions follows the stream, to its
+    first answer, in any case).
     """
     agent = _agent(agent_name)
     run_id = DBOS.workflow_id
     assert run_id is not None  # inside a workflow
     STREAMED_RUN.set(None)  # the workflow's own task: its caller's stream is not its own
     publish = _Publish() if streams else None
-    waits = ref is not None and agent.approval_timeout > 0
-    async with _opened(ref) as opened:
+    waits = ref is not None and approval_timeout > 0
+    # Always reopened from the reference: the caller may leave (and close its store)
+    # while the run goes on.
+    async with ref.reopened() if ref else nullcontext(InMemorySession()) as opened:
         session = WrittenOnce(opened, run_id, claimed)
         response, _ = await _pass(agent, session, request, options, publish, decisions, waits)
         parts = [response]
         if response.pending and waits:
             await DBOS.write_stream_async(UPDATES, Answer(response))
-            parts += await _wait(agent, session, options, publish)
+            parts += await _wait(agent, session, options, publish, approval_timeout)
     if streams or decisions:  # its caller reads the stream: it ends now, not at a status poll
         await DBOS.close_stream_async(UPDATES)
     return merged(parts)
 
 
 async def _wait(
-    agent: Durable, session: WrittenOnce, options: AgentRunOptions, publish: _Publish | None
+    agent: Agent,
+    session: WrittenOnce,
+    options: AgentRunOptions,
+    publish: _Publish | None,
+    seconds: float,
 ) -> list[AgentResponse]:
     """Receive deliveries and run a pass with each, until the run stops waiting: their answers."""
     parts: list[AgentResponse] = []
     while True:
-        delivery = await DBOS.recv_async(TOPIC, timeout_seconds=agent.approval_timeout)
+        delivery = await DBOS.recv_async(TOPIC, timeout_seconds=seconds)
         if not isinstance(delivery, Delivery):
             return parts  # none came in time, or its caller left, or its calls were denied
         await DBOS.write_stream_async(UPDATES, Taken(delivery.message_id))
@@ -206,7 +196,7 @@ async def _wait(
 
 
 async def _pass(
-    agent: Durable,
+    agent: Agent,
     session: WrittenOnce,
     request: tuple[ChatMessage, ...],
     options: AgentRunOptions,
@@ -219,7 +209,7 @@ async def _pass(
     # was recorded already (Invocation.repeated is true).
     touched = await session.touch_request_hash(request)
     invocation = start_invocation(
-        agent.agent,
+        agent,
         cast("Session", session),
         request,
         options,
@@ -231,7 +221,7 @@ async def _pass(
     batch = _Batch()
     token = _BATCH.set(batch)
     try:
-        response = await agent.agent._run(invocation)
+        response = await agent._run(invocation)
     finally:
         _BATCH.reset(token)
         # The runs whose calls this pass denied (a new message) stop waiting for them.
