@@ -237,8 +237,7 @@ async def answer_of(run_id: str, message_id: str) -> AgentResponse | None:
         taken = taken or (isinstance(item, Taken) and item.message_id == message_id)
     status = await DBOS.get_workflow_status_async(run_id)
     if status is not None and status.status == "ERROR":
-        handle: Any = await DBOS.retrieve_workflow_async(run_id)
-        await handle.get_result()  # raises the error that ended the run
+        await DBOS.get_result_async(run_id)  # raises the error that ended the run
     if taken:
         # It took them, then was cancelled in the middle of that pass: running them
         # here would run an approved call a second time.
@@ -252,9 +251,8 @@ async def answer_of(run_id: str, message_id: str) -> AgentResponse | None:
 
 async def _leave(run_id: str) -> None:
     """The caller leaves: a run not yet waiting is cancelled in DBOS (not resumed at the next
-    launch); a waiting one gets the empty message, after any decision sent before it."""
-    if not await live(run_id):
-        return
+    launch); a waiting one gets the empty message, after any decision sent before it. (A run
+    that has ended ignores both.)"""
     if await DBOS.get_event_async(run_id, WAITING, timeout_seconds=0):
         await DBOS.send_async(run_id, None, TOPIC)
     else:

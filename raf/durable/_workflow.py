@@ -29,7 +29,7 @@ from raf._errors import DurableError
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
-from raf._values.context import ChatRequest, start_invocation
+from raf._values.context import ChatRequest
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
 from raf.durable._sessions import SessionRef, WrittenOnce
@@ -78,16 +78,16 @@ class Answer:
 
 @attrs.define
 class _Batch:
-    """The tool calls the last model call asked for, and their step ids once drawn.
+    """The step ids of the tool calls the last model call asked for, by call id.
 
     The calls of a batch run concurrently and may enter the tool stack in
-    any order: their step ids are drawn all at once (``DBOS.reserve_step``)
-    when the first enters, and given out by position in the model's answer,
-    so a replay gives each call the same step.
+    any order: their step ids are drawn (``DBOS.reserve_step``) as the model
+    call returns, in the order of its answer, so a replay gives each call
+    the same step. (A call that is not run, one that waits for approval,
+    leaves a gap in the step ids: DBOS allows it.)
     """
 
-    calls: tuple[str, ...] = ()
-    steps: dict[str, Any] | None = None
+    steps: dict[str, Any] = attrs.Factory(dict)
     #: How many model calls the pass made (0: it stalled, or it only waits).
     model_calls: int = 0
 
@@ -159,7 +159,7 @@ async def durable_run(
     # while the run goes on.
     async with ref.reopened() if ref else nullcontext(InMemorySession()) as opened:
         session = WrittenOnce(opened, run_id, claimed)
-        response, _ = await _pass(agent, session, request, options, publish, decisions, waits)
+        response, _ = await _pass(agent, session, decisions or request, options, publish, waits)
         parts = [response]
         if response.pending and waits:
             await DBOS.write_stream_async(UPDATES, Answer(response))
@@ -185,7 +185,7 @@ async def _wait(
         await DBOS.write_stream_async(UPDATES, Taken(delivery.message_id))
         session.claimed = delivery.claimed
         response, model_calls = await _pass(
-            agent, session, (), options, publish, delivery.decisions, True
+            agent, session, delivery.decisions, options, publish, True
         )
         await DBOS.write_stream_async(UPDATES, Answer(response, delivery.message_id))
         parts.append(response)
@@ -198,30 +198,20 @@ async def _wait(
 async def _pass(
     agent: Agent,
     session: WrittenOnce,
-    request: tuple[ChatMessage, ...],
+    turn: tuple[ChatMessage, ...] | tuple[Decision, ...],
     options: AgentRunOptions,
     publish: _Publish | None,
-    decisions: tuple[Decision, ...],
     waits: bool,
 ) -> tuple[AgentResponse, int]:
     """The agent's pipeline once, its updates published: its response and its model calls."""
-    # The pre stages are not steps: they run again on recovery, where the request hash
-    # was recorded already (Invocation.repeated is true).
-    touched = await session.touch_request_hash(request)
-    invocation = start_invocation(
-        agent,
-        cast("Session", session),
-        request,
-        options,
-        touched.digest,
-        touched.repeated,
-        publish,
-        decisions,
-    )
     batch = _Batch()
     token = _BATCH.set(batch)
     try:
-        response = await agent._run(invocation)
+        # The pre stages are not steps: they run again on recovery, where the request hash
+        # was recorded already (Invocation.repeated is true).
+        response = await agent.run(
+            turn, session=cast("Session", session), options=options, on_update=publish
+        )
     finally:
         _BATCH.reset(token)
         # The runs whose calls this pass denied (a new message) stop waiting for them.
@@ -270,11 +260,10 @@ async def model_step(request: ChatRequest, call_next: CallNext[ChatRequest]) -> 
     async def model() -> AgentResponse:
         return await call_next(request)
 
-    options: Any = {"name": "raf.model", "preemptible": True}
-    response = await DBOS.run_step_async(options, model)
+    response = await DBOS.run_step_async({"name": "raf.model", "preemptible": True}, model)
     batch = _BATCH.get()
     if batch is not None:
-        batch.calls, batch.steps = tuple(call.id for call in response.tool_calls), None
+        batch.steps = {call.id: DBOS.reserve_step() for call in response.tool_calls}
         batch.model_calls += 1
     return response
 
@@ -288,11 +277,7 @@ async def tool_step(request: ToolRequest, call_next: Any) -> ChatMessage:
     # Preemptible: a run its caller cancelled stops its tools, not only at the next step.
     options: Any = {"name": f"raf.tool.{request.tool.name}", "preemptible": True}
     batch = _BATCH.get()
-    reserved = None
-    if batch is not None and request.call.id in batch.calls:
-        if batch.steps is None:  # the batch's first call to get here: draw them all, in order
-            batch.steps = {call: DBOS.reserve_step() for call in dict.fromkeys(batch.calls)}
-        reserved = batch.steps.pop(request.call.id, None)
+    reserved = None if batch is None else batch.steps.pop(request.call.id, None)
     if reserved is None:
         # Not from the last answer (a middleware made it up), or called on twice (a retry).
         return await DBOS.run_step_async(options, tool)
