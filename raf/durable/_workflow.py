@@ -149,83 +149,79 @@ async def durable_run(
     follows the updates (a caller of decisions follows the stream, to its
     first answer, in any case).
     """
-    agent = _agent(agent_name)
     run_id = DBOS.workflow_id
     assert run_id is not None  # inside a workflow
     STREAMED_RUN.set(None)  # the workflow's own task: its caller's stream is not its own
     publish = _Publish() if streams else None
-    waits = ref is not None and approval_timeout > 0
     # Always reopened from the reference: the caller may leave (and close its store)
     # while the run goes on.
     async with ref.reopened() if ref else nullcontext(InMemorySession()) as opened:
         session = WrittenOnce(opened, run_id, claimed)
-        response, _ = await _pass(agent, session, decisions or request, options, publish, waits)
+        run = _Run(_agent(agent_name), session, options, publish, approval_timeout if ref else 0)
+        response, _ = await run.once(decisions or request)
         parts = [response]
-        if response.pending and waits:
+        if response.pending and run.approval_timeout:
             await DBOS.write_stream_async(UPDATES, Answer(response))
-            parts += await _wait(agent, session, options, publish, approval_timeout)
+            parts += await run.wait()
     if streams or decisions:  # its caller reads the stream: it ends now, not at a status poll
         await DBOS.close_stream_async(UPDATES)
     return merged(parts)
 
 
-async def _wait(
-    agent: Agent,
-    session: WrittenOnce,
-    options: AgentRunOptions,
-    publish: _Publish | None,
-    seconds: float,
-) -> list[AgentResponse]:
-    """Receive deliveries and run a pass with each, until the run stops waiting: their answers."""
-    parts: list[AgentResponse] = []
-    while True:
-        delivery = await DBOS.recv_async(TOPIC, timeout_seconds=seconds)
-        if not isinstance(delivery, Delivery):
-            return parts  # none came in time, or its caller left, or its calls were denied
-        await DBOS.write_stream_async(UPDATES, Taken(delivery.message_id))
-        session.claimed = delivery.claimed
-        response, model_calls = await _pass(
-            agent, session, delivery.decisions, options, publish, True
-        )
-        await DBOS.write_stream_async(UPDATES, Answer(response, delivery.message_id))
-        parts.append(response)
-        # A pass that neither left calls pending nor called the model stalled: another
-        # call of the turn was claimed by another decider, whose decision is on its way.
-        if not response.pending and model_calls:
-            return parts
+@attrs.frozen
+class _Run:
+    """A durable run as its passes see it; ``approval_timeout`` 0: it does not wait."""
 
+    agent: Agent
+    session: WrittenOnce
+    options: AgentRunOptions
+    publish: _Publish | None
+    approval_timeout: float
 
-async def _pass(
-    agent: Agent,
-    session: WrittenOnce,
-    turn: tuple[ChatMessage, ...] | tuple[Decision, ...],
-    options: AgentRunOptions,
-    publish: _Publish | None,
-    waits: bool,
-) -> tuple[AgentResponse, int]:
-    """The agent's pipeline once, its updates published: its response and its model calls."""
-    batch = _Batch()
-    token = _BATCH.set(batch)
-    try:
-        # The pre stages are not steps: they run again on recovery, where the request hash
-        # was recorded already (Invocation.repeated is true).
-        response = await agent.run(
-            turn, session=cast("Session", session), options=options, on_update=publish
-        )
-    finally:
-        _BATCH.reset(token)
-        # The runs whose calls this pass denied (a new message) stop waiting for them.
-        for superseded in sorted(session.superseded):
-            if await live(superseded):
-                await DBOS.send_async(superseded, None, TOPIC)
-        session.superseded.clear()
-    if response.pending and waits:
-        # Set before the "approval" updates go out: a caller that saw one and leaves does
-        # not cancel the run, whose recv may hold a decision sent meanwhile.
-        await DBOS.set_event_async(WAITING, True)
-    if publish is not None:
-        await publish.release()
-    return response, batch.model_calls
+    async def wait(self) -> list[AgentResponse]:
+        """A pass with each delivery received, until the run stops waiting: their answers."""
+        parts: list[AgentResponse] = []
+        while True:
+            delivery = await DBOS.recv_async(TOPIC, timeout_seconds=self.approval_timeout)
+            if not isinstance(delivery, Delivery):
+                return parts  # none came in time, or its caller left, or its calls were denied
+            await DBOS.write_stream_async(UPDATES, Taken(delivery.message_id))
+            self.session.claimed = delivery.claimed
+            response, model_calls = await self.once(delivery.decisions)
+            await DBOS.write_stream_async(UPDATES, Answer(response, delivery.message_id))
+            parts.append(response)
+            # A pass that neither left calls pending nor called the model stalled: another
+            # call of the turn was claimed by another decider, whose decision is on its way.
+            if not response.pending and model_calls:
+                return parts
+
+    async def once(
+        self, turn: tuple[ChatMessage, ...] | tuple[Decision, ...]
+    ) -> tuple[AgentResponse, int]:
+        """The agent's pipeline once, its updates published: its response and its model calls."""
+        session = self.session
+        batch = _Batch()
+        token = _BATCH.set(batch)
+        try:
+            # The pre stages are not steps: they run again on recovery, where the request hash
+            # was recorded already (Invocation.repeated is true).
+            response = await self.agent.run(
+                turn, session=cast("Session", session), options=self.options, on_update=self.publish
+            )
+        finally:
+            _BATCH.reset(token)
+            # The runs whose calls this pass denied (a new message) stop waiting for them.
+            for superseded in sorted(session.superseded):
+                if await live(superseded):
+                    await DBOS.send_async(superseded, None, TOPIC)
+            session.superseded.clear()
+        if response.pending and self.approval_timeout:
+            # Set before the "approval" updates go out: a caller that saw one and leaves does
+            # not cancel the run, whose recv may hold a decision sent meanwhile.
+            await DBOS.set_event_async(WAITING, True)
+        if self.publish is not None:
+            await self.publish.release()
+        return response, batch.model_calls
 
 
 def merged(parts: list[AgentResponse]) -> AgentResponse:
