@@ -1,15 +1,9 @@
-"""The workflow of a durable run: the pipeline, then (calls pending) a ``DBOS.recv`` loop.
+"""The workflow of a durable run, ``raf.durable.run``: the pipeline, then a ``DBOS.recv`` loop.
 
-``raf.durable.run`` runs the agent's pipeline once, its model calls and
-tool calls as the steps ``raf.model`` and ``raf.tool.NAME``. When that pass
-ends with calls waiting for approval, the same workflow sets the event
-``raf.waiting`` and waits for decisions with ``DBOS.recv`` (each bounded by
-the agent's ``approval_timeout``), running the pipeline again with each,
-until nothing waits, no decision comes in time, or an empty message ends
-the wait (its caller left, or a new message denied its calls). Its DBOS
-stream ``raf.updates`` carries every update its caller follows, and, while
-it waits, each pass's :class:`Answer` and each delivery it took
-(:class:`Taken`), which whoever sent the delivery follows.
+Its model calls and tool calls are the steps ``raf.model`` and
+``raf.tool.NAME``. Its DBOS stream ``raf.updates`` carries the updates its
+caller follows and, while it waits for decisions, each delivery it took
+(:class:`Taken`) and each pass's :class:`Answer`, which the decider follows.
 """
 
 from __future__ import annotations
@@ -95,25 +89,6 @@ class _Batch:
 _BATCH: ContextVar[_Batch | None] = ContextVar("raf_durable_batch", default=None)
 
 
-class _Publish:
-    """A pass's ``on_update``: each update into the stream; the ``"approval"`` ones once the
-    pass has stored its pending calls, so a decision sent on seeing one finds its call."""
-
-    def __init__(self) -> None:
-        self.held: list[Update] = []
-
-    async def __call__(self, update: Update) -> None:
-        if update.kind == "approval":
-            self.held.append(update)
-        else:
-            await DBOS.write_stream_async(UPDATES, update)
-
-    async def release(self) -> None:
-        held, self.held = self.held, []
-        for update in held:
-            await DBOS.write_stream_async(UPDATES, update)
-
-
 async def live(run_id: str) -> bool:
     """Whether the workflow ``run_id`` exists and has not ended."""
     status = await DBOS.get_workflow_status_async(run_id)
@@ -152,12 +127,11 @@ async def durable_run(
     run_id = DBOS.workflow_id
     assert run_id is not None  # inside a workflow
     STREAMED_RUN.set(None)  # the workflow's own task: its caller's stream is not its own
-    publish = _Publish() if streams else None
     # Always reopened from the reference: the caller may leave (and close its store)
     # while the run goes on.
     async with ref.reopened() if ref else nullcontext(InMemorySession()) as opened:
         session = WrittenOnce(opened, run_id, claimed)
-        run = _Run(_agent(agent_name), session, options, publish, approval_timeout if ref else 0)
+        run = _Run(_agent(agent_name), session, options, streams, approval_timeout if ref else 0)
         response, _ = await run.once(decisions or request)
         parts = [response]
         if response.pending and run.approval_timeout:
@@ -170,13 +144,24 @@ async def durable_run(
 
 @attrs.frozen
 class _Run:
-    """A durable run as its passes see it; ``approval_timeout`` 0: it does not wait."""
+    """A durable run as its passes see it: ``streams``, its caller follows the updates;
+    ``approval_timeout`` 0, it does not wait."""
 
     agent: Agent
     session: WrittenOnce
     options: AgentRunOptions
-    publish: _Publish | None
+    streams: bool
     approval_timeout: float
+    #: The pass's "approval" updates, held until it has stored its pending calls (so a
+    #: decision sent on seeing one finds its call).
+    held: list[Update] = attrs.Factory(list)
+
+    async def publish(self, update: Update) -> None:
+        """A pass's ``on_update``: each update into the stream, the ``"approval"`` ones held."""
+        if update.kind == "approval":
+            self.held.append(update)
+        else:
+            await DBOS.write_stream_async(UPDATES, update)
 
     async def wait(self) -> list[AgentResponse]:
         """A pass with each delivery received, until the run stops waiting: their answers."""
@@ -205,8 +190,9 @@ class _Run:
         try:
             # The pre stages are not steps: they run again on recovery, where the request hash
             # was recorded already (Invocation.repeated is true).
+            publish = self.publish if self.streams else None
             response = await self.agent.run(
-                turn, session=cast("Session", session), options=self.options, on_update=self.publish
+                turn, session=cast("Session", session), options=self.options, on_update=publish
             )
         finally:
             _BATCH.reset(token)
@@ -219,8 +205,9 @@ class _Run:
             # Set before the "approval" updates go out: a caller that saw one and leaves does
             # not cancel the run, whose recv may hold a decision sent meanwhile.
             await DBOS.set_event_async(WAITING, True)
-        if self.publish is not None:
-            await self.publish.release()
+        for update in self.held:
+            await DBOS.write_stream_async(UPDATES, update)
+        self.held.clear()
         return response, batch.model_calls
 
 
