@@ -250,9 +250,8 @@ async def answer_of(run_id: str, message_id: str) -> AgentResponse | None:
 
 
 async def _leave(run_id: str) -> None:
-    """The caller leaves: a run not yet waiting is cancelled in DBOS (not resumed at the next
-    launch); a waiting one gets the empty message, after any decision sent before it. (A run
-    that has ended ignores both.)"""
+    """The caller leaves: a run not waiting yet is cancelled (not resumed at the next launch),
+    a waiting one gets the empty message after any decision sent before it; an ended one neither."""
     if await DBOS.get_event_async(run_id, WAITING, timeout_seconds=0):
         await DBOS.send_async(run_id, None, TOPIC)
     else:
