@@ -1,9 +1,15 @@
-"""dbos_agent: an agent whose run is a DBOS workflow and whose model and tool calls are steps."""
+"""dbos_agent: an agent whose run is a DBOS workflow and whose model and tool calls are steps.
+
+Its callers start the workflow and follow its stream; a caller of decisions
+sends them to the run that waits for them (found by the pending call's
+``run_id``) and follows the stream to that pass's answer.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import math
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
@@ -12,24 +18,27 @@ from dbos import DBOS
 from dbos import error as dbos_errors
 
 from raf._agent.agent import Agent
-from raf._agent.approvals import Decision
+from raf._agent.approvals import Decision, claim_decided, not_pending
 from raf._agent.streamed import streamed_core
 from raf._agent.streaming import AgentStream
 from raf._errors import DurableError
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
 from raf._values.context import Invocation
-from raf._values.messages import AgentResponse, ChatMessage, OnUpdate
+from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
 from raf._values.options import AgentRunOptions
-from raf.durable._decisions import LIVE, deliver, waiting_run
 from raf.durable._sessions import SessionRef
 from raf.durable._workflow import (
     AGENTS,
+    STREAM_POLL,
     TOPIC,
     UPDATES,
     WAITING,
-    Paused,
+    Answer,
+    Delivery,
+    Taken,
     durable_run,
+    live,
     model_step,
     tool_step,
 )
@@ -38,6 +47,8 @@ __all__ = ["DurableAgent", "dbos_agent"]
 
 #: How long a durable run waits for approvals by default, in seconds.
 APPROVAL_TIMEOUT = 600.0
+#: What DBOS says when it is not set up in this process.
+_NOT_SET_UP = ("before DBOS initialized", "before DBOS was launched", "No DBOS was created")
 
 
 class DurableAgent:
@@ -123,10 +134,18 @@ class DurableAgent:
         )
 
         async def go(on_update: OnUpdate | None) -> AgentResponse:
-            if decisions:
-                return await self._decide(decisions, checked, run_options, on_update)
-            given = None if session is None else checked
-            return await self._run(request, given, run_options, on_update)
+            try:
+                if decisions:
+                    return await self._decide(decisions, checked, run_options, on_update)
+                given = None if session is None else checked
+                return await self._run(request, given, run_options, on_update)
+            except dbos_errors.DBOSException as exc:
+                if any(text in str(exc) for text in _NOT_SET_UP):
+                    raise DurableError(
+                        "DBOS is not set up in this process: call DBOS(config=...) and "
+                        "DBOS.launch() after building the durable agents (raf never does)"
+                    ) from exc
+                raise
 
         return go
 
@@ -137,19 +156,29 @@ class DurableAgent:
         options: AgentRunOptions,
         on_update: OnUpdate | None,
     ) -> AgentResponse:
-        """Decisions: to the run that waits for their calls, or (none waits) a new run."""
-        claimed: Claimed | None = None
-        try:
-            run_id = await waiting_run(session, decisions)
-            if run_id is not None:
-                outcome, delivery = await deliver(run_id, session, decisions)
-                if outcome is not None:
-                    return outcome
-                # The run ended (timed out, its caller left) as they came: the calls are
-                # claimed by this process, which runs them.
-                claimed = delivery.claimed
-        except dbos_errors.DBOSException as exc:
-            raise _not_set_up(exc) or exc from exc
+        """Decisions: to the run that waits for their calls, or (none waits) a new run.
+
+        The run is the pending calls' ``run_id``. The decider claims the calls
+        (the store's atomic claim: of two deciders of one call, one gets it,
+        the other an ApprovalError), sends them with ``DBOS.send`` and follows
+        the run's stream to what its pass did with them.
+        """
+        pending = {call.token: call for call in await session.list_pending()}
+        tokens = [decision.token for decision in decisions]
+        if not set(tokens) <= pending.keys():
+            raise not_pending(session, tokens, tuple(pending.values()))
+        run_id, claimed = pending[tokens[0]].run_id, None
+        if run_id is not None and await live(run_id):
+            # Shielded: calls claimed and not sent would wait, taken, until the run times out.
+            with anyio.CancelScope(shield=True):
+                claimed = await claim_decided(session, decisions)
+                delivery = Delivery(uuid.uuid4().hex, decisions, claimed)
+                await DBOS.send_async(run_id, delivery, TOPIC)
+            answer = await answer_of(run_id, delivery.message_id)
+            if answer is not None:
+                return answer
+            # The run ended (timed out, its caller left) as they came: the calls are
+            # claimed by this process, which runs them.
         return await self._run((), session, options, on_update, decisions, claimed)
 
     async def _run(
@@ -167,11 +196,9 @@ class DurableAgent:
         the background); one started by messages follows it to its end.
         """
         ref = None if session is None else SessionRef.of(session)
-        args = (self.durable_name, request, ref, options, on_update is not None, decisions, claimed)
-        try:
-            handle = await DBOS.start_workflow_async(durable_run, *args)
-        except dbos_errors.DBOSException as exc:
-            raise _not_set_up(exc) or exc from exc
+        streams = on_update is not None
+        args = (request, ref, options, self.approval_timeout, streams, decisions, claimed)
+        handle = await DBOS.start_workflow_async(durable_run, self.durable_name, *args)
         run_id = handle.get_workflow_id()
         try:
             if on_update is not None or decisions:
@@ -189,23 +216,42 @@ class DurableAgent:
 
 
 async def _follow(run_id: str, on_update: OnUpdate | None, to_pause: bool) -> AgentResponse | None:
-    """Read the run's stream into ``on_update`` until it ends, or (``to_pause``) until the run
-    pauses: then the response of its pass."""
-    async for item in DBOS.read_stream_async(run_id, UPDATES, polling_interval_sec=0.02):
-        if isinstance(item, Paused):
+    """Read the run's updates into ``on_update`` until its stream ends, or (``to_pause``) until
+    the run waits: then the answer of its first pass."""
+    async for item in DBOS.read_stream_async(run_id, UPDATES, polling_interval_sec=STREAM_POLL):
+        if isinstance(item, Answer):
             if to_pause:
                 return item.response
-        elif on_update is not None:
+        elif on_update is not None and isinstance(item, Update):
             await on_update(item)
     return None
 
 
-async def _leave(run_id: str) -> None:
-    """The caller leaves: a run not yet waiting is cancelled in DBOS (not resumed at the next
-    launch); a waiting one gets the empty message, after any decision sent before it."""
+async def answer_of(run_id: str, message_id: str) -> AgentResponse | None:
+    """What the run's pass of the delivery ``message_id`` returned, read from its stream;
+    ``None`` when the run ended without taking the delivery."""
+    taken = False
+    async for item in DBOS.read_stream_async(run_id, UPDATES, polling_interval_sec=STREAM_POLL):
+        if isinstance(item, Answer) and item.message_id == message_id:
+            return item.response
+        taken = taken or (isinstance(item, Taken) and item.message_id == message_id)
     status = await DBOS.get_workflow_status_async(run_id)
-    if status is None or status.status not in LIVE:
-        return
+    if status is not None and status.status == "ERROR":
+        await DBOS.get_result_async(run_id)  # raises the error that ended the run
+    if taken:
+        # It took them, then was cancelled in the middle of that pass: running them
+        # here would run an approved call a second time.
+        raise DurableError(
+            f"the run {run_id!r} was cancelled while it applied these decisions: their "
+            "calls are answered in the session (with their result if it came, else as "
+            "interrupted) and are not run again; send a message to go on"
+        )
+    return None
+
+
+async def _leave(run_id: str) -> None:
+    """The caller leaves: a run not waiting yet is cancelled (not resumed at the next launch),
+    a waiting one gets the empty message after any decision sent before it; an ended one neither."""
     if await DBOS.get_event_async(run_id, WAITING, timeout_seconds=0):
         await DBOS.send_async(run_id, None, TOPIC)
     else:
@@ -250,7 +296,7 @@ def dbos_agent(
             "each durable agent needs its own name"
         )
     durable = DurableAgent(agent, name, float(approval_timeout))
-    AGENTS[name] = durable
+    AGENTS[name] = durable.agent
     return durable
 
 
@@ -262,14 +308,3 @@ def _require_asyncio() -> None:
             "a durable agent runs only on asyncio (DBOS is asyncio-only): "
             "run it with anyio.run(..., backend='asyncio') or asyncio.run()"
         ) from None
-
-
-def _not_set_up(exc: dbos_errors.DBOSException) -> DurableError | None:
-    """The DurableError to raise when ``exc`` says DBOS is not set up in this process."""
-    unset = ("before DBOS initialized", "before DBOS was launched", "No DBOS was created")
-    if not any(text in str(exc) for text in unset):
-        return None
-    return DurableError(
-        "DBOS is not set up in this process: call DBOS(config=...) and "
-        "DBOS.launch() after building the durable agents (raf never does)"
-    )

@@ -88,20 +88,17 @@ class WrittenOnce:
     a decider finds the run that waits for it from the session.
     """
 
-    __slots__ = ("_claimed", "_count", "_inner", "_workflow_id", "superseded")
+    __slots__ = ("_count", "_inner", "_workflow_id", "claimed", "superseded")
 
-    def __init__(self, inner: Any, workflow_id: str) -> None:
+    def __init__(self, inner: Any, workflow_id: str, claimed: Claimed | None = None) -> None:
         self._inner = inner
         self._workflow_id = workflow_id
         self._count = 0
-        self._claimed: Claimed | None = None
+        #: The calls a decision claimed already (in the process that made it): the run's claim
+        #: of exactly those tokens gets them, without asking the store again.
+        self.claimed = claimed
         #: The runs whose waiting calls a new message claimed (to deny them), in this pass.
         self.superseded: set[str] = set()
-
-    @property
-    def id(self) -> str:
-        """The session's id."""
-        return str(self._inner.id)
 
     async def get_messages(self) -> tuple[ChatMessage, ...]:
         """The history, oldest first, as long as it was when this read first ran.
@@ -111,19 +108,14 @@ class WrittenOnce:
         the history as it was then, not its own turn as a previous one.
         """
         messages: tuple[ChatMessage, ...] = await self._inner.get_messages()
-
-        async def length() -> int:
-            return len(messages)
-
         try:
-            return messages[: await DBOS.run_step_async({"name": "raf.history"}, length)]
+            return messages[: await DBOS.run_step_async({"name": "raf.history"}, len, messages)]
         except dbos_errors.DBOSWorkflowCancelledError:
             return messages  # a cancelled run's post stages still store what it answered
 
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages`` unless this run stored this append before its crash."""
-        self._count += 1
-        await self._inner.add_once(f"{self._workflow_id}:{self._count}", messages)
+        await self.record_pending(messages, ())
 
     async def record_pending(
         self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
@@ -133,17 +125,12 @@ class WrittenOnce:
         self._count += 1
         await self._inner.add_once(f"{self._workflow_id}:{self._count}", messages, calls)
 
-    def hand_over(self, claimed: Claimed) -> None:
-        """The calls a decision claimed already (in the process that made it): the run's claim of
-        exactly those tokens gets them, without asking the store again."""
-        self._claimed = claimed
-
     async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None:
         """The calls handed over (with what still waits now), when ``tokens`` are theirs; else
         the store's claim."""
-        claimed = self._claimed
+        claimed = self.claimed
         if claimed is not None and sorted(tokens) == sorted(c.token for c in claimed[0]):
-            self._claimed = None
+            self.claimed = None
             # What still waits is read now: the decider's look is stale (another decider may
             # have claimed the turn's other calls meanwhile).
             return claimed[0], await self._inner.list_pending()
@@ -162,8 +149,5 @@ class WrittenOnce:
         self.superseded |= {c.run_id for c in claimed if c.run_id is not None}
         return claimed
 
-    def __getattr__(self, name: str) -> Any:  # the rest is the session's own
+    def __getattr__(self, name: str) -> Any:  # the rest (its id included) is the session's own
         return getattr(self._inner, name)
-
-    def __repr__(self) -> str:
-        return f"<WrittenOnce {self._inner!r} workflow={self._workflow_id!r}>"

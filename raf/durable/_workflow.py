@@ -1,22 +1,16 @@
-"""The workflow of a durable run: the pipeline, then (calls pending) a ``DBOS.recv`` loop.
+"""The workflow of a durable run, ``raf.durable.run``: the pipeline, then a ``DBOS.recv`` loop.
 
-``raf.durable.run`` runs the agent's pipeline once, its model calls and
-tool calls as the steps ``raf.model`` and ``raf.tool.NAME``. When that pass
-ends with calls waiting for approval, the same workflow sets the event
-``raf.waiting`` and waits for decisions with ``DBOS.recv`` (each bounded by
-the agent's ``approval_timeout``), running the pipeline again with each,
-until nothing waits, no decision comes in time, or an empty message ends
-the wait (its caller left, or a new message denied its calls). Every
-update goes to the workflow's DBOS stream ``raf.updates``, which whoever
-follows the run reads.
+Its model calls and tool calls are the steps ``raf.model`` and
+``raf.tool.NAME``. Its DBOS stream ``raf.updates`` carries the updates its
+caller follows and, while it waits for decisions, each delivery it took
+(:class:`Taken`) and each pass's :class:`Answer`, which the decider follows.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import nullcontext
 from contextvars import ContextVar
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, cast
 
 import attrs
 from dbos import DBOS
@@ -29,7 +23,7 @@ from raf._errors import DurableError
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
-from raf._values.context import ChatRequest, start_invocation
+from raf._values.context import ChatRequest
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
 from raf.durable._sessions import SessionRef, WrittenOnce
@@ -37,22 +31,17 @@ from raf.durable._sessions import SessionRef, WrittenOnce
 __all__: list[str] = []
 
 
-class Durable(Protocol):
-    """What the workflow needs of a durable agent (``raf.durable.DurableAgent``)."""
-
-    agent: Agent
-    approval_timeout: float
-
-
-#: The durable agents of this process, by name: what a recovered workflow runs.
-AGENTS: dict[str, Durable] = {}
+#: The agents of this process's durable agents, by name: what a recovered workflow runs.
+AGENTS: dict[str, Agent] = {}
 
 #: The topic a decision (or the empty message that ends a wait) is sent on.
 TOPIC: Final = "raf.approval"
-#: The stream of the run's updates, and of its pauses.
+#: The stream of the run's updates, and of its answers while it waits.
 UPDATES: Final = "raf.updates"
 #: The event set once the run waits for decisions (a caller who leaves then does not cancel).
 WAITING: Final = "raf.waiting"
+#: How often a reader of the stream looks for more (on SQLite, which notifies no reader).
+STREAM_POLL: Final = 0.02
 
 
 @attrs.frozen
@@ -66,29 +55,33 @@ class Delivery:
 
 
 @attrs.frozen
-class Paused:
-    """In the stream: the run's first pass ended with calls pending, and the run waits."""
+class Taken:
+    """In the stream: the run took the delivery ``message_id`` and applies it now."""
+
+    message_id: str
+
+
+@attrs.frozen
+class Answer:
+    """In the stream: what a pass of the waiting run returned; ``message_id`` is the delivery's
+    (``None``: the first pass, which left calls pending)."""
 
     response: AgentResponse
-
-
-def outcome_key(message_id: str) -> str:
-    """The DBOS event under which the run publishes what a delivery's pass returned."""
-    return f"raf.outcome.{message_id}"
+    message_id: str | None = None
 
 
 @attrs.define
 class _Batch:
-    """The tool calls the last model call asked for, and their step ids once drawn.
+    """The step ids of the tool calls the last model call asked for, by call id.
 
     The calls of a batch run concurrently and may enter the tool stack in
-    any order: their step ids are drawn all at once (``DBOS.reserve_step``)
-    when the first enters, and given out by position in the model's answer,
-    so a replay gives each call the same step.
+    any order: their step ids are drawn (``DBOS.reserve_step``) as the model
+    call returns, in the order of its answer, so a replay gives each call
+    the same step. (A call that is not run, one that waits for approval,
+    leaves a gap in the step ids: DBOS allows it.)
     """
 
-    calls: tuple[str, ...] = ()
-    steps: dict[str, Any] | None = None
+    steps: dict[str, Any] = attrs.Factory(dict)
     #: How many model calls the pass made (0: it stalled, or it only waits).
     model_calls: int = 0
 
@@ -96,26 +89,13 @@ class _Batch:
 _BATCH: ContextVar[_Batch | None] = ContextVar("raf_durable_batch", default=None)
 
 
-class _Publish:
-    """A pass's ``on_update``: each update into the stream; the ``"approval"`` ones once the
-    pass has stored its pending calls, so a decision sent on seeing one finds its call."""
-
-    def __init__(self) -> None:
-        self.held: list[Update] = []
-
-    async def __call__(self, update: Update) -> None:
-        if update.kind == "approval":
-            self.held.append(update)
-        else:
-            await DBOS.write_stream_async(UPDATES, update)
-
-    async def release(self) -> None:
-        held, self.held = self.held, []
-        for update in held:
-            await DBOS.write_stream_async(UPDATES, update)
+async def live(run_id: str) -> bool:
+    """Whether the workflow ``run_id`` exists and has not ended."""
+    status = await DBOS.get_workflow_status_async(run_id)
+    return status is not None and status.status in ("PENDING", "ENQUEUED")
 
 
-def _agent(name: str) -> Durable:
+def _agent(name: str) -> Agent:
     agent = AGENTS.get(name)
     if agent is None:
         raise DurableError(
@@ -125,109 +105,110 @@ def _agent(name: str) -> Durable:
     return agent
 
 
-@asynccontextmanager
-async def _opened(ref: SessionRef | None) -> AsyncIterator[Session]:
-    # Always reopened from the reference: the caller may leave (and close its store)
-    # while the run goes on.
-    if ref is None:
-        yield InMemorySession()
-    else:
-        async with ref.reopened() as reopened:
-            yield reopened
-
-
 @DBOS.workflow(name="raf.durable.run")
 async def durable_run(
     agent_name: str,
     request: tuple[ChatMessage, ...],
     ref: SessionRef | None,
     options: AgentRunOptions,
+    approval_timeout: float,
     streams: bool,
     decisions: tuple[Decision, ...] = (),
     claimed: Claimed | None = None,
 ) -> AgentResponse:
     """The workflow of one durable run: a pass of the pipeline, then the wait for decisions.
 
-    ``decisions`` resume calls that wait (``claimed``: the calls they
-    claimed already). ``streams``: its caller follows the updates (a caller
-    of decisions follows the stream, to its pause, in any case).
+    It waits up to ``approval_timeout`` seconds for each decision (0, or
+    no session: it does not wait). ``decisions`` resume calls that wait
+    (``claimed``: the calls they claimed already). ``streams``: its caller
+    follows the updates (a caller of decisions follows the stream, to its
+    first answer, in any case).
     """
-    agent = _agent(agent_name)
     run_id = DBOS.workflow_id
     assert run_id is not None  # inside a workflow
     STREAMED_RUN.set(None)  # the workflow's own task: its caller's stream is not its own
-    publish = _Publish() if streams else None
-    waits = ref is not None and agent.approval_timeout > 0
-    async with _opened(ref) as opened:
-        session = WrittenOnce(opened, run_id)
-        if claimed is not None:
-            session.hand_over(claimed)
-        response, _ = await _pass(agent, session, request, options, publish, decisions)
+    # Always reopened from the reference: the caller may leave (and close its store)
+    # while the run goes on.
+    async with ref.reopened() if ref else nullcontext(InMemorySession()) as opened:
+        session = WrittenOnce(opened, run_id, claimed)
+        run = _Run(_agent(agent_name), session, options, streams, approval_timeout if ref else 0)
+        response, _ = await run.once(decisions or request)
         parts = [response]
-        if response.pending and waits:
-            # Set before the "approval" updates go out: a caller that saw one and leaves does
-            # not cancel the run, whose recv may hold a decision sent meanwhile.
-            await DBOS.set_event_async(WAITING, True)
-        if publish is not None:
-            await publish.release()
-        if response.pending and waits:
-            await DBOS.write_stream_async(UPDATES, Paused(response))
-            while True:
-                delivery = await DBOS.recv_async(TOPIC, timeout_seconds=agent.approval_timeout)
-                if not isinstance(delivery, Delivery):
-                    break  # none came in time, or its caller left, or its calls were denied
-                session.hand_over(delivery.claimed)
-                response, model_calls = await _pass(
-                    agent, session, (), options, publish, delivery.decisions
-                )
-                if publish is not None:
-                    await publish.release()
-                await DBOS.set_event_async(outcome_key(delivery.message_id), response)
-                parts.append(response)
-                # A pass that neither left calls pending nor called the model stalled: another
-                # call of the turn was claimed by another decider, whose decision is on its way.
-                if not response.pending and model_calls:
-                    break
+        if response.pending and run.approval_timeout:
+            await DBOS.write_stream_async(UPDATES, Answer(response))
+            parts += await run.wait()
     if streams or decisions:  # its caller reads the stream: it ends now, not at a status poll
         await DBOS.close_stream_async(UPDATES)
     return merged(parts)
 
 
-async def _pass(
-    agent: Durable,
-    session: WrittenOnce,
-    request: tuple[ChatMessage, ...],
-    options: AgentRunOptions,
-    publish: _Publish | None,
-    decisions: tuple[Decision, ...],
-) -> tuple[AgentResponse, int]:
-    """The agent's pipeline once: its response and how many model calls it made."""
-    # The pre stages are not steps: they run again on recovery, where the request hash
-    # was recorded already (Invocation.repeated is true).
-    touched = await session.touch_request_hash(request)
-    invocation = start_invocation(
-        agent.agent,
-        cast("Session", session),
-        request,
-        options,
-        touched.digest,
-        touched.repeated,
-        publish,
-        decisions,
-    )
-    batch = _Batch()
-    token = _BATCH.set(batch)
-    try:
-        response = await agent.agent._run(invocation)
-    finally:
-        _BATCH.reset(token)
-        # The runs whose calls this pass denied (a new message) stop waiting for them.
-        for superseded in sorted(session.superseded):
-            status = await DBOS.get_workflow_status_async(superseded)
-            if status is not None and status.status in ("PENDING", "ENQUEUED"):
-                await DBOS.send_async(superseded, None, TOPIC)
-        session.superseded.clear()
-    return response, batch.model_calls
+@attrs.frozen
+class _Run:
+    """A durable run as its passes see it: ``streams``, its caller follows the updates;
+    ``approval_timeout`` 0, it does not wait."""
+
+    agent: Agent
+    session: WrittenOnce
+    options: AgentRunOptions
+    streams: bool
+    approval_timeout: float
+    #: The pass's "approval" updates, held until it has stored its pending calls (so a
+    #: decision sent on seeing one finds its call).
+    held: list[Update] = attrs.Factory(list)
+
+    async def publish(self, update: Update) -> None:
+        """A pass's ``on_update``: each update into the stream, the ``"approval"`` ones held."""
+        if update.kind == "approval":
+            self.held.append(update)
+        else:
+            await DBOS.write_stream_async(UPDATES, update)
+
+    async def wait(self) -> list[AgentResponse]:
+        """A pass with each delivery received, until the run stops waiting: their answers."""
+        parts: list[AgentResponse] = []
+        while True:
+            delivery = await DBOS.recv_async(TOPIC, timeout_seconds=self.approval_timeout)
+            if not isinstance(delivery, Delivery):
+                return parts  # none came in time, or its caller left, or its calls were denied
+            await DBOS.write_stream_async(UPDATES, Taken(delivery.message_id))
+            self.session.claimed = delivery.claimed
+            response, model_calls = await self.once(delivery.decisions)
+            await DBOS.write_stream_async(UPDATES, Answer(response, delivery.message_id))
+            parts.append(response)
+            # A pass that neither left calls pending nor called the model stalled: another
+            # call of the turn was claimed by another decider, whose decision is on its way.
+            if not response.pending and model_calls:
+                return parts
+
+    async def once(
+        self, turn: tuple[ChatMessage, ...] | tuple[Decision, ...]
+    ) -> tuple[AgentResponse, int]:
+        """The agent's pipeline once, its updates published: its response and its model calls."""
+        session = self.session
+        batch = _Batch()
+        token = _BATCH.set(batch)
+        try:
+            # The pre stages are not steps: they run again on recovery, where the request hash
+            # was recorded already (Invocation.repeated is true).
+            publish = self.publish if self.streams else None
+            response = await self.agent.run(
+                turn, session=cast("Session", session), options=self.options, on_update=publish
+            )
+        finally:
+            _BATCH.reset(token)
+            # The runs whose calls this pass denied (a new message) stop waiting for them.
+            for superseded in sorted(session.superseded):
+                if await live(superseded):
+                    await DBOS.send_async(superseded, None, TOPIC)
+            session.superseded.clear()
+        if response.pending and self.approval_timeout:
+            # Set before the "approval" updates go out: a caller that saw one and leaves does
+            # not cancel the run, whose recv may hold a decision sent meanwhile.
+            await DBOS.set_event_async(WAITING, True)
+        for update in self.held:
+            await DBOS.write_stream_async(UPDATES, update)
+        self.held.clear()
+        return response, batch.model_calls
 
 
 def merged(parts: list[AgentResponse]) -> AgentResponse:
@@ -262,11 +243,10 @@ async def model_step(request: ChatRequest, call_next: CallNext[ChatRequest]) -> 
     async def model() -> AgentResponse:
         return await call_next(request)
 
-    options: Any = {"name": "raf.model", "preemptible": True}
-    response = await DBOS.run_step_async(options, model)
+    response = await DBOS.run_step_async({"name": "raf.model", "preemptible": True}, model)
     batch = _BATCH.get()
     if batch is not None:
-        batch.calls, batch.steps = tuple(call.id for call in response.tool_calls), None
+        batch.steps = {call.id: DBOS.reserve_step() for call in response.tool_calls}
         batch.model_calls += 1
     return response
 
@@ -280,11 +260,7 @@ async def tool_step(request: ToolRequest, call_next: Any) -> ChatMessage:
     # Preemptible: a run its caller cancelled stops its tools, not only at the next step.
     options: Any = {"name": f"raf.tool.{request.tool.name}", "preemptible": True}
     batch = _BATCH.get()
-    reserved = None
-    if batch is not None and request.call.id in batch.calls:
-        if batch.steps is None:  # the batch's first call to get here: draw them all, in order
-            batch.steps = {call: DBOS.reserve_step() for call in dict.fromkeys(batch.calls)}
-        reserved = batch.steps.pop(request.call.id, None)
+    reserved = None if batch is None else batch.steps.pop(request.call.id, None)
     if reserved is None:
         # Not from the last answer (a middleware made it up), or called on twice (a retry).
         return await DBOS.run_step_async(options, tool)

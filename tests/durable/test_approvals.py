@@ -83,12 +83,17 @@ async def test_an_approved_call_runs_inside_the_waiting_workflow(tmp_path: Path)
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
     assert history[2] == ChatMessage.tool("c1", "wiped /tmp/x", name="wipe")
     # One workflow: the pass, its wait (recv), the pass the decision resumed.
-    steps = [step["function_name"] for step in await DBOS.list_workflow_steps_async("wf-approve")]
-    assert [step for step in steps if step.startswith("raf.") or step == "DBOS.recv"] == [
+    steps = {
+        step["function_id"]: step["function_name"]
+        for step in await DBOS.list_workflow_steps_async("wf-approve")
+    }
+    assert [step for step in steps.values() if step.startswith("raf.") or step == "DBOS.recv"] == [
         "raf.history", "raf.model", "DBOS.recv", "raf.history", "raf.tool.wipe", "raf.model",
         "raf.history",
     ]  # fmt: skip
-    assert ran[0] == f"/tmp/x@wf-approve:{steps.index('raf.tool.wipe') + 1}"
+    # Its idempotency key is the id of its step.
+    (tool_step,) = [number for number, name in steps.items() if name == "raf.tool.wipe"]
+    assert ran[0] == f"/tmp/x@wf-approve:{tool_step}"
 
 
 @pytest.mark.anyio

@@ -27,7 +27,7 @@ from raf import (
 )
 from raf._agent.approvals import claim_decided
 from raf.durable import dbos_agent
-from raf.durable._decisions import _outcome
+from raf.durable._agent import answer_of
 from raf.durable._workflow import TOPIC, Delivery
 from tests._harness.durable_approval_kit import BOUND, WIPE, Run, launched, wipe_agent
 
@@ -229,13 +229,13 @@ async def test_a_decider_slow_between_its_claim_and_its_send_still_reaches_the_w
                 )
                 assert run.response is None  # the original caller still waits for B's decision
                 await DBOS.send_async(wait_id, Delivery("b", (late,), claimed_b), TOPIC)
-                outcome = await _outcome(wait_id, "b")
+                answer = await answer_of(wait_id, "b")
         history = await (await store.get("s")).get_messages()
     assert [m.role for m in first.messages] == ["tool"]  # A's answer: its call's result
     assert first.pending == ()
     assert sorted(ran) == ["/tmp/x", "/tmp/y"]
-    assert outcome is not None
-    assert outcome.text == "both handled"
+    assert answer is not None
+    assert answer.text == "both handled"
     assert run.response is not None
     assert run.response.text == "both handled"
     assert [m.role for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
