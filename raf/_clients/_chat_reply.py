@@ -78,7 +78,9 @@ def _message(message: Any, paths: list[str], where: str, refused_by: str | None)
     """A completion's message (or a stream's, as the SDK's stream state joined it) as
     raf's, its tool calls named by ``paths`` in errors; ``refused_by`` (a model): a
     refusal raises."""
-    calls = [_tool_call(call, path, where) for call, path in zip(message.tool_calls or (), paths)]
+    # A partial message's calls are fewer than its paths: those that cannot be read went.
+    pairs = zip(message.tool_calls or (), paths, strict=False)
+    calls = [_tool_call(call, path, where) for call, path in pairs]
     text = message.content
     if text is None and not calls:
         # A refusal is what the user should read when there is no answer.
