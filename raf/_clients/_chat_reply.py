@@ -114,7 +114,7 @@ def _function_only(kind: Any, where: str, path: str) -> None:
 
 def _tool_call(call: Any, path: str, where: str) -> ToolCall:
     _function_only(getattr(call, "type", None), where, path)
-    function = getattr(call, "function", None)
+    function: Any = getattr(call, "function", None)
     if getattr(call, "id", None) is None:
         raise ChatProtocolError(f"{where}: {path} has no id")
     if getattr(function, "name", None) is None:

@@ -394,9 +394,17 @@ def not_a_message(index: int, message: object) -> BadRequestError:
     return BadRequestError(f"messages[{index}] must be a ChatMessage, got {type(message).__name__}")
 
 
-def body_extra(where: str, extra: Mapping[str, Any], request_options: dict[str, Any]) -> Any:
-    """``options.extra`` for the body: ``extra_body`` merged in (as the SDK merges it),
-    ``timeout``, ``extra_headers`` and ``extra_query`` moved to the SDK's request options."""
+def new_body(
+    where: str, model: str, fields: dict[str, Any], extra: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A request's body (``model`` and the ``fields`` that are not None), the SDK's
+    request options, and the keys of ``options.extra`` for the body (``extra_body``
+    merged in, as the SDK merges it; ``timeout``, ``extra_headers`` and ``extra_query``
+    moved to the request options), which the caller applies as its API allows."""
+    if not isinstance(model, str):
+        raise BadRequestError(f"{where}: model must be a str, got {model!r}")
+    body = {"model": model, **{key: value for key, value in fields.items() if value is not None}}
+    request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
     keys: dict[str, Any] = {}
     for key, value in extra.items():
         if key not in TRANSPORT_EXTRA:
@@ -411,4 +419,18 @@ def body_extra(where: str, extra: Mapping[str, Any], request_options: dict[str, 
             keys.update(value)
         else:
             request_options["headers" if key == "extra_headers" else "params"] = dict(value)
-    return keys
+    if isinstance(keys.get("model", model), str):
+        return body, request_options, keys
+    raise BadRequestError(f"{where}: model must be a str, got {keys['model']!r}")
+
+
+def tool_choice(choice: str | Mapping[str, Any] | None, *, nested: bool) -> Any:
+    """``options.tool_choice`` on the wire: a word as it is, a tool's name as the
+    function it names (``nested`` under ``"function"``, as chat completions want it),
+    a mapping as given."""
+    if not isinstance(choice, str):
+        return None if choice is None else plain(choice)
+    if choice in TOOL_CHOICE_WORDS:
+        return choice
+    named = {"name": choice}
+    return {"type": "function", "function": named} if nested else {"type": "function", **named}

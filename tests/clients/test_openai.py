@@ -43,8 +43,8 @@ from raf import (
     Usage,
     tool,
 )
-from raf._clients._chat_wire import message_to_wire, tool_to_wire
 from raf._clients._sdk import RETRY_AFTER_MAX, retry_after_seconds
+from raf._clients.openai import message_to_wire, tool_to_wire
 from tests._harness.openai_server import (
     OpenAIServer,
     Reply,
