@@ -234,19 +234,15 @@ class StreamedTurn:
             getattr(piece, "type", None), self.where, f"choices[0].delta.tool_calls[{position}]"
         )
         index = getattr(piece, "index", None)
-        index = position if index is None else index
-        place = self.indices.setdefault(index, len(self.indices))
+        place = self.indices.setdefault(position if index is None else index, len(self.indices))
         named = self.named.setdefault(place, set())
-        function = getattr(piece, "function", None)
-        keys = {"id": getattr(piece, "id", None), "name": getattr(function, "name", None)}
-        for key, value in keys.items():
-            if key in named or not value:
-                keys[key] = None
-            else:
-                named.add(key)
-        wire = {"index": place, "type": "function", "id": keys["id"]}
+        function: Any = getattr(piece, "function", None)
+        call_id = None if "id" in named else getattr(piece, "id", None)
+        name = None if "name" in named else getattr(function, "name", None)
+        named.update(key for key, value in (("id", call_id), ("name", name)) if value)
         arguments = getattr(function, "arguments", None)
-        return wire | {"function": {"name": keys["name"], "arguments": arguments}}
+        wire = {"name": name, "arguments": arguments}
+        return {"index": place, "type": "function", "id": call_id, "function": wire}
 
     def _joined(self, *, partial: bool = False) -> ChatMessage:
         """The message the SDK's state joined; ``partial``: what can be read of it (the

@@ -12,7 +12,6 @@ import email.utils
 import json
 import math
 import time
-import zlib
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
@@ -174,19 +173,21 @@ class BoundedErrors(httpx2.AsyncHTTPTransport):
         response = await super().handle_async_request(request)
         if response.status_code < 400:
             return response
-        raw = bytearray()
+        data = bytearray()
         try:
-            # Stop by cancelling: raised inside the HTTP stack's next read, it ends each of
-            # its generators (breaking out would leave them to the garbage collector).
+            # httpx decodes a chunk at a time in bounded pieces: a gzip bomb stops here. Stop
+            # by cancelling: raised inside the HTTP stack's next read, it ends each of its
+            # generators (breaking out would leave them to the garbage collector).
             with anyio.CancelScope() as stop:
-                async for chunk in response.stream:  # type: ignore[union-attr]
+                async for chunk in response.aiter_bytes():
                     if not stop.cancel_called:
-                        raw += chunk
-                        if len(raw) > self.cap:
+                        data += chunk
+                        if len(data) > self.cap:
                             stop.cancel()
+        except httpx2.DecodingError:
+            data.clear()  # a reply raf cannot decode: the SDK then names the status only
         finally:
             await response.aclose()
-        coding = response.headers.get("content-encoding", "identity").strip().lower()
         headers = [
             (key, value)
             for key, value in response.headers.multi_items()
@@ -195,24 +196,10 @@ class BoundedErrors(httpx2.AsyncHTTPTransport):
         return httpx2.Response(
             response.status_code,
             headers=headers,
-            content=_decode_capped(bytes(raw[: self.cap]), coding, self.cap),
+            content=bytes(data[: self.cap]),
             request=request,
             extensions=response.extensions,
         )
-
-
-def _decode_capped(raw: bytes, coding: str, cap: int) -> bytes:
-    """``raw`` decoded per its content-encoding, at most ``cap`` bytes of it."""
-    if coding in ("", "identity"):
-        return raw[:cap]
-    if coding in ("gzip", "x-gzip", "deflate"):
-        # gzip, a zlib stream, then raw deflate (servers send both as "deflate").
-        for wbits in (16 + zlib.MAX_WBITS, zlib.MAX_WBITS, -zlib.MAX_WBITS):
-            try:
-                return zlib.decompressobj(wbits).decompress(raw, cap)
-            except zlib.error:
-                continue
-    return b""  # an encoding raf does not decode: the SDK then names the status only
 
 
 async def post(

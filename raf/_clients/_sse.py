@@ -88,10 +88,27 @@ async def stream_updates(
     reader: StreamReader,
     where: str,
 ) -> AsyncGenerator[Update]:
-    """The updates of a streamed request for ``owner``, as ``reader`` reads its events;
-    the response is closed whatever ends the stream, ``aclose()`` included; errors
-    of the request name ``where``."""
-    events = await open_events(owner, path, body, request_options, where)
+    """The updates of a streamed request for ``owner`` (a client), as ``reader`` reads
+    its events; the response is closed whatever ends the stream, ``aclose()``
+    included; errors of the request name ``where``.
+
+    The request until its reply starts is held to the client's ``timeout``
+    (the SDK's retries included); then each wait on the server to its
+    ``idle_timeout`` (a healthy stream may last any time).
+    """
+    name = type(owner).__name__
+    start = Budget(
+        owner.timeout,
+        f"{where} did not start streaming within {owner.timeout} s "
+        f"({name}(timeout={owner.timeout}), the SDK's retries included)",
+    )
+    response = await start.run(post, owner.client, path, body, request_options, where)
+    idle = Budget(
+        owner.idle_timeout,
+        f"{where}: the stream sent nothing for {owner.idle_timeout} s of waiting "
+        f"({name}(idle_timeout={owner.idle_timeout}))",
+    )
+    events = Events(response, owner.max_response_bytes, where, idle)
     try:
         if not events.content_type.startswith("text/event-stream"):
             for update in reader.plain(await events.read_all(), events.content_type):
@@ -115,30 +132,6 @@ async def stream_updates(
             yield update
     finally:
         await events.aclose()
-
-
-async def open_events(
-    owner: SdkClient, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
-) -> Events:
-    """POST a streamed request for ``owner`` (a client): its events.
-
-    The request until its reply starts is held to the client's ``timeout``
-    (the SDK's retries included); then each wait on the server to its
-    ``idle_timeout`` (a healthy stream may last any time).
-    """
-    name = type(owner).__name__
-    start = Budget(
-        owner.timeout,
-        f"{where} did not start streaming within {owner.timeout} s "
-        f"({name}(timeout={owner.timeout}), the SDK's retries included)",
-    )
-    response = await start.run(post, owner.client, path, body, request_options, where)
-    idle = Budget(
-        owner.idle_timeout,
-        f"{where}: the stream sent nothing for {owner.idle_timeout} s of waiting "
-        f"({name}(idle_timeout={owner.idle_timeout}))",
-    )
-    return Events(response, owner.max_response_bytes, where, idle)
 
 
 class Events:
