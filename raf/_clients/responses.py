@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
 from raf._agent.tools import Tool
+from raf._clients._reply import stream_updates
 from raf._clients._responses_reply import StreamState, Turn, call_name, response_from_reply
 from raf._clients._sdk import SdkClient, new_body, no_call_id, not_a_message, plain, tool_choice
-from raf._clients._sse import stream_updates
 from raf._errors import BadRequestError
 from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update
 from raf._values.options import ChatOptions
