@@ -336,23 +336,18 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
         try:
             seconds = float(value) * scale
         except ValueError:
-            if name == "retry-after":
-                return _retry_after_date(value, now)
-            continue
+            if name == "retry-after-ms":
+                continue
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError, IndexError, OverflowError):
+                return None
+            if when.tzinfo is None:  # an HTTP date is GMT even when it does not say so
+                return None
+            seconds = when.timestamp() - (time.time() if now is None else now)
         if not math.isnan(seconds):
             return min(max(seconds, 0.0), RETRY_AFTER_MAX)
     return None
-
-
-def _retry_after_date(value: str, now: float | None) -> float | None:
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # an HTTP date is GMT even when it does not say so
-        return None
-    current = time.time() if now is None else now
-    return min(max(when.timestamp() - current, 0.0), RETRY_AFTER_MAX)
 
 
 # --- What both request bodies share ----------------------------------------------------
