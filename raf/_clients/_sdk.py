@@ -173,21 +173,10 @@ class BoundedErrors(httpx2.AsyncHTTPTransport):
         response = await super().handle_async_request(request)
         if response.status_code < 400:
             return response
-        data = bytearray()
         try:
-            # httpx decodes a chunk at a time in bounded pieces: a gzip bomb stops here. Stop
-            # by cancelling: raised inside the HTTP stack's next read, it ends each of its
-            # generators (breaking out would leave them to the garbage collector).
-            with anyio.CancelScope() as stop:
-                async for chunk in response.aiter_bytes():
-                    if not stop.cancel_called:
-                        data += chunk
-                        if len(data) > self.cap:
-                            stop.cancel()
+            data, _ = await read_bounded(response, self.cap)
         except httpx2.DecodingError:
-            data.clear()  # a reply raf cannot decode: the SDK then names the status only
-        finally:
-            await response.aclose()
+            data = b""  # a reply raf cannot decode: the SDK then names the status only
         headers = [
             (key, value)
             for key, value in response.headers.multi_items()
@@ -196,7 +185,7 @@ class BoundedErrors(httpx2.AsyncHTTPTransport):
         return httpx2.Response(
             response.status_code,
             headers=headers,
-            content=bytes(data[: self.cap]),
+            content=data,
             request=request,
             extensions=response.extensions,
         )
@@ -241,31 +230,36 @@ def _not_json(value: object) -> Any:
     raise TypeError(f"not JSON serialisable: {value!r}")
 
 
-async def read_reply(response: httpx2.Response, limit: int, where: str) -> bytes:
-    """The whole decoded body of a reply that is not a stream, refusing to hold more than
-    ``limit`` bytes; the response is closed whatever happens (bounded and shielded)."""
-
-    chunks: list[bytes] = []
-    size = 0
+async def read_bounded(response: httpx2.Response, cap: int) -> tuple[bytes, bool]:
+    """At most ``cap`` decoded bytes of ``response``, and whether it has more; the
+    response is closed whatever happens (bounded and shielded)."""
+    data = bytearray()
     try:
         # httpx decodes a chunk at a time in bounded pieces: a gzip bomb stops here. Stop
         # by cancelling: raised inside the HTTP stack's next read, it ends each of its
         # generators (breaking out would leave them to the garbage collector).
         with anyio.CancelScope() as stop:
             async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > limit:
-                    stop.cancel()
-                elif not stop.cancel_called:
-                    chunks.append(chunk)
-    except httpx2.HTTPError as exc:
-        raise error_from_http(exc, where) from exc
+                if not stop.cancel_called:
+                    data += chunk
+                    if len(data) > cap:
+                        stop.cancel()
     finally:
         with anyio.move_on_after(5, shield=True):
             await response.aclose()
-    if size > limit:
+    return bytes(data[:cap]), len(data) > cap
+
+
+async def read_reply(response: httpx2.Response, limit: int, where: str) -> bytes:
+    """The whole decoded body of a reply that is not a stream, refusing to hold more than
+    ``limit`` bytes."""
+    try:
+        data, more = await read_bounded(response, limit)
+    except httpx2.HTTPError as exc:
+        raise error_from_http(exc, where) from exc
+    if more:
         raise too_large(where, limit, "it is larger")
-    return b"".join(chunks)
+    return data
 
 
 def too_large(where: str, limit: int, detail: str) -> ChatProtocolError:
