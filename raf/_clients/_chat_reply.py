@@ -63,20 +63,31 @@ def response_from_reply(
     if not completion.choices:
         raise ChatProtocolError(f"{where}: the model returned no choices")
     choice = completion.choices[0]
-    message = choice.message
-    calls = [_tool_call(call, n, where) for n, call in enumerate(message.tool_calls or ())]
-    text = message.content
-    if text is None and not calls:
-        # A refusal is what the user should read when there is no answer.
-        text = message.refusal
-        if refuse and text is not None:
-            raise OutputRefusedError(text, model=model)
-    usage = _usage(completion.usage, where)
-    response = AgentResponse((ChatMessage.assistant(text, tool_calls=calls),), usage, completion)
+    paths = [
+        f"choices[0].message.tool_calls[{n}]" for n in range(len(choice.message.tool_calls or ()))
+    ]
+    message = _message(choice.message, paths, where, model if refuse else None)
+    response = AgentResponse((message,), _usage(completion.usage, where), completion)
     reason = getattr(choice, "finish_reason", None)
     if reason in INCOMPLETE:
         raise incomplete(where, reason, response)
     return response
+
+
+def _message(message: Any, paths: list[str], where: str, refused_by: str | None) -> ChatMessage:
+    """A completion's message (or a stream's, as the SDK's stream state joined it) as
+    raf's, its tool calls named by ``paths`` in errors; ``refused_by`` (a model): a
+    refusal raises."""
+    # A partial message's calls are fewer than its paths: those that cannot be read went.
+    pairs = zip(message.tool_calls or (), paths, strict=False)
+    calls = [_tool_call(call, path, where) for call, path in pairs]
+    text = message.content
+    if text is None and not calls:
+        # A refusal is what the user should read when there is no answer.
+        text = message.refusal
+        if refused_by is not None and text is not None:
+            raise OutputRefusedError(text, model=refused_by)
+    return ChatMessage.assistant(text, tool_calls=calls)
 
 
 def incomplete(where: str, reason: str, partial: AgentResponse) -> IncompleteResponseError:
@@ -101,10 +112,15 @@ def _function_only(kind: Any, where: str, path: str) -> None:
         )
 
 
-def _tool_call(call: Any, n: int, where: str) -> ToolCall:
-    _function_only(getattr(call, "type", None), where, f"choices[0].message.tool_calls[{n}]")
-    arguments = getattr(call.function, "arguments", None)
-    return ToolCall(call.id, call.function.name, "{}" if arguments is None else arguments)
+def _tool_call(call: Any, path: str, where: str) -> ToolCall:
+    _function_only(getattr(call, "type", None), where, path)
+    function: Any = getattr(call, "function", None)
+    if getattr(call, "id", None) is None:
+        raise ChatProtocolError(f"{where}: {path} has no id")
+    if getattr(function, "name", None) is None:
+        raise ChatProtocolError(f"{where}: {path} has no function name")
+    arguments = getattr(function, "arguments", None)
+    return ToolCall(call.id, function.name, "{}" if arguments is None else arguments)
 
 
 def _usage(usage: Any, where: str) -> Usage | None:
@@ -114,20 +130,24 @@ def _usage(usage: Any, where: str) -> Usage | None:
 
 
 class StreamedTurn:
-    """The updates of one streamed chat completion, from its chunks' JSON."""
+    """The updates of one streamed chat completion, from its chunks' JSON: text deltas as
+    they come; the rest once the model finished, from the completion the SDK's
+    ``ChatCompletionStreamState`` joined, read as :func:`response_from_reply` reads one."""
 
     def __init__(self, model: str, *, refuse: bool = False) -> None:
+        from openai.lib.streaming.chat import ChatCompletionStreamState
+
         self.model = model
-        self.refuse = refuse  # a refusal is an OutputRefusedError, not the text
+        self.refused_by = model if refuse else None
         self.where = f"OpenAI chat completion stream (model {model!r})"
-        # index -> [id, name, argument pieces or None when no arguments came, last chunk]
-        self.calls: dict[int, list[Any]] = {}
+        self.state: Any = ChatCompletionStreamState()
+        # The server's index of each tool call, by its place in the joined message, and
+        # which of its id and name came (a server may repeat them in every delta).
+        self.indices: dict[int, int] = {}
+        self.named: dict[int, set[str]] = {}
         self.finished: str | None = None
         self.text_sent = False
-        self.empty_text = False
-        self.refusal: list[str] = []
-        # What an incomplete answer's error carries as its partial response.
-        self.text: list[str] = []
+        self.sent_rest = False
         self.usage: Usage | None = None
 
     @property
@@ -137,7 +157,9 @@ class StreamedTurn:
 
     def plain(self, data: bytes, content_type: str) -> list[Update]:
         """The updates of a server that ignored "stream": one chat completion."""
-        answer = response_from_reply(data, content_type, self.model, refuse=self.refuse)
+        answer = response_from_reply(
+            data, content_type, self.model, refuse=self.refused_by is not None
+        )
         return list(answer.to_updates())
 
     def feed(self, data: str) -> list[Update]:
@@ -184,69 +206,68 @@ class StreamedTurn:
             return []
         self.usage = usage
         # The usage comes after the finish: the tool calls go out before it.
-        return [*self._finish_updates(chunk), Update("usage", usage=usage, raw=chunk)]
+        return [*self._rest(chunk), Update("usage", usage=usage, raw=chunk)]
 
     def _choice(self, choice: Any, chunk: Any, updates: list[Update]) -> None:
+        from openai.types.chat import ChatCompletionChunk
+
         delta: Any = getattr(choice, "delta", None)
-        content = getattr(delta, "content", None)
-        if content:
+        wire = {key: getattr(delta, key, None) for key in ("content", "refusal")}
+        if wire["content"]:
             self.text_sent = True
-            self.text.append(content)
-            updates.append(Update("text", content, raw=chunk))
-        elif content is not None:
-            self.empty_text = True
-        if getattr(delta, "refusal", None) is not None:
-            self.refusal.append(delta.refusal)
-        for position, piece in enumerate(getattr(delta, "tool_calls", None) or ()):
-            path = f"choices[0].delta.tool_calls[{position}]"
-            self._tool_call_delta(piece, path, position, chunk)
+            updates.append(Update("text", wire["content"], raw=chunk))
+        pieces = enumerate(getattr(delta, "tool_calls", None) or ())
+        wire["tool_calls"] = [self._tool_call_delta(piece, n) for n, piece in pieces] or None
         reason = getattr(choice, "finish_reason", None)
+        self.state.handle_chunk(
+            ChatCompletionChunk.construct(
+                choices=[{"index": 0, "delta": wire, "finish_reason": reason}]
+            )
+        )
         if reason is not None:
             self.finished = str(reason)
 
-    def _tool_call_delta(self, piece: Any, path: str, position: int, chunk: Any) -> None:
-        index = getattr(piece, "index", None)
-        _function_only(getattr(piece, "type", None), self.where, path)
-        call = self.calls.setdefault(
-            position if index is None else index, [None, None, None, chunk]
+    def _tool_call_delta(self, piece: Any, position: int) -> dict[str, Any]:
+        """A tool call's delta as the SDK's state joins it: at its place, with its id and
+        name only the first time (a server may repeat them in each delta)."""
+        _function_only(
+            getattr(piece, "type", None), self.where, f"choices[0].delta.tool_calls[{position}]"
         )
-        call[3] = chunk
-        if call[0] is None:
-            call[0] = piece.id
-        function = piece.function
-        name = getattr(function, "name", None)
-        if name is not None and not call[1]:
-            call[1] = name
+        index = getattr(piece, "index", None)
+        place = self.indices.setdefault(position if index is None else index, len(self.indices))
+        named = self.named.setdefault(place, set())
+        function: Any = getattr(piece, "function", None)
+        call_id = None if "id" in named else getattr(piece, "id", None)
+        name = None if "name" in named else getattr(function, "name", None)
+        named.update(key for key, value in (("id", call_id), ("name", name)) if value)
         arguments = getattr(function, "arguments", None)
-        if arguments is not None:
-            call[2] = [*(call[2] or ()), arguments]
+        wire = {"name": name, "arguments": arguments}
+        return {"index": place, "type": "function", "id": call_id, "function": wire}
 
-    def _finish_updates(self, chunk: Any) -> list[Update]:
+    def _joined(self, *, partial: bool = False) -> ChatMessage:
+        """The message the SDK's state joined; ``partial``: what can be read of it (the
+        calls with an id and a name, their arguments maybe cut), no error."""
+        message = self.state.current_completion_snapshot.choices[0].message
+        if partial:
+            calls = [c for c in message.tool_calls or () if c.id and c.function.name]
+            text = message.content or (None if calls else "")
+            message = message.model_copy(update={"tool_calls": calls, "content": text})
+        order = sorted(self.indices, key=self.indices.__getitem__)
+        paths = [f"the tool call of index {index}" for index in order]
+        return _message(message, paths, self.where, None if partial else self.refused_by)
+
+    def _rest(self, chunk: Any) -> list[Update]:
         """The updates held until the model finished: tool calls (complete only then),
         and the text of an answer that had no text delta (an empty one, a refusal).
         An answer the model did not finish sends no tool calls: they go in the error."""
-        if self.finished is None or self.finished in INCOMPLETE:
+        if self.finished is None or self.finished in INCOMPLETE or self.sent_rest:
             return []
+        self.sent_rest = True
+        message = self._joined()
         updates: list[Update] = []
-        if not self.text_sent and not self.calls:
-            if self.refuse and self.refusal:
-                raise OutputRefusedError("".join(self.refusal), model=self.model)
-            if self.empty_text:
-                updates.append(Update("text", "", raw=chunk))
-            elif self.refusal:
-                updates.append(Update("text", "".join(self.refusal), raw=chunk))
-            self.text_sent = True
-        for index in sorted(self.calls):
-            call_id, name, arguments, last = self.calls[index]
-            path = f"the tool call of index {index}"
-            if call_id is None:
-                raise ChatProtocolError(f"{self.where}: {path} has no id")
-            if name is None:
-                raise ChatProtocolError(f"{self.where}: {path} has no function name")
-            text = "{}" if arguments is None else "".join(arguments)
-            updates.append(Update("tool_call", tool_call=ToolCall(call_id, name, text), raw=last))
-        self.calls = {}
-        return updates
+        if not self.text_sent and message.content is not None:
+            updates.append(Update("text", message.content, raw=chunk))
+        return updates + [Update("tool_call", tool_call=c, raw=chunk) for c in message.tool_calls]
 
     def finish(self) -> list[Update]:
         """The updates left once the stream ended; a stream cut short is an error, and an
@@ -257,16 +278,6 @@ class StreamedTurn:
                 "the answer is incomplete"
             )
         if self.finished in INCOMPLETE:
-            raise incomplete(self.where, self.finished, self._partial())
-        return self._finish_updates(None)
-
-    def _partial(self) -> AgentResponse:
-        """What the model said before it stopped: its text and its tool calls that have
-        an id and a name (their arguments may be cut), and the usage."""
-        calls = [
-            ToolCall(call_id, name, "{}" if arguments is None else "".join(arguments))
-            for call_id, name, arguments, _ in (self.calls[i] for i in sorted(self.calls))
-            if call_id is not None and name is not None
-        ]
-        text = "".join(self.text) if self.text_sent or not calls else None
-        return AgentResponse((ChatMessage.assistant(text, tool_calls=calls),), self.usage)
+            partial = AgentResponse((self._joined(partial=True),), self.usage)
+            raise incomplete(self.where, self.finished, partial)
+        return self._rest(None)

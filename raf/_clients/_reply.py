@@ -1,13 +1,23 @@
-"""What both OpenAI clients read replies with: a reply's bytes as a JSON object, and a
-JSON object as the SDK's own type, checked where raf reads it."""
+"""Reading a reply, for both OpenAI clients: its bytes as a JSON object, a JSON object as
+the SDK's own type (checked where raf reads it), and a stream's server-sent events,
+decoded by the SDK's own decoder, under a size bound and a bound on each wait."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Collection
-from typing import Any, Final
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
-from raf._errors import ChatProtocolError
+import anyio
+import httpx2
+
+from raf._clients._sdk import SdkClient, error_from_http, post, read_reply, too_large
+from raf._errors import ChatClientError, ChatProtocolError, ChatTimeoutError
+from raf._values.messages import Update
+
+if TYPE_CHECKING:
+    from openai._streaming import ServerSentEvent
 
 __all__: list[str] = []
 
@@ -113,3 +123,191 @@ def quote(data: bytes | str) -> str:
     """The start of a reply, quoted for an error message."""
     text = data if isinstance(data, str) else data[: _QUOTE * 4].decode("utf-8", "replace")
     return repr(text[:_QUOTE]) + ("..." if len(text) > _QUOTE else "")
+
+
+# --- Streams ---------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+#: How long a stream may go on after the model's answer is complete (chat completions'
+#: finish_reason, Responses' response.completed) before raf stops reading it: the usage
+#: may still come; a server that keeps the stream open must not turn an answer into a
+#: timeout.
+DRAIN_GRACE: Final = 1.0
+
+
+class Budget:
+    """The time a stream may wait on the server: ``idle`` seconds for each wait (the
+    request until its reply starts, each read of the body), and, once :meth:`cap` was
+    called, a total for all the waits left.
+
+    Each wait runs under its bound, with no yield inside the scope, so the
+    deadline never lands in the consumer's code and the time the consumer
+    holds an update is not counted. Past it a wait raises
+    :class:`raf.ChatTimeoutError` with the text ``expired``.
+    """
+
+    __slots__ = ("expired", "idle", "left")
+
+    def __init__(self, idle: float | None, expired: str) -> None:
+        self.idle = idle
+        self.left: float | None = None
+        self.expired = expired
+
+    async def run(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await function(*args)`` within the bound of one wait."""
+        left = self.left
+        limit = self.idle if left is None else left if self.idle is None else min(left, self.idle)
+        if limit is None:
+            return await function(*args)
+        started = anyio.current_time()
+        with anyio.move_on_after(limit) as scope:
+            try:
+                return await function(*args)
+            finally:
+                if left is not None:
+                    self.left = left - (anyio.current_time() - started)
+        # Only the deadline's own cancellation lands here: any other one propagates.
+        assert scope.cancelled_caught
+        raise ChatTimeoutError(self.expired)
+
+    def cap(self, seconds: float) -> None:
+        """Leave at most ``seconds`` for all the waits left."""
+        self.left = seconds if self.left is None else min(self.left, seconds)
+
+
+class StreamReader(Protocol):
+    """What a client's stream is read with: the updates of each event's data, and of a
+    reply that is no event stream; ``done`` once the answer is complete; ``finish``
+    the updates left at the end (a stream cut short is an error)."""
+
+    @property
+    def done(self) -> bool: ...
+    def feed(self, data: str) -> list[Update]: ...
+    def plain(self, data: bytes, content_type: str) -> list[Update]: ...
+    def finish(self) -> list[Update]: ...
+
+
+async def stream_updates(
+    owner: SdkClient,
+    path: str,
+    body: dict[str, Any],
+    request_options: dict[str, Any],
+    reader: StreamReader,
+    where: str,
+) -> AsyncGenerator[Update]:
+    """The updates of a streamed request for ``owner`` (a client), as ``reader`` reads
+    its events; the response is closed whatever ends the stream, ``aclose()``
+    included; errors of the request name ``where``.
+
+    The request until its reply starts is held to the client's ``timeout``
+    (the SDK's retries included); then each wait on the server to its
+    ``idle_timeout`` (a healthy stream may last any time).
+    """
+    name = type(owner).__name__
+    start = Budget(
+        owner.timeout,
+        f"{where} did not start streaming within {owner.timeout} s "
+        f"({name}(timeout={owner.timeout}), the SDK's retries included)",
+    )
+    response = await start.run(post, owner.client, path, body, request_options, where)
+    idle = Budget(
+        owner.idle_timeout,
+        f"{where}: the stream sent nothing for {owner.idle_timeout} s of waiting "
+        f"({name}(idle_timeout={owner.idle_timeout}))",
+    )
+    events = Events(response, owner.max_response_bytes, where, idle)
+    try:
+        if not events.content_type.startswith("text/event-stream"):
+            for update in reader.plain(await events.read_all(), events.content_type):
+                yield update
+            return
+        try:
+            while (event := await events.next()) is not None:
+                done = reader.done
+                updates = reader.feed(event.data)
+                if not done and reader.done:
+                    # What follows the answer gets a moment, not the budget: a server that
+                    # keeps the stream open must not turn an answer into a timeout.
+                    events.budget.cap(DRAIN_GRACE)
+                for update in updates:
+                    yield update
+        except ChatClientError:
+            # Once the answer is complete, what goes wrong reading past it is no error.
+            if not reader.done:
+                raise
+        for update in reader.finish():
+            yield update
+    finally:
+        await events.aclose()
+
+
+class Events:
+    """The server-sent events of ``response`` as the SDK decodes them, each wait on the
+    server held to ``budget``, refusing more than ``limit`` decoded bytes; errors name
+    ``where``."""
+
+    __slots__ = ("_events", "_stop", "budget", "limit", "response", "where")
+
+    def __init__(self, response: Any, limit: int, where: str, budget: Budget) -> None:
+        from openai._streaming import SSEDecoder
+
+        self.response = response
+        self.limit = limit
+        self.where = where
+        self.budget = budget
+        self._stop = anyio.CancelScope()
+        self._events = SSEDecoder().aiter_bytes(self._bytes())
+
+    @property
+    def content_type(self) -> str:
+        """The reply's content type (``text/event-stream``, or a server's own idea)."""
+        return str(self.response.headers.get("content-type", ""))
+
+    async def read_all(self) -> bytes:
+        """The whole reply, for a server that answered with no event stream."""
+        return await self.budget.run(read_reply, self.response, self.limit, self.where)
+
+    async def _bytes(self) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in self.response.aiter_bytes():
+            size += len(chunk)
+            if size > self.limit:
+                # Stop by cancelling (see aclose): raised inside the HTTP stack's next read.
+                self._stop.cancel()
+                continue
+            yield chunk
+
+    async def next(self) -> ServerSentEvent | None:
+        """The next event; ``None`` at the end of the stream."""
+        return await self.budget.run(self._next)
+
+    async def _next(self) -> ServerSentEvent | None:
+        event: ServerSentEvent | None = None
+        with anyio.CancelScope() as self._stop:
+            try:
+                event = await self._events.__anext__()
+            except StopAsyncIteration:
+                pass
+            except httpx2.HTTPError as exc:
+                raise error_from_http(exc, self.where) from exc
+            except UnicodeDecodeError as exc:
+                raise ChatProtocolError(f"{self.where}: an event is not UTF-8: {exc}") from None
+        if self._stop.cancel_called:  # past the bound, whether or not the stream went on
+            raise too_large(self.where, self.limit, "it is larger")
+        return event
+
+    async def aclose(self) -> None:
+        """Stop reading and close the response, bounded and shielded: returning the
+        connection must not hang or be cut, also when the consumer left or the call is
+        being cancelled."""
+        # A cancellation raised at the HTTP stack's next read ends each generator of the
+        # chain in turn; closing only the outer one would leave the inner ones to the
+        # garbage collector (trio warns).
+        with anyio.move_on_after(5, shield=True):
+            with anyio.CancelScope() as stop:
+                stop.cancel()
+                with contextlib.suppress(Exception):
+                    async for _ in self._events:
+                        pass
+            await self.response.aclose()

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+import attrs
+
 from raf._clients._reply import json_object, json_type, parse, quote, tokens
-from raf._clients._responses_wire import Turn
 from raf._errors import (
     ChatClientError,
     ChatConnectionError,
@@ -18,6 +19,15 @@ from raf._errors import (
 from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 
 __all__: list[str] = []
+
+
+@attrs.frozen
+class Turn:
+    """The order of one reply's output, for replay: reasoning items as they came,
+    ``("text", None)`` where the text was, ``("call", call_id)`` for each call."""
+
+    call_ids: tuple[str, ...]
+    order: tuple[tuple[str, Any], ...]
 
 
 def call_name(model: str) -> str:

@@ -12,7 +12,6 @@ import email.utils
 import json
 import math
 import time
-import zlib
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
@@ -174,19 +173,10 @@ class BoundedErrors(httpx2.AsyncHTTPTransport):
         response = await super().handle_async_request(request)
         if response.status_code < 400:
             return response
-        raw = bytearray()
         try:
-            # Stop by cancelling: raised inside the HTTP stack's next read, it ends each of
-            # its generators (breaking out would leave them to the garbage collector).
-            with anyio.CancelScope() as stop:
-                async for chunk in response.stream:  # type: ignore[union-attr]
-                    if not stop.cancel_called:
-                        raw += chunk
-                        if len(raw) > self.cap:
-                            stop.cancel()
-        finally:
-            await response.aclose()
-        coding = response.headers.get("content-encoding", "identity").strip().lower()
+            data, _ = await read_bounded(response, self.cap)
+        except httpx2.DecodingError:
+            data = b""  # a reply raf cannot decode: the SDK then names the status only
         headers = [
             (key, value)
             for key, value in response.headers.multi_items()
@@ -195,24 +185,10 @@ class BoundedErrors(httpx2.AsyncHTTPTransport):
         return httpx2.Response(
             response.status_code,
             headers=headers,
-            content=_decode_capped(bytes(raw[: self.cap]), coding, self.cap),
+            content=data,
             request=request,
             extensions=response.extensions,
         )
-
-
-def _decode_capped(raw: bytes, coding: str, cap: int) -> bytes:
-    """``raw`` decoded per its content-encoding, at most ``cap`` bytes of it."""
-    if coding in ("", "identity"):
-        return raw[:cap]
-    if coding in ("gzip", "x-gzip", "deflate"):
-        # gzip, a zlib stream, then raw deflate (servers send both as "deflate").
-        for wbits in (16 + zlib.MAX_WBITS, zlib.MAX_WBITS, -zlib.MAX_WBITS):
-            try:
-                return zlib.decompressobj(wbits).decompress(raw, cap)
-            except zlib.error:
-                continue
-    return b""  # an encoding raf does not decode: the SDK then names the status only
 
 
 async def post(
@@ -254,31 +230,36 @@ def _not_json(value: object) -> Any:
     raise TypeError(f"not JSON serialisable: {value!r}")
 
 
-async def read_reply(response: httpx2.Response, limit: int, where: str) -> bytes:
-    """The whole decoded body of a reply that is not a stream, refusing to hold more than
-    ``limit`` bytes; the response is closed whatever happens (bounded and shielded)."""
-
-    chunks: list[bytes] = []
-    size = 0
+async def read_bounded(response: httpx2.Response, cap: int) -> tuple[bytes, bool]:
+    """At most ``cap`` decoded bytes of ``response``, and whether it has more; the
+    response is closed whatever happens (bounded and shielded)."""
+    data = bytearray()
     try:
         # httpx decodes a chunk at a time in bounded pieces: a gzip bomb stops here. Stop
         # by cancelling: raised inside the HTTP stack's next read, it ends each of its
         # generators (breaking out would leave them to the garbage collector).
         with anyio.CancelScope() as stop:
             async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > limit:
-                    stop.cancel()
-                elif not stop.cancel_called:
-                    chunks.append(chunk)
-    except httpx2.HTTPError as exc:
-        raise error_from_http(exc, where) from exc
+                if not stop.cancel_called:
+                    data += chunk
+                    if len(data) > cap:
+                        stop.cancel()
     finally:
         with anyio.move_on_after(5, shield=True):
             await response.aclose()
-    if size > limit:
+    return bytes(data[:cap]), len(data) > cap
+
+
+async def read_reply(response: httpx2.Response, limit: int, where: str) -> bytes:
+    """The whole decoded body of a reply that is not a stream, refusing to hold more than
+    ``limit`` bytes."""
+    try:
+        data, more = await read_bounded(response, limit)
+    except httpx2.HTTPError as exc:
+        raise error_from_http(exc, where) from exc
+    if more:
         raise too_large(where, limit, "it is larger")
-    return b"".join(chunks)
+    return data
 
 
 def too_large(where: str, limit: int, detail: str) -> ChatProtocolError:
@@ -349,23 +330,18 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
         try:
             seconds = float(value) * scale
         except ValueError:
-            if name == "retry-after":
-                return _retry_after_date(value, now)
-            continue
+            if name == "retry-after-ms":
+                continue
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError, IndexError, OverflowError):
+                return None
+            if when.tzinfo is None:  # an HTTP date is GMT even when it does not say so
+                return None
+            seconds = when.timestamp() - (time.time() if now is None else now)
         if not math.isnan(seconds):
             return min(max(seconds, 0.0), RETRY_AFTER_MAX)
     return None
-
-
-def _retry_after_date(value: str, now: float | None) -> float | None:
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # an HTTP date is GMT even when it does not say so
-        return None
-    current = time.time() if now is None else now
-    return min(max(when.timestamp() - current, 0.0), RETRY_AFTER_MAX)
 
 
 # --- What both request bodies share ----------------------------------------------------
@@ -394,9 +370,17 @@ def not_a_message(index: int, message: object) -> BadRequestError:
     return BadRequestError(f"messages[{index}] must be a ChatMessage, got {type(message).__name__}")
 
 
-def body_extra(where: str, extra: Mapping[str, Any], request_options: dict[str, Any]) -> Any:
-    """``options.extra`` for the body: ``extra_body`` merged in (as the SDK merges it),
-    ``timeout``, ``extra_headers`` and ``extra_query`` moved to the SDK's request options."""
+def new_body(
+    where: str, model: str, fields: dict[str, Any], extra: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A request's body (``model`` and the ``fields`` that are not None), the SDK's
+    request options, and the keys of ``options.extra`` for the body (``extra_body``
+    merged in, as the SDK merges it; ``timeout``, ``extra_headers`` and ``extra_query``
+    moved to the request options), which the caller applies as its API allows."""
+    if not isinstance(model, str):
+        raise BadRequestError(f"{where}: model must be a str, got {model!r}")
+    body = {"model": model, **{key: value for key, value in fields.items() if value is not None}}
+    request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
     keys: dict[str, Any] = {}
     for key, value in extra.items():
         if key not in TRANSPORT_EXTRA:
@@ -411,4 +395,18 @@ def body_extra(where: str, extra: Mapping[str, Any], request_options: dict[str, 
             keys.update(value)
         else:
             request_options["headers" if key == "extra_headers" else "params"] = dict(value)
-    return keys
+    if isinstance(keys.get("model", model), str):
+        return body, request_options, keys
+    raise BadRequestError(f"{where}: model must be a str, got {keys['model']!r}")
+
+
+def tool_choice(choice: str | Mapping[str, Any] | None, *, nested: bool) -> Any:
+    """``options.tool_choice`` on the wire: a word as it is, a tool's name as the
+    function it names (``nested`` under ``"function"``, as chat completions want it),
+    a mapping as given."""
+    if not isinstance(choice, str):
+        return None if choice is None else plain(choice)
+    if choice in TOOL_CHOICE_WORDS:
+        return choice
+    named = {"name": choice}
+    return {"type": "function", "function": named} if nested else {"type": "function", **named}

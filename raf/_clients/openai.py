@@ -5,16 +5,21 @@ from __future__ import annotations
 import contextlib
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Final
 
+from raf._agent.tools import Tool
 from raf._clients._chat_reply import StreamedTurn, call_name, response_from_reply
-from raf._clients._chat_wire import request_body
-from raf._clients._sdk import SdkClient
-from raf._clients._sse import stream_updates
+from raf._clients._reply import stream_updates
+from raf._clients._sdk import SdkClient, new_body, no_call_id, not_a_message, plain, tool_choice
+from raf._errors import BadRequestError
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
+from raf._values.schema import response_format
 
 __all__ = ["OpenAIChatClient"]
+
+# Options that would make the server answer with a stream, which complete() cannot read.
+_REFUSED_EXTRA: Final = frozenset({"stream", "stream_options"})
 
 
 class OpenAIChatClient(SdkClient):
@@ -87,9 +92,10 @@ class OpenAIChatClient(SdkClient):
         """
         model, body, request_options = self.request_body(messages, options, stream=True)
         turn = StreamedTurn(model, refuse=options.output_schema is not None)
-        path, where = self._path(model), call_name(model)
+        updates = stream_updates(
+            self, self._path(model), body, request_options, turn, call_name(model)
+        )
         # Closed here, not left to the garbage collector, when the consumer stops early.
-        updates = stream_updates(self, path, body, request_options, turn, where)
         async with contextlib.aclosing(updates):
             async for update in updates:
                 yield update
@@ -109,7 +115,34 @@ class OpenAIChatClient(SdkClient):
         SDK understands them, any other key into the body. ``stream`` adds
         ``"stream": true`` and asks for the usage.
         """
-        return request_body(self.model, messages, options, stream=stream)
+        where = "OpenAIChatClient"
+        schema = options.output_schema
+        fields = {
+            "messages": [message_to_wire(m, i) for i, m in enumerate(messages)],
+            "tools": [tool_to_wire(t) for t in options.tools] or None,
+            "temperature": options.temperature,
+            "max_tokens": options.max_tokens,
+            "tool_choice": tool_choice(options.tool_choice, nested=True),
+            "response_format": None if schema is None else response_format(schema),
+        }
+        model = options.model or self.model
+        body, request_options, extra = new_body(where, model, fields, options.extra)
+        for key, value in extra.items():
+            if key in _REFUSED_EXTRA:
+                if value:
+                    raise BadRequestError(
+                        f"{where}: extra option {key!r} is not supported; "
+                        "stream a run instead (agent.stream(...) or on_update=)"
+                    )
+            elif key == "messages":
+                raise BadRequestError(
+                    f"{where}: extra option 'messages' is not allowed; the messages are the run's"
+                )
+            else:
+                body[key] = value
+        if stream:  # the usage comes in a last chunk of its own
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
+        return body["model"], body, request_options
 
     def _path(self, model: str) -> str:
         """The request path: Azure's client finds the deployment in the body only when
@@ -124,3 +157,42 @@ class OpenAIChatClient(SdkClient):
 
     def __repr__(self) -> str:
         return f"OpenAIChatClient(model={self.model!r}, base_url={str(self.client.base_url)!r})"
+
+
+def message_to_wire(message: ChatMessage, index: int = 0) -> dict[str, Any]:
+    """One message in the OpenAI wire format (``messages[index]`` of a call, for errors).
+
+    >>> message_to_wire(ChatMessage.tool("call_1", "42"))
+    {'role': 'tool', 'tool_call_id': 'call_1', 'content': '42'}
+    """
+    if type(message) is not ChatMessage:
+        raise not_a_message(index, message)
+    role = message.role
+    if role == "tool":
+        if message.tool_call_id is None:
+            raise no_call_id(index)
+        return {
+            "role": "tool",
+            "tool_call_id": message.tool_call_id,
+            "content": message.content or "",
+        }
+    wire: dict[str, Any] = {"role": role}
+    if role == "assistant" and message.tool_calls:
+        wire["content"] = message.content
+        wire["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    else:
+        wire["content"] = message.content or ""
+    if message.name is not None:
+        wire["name"] = message.name
+    return wire
+
+
+def tool_to_wire(tool: Tool) -> dict[str, Any]:
+    """A raf :class:`raf.Tool` as an OpenAI function tool with its JSON Schema."""
+    function: dict[str, Any] = {"name": tool.name, "parameters": plain(tool.parameters)}
+    if tool.description:
+        function["description"] = tool.description
+    return {"type": "function", "function": function}

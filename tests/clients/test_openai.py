@@ -43,8 +43,8 @@ from raf import (
     Usage,
     tool,
 )
-from raf._clients._chat_wire import message_to_wire, tool_to_wire
 from raf._clients._sdk import RETRY_AFTER_MAX, retry_after_seconds
+from raf._clients.openai import message_to_wire, tool_to_wire
 from tests._harness.openai_server import (
     OpenAIServer,
     Reply,
@@ -975,6 +975,46 @@ async def test_tool_call_deltas_interleaved_by_index_are_assembled(server: OpenA
     assert [u.tool_call for u in updates[:3]] == [ToolCall(*call) for call in calls]
     assert AgentResponse.from_updates(updates) == whole
     assert whole.messages[0].content is None
+
+
+async def test_a_server_that_repeats_the_id_and_name_in_every_delta_gets_them_once(
+    server: OpenAIServer,
+) -> None:
+    # Some compatible servers send a call's id, type and name with each of its deltas:
+    # they name the call, they are not pieces of it to join.
+    events = (
+        chunk(None, role="assistant", tool_calls=[call_delta(0, id="c1", name="add", args="")]),
+        chunk(tool_calls=[call_delta(0, id="c1", name="add", args='{"a": 2,')]),
+        chunk(tool_calls=[call_delta(1, id="c2", name="now", args="")]),
+        chunk(tool_calls=[call_delta(0, id="c1", name="add", args=' "b": 3}')]),
+        chunk(tool_calls=[call_delta(1, id="c2", name="now")]),
+        chunk(finish_reason="tool_calls"),
+    )
+    server.reply(Reply(events=events))
+    async with client_for(server) as model:
+        updates = await collect(model)
+    assert [u.tool_call for u in updates] == [
+        ToolCall("c1", "add", '{"a": 2, "b": 3}'),
+        ToolCall("c2", "now", ""),
+    ]
+
+
+async def test_tool_call_deltas_without_an_index_are_placed_by_position(
+    server: OpenAIServer,
+) -> None:
+    def unindexed(**keys: Any) -> dict[str, Any]:
+        delta = call_delta(0, **keys)
+        del delta["index"]
+        return delta
+
+    events = (
+        chunk(None, role="assistant", tool_calls=[unindexed(id="c1", name="add", args="{}")]),
+        chunk(finish_reason="tool_calls"),
+    )
+    server.reply(Reply(events=events))
+    async with client_for(server) as model:
+        updates = await collect(model)
+    assert [u.tool_call for u in updates] == [ToolCall("c1", "add", "{}")]
 
 
 @pytest.mark.parametrize(

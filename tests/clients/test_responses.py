@@ -42,7 +42,7 @@ from raf import (
     tool,
 )
 from raf._clients import responses as responses_module
-from raf._clients._responses_wire import input_items, tool_to_wire
+from raf._clients.responses import input_items, tool_to_wire
 from tests._harness.openai_server import HISTORY_EDITS, edit_history
 from tests._harness.responses_server import Answer, ResponsesServer, events_of, response_body
 
