@@ -10,7 +10,7 @@ test can tell what ran, where and how often.
     python tests/_harness/durable_worker.py decide  --system-db URL --sessions F --log F --ids ID...
 
 ``run`` launches DBOS and runs one durable turn per workflow id (session id
-= workflow id), concurrently; ``recover`` launches DBOS (which recovers
+= workflow id, or ``--session``), concurrently; ``recover`` launches DBOS (which recovers
 this executor's pending runs), starts the ids DBOS has never seen, and
 waits for all. Both print one JSON line per run: id, answer, history size.
 A tool call logs ``tool start`` and ``tool done`` inside its step, and
@@ -66,8 +66,9 @@ def _log(path: Path, line: str) -> None:
 class CountingModel:
     """The scripted model: its answer follows from the messages, so any worker gives the same.
 
-    Call n (n-1 tool results so far) asks for tool call n, up to three; then
-    it answers with the sum of the tool results.
+    Call n (n-1 tool results since the last user message: a session may hold
+    earlier turns) asks for tool call n, up to three; then it answers with the
+    sum of those tool results.
     """
 
     def __init__(self, log: Path, hang: str) -> None:
@@ -75,8 +76,9 @@ class CountingModel:
         self.hang = hang
 
     async def complete(self, messages: Any, options: ChatOptions) -> AgentResponse:
-        results = [message for message in messages if message.role == "tool"]
-        run = next(message.content for message in messages if message.role == "user")
+        last = max(i for i, message in enumerate(messages) if message.role == "user")
+        run = messages[last].content
+        results = [message for message in messages[last:] if message.role == "tool"]
         number = len(results) + 1
         _log(self.log, f"model {run} {number}")
         if self.hang == "model3" and number == 3:
@@ -168,22 +170,26 @@ def configure(system_db: str, executor: str) -> None:
     DBOS.launch()
 
 
-async def run_one(agent: Any, store: SqliteSessionStore, workflow_id: str) -> dict[str, Any]:
-    session = await store.get(workflow_id)
+async def run_one(
+    agent: Any, store: SqliteSessionStore, workflow_id: str, session_id: str
+) -> dict[str, Any]:
+    session = await store.get(session_id)
     with SetWorkflowID(workflow_id):
         response = await agent.run(workflow_id, session=session)
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 
 
-async def wait_one(store: SqliteSessionStore, workflow_id: str) -> dict[str, Any]:
+async def wait_one(store: SqliteSessionStore, workflow_id: str, session_id: str) -> dict[str, Any]:
     handle: Any = await DBOS.retrieve_workflow_async(workflow_id)
     response = await handle.get_result(polling_interval_sec=0.05)  # the whole turn
-    session = await store.get(workflow_id)
+    session = await store.get(session_id)
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 
 
-async def decide_one(agent: Any, store: SqliteSessionStore, workflow_id: str) -> dict[str, Any]:
-    session = await store.get(workflow_id)
+async def decide_one(
+    agent: Any, store: SqliteSessionStore, workflow_id: str, session_id: str
+) -> dict[str, Any]:
+    session = await store.get(session_id)
     listed = await session.list_pending()
     decisions = [Decision(call.token, approve=True) for call in listed]
     response = await agent.run(decisions, session=session)
@@ -208,12 +214,13 @@ async def main(args: argparse.Namespace) -> None:
 
         async def one(workflow_id: str) -> None:
             known = await DBOS.get_workflow_status_async(workflow_id)
+            session_id = args.session or workflow_id
             if args.mode == "decide":
-                result = await decide_one(agent, store, workflow_id)
+                result = await decide_one(agent, store, workflow_id, session_id)
             elif args.mode == "recover" and known is not None:
-                result = await wait_one(store, workflow_id)
+                result = await wait_one(store, workflow_id, session_id)
             else:
-                result = await run_one(agent, store, workflow_id)
+                result = await run_one(agent, store, workflow_id, session_id)
             print(json.dumps(result), flush=True)
 
         async with anyio.create_task_group() as group:
@@ -234,6 +241,7 @@ if __name__ == "__main__":
     parser.add_argument("--tool-seconds", type=float, default=0.05)
     parser.add_argument("--approve", action="store_true")
     parser.add_argument("--ids", nargs="+", required=True)
+    parser.add_argument("--session", help="every run's session (default: its own, its id)")
     arguments = parser.parse_args()
     try:
         anyio.run(main, arguments, backend="asyncio")
