@@ -24,7 +24,9 @@ the outermost post stage hang after the history was written.
 ``waiting ID`` once the run waits for the decision inside DBOS (its wait
 workflow has entered ``DBOS.recv``); ``decide`` (under an executor id of its
 own, so its launch recovers nothing) approves every call that waits in each
-session, and prints what the run did with the decision.
+session, and prints what the run did with the decision (when no run waits
+for it, the new run it starts has the id ``ID-decided``).
+``--approval-timeout 0`` makes a run end with its call pending, not wait.
 """
 
 from __future__ import annotations
@@ -134,7 +136,13 @@ def square_tool(log: Path, seconds: float, approve: bool = False) -> Any:
     return square
 
 
-def build(log: Path, hang: str, tool_seconds: float = 0.05, approve: bool = False) -> Any:
+def build(
+    log: Path,
+    hang: str,
+    tool_seconds: float = 0.05,
+    approve: bool = False,
+    approval_timeout: float = 600.0,
+) -> Any:
     async def repeated(invocation: Any, call_next: Any) -> AgentResponse:
         _log(log, f"pre {invocation.session.id} repeated={invocation.repeated}")
         return await call_next(invocation)  # type: ignore[no-any-return]
@@ -153,7 +161,7 @@ def build(log: Path, hang: str, tool_seconds: float = 0.05, approve: bool = Fals
         tool_stack=[recorded],
         stack=[Journal(log, hang), HistoryProvider(), repeated],
     )
-    return dbos_agent(agent)
+    return dbos_agent(agent, approval_timeout=approval_timeout)
 
 
 def configure(system_db: str, executor: str) -> None:
@@ -192,7 +200,8 @@ async def decide_one(
     session = await store.get(session_id)
     listed = await session.list_pending()
     decisions = [Decision(call.token, approve=True) for call in listed]
-    response = await agent.run(decisions, session=session)
+    with SetWorkflowID(f"{workflow_id}-decided"):  # the id of a new run, if one starts
+        response = await agent.run(decisions, session=session)
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 
 
@@ -207,7 +216,7 @@ async def log_waiting(log: Path, workflow_id: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    agent = build(Path(args.log), args.hang, args.tool_seconds, args.approve)
+    agent = build(Path(args.log), args.hang, args.tool_seconds, args.approve, args.approval_timeout)
     configure(args.system_db, args.executor)
     _log(Path(args.log), f"launched {args.mode}")  # DBOS has recovered this executor's runs
     async with SqliteSessionStore(args.sessions) as store:
@@ -226,7 +235,7 @@ async def main(args: argparse.Namespace) -> None:
         async with anyio.create_task_group() as group:
             for workflow_id in args.ids:
                 group.start_soon(one, workflow_id)
-                if args.approve and args.mode == "run":
+                if args.approve and args.approval_timeout and args.mode == "run":
                     group.start_soon(log_waiting, Path(args.log), workflow_id)
 
 
@@ -240,6 +249,7 @@ if __name__ == "__main__":
     parser.add_argument("--hang", default="none", choices=["none", "model3", "post"])
     parser.add_argument("--tool-seconds", type=float, default=0.05)
     parser.add_argument("--approve", action="store_true")
+    parser.add_argument("--approval-timeout", type=float, default=600.0)
     parser.add_argument("--ids", nargs="+", required=True)
     parser.add_argument("--session", help="every run's session (default: its own, its id)")
     arguments = parser.parse_args()

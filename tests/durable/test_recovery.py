@@ -75,10 +75,16 @@ def _log(folder: Path) -> list[tuple[str, int]]:
 
 
 def _crash(
-    system_db: str, folder: Path, hang: str, until: str, *extra: str, run: str = "turn-1"
+    system_db: str,
+    folder: Path,
+    hang: str,
+    until: str,
+    *extra: str,
+    run: str = "turn-1",
+    mode: str = "run",
 ) -> int:
     """Start a worker, wait until the log says ``until``, SIGKILL it; its pid."""
-    worker = _worker("run", system_db, folder, "--hang", hang, *extra, run=run)
+    worker = _worker(mode, system_db, folder, "--hang", hang, *extra, run=run)
     _until(worker, folder, until)
     worker.send_signal(signal.SIGKILL)
     worker.communicate()
@@ -269,3 +275,23 @@ def test_a_worker_killed_after_its_run_denied_the_calls_another_run_waits_on_is_
         ("tool start 2", second),
         ("tool start 3", second),
     ]
+
+
+def test_a_worker_killed_in_the_run_a_decision_started_is_recovered(tmp_path: Path) -> None:
+    system_db = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    # turn-1 does not wait: it ends with its second call pending.
+    ended = _result(_worker("run", system_db, tmp_path, "--approve", "--approval-timeout", "0"))
+    assert ended == {"id": "turn-1", "text": "", "history": 4}
+    # No run waits for the decision: it starts turn-1-decided (which claims the call from
+    # the store), whose worker dies in the model call after the approved call.
+    first = _crash(system_db, tmp_path, "model3", "model turn-1 3", "--approve", mode="decide")
+    recovering = _worker(
+        "recover", system_db, tmp_path, "--session", "turn-1", run="turn-1-decided"
+    )
+    result = _result(recovering)
+
+    assert result == {"id": "turn-1-decided", "text": "sum=14", "history": 8}
+    log = _log(tmp_path)
+    calls = [(what.split(" key=")[0], pid) for what, pid in log if what.startswith("tool start")]
+    assert [pid for what, pid in calls if what == "tool start 2"] == [first]  # run once
+    assert [pid for what, pid in log if what == "model turn-1 3"] == [first, recovering.pid]
