@@ -127,14 +127,15 @@ class WrittenOnce:
 
     async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None:
         """The calls handed over (with what still waits now), when ``tokens`` are theirs; else
-        the store's claim."""
+        the store's claim, as the step ``raf.claim`` (a replay gets what it took)."""
         claimed = self.claimed
         if claimed is not None and sorted(tokens) == sorted(c.token for c in claimed[0]):
             self.claimed = None
             # What still waits is read now: the decider's look is stale (another decider may
             # have claimed the turn's other calls meanwhile).
             return claimed[0], await self._inner.list_pending()
-        return await self._inner.claim_pending(tokens)  # type: ignore[no-any-return]
+        claim = self._inner.claim_pending
+        return await DBOS.run_step_async({"name": "raf.claim"}, claim, tokens)
 
     async def claim_all_pending(self) -> tuple[PendingCall, ...]:
         """Every waiting call (a new message takes them to deny them), as the step ``raf.claim``.
