@@ -342,6 +342,11 @@ class SqliteSession:
         return tuple(self._history)
 
     def _count(self, db: sqlite3.Connection) -> int:
+        if not self._history and not self._complete:  # nothing read yet: count, keep nothing
+            (stored,) = db.execute(
+                "SELECT count(*) FROM raf_messages WHERE session_id = ?", (self._id,)
+            ).fetchone()
+            return int(stored)
         self._read_new(db)
         if self._complete:
             self._before = 0

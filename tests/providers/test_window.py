@@ -90,13 +90,15 @@ async def test_max_tokens_keeps_the_newest_that_fit() -> None:
     one_each = HistoryProvider(max_tokens=3, count_tokens=lambda message: 1)
     assert await injected(one_each, session) == tuple(chat(10)[-3:])
     cost = approximate_tokens(chat(10)[-1])
-    assert len(await injected(HistoryProvider(max_tokens=2 * cost), session)) == 2
+    assert len(await injected(HistoryProvider(max_tokens=2 * cost, step=1), session)) == 2
+    # By default the start moves by a third of the bound: it sits further on, ahead of time.
+    assert len(await injected(HistoryProvider(max_tokens=2 * cost), session)) == 1
 
 
-async def test_a_budget_alone_reads_more_until_it_is_reached() -> None:
+async def test_a_budget_alone_counts_from_the_first_message() -> None:
     session = InMemorySession()
     await session.add_messages(chat(1500))
-    provider = HistoryProvider(max_tokens=1000, count_tokens=lambda message: 1)
+    provider = HistoryProvider(max_tokens=1000, count_tokens=lambda message: 1, step=1)
     assert await injected(provider, session) == tuple(chat(1500)[-1000:])
     everything = HistoryProvider(max_tokens=10_000, count_tokens=lambda message: 1)
     assert await injected(everything, session) == tuple(chat(1500))
