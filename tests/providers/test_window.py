@@ -211,7 +211,8 @@ async def test_a_message_window_moves_in_steps_and_every_process_agrees(
             assert len(window) <= bound
             assert check_tool_pairing(window) is None
             start = base_start(stored, bound, step)
-            assert start % step == 0 and start >= previous
+            assert start % step == 0
+            assert start >= previous
             if stored - previous <= bound:
                 assert start == previous  # within the bound: the start stays put
             previous = start
