@@ -28,8 +28,10 @@ def call_name(model: str) -> str:
 
 # What raf reads of a completion and of a chunk: checked (see parse).
 _CALL: Final = ("", ".*", ".*.id", ".*.function", ".*.function.name", ".*.function.arguments?")
-_CACHED: Final = "prompt_tokens_details.cached_tokens"
-_USAGE: Final = ("usage", "usage.prompt_tokens?", "usage.completion_tokens?", f"usage.{_CACHED}?")
+_CACHED: Final = ("prompt_tokens_details.cached_tokens", "prompt_tokens_details.cache_write_tokens")
+_USAGE: Final = ("usage", "usage.prompt_tokens?", "usage.completion_tokens?") + tuple(
+    f"usage.{path}?" for path in _CACHED
+)
 _READS: Final = frozenset(
     {"choices", "choices.*", "choices.*.message"}
     | {f"choices.*.message.{key}" for key in ("content", "refusal")}
@@ -130,7 +132,8 @@ def _usage(usage: Any, where: str) -> Usage | None:
     return Usage(
         tokens(usage, "prompt_tokens", where),
         tokens(usage, "completion_tokens", where),
-        cached_input_tokens=tokens(usage, _CACHED, where),
+        cached_input_tokens=tokens(usage, _CACHED[0], where),
+        cache_write_tokens=tokens(usage, _CACHED[1], where),
     )
 
 
