@@ -20,6 +20,7 @@ from raf import (
     ProviderError,
     ScriptedChatClient,
     ToolCall,
+    parallel,
     tool,
 )
 
@@ -108,6 +109,36 @@ async def test_two_volatile_providers_keep_registration_order() -> None:
         ChatMessage.user("q"),
     )
     assert client.requests[0].options.history_end == 2
+
+
+async def test_a_group_and_a_streamed_run_place_the_tail_the_same_way() -> None:
+    stack = [
+        Adds("history", ContextResult(messages=HISTORY)),
+        parallel(
+            Adds("a", ContextResult(instructions="A.", volatile=True)),
+            Adds("rules", ContextResult(instructions="Rules.")),
+            Adds("b", ContextResult(instructions="B.", volatile=True)),
+        ),
+    ]
+    client = ScriptedChatClient(["ok", "ok"])
+    agent = Agent(client, stack=stack)
+    await agent.run("q")
+    async with agent.stream("q") as stream:
+        async for _ in stream:
+            pass
+    run, streamed = client.requests
+    assert streamed.streamed
+    assert (
+        run.messages
+        == streamed.messages
+        == (
+            ChatMessage.system("Rules."),
+            *HISTORY,
+            ChatMessage.system("A.\nB."),
+            ChatMessage.user("q"),
+        )
+    )
+    assert run.options.history_end == streamed.options.history_end == 3
 
 
 async def test_the_tail_is_never_stored_and_the_prefix_stays_put() -> None:
