@@ -316,14 +316,24 @@ class Agent:
         await self.aclose()
 
     async def _core(self, invocation: Invocation) -> AgentResponse:
-        """What the model sees, then the tool loop."""
+        """What the model sees, in the order a prompt cache serves it, then the tool loop.
+
+        The system message (the agent's and the stable providers'
+        instructions), the history, the tail (the volatile results: their
+        instructions as one system message, then their messages), the request.
+        """
         instructions = invocation.instructions
         if self.instructions is not None:
             instructions = (self.instructions, *instructions)
         system = (ChatMessage("system", "\n".join(instructions)),) if instructions else ()
+        volatile = invocation.tail_instructions
+        tail = (ChatMessage("system", "\n".join(volatile)),) if volatile else ()
+        history = invocation.messages
         # One pass over a history that may hold 100,000 messages: `a + b + c` and
         # `(*a, *b, *c)` copy it twice.
-        messages = tuple(chain(system, invocation.messages, invocation.request_messages))
+        messages = tuple(
+            chain(system, history, tail, invocation.tail_messages, invocation.request_messages)
+        )
         options = invocation.options
         tool_index = self._tool_index
         if invocation.tools:
@@ -334,6 +344,9 @@ class Agent:
             self.tools + invocation.tools,
             self._default_model,
             None if output is None or output is str else output_spec(output).schema,
+            history_end=len(system) + len(history) if history else None,
+            session_id=invocation.session.id,
+            agent_name=self.name,
         )
         loop: Callable[..., Awaitable[AgentResponse]] = run_tool_loop
         if output is not None:

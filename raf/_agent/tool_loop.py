@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
+import attrs
 
 from raf._agent.approvals import Opening, RunApprovals, wants_approval
 from raf._agent.tools import FunctionTool, Tool, check_tool_arguments, check_tool_json
@@ -105,6 +106,7 @@ async def run_tool_loop(
             produced.extend(opening.answers)
             if not opening.goes_on:
                 return AgentResponse(tuple(produced), pending=opening.waiting)
+            options = _answered_history(options, len(opening.messages) - len(messages))
             messages = opening.messages
         for call_number in range(1, max_tool_iterations + 1):
             response = await chat(messages, options)
@@ -162,6 +164,14 @@ async def _open(
     if not opening.goes_on:
         await _send_pending(on_update, opening.waiting)
     return opening
+
+
+def _answered_history(options: ChatOptions, added: int) -> ChatOptions:
+    """``options`` once ``added`` answers joined the end of the history (its last turn's
+    results, stored with the response): the stable prefix grows by them."""
+    if not added or options.history_end is None:
+        return options
+    return attrs.evolve(options, history_end=options.history_end + added)
 
 
 def _held(

@@ -28,7 +28,10 @@ def call_name(model: str) -> str:
 
 # What raf reads of a completion and of a chunk: checked (see parse).
 _CALL: Final = ("", ".*", ".*.id", ".*.function", ".*.function.name", ".*.function.arguments?")
-_USAGE: Final = ("usage", "usage.prompt_tokens?", "usage.completion_tokens?")
+_CACHED: Final = ("prompt_tokens_details.cached_tokens", "prompt_tokens_details.cache_write_tokens")
+_USAGE: Final = ("usage", "usage.prompt_tokens?", "usage.completion_tokens?") + tuple(
+    f"usage.{path}?" for path in _CACHED
+)
 _READS: Final = frozenset(
     {"choices", "choices.*", "choices.*.message"}
     | {f"choices.*.message.{key}" for key in ("content", "refusal")}
@@ -126,7 +129,12 @@ def _tool_call(call: Any, path: str, where: str) -> ToolCall:
 def _usage(usage: Any, where: str) -> Usage | None:
     if usage is None:
         return None
-    return Usage(tokens(usage, "prompt_tokens", where), tokens(usage, "completion_tokens", where))
+    return Usage(
+        tokens(usage, "prompt_tokens", where),
+        tokens(usage, "completion_tokens", where),
+        cached_input_tokens=tokens(usage, _CACHED[0], where),
+        cache_write_tokens=tokens(usage, _CACHED[1], where),
+    )
 
 
 class StreamedTurn:

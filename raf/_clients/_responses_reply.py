@@ -109,6 +109,7 @@ _TOKENS: Final = (
     "output_tokens",
     "input_tokens_details.cached_tokens",
     "output_tokens_details.reasoning_tokens",
+    "input_tokens_details.cache_write_tokens",
 )
 # What raf reads of a response: checked (see parse).
 _READS: Final = frozenset(
@@ -174,7 +175,14 @@ def _usage(usage: Any, where: str) -> Usage | None:
     if usage is None:
         return None
     counts = [tokens(usage, path, where) for path in _TOKENS]
-    return Usage(counts[0], counts[1], cached_input_tokens=counts[2], reasoning_tokens=counts[3])
+    cached, reasoning, written = counts[2:]
+    return Usage(
+        counts[0],
+        counts[1],
+        cached_input_tokens=cached,
+        reasoning_tokens=reasoning,
+        cache_write_tokens=written,
+    )
 
 
 class StreamState:

@@ -9,6 +9,7 @@ words that open its errors, so each client names its own API.
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import json
 import math
 import time
@@ -32,6 +33,8 @@ from raf._errors import (
 
 if TYPE_CHECKING:
     import openai
+
+    from raf._values.options import ChatOptions
 
 __all__: list[str] = []
 
@@ -398,6 +401,19 @@ def new_body(
     if isinstance(keys.get("model", model), str):
         return body, request_options, keys
     raise BadRequestError(f"{where}: model must be a str, got {keys['model']!r}")
+
+
+def prompt_cache_key(options: ChatOptions) -> str | None:
+    """The ``prompt_cache_key`` of a call: the agent's name (when it has one) and the
+    session id, hashed (sha256, 32 hex digits: the ids stay private and the key short);
+    ``None`` outside a session. OpenAI routes the calls of one key to the same cache, so
+    a session's calls find the prefix its earlier calls left there."""
+    if options.session_id is None:
+        return None
+    owner = options.session_id
+    if options.agent_name is not None:
+        owner = f"{options.agent_name}\x00{owner}"
+    return hashlib.sha256(owner.encode()).hexdigest()[:32]
 
 
 def tool_choice(choice: str | Mapping[str, Any] | None, *, nested: bool) -> Any:

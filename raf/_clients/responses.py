@@ -10,7 +10,15 @@ from typing import Any, Final
 from raf._agent.tools import Tool
 from raf._clients._reply import stream_updates
 from raf._clients._responses_reply import StreamState, Turn, call_name, response_from_reply
-from raf._clients._sdk import SdkClient, new_body, no_call_id, not_a_message, plain, tool_choice
+from raf._clients._sdk import (
+    SdkClient,
+    new_body,
+    no_call_id,
+    not_a_message,
+    plain,
+    prompt_cache_key,
+    tool_choice,
+)
 from raf._errors import BadRequestError
 from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update
 from raf._values.options import ChatOptions
@@ -122,6 +130,7 @@ class OpenAIResponsesClient(SdkClient):
             "tool_choice": tool_choice(options.tool_choice, nested=False),
             "text": None if schema is None else {"format": text_format(schema)},
             "store": self.store,
+            "prompt_cache_key": prompt_cache_key(options),  # extra may name another
         }
         model = options.model or self.model
         body, request_options, extra = new_body(where, model, fields, options.extra)

@@ -212,12 +212,14 @@ def _workspace(o: ProviderOptions) -> Any:
 
 def _knowledge(o: ProviderOptions) -> Any:
     options = o.parse(KnowledgeOptions)
-    return KnowledgeProvider.folder(o.resolve(options.root), top_k=options.top_k, name=o.name)
+    root, top_k, volatile = o.resolve(options.root), options.top_k, options.volatile
+    return KnowledgeProvider.folder(root, top_k=top_k, name=o.name, volatile=volatile)
 
 
 def _wiki(o: ProviderOptions) -> Any:
     options = o.parse(KnowledgeOptions)
-    return KnowledgeProvider.wiki(o.resolve(options.root), top_k=options.top_k, name=o.name)
+    root, top_k, volatile = o.resolve(options.root), options.top_k, options.volatile
+    return KnowledgeProvider.wiki(root, top_k=top_k, name=o.name, volatile=volatile)
 
 
 def _mcp(o: ProviderOptions) -> Any:

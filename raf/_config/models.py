@@ -150,6 +150,7 @@ class KnowledgeOptions(_Closed):
 
     root: PathText = Field(description="a folder; a relative path starts at the config's folder")
     top_k: Count = 3
+    volatile: Flag = True
 
 
 class McpOptions(_Closed):

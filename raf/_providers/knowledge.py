@@ -398,7 +398,9 @@ class KnowledgeProvider(ContextProvider):
     ``retriever`` is any :class:`Retriever`; :meth:`folder` and :meth:`wiki`
     build one over a folder. The passages go into the instructions, each
     with its source so the model can cite it; nothing is injected when no
-    passage matches.
+    passage matches. They change with every question, so the result is
+    ``volatile`` (the tail, after the history: the cached prefix stays put);
+    ``volatile=False`` puts them in the system message instead.
     """
 
     kind = "knowledge"
@@ -410,6 +412,7 @@ class KnowledgeProvider(ContextProvider):
         top_k: int = 3,
         name: str | None = None,
         kind: str | None = None,
+        volatile: bool = True,
     ) -> None:
         if not callable(getattr(retriever, "retrieve", None)):
             raise TypeError(f"retriever must have an async retrieve(query, top_k): {retriever!r}")
@@ -419,22 +422,35 @@ class KnowledgeProvider(ContextProvider):
             self.name = name
         if kind is not None:
             self.kind = kind
+        if not isinstance(volatile, bool):
+            raise TypeError(f"volatile must be a bool, got {volatile!r}")
         self.retriever = retriever
         self.top_k = top_k
+        self.volatile = volatile
 
     @classmethod
     def folder(
-        cls, root: str | os.PathLike[str], *, top_k: int = 3, name: str | None = None
+        cls,
+        root: str | os.PathLike[str],
+        *,
+        top_k: int = 3,
+        name: str | None = None,
+        volatile: bool = True,
     ) -> KnowledgeProvider:
         """A knowledge provider over the text and Markdown files under ``root`` (BM25)."""
-        return cls(FolderRetriever(root), top_k=top_k, name=name)
+        return cls(FolderRetriever(root), top_k=top_k, name=name, volatile=volatile)
 
     @classmethod
     def wiki(
-        cls, root: str | os.PathLike[str], *, top_k: int = 3, name: str | None = None
+        cls,
+        root: str | os.PathLike[str],
+        *,
+        top_k: int = 3,
+        name: str | None = None,
+        volatile: bool = True,
     ) -> KnowledgeProvider:
         """A provider of kind ``wiki`` over linked pages under ``root``."""
-        return cls(WikiRetriever(root), top_k=top_k, name=name, kind="wiki")
+        return cls(WikiRetriever(root), top_k=top_k, name=name, kind="wiki", volatile=volatile)
 
     async def on_invoking(
         self,
@@ -443,7 +459,7 @@ class KnowledgeProvider(ContextProvider):
         messages: Sequence[ChatMessage],
         options: AgentRunOptions,
     ) -> ContextResult:
-        """The top passages for the last user message, as instructions."""
+        """The top passages for the last user message, as (volatile) instructions."""
         query = next(
             (m.content for m in reversed(messages) if m.role == "user" and m.content), None
         )
@@ -460,5 +476,6 @@ class KnowledgeProvider(ContextProvider):
                 "Passages from the knowledge base that may help with the user's last message. "
                 "Use them when they are relevant and cite their sources as [n]; say so when "
                 f"they do not answer the question.\n\n{blocks}"
-            )
+            ),
+            volatile=self.volatile,
         )

@@ -75,14 +75,22 @@ class ContextResult:
     or replace them when ``replace_messages`` is true (compression); ``tools``
     are offered to the model after those of the agent and earlier providers.
 
-    >>> ContextResult(instructions="Answer in French.")
-    ContextResult(instructions='Answer in French.', messages=(), tools=(), replace_messages=False)
+    ``volatile`` marks content that changes from turn to turn (retrieved
+    passages, the time, live state): its instructions and messages go to the
+    *tail*, after the history and before the request messages, and are never
+    stored, so the stable prefix the provider caches stays put. A volatile
+    result cannot replace the history (``replace_messages``).
+
+    >>> ContextResult(instructions="Answer in French.")  # doctest: +NORMALIZE_WHITESPACE
+    ContextResult(instructions='Answer in French.', messages=(), tools=(),
+                  replace_messages=False, volatile=False)
     """
 
     instructions: str | None = None
     messages: Sequence[ChatMessage] = ()
     tools: Sequence[Tool] = ()
     replace_messages: bool = False
+    volatile: bool = False
 
 
 @attrs.frozen(slots=True)
@@ -92,7 +100,9 @@ class Invocation:
     ``request_messages`` are the caller's messages; ``instructions``,
     ``messages`` and ``tools`` are what the providers outside this point have
     contributed, in registration order (``tool_sources`` names who offered
-    each tool). ``request_hash`` is the digest the session recorded for the
+    each tool); ``tail_instructions`` and ``tail_messages`` what they
+    contributed as volatile results (the tail: after the history, before the
+    request messages, never stored). ``request_hash`` is the digest the session recorded for the
     request messages and ``repeated`` whether the session had seen it before
     (a client's retried turn, for example). ``on_update`` is where a
     streamed run sends its updates (ASGI's ``send``), ``None`` for a run
@@ -114,6 +124,8 @@ class Invocation:
     instructions: tuple[str, ...] = ()
     messages: Sequence[ChatMessage] = ()
     tools: tuple[Tool, ...] = ()
+    tail_instructions: tuple[str, ...] = attrs.field(default=(), kw_only=True)
+    tail_messages: tuple[ChatMessage, ...] = attrs.field(default=(), kw_only=True)
     request_hash: str | None = attrs.field(default=None, kw_only=True)
     repeated: bool = attrs.field(default=False, kw_only=True)
     tool_sources: tuple[str, ...] = attrs.field(default=(), kw_only=True, repr=False)
@@ -178,8 +190,10 @@ def merge(
     """Apply one provider's result to an invocation.
 
     Instructions and tools are appended; messages are appended, or replace
-    the injected messages when ``result.replace_messages`` is true. The
-    request messages are never touched. An empty result returns
+    the injected messages when ``result.replace_messages`` is true; a
+    volatile result's instructions and messages are appended to the tail
+    instead (``tail_instructions``, ``tail_messages``). The request messages
+    are never touched. An empty result returns
     ``invocation`` itself, so a provider with nothing to say costs no copy.
     A field of the wrong type raises :class:`raf.ContextResultError`
     naming the field. ``source`` names the provider, for the error of a
@@ -192,9 +206,19 @@ def merge(
     >>> merge(start, ContextResult(instructions="Be brief.")).instructions
     ('Be brief.',)
     """
-    text, messages, tools, replace = checked_result(result)
+    text, messages, tools, replace, volatile = checked_result(result)
     if not (text or messages or tools or replace):
         return invocation
+    if volatile:
+        return attrs.evolve(
+            invocation,
+            tail_instructions=(
+                (*invocation.tail_instructions, text) if text else invocation.tail_instructions
+            ),
+            tail_messages=invocation.tail_messages + messages,
+            tools=(*invocation.tools, *tools),
+            tool_sources=(*invocation.tool_sources, *(source,) * len(tools)),
+        )
     injected = invocation.messages
     if replace:
         injected = messages
@@ -233,12 +257,14 @@ def start_invocation(
     )
 
 
-#: ``(instructions, messages, tools, replace_messages)`` of a result that passed the checks.
-CheckedResult = tuple[str | None, Any, tuple[Tool, ...], bool]
+#: ``(instructions, messages, tools, replace_messages, volatile)`` of a result that passed
+#: the checks.
+CheckedResult = tuple[str | None, Any, tuple[Tool, ...], bool, bool]
 
 
 def checked_result(result: object) -> CheckedResult:
-    """A result's ``(instructions, messages, tools, replace_messages)``, each type-checked.
+    """A result's ``(instructions, messages, tools, replace_messages, volatile)``, each
+    type-checked.
 
     Raises :class:`raf.ContextResultError` naming the first wrong
     field. ``messages`` comes back as a checked tuple.
@@ -254,11 +280,22 @@ def checked_result(result: object) -> CheckedResult:
         raise ContextResultError("instructions", "str or None", instructions)
     if replace is not False and replace is not True:
         raise ContextResultError("replace_messages", "bool", replace)
+    volatile = result.volatile
+    if volatile is not False:
+        if volatile is not True:
+            raise ContextResultError("volatile", "bool", volatile)
+        if replace:
+            # The tail is never stored: a volatile history would vanish after the turn.
+            raise ContextResultError(
+                "volatile",
+                "False when replace_messages is true (the tail cannot replace the history)",
+                volatile,
+            )
     if messages != ():
         messages = _checked_messages(messages)
     if tools != ():
         tools = _checked_tools(tools)
-    return instructions, messages, tools, replace
+    return instructions, messages, tools, replace, volatile
 
 
 def _checked_messages(value: object) -> tuple[ChatMessage, ...]:

@@ -272,9 +272,10 @@ class Usage:
     """Token counts of one or more model calls; ``+`` adds them up.
 
     ``cached_input_tokens`` is the part of ``input_tokens`` the provider read
-    from its prompt cache, ``reasoning_tokens`` the part of ``output_tokens``
-    a reasoning model spent thinking; both are 0 when the client does not
-    report them.
+    from its prompt cache, ``cache_write_tokens`` the part it wrote to its
+    cache (Anthropic bills it higher), ``reasoning_tokens`` the part of
+    ``output_tokens`` a reasoning model spent thinking; each is 0 when the
+    client does not report it.
 
     >>> Usage(10, 2, cached_input_tokens=8) + Usage(5, 1)
     Usage(input_tokens=15, output_tokens=3, cached_input_tokens=8)
@@ -284,6 +285,7 @@ class Usage:
     output_tokens: int = 0
     cached_input_tokens: int = attrs.field(default=0, kw_only=True)
     reasoning_tokens: int = attrs.field(default=0, kw_only=True)
+    cache_write_tokens: int = attrs.field(default=0, kw_only=True)
 
     @property
     def total_tokens(self) -> int:
@@ -296,6 +298,7 @@ class Usage:
             self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
     def __repr__(self) -> str:
@@ -303,6 +306,8 @@ class Usage:
         text = f"Usage(input_tokens={self.input_tokens}, output_tokens={self.output_tokens}"
         if self.cached_input_tokens:
             text += f", cached_input_tokens={self.cached_input_tokens}"
+        if self.cache_write_tokens:
+            text += f", cache_write_tokens={self.cache_write_tokens}"
         if self.reasoning_tokens:
             text += f", reasoning_tokens={self.reasoning_tokens}"
         return text + ")"

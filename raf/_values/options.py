@@ -74,6 +74,17 @@ class ChatOptions:
     answer must match (the run's ``output_type``): a client that can ask the
     model for it does (OpenAI's structured outputs); others ignore it, and
     raf validates the answer either way.
+
+    ``history_end`` is the index, in the messages the client receives, just
+    past the last history message (the messages the providers injected):
+    where the volatile tail, or else the request, begins; ``None`` when
+    nothing was injected. Everything before it is the stable prefix a
+    provider can serve from its cache: a client that places cache
+    breakpoints puts the last one before the volatile part here. The tool
+    loop keeps it as it is across its calls. ``session_id`` and
+    ``agent_name`` say whose call this is (the OpenAI clients derive their
+    ``prompt_cache_key`` from them); all three are ``None`` for a call made
+    outside a run.
     """
 
     model: str | None = None
@@ -83,6 +94,9 @@ class ChatOptions:
     extra: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_frozen_mapping)
     tools: tuple[Tool, ...] = ()
     output_schema: Mapping[str, Any] | None = None
+    history_end: int | None = attrs.field(default=None, kw_only=True)
+    session_id: str | None = attrs.field(default=None, kw_only=True)
+    agent_name: str | None = attrs.field(default=None, kw_only=True)
 
     @classmethod
     def from_run(
@@ -91,13 +105,18 @@ class ChatOptions:
         tools: tuple[Tool, ...],
         default_model: str | None = None,
         output_schema: Mapping[str, Any] | None = None,
+        *,
+        history_end: int | None = None,
+        session_id: str | None = None,
+        agent_name: str | None = None,
     ) -> ChatOptions:
         """The chat options for a run with ``options`` offering ``tools``.
 
         ``default_model`` (the client's own) stands in for a run that names
         none, so the chat stack sees the model the call will use;
         ``output_schema`` is the schema of ``options.output_type``, made by
-        the agent (a value does not build schemas).
+        the agent (a value does not build schemas); the keywords are the
+        fields of the same names.
         """
         return cls(
             options.model if options.model is not None else default_model,
@@ -107,4 +126,7 @@ class ChatOptions:
             options.extra,
             tools,
             output_schema,
+            history_end=history_end,
+            session_id=session_id,
+            agent_name=agent_name,
         )

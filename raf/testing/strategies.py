@@ -169,19 +169,22 @@ def make_tool(name: str) -> FunctionTool:
 
 @st.composite
 def context_results(
-    draw: st.DrawFn, tool_prefix: str = "t", max_messages: int = 3
+    draw: st.DrawFn, tool_prefix: str = "t", max_messages: int = 3, volatile: bool = False
 ) -> ContextResult:
     """Any well-formed ContextResult; its tools are named ``tool_prefix`` + a number.
 
     Results drawn with different prefixes can be merged into one run
-    without a tool-name clash.
+    without a tool-name clash. ``volatile=True`` draws volatile results too
+    (never with ``replace_messages``, which a volatile result cannot have).
     """
     n_tools = draw(st.integers(0, 2))
+    replace = draw(st.booleans())
     return ContextResult(
         instructions=draw(st.none() | texts),
         messages=tuple(draw(st.lists(chat_messages(text=texts), max_size=max_messages))),
         tools=tuple(make_tool(f"{tool_prefix}{i}") for i in range(n_tools)),
-        replace_messages=draw(st.booleans()),
+        replace_messages=replace,
+        volatile=volatile and not replace and draw(st.booleans()),
     )
 
 

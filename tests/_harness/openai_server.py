@@ -85,8 +85,10 @@ def completion(
     usage: tuple[int, int] | None = (5, 2),
     model: str = "test-model",
     refusal: str | None = None,
+    cached: int | None = None,
 ) -> dict[str, Any]:
-    """A chat.completion body; ``tool_calls`` are ``(id, name, arguments)`` triples."""
+    """A chat.completion body; ``tool_calls`` are ``(id, name, arguments)`` triples;
+    ``cached`` the prompt tokens the cache served, reported as OpenAI does."""
     message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
     calls = [
         {"id": id_, "type": "function", "function": {"name": name, "arguments": arguments}}
@@ -109,7 +111,7 @@ def completion(
         ],
     }
     if usage is not None:
-        body["usage"] = _usage(usage)
+        body["usage"] = _usage(usage, cached)
     return body
 
 
@@ -121,6 +123,7 @@ def chunk(
     usage: tuple[int, int] | None = None,
     role: str | None = None,
     choices: bool = True,
+    cached: int | None = None,
 ) -> dict[str, Any]:
     """A chat.completion.chunk; ``tool_calls`` are raw tool-call deltas (with ``index``).
 
@@ -148,7 +151,7 @@ def chunk(
         "usage": None,
     }
     if usage is not None:
-        body["usage"] = _usage(usage)
+        body["usage"] = _usage(usage, cached)
     return body
 
 
@@ -165,9 +168,18 @@ def text_stream(
     return tuple(chunks)
 
 
-def _usage(usage: tuple[int, int]) -> dict[str, int]:
-    """The usage of a body or chunk, from ``(prompt, completion)`` token counts."""
-    return {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
+def _usage(usage: tuple[int, int], cached: int | None = None) -> dict[str, Any]:
+    """The usage of a body or chunk, from ``(prompt, completion)`` token counts; with
+    ``cached``, the details OpenAI adds (``prompt_tokens_details.cached_tokens``)."""
+    body: dict[str, Any] = {
+        "prompt_tokens": usage[0],
+        "completion_tokens": usage[1],
+        "total_tokens": sum(usage),
+    }
+    if cached is not None:
+        body["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
+        body["completion_tokens_details"] = {"reasoning_tokens": 0, "audio_tokens": 0}
+    return body
 
 
 class OpenAIServer(LoopbackServer[Reply]):

@@ -224,7 +224,8 @@ async def test_options_map_into_chat_options_with_tools_agent_first() -> None:
         tool_choice="auto",
         extra={"seed": 7},
     )
-    await agent.run("hi", options=options)
+    session = InMemorySession()
+    await agent.run("hi", session=session, options=options)
     sent = client.requests[0].options
     assert sent == ChatOptions(
         model="m-1",
@@ -233,13 +234,15 @@ async def test_options_map_into_chat_options_with_tools_agent_first() -> None:
         tool_choice="auto",
         extra={"seed": 7},
         tools=(agent_tool, first, second),
+        session_id=session.id,
     )
 
 
 async def test_default_options_leave_the_choices_to_the_client() -> None:
     client = ScriptedChatClient(["ok"])
-    await Agent(client).run("hi")
-    assert client.requests[0].options == ChatOptions()
+    session = InMemorySession()
+    await Agent(client).run("hi", session=session)
+    assert client.requests[0].options == ChatOptions(session_id=session.id)
 
 
 # -- run() arguments ------------------------------------------------------------------

@@ -87,6 +87,7 @@ top_k = 2
 [[providers]]
 kind = "wiki"
 root = "/ABSOLUTE/wiki"
+volatile = false
 """
 
 
@@ -158,6 +159,7 @@ def test_load_and_build_from_toml(config_dir: Path, monkeypatch: pytest.MonkeyPa
     assert (knowledge.name, knowledge.kind, knowledge.top_k) == ("docs", "knowledge", 2)
     assert wiki.kind == "wiki"
     assert wiki.name == "KnowledgeProvider"
+    assert (knowledge.volatile, wiki.volatile) == (True, False)
 
 
 async def test_declared_providers_run(config_dir: Path) -> None:

@@ -20,6 +20,7 @@ from raf import (
     ChatMessage,
     ConfigError,
     FolderRetriever,
+    InMemorySession,
     KnowledgeProvider,
     Passage,
     ScriptedChatClient,
@@ -58,6 +59,38 @@ async def test_passages_for_the_last_user_message_are_injected_with_sources(docs
     assert "coffee" not in system  # only the last user message is the query
     for skipped in ("secret", "PNG", "café"):  # hidden, binary, not UTF-8
         assert skipped not in system
+
+
+async def test_passages_are_volatile_they_come_after_the_history_and_are_not_stored(
+    docs: Path,
+) -> None:
+    client = ScriptedChatClient(["Hold the button.", "Descale it."])
+    agent = Agent(
+        client, instructions="Be brief.", stack=[KnowledgeProvider.folder(docs)], history=True
+    )
+    session = InMemorySession()
+    await agent.run("How do I reset the router?", session=session)
+    await agent.run("And the coffee machine?", session=session)
+    sent = client.requests[1]
+    # The system message is the agent's alone, the same on every turn; the passages of
+    # this question sit between the history and the question.
+    assert sent.messages[0] == ChatMessage.system("Be brief.")
+    assert [m.role for m in sent.messages] == ["system", "user", "assistant", "system", "user"]
+    assert "descaling" in (sent.messages[3].content or "")
+    assert sent.options.history_end == 3
+    stored = await session.get_messages()
+    assert not any("source:" in (m.content or "") for m in stored)
+
+
+async def test_volatile_false_keeps_the_passages_in_the_system_message(docs: Path) -> None:
+    client = ScriptedChatClient(["ok"])
+    stack = [KnowledgeProvider.folder(docs, volatile=False)]
+    await Agent(client, instructions="Be brief.", stack=stack).run("reset the router?")
+    first, request = client.requests[0].messages
+    assert (first.content or "").startswith("Be brief.\nPassages from the knowledge base")
+    assert request == ChatMessage.user("reset the router?")
+    with pytest.raises(TypeError, match="volatile"):
+        KnowledgeProvider(FolderRetriever(docs), volatile="no")  # type: ignore[arg-type]
 
 
 async def test_nothing_matches_nothing_injected(docs: Path) -> None:

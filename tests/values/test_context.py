@@ -58,6 +58,54 @@ def test_merge_folds_like_the_list_model(
     )
 
 
+mixed_lists = st.integers(0, 8).flatmap(
+    lambda n: st.tuples(
+        *[context_results(tool_prefix=f"r{i}_", volatile=True) for i in range(n)]
+    ).map(list)
+)
+
+
+@settings(max_examples=200)
+@given(mixed_lists)
+def test_volatile_results_fold_into_the_tail_and_leave_the_rest_as_the_model_says(
+    results: list[ContextResult],
+) -> None:
+    merged = fold(start(), results)
+    stable = [r for r in results if not r.volatile]
+    volatile = [r for r in results if r.volatile]
+
+    instructions, injected, _ = merge_model(stable)
+    assert merged.instructions == instructions
+    assert merged.messages == injected
+    assert merged.tail_instructions == tuple(r.instructions for r in volatile if r.instructions)
+    assert merged.tail_messages == tuple(m for r in volatile for m in r.messages)
+    # Tools keep the stack order, volatile or not.
+    assert tuple(t.name for t in merged.tools) == merge_model(results)[2]
+
+
+def test_an_empty_volatile_result_returns_the_same_invocation() -> None:
+    invocation = start()
+    assert merge(invocation, ContextResult(instructions="", volatile=True)) is invocation
+
+
+def test_a_volatile_result_goes_to_the_tail_not_to_the_history() -> None:
+    passage = ChatMessage.user("passage")
+    merged = merge(
+        merge(start(), ContextResult(messages=[ChatMessage.user("old")])),
+        ContextResult(instructions="Now: noon.", messages=[passage], volatile=True),
+    )
+    assert (merged.instructions, merged.messages) == ((), (ChatMessage.user("old"),))
+    assert (merged.tail_instructions, merged.tail_messages) == (("Now: noon.",), (passage,))
+
+
+def test_a_volatile_result_cannot_replace_the_history() -> None:
+    result = ContextResult(messages=[ChatMessage.user("x")], replace_messages=True, volatile=True)
+    with pytest.raises(ContextResultError) as info:
+        merge(start(), result)
+    assert info.value.field == "volatile"
+    assert "replace_messages" in str(info.value)
+
+
 @given(context_results())
 def test_merge_never_mutates_its_input(result: ContextResult) -> None:
     first = start()
@@ -128,6 +176,7 @@ def test_a_list_is_frozen_on_merge() -> None:
         (ContextResult(tools="read_file"), "tools"),  # type: ignore[arg-type]
         (ContextResult(tools=[make_tool("ok"), 42]), "tools[1]"),  # type: ignore[list-item]
         (ContextResult(replace_messages="yes"), "replace_messages"),  # type: ignore[arg-type]
+        (ContextResult(volatile=1), "volatile"),  # type: ignore[arg-type]
         ({"instructions": "x"}, "result"),
     ],
 )
@@ -148,7 +197,7 @@ async def _send(update: object) -> None:
 
 
 @settings(max_examples=100)
-@given(results_lists)
+@given(mixed_lists)
 def test_merge_carries_every_field_a_provider_does_not_contribute(
     results: list[ContextResult],
 ) -> None:
@@ -168,6 +217,8 @@ def test_merge_carries_every_field_a_provider_does_not_contribute(
         messages=merged.messages,
         tools=merged.tools,
         tool_sources=merged.tool_sources,
+        tail_instructions=merged.tail_instructions,
+        tail_messages=merged.tail_messages,
     )
     assert merged.on_update is _send
     assert (merged.request_hash, merged.repeated) == ("digest", True)

@@ -170,6 +170,33 @@ def test_usage_defaults_to_zero() -> None:
     assert Usage().total_tokens == 0
 
 
+counts = st.integers(0, 10**6)
+usages = st.builds(
+    Usage,
+    counts,
+    counts,
+    cached_input_tokens=counts,
+    reasoning_tokens=counts,
+    cache_write_tokens=counts,
+)
+
+
+@given(usages, usages)
+@settings(max_examples=50)
+def test_usage_adds_its_breakdowns_too(one: Usage, two: Usage) -> None:
+    total = one + two
+    for field in ("cached_input_tokens", "reasoning_tokens", "cache_write_tokens"):
+        assert getattr(total, field) == getattr(one, field) + getattr(two, field)
+
+
+def test_cache_write_tokens_default_to_zero_and_show_only_when_set() -> None:
+    assert Usage(1, 2).cache_write_tokens == 0
+    assert repr(Usage(1, 2)) == "Usage(input_tokens=1, output_tokens=2)"
+    assert repr(Usage(10, 2, cached_input_tokens=4, cache_write_tokens=6)) == (
+        "Usage(input_tokens=10, output_tokens=2, cached_input_tokens=4, cache_write_tokens=6)"
+    )
+
+
 # -- AgentResponse -------------------------------------------------------------
 
 
