@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import attrs
 import pydantic
 from ag_ui.core import (
     AssistantMessage,
@@ -32,6 +33,7 @@ from starlette.types import ASGIApp
 
 from raf._agent.approvals import Decision
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Role, ToolCall, Update
+from raf.serve._client import client_tools
 from raf.serve._http import HttpError, read_json
 from raf.serve._served import Served
 from raf.serve._stream import TurnStream
@@ -56,6 +58,10 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
     resumes the calls that wait for approval instead: the input then has no
     new message. Each pending call is reported as TOOL_CALL_START/ARGS/END
     with no result, then a ``raf.approval`` CUSTOM event with its token.
+
+    The input's ``tools`` are the client's: offered to the model beside the
+    agent's, and a call of one ends the run (TOOL_CALL_START/ARGS/END, then
+    RUN_FINISHED); the client's next input brings its result as a tool message.
     """
     body = await read_json(request, served.max_body)
     try:
@@ -75,11 +81,14 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
         raise HttpError(400, "no new message after the last assistant message")
     session = await served.session(request, run.thread_id)
     framing = EventFraming(run.thread_id, run.run_id)
+    given = [{"function": tool.model_dump()} for tool in run.tools]
+    tools = client_tools(given, served.agent.tools)
+    options = attrs.evolve(served.options, tools=tools) if tools else served.options
     return TurnStream(
         served.agent,
         decisions or messages,
         session,
-        served.options,
+        options,
         framing,
         error_status=lambda error: False,
     )

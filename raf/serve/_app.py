@@ -116,7 +116,7 @@ def app(
 
 async def chat_completions(served: Served, request: Request) -> ASGIApp:
     """``POST /v1/chat/completions``: one turn, whole or streamed."""
-    body = parse_completion(await read_json(request, served.max_body))
+    body = parse_completion(await read_json(request, served.max_body), served.agent.tools)
     if body.model != served.model:
         raise HttpError(
             404,
@@ -134,7 +134,7 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
     session = None if session_id is None else await served.session(request, session_id)
     options = body.options(served.options)
     if body.stream:
-        framing = ChunkFraming(served.model, body.include_usage)
+        framing = ChunkFraming(served.model, body.include_usage, body.tools)
         return TurnStream(served.agent, messages, session, options, framing)
     try:
         response = await served.agent.run(messages, session=session, options=options)
@@ -143,7 +143,7 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         if problem.type == "server_error":
             _log.error("raf.serve: the run failed", error=repr(exc), exc_info=exc)
         raise problem from None
-    return JSONResponse(completion(served.model, response))
+    return JSONResponse(completion(served.model, response, body.tools))
 
 
 async def models(served: Served, request: Request) -> ASGIApp:

@@ -1,0 +1,269 @@
+"""What real clients send: their own tools, tool_choice, response_format, fields the
+server cannot honour, and a turn of two model calls, over real uvicorn (issue 32)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2 as httpx
+import openai
+import pydantic
+import pytest
+from ag_ui.core import EventType
+
+from tests._harness.uvicorn_server import ServedAgent, started
+
+pytestmark = pytest.mark.slow
+MODEL = "word-agent"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServedAgent]:
+    with started(ServedAgent()) as running:
+        yield running[0]
+
+
+def sdk(server: ServedAgent) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+
+
+def user(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}]
+
+
+# -- client tools ----------------------------------------------------------------------
+
+
+def test_a_call_of_a_client_tool_ends_the_turn_with_the_call(server: ServedAgent) -> None:
+    reply = sdk(server).chat.completions.create(
+        model=MODEL, messages=user("client weather"), tools=[WEATHER]
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.tool_calls is not None
+    call = choice.message.tool_calls[0]
+    assert call.type == "function"
+    assert (call.function.name, json.loads(call.function.arguments)) == (
+        "get_weather",
+        {"city": "Paris"},
+    )
+
+
+def test_the_clients_next_request_brings_the_result_and_the_run_goes_on(
+    server: ServedAgent,
+) -> None:
+    client = sdk(server)
+    first = client.chat.completions.create(
+        model=MODEL, messages=user("client weather"), tools=[WEATHER]
+    )
+    message = first.choices[0].message
+    assert message.tool_calls is not None
+    result = {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "sunny"}
+    history = [*user("client weather"), message.model_dump(exclude_none=True), result]
+    second = client.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER])
+    assert second.choices[0].finish_reason == "stop"
+    assert second.choices[0].message.content == "the tool said sunny"
+
+
+def test_in_a_session_the_agents_own_call_runs_here_and_the_clients_waits(
+    server: ServedAgent,
+) -> None:
+    client = sdk(server)
+    session = {"X-Session-Id": uuid.uuid4().hex}
+    first = client.chat.completions.create(
+        model=MODEL, messages=user("client both"), tools=[WEATHER], extra_headers=session
+    )
+    calls = first.choices[0].message.tool_calls
+    assert calls is not None
+    assert [call.function.name for call in calls] == ["get_weather"]
+    result = {"role": "tool", "tool_call_id": calls[0].id, "content": "rain"}
+    second = client.chat.completions.create(
+        model=MODEL, messages=[result], tools=[WEATHER], extra_headers=session
+    )
+    assert second.choices[0].message.content == "the tool said rain"
+    stored = httpx.get(
+        f"{server.url}/v1/sessions/{session['X-Session-Id']}/messages"
+    ).json()["data"]
+    answers = [m["content"] for m in stored if m["role"] == "tool"]
+    assert answers == ["HI", "rain"]
+
+
+def test_a_streamed_client_call_comes_as_tool_call_chunks(server: ServedAgent) -> None:
+    chunks = list(
+        sdk(server).chat.completions.create(
+            model=MODEL, messages=user("client weather"), tools=[WEATHER], stream=True
+        )
+    )
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    calls = [call for delta in deltas for call in delta.tool_calls or ()]
+    assert len(calls) == 1
+    assert calls[0].function is not None
+    assert (calls[0].index, calls[0].function.name) == (0, "get_weather")
+    assert json.loads(calls[0].function.arguments or "") == {"city": "Paris"}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_a_client_tool_named_like_an_agent_tool_is_a_400(server: ServedAgent) -> None:
+    shout = {**WEATHER, "function": {**WEATHER["function"], "name": "shout"}}
+    with pytest.raises(openai.BadRequestError, match="shout"):
+        sdk(server).chat.completions.create(model=MODEL, messages=user("hi"), tools=[shout])
+
+
+def test_a_named_tool_choice_goes_with_the_first_call_only(server: ServedAgent) -> None:
+    reply = sdk(server).chat.completions.create(
+        model=MODEL,
+        messages=user("hello"),
+        tool_choice={"type": "function", "function": {"name": "shout"}},
+    )
+    assert reply.choices[0].message.content == "the tool said HI (choice auto)"
+
+
+def test_a_required_tool_choice_calls_the_clients_tool(server: ServedAgent) -> None:
+    reply = sdk(server).chat.completions.create(
+        model=MODEL, messages=user("hello"), tools=[WEATHER], tool_choice="required"
+    )
+    calls = reply.choices[0].message.tool_calls
+    assert calls is not None
+    assert calls[0].function.name == "get_weather"
+
+
+def test_a_tool_choice_naming_no_offered_tool_is_a_400(server: ServedAgent) -> None:
+    with pytest.raises(openai.BadRequestError, match="nothing"):
+        sdk(server).chat.completions.create(
+            model=MODEL,
+            messages=user("hello"),
+            tool_choice={"type": "function", "function": {"name": "nothing"}},
+        )
+
+
+# -- response_format and fields -------------------------------------------------------
+
+
+class Answer(pydantic.BaseModel):
+    answer: str
+
+
+def test_a_json_schema_response_format_is_answered_with_its_json(server: ServedAgent) -> None:
+    reply = sdk(server).chat.completions.parse(
+        model=MODEL, messages=user("hello"), response_format=Answer
+    )
+    assert reply.choices[0].message.parsed == Answer(answer="hello")
+
+
+def test_a_streamed_structured_answer_is_its_json(server: ServedAgent) -> None:
+    chunks = sdk(server).chat.completions.create(
+        model=MODEL,
+        messages=user("hi"),
+        stream=True,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": Answer.model_json_schema()},
+        },
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert json.loads(text) == {"answer": "hi"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("n", 2), ("logprobs", True), ("audio", {"voice": "x"}), ("seed", 3), ("top_p", 0.5)],
+)
+def test_a_field_the_server_cannot_honour_is_a_400_naming_it(
+    server: ServedAgent, field: str, value: Any
+) -> None:
+    with pytest.raises(openai.BadRequestError, match=repr(field)):
+        sdk(server).chat.completions.create(
+            model=MODEL, messages=user("hi"), extra_body={field: value}
+        )
+
+
+def test_neutral_values_and_nulls_of_other_fields_are_accepted(server: ServedAgent) -> None:
+    reply = sdk(server).chat.completions.create(
+        model=MODEL,
+        messages=user("hi"),
+        extra_body={"n": 1, "logprobs": False, "parallel_tool_calls": True, "seed": None},
+    )
+    assert reply.choices[0].message.content == "seen 1: hi "
+
+
+# -- a turn of two model calls --------------------------------------------------------
+
+
+def test_a_streamed_turns_text_equals_the_whole_answers(server: ServedAgent) -> None:
+    client = sdk(server)
+    whole = client.chat.completions.create(model=MODEL, messages=user("check tool"))
+    chunks = client.chat.completions.create(model=MODEL, messages=user("check tool"), stream=True)
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert whole.choices[0].message.content == "Let me check.\n\nthe tool said HI"
+    assert streamed == whole.choices[0].message.content
+
+
+# -- AG-UI ------------------------------------------------------------------------------
+
+
+def agui_events(server: ServedAgent, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with httpx.stream("POST", f"{server.url}/ag-ui", json=body, timeout=30) as reply:
+        assert reply.status_code == 200, reply.read()
+        lines = [line for line in reply.iter_lines() if line.startswith("data: ")]
+    return [json.loads(line[6:]) for line in lines]
+
+
+def agui_input(thread: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    tool = {**WEATHER["function"]}
+    return {
+        "threadId": thread,
+        "runId": uuid.uuid4().hex,
+        "state": None,
+        "messages": messages,
+        "tools": [tool],
+        "context": [],
+        "forwardedProps": None,
+    }
+
+
+def test_ag_ui_client_tools_end_the_run_with_the_call_and_the_result_goes_on(
+    server: ServedAgent,
+) -> None:
+    thread = uuid.uuid4().hex
+    asked = {"id": "u1", "role": "user", "content": "client weather"}
+    events = agui_events(server, agui_input(thread, [asked]))
+    kinds = [e["type"] for e in events]
+    assert kinds == [
+        EventType.RUN_STARTED,
+        EventType.TOOL_CALL_START,
+        EventType.TOOL_CALL_ARGS,
+        EventType.TOOL_CALL_END,
+        EventType.RUN_FINISHED,
+    ]
+    call_id = events[1]["toolCallId"]
+    assert events[1]["toolCallName"] == "get_weather"
+    called = {
+        "id": "a1",
+        "role": "assistant",
+        "toolCalls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": events[2]["delta"]},
+            }
+        ],
+    }
+    result = {"id": "t1", "role": "tool", "toolCallId": call_id, "content": "snow"}
+    later = agui_events(server, agui_input(thread, [asked, called, result]))
+    text = "".join(e["delta"] for e in later if e["type"] == EventType.TEXT_MESSAGE_CONTENT)
+    assert text == "the tool said snow"
