@@ -36,6 +36,7 @@ from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Role, 
 from raf.serve._client import client_tools
 from raf.serve._http import HttpError, read_json
 from raf.serve._served import Served
+from raf.serve._sessions import unheld
 from raf.serve._stream import TurnStream
 from raf.serve._wire import new_messages
 
@@ -71,7 +72,8 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
         )
         raise HttpError(400, f"the body is not a RunAgentInput: {problems}") from None
-    messages = new_messages(tuple(_message(m, i) for i, m in enumerate(run.messages)))
+    given = tuple(_message(m, i) for i, m in enumerate(run.messages))
+    messages = new_messages(given)
     decisions = _decisions(run.forwarded_props)
     if decisions and messages:
         raise HttpError(
@@ -80,9 +82,11 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
     if not messages and not decisions:
         raise HttpError(400, "no new message after the last assistant message")
     session = await served.session(request, run.thread_id)
+    if messages:
+        messages = await unheld(session, given)
     framing = EventFraming(run.thread_id, run.run_id)
-    given = [{"function": tool.model_dump()} for tool in run.tools]
-    tools = client_tools(given, served.agent.tools)
+    offered = [{"function": tool.model_dump()} for tool in run.tools]
+    tools = client_tools(offered, served.agent.tools)
     options = attrs.evolve(served.options, tools=tools) if tools else served.options
     return TurnStream(
         served.agent,

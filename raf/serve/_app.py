@@ -26,7 +26,7 @@ from raf._values.options import AgentRunOptions
 from raf.serve._agui import ag_ui
 from raf.serve._http import MAX_BODY, HttpError, error_body, error_response, failure, read_json
 from raf.serve._served import Served
-from raf.serve._sessions import Keys, check_store
+from raf.serve._sessions import Keys, check_store, unheld
 from raf.serve._stream import TurnStream
 from raf.serve._wire import ChunkFraming, completion, new_messages, parse_completion
 
@@ -126,12 +126,13 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         )
     session_id = request.headers.get("x-session-id")
     messages: Sequence[ChatMessage] = body.messages
-    if session_id is not None:
-        messages = new_messages(messages)
-        if not messages:
-            raise HttpError(400, "no new message after the last assistant message")
     # A stateless request's run has no session (a fresh one of its own, kept nowhere).
-    session = None if session_id is None else await served.session(request, session_id)
+    session = None
+    if session_id is not None:
+        if not new_messages(messages):
+            raise HttpError(400, "no new message after the last assistant message")
+        session = await served.session(request, session_id)
+        messages = await unheld(session, messages)
     options = body.options(served.options)
     if body.stream:
         framing = ChunkFraming(served.model, body.include_usage, body.tools)

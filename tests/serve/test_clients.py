@@ -4,6 +4,8 @@ server cannot honour, and a turn of two model calls, over real uvicorn (issue 32
 from __future__ import annotations
 
 import json
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -33,9 +35,19 @@ WEATHER = {
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServedAgent]:
-    with started(ServedAgent()) as running:
-        yield running[0]
+def servers() -> Iterator[tuple[ServedAgent, ...]]:
+    with started(ServedAgent(), ServedAgent(delay=0.01)) as running:
+        yield running
+
+
+@pytest.fixture
+def server(servers: tuple[ServedAgent, ...]) -> ServedAgent:
+    return servers[0]
+
+
+@pytest.fixture
+def slow(servers: tuple[ServedAgent, ...]) -> ServedAgent:
+    return servers[1]
 
 
 def sdk(server: ServedAgent) -> openai.OpenAI:
@@ -267,3 +279,62 @@ def test_ag_ui_client_tools_end_the_run_with_the_call_and_the_result_goes_on(
     later = agui_events(server, agui_input(thread, [asked, called, result]))
     text = "".join(e["delta"] for e in later if e["type"] == EventType.TEXT_MESSAGE_CONTENT)
     assert text == "the tool said snow"
+
+
+# -- a stopped stream, resent ---------------------------------------------------------
+
+
+def stop_after(server: ServedAgent, path: str, body: dict[str, Any], session: str) -> None:
+    """Send ``body`` streamed and close the socket after a few events (a Stop button)."""
+    raw_body = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        raw.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+            + b"Content-Type: application/json\r\n"
+            + f"X-Session-Id: {session}\r\nContent-Length: {len(raw_body)}\r\n\r\n".encode()
+            + raw_body
+        )
+        received = b""
+        while received.count(b"data: ") < 6:
+            received += raw.recv(4096)
+
+
+def stored(server: ServedAgent, session: str, *, wait_for: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 10
+    while True:
+        data: list[dict[str, Any]] = httpx.get(
+            f"{server.url}/v1/sessions/{session}/messages"
+        ).json()["data"]
+        if len(data) >= wait_for or time.monotonic() > deadline:
+            return data
+        time.sleep(0.05)
+
+
+def test_a_stopped_question_resent_without_its_partial_answer_is_stored_once(
+    slow: ServedAgent,
+) -> None:
+    session = uuid.uuid4().hex
+    first = sdk(slow).chat.completions.create(
+        model=MODEL, messages=user("hello"), extra_headers={"X-Session-Id": session}
+    )
+    history = [*user("hello"), {"role": "assistant", "content": first.choices[0].message.content}]
+    body = {"model": MODEL, "stream": True, "messages": [*history, *user("long")]}
+    stop_after(slow, "/v1/chat/completions", body, session)
+    assert len(stored(slow, session, wait_for=4)) == 4  # the question and its partial answer
+    again = sdk(slow).chat.completions.create(
+        model=MODEL, messages=[*history, *user("long")], extra_headers={"X-Session-Id": session}
+    )
+    asked = [m["content"] for m in stored(slow, session, wait_for=5) if m["role"] == "user"]
+    assert asked == ["hello", "long"]
+    content = again.choices[0].message.content or ""
+    assert content.startswith("seen 4: w0 ")  # the model saw the question once
+
+
+def test_ag_ui_a_stopped_question_resent_is_stored_once(slow: ServedAgent) -> None:
+    thread = uuid.uuid4().hex
+    asked = {"id": "u1", "role": "user", "content": "long"}
+    stop_after(slow, "/ag-ui", agui_input(thread, [asked]), thread)
+    assert len(stored(slow, thread, wait_for=2)) == 2
+    agui_events(slow, agui_input(thread, [asked]))
+    users = [m["content"] for m in stored(slow, thread, wait_for=3) if m["role"] == "user"]
+    assert users == ["long"]
