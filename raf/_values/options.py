@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -19,6 +19,10 @@ def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"extra must be a mapping, got {type(value).__name__}")
     return MappingProxyType(dict(value)) if value else _EMPTY
+
+
+def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
+    return tuple(value)
 
 
 def _not_negative(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -63,7 +67,7 @@ class AgentRunOptions:
     extra: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_frozen_mapping)
     output_type: Any = None
     output_retries: int = attrs.field(default=1, validator=_not_negative)
-    tools: tuple[Tool, ...] = attrs.field(default=(), converter=tuple)
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # extra is a read-only mapping proxy, which cannot pickle (a durable run's options

@@ -85,7 +85,7 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
     if messages:
         messages = await unheld(session, given)
     framing = EventFraming(run.thread_id, run.run_id)
-    offered = [{"function": tool.model_dump()} for tool in run.tools]
+    offered = [{"function": tool.model_dump()} for tool in run.tools or ()]
     tools = client_tools(offered, served.agent.tools)
     options = attrs.evolve(served.options, tools=tools) if tools else served.options
     return TurnStream(

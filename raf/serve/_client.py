@@ -53,7 +53,8 @@ def client_tools(value: Any, agent_tools: Sequence[Tool], where: str = "tools") 
     for index, item in enumerate(value):
         function = item.get("function") if isinstance(item, dict) else None
         if not isinstance(function, dict) or item.get("type", "function") != "function":
-            raise HttpError(400, f"{where}[{index}] must be {{type: 'function', function: {{...}}}}")
+            shape = "{type: 'function', function: {name, description, parameters}}"
+            raise HttpError(400, f"{where}[{index}] must be {shape}")
         tool = _tool(function, f"{where}[{index}].function")
         if tool.name in taken:
             raise HttpError(
@@ -85,9 +86,8 @@ def tool_choice(value: Any, tools: Sequence[Tool]) -> str | None:
     function = value.get("function") if isinstance(value, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str):
-        raise HttpError(
-            400, "'tool_choice' must be auto, none, required or {type: 'function', function: {name}}"
-        )
+        shape = "{type: 'function', function: {name}}"
+        raise HttpError(400, f"'tool_choice' must be auto, none, required or {shape}")
     if name not in {tool.name for tool in tools}:
         raise HttpError(400, f"'tool_choice' names {name!r:.80}, which is not an offered tool")
     return name
@@ -108,7 +108,7 @@ def output_type(value: Any) -> Any:
         )
     spec = value.get("json_schema") if kind == "json_schema" else None
     schema = spec.get("schema") if isinstance(spec, dict) else None
-    if not isinstance(schema, dict):
+    if not isinstance(spec, dict) or not isinstance(schema, dict):
         raise HttpError(
             400, "'response_format' must be text or {type: 'json_schema', json_schema: {schema}}"
         )

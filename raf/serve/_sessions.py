@@ -90,9 +90,7 @@ async def unheld(session: Session, given: Sequence[ChatMessage]) -> tuple[ChatMe
     tail: Sequence[ChatMessage] = stored
     if anchor >= 0:
         known = _seen(given[anchor])
-        at = next(
-            (i for i in range(len(stored) - 1, -1, -1) if _seen(stored[i]) == known), None
-        )
+        at = next((i for i in range(len(stored) - 1, -1, -1) if _seen(stored[i]) == known), None)
         if at is None:
             return new
         tail = stored[at + 1 :]

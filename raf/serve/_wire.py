@@ -239,9 +239,7 @@ def usage_json(usage: Usage | None) -> dict[str, int]:
     }
 
 
-def completion(
-    model: str, response: AgentResponse, tools: Sequence[Tool] = ()
-) -> dict[str, Any]:
+def completion(model: str, response: AgentResponse, tools: Sequence[Tool] = ()) -> dict[str, Any]:
     """A whole ``chat.completion``: the run's answer as one assistant message, with the
     calls of the client's ``tools`` it ended on (``finish_reason: "tool_calls"``)."""
     message: dict[str, Any] = {"role": "assistant", "content": turn_text(response) or None}
@@ -270,9 +268,11 @@ def completion(
 def _call_json(call: ToolCall, index: int | None = None) -> dict[str, Any]:
     named = {"id": call.id, "type": "function"}
     function = {"name": call.name, "arguments": call.arguments}
-    return {**named, "function": function} if index is None else {
-        "index": index, **named, "function": function
-    }
+    return (
+        {**named, "function": function}
+        if index is None
+        else {"index": index, **named, "function": function}
+    )
 
 
 class ChunkFraming:

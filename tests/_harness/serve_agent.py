@@ -105,7 +105,6 @@ class WordModel:
             yield Update.of_text(word)
         yield Update.of_usage(raf.Usage(len(messages), len(words)))
 
-
     async def _client_rules(self, text: str, options: ChatOptions) -> AsyncIterator[Update]:
         """The rules of client tools, tool choice and ``check``; a usage update ends the call."""
         if "check" in text:

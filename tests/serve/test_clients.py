@@ -108,9 +108,9 @@ def test_in_a_session_the_agents_own_call_runs_here_and_the_clients_waits(
         model=MODEL, messages=[result], tools=[WEATHER], extra_headers=session
     )
     assert second.choices[0].message.content == "the tool said rain"
-    stored = httpx.get(
-        f"{server.url}/v1/sessions/{session['X-Session-Id']}/messages"
-    ).json()["data"]
+    stored = httpx.get(f"{server.url}/v1/sessions/{session['X-Session-Id']}/messages").json()[
+        "data"
+    ]
     answers = [m["content"] for m in stored if m["role"] == "tool"]
     assert answers == ["HI", "rain"]
 
