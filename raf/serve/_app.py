@@ -25,6 +25,7 @@ from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
 from raf.serve._agui import ag_ui
 from raf.serve._http import MAX_BODY, HttpError, error_body, error_response, failure, read_json
+from raf.serve._responses import responses
 from raf.serve._served import Served
 from raf.serve._sessions import Keys, check_store, unheld
 from raf.serve._stream import TurnStream
@@ -45,9 +46,11 @@ def app(
     options: AgentRunOptions | None = None,
     manage_agent: bool = False,
 ) -> ASGIApp:
-    """Serve ``agent`` as an ASGI app: the OpenAI chat completions and AG-UI protocols.
+    """Serve ``agent`` as an ASGI app: the OpenAI chat completions, Responses and AG-UI
+    protocols.
 
-    Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``POST /ag-ui``,
+    Routes: ``POST /v1/chat/completions``, ``POST /v1/responses``, ``GET /v1/models``,
+    ``POST /ag-ui``,
     ``GET /`` (a chat page), ``GET /v1/sessions/{id}/messages`` (a session's
     history, for the page) and ``GET /healthz``.
 
@@ -86,6 +89,7 @@ def app(
     served = Served(agent, store, Keys(api_keys), max_body, options or AgentRunOptions())
     routes = [
         served.route("/v1/chat/completions", "POST", chat_completions),
+        served.route("/v1/responses", "POST", responses),
         served.route("/v1/models", "GET", models),
         served.route("/v1/sessions/{session_id}/messages", "GET", history),
         served.route("/healthz", "GET", healthz, keyed=False),

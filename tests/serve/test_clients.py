@@ -338,3 +338,70 @@ def test_ag_ui_a_stopped_question_resent_is_stored_once(slow: ServedAgent) -> No
     agui_events(slow, agui_input(thread, [asked]))
     users = [m["content"] for m in stored(slow, thread, wait_for=3) if m["role"] == "user"]
     assert users == ["long"]
+
+
+# -- POST /v1/responses ---------------------------------------------------------------
+
+WEATHER_FLAT = {"type": "function", **WEATHER["function"]}
+
+
+def test_responses_a_plain_answer(server: ServedAgent) -> None:
+    reply = sdk(server).responses.create(model=MODEL, input="hello there")
+    assert reply.status == "completed"
+    assert reply.output_text == "seen 1: hello there "
+    assert reply.usage is not None
+    assert reply.usage.output_tokens == 3
+
+
+def test_responses_streamed_events_end_with_the_completed_response(server: ServedAgent) -> None:
+    events = list(sdk(server).responses.create(model=MODEL, input="check tool", stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    whole = sdk(server).responses.create(model=MODEL, input="check tool")
+    assert deltas == whole.output_text == "Let me check.\n\nthe tool said HI"
+    completed = events[-1]
+    assert completed.type == "response.completed"
+    assert completed.response.output_text == deltas
+
+
+def test_responses_a_client_function_call_then_its_output_by_previous_response_id(
+    server: ServedAgent,
+) -> None:
+    client = sdk(server)
+    first = client.responses.create(model=MODEL, input="client weather", tools=[WEATHER_FLAT])
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+    output = {"type": "function_call_output", "call_id": calls[0].call_id, "output": "hail"}
+    second = client.responses.create(
+        model=MODEL, input=[output], previous_response_id=first.id, tools=[WEATHER_FLAT]
+    )
+    assert second.output_text == "the tool said hail"
+
+
+def test_responses_a_streamed_client_call_is_a_function_call_item(server: ServedAgent) -> None:
+    events = list(
+        sdk(server).responses.create(
+            model=MODEL, input="client weather", tools=[WEATHER_FLAT], stream=True
+        )
+    )
+    done = [e for e in events if e.type == "response.output_item.done"]
+    assert [e.item.type for e in done] == ["function_call"]
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output[0].type == "function_call"
+
+
+def test_responses_a_json_schema_text_format_is_answered_with_its_json(
+    server: ServedAgent,
+) -> None:
+    reply = sdk(server).responses.parse(model=MODEL, input="hello", text_format=Answer)
+    assert reply.output_parsed == Answer(answer="hello")
+
+
+def test_responses_an_unknown_previous_response_id_is_a_400(server: ServedAgent) -> None:
+    with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+        sdk(server).responses.create(model=MODEL, input="hi", previous_response_id="resp_x")
