@@ -31,7 +31,7 @@ from raf.serve._http import HttpError, failure, read_json
 from raf.serve._served import Served
 from raf.serve._sessions import unheld
 from raf.serve._stream import TurnStream
-from raf.serve._wire import refused_fields, usage_json
+from raf.serve._wire import refused_fields, sampling, usage_json
 
 __all__: list[str] = []
 
@@ -116,12 +116,9 @@ def parse_responses(body: Any, agent_tools: Sequence[Tool]) -> ResponsesRequest:
     output = output_of(form)
     if output is not None:
         overrides["output_type"] = output
-    for name, field in (("temperature", "temperature"), ("max_output_tokens", "max_tokens")):
-        value = body.get(name)
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise HttpError(400, f"'{name}' must be a number")
-            overrides[field] = float(value) if field == "temperature" else int(value)
+    # The same checks as a chat completion's, under the chat names.
+    numbers = {"temperature": body.get("temperature"), "max_tokens": body.get("max_output_tokens")}
+    overrides.update(sampling({k: v for k, v in numbers.items() if v is not None}))
     previous = body.get("previous_response_id")
     return ResponsesRequest(
         model,
@@ -328,7 +325,11 @@ class ResponseFraming:
             delta = TEXT_JOIN + delta
         self._between = False
         self._text.append(delta)
-        where = {"item_id": self._message, "output_index": len(self._output), "content_index": 0}
+        where: dict[str, Any] = {
+            "item_id": self._message,
+            "output_index": len(self._output),
+            "content_index": 0,
+        }
         return [*frames, self._event("response.output_text.delta", **where, delta=delta)]
 
     def _open_text(self) -> list[bytes]:
@@ -352,7 +353,11 @@ class ResponseFraming:
             return []
         text = "".join(self._text)
         item = _text_item(self._message, text)
-        where = {"item_id": self._message, "output_index": len(self._output), "content_index": 0}
+        where: dict[str, Any] = {
+            "item_id": self._message,
+            "output_index": len(self._output),
+            "content_index": 0,
+        }
         frames = [
             self._event("response.output_text.done", **where, text=text),
             self._event("response.content_part.done", **where, part=item["content"][0]),
@@ -365,7 +370,7 @@ class ResponseFraming:
     def _call(self, call: ToolCall) -> list[bytes]:
         index = len(self._output)
         item = _call_item(call)
-        where = {"item_id": item["id"], "output_index": index}
+        where: dict[str, Any] = {"item_id": item["id"], "output_index": index}
         frames = [
             self._event(
                 "response.output_item.added",

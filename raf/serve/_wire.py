@@ -66,6 +66,8 @@ _NEUTRAL: Mapping[str, tuple[Any, ...]] = {
     "presence_penalty": (0, 0.0),
     "top_p": (1, 1.0),
     "modalities": (["text"],),
+    "include": ([],),
+    "truncation": ("disabled",),
 }
 
 
@@ -108,7 +110,7 @@ def parse_completion(body: Any, agent_tools: Sequence[Tool] = ()) -> CompletionR
         parse_messages(body.get("messages")),
         bool(stream),
         include_usage,
-        {**_options(body), **_client_options(body, agent_tools)},
+        {**sampling(body), **_client_options(body, agent_tools)},
     )
 
 
@@ -125,7 +127,8 @@ def _client_options(body: Mapping[str, Any], agent_tools: Sequence[Tool]) -> dic
     return overrides
 
 
-def _options(body: Mapping[str, Any]) -> dict[str, Any]:
+def sampling(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A body's ``temperature`` and ``max_tokens`` as run options; 400 when malformed."""
     temperature = body.get("temperature")
     if temperature is not None and (
         isinstance(temperature, bool) or not isinstance(temperature, (int, float))
