@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
@@ -44,6 +45,7 @@ ACCEPTED = frozenset(
     }
 )  # fmt: skip
 _ROLES = frozenset({"user", "system", "developer", "assistant"})
+_log = structlog.get_logger("raf.serve")
 
 
 @attrs.frozen
@@ -86,7 +88,10 @@ async def responses(served: Served, request: Request) -> ASGIApp:
     try:
         response = await served.agent.run(messages, session=session, options=options)
     except Exception as exc:
-        raise failure(exc) from None
+        problem = failure(exc)
+        if problem.type == "server_error":
+            _log.error("raf.serve: the run failed", error=repr(exc), exc_info=exc)
+        raise problem from None
     return JSONResponse(whole(response_id, served.model, response, body.tools))
 
 

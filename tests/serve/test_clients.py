@@ -405,3 +405,37 @@ def test_responses_a_json_schema_text_format_is_answered_with_its_json(
 def test_responses_an_unknown_previous_response_id_is_a_400(server: ServedAgent) -> None:
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
         sdk(server).responses.create(model=MODEL, input="hi", previous_response_id="resp_x")
+
+
+def test_responses_without_store_is_stateless_and_other_fields_are_a_400(
+    server: ServedAgent,
+) -> None:
+    client = sdk(server)
+    first = client.responses.create(model=MODEL, input="one", store=False)
+    with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+        client.responses.create(model=MODEL, input="two", previous_response_id=first.id)
+    with pytest.raises(openai.BadRequestError, match="'top_logprobs'"):
+        client.responses.create(model=MODEL, input="two", top_logprobs=3)
+
+
+def test_responses_previous_response_id_goes_on_in_its_conversation(server: ServedAgent) -> None:
+    client = sdk(server)
+    first = client.responses.create(model=MODEL, input="one")
+    second = client.responses.create(model=MODEL, input="two", previous_response_id=first.id)
+    assert second.output_text == "seen 3: two "
+
+
+def test_ag_ui_each_model_calls_text_is_its_own_message(server: ServedAgent) -> None:
+    asked = {"id": "u1", "role": "user", "content": "check tool"}
+    events = agui_events(server, agui_input(uuid.uuid4().hex, [asked]))
+    starts = [e["messageId"] for e in events if e["type"] == EventType.TEXT_MESSAGE_START]
+    assert len(set(starts)) == 2
+    texts = {
+        id_: "".join(
+            e["delta"]
+            for e in events
+            if e["type"] == EventType.TEXT_MESSAGE_CONTENT and e["messageId"] == id_
+        )
+        for id_ in starts
+    }
+    assert list(texts.values()) == ["Let me check.", "the tool said HI"]
