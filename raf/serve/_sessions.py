@@ -86,8 +86,11 @@ async def unheld(session: Session, given: Sequence[ChatMessage]) -> tuple[ChatMe
     """
     new = new_messages(given)
     anchor = len(given) - len(new) - 1  # the request's last assistant message, if any
-    stored = await session.get_messages()
+    # What a stopped turn leaves (its question and partial answer) is near the end.
+    stored, whole = await _recent(session, 4 * len(new) + 8)
     tail: Sequence[ChatMessage] = stored
+    if anchor < 0 and not whole:  # without an anchor, only a whole history can match
+        return new
     if anchor >= 0:
         known = _seen(given[anchor])
         at = next((i for i in range(len(stored) - 1, -1, -1) if _seen(stored[i]) == known), None)
@@ -100,6 +103,16 @@ async def unheld(session: Session, given: Sequence[ChatMessage]) -> tuple[ChatMe
     if all(_seen(a) == _seen(b) for a, b in zip(asked, new, strict=False)):
         return new[len(asked) :]
     return new
+
+
+async def _recent(session: Session, count: int) -> tuple[tuple[ChatMessage, ...], bool]:
+    """The last ``count`` messages, and whether they are the whole history (a store
+    without tail reads is read whole)."""
+    last = getattr(session, "get_last_messages", None)
+    stored: tuple[ChatMessage, ...] = (
+        await session.get_messages() if last is None else await last(count + 1)
+    )
+    return stored[-count:], len(stored) <= count
 
 
 def _seen(message: ChatMessage) -> tuple[Any, ...]:
