@@ -14,8 +14,8 @@ from typing import Annotated, Any, Final
 
 import attrs
 
-from raf._agent.tools import check_tool_arguments
-from raf._errors import ToolArgumentsError
+from raf._agent.tools import check_tool_arguments, check_tool_schema
+from raf._errors import ToolArgumentsError, ToolSchemaError
 from raf._values.messages import AgentResponse, ToolCall
 from raf._values.protocols import Tool
 from raf.serve._http import HttpError
@@ -74,6 +74,10 @@ def _tool(function: Mapping[str, Any], where: str) -> ClientTool:
     parameters = function.get("parameters") or {"type": "object", "properties": {}}
     if not isinstance(description, str) or not isinstance(parameters, dict):
         raise HttpError(400, f"{where}: description must be a string, parameters an object")
+    try:
+        check_tool_schema(name, parameters)
+    except ToolSchemaError as exc:
+        raise HttpError(400, f"{where}.parameters: {exc.problem:.200}") from None
     return ClientTool(name, description, parameters)
 
 

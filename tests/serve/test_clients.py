@@ -439,3 +439,27 @@ def test_ag_ui_each_model_calls_text_is_its_own_message(server: ServedAgent) -> 
         for id_ in starts
     }
     assert list(texts.values()) == ["Let me check.", "the tool said HI"]
+
+
+def test_a_client_tool_with_a_schema_that_is_no_schema_is_a_400(server: ServedAgent) -> None:
+    broken = {**WEATHER, "function": {**WEATHER["function"], "parameters": {"type": 5}}}
+    with pytest.raises(openai.BadRequestError, match="parameters"):
+        sdk(server).chat.completions.create(model=MODEL, messages=user("hi"), tools=[broken])
+
+
+def test_ag_ui_a_client_tool_named_like_an_agent_tool_is_a_400(server: ServedAgent) -> None:
+    body = agui_input(uuid.uuid4().hex, [{"id": "u1", "role": "user", "content": "hi"}])
+    body["tools"] = [{**WEATHER["function"], "name": "shout"}]
+    reply = httpx.post(f"{server.url}/ag-ui", json=body)
+    assert reply.status_code == 400
+    assert "shout" in reply.json()["error"]["message"]
+
+
+def test_responses_a_named_tool_choice_calls_that_tool(server: ServedAgent) -> None:
+    reply = sdk(server).responses.create(
+        model=MODEL,
+        input="hello",
+        tools=[WEATHER_FLAT],
+        tool_choice={"type": "function", "name": "get_weather"},
+    )
+    assert [item.type for item in reply.output] == ["function_call"]
