@@ -336,12 +336,14 @@ class Agent:
         )
         options = invocation.options
         tool_index = self._tool_index
-        if invocation.tools:
-            tool_index = index_tools(invocation.tools, invocation.tool_sources, tool_index)
+        added = invocation.tools + options.tools
+        if added:
+            sources = (*invocation.tool_sources, *("the run's options",) * len(options.tools))
+            tool_index = index_tools(added, sources, tool_index)
         output = options.output_type
         chat_options = ChatOptions.from_run(
             options,
-            self.tools + invocation.tools,
+            self.tools + added,
             self._default_model,
             None if output is None or output is str else output_spec(output).schema,
             history_end=len(system) + len(history) if history else None,

@@ -187,6 +187,9 @@ class RunApprovals:
             return Opening((), tuple(messages))
         self._opened = True
         turn, gap = unanswered_tail(injected)
+        if gap:  # a call the request answers (a client tool's result) waits no more
+            given = {m.tool_call_id for m in messages[len(injected) :] if m.role == "tool"}
+            gap = tuple(call for call in gap if call.id not in given)
         if self.decisions:
             return await self._resume(messages, turn, gap, run)
         if not gap:

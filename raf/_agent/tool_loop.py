@@ -68,7 +68,7 @@ def index_tools(
 
 
 def _describe_source(source: str) -> str:
-    return source if source.startswith(("the agent", "a provider")) else f"provider {source!r}"
+    return source if source.startswith(("the ", "a provider")) else f"provider {source!r}"
 
 
 async def run_tool_loop(
@@ -96,6 +96,12 @@ async def run_tool_loop(
     its decisions (or refuses what waits, when a new turn begins): those
     answers open the response. A model turn whose calls include some that
     need approval runs the others, then ends the run with them ``pending``.
+
+    A tool whose ``runs_on_client`` is true is never invoked here: a model
+    turn that calls one runs the others, then ends the run with that call
+    unanswered (the caller runs it; its next request brings the result).
+    ``options.tool_choice`` goes with the first model call only; later calls
+    are ``"auto"``, so a required tool cannot loop forever.
     """
     call_tool = invoke_tool if tool_stack is None else tool_stack
     produced: list[ChatMessage] = []
@@ -110,6 +116,8 @@ async def run_tool_loop(
             messages = opening.messages
         for call_number in range(1, max_tool_iterations + 1):
             response = await chat(messages, options)
+            if options.tool_choice is not None:
+                options = attrs.evolve(options, tool_choice="auto")
             produced.extend(response.messages)
             if response.usage is not None:
                 usage = response.usage if usage is None else usage + response.usage
@@ -123,19 +131,21 @@ async def run_tool_loop(
                     return response  # one call, no tools, nothing resumed: the run's response
                 return AgentResponse(tuple(produced), usage, response.raw, model=response.model)
             held = _held(approvals, calls, tools)
-            if call_number == max_tool_iterations and not held:
+            left = [call for call in calls if runs_on_client(tools.get(call.name))]
+            if call_number == max_tool_iterations and not (held or left):
                 raise ToolLoopError(max_tool_iterations, tuple(call.name for call in calls))
-            if held:
-                waiting = {call.id for call in held}
+            if held or left:
+                waiting = {call.id for call in (*held, *left)}
                 calls = tuple(call for call in calls if call.id not in waiting)
             results = await run_tool_calls(calls, tools, call_tool, invocation) if calls else ()
             await _send_results(on_update, results)
             produced.extend(results)
-            if held:  # the others ran: the run ends, these wait for a person
-                assert approvals is not None
-                pending = approvals.pending(held)
+            if held or left:  # the others ran: the run ends, these wait for a person or caller
+                pending = approvals.pending(held) if held and approvals is not None else ()
                 await _send_pending(on_update, pending)
-                return AgentResponse(tuple(produced), usage, response.raw, pending=pending)
+                return AgentResponse(
+                    tuple(produced), usage, response.raw, pending=pending, model=response.model
+                )
             turn = (*response.messages, *results)
             # `+` copies a long history once; `(*messages, ...)` builds a list, then a tuple.
             messages = messages + turn if type(messages) is tuple else (*messages, *turn)
@@ -188,6 +198,11 @@ def _held(
                 "raf.HistoryProvider to its stack (Agent(history=True)), where a paused call waits"
             )
     return []
+
+
+def runs_on_client(tool: object) -> bool:
+    """Whether ``tool`` is the caller's to run (a served agent's client tool), not raf's."""
+    return getattr(tool, "runs_on_client", False) is True
 
 
 async def _send_results(on_update: OnUpdate | None, results: Sequence[ChatMessage]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -19,6 +19,10 @@ def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"extra must be a mapping, got {type(value).__name__}")
     return MappingProxyType(dict(value)) if value else _EMPTY
+
+
+def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
+    return tuple(value)
 
 
 def _not_negative(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -43,7 +47,13 @@ class AgentRunOptions:
     (``int``, ``list[Item]``); the chat client gets its JSON Schema as
     :attr:`ChatOptions.output_schema`. ``output_retries`` is how many more
     times a final answer that does not validate is told to the model and
-    asked for again (see ``docs/structured-output.md``).
+    asked for again (see ``docs/structured-output.md``). ``tool_choice``
+    applies to the first model call of the run; the later calls of its tool
+    loop are ``"auto"``, so a required tool cannot loop forever.
+
+    ``tools`` are offered to the model in this run only, beside the agent's
+    and its providers' (a served agent's client tools); a name taken already
+    is a :class:`raf.ToolConflictError`.
 
     >>> AgentRunOptions(model="gpt-4o-mini", temperature=0.0).max_tool_iterations
     10
@@ -57,12 +67,13 @@ class AgentRunOptions:
     extra: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_frozen_mapping)
     output_type: Any = None
     output_retries: int = attrs.field(default=1, validator=_not_negative)
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # extra is a read-only mapping proxy, which cannot pickle (a durable run's options
         # cross DBOS pickled): rebuilt from a dict, through the converter.
         fields = (self.model, self.temperature, self.max_tokens, self.tool_choice)
-        output = (self.output_type, self.output_retries)
+        output = (self.output_type, self.output_retries, self.tools)
         return (AgentRunOptions, (*fields, self.max_tool_iterations, dict(self.extra), *output))
 
 

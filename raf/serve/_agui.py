@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import attrs
 import pydantic
 from ag_ui.core import (
     AssistantMessage,
@@ -32,8 +33,10 @@ from starlette.types import ASGIApp
 
 from raf._agent.approvals import Decision
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Role, ToolCall, Update
+from raf.serve._client import client_tools
 from raf.serve._http import HttpError, read_json
 from raf.serve._served import Served
+from raf.serve._sessions import unheld
 from raf.serve._stream import TurnStream
 from raf.serve._wire import new_messages
 
@@ -56,6 +59,10 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
     resumes the calls that wait for approval instead: the input then has no
     new message. Each pending call is reported as TOOL_CALL_START/ARGS/END
     with no result, then a ``raf.approval`` CUSTOM event with its token.
+
+    The input's ``tools`` are the client's: offered to the model beside the
+    agent's, and a call of one ends the run (TOOL_CALL_START/ARGS/END, then
+    RUN_FINISHED); the client's next input brings its result as a tool message.
     """
     body = await read_json(request, served.max_body)
     try:
@@ -65,7 +72,8 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
         )
         raise HttpError(400, f"the body is not a RunAgentInput: {problems}") from None
-    messages = new_messages(tuple(_message(m, i) for i, m in enumerate(run.messages)))
+    given = tuple(_message(m, i) for i, m in enumerate(run.messages))
+    messages = new_messages(given)
     decisions = _decisions(run.forwarded_props)
     if decisions and messages:
         raise HttpError(
@@ -74,12 +82,17 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
     if not messages and not decisions:
         raise HttpError(400, "no new message after the last assistant message")
     session = await served.session(request, run.thread_id)
+    if messages:
+        messages = await unheld(session, given)
     framing = EventFraming(run.thread_id, run.run_id)
+    offered = [{"function": tool.model_dump()} for tool in run.tools or ()]
+    tools = client_tools(offered, served.agent.tools)
+    options = attrs.evolve(served.options, tools=tools) if tools else served.options
     return TurnStream(
         served.agent,
         decisions or messages,
         session,
-        served.options,
+        options,
         framing,
         error_status=lambda error: False,
     )

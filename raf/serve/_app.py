@@ -25,8 +25,9 @@ from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
 from raf.serve._agui import ag_ui
 from raf.serve._http import MAX_BODY, HttpError, error_body, error_response, failure, read_json
+from raf.serve._responses import responses
 from raf.serve._served import Served
-from raf.serve._sessions import Keys, check_store
+from raf.serve._sessions import Keys, check_store, unheld
 from raf.serve._stream import TurnStream
 from raf.serve._wire import ChunkFraming, completion, new_messages, parse_completion
 
@@ -45,9 +46,11 @@ def app(
     options: AgentRunOptions | None = None,
     manage_agent: bool = False,
 ) -> ASGIApp:
-    """Serve ``agent`` as an ASGI app: the OpenAI chat completions and AG-UI protocols.
+    """Serve ``agent`` as an ASGI app: the OpenAI chat completions, Responses and AG-UI
+    protocols.
 
-    Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``POST /ag-ui``,
+    Routes: ``POST /v1/chat/completions``, ``POST /v1/responses``, ``GET /v1/models``,
+    ``POST /ag-ui``,
     ``GET /`` (a chat page), ``GET /v1/sessions/{id}/messages`` (a session's
     history, for the page) and ``GET /healthz``.
 
@@ -86,6 +89,7 @@ def app(
     served = Served(agent, store, Keys(api_keys), max_body, options or AgentRunOptions())
     routes = [
         served.route("/v1/chat/completions", "POST", chat_completions),
+        served.route("/v1/responses", "POST", responses),
         served.route("/v1/models", "GET", models),
         served.route("/v1/sessions/{session_id}/messages", "GET", history),
         served.route("/healthz", "GET", healthz, keyed=False),
@@ -116,7 +120,7 @@ def app(
 
 async def chat_completions(served: Served, request: Request) -> ASGIApp:
     """``POST /v1/chat/completions``: one turn, whole or streamed."""
-    body = parse_completion(await read_json(request, served.max_body))
+    body = parse_completion(await read_json(request, served.max_body), served.agent.tools)
     if body.model != served.model:
         raise HttpError(
             404,
@@ -126,15 +130,16 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         )
     session_id = request.headers.get("x-session-id")
     messages: Sequence[ChatMessage] = body.messages
-    if session_id is not None:
-        messages = new_messages(messages)
-        if not messages:
-            raise HttpError(400, "no new message after the last assistant message")
     # A stateless request's run has no session (a fresh one of its own, kept nowhere).
-    session = None if session_id is None else await served.session(request, session_id)
+    session = None
+    if session_id is not None:
+        if not new_messages(messages):
+            raise HttpError(400, "no new message after the last assistant message")
+        session = await served.session(request, session_id)
+        messages = await unheld(session, messages)
     options = body.options(served.options)
     if body.stream:
-        framing = ChunkFraming(served.model, body.include_usage)
+        framing = ChunkFraming(served.model, body.include_usage, body.tools)
         return TurnStream(served.agent, messages, session, options, framing)
     try:
         response = await served.agent.run(messages, session=session, options=options)
@@ -143,7 +148,7 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         if problem.type == "server_error":
             _log.error("raf.serve: the run failed", error=repr(exc), exc_info=exc)
         raise problem from None
-    return JSONResponse(completion(served.model, response))
+    return JSONResponse(completion(served.model, response, body.tools))
 
 
 async def models(served: Served, request: Request) -> ASGIApp:

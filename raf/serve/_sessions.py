@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -14,7 +14,9 @@ from starlette.types import Scope
 from raf._errors import ConfigError
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
+from raf._values.messages import ChatMessage
 from raf.serve._http import HttpError, header
+from raf.serve._wire import new_messages
 
 __all__: list[str] = []
 
@@ -69,6 +71,53 @@ class Keys:
             "invalid_api_key",
             {"WWW-Authenticate": "Bearer"},
         )
+
+
+async def unheld(session: Session, given: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """The new messages of a request (those after its last assistant message) that the
+    stored history does not already hold.
+
+    The messages the history holds after the request's last assistant message
+    (all of it, when the request has none), but for assistant messages, are
+    left out when the new messages begin with them: a client that stopped a
+    stream, whose question and partial answer were stored, and that resends
+    the conversation without the partial answer, does not send its question
+    twice. Anything else is new, as before.
+    """
+    new = new_messages(given)
+    anchor = len(given) - len(new) - 1  # the request's last assistant message, if any
+    # What a stopped turn leaves (its question and partial answer) is near the end.
+    stored, whole = await _recent(session, 4 * len(new) + 8)
+    tail: Sequence[ChatMessage] = stored
+    if anchor < 0 and not whole:  # without an anchor, only a whole history can match
+        return new
+    if anchor >= 0:
+        known = _seen(given[anchor])
+        at = next((i for i in range(len(stored) - 1, -1, -1) if _seen(stored[i]) == known), None)
+        if at is None:
+            return new
+        tail = stored[at + 1 :]
+    asked = [message for message in tail if message.role != "assistant"]
+    if not asked or len(asked) > len(new):
+        return new
+    if all(_seen(a) == _seen(b) for a, b in zip(asked, new, strict=False)):
+        return new[len(asked) :]
+    return new
+
+
+async def _recent(session: Session, count: int) -> tuple[tuple[ChatMessage, ...], bool]:
+    """The last ``count`` messages, and whether they are the whole history (a store
+    without tail reads is read whole)."""
+    last = getattr(session, "get_last_messages", None)
+    stored: tuple[ChatMessage, ...] = (
+        await session.get_messages() if last is None else await last(count + 1)
+    )
+    return stored[-count:], len(stored) <= count
+
+
+def _seen(message: ChatMessage) -> tuple[Any, ...]:
+    """What a client sees of a message (and can send back)."""
+    return (message.role, message.content or None, message.tool_call_id, message.tool_calls)
 
 
 def session_key(scope: str, session_id: str) -> str:

@@ -12,6 +12,15 @@ import attrs
 
 from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf._values.options import AgentRunOptions
+from raf._values.protocols import Tool
+from raf.serve._client import (
+    TEXT_JOIN,
+    client_calls,
+    client_tools,
+    output_type,
+    tool_choice,
+    turn_text,
+)
 from raf.serve._http import HttpError
 
 __all__: list[str] = []
@@ -27,17 +36,65 @@ class CompletionRequest:
     messages: tuple[ChatMessage, ...]
     stream: bool
     include_usage: bool
-    overrides: Mapping[str, Any]  # temperature, max_tokens: over the served agent's options
+    # temperature, max_tokens, tools, tool_choice, output_type: over the served agent's options
+    overrides: Mapping[str, Any]
 
     def options(self, base: AgentRunOptions) -> AgentRunOptions:
         """``base`` with what this request sets."""
         return attrs.evolve(base, **self.overrides) if self.overrides else base
 
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """The client's tools (the run's options' ``tools``)."""
+        tools: tuple[Tool, ...] = self.overrides.get("tools", ())
+        return tools
 
-def parse_completion(body: Any) -> CompletionRequest:
-    """Check a chat completions body; anything wrong is an :class:`HttpError` 400."""
+
+#: The fields of a chat completions body that the server honours.
+ACCEPTED = frozenset(
+    {
+        "model", "messages", "stream", "stream_options", "temperature", "max_tokens",
+        "max_completion_tokens", "tools", "tool_choice", "response_format", "user",
+    }
+)  # fmt: skip
+#: Fields that are fine at their neutral value (what some clients always send), else a 400.
+_NEUTRAL: Mapping[str, tuple[Any, ...]] = {
+    "n": (1,),
+    "parallel_tool_calls": (True,),
+    "logprobs": (False,),
+    "frequency_penalty": (0, 0.0),
+    "presence_penalty": (0, 0.0),
+    "top_p": (1, 1.0),
+    "modalities": (["text"],),
+    "include": ([],),
+    "truncation": ("disabled",),
+}
+
+
+def refused_fields(body: Mapping[str, Any], accepted: frozenset[str] = ACCEPTED) -> None:
+    """A 400 naming the first field the server cannot honour (a null counts as absent)."""
+    for name, value in body.items():
+        if value is None or name in accepted:
+            continue
+        neutral = _NEUTRAL.get(name, ())
+        if any(type(value) is type(n) and value == n for n in neutral):
+            continue
+        raise HttpError(
+            400,
+            f"the field {name!r:.60} is not supported by this server (the docs list "
+            "the accepted fields)",
+            code="unsupported_field",
+        )
+
+
+def parse_completion(body: Any, agent_tools: Sequence[Tool] = ()) -> CompletionRequest:
+    """Check a chat completions body; anything wrong is an :class:`HttpError` 400.
+
+    ``agent_tools`` are the served agent's own: a client tool may not take a name of theirs.
+    """
     if not isinstance(body, dict):
         raise HttpError(400, f"the body must be a JSON object, got {_json_type(body)}")
+    refused_fields(body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise HttpError(400, "'model' must be a non-empty string", code="invalid_model")
@@ -53,11 +110,25 @@ def parse_completion(body: Any) -> CompletionRequest:
         parse_messages(body.get("messages")),
         bool(stream),
         include_usage,
-        _options(body),
+        {**sampling(body), **_client_options(body, agent_tools)},
     )
 
 
-def _options(body: Mapping[str, Any]) -> dict[str, Any]:
+def _client_options(body: Mapping[str, Any], agent_tools: Sequence[Tool]) -> dict[str, Any]:
+    """The client's tools, tool choice and output format, as run options."""
+    tools = client_tools(body.get("tools"), agent_tools)
+    overrides: dict[str, Any] = {"tools": tools} if tools else {}
+    choice = tool_choice(body.get("tool_choice"), (*agent_tools, *tools))
+    if choice is not None:
+        overrides["tool_choice"] = choice
+    output = output_type(body.get("response_format"))
+    if output is not None:
+        overrides["output_type"] = output
+    return overrides
+
+
+def sampling(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A body's ``temperature`` and ``max_tokens`` as run options; 400 when malformed."""
     temperature = body.get("temperature")
     if temperature is not None and (
         isinstance(temperature, bool) or not isinstance(temperature, (int, float))
@@ -171,8 +242,15 @@ def usage_json(usage: Usage | None) -> dict[str, int]:
     }
 
 
-def completion(model: str, response: AgentResponse) -> dict[str, Any]:
-    """A whole ``chat.completion``: the run's answer as one assistant message."""
+def completion(model: str, response: AgentResponse, tools: Sequence[Tool] = ()) -> dict[str, Any]:
+    """A whole ``chat.completion``: the run's answer as one assistant message, with the
+    calls of the client's ``tools`` it ended on (``finish_reason: "tool_calls"``)."""
+    message: dict[str, Any] = {"role": "assistant", "content": turn_text(response) or None}
+    calls = client_calls(response, tools)
+    if calls:
+        message["tool_calls"] = [_call_json(call) for call in calls]
+    elif message["content"] is None:
+        message["content"] = ""
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -181,8 +259,8 @@ def completion(model: str, response: AgentResponse) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": response.text},
-                "finish_reason": "stop",
+                "message": message,
+                "finish_reason": "tool_calls" if calls else "stop",
                 "logprobs": None,
             }
         ],
@@ -190,20 +268,35 @@ def completion(model: str, response: AgentResponse) -> dict[str, Any]:
     }
 
 
+def _call_json(call: ToolCall, index: int | None = None) -> dict[str, Any]:
+    named = {"id": call.id, "type": "function"}
+    function = {"name": call.name, "arguments": call.arguments}
+    return (
+        {**named, "function": function}
+        if index is None
+        else {"index": index, **named, "function": function}
+    )
+
+
 class ChunkFraming:
     """A streamed run as ``chat.completion.chunk`` server-sent events.
 
     The agent's own tool calls and their results are its inner work, not
-    the caller's: only the text goes out, then a chunk with the finish
-    reason, the usage in a last chunk with empty ``choices`` when asked,
-    and ``data: [DONE]``.
+    the caller's: the text goes out (a later model call's text after a
+    blank line, as in the whole answer), and the calls of the client's
+    tools; then a chunk with the finish reason, the usage in a last chunk
+    with empty ``choices`` when asked, and ``data: [DONE]``.
     """
 
-    def __init__(self, model: str, include_usage: bool) -> None:
+    def __init__(self, model: str, include_usage: bool, tools: Sequence[Tool] = ()) -> None:
         self._id = f"chatcmpl-{uuid.uuid4().hex}"
         self._created = int(time.time())
         self._model = model
         self._include_usage = include_usage
+        self._client_tools = {tool.name for tool in tools}
+        self._calls = 0  # the client calls sent
+        self._texted = False  # whether text went out
+        self._between = False  # whether a model call ended since the last text
 
     def _chunk(self, choices: list[dict[str, Any]], **more: Any) -> bytes:
         body = {
@@ -221,13 +314,25 @@ class ChunkFraming:
         return [self._chunk([{"index": 0, "delta": delta, "finish_reason": None}])]
 
     def update(self, update: Update) -> list[bytes]:
+        if update.kind == "tool_result":  # the next text is a later model call's
+            self._between = True
+        call = update.tool_call
+        if update.kind == "tool_call" and call is not None and call.name in self._client_tools:
+            delta: dict[str, Any] = {"tool_calls": [_call_json(call, self._calls)]}
+            self._calls += 1
+            return [self._chunk([{"index": 0, "delta": delta, "finish_reason": None}])]
         if update.kind != "text" or not update.text:
             return []
-        delta = {"content": update.text}
+        text = update.text
+        if self._between and self._texted:
+            text = TEXT_JOIN + text
+        self._texted, self._between = True, False
+        delta = {"content": text}
         return [self._chunk([{"index": 0, "delta": delta, "finish_reason": None}])]
 
     def finish(self, response: AgentResponse) -> list[bytes]:
-        chunks = [self._chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}])]
+        reason = "tool_calls" if self._calls else "stop"
+        chunks = [self._chunk([{"index": 0, "delta": {}, "finish_reason": reason}])]
         if self._include_usage:
             chunks.append(self._chunk([], usage=usage_json(response.usage)))
         return [*chunks, b"data: [DONE]\n\n"]

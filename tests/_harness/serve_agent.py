@@ -10,6 +10,14 @@ What the model answers depends on the last message:
   for approval) on ``notes.txt``; after its result, ``the tool said <result>``;
 - a user message containing ``tool``: a call of the tool ``shout``; after its
   result, ``the tool said <result>``;
+- a user message containing ``client``: a call of each client tool offered
+  (``runs_on_client``), arguments ``{"city": "Paris"}``; with ``both``, a call of
+  ``shout`` too, in the same model call;
+- with ``tool_choice`` a tool's name (or ``required``: the first client tool, else
+  ``shout``), a user message: a call of that tool; after a tool's result with any
+  ``tool_choice``, `` (choice <tool_choice>)`` ends the answer;
+- with an output schema, a user message: ``{"answer": <the user text>}``;
+- a user message containing ``check``: ``Let me check.`` before what it says;
 - a user message ``long``: 200 words (a stream to leave in the middle);
 - anything else: ``seen N: <the user text>``, N the count of messages it got
   (so a test sees the history reach the model).
@@ -68,6 +76,11 @@ class WordModel:
             if kind == "rate":
                 raise RateLimitError("slow down", status_code=429, retry_after=7)
             raise ServerError("the model broke", status_code=500)
+        if last.role == "user":
+            async for update in self._client_rules(text, options):
+                yield update
+                if update.kind == "usage":
+                    return
         if last.role == "user" and "delete" in text:
             yield Update.of_tool_call(ToolCall("call-del", "delete", '{"path": "notes.txt"}'))
             yield Update.of_usage(raf.Usage(3, 1))
@@ -78,6 +91,10 @@ class WordModel:
             return
         if last.role == "tool":
             words = ["the ", "tool ", "said ", last.content or ""]
+            if options.tool_choice is not None:
+                words.append(f" (choice {options.tool_choice})")
+        elif last.role == "user" and options.output_schema is not None:
+            words = [json.dumps({"answer": text})]
         elif text == "long":
             words = [f"w{i} " for i in range(200)]
         else:
@@ -87,6 +104,27 @@ class WordModel:
                 await anyio.sleep(self.delay)
             yield Update.of_text(word)
         yield Update.of_usage(raf.Usage(len(messages), len(words)))
+
+    async def _client_rules(self, text: str, options: ChatOptions) -> AsyncIterator[Update]:
+        """The rules of client tools, tool choice and ``check``; a usage update ends the call."""
+        if "check" in text:
+            yield Update.of_text("Let me check.")
+        client = [t.name for t in options.tools if getattr(t, "runs_on_client", False)]
+        choice = options.tool_choice
+        if choice == "required":
+            choice = client[0] if client else "shout"
+        calls: list[ToolCall] = []
+        if isinstance(choice, str) and choice not in ("auto", "none"):
+            calls.append(ToolCall("call-choice", choice, json.dumps({"text": "hi"})))
+        elif "client" in text:
+            where = json.dumps({"city": "Paris"})
+            calls = [ToolCall(f"call-{name}", name, where) for name in client]
+            if "both" in text:
+                calls.append(ToolCall("call-1", "shout", json.dumps({"text": "hi"})))
+        for call in calls:
+            yield Update.of_tool_call(call)
+        if calls:
+            yield Update.of_usage(raf.Usage(3, 1))
 
 
 def make_agent(

@@ -1,0 +1,158 @@
+"""What a client brings to a served run: its tools, its tool choice, its output format.
+
+A client tool is offered to the model beside the agent's own, but raf never
+runs it: its ``runs_on_client`` makes the tool loop end the turn with the
+call (see :func:`raf._agent.tool_loop.run_tool_loop`), the response carries
+it, and the client's next request brings the result as a ``tool`` message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Final
+
+import attrs
+
+from raf._agent.tools import check_tool_arguments, check_tool_schema
+from raf._errors import ToolArgumentsError, ToolSchemaError
+from raf._values.messages import AgentResponse, ToolCall
+from raf._values.protocols import Tool
+from raf.serve._http import HttpError
+
+__all__: list[str] = []
+
+_NAME: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_CHOICE_WORDS: Final = frozenset({"auto", "none", "required"})
+#: Separates the texts of two model calls of one turn, in the answer and in its stream.
+TEXT_JOIN: Final = "\n\n"
+
+
+@attrs.frozen
+class ClientTool:
+    """A tool of the client's: offered to the model, run by the client, never here."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    runs_on_client: bool = True
+
+    async def invoke(self, arguments: Mapping[str, Any]) -> Any:
+        raise RuntimeError(f"tool {self.name!r} is the client's: the server never runs it")
+
+
+def client_tools(value: Any, agent_tools: Sequence[Tool], where: str = "tools") -> tuple[Tool, ...]:
+    """A request's ``tools`` (OpenAI function tools) as :class:`ClientTool`; 400 when one
+    is malformed, named twice, or named like one of the agent's own."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise HttpError(400, f"'{where}' must be a list of function tools")
+    taken = {tool.name for tool in agent_tools}
+    tools: dict[str, Tool] = {}
+    for index, item in enumerate(value):
+        function = item.get("function") if isinstance(item, dict) else None
+        if not isinstance(function, dict) or item.get("type", "function") != "function":
+            shape = "{type: 'function', function: {name, description, parameters}}"
+            raise HttpError(400, f"{where}[{index}] must be {shape}")
+        tool = _tool(function, f"{where}[{index}].function")
+        if tool.name in taken:
+            raise HttpError(
+                400, f"{where}[{index}]: {tool.name!r} is the name of one of the agent's own tools"
+            )
+        if tool.name in tools:
+            raise HttpError(400, f"{where}[{index}]: a second tool named {tool.name!r}")
+        tools[tool.name] = tool
+    return tuple(tools.values())
+
+
+def _tool(function: Mapping[str, Any], where: str) -> ClientTool:
+    name = function.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise HttpError(400, f"{where}.name must be 1 to 64 letters, digits, '_' or '-'")
+    description = function.get("description") or ""
+    parameters = function.get("parameters") or {"type": "object", "properties": {}}
+    if not isinstance(description, str) or not isinstance(parameters, dict):
+        raise HttpError(400, f"{where}: description must be a string, parameters an object")
+    try:
+        check_tool_schema(name, parameters)
+    except ToolSchemaError as exc:
+        raise HttpError(400, f"{where}.parameters: {exc.problem:.200}") from None
+    return ClientTool(name, description, parameters)
+
+
+def tool_choice(value: Any, tools: Sequence[Tool]) -> str | None:
+    """A request's ``tool_choice`` as raf's: a word, or the name of an offered tool."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value in _CHOICE_WORDS:
+        return value
+    function = value.get("function") if isinstance(value, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        shape = "{type: 'function', function: {name}}"
+        raise HttpError(400, f"'tool_choice' must be auto, none, required or {shape}")
+    if name not in {tool.name for tool in tools}:
+        raise HttpError(400, f"'tool_choice' names {name!r:.80}, which is not an offered tool")
+    return name
+
+
+def output_type(value: Any) -> Any:
+    """A request's ``response_format`` as a run's ``output_type`` (``None`` for text)."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        raise HttpError(
+            400,
+            "response_format json_object cannot be honoured here: the served run asks for "
+            "a schema; send {type: 'json_schema', json_schema: {name, schema}}",
+        )
+    spec = value.get("json_schema") if kind == "json_schema" else None
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict) or not isinstance(schema, dict):
+        raise HttpError(
+            400, "'response_format' must be text or {type: 'json_schema', json_schema: {schema}}"
+        )
+    return schema_type(schema, str(spec.get("name") or "output"))
+
+
+def schema_type(schema: Mapping[str, Any], name: str) -> Any:
+    """A type whose JSON Schema is ``schema`` and whose values are checked against it."""
+    import pydantic
+
+    checker = ClientTool(name, "", schema)
+
+    def check(value: Any) -> Any:
+        try:
+            check_tool_arguments(checker, value)
+        except ToolArgumentsError as exc:  # pydantic tells the model a ValueError's text
+            raise ValueError("; ".join(exc.problems)) from None
+        return value
+
+    titled = {"title": name, **schema}
+    return Annotated[
+        dict[str, Any], pydantic.WithJsonSchema(titled), pydantic.AfterValidator(check)
+    ]
+
+
+def client_calls(response: AgentResponse, tools: Sequence[Tool]) -> tuple[ToolCall, ...]:
+    """The calls of client tools the turn ended with (they wait for the client)."""
+    names = {tool.name for tool in tools}
+    last = next((m for m in reversed(response.messages) if m.role == "assistant"), None)
+    if last is None or not names:
+        return ()
+    return tuple(call for call in last.tool_calls if call.name in names)
+
+
+def turn_text(response: AgentResponse) -> str:
+    """The answer's text: every assistant text of the turn, joined by a blank line.
+
+    A structured answer is its JSON text alone (a rejected attempt is not it).
+    """
+    if response.output is not None:
+        return response.text
+    texts = [m.content for m in response.messages if m.role == "assistant" and m.content]
+    return TEXT_JOIN.join(texts)
