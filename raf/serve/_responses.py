@@ -41,7 +41,7 @@ ACCEPTED = frozenset(
     {
         "model", "input", "instructions", "tools", "tool_choice", "text", "stream",
         "previous_response_id", "store", "temperature", "max_output_tokens", "user",
-        "metadata",
+        "metadata", "prompt_cache_key",
     }
 )  # fmt: skip
 _ROLES = frozenset({"user", "system", "developer", "assistant"})

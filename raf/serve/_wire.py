@@ -55,6 +55,7 @@ ACCEPTED = frozenset(
     {
         "model", "messages", "stream", "stream_options", "temperature", "max_tokens",
         "max_completion_tokens", "tools", "tool_choice", "response_format", "user",
+        "metadata", "prompt_cache_key",
     }
 )  # fmt: skip
 #: Fields that are fine at their neutral value (what some clients always send), else a 400.
