@@ -306,9 +306,8 @@ class StreamState:
         content = [self.blocks[index] for index in sorted(self.blocks)]
         message, turn = read_content(content, self.where, "the streamed content")
         usage = read_usage(self.usage or None, self.where)
+        check_stop(self.stop_reason, self.where, AgentResponse((message,), usage, event))
         self.done = True
-        partial = AgentResponse((message,), usage, event)
-        check_stop(self.stop_reason, self.where, partial)
         # Remembered before the updates go out: a consumer may leave after them.
         self.remember(turn)
         updates = [Update.of_tool_call(call, raw=event) for call in message.tool_calls]
