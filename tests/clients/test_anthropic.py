@@ -37,11 +37,11 @@ from raf import (
     ServerError,
     SqliteSessionStore,
     ToolCall,
-    Update,
     Usage,
     tool,
 )
-from tests._harness.anthropic_server import AnthropicServer, Answer, events_of, message_body
+from tests._harness.anthropic_server import Answer, AnthropicServer, events_of, message_body
+from tests._harness.cli import run_raf
 from tests._harness.openai_server import OpenAIServer, completion
 from tests._harness.redis_server import RedisServer
 
@@ -604,3 +604,38 @@ async def test_retries_then_a_fallback_across_vendors(
         openai_server.close()
     assert answer.text == "from the backup"
     assert len(server.requests) + len(openai_server.requests) == 3
+
+
+# --- raf run ----------------------------------------------------------------------------
+
+
+def test_raf_run_answers_with_claude(
+    server: AnthropicServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("SUPPORT_BOT_KEY", "sk-ant-env")
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f"""
+[agent]
+name = "support"
+instructions = "Be brief."
+
+[model]
+client = "anthropic"
+model = "claude-test"
+base_url = "{server.root_url}"
+api_key_env = "SUPPORT_BOT_KEY"
+max_tokens = 300
+"""
+    )
+    server.answer(text="Hello from Claude")
+    assert run_raf(["run", str(config), "hi"]) == 0
+    assert capsys.readouterr().out == "Hello from Claude\n"
+    (request,) = server.requests
+    assert request.body["model"] == "claude-test"
+    assert request.body["max_tokens"] == 300
+    assert request.body["system"][0]["text"] == "Be brief."
+    assert "sk-ant-env" in str(request.headers)
