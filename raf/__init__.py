@@ -222,7 +222,7 @@ __version__: str
 #: providers, the stores, the clients, the config, the observers and the middleware are
 #: here, so that a program pays for what it touches: the OpenAI clients import the SDK's
 #: stack (openai, httpx, pydantic), AnthropicChatClient the optional extra
-#: raf-agents[anthropic] (the anthropic SDK, loaded when a client is built), SqliteSessionStore sqlite3, RedisSessionStore the
+#: raf-agents[anthropic] (once a client is built), SqliteSessionStore sqlite3, RedisSessionStore the
 #: optional extra raf-agents[redis] (coredis; it is not in __all__, so that
 #: `from raf import *` works without the extra).
 _LAZY = {

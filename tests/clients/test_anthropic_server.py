@@ -16,7 +16,7 @@ from anthropic.types import (
     ToolUseBlock,
 )
 
-from tests._harness.anthropic_server import AnthropicServer, Answer, events_of, message_body
+from tests._harness.anthropic_server import Answer, AnthropicServer, events_of, message_body
 
 pytestmark = pytest.mark.anyio
 
@@ -75,12 +75,14 @@ async def test_the_sdk_parses_a_message(server: AnthropicServer) -> None:
 
 async def test_the_sdk_assembles_a_stream(server: AnthropicServer) -> None:
     server.answer(BODY)
-    async with sdk(server) as client:
-        async with client.messages.stream(
+    async with (
+        sdk(server) as client,
+        client.messages.stream(
             model="test-model", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
-        ) as stream:
-            kinds = [event.type async for event in stream]
-            message = await stream.get_final_message()
+        ) as stream,
+    ):
+        kinds = [event.type async for event in stream]
+        message = await stream.get_final_message()
     check(message)
     assert kinds[0] == "message_start"
     assert kinds[-1] == "message_stop"
@@ -93,11 +95,13 @@ async def test_the_sdk_reads_a_stream_without_message_stop_as_whole(
 ) -> None:
     # Why raf checks for message_stop itself (see the design).
     server.reply(Answer(events=events_of(message_body("cut"), terminal=False)))
-    async with sdk(server) as client:
-        async with client.messages.stream(
+    async with (
+        sdk(server) as client,
+        client.messages.stream(
             model="test-model", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
-        ) as stream:
-            message = await stream.get_final_message()
+        ) as stream,
+    ):
+        message = await stream.get_final_message()
     assert message.content[0].type == "text"
 
 
