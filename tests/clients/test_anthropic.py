@@ -125,7 +125,13 @@ async def test_plain_answer_maps_the_body_usage_and_raw(server: AnthropicServer)
 async def test_stream_sends_text_as_it_comes_then_calls_and_usage(
     server: AnthropicServer,
 ) -> None:
-    body = message_body("one two three", calls=[("toolu_1", "add", {"a": 1})], usage=(4, 3))
+    body = message_body(
+        "one two three",
+        calls=[("toolu_1", "add", {"a": 1})],
+        usage=(4, 3),
+        cache_read=8,
+        cache_write=2,
+    )
     server.answer(body)
     server.answer(body)
     async with client_for(server) as model:
@@ -134,6 +140,7 @@ async def test_stream_sends_text_as_it_comes_then_calls_and_usage(
     assert [u.kind for u in updates] == ["text", "text", "text", "tool_call", "usage"]
     assert [u.text for u in updates[:3]] == ["one ", "two ", "three"]
     assert updates[3].tool_call == ToolCall("toolu_1", "add", '{"a":1}')
+    assert updates[4].usage == Usage(14, 3, cached_input_tokens=8, cache_write_tokens=2)
     assert AgentResponse.from_updates(updates).messages == plain.messages
     assert server.requests[0].body["stream"] is True
 
@@ -390,6 +397,21 @@ async def test_max_tokens_is_incomplete_with_the_partial(
     assert "raise max_tokens" in str(caught.value)
     assert caught.value.partial.text == "cut sh"
     assert caught.value.partial.usage == Usage(5, 9)
+
+
+async def test_a_stream_cut_in_a_tool_calls_arguments_is_incomplete_not_garbled(
+    server: AnthropicServer,
+) -> None:
+    body = message_body("Let me", calls=[("toolu_1", "add", {"a": 1})], stop_reason="max_tokens")
+    events = events_of(body)
+    for event in events:
+        if event.get("delta", {}).get("type") == "input_json_delta":
+            event["delta"]["partial_json"] = '{"a'  # both pieces: the JSON never closes
+    server.reply(Answer(events=events))
+    async with client_for(server) as model:
+        with pytest.raises(IncompleteResponseError) as caught:
+            await call(model, streamed=True)
+    assert caught.value.partial.text == "Let me"
 
 
 @both
