@@ -68,6 +68,7 @@ from raf._values.protocols import Middleware, RequestHash, Session, Tool
 
 if typing.TYPE_CHECKING:
     # Loaded on first use (see _LAZY below); imported here for type checkers and the docs.
+    from raf._clients.anthropic import AnthropicChatClient as AnthropicChatClient
     from raf._clients.echo import EchoChatClient as EchoChatClient
     from raf._clients.openai import OpenAIChatClient as OpenAIChatClient
     from raf._clients.responses import OpenAIResponsesClient as OpenAIResponsesClient
@@ -114,6 +115,7 @@ __all__ = [
     "AgentRunOptions",
     "AgentSkillsProvider",
     "AgentStream",
+    "AnthropicChatClient",
     "ApprovalError",
     "AuthenticationError",
     "BadRequestError",
@@ -219,11 +221,13 @@ __version__: str
 #: The core (agent, run, pipeline, tools, sessions' base) is imported above; the built-in
 #: providers, the stores, the clients, the config, the observers and the middleware are
 #: here, so that a program pays for what it touches: the OpenAI clients import the SDK's
-#: stack (openai, httpx, pydantic), SqliteSessionStore sqlite3, RedisSessionStore the
+#: stack (openai, httpx, pydantic), AnthropicChatClient the optional extra
+#: raf-agents[anthropic] (once a client is built), SqliteSessionStore sqlite3, RedisSessionStore the
 #: optional extra raf-agents[redis] (coredis; it is not in __all__, so that
 #: `from raf import *` works without the extra).
 _LAZY = {
     "AgentSkillsProvider": "raf._providers.skills",
+    "AnthropicChatClient": "raf._clients.anthropic",
     "CompressionProvider": "raf._providers.compression",
     "CompressionStrategy": "raf._providers.compression",
     "ContextProviderDecl": "raf._config.declarations",

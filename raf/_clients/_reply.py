@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 import anyio
 import httpx2
 
-from raf._clients._sdk import SdkClient, error_from_http, post, read_reply, too_large
+from raf._clients._sdk import SdkClient, error_from_http, read_reply, too_large
 from raf._errors import ChatClientError, ChatProtocolError, ChatTimeoutError
 from raf._values.messages import Update
 
@@ -189,7 +189,7 @@ class StreamReader(Protocol):
 
 
 async def stream_updates(
-    owner: SdkClient,
+    owner: SdkClient[Any],
     path: str,
     body: dict[str, Any],
     request_options: dict[str, Any],
@@ -210,13 +210,13 @@ async def stream_updates(
         f"{where} did not start streaming within {owner.timeout} s "
         f"({name}(timeout={owner.timeout}), the SDK's retries included)",
     )
-    response = await start.run(post, owner.client, path, body, request_options, where)
+    response = await start.run(owner.send, path, body, request_options, where)
     idle = Budget(
         owner.idle_timeout,
         f"{where}: the stream sent nothing for {owner.idle_timeout} s of waiting "
         f"({name}(idle_timeout={owner.idle_timeout}))",
     )
-    events = Events(response, owner.max_response_bytes, where, idle)
+    events = Events(response, owner.max_response_bytes, where, idle, owner.sse_decoder())
     try:
         if not events.content_type.startswith("text/event-stream"):
             for update in reader.plain(await events.read_all(), events.content_type):
@@ -243,21 +243,19 @@ async def stream_updates(
 
 
 class Events:
-    """The server-sent events of ``response`` as the SDK decodes them, each wait on the
-    server held to ``budget``, refusing more than ``limit`` decoded bytes; errors name
-    ``where``."""
+    """The server-sent events of ``response`` as the SDK's ``decoder`` reads them, each
+    wait on the server held to ``budget``, refusing more than ``limit`` decoded bytes;
+    errors name ``where``."""
 
     __slots__ = ("_events", "_stop", "budget", "limit", "response", "where")
 
-    def __init__(self, response: Any, limit: int, where: str, budget: Budget) -> None:
-        from openai._streaming import SSEDecoder
-
+    def __init__(self, response: Any, limit: int, where: str, budget: Budget, decoder: Any) -> None:
         self.response = response
         self.limit = limit
         self.where = where
         self.budget = budget
         self._stop = anyio.CancelScope()
-        self._events = SSEDecoder().aiter_bytes(self._bytes())
+        self._events = decoder.aiter_bytes(self._bytes())
 
     @property
     def content_type(self) -> str:

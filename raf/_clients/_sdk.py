@@ -14,8 +14,8 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, Self, TypeVar
 
 import anyio
 import httpx2
@@ -38,6 +38,16 @@ if TYPE_CHECKING:
 
 __all__: list[str] = []
 
+
+class Closable(Protocol):
+    """What raf asks of an SDK client besides its requests: that it closes."""
+
+    async def close(self) -> None: ...
+
+
+#: The SDK client a client holds.
+C = TypeVar("C", bound=Closable)
+
 # The SDK takes ~2 s to import; raf imports it only when a client is built (httpx, whose
 # transport raf's own extends, loads with the client modules).
 
@@ -48,8 +58,8 @@ DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 RETRY_AFTER_MAX: Final = 7 * 86_400.0
 
 
-class SdkClient:
-    """What both OpenAI clients are besides their API: the SDK client and its closing,
+class SdkClient(Generic[C]):
+    """What raf's SDK clients are besides their API: the SDK client and its closing,
     the model, the call's ``timeout``, a stream's ``idle_timeout`` and the reply's
     ``max_response_bytes``, checked (``ValueError`` naming the subclass).
 
@@ -68,10 +78,8 @@ class SdkClient:
         timeout: float | None = DEFAULT_TIMEOUT,
         idle_timeout: float | None = DEFAULT_TIMEOUT,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        client: openai.AsyncOpenAI | None = None,
+        client: C | None = None,
     ) -> None:
-        import openai
-
         name = type(self).__name__
         if not isinstance(model, str) or not model:
             raise ValueError(f"{name}: model must be a non-empty str, got {model!r}")
@@ -85,29 +93,37 @@ class SdkClient:
             )
         if client is not None and (base_url is not None or api_key is not None):
             raise ValueError(
-                f"{name}: pass base_url and api_key to the AsyncOpenAI client you give "
+                f"{name}: pass base_url and api_key to the {self.SDK_CLIENT} client you give "
                 f"as client=, not to {name}"
             )
         self._owns_client = client is None
-        if client is None:
-            try:
-                client = openai.AsyncOpenAI(
-                    base_url=base_url,
-                    api_key=api_key,
-                    max_retries=max_retries,
-                    http_client=openai.DefaultAsyncHttpxClient(
-                        transport=BoundedErrors(max_response_bytes)
-                    ),
-                )
-            except openai.OpenAIError as exc:
-                raise AuthenticationError(
-                    f"{name}({model!r}): cannot build the OpenAI client: {exc}"
-                ) from exc
         self.model = model
         self.timeout = timeout
         self.idle_timeout = idle_timeout
         self.max_response_bytes = max_response_bytes
-        self.client: openai.AsyncOpenAI = client
+        if client is None:
+            client = self.new_client(base_url, api_key, max_retries, max_response_bytes)
+        self.client: C = client
+
+    #: What the SDK calls the client a ``client=`` gives (for the error naming it).
+    SDK_CLIENT = "the SDK's"
+
+    def new_client(
+        self, base_url: str | None, api_key: str | None, max_retries: int, max_response_bytes: int
+    ) -> C:
+        """The SDK client raf builds when no ``client=`` is given."""
+        raise NotImplementedError
+
+    async def send(
+        self, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
+    ) -> httpx2.Response:
+        """POST ``body`` (raf's JSON) through the SDK client; the reply, unread, so raf
+        reads it under its own size bound."""
+        raise NotImplementedError
+
+    def sse_decoder(self) -> Any:
+        """The SDK's decoder of server-sent events (``aiter_bytes`` of a byte stream)."""
+        raise NotImplementedError
 
     async def _call(
         self, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
@@ -115,7 +131,7 @@ class SdkClient:
         """POST one request and read its reply within ``timeout`` (the SDK's retries
         included): the reply's body and content type."""
         with anyio.move_on_after(self.timeout):
-            response = await post(self.client, path, body, request_options, where)
+            response = await self.send(path, body, request_options, where)
             data = await read_reply(response, self.max_response_bytes, where)
             return data, response.headers.get("content-type", "")
         # Only the deadline's own cancellation lands here: any other one propagates.
@@ -139,6 +155,41 @@ class SdkClient:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class OpenAISdkClient(SdkClient["openai.AsyncOpenAI"]):
+    """An :class:`SdkClient` on ``openai.AsyncOpenAI``: both OpenAI clients."""
+
+    SDK_CLIENT = "AsyncOpenAI"
+
+    def new_client(
+        self, base_url: str | None, api_key: str | None, max_retries: int, max_response_bytes: int
+    ) -> openai.AsyncOpenAI:
+        import openai
+
+        try:
+            return openai.AsyncOpenAI(
+                base_url=base_url,
+                api_key=api_key,
+                max_retries=max_retries,
+                http_client=openai.DefaultAsyncHttpxClient(
+                    transport=BoundedErrors(max_response_bytes, openai.DEFAULT_CONNECTION_LIMITS)
+                ),
+            )
+        except openai.OpenAIError as exc:
+            raise AuthenticationError(
+                f"{type(self).__name__}({self.model!r}): cannot build the OpenAI client: {exc}"
+            ) from exc
+
+    async def send(
+        self, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
+    ) -> httpx2.Response:
+        return await post(self.client, path, body, request_options, where)
+
+    def sse_decoder(self) -> Any:
+        from openai._streaming import SSEDecoder
+
+        return SSEDecoder()
 
 
 def _check_seconds(name: str, keyword: str, value: object) -> None:
@@ -166,10 +217,8 @@ class BoundedErrors(httpx2.AsyncHTTPTransport):
     quoted).
     """
 
-    def __init__(self, max_response_bytes: int) -> None:
-        import openai
-
-        super().__init__(limits=openai.DEFAULT_CONNECTION_LIMITS)
+    def __init__(self, max_response_bytes: int, limits: httpx2.Limits) -> None:
+        super().__init__(limits=limits)
         self.cap = min(max_response_bytes, ERROR_REPLY_MAX)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -283,20 +332,23 @@ def error_from_http(exc: Exception, where: str) -> ChatClientError:
     return ChatConnectionError(f"{where}: the connection failed reading the reply: {exc!r}")
 
 
-def error_from_sdk(exc: openai.OpenAIError, where: str) -> ChatClientError:
-    """The :class:`raf.ChatClientError` for an OpenAI SDK error.
+def error_from_sdk(exc: Exception, where: str, sdk: ModuleType | None = None) -> ChatClientError:
+    """The :class:`raf.ChatClientError` for an error of ``sdk``, a Stainless SDK module
+    (``openai``, the default, or ``anthropic``: their errors have the same names).
 
     An HTTP error carries the server's ``Retry-After`` (or ``retry-after-ms``)
     as ``retry_after`` in seconds.
     """
-    import openai
+    if sdk is None:
+        import openai
 
-    if isinstance(exc, openai.APITimeoutError):
+        sdk = openai
+    if isinstance(exc, sdk.APITimeoutError):
         return ChatTimeoutError(f"{where} timed out: {exc}")
-    if isinstance(exc, openai.APIConnectionError):
+    if isinstance(exc, sdk.APIConnectionError):
         cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
         return ChatConnectionError(f"{where}: cannot reach {exc.request.url}: {exc}{cause}")
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
         text = f"{where} failed with HTTP {status}: {exc.message}"
         retry_after = retry_after_seconds(exc.response.headers)

@@ -11,7 +11,7 @@ from raf._agent.tools import Tool
 from raf._clients._chat_reply import StreamedTurn, call_name, response_from_reply
 from raf._clients._reply import stream_updates
 from raf._clients._sdk import (
-    SdkClient,
+    OpenAISdkClient,
     new_body,
     no_call_id,
     not_a_message,
@@ -30,7 +30,7 @@ __all__ = ["OpenAIChatClient"]
 _REFUSED_EXTRA: Final = frozenset({"stream", "stream_options"})
 
 
-class OpenAIChatClient(SdkClient):
+class OpenAIChatClient(OpenAISdkClient):
     """A :class:`raf.ChatClient` on ``openai.AsyncOpenAI`` (chat completions, tools).
 
     ``model`` is used unless a run's ``AgentRunOptions.model`` names another.

@@ -11,7 +11,7 @@ from raf._agent.tools import Tool
 from raf._clients._reply import stream_updates
 from raf._clients._responses_reply import StreamState, Turn, call_name, response_from_reply
 from raf._clients._sdk import (
-    SdkClient,
+    OpenAISdkClient,
     new_body,
     no_call_id,
     not_a_message,
@@ -33,7 +33,7 @@ _OWN_KEYS: Final = frozenset({"input", "stream", "stream_options"})
 _REASONING_INCLUDE: Final = "reasoning.encrypted_content"
 
 
-class OpenAIResponsesClient(SdkClient):
+class OpenAIResponsesClient(OpenAISdkClient):
     """A :class:`raf.StreamingChatClient` on the OpenAI Responses API (``POST /responses``).
 
     The keywords are those of :class:`raf.OpenAIChatClient` (``base_url``,

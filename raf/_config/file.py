@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 from raf._agent.agent import Agent
 from raf._agent.tools import Tool
+from raf._clients.anthropic import AnthropicChatClient
 from raf._clients.echo import EchoChatClient
 from raf._clients.openai import OpenAIChatClient
 from raf._clients.responses import OpenAIResponsesClient
@@ -110,13 +111,26 @@ def _each(
     return built
 
 
+#: The chat client of each ``[model] client``, and the variable that holds its key.
+_CLIENTS: Final[dict[str, Callable[..., ChatClient]]] = {
+    "openai": OpenAIChatClient,
+    "openai-responses": OpenAIResponsesClient,
+    "anthropic": AnthropicChatClient,
+}
+_KEY_ENV: Final = {
+    "openai": "OPENAI_API_KEY",
+    "openai-responses": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+}
+
+
 def _chat_client(model: ModelTable, path: Path) -> ChatClient:
     if model.client == "echo":
         return EchoChatClient()
     kind = model.client
     if model.model is None:
         raise ConfigError(f'{path}: [model] client = "{kind}" needs model = "<model name>"')
-    key_env = model.api_key_env or "OPENAI_API_KEY"
+    key_env = model.api_key_env or _KEY_ENV[kind]
     api_key = os.environ.get(key_env)
     if not api_key:
         named = " (named by [model] api_key_env)" if model.api_key_env is not None else ""
@@ -128,8 +142,8 @@ def _chat_client(model: ModelTable, path: Path) -> ChatClient:
     if model.idle_timeout is not None:
         # A stream's bound: the silence between two chunks (its length is not bounded).
         extra["idle_timeout"] = model.idle_timeout
-    # The Responses API client ("openai-responses") takes the same keywords.
-    factory = OpenAIChatClient if kind == "openai" else OpenAIResponsesClient
+    # The three clients take the same keywords.
+    factory = _CLIENTS[kind]
     try:
         return factory(model.model, base_url=model.base_url, api_key=api_key, **extra)
     except (TypeError, ValueError) as exc:

@@ -1,0 +1,411 @@
+"""AnthropicChatClient: a chat model behind Anthropic's Messages API (``POST /v1/messages``)."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import httpx2
+
+from raf._agent.tools import Tool
+from raf._clients._anthropic_reply import THINKING, StreamState, call_name, response_from_reply
+from raf._clients._reply import stream_updates
+from raf._clients._responses_reply import Turn
+from raf._clients._sdk import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_TIMEOUT,
+    BoundedErrors,
+    SdkClient,
+    error_from_sdk,
+    new_body,
+    no_call_id,
+    not_a_message,
+    plain,
+)
+from raf._clients.responses import turn_for
+from raf._errors import AuthenticationError, BadRequestError
+from raf._values.messages import AgentResponse, ChatMessage, Update
+from raf._values.options import ChatOptions
+from raf._values.schema import strict_schema
+
+if TYPE_CHECKING:
+    import anthropic
+
+__all__ = ["AnthropicChatClient"]
+
+# How many tool-call turns a client remembers the thinking blocks of.
+_TURNS_KEPT: Final = 1024
+# Keys of the body that are the run's own, never an option's.
+_OWN_KEYS: Final = frozenset({"messages", "stream"})
+_EPHEMERAL: Final = {"type": "ephemeral"}
+_WORDS: Final = {"auto": "auto", "none": "none", "required": "any"}
+
+
+class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
+    """A :class:`raf.StreamingChatClient` on Anthropic's Messages API (the ``anthropic``
+    SDK, extra ``raf-agents[anthropic]``).
+
+    ``model`` is used unless a run's ``AgentRunOptions.model`` names another.
+    ``api_key`` defaults to ``ANTHROPIC_API_KEY`` and ``base_url`` to
+    ``ANTHROPIC_BASE_URL``, as with the SDK itself. ``max_tokens`` is sent
+    when a run sets none (the API requires it). ``max_retries``, ``timeout``,
+    ``idle_timeout``, ``client`` (an ``anthropic.AsyncAnthropic`` you built,
+    closed by you) and the errors, with their ``retryable``, are those of
+    :class:`raf.OpenAIChatClient`; Anthropic's 529 ``overloaded_error`` is a
+    retryable :class:`raf.ServerError`.
+
+    System messages before ``ChatOptions.history_end`` (or, with no history,
+    the leading ones) are the ``system`` field; a later one (the volatile
+    tail) is text at the start of the following user turn, so the cached
+    prefix stays the same. Tool calls and results are ``tool_use`` and
+    ``tool_result`` blocks. Thinking blocks (``extra={"thinking": ...}``)
+    of a reply that calls tools are remembered by the calls' ids and sent
+    back unchanged before those calls, as the API requires in a tool loop.
+
+    With ``cache=True`` (the default) the body carries at most four
+    ``cache_control`` breakpoints: the last tool, the end of the system
+    prompt, the last history message before the tail, and the last message.
+
+        async with AnthropicChatClient("claude-sonnet-4-5") as model:
+            agent = Agent(model, instructions="Be brief.")
+            print((await agent.run("Hello!")).text)
+    """
+
+    SDK_CLIENT = "AsyncAnthropic"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_tokens: int = 4096,
+        max_retries: int = 2,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        idle_timeout: float | None = DEFAULT_TIMEOUT,
+        cache: bool = True,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        client: anthropic.AsyncAnthropic | None = None,
+    ) -> None:
+        if type(max_tokens) is not int or max_tokens < 1:
+            raise ValueError(
+                f"AnthropicChatClient: max_tokens must be an int >= 1, got {max_tokens!r}"
+            )
+        if type(cache) is not bool:
+            raise ValueError(f"AnthropicChatClient: cache must be True or False, got {cache!r}")
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            timeout=timeout,
+            idle_timeout=idle_timeout,
+            max_response_bytes=max_response_bytes,
+            client=client,
+        )
+        self.max_tokens = max_tokens
+        self.cache = cache
+        # Thinking to replay, by the first call id of the turn it came with (oldest first).
+        self._turns: collections.OrderedDict[str, Turn] = collections.OrderedDict()
+
+    def new_client(
+        self, base_url: str | None, api_key: str | None, max_retries: int, max_response_bytes: int
+    ) -> anthropic.AsyncAnthropic:
+        import anthropic
+
+        transport = BoundedErrors(max_response_bytes, anthropic.DEFAULT_CONNECTION_LIMITS)
+        return anthropic.AsyncAnthropic(
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            http_client=anthropic.DefaultAsyncHttpxClient(transport=transport),
+        )
+
+    async def send(
+        self, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
+    ) -> httpx2.Response:
+        import anthropic
+
+        try:
+            content = json.dumps(body, separators=(",", ":"), allow_nan=False, default=_mapping)
+        except (TypeError, ValueError) as exc:
+            raise BadRequestError(
+                f"{where}: a request option cannot be sent as JSON: {exc}"
+            ) from exc
+        try:
+            response: httpx2.Response = await self.client.post(  # type: ignore[call-overload]
+                path,
+                cast_to=httpx2.Response,
+                content=content.encode(),
+                options=request_options,
+                stream=True,
+            )
+        except anthropic.AnthropicError as exc:
+            raise error_from_sdk(exc, where, anthropic) from exc
+        except TypeError as exc:
+            # The SDK's word for a client with no key: "Could not resolve authentication".
+            if "authentication" not in str(exc):
+                raise
+            raise AuthenticationError(
+                f"{where}: no API key (pass api_key= or set ANTHROPIC_API_KEY): {exc}"
+            ) from exc
+        return response
+
+    def sse_decoder(self) -> Any:
+        from anthropic._streaming import SSEDecoder
+
+        return SSEDecoder()
+
+    # --- complete and stream ------------------------------------------------------------
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse:
+        """Send one Messages API request and return the model's turn.
+
+        A ``max_tokens`` stop (or the context window's, or a paused turn) is an
+        :class:`raf.IncompleteResponseError` with ``.partial``; a ``refusal``
+        a :class:`raf.ChatClientError` that names it (not retryable).
+        """
+        model, body, request_options = self.request_body(messages, options)
+        data, content_type = await self._call(
+            "/v1/messages", body, request_options, call_name(model)
+        )
+        answer, turn = response_from_reply(data, content_type, model)
+        self._remember(turn)
+        return answer
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AsyncIterator[Update]:
+        """The model's turn as it comes (``"stream": true``), update by update.
+
+        Text deltas as they come; the tool calls and the usage at
+        ``message_stop``. A stream that ends before ``message_stop`` is a
+        :class:`raf.ChatConnectionError` (the SDK itself would take it for a
+        whole answer); an ``error`` event the error it names (``overloaded_error``
+        retryable); the endings as for :meth:`complete`.
+        """
+        model, body, request_options = self.request_body(messages, options, stream=True)
+        state = StreamState(model, self._remember)
+        updates = stream_updates(
+            self, "/v1/messages", body, request_options, state, call_name(model)
+        )
+        # Closed here, not left to the garbage collector, when the consumer stops early.
+        async with contextlib.aclosing(updates):
+            async for update in updates:
+                yield update
+
+    # --- the request --------------------------------------------------------------------
+
+    def request_body(
+        self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False
+    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """The model, the body (plain dicts and lists) and the SDK request options of one
+        call, the breakpoints placed (with ``cache``).
+
+        ``options.extra`` is applied last: ``timeout``, ``extra_headers``,
+        ``extra_query`` and ``extra_body`` as the SDK understands them, any
+        other key (``thinking``, ``top_k``, ``stop_sequences``, ...) into the body.
+        """
+        where = "AnthropicChatClient"
+        schema = options.output_schema
+        system, turns, ends = wire_messages(messages, options.history_end, self._turns)
+        tools = [tool_to_wire(t) for t in options.tools]
+        fields = {
+            "max_tokens": options.max_tokens or self.max_tokens,
+            "system": system or None,
+            "messages": turns,
+            "tools": tools or None,
+            "tool_choice": tool_choice(options.tool_choice),
+            # Not a named argument of recent SDKs; the API takes it all the same.
+            "temperature": options.temperature,
+            "output_config": None
+            if schema is None
+            else {"format": {"type": "json_schema", "schema": strict_schema(schema)}},
+        }
+        if self.cache:
+            place_breakpoints(tools, system, turns, ends, options.history_end)
+        model = options.model or self.model
+        body, request_options, extra = new_body(where, model, fields, options.extra)
+        del request_options["security"]  # OpenAI's; the Anthropic SDK sends its key itself
+        for key, value in extra.items():
+            if key in _OWN_KEYS:
+                raise BadRequestError(
+                    f"{where}: extra option {key!r} is not allowed; "
+                    "the messages are the run's, and stream() is how to stream"
+                )
+            body[key] = value
+        if stream:
+            body["stream"] = True
+        return body["model"], body, request_options
+
+    def _remember(self, turn: Turn) -> None:
+        if not turn.call_ids or not any(kind == "thinking" for kind, _ in turn.order):
+            return
+        key = turn.call_ids[0]
+        self._turns[key] = turn
+        self._turns.move_to_end(key)
+        while len(self._turns) > _TURNS_KEPT:
+            self._turns.popitem(last=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"AnthropicChatClient(model={self.model!r}, "
+            f"base_url={str(self.client.base_url)!r}, cache={self.cache})"
+        )
+
+
+def _mapping(value: object) -> Any:
+    if isinstance(value, Mapping):  # read-only mappings (schemas) are objects too
+        return dict(value)
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+# --- Messages to the wire ---------------------------------------------------------------
+
+
+def wire_messages(
+    messages: Sequence[ChatMessage],
+    history_end: int | None,
+    turns: Mapping[str, Turn] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[tuple[int, int] | None]]:
+    """The ``system`` blocks and the ``messages`` turns of a conversation, and where each
+    message ended up (``(turn, block)`` of its last block; ``None`` for the system
+    field's, or a message with no block).
+
+    System messages before ``history_end`` (with none, the leading ones) are the
+    system field; any other is text in the following user turn. Consecutive
+    turns of one role are one turn: the results of parallel calls share one.
+
+    >>> wire_messages([ChatMessage.system("Be brief."), ChatMessage.user("hi")], None)[:2]
+    ([{'type': 'text', 'text': 'Be brief.'}],
+     [{'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}]}])
+    """
+    system: list[dict[str, Any]] = []
+    wire: list[dict[str, Any]] = []
+    ends: list[tuple[int, int] | None] = []
+    leading = True
+    for index, message in enumerate(messages):
+        if type(message) is not ChatMessage:
+            raise not_a_message(index, message)
+        leading = leading and message.role == "system"
+        stable = leading if history_end is None else index < history_end
+        if message.role == "system" and stable:
+            if message.content:
+                system.append({"type": "text", "text": message.content})
+            ends.append(None)
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _blocks(message, index, turns)
+        if not blocks:
+            ends.append(None)
+            continue
+        if not wire or wire[-1]["role"] != role:
+            wire.append({"role": role, "content": []})
+        wire[-1]["content"] += blocks
+        ends.append((len(wire) - 1, len(wire[-1]["content"]) - 1))
+    return system, wire, ends
+
+
+def _text(text: str | None) -> list[dict[str, Any]]:
+    # The API refuses an empty text block.
+    return [{"type": "text", "text": text}] if text else []
+
+
+def _blocks(
+    message: ChatMessage, index: int, turns: Mapping[str, Turn] | None
+) -> list[dict[str, Any]]:
+    """The content blocks of one message (a system message here is a tail's: text)."""
+    if message.role == "tool":
+        if message.tool_call_id is None:
+            raise no_call_id(index)
+        return [
+            {
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id,
+                "content": message.content or "",
+            }
+        ]
+    if message.role != "assistant" or not message.tool_calls:
+        return _text(message.content)
+    calls = {
+        call.id: _tool_use(call.id, call.name, call.arguments, index) for call in message.tool_calls
+    }
+    turn = turn_for(message, turns)
+    if turn is None:
+        return [*_text(message.content), *calls.values()]
+    blocks: list[dict[str, Any]] = []
+    text = _text(message.content)
+    for kind, value in turn.order:
+        if kind == "thinking":
+            blocks.append(value)  # unchanged: the signature covers it
+        elif kind == "text":
+            blocks += text
+            text = []
+        else:
+            blocks.append(calls[value])
+    if text:  # text the reply did not have: before the calls
+        first = next(i for i, block in enumerate(blocks) if block["type"] == "tool_use")
+        blocks[first:first] = text
+    return blocks
+
+
+def _tool_use(call_id: str, name: str, arguments: str, index: int) -> dict[str, Any]:
+    try:
+        tool_input = json.loads(arguments)
+    except ValueError:
+        tool_input = None
+    if not isinstance(tool_input, dict):
+        raise BadRequestError(
+            f"messages[{index}]: the arguments of tool call {call_id!r} are not a JSON "
+            f"object, which Anthropic's tool_use input must be: {arguments[:80]!r}"
+        )
+    return {"type": "tool_use", "id": call_id, "name": name, "input": tool_input}
+
+
+def tool_to_wire(tool: Tool) -> dict[str, Any]:
+    """A raf :class:`raf.Tool` as an Anthropic tool declaration."""
+    wire: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        wire["description"] = tool.description
+    wire["input_schema"] = plain(tool.parameters)
+    return wire
+
+
+def tool_choice(choice: str | Mapping[str, Any] | None) -> Any:
+    """``options.tool_choice`` on the wire: ``"auto"``, ``"none"``, ``"required"``
+    (Anthropic's ``any``), a tool's name, or a mapping as given."""
+    if choice is None or not isinstance(choice, str):
+        return None if choice is None else plain(choice)
+    if choice in _WORDS:
+        return {"type": _WORDS[choice]}
+    return {"type": "tool", "name": choice}
+
+
+def place_breakpoints(
+    tools: list[dict[str, Any]],
+    system: list[dict[str, Any]],
+    turns: list[dict[str, Any]],
+    ends: list[tuple[int, int] | None],
+    history_end: int | None,
+) -> None:
+    """Mark at most four blocks ``cache_control: ephemeral``: the last tool, the end of
+    the system prompt, the last history message before the tail (``history_end - 1``)
+    and the last message, so the next call reads what this one wrote."""
+    places: list[dict[str, Any]] = []
+    if tools:
+        places.append(tools[-1])
+    if system:
+        places.append(system[-1])
+    found = [end for end in ends[:history_end] if end is not None] if history_end else []
+    last = [end for end in ends if end is not None]
+    for end in found[-1:] + last[-1:]:
+        block = turns[end[0]]["content"][end[1]]
+        if block["type"] not in THINKING and all(block is not p for p in places):
+            places.append(block)
+    for block in places:
+        block["cache_control"] = dict(_EPHEMERAL)
