@@ -82,6 +82,9 @@ if typing.TYPE_CHECKING:
     from raf._middleware.fallback import FallbackMiddleware as FallbackMiddleware
     from raf._middleware.logging import LoggingMiddleware as LoggingMiddleware
     from raf._middleware.retry import RetryMiddleware as RetryMiddleware
+    from raf._observers.ledger import ContextLedger as ContextLedger
+    from raf._observers.ledger import LedgerEntry as LedgerEntry
+    from raf._observers.ledger import LedgerPart as LedgerPart
     from raf._observers.mermaid import MermaidObserver as MermaidObserver
     from raf._observers.tracing import StageEvent as StageEvent
     from raf._observers.tracing import TraceObserver as TraceObserver
@@ -130,6 +133,7 @@ __all__ = [
     "CompressionProvider",
     "CompressionStrategy",
     "ConfigError",
+    "ContextLedger",
     "ContextProvider",
     "ContextProviderDecl",
     "ContextProviderLike",
@@ -150,6 +154,8 @@ __all__ = [
     "LoggingMiddleware",
     "McpError",
     "McpToolsProvider",
+    "LedgerEntry",
+    "LedgerPart",
     "MermaidObserver",
     "Middleware",
     "Observer",
@@ -235,6 +241,9 @@ _LAZY = {
     "KnowledgeProvider": "raf._providers.knowledge",
     "LoggingMiddleware": "raf._middleware.logging",
     "McpToolsProvider": "raf._providers.mcp",
+    "ContextLedger": "raf._observers.ledger",
+    "LedgerEntry": "raf._observers.ledger",
+    "LedgerPart": "raf._observers.ledger",
     "MermaidObserver": "raf._observers.mermaid",
     "OpenAIChatClient": "raf._clients.openai",
     "OpenAIResponsesClient": "raf._clients.responses",
