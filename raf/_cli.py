@@ -29,6 +29,7 @@ from raf._errors import (
     ToolError,
 )
 from raf._metadata import docs_url, installed_version
+from raf._observers.ledger import ContextLedger
 from raf._observers.mermaid import MermaidObserver
 from raf._observers.tracing import StageEvent
 from raf._sessions.base import Session
@@ -261,6 +262,13 @@ def _parser() -> argparse.ArgumentParser:
             help="at the end of each run, print it on stderr as a Mermaid sequence diagram",
         )
         command.add_argument(
+            "--trace=context",
+            dest="context",
+            action="store_true",
+            help="at the end, print on stderr the tokens each layer put in each model call, "
+            "what the provider's cache could serve and which layer broke it",
+        )
+        command.add_argument(
             "--verbose",
             action="store_true",
             help="every log event on stderr (on a terminal, only errors are shown otherwise)",
@@ -296,29 +304,43 @@ async def _run_command(args: argparse.Namespace) -> int:
     loaded = _load(args, printer)
     async with _opened(args, loaded.agent) as session:
         try:
-            await loaded.agent.run(
-                _from_argv(args.message),
-                session=session,
-                options=loaded.options,
-                on_update=printer,
-            )
+            try:
+                await loaded.agent.run(
+                    _from_argv(args.message),
+                    session=session,
+                    options=loaded.options,
+                    on_update=printer,
+                )
+            finally:
+                # A failed turn leaves what it printed on a line of its own, before the error.
+                printer.end_line()
+            printer.finish()
         finally:
-            # A failed turn leaves what it printed on a line of its own, before the error.
-            printer.end_line()
-        printer.finish()
+            _print_ledger(args)
         return 0
+
+
+def _print_ledger(args: argparse.Namespace) -> None:
+    ledger: ContextLedger | None = getattr(args, "ledger", None)
+    if ledger is not None and ledger.calls:
+        _say(ledger.report(), sys.stderr)
 
 
 def _load(args: argparse.Namespace, printer: _Printer) -> LoadedConfig:
     """The config, its agent watched by the observers that ``--trace`` asks for."""
+
     def diagram(text: str) -> None:
         printer.end_line()
         _say(text, sys.stderr)
 
+    observers: list[Any] = [MermaidObserver(diagram)] if args.mermaid else []
+    if getattr(args, "context", False):
+        args.ledger = ContextLedger()
+        observers.append(args.ledger)
     return load_config(
         args.config,
         emit=_trace_printer(sys.stderr, printer) if args.trace else None,
-        observers=[MermaidObserver(diagram)] if args.mermaid else (),
+        observers=observers,
     )
 
 
@@ -401,9 +423,12 @@ def _chat_command(args: argparse.Namespace) -> int:
         portal.wrap_async_context_manager(_opened(args, loaded.agent)) as session,
     ):
         # --trace prints its own progress on stderr: no "thinking…" line in between.
-        return _chat(
-            portal, loaded, session, thinking=not (args.trace or args.mermaid), printer=printer
-        )
+        try:
+            return _chat(
+                portal, loaded, session, thinking=not (args.trace or args.mermaid), printer=printer
+            )
+        finally:
+            _print_ledger(args)
 
 
 def _chat(
