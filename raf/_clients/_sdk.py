@@ -13,13 +13,14 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
 import anyio
 import httpx2
 
+from raf._clients._tokens import count_prompt, counted_with
 from raf._errors import (
     AuthenticationError,
     BadRequestError,
@@ -34,7 +35,9 @@ from raf._errors import (
 if TYPE_CHECKING:
     import openai
 
+    from raf._values.messages import ChatMessage
     from raf._values.options import ChatOptions
+    from raf._values.protocols import Tool
 
 __all__: list[str] = []
 
@@ -123,6 +126,19 @@ class SdkClient:
             f"{where} did not finish within {self.timeout} s "
             f"({type(self).__name__}(timeout={self.timeout}), the SDK's retries included)"
         )
+
+    def count_tokens(self, messages: Sequence[ChatMessage], tools: Sequence[Tool] = ()) -> int:
+        """The tokens of a prompt (``messages`` and the declarations of ``tools``) with the
+        model's own encoding (``o200k_base``, ``cl100k_base``), read from the files the
+        ``bpe-openai`` package ships (extra ``raf-agents[tokens]``): no network. An unknown
+        model, or no ``bpe-openai``, counts with :func:`raf.approximate_tokens`."""
+        return count_prompt(self.model, messages, tools)
+
+    @property
+    def token_encoding(self) -> str:
+        """What :meth:`count_tokens` counts with: ``"o200k_base"``, ``"cl100k_base"`` or
+        ``"approximate"``."""
+        return counted_with(self.model)
 
     async def aclose(self) -> None:
         """Close the HTTP connections (not those of a ``client=`` you passed in)."""
