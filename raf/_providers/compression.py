@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from raf._agent.approvals import unanswered_tail
 from raf._errors import CompressionError
 from raf._onion.compose import ContextProvider
-from raf._providers.tokens import Unit, approximate_tokens, message_units
-from raf._providers.window import checked_window, read_window
+from raf._providers.tokens import approximate_tokens, message_units
+from raf._providers.window import (
+    TokenCounter,
+    checked_counter,
+    checked_step,
+    client_counter,
+    past_results,
+    read_window,
+    stepped_start,
+    token_start,
+    whole_units,
+    window_steps,
+)
 from raf._sessions.base import Session
 from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage, checked_messages
@@ -71,49 +83,11 @@ def check_tool_pairing(messages: Sequence[ChatMessage]) -> str | None:
     return None
 
 
-def _flatten(units: Sequence[Unit]) -> tuple[ChatMessage, ...]:
-    return tuple(message for unit in units for message in unit)
-
-
-def _units_from_the_end(messages: Sequence[ChatMessage]) -> Iterator[Unit]:
-    """The units of :func:`message_units`, newest first, read lazily from the end.
-
-    Units are delimited by the messages that are not tool results, so
-    reading backwards finds the same units: a run of tool results belongs
-    to the calling turn just before it, or is dropped with it.
-    """
-    results: list[ChatMessage] = []
-    for message in reversed(messages):
-        if message.role == "tool":
-            results.append(message)
-            continue
-        if message.role == "assistant" and message.tool_calls:
-            wanted = {call.id for call in message.tool_calls}
-            answers = [r for r in reversed(results) if r.tool_call_id in wanted]
-            if wanted <= {answer.tool_call_id for answer in answers}:
-                yield (message, *answers)
-        else:
-            yield (message,)
-        results = []  # results after a turn that does not call tools are orphans
-
-
-def _newest(
-    messages: Sequence[ChatMessage], budget: int, cost: Callable[[Unit], int]
-) -> tuple[ChatMessage, ...]:
-    """The longest run of newest whole units whose total cost fits ``budget``.
-
-    Reads from the end and stops at the first unit that does not fit, so a
-    turn costs what is kept, not the length of the stored history.
-    """
-    kept: list[Unit] = []
-    spent = 0
-    for unit in _units_from_the_end(messages):
-        spent += cost(unit)
-        if spent > budget:
-            break
-        kept.append(unit)
-    kept.reverse()
-    return _flatten(kept)
+#: The agent's client's counter while a CompressionProvider runs its strategy: what a
+#: TokenBudgetStrategy given no counter counts with (the strategy sees only messages).
+_AGENT_COUNTER: ContextVar[TokenCounter] = ContextVar(
+    "raf_agent_counter", default=approximate_tokens
+)
 
 
 def _check_positive(name: str, value: object) -> None:
@@ -122,58 +96,76 @@ def _check_positive(name: str, value: object) -> None:
 
 
 class TruncationStrategy:
-    """Keep the newest messages, at most ``keep_last`` of them.
+    """Keep the newest messages, at most ``keep_last`` of them, cut in steps.
 
-    Drops whole units (see :func:`message_units`): the result is the longest
-    run of newest units whose message count fits, so a tool call group is
-    kept with all its results or not at all.
+    The first kept message stays where it is while the history grows, until
+    one more would exceed ``keep_last``; then the cut jumps forward by
+    ``step`` messages (by default a third of ``keep_last``), so a model
+    provider's prompt cache serves the calls in between. The cut is a pure
+    function of the history (see :func:`raf._providers.window.stepped_start`)
+    and drops whole units only (see :func:`message_units`): a tool call
+    group is kept with all its results or not at all.
 
     >>> import anyio
     >>> history = [ChatMessage.user(str(n)) for n in range(5)]
-    >>> [m.content for m in anyio.run(TruncationStrategy(2).compress, history)]
+    >>> [m.content for m in anyio.run(TruncationStrategy(3).compress, history)]
+    ['2', '3', '4']
+    >>> [m.content for m in anyio.run(TruncationStrategy(3, step=3).compress, history)]
     ['3', '4']
     """
 
-    def __init__(self, keep_last: int) -> None:
+    def __init__(self, keep_last: int, *, step: int | None = None) -> None:
         _check_positive("keep_last", keep_last)
         self.keep_last = keep_last
+        self.step = checked_step(step, keep_last)
 
     async def compress(self, messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
-        """The newest whole units, at most ``keep_last`` messages."""
-        return _newest(messages, self.keep_last, len)
+        """The whole units from the stepped cut on: at most ``keep_last`` messages."""
+        return whole_units(messages[_message_cut(messages, self.keep_last, self.step) :])
 
     def __repr__(self) -> str:
-        return f"TruncationStrategy(keep_last={self.keep_last})"
+        return f"TruncationStrategy(keep_last={self.keep_last}, step={self.step})"
+
+
+def _message_cut(messages: Sequence[ChatMessage], bound: int, step: int) -> int:
+    """Where a message window over ``messages`` starts, moved past tool results."""
+    return past_results(messages, stepped_start(len(messages), bound, step))
 
 
 class TokenBudgetStrategy:
-    """Keep the newest messages that fit in ``max_tokens``.
+    """Keep the newest messages that fit in ``max_tokens``, cut in steps.
 
-    ``counter`` counts one message's tokens; the default,
-    :func:`approximate_tokens`, is a rough estimate. Pass a real tokenizer's
-    count for precision. Whole units only, like :class:`TruncationStrategy`.
+    ``counter`` counts one message's tokens; ``None`` (the default) counts
+    with the agent's client's ``count_tokens(messages, tools)`` when it has
+    one (under :class:`CompressionProvider`), else with
+    :func:`approximate_tokens`, a rough estimate. The cut stays put while
+    the kept messages fit and jumps forward by ``step`` tokens (by default
+    a third of ``max_tokens``) when they would not, as
+    :class:`TruncationStrategy`'s does by messages; it counts every message
+    it is given, so give :class:`CompressionProvider` a ``max_messages`` to
+    bound that over a long history. Whole units only.
     """
 
     def __init__(
-        self, max_tokens: int, counter: Callable[[ChatMessage], int] = approximate_tokens
+        self,
+        max_tokens: int,
+        counter: TokenCounter | None = None,
+        *,
+        step: int | None = None,
     ) -> None:
         _check_positive("max_tokens", max_tokens)
-        if not callable(counter):
-            raise TypeError(f"counter must be a function of a ChatMessage, got {counter!r}")
         self.max_tokens = max_tokens
-        self.counter = counter
+        self.counter = checked_counter(counter, "counter")
+        self.step = checked_step(step, max_tokens)
 
     async def compress(self, messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
-        """The newest whole units whose tokens add up to at most ``max_tokens``."""
-        counter = self.counter
-
-        def cost(unit: Unit) -> int:
-            return sum(counter(message) for message in unit)
-
-        return _newest(messages, self.max_tokens, cost)
+        """The whole units from the stepped cut on: at most ``max_tokens`` tokens."""
+        counter = self.counter or _AGENT_COUNTER.get()
+        start = token_start(messages, self.max_tokens, self.step, counter)
+        return whole_units(messages[past_results(messages, start) :])
 
     def __repr__(self) -> str:
-        return f"TokenBudgetStrategy(max_tokens={self.max_tokens})"
+        return f"TokenBudgetStrategy(max_tokens={self.max_tokens}, step={self.step})"
 
 
 DEFAULT_SUMMARY_PROMPT = (
@@ -185,13 +177,18 @@ DEFAULT_SUMMARY_PROMPT = (
 
 
 class SummaryStrategy:
-    """Summarise everything but the newest ``keep_last`` messages into one message.
+    """Summarise everything before the newest ``keep_last`` messages into one message.
 
-    The older messages (whole units, see :func:`message_units`) go to
-    ``chat_client`` with ``prompt``; its answer becomes one system message
-    ``"Summary of the earlier conversation: ..."`` in front of the kept
-    messages. The last summary is remembered: when the history has only
-    grown, the next summary extends it instead of reading everything again.
+    The kept messages are :class:`TruncationStrategy`'s (``keep_last`` and
+    ``step``): their first one stays put while the history grows, then
+    jumps forward by ``step``. The older messages (whole units, see
+    :func:`message_units`) go to ``chat_client`` with ``prompt``; its answer
+    becomes one system message ``"Summary of the earlier conversation:
+    ..."`` in front of the kept messages. The summary is remembered with
+    the messages it covers, so it is made again only when the cut moves
+    (once per ``step`` messages, not every turn), and then it extends the
+    last one instead of reading everything again. A new strategy object (a
+    new process) summarises once before it can reuse.
 
     If the summary call fails or answers nothing, ``on_failure="truncate"``
     (the default) returns just the kept messages, as
@@ -208,6 +205,7 @@ class SummaryStrategy:
         *,
         on_failure: Literal["truncate", "raise"] = "truncate",
         options: ChatOptions | None = None,
+        step: int | None = None,
     ) -> None:
         _check_positive("keep_last", keep_last)
         if not callable(getattr(chat_client, "complete", None)):
@@ -218,6 +216,7 @@ class SummaryStrategy:
             raise ValueError("prompt must be a non-empty str")
         self.chat_client = chat_client
         self.keep_last = keep_last
+        self.step = checked_step(step, keep_last)
         self.prompt = prompt
         self.on_failure = on_failure
         self.options = options if options is not None else ChatOptions()
@@ -225,15 +224,11 @@ class SummaryStrategy:
 
     async def compress(self, messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
         """A summary of the older messages, then the newest ``keep_last``."""
-        units = message_units(messages)
-        start, spent = len(units), 0
-        while start > 0 and spent + len(units[start - 1]) <= self.keep_last:
-            spent += len(units[start - 1])
-            start -= 1
-        kept = _flatten(units[start:])
-        if start == 0:
+        start = _message_cut(messages, self.keep_last, self.step)
+        kept = whole_units(messages[start:])
+        older = whole_units(messages[:start])
+        if not older:
             return kept
-        older = tuple(_flatten(units[:start]))
         try:
             summary = await self._summary(older)
         except Exception as exc:
@@ -292,9 +287,11 @@ class CompressionProvider(ContextProvider):
     model sees is compressed. A strategy result that splits a tool call from
     its results is refused with :class:`raf.CompressionError`.
 
-    ``max_messages``, ``max_tokens`` and ``count_tokens`` bound what is
-    loaded, as :class:`raf.HistoryProvider`'s window does: only the newest
-    messages are read from the store and compressed.
+    ``max_messages``, ``max_tokens``, ``count_tokens`` and ``step`` bound
+    what is loaded, as :class:`raf.HistoryProvider`'s window does (in
+    steps): only the newest messages are read from the store and
+    compressed. A :class:`TokenBudgetStrategy` given no counter counts with
+    the agent's client, as the window does.
     """
 
     kind = "compression"
@@ -305,7 +302,8 @@ class CompressionProvider(ContextProvider):
         *,
         max_messages: int | None = None,
         max_tokens: int | None = None,
-        count_tokens: Callable[[ChatMessage], int] | None = None,
+        count_tokens: TokenCounter | None = None,
+        step: int | None = None,
         name: str | None = None,
     ) -> None:
         if not callable(getattr(strategy, "compress", None)):
@@ -315,7 +313,8 @@ class CompressionProvider(ContextProvider):
         if name is not None:
             self.name = name
         self.strategy = strategy
-        self.count_tokens = checked_window(max_messages, max_tokens, count_tokens)
+        self.message_step, self.token_step = window_steps(max_messages, max_tokens, step)
+        self.count_tokens = checked_counter(count_tokens, "count_tokens")
         self.max_messages = max_messages
         self.max_tokens = max_tokens
 
@@ -327,13 +326,25 @@ class CompressionProvider(ContextProvider):
         options: AgentRunOptions,
     ) -> ContextResult:
         """The compressed history, replacing whatever was injected before."""
-        history = await read_window(session, self.max_messages, self.max_tokens, self.count_tokens)
+        counter = client_counter(agent)
+        history = await read_window(
+            session,
+            self.max_messages,
+            self.max_tokens,
+            self.count_tokens or counter,
+            message_step=self.message_step,
+            token_step=self.token_step,
+        )
         # A last turn whose calls wait for approval (or lost their result) is kept out of
         # compression and put back after it, so the run can answer its calls in place.
         waiting = _waiting_turn(history)
         if waiting:
             history = history[: -len(waiting)]
-        compressed = await self.strategy.compress(history)
+        token = _AGENT_COUNTER.set(counter)
+        try:
+            compressed = await self.strategy.compress(history)
+        finally:
+            _AGENT_COUNTER.reset(token)
         try:
             compressed = checked_messages(compressed, "compress() result")
         except TypeError as exc:

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING
 from raf._agent.approvals import still_owed
 from raf._errors import StreamClosedError
 from raf._onion.compose import ContextProvider
-from raf._providers.window import TokenCounter, checked_window, read_window
+from raf._providers.window import (
+    TokenCounter,
+    checked_counter,
+    client_counter,
+    read_window,
+    window_steps,
+)
 from raf._sessions.base import Session, require_pending
 from raf._values.context import ContextResult
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, ToolCall
@@ -41,10 +47,18 @@ class HistoryProvider(ContextProvider):
 
     ``max_messages`` and ``max_tokens`` bound what goes in to the newest
     messages of the history (a window): at most that many messages, at most
-    that many tokens by ``count_tokens`` (default
-    :func:`raf.approximate_tokens`). The window is read from the store's
-    tail alone, so a turn costs the same over 100,000 stored messages as
-    over 1,000, and it never splits an assistant turn's tool calls from
+    that many tokens by ``count_tokens`` (by default the agent's client's
+    ``count_tokens(messages, tools)`` when it has one, else
+    :func:`raf.approximate_tokens`). The window's first message stays where
+    it is from turn to turn while the window fits; when it would not, the
+    start jumps forward by ``step`` (in the bound's unit; by default a third
+    of the bound), so the model provider's prompt cache still serves the
+    calls in between (see ``docs/scale.md``). The start is a pure function
+    of the stored history: every worker computes the same window. A message
+    window is read from the store's count and tail alone, so a turn costs
+    the same over 100,000 stored messages as over 1,000; a token window
+    counts from the message window's start (or the first message, without
+    ``max_messages``). It never splits an assistant turn's tool calls from
     their results. The session keeps everything.
 
     ``inject=False`` keeps the post stage but injects nothing; use it when a
@@ -74,13 +88,15 @@ class HistoryProvider(ContextProvider):
         max_messages: int | None = None,
         max_tokens: int | None = None,
         count_tokens: TokenCounter | None = None,
+        step: int | None = None,
         name: str | None = None,
     ) -> None:
         if name is not None:
             self.name = name
         self.inject = inject
         self.persist_partial = persist_partial
-        self.count_tokens = checked_window(max_messages, max_tokens, count_tokens)
+        self.message_step, self.token_step = window_steps(max_messages, max_tokens, step)
+        self.count_tokens = checked_counter(count_tokens, "count_tokens")
         self.max_messages = max_messages
         self.max_tokens = max_tokens
 
@@ -94,7 +110,14 @@ class HistoryProvider(ContextProvider):
         """The stored history, as injected messages."""
         if not self.inject:
             return ContextResult()
-        history = await read_window(session, self.max_messages, self.max_tokens, self.count_tokens)
+        history = await read_window(
+            session,
+            self.max_messages,
+            self.max_tokens,
+            self.count_tokens or client_counter(agent),
+            message_step=self.message_step,
+            token_step=self.token_step,
+        )
         if not history:
             return ContextResult()
         return ContextResult(messages=history)

@@ -1,88 +1,128 @@
-"""read_window: the newest part of a history, by count and token budget, reading only that."""
+"""read_window: the newest part of a history, cut at a start that moves in steps.
+
+A provider prompt cache serves a call whose start it has seen before, so a
+window that slid by one message every turn would make every call pay in
+full. Here the start of a window stays where it is while the window fits
+its bound, and jumps forward by a ``step`` when it would not:
+
+- by messages (bound ``B``, step ``S``, ``n`` stored): ``start = 0`` while
+  ``n <= B``, else the smallest multiple of ``S`` with ``n - start <= B``,
+  that is ``ceil((n - B) / S) * S``. It stays put for ``S`` appended
+  messages, then jumps by ``S`` (the window then holds ``B - S + 1``);
+- by tokens (bound ``B``, step ``S``): the same over the cumulative token
+  counts: the first message at or after the smallest multiple of ``S``
+  tokens with ``total - offset <= B``.
+
+The start is then moved past any tool results it landed on, so a calling
+turn is never split from its results (every process makes the same
+adjustment). Each start is a pure function of the stored history and the
+parameters: no state is kept between turns, so every worker computes the
+same window. A message window needs only the stored count (which raf's
+stores know: ``count_messages``) and the window itself, so a turn costs the
+same over 100,000 stored messages as over 1,000. A token window counts the
+messages from its first one: from the message window's start when there is
+one, else from the history's first message.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import TYPE_CHECKING
 
 from raf._providers.tokens import approximate_tokens, message_units
 from raf._sessions.base import Session
 from raf._values.messages import ChatMessage
+
+if TYPE_CHECKING:
+    from raf._values.context import AgentLike
 
 __all__: list[str] = []
 
 #: A token counter: the tokens one message costs.
 TokenCounter = Callable[[ChatMessage], int]
 
-#: How many messages a token budget without a count reads first; doubled while it fits.
-FIRST_READ: Final = 256
+
+def checked_bound(name: str, value: int | None) -> None:
+    """A clear ``ValueError`` unless ``value`` is ``None`` or a positive int."""
+    if value is not None and (type(value) is not int or value < 1):
+        raise ValueError(f"{name} must be None or a positive int, got {value!r}")
 
 
-def checked_window(
-    max_messages: int | None, max_tokens: int | None, count_tokens: TokenCounter | None
-) -> TokenCounter:
-    """Check a window's options (a clear ``ValueError`` or ``TypeError``); the token counter."""
-    for name, value in (("max_messages", max_messages), ("max_tokens", max_tokens)):
-        if value is not None and (type(value) is not int or value < 1):
-            raise ValueError(f"{name} must be None or a positive int, got {value!r}")
-    if count_tokens is None:
-        return approximate_tokens
-    if not callable(count_tokens):
-        raise TypeError(f"count_tokens must be callable(message) -> int, got {count_tokens!r}")
+def checked_step(step: int | None, bound: int, name: str = "step") -> int:
+    """``step`` checked against its ``bound`` (a clear ``ValueError``); by default a third."""
+    if step is None:
+        return max(1, bound // 3)
+    if type(step) is not int or not 1 <= step <= bound:
+        raise ValueError(f"{name} must be an int from 1 to the bound ({bound}), got {step!r}")
+    return step
+
+
+def checked_counter(count_tokens: TokenCounter | None, name: str) -> TokenCounter | None:
+    """``count_tokens`` if it is ``None`` or callable, else a clear ``TypeError``."""
+    if count_tokens is not None and not callable(count_tokens):
+        raise TypeError(f"{name} must be callable(message) -> int, got {count_tokens!r}")
     return count_tokens
 
 
-async def read_window(
-    session: Session,
-    max_messages: int | None,
-    max_tokens: int | None,
-    count_tokens: TokenCounter = approximate_tokens,
-) -> tuple[ChatMessage, ...]:
-    """The newest messages of ``session``: at most ``max_messages``, at most ``max_tokens``.
+def window_steps(
+    max_messages: int | None, max_tokens: int | None, step: int | None
+) -> tuple[int, int]:
+    """Check a window's bounds and ``step``; the message step and the token step.
 
-    Reads only the tail it needs with the session's ``get_last_messages``
-    (raf's stores have it; another session is read whole and cut). Never
-    splits an assistant turn's tool calls from their results: a cut that
-    would is moved forward to the next whole unit (:func:`message_units`).
-    With neither bound, the whole history.
+    ``step`` is in its bound's unit, so it cannot be given with both bounds
+    (each then steps by a third of itself).
     """
-    if max_messages is None and max_tokens is None:
-        return await session.get_messages()
-    last = getattr(session, "get_last_messages", None)
-    want = max_messages if max_messages is not None else FIRST_READ
-    while True:
-        if last is None:
-            history = await session.get_messages()
-            tail = history[-want:]
-            complete = len(tail) == len(history)
-        else:
-            tail = await last(want)
-            complete = len(tail) < want
-        kept = _fitting(tail, max_tokens, count_tokens)
-        if kept is not None:
-            return kept  # the budget was reached within what was read
-        if max_messages is not None or complete:
-            return _whole_units(tail)
-        want *= 2  # a budget alone, not reached yet: read further back
+    checked_bound("max_messages", max_messages)
+    checked_bound("max_tokens", max_tokens)
+    if step is not None and (max_messages is None) == (max_tokens is None):
+        which = "both bounds" if max_messages is not None else "no bound"
+        raise ValueError(f"step is in its bound's unit: give it with one bound, not {which}")
+    return (
+        checked_step(step, max_messages) if max_messages is not None else 1,
+        checked_step(step, max_tokens) if max_tokens is not None else 1,
+    )
 
 
-def _fitting(
-    tail: Sequence[ChatMessage], max_tokens: int | None, count_tokens: TokenCounter
-) -> tuple[ChatMessage, ...] | None:
-    """The newest whole units of ``tail`` within ``max_tokens``; ``None`` when all of them fit."""
-    if max_tokens is None:
-        return None
-    units = message_units(tail)
-    used = 0
-    for index in range(len(units) - 1, -1, -1):
-        used += sum(count_tokens(message) for message in units[index])
-        if used > max_tokens:
-            return tuple(message for unit in units[index + 1 :] for message in unit)
-    return None
+def client_counter(agent: AgentLike | None) -> TokenCounter:
+    """The agent's client's ``count_tokens(messages, tools)`` per message, if it has one;
+    else :func:`raf.approximate_tokens`."""
+    count = getattr(getattr(agent, "chat_client", None), "count_tokens", None)
+    if not callable(count):
+        return approximate_tokens
+    return lambda message: int(count((message,), ()))
 
 
-def _whole_units(tail: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
-    """``tail`` without a cut unit at its start (orphan tool results, half-answered calls)."""
+def stepped_start(total: int, bound: int, step: int) -> int:
+    """The first position of a window of ``bound`` over ``total`` that moves by ``step``.
+
+    >>> [stepped_start(n, 6, 2) for n in range(5, 12)]
+    [0, 0, 2, 2, 4, 4, 6]
+    """
+    if total <= bound:
+        return 0
+    return -((bound - total) // step) * step  # ceil((total - bound) / step) * step
+
+
+def past_results(messages: Sequence[ChatMessage], start: int) -> int:
+    """``start`` moved past the tool results there: they belong to a turn before it."""
+    while start < len(messages) and messages[start].role == "tool":
+        start += 1
+    return start
+
+
+def token_start(messages: Sequence[ChatMessage], bound: int, step: int, count: TokenCounter) -> int:
+    """The index where the token window of ``messages`` starts (before :func:`past_results`)."""
+    costs = [count(message) for message in messages]
+    offset = stepped_start(sum(costs), bound, step)
+    index, spent = 0, 0
+    while spent < offset:
+        spent += costs[index]
+        index += 1
+    return index
+
+
+def whole_units(tail: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """``tail`` without pieces a model refuses (orphan tool results, half-answered calls)."""
     for message in tail:
         if message.tool_calls or message.role == "tool":
             break
@@ -92,3 +132,43 @@ def _whole_units(tail: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
     if sum(len(unit) for unit in units) == len(tail):
         return tuple(tail)
     return tuple(message for unit in units for message in unit)
+
+
+async def read_window(
+    session: Session,
+    max_messages: int | None,
+    max_tokens: int | None,
+    count_tokens: TokenCounter = approximate_tokens,
+    *,
+    message_step: int = 1,
+    token_step: int = 1,
+) -> tuple[ChatMessage, ...]:
+    """The window of ``session``: at most ``max_messages``, at most ``max_tokens``.
+
+    The message window is cut first (read with the session's
+    ``count_messages`` and ``get_last_messages``: raf's stores have them;
+    another session is read whole), then the token window within it. With
+    neither bound, the whole history.
+    """
+    if max_messages is None and max_tokens is None:
+        return await session.get_messages()
+    if max_messages is None:
+        window: Sequence[ChatMessage] = await session.get_messages()
+    else:
+        window = await _message_window(session, max_messages, message_step)
+    if max_tokens is not None:
+        start = token_start(window, max_tokens, token_step, count_tokens)
+        window = window[past_results(window, start) :]
+    return whole_units(window)
+
+
+async def _message_window(session: Session, bound: int, step: int) -> Sequence[ChatMessage]:
+    count = getattr(session, "count_messages", None)
+    last = getattr(session, "get_last_messages", None)
+    if count is None or last is None:
+        history = await session.get_messages()
+        start = stepped_start(len(history), bound, step)
+        return history[past_results(history, start) :]
+    total: int = await count()
+    tail: Sequence[ChatMessage] = await last(total - stepped_start(total, bound, step))
+    return tail[past_results(tail, 0) :]

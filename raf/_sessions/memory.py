@@ -68,6 +68,10 @@ class InMemorySession:
             return await self.get_messages()
         return tuple(self._messages[-count:]) if count else ()
 
+    async def count_messages(self) -> int:
+        """How many messages the session holds."""
+        return len(self._messages)
+
     async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
         """Append ``messages``; a non-``ChatMessage`` item rejects the whole call."""
         new = checked_batch(messages)

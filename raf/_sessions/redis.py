@@ -370,6 +370,15 @@ class RedisSession:
             self._store._remember(self._id, _Cached(read.end - count, tail, read.sha))
         return tail
 
+    async def count_messages(self) -> int:
+        """How many messages the session holds (``LLEN``: no entry is read)."""
+        client = self._store.client()
+        try:
+            with anyio.fail_after(self._store.timeout):
+                return int(await client.llen(self._messages_key))
+        except FAILURES as exc:
+            self._store.fail(exc, "count the messages", self._id)
+
     async def _read(self, cached: _Cached | None, count: int) -> _Cached:
         store = self._store
         client = store.client()

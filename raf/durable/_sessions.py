@@ -127,25 +127,24 @@ class WrittenOnce:
 
     async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None:
         """The calls handed over (with what still waits now), when ``tokens`` are theirs; else
-        the store's claim."""
+        the store's claim, as the step ``raf.claim`` (a replay gets what it took)."""
         claimed = self.claimed
         if claimed is not None and sorted(tokens) == sorted(c.token for c in claimed[0]):
             self.claimed = None
             # What still waits is read now: the decider's look is stale (another decider may
             # have claimed the turn's other calls meanwhile).
             return claimed[0], await self._inner.list_pending()
-        return await self._inner.claim_pending(tokens)  # type: ignore[no-any-return]
+        claim = self._inner.claim_pending
+        return await DBOS.run_step_async({"name": "raf.claim"}, claim, tokens)
 
     async def claim_all_pending(self) -> tuple[PendingCall, ...]:
-        """Every waiting call but this run's own (a new message takes them to deny them): a run
-        replayed after it stored its pending calls does not deny them."""
-        waiting = await self._inner.list_pending()
-        if any(call.run_id == self._workflow_id for call in waiting):
-            others = [c.token for c in waiting if c.run_id != self._workflow_id]
-            claim = await self._inner.claim_pending(others) if others else None
-            claimed: tuple[PendingCall, ...] = () if claim is None else tuple(claim[0])
-        else:
-            claimed = await self._inner.claim_all_pending()
+        """Every waiting call (a new message takes them to deny them), as the step ``raf.claim``.
+
+        A replay gets the calls the claim took (the store has none left to
+        give), so it tells their runs again with the same ``DBOS.send`` steps.
+        """
+        claim = self._inner.claim_all_pending
+        claimed: tuple[PendingCall, ...] = await DBOS.run_step_async({"name": "raf.claim"}, claim)
         self.superseded |= {c.run_id for c in claimed if c.run_id is not None}
         return claimed
 

@@ -143,6 +143,9 @@ class EventFraming:
         self._thread = thread_id
         self._run = run_id
         self._text: str | None = None  # the id of the text message being streamed
+        # The id of the model call's text message, the parent of the calls it makes after
+        # it (also once TEXT_MESSAGE_END went out): one assistant turn, not two.
+        self._parent: str | None = None
         self._calls: set[str] = set()  # the calls whose tool-call events went out
         self._updated = False  # whether the run sent any update
 
@@ -156,7 +159,7 @@ class EventFraming:
                 return []
             frames = []
             if self._text is None:
-                self._text = uuid.uuid4().hex
+                self._text = self._parent = uuid.uuid4().hex
                 frames.append(
                     _frame(TextMessageStartEvent(message_id=self._text, role="assistant"))
                 )
@@ -164,10 +167,11 @@ class EventFraming:
             return frames
         if update.kind == "tool_call" and update.tool_call is not None:
             self._calls.add(update.tool_call.id)
-            return self._end_text() + tool_call_events(update.tool_call, self._text)
+            return self._end_text() + tool_call_events(update.tool_call, self._parent)
         if update.kind == "approval" and update.pending is not None:
             return self._end_text() + self._pending(update.pending)
         if update.kind == "tool_result" and update.message is not None:
+            self._parent = None  # the next text is the next model call's
             message = update.message
             result = ToolCallResultEvent(
                 message_id=uuid.uuid4().hex,

@@ -10,7 +10,7 @@ test can tell what ran, where and how often.
     python tests/_harness/durable_worker.py decide  --system-db URL --sessions F --log F --ids ID...
 
 ``run`` launches DBOS and runs one durable turn per workflow id (session id
-= workflow id), concurrently; ``recover`` launches DBOS (which recovers
+= workflow id, or ``--session``), concurrently; ``recover`` launches DBOS (which recovers
 this executor's pending runs), starts the ids DBOS has never seen, and
 waits for all. Both print one JSON line per run: id, answer, history size.
 A tool call logs ``tool start`` and ``tool done`` inside its step, and
@@ -24,7 +24,9 @@ the outermost post stage hang after the history was written.
 ``waiting ID`` once the run waits for the decision inside DBOS (its wait
 workflow has entered ``DBOS.recv``); ``decide`` (under an executor id of its
 own, so its launch recovers nothing) approves every call that waits in each
-session, and prints what the run did with the decision.
+session, and prints what the run did with the decision (when no run waits
+for it, the new run it starts has the id ``ID-decided``).
+``--approval-timeout 0`` makes a run end with its call pending, not wait.
 """
 
 from __future__ import annotations
@@ -66,8 +68,9 @@ def _log(path: Path, line: str) -> None:
 class CountingModel:
     """The scripted model: its answer follows from the messages, so any worker gives the same.
 
-    Call n (n-1 tool results so far) asks for tool call n, up to three; then
-    it answers with the sum of the tool results.
+    Call n (n-1 tool results since the last user message: a session may hold
+    earlier turns) asks for tool call n, up to three; then it answers with the
+    sum of those tool results.
     """
 
     def __init__(self, log: Path, hang: str) -> None:
@@ -75,8 +78,9 @@ class CountingModel:
         self.hang = hang
 
     async def complete(self, messages: Any, options: ChatOptions) -> AgentResponse:
-        results = [message for message in messages if message.role == "tool"]
-        run = next(message.content for message in messages if message.role == "user")
+        last = max(i for i, message in enumerate(messages) if message.role == "user")
+        run = messages[last].content
+        results = [message for message in messages[last:] if message.role == "tool"]
         number = len(results) + 1
         _log(self.log, f"model {run} {number}")
         if self.hang == "model3" and number == 3:
@@ -132,7 +136,13 @@ def square_tool(log: Path, seconds: float, approve: bool = False) -> Any:
     return square
 
 
-def build(log: Path, hang: str, tool_seconds: float = 0.05, approve: bool = False) -> Any:
+def build(
+    log: Path,
+    hang: str,
+    tool_seconds: float = 0.05,
+    approve: bool = False,
+    approval_timeout: float = 600.0,
+) -> Any:
     async def repeated(invocation: Any, call_next: Any) -> AgentResponse:
         _log(log, f"pre {invocation.session.id} repeated={invocation.repeated}")
         return await call_next(invocation)  # type: ignore[no-any-return]
@@ -151,7 +161,7 @@ def build(log: Path, hang: str, tool_seconds: float = 0.05, approve: bool = Fals
         tool_stack=[recorded],
         stack=[Journal(log, hang), HistoryProvider(), repeated],
     )
-    return dbos_agent(agent)
+    return dbos_agent(agent, approval_timeout=approval_timeout)
 
 
 def configure(system_db: str, executor: str) -> None:
@@ -168,25 +178,30 @@ def configure(system_db: str, executor: str) -> None:
     DBOS.launch()
 
 
-async def run_one(agent: Any, store: SqliteSessionStore, workflow_id: str) -> dict[str, Any]:
-    session = await store.get(workflow_id)
+async def run_one(
+    agent: Any, store: SqliteSessionStore, workflow_id: str, session_id: str
+) -> dict[str, Any]:
+    session = await store.get(session_id)
     with SetWorkflowID(workflow_id):
         response = await agent.run(workflow_id, session=session)
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 
 
-async def wait_one(store: SqliteSessionStore, workflow_id: str) -> dict[str, Any]:
+async def wait_one(store: SqliteSessionStore, workflow_id: str, session_id: str) -> dict[str, Any]:
     handle: Any = await DBOS.retrieve_workflow_async(workflow_id)
     response = await handle.get_result(polling_interval_sec=0.05)  # the whole turn
-    session = await store.get(workflow_id)
+    session = await store.get(session_id)
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 
 
-async def decide_one(agent: Any, store: SqliteSessionStore, workflow_id: str) -> dict[str, Any]:
-    session = await store.get(workflow_id)
+async def decide_one(
+    agent: Any, store: SqliteSessionStore, workflow_id: str, session_id: str
+) -> dict[str, Any]:
+    session = await store.get(session_id)
     listed = await session.list_pending()
     decisions = [Decision(call.token, approve=True) for call in listed]
-    response = await agent.run(decisions, session=session)
+    with SetWorkflowID(f"{workflow_id}-decided"):  # the id of a new run, if one starts
+        response = await agent.run(decisions, session=session)
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 
 
@@ -201,25 +216,26 @@ async def log_waiting(log: Path, workflow_id: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    agent = build(Path(args.log), args.hang, args.tool_seconds, args.approve)
+    agent = build(Path(args.log), args.hang, args.tool_seconds, args.approve, args.approval_timeout)
     configure(args.system_db, args.executor)
     _log(Path(args.log), f"launched {args.mode}")  # DBOS has recovered this executor's runs
     async with SqliteSessionStore(args.sessions) as store:
 
         async def one(workflow_id: str) -> None:
             known = await DBOS.get_workflow_status_async(workflow_id)
+            session_id = args.session or workflow_id
             if args.mode == "decide":
-                result = await decide_one(agent, store, workflow_id)
+                result = await decide_one(agent, store, workflow_id, session_id)
             elif args.mode == "recover" and known is not None:
-                result = await wait_one(store, workflow_id)
+                result = await wait_one(store, workflow_id, session_id)
             else:
-                result = await run_one(agent, store, workflow_id)
+                result = await run_one(agent, store, workflow_id, session_id)
             print(json.dumps(result), flush=True)
 
         async with anyio.create_task_group() as group:
             for workflow_id in args.ids:
                 group.start_soon(one, workflow_id)
-                if args.approve and args.mode == "run":
+                if args.approve and args.approval_timeout and args.mode == "run":
                     group.start_soon(log_waiting, Path(args.log), workflow_id)
 
 
@@ -233,7 +249,9 @@ if __name__ == "__main__":
     parser.add_argument("--hang", default="none", choices=["none", "model3", "post"])
     parser.add_argument("--tool-seconds", type=float, default=0.05)
     parser.add_argument("--approve", action="store_true")
+    parser.add_argument("--approval-timeout", type=float, default=600.0)
     parser.add_argument("--ids", nargs="+", required=True)
+    parser.add_argument("--session", help="every run's session (default: its own, its id)")
     arguments = parser.parse_args()
     try:
         anyio.run(main, arguments, backend="asyncio")

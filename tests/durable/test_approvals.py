@@ -174,7 +174,8 @@ async def test_a_wait_that_times_out_ends_the_run_pending_and_a_decision_resumes
         with SetWorkflowID("wf-timeout-resumed"):
             decided = await agent.run(Decision(run.tokens[0], approve=True), session=session)
         assert decided.text == "all clean"
-        assert ran == ["/tmp/x@wf-timeout-resumed:2"]  # its first step reads the history
+        # Its first steps read the history and claim the call from the store.
+        assert ran == ["/tmp/x@wf-timeout-resumed:3"]
         history = await session.get_messages()
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
     assert len(client.requests) == 2

@@ -41,13 +41,15 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
 
 
-def _worker(mode: str, system_db: str, folder: Path, *extra: str) -> subprocess.Popen[str]:
+def _worker(
+    mode: str, system_db: str, folder: Path, *extra: str, run: str = "turn-1"
+) -> subprocess.Popen[str]:
     command = [
         sys.executable, str(WORKER), mode,
         "--system-db", system_db,
         "--sessions", str(folder / "sessions.db"),
         "--log", str(folder / "log"),
-        "--ids", "turn-1",
+        "--ids", run,
         *extra,
     ]  # fmt: skip
     return subprocess.Popen(
@@ -72,9 +74,17 @@ def _log(folder: Path) -> list[tuple[str, int]]:
     return lines
 
 
-def _crash(system_db: str, folder: Path, hang: str, until: str, *extra: str) -> int:
+def _crash(
+    system_db: str,
+    folder: Path,
+    hang: str,
+    until: str,
+    *extra: str,
+    run: str = "turn-1",
+    mode: str = "run",
+) -> int:
     """Start a worker, wait until the log says ``until``, SIGKILL it; its pid."""
-    worker = _worker("run", system_db, folder, "--hang", hang, *extra)
+    worker = _worker(mode, system_db, folder, "--hang", hang, *extra, run=run)
     _until(worker, folder, until)
     worker.send_signal(signal.SIGKILL)
     worker.communicate()
@@ -90,6 +100,13 @@ def _until(worker: subprocess.Popen[str], folder: Path, line: str) -> None:
             pytest.fail(f"the worker ended before {line!r}: {worker.communicate()[1][-3000:]}")
         assert time.monotonic() < deadline, f"the worker never logged {line!r}"
         time.sleep(0.02)
+
+
+def _result(worker: subprocess.Popen[str]) -> dict[str, object]:
+    """What the worker printed last, once it ended well."""
+    out, err = worker.communicate(timeout=DEADLINE)
+    assert worker.returncode == 0, err[-3000:]
+    return json.loads(out.splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def _recover(system_db: str, folder: Path) -> tuple[dict[str, object], int]:
@@ -222,3 +239,59 @@ def test_a_worker_killed_while_its_run_waits_for_approval_is_recovered_and_decid
         ("post turn-1 error=NoneType", second),
     ]
     assert [what for what, pid in log if pid == third] == ["launched decide"]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_worker_killed_after_its_run_denied_the_calls_another_run_waits_on_is_recovered(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    system_db = _system_db(kind, tmp_path, request)
+    shared = ("--approve", "--session", "turn-1")
+    # turn-1 waits for the approval of its second call, in a worker of its own.
+    waiting = _worker("run", system_db, tmp_path, *shared, "--executor", "first")
+    _until(waiting, tmp_path, "waiting turn-1")
+    # A new message in that session, turn-2, denies that call and tells turn-1 (DBOS.send
+    # in its workflow); then its own second call waits, and its worker dies.
+    first = _crash(system_db, tmp_path, "none", "waiting turn-2", *shared, run="turn-2")
+    told = _result(waiting)  # turn-1 stopped waiting as it was told, before its timeout
+    assert told["text"] == ""
+    # The recovering worker replays turn-2's pass (the denial and the message included),
+    # and a third process approves turn-2's call.
+    recovering = _worker("recover", system_db, tmp_path, *shared, run="turn-2")
+    _until(recovering, tmp_path, "launched recover")
+    decider = _worker("decide", system_db, tmp_path, *shared, "--executor", "d", run="turn-2")
+    decided = _result(decider)
+    result = _result(recovering)
+
+    # turn-1 kept 4 messages and its denied call's answer; turn-2 is a whole turn: 5 + 8.
+    assert decided == {"id": "turn-2", "text": "sum=14", "history": 13}
+    assert result == decided
+    log = _log(tmp_path)
+    second = recovering.pid
+    calls = [(what.split(" key=")[0], pid) for what, pid in log if what.startswith("tool start")]
+    assert calls == [
+        ("tool start 1", waiting.pid),
+        ("tool start 1", first),
+        ("tool start 2", second),
+        ("tool start 3", second),
+    ]
+
+
+def test_a_worker_killed_in_the_run_a_decision_started_is_recovered(tmp_path: Path) -> None:
+    system_db = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    # turn-1 does not wait: it ends with its second call pending.
+    ended = _result(_worker("run", system_db, tmp_path, "--approve", "--approval-timeout", "0"))
+    assert ended == {"id": "turn-1", "text": "", "history": 4}
+    # No run waits for the decision: it starts turn-1-decided (which claims the call from
+    # the store), whose worker dies in the model call after the approved call.
+    first = _crash(system_db, tmp_path, "model3", "model turn-1 3", "--approve", mode="decide")
+    recovering = _worker(
+        "recover", system_db, tmp_path, "--session", "turn-1", run="turn-1-decided"
+    )
+    result = _result(recovering)
+
+    assert result == {"id": "turn-1-decided", "text": "sum=14", "history": 8}
+    log = _log(tmp_path)
+    calls = [(what.split(" key=")[0], pid) for what, pid in log if what.startswith("tool start")]
+    assert [pid for what, pid in calls if what == "tool start 2"] == [first]  # run once
+    assert [pid for what, pid in log if what == "model turn-1 3"] == [first, recovering.pid]

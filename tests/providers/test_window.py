@@ -22,6 +22,7 @@ from raf import (
     TruncationStrategy,
     approximate_tokens,
     check_tool_pairing,
+    message_units,
 )
 from raf.testing.strategies import histories
 
@@ -90,13 +91,15 @@ async def test_max_tokens_keeps_the_newest_that_fit() -> None:
     one_each = HistoryProvider(max_tokens=3, count_tokens=lambda message: 1)
     assert await injected(one_each, session) == tuple(chat(10)[-3:])
     cost = approximate_tokens(chat(10)[-1])
-    assert len(await injected(HistoryProvider(max_tokens=2 * cost), session)) == 2
+    assert len(await injected(HistoryProvider(max_tokens=2 * cost, step=1), session)) == 2
+    # By default the start moves by a third of the bound: it sits further on, ahead of time.
+    assert len(await injected(HistoryProvider(max_tokens=2 * cost), session)) == 1
 
 
-async def test_a_budget_alone_reads_more_until_it_is_reached() -> None:
+async def test_a_budget_alone_counts_from_the_first_message() -> None:
     session = InMemorySession()
     await session.add_messages(chat(1500))
-    provider = HistoryProvider(max_tokens=1000, count_tokens=lambda message: 1)
+    provider = HistoryProvider(max_tokens=1000, count_tokens=lambda message: 1, step=1)
     assert await injected(provider, session) == tuple(chat(1500)[-1000:])
     everything = HistoryProvider(max_tokens=10_000, count_tokens=lambda message: 1)
     assert await injected(everything, session) == tuple(chat(1500))
@@ -170,3 +173,82 @@ async def test_the_window_is_a_whole_suffix_within_bounds(
         assert sum(approximate_tokens(m) for m in window) <= max_tokens
     # The same window whether the store reads its tail or everything.
     assert await injected(provider, PlainSession(history)) == window
+
+
+def base_start(total: int, bound: int, step: int) -> int:
+    """The first multiple of ``step`` from which ``total`` messages fit ``bound``."""
+    start = 0
+    while total - start > bound:
+        start += step
+    return start
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    history=histories(max_turns=10),
+    bound=st.integers(1, 12),
+    data=st.data(),
+)
+async def test_a_message_window_moves_in_steps_and_every_process_agrees(
+    tmp_path_factory: pytest.TempPathFactory,
+    history: tuple[ChatMessage, ...],
+    bound: int,
+    data: st.DataObject,
+) -> None:
+    step = data.draw(st.integers(1, bound))
+    path = tmp_path_factory.mktemp("steps") / "s.db"
+    provider = HistoryProvider(max_messages=bound, step=step)
+    memory = InMemorySession()
+    stored, previous = 0, 0
+    async with SqliteSessionStore(path) as store:
+        writer = await store.get("s")
+        while stored < len(history):
+            batch = history[stored : stored + data.draw(st.integers(1, 4))]
+            stored += len(batch)
+            await memory.add_messages(batch)
+            await writer.add_messages(batch)
+            window = await injected(provider, memory)
+            assert len(window) <= bound
+            assert check_tool_pairing(window) is None
+            start = base_start(stored, bound, step)
+            assert start % step == 0
+            assert start >= previous
+            if stored - previous <= bound:
+                assert start == previous  # within the bound: the start stays put
+            previous = start
+            # The same window from a new provider and a new store reading the same file.
+            async with SqliteSessionStore(path) as fresh:
+                again = HistoryProvider(max_messages=bound, step=step)
+                assert await injected(again, await fresh.get("s")) == window
+            assert await injected(provider, writer) == window
+            assert await injected(provider, PlainSession(history[:stored])) == window
+            cut = start
+            while cut < stored and history[cut].role == "tool":
+                cut += 1
+            assert window == tuple(m for unit in message_units(history[cut:stored]) for m in unit)
+
+
+@settings(max_examples=40, deadline=None)
+@given(history=histories(max_turns=10), bound=st.integers(1, 120), data=st.data())
+async def test_a_token_window_moves_in_steps(
+    history: tuple[ChatMessage, ...], bound: int, data: st.DataObject
+) -> None:
+    step = data.draw(st.integers(1, bound))
+    provider = HistoryProvider(max_tokens=bound, step=step)
+    session = InMemorySession()
+    previous: tuple[ChatMessage, ...] | None = None
+    offset = 0
+    for message in history:
+        await session.add_messages([message])
+        window = await injected(provider, session)
+        assert sum(approximate_tokens(m) for m in window) <= bound
+        assert check_tool_pairing(window) is None
+        stored = await session.get_messages()
+        total = sum(approximate_tokens(m) for m in stored)
+        fits = total - offset <= bound
+        offset = base_start(total, bound, step)
+        if fits and previous:
+            # Within the bound, the window only grows at its end: its start stays put.
+            assert window[: len(previous)] == previous or not window
+        previous = window
+    assert await injected(provider, PlainSession(history)) == previous or not history

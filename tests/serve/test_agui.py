@@ -91,3 +91,39 @@ async def test_a_client_leaving_an_ag_ui_stream_is_an_early_close(anyio_backend:
     stored = json.loads(listed.body)["data"]
     assert [m["role"] for m in stored] == ["user", "assistant"]
     assert stored[1]["content"].startswith("w0 w1 ")
+
+
+async def test_calls_after_text_in_one_model_call_name_its_message_as_parent(
+    anyio_backend: str,
+) -> None:
+    # Text, then two calls, in one model call: one assistant turn for @ag-ui/client, so
+    # each TOOL_CALL_START names the text message as its parent; the next call's text is
+    # a message of its own, and a call with no text before it has no parent.
+    model = raf.ScriptedChatClient(
+        [
+            ["Let me check.", *_calls("c1", "c2")],
+            ["Done."],
+        ]
+    )
+    app = raf.serve.app(raf.Agent(model, name="a", tools=[_noop]))
+    events = events_of(await Exchange()(app, "/ag-ui", run_input("go")))
+    text_ids = [e.message_id for e in events if e.type == EventType.TEXT_MESSAGE_START]
+    starts = [e for e in events if e.type == EventType.TOOL_CALL_START]
+    assert [s.tool_call_id for s in starts] == ["c1", "c2"]
+    assert [s.parent_message_id for s in starts] == [text_ids[0]] * 2
+    assert len(set(text_ids)) == 2
+    only_calls = raf.ScriptedChatClient([_calls("c3"), "ok"])
+    app = raf.serve.app(raf.Agent(only_calls, name="a", tools=[_noop]))
+    events = events_of(await Exchange()(app, "/ag-ui", run_input("go")))
+    (start,) = [e for e in events if e.type == EventType.TOOL_CALL_START]
+    assert start.parent_message_id is None
+
+
+@raf.tool
+def _noop() -> str:
+    """Does nothing."""
+    return "nothing"
+
+
+def _calls(*ids: str) -> list[raf.Update]:
+    return [raf.Update.of_tool_call(raf.ToolCall(i, "_noop", "{}")) for i in ids]
