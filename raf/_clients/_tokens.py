@@ -15,6 +15,7 @@ the tokens of its JSON, which is close to, not exactly, what the API bills.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from functools import cache, lru_cache
 from typing import Final
@@ -71,11 +72,15 @@ def encoding_name(model: str) -> str | None:
 def text_counter(encoding: str) -> Encode | None:
     """The token count of a text in ``encoding``, or ``None`` when ``bpe-openai`` is not
     installed. Texts a conversation sends again and again are counted once."""
-    try:
-        import bpe_openai  # optional (extra raf-agents[tokens]): loaded on first count
-    except ImportError:
-        return None
-    encoder = bpe_openai.get_encoding(encoding)
+    with warnings.catch_warnings():
+        # bpe-openai 0.1 opens its files with importlib.resources' deprecated open_binary.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            import bpe_openai  # optional (extra raf-agents[tokens]): loaded on first count
+        except ImportError:
+            return None
+        encoder = bpe_openai.get_encoding(encoding)
+        encoder.encode_ordinary("")
 
     @lru_cache(maxsize=8192)
     def count(text: str) -> int:

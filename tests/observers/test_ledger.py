@@ -100,7 +100,7 @@ async def test_the_count_is_the_whole_prompts() -> None:
     ledger = ContextLedger()
     agent = Agent(client, instructions="Be brief.", stack=[Rules()], observers=[ledger])
     await agent.run("where is my order?")
-    for call, entry in zip(client.calls, ledger.calls, strict=True):
+    for call, entry in zip(client.requests, ledger.calls, strict=True):
         assert entry.input_tokens == approximate_prompt_tokens(call.messages, call.options.tools)
 
 
@@ -137,19 +137,19 @@ async def test_broken_by_names_the_stable_provider_that_changed() -> None:
 async def test_a_window_that_moves_breaks_the_cache_at_the_history() -> None:
     ledger = ContextLedger()
     agent = Agent(
-        ScriptedChatClient([f"answer {n}" for n in range(8)]),
-        stack=[HistoryProvider(max_messages=4, step=2)],
+        ScriptedChatClient([f"answer {n}" for n in range(12)]),
+        stack=[HistoryProvider(max_messages=12, step=6)],
         observers=[ledger],
     )
     session = InMemorySession()
-    for turn in range(8):
+    for turn in range(12):
         await agent.run(f"question {turn}", session=session)
     broken = [entry.broken_by for entry in ledger.calls]
     assert {(part.layer, part.region) for part in broken if part is not None} == {
         ("HistoryProvider", "history")
     }
-    # Stepped: most turns extend the previous prompt, a few move the start.
-    assert 0 < sum(part is not None for part in broken) < len(broken) // 2 + 1
+    # Stepped: a turn adds two messages, so the start moves every third turn once full.
+    assert [part is not None for part in broken].count(True) == 2
 
 
 async def test_each_session_is_compared_with_its_own_previous_call() -> None:
@@ -248,3 +248,38 @@ async def test_through_the_openai_client_the_cached_tokens_it_reported(
         ("HistoryProvider", "history"),
         ("request", "request"),
     ]
+
+
+# On the OpenTelemetry chat span --------------------------------------------------------------
+
+
+async def test_the_chat_span_carries_the_calls_figures() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import raf.otel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    ledger = ContextLedger()
+    agent = Agent(
+        ScriptedChatClient(["one", "two"]),
+        instructions="Be brief.",
+        stack=[HistoryProvider(), Clock(volatile=False)],
+    )
+    traced = raf.otel.instrument(agent, tracer_provider=provider, ledger=ledger)
+    session = InMemorySession()
+    await traced.run("hi", session=session)
+    await traced.run("again", session=session)
+    provider.shutdown()
+    chats = [span for span in exporter.get_finished_spans() if span.name.startswith("chat")]
+    assert len(chats) == len(ledger.calls) == 2
+    first, second = (dict(span.attributes or {}) for span in chats)
+    assert first["raf.context.input_tokens"] == ledger.calls[0].input_tokens
+    assert "raf.context.broken_by" not in first
+    assert second["raf.context.broken_by"] == "Clock"
+    assert second["raf.context.broken_region"] == "system"
+    assert second["raf.context.shared_prefix_tokens"] == ledger.calls[1].shared_prefix_tokens
+    assert second["raf.context.parts"][0] == f"agent/system={ledger.calls[1].parts[0].tokens}"
