@@ -198,7 +198,8 @@ async def test_the_report_is_a_table_with_a_row_per_call() -> None:
     await agent.run("again", session=session)
     lines = ledger.report().splitlines()
     assert lines[0].split() == [
-        "call", "session", "input", "HistoryProvider", "request", "shared", "cached", "broken", "by",
+        "call", "session", "input", "HistoryProvider", "request",
+        "shared", "cached", "broken", "by",
     ]  # fmt: skip
     assert [line.split()[0] for line in lines[1:4]] == ["1", "2", "all"]
     assert "counted by approximate" in lines[-1]
