@@ -341,7 +341,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
                 str(input_total),
                 *(str(sum(entry.tokens_of(layer) for entry in calls)) for layer in layers),
                 str(shared_total),
-                str(sum(entry.reported_cached_tokens or 0 for entry in calls)),
+                _cached_total(calls),
                 f"{sum(entry.broken_by is not None for entry in calls)} broken",
             ]
         )
@@ -355,3 +355,8 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             f"tokens counted by {counted}; shared: the prefix the session's previous call sent"
         )
     return "\n".join(lines)
+
+
+def _cached_total(calls: Sequence[LedgerEntry]) -> str:
+    reported = [entry.reported_cached_tokens for entry in calls]
+    return "-" if all(value is None for value in reported) else str(sum(v or 0 for v in reported))
