@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from raf._values.messages import ChatMessage
 from raf._values.protocols import Tool
 
-__all__ = ["approximate_prompt_tokens", "approximate_tokens"]
+__all__ = ["approximate_tokens"]
 
 
 def approximate_tokens(message: ChatMessage) -> int:
