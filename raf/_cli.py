@@ -250,30 +250,22 @@ def _parser() -> argparse.ArgumentParser:
             help=f"the session store: a SQLite file (default {DEFAULT_DB}; missing folders "
             "are created) or redis://HOST:PORT/N",
         )
-        command.add_argument(
-            "--trace",
-            action="store_true",
-            help="print each provider stage, model call and tool call as it happens",
-        )
-        command.add_argument(
-            "--trace=mermaid",
-            dest="mermaid",
-            action="store_true",
-            help="at the end of each run, print it on stderr as a Mermaid sequence diagram",
-        )
-        command.add_argument(
-            "--trace=context",
-            dest="context",
-            action="store_true",
-            help="at the end, print on stderr the tokens each layer put in each model call, "
-            "what the provider's cache could serve and which layer broke it",
-        )
+        for flag, dest, text in _TRACES:
+            command.add_argument(flag, dest=dest, action="store_true", help=text)
         command.add_argument(
             "--verbose",
             action="store_true",
             help="every log event on stderr (on a terminal, only errors are shown otherwise)",
         )
     return parser
+
+
+#: The ``--trace`` flags: what each prints on stderr.
+_TRACES = (
+    ("--trace", "trace", "print each provider stage, model call and tool call as it happens"),
+    ("--trace=mermaid", "mermaid", "print each run at its end as a Mermaid sequence diagram"),
+    ("--trace=context", "context", "print each model call's tokens by layer at the end"),
+)
 
 
 def _serve_parser(commands: Any) -> None:
@@ -304,38 +296,28 @@ async def _run_command(args: argparse.Namespace) -> int:
     loaded = _load(args, printer)
     async with _opened(args, loaded.agent) as session:
         try:
-            try:
-                await loaded.agent.run(
-                    _from_argv(args.message),
-                    session=session,
-                    options=loaded.options,
-                    on_update=printer,
-                )
-            finally:
-                # A failed turn leaves what it printed on a line of its own, before the error.
-                printer.end_line()
-            printer.finish()
+            await loaded.agent.run(
+                _from_argv(args.message),
+                session=session,
+                options=loaded.options,
+                on_update=printer,
+            )
         finally:
-            _print_ledger(args)
+            # A failed turn leaves what it printed on a line of its own, before the error.
+            printer.end_line()
+        printer.finish()
         return 0
-
-
-def _print_ledger(args: argparse.Namespace) -> None:
-    ledger: ContextLedger | None = getattr(args, "ledger", None)
-    if ledger is not None and ledger.calls:
-        _say(ledger.report(), sys.stderr)
 
 
 def _load(args: argparse.Namespace, printer: _Printer) -> LoadedConfig:
     """The config, its agent watched by the observers that ``--trace`` asks for."""
-
     def diagram(text: str) -> None:
         printer.end_line()
         _say(text, sys.stderr)
 
     observers: list[Any] = [MermaidObserver(diagram)] if args.mermaid else []
-    if getattr(args, "context", False):
-        args.ledger = ContextLedger()
+    args.ledger = ContextLedger() if args.context else None  # printed by _opened, at the end
+    if args.ledger is not None:
         observers.append(args.ledger)
     return load_config(
         args.config,
@@ -392,6 +374,9 @@ async def _opened(args: argparse.Namespace, agent: Agent) -> AsyncIterator[Sessi
     are opened once for the whole command, and closed on the way out.
     """
     async with AsyncExitStack() as resources:
+        ledger = getattr(args, "ledger", None)
+        if ledger is not None:  # --trace=context: the ledger's table, once all is closed
+            resources.callback(lambda: _say(ledger.report()))
         for provider in agent.providers:
             if hasattr(provider, "__aenter__"):
                 await resources.enter_async_context(provider)
@@ -423,12 +408,9 @@ def _chat_command(args: argparse.Namespace) -> int:
         portal.wrap_async_context_manager(_opened(args, loaded.agent)) as session,
     ):
         # --trace prints its own progress on stderr: no "thinking…" line in between.
-        try:
-            return _chat(
-                portal, loaded, session, thinking=not (args.trace or args.mermaid), printer=printer
-            )
-        finally:
-            _print_ledger(args)
+        return _chat(
+            portal, loaded, session, thinking=not (args.trace or args.mermaid), printer=printer
+        )
 
 
 def _chat(

@@ -308,6 +308,8 @@ def _runs(sources: Segments, messages: Sequence[ChatMessage], region: Region) ->
 
 def report(calls: Sequence[LedgerEntry]) -> str:
     """``calls`` as a table a person reads: one row per call, one column per layer."""
+    if not calls:
+        return "no model call was recorded"
     # Columns in prompt order: a layer where it first appears in the order of the regions.
     first: dict[str, int] = {}
     for entry in calls:
@@ -330,30 +332,26 @@ def report(calls: Sequence[LedgerEntry]) -> str:
                 "-" if broken is None else f"{broken.layer} ({broken.region})",
             ]
         )
-    if calls:
-        counted = ", ".join(sorted({entry.counted_by for entry in calls}))
-        input_total = sum(entry.input_tokens for entry in calls)
-        shared_total = sum(entry.shared_prefix_tokens for entry in calls)
-        rows.append(
-            [
-                "all",
-                "",
-                str(input_total),
-                *(str(sum(entry.tokens_of(layer) for entry in calls)) for layer in layers),
-                str(shared_total),
-                _cached_total(calls),
-                f"{sum(entry.broken_by is not None for entry in calls)} broken",
-            ]
-        )
+    rows.append(
+        [
+            "all",
+            "",
+            str(sum(entry.input_tokens for entry in calls)),
+            *(str(sum(entry.tokens_of(layer) for entry in calls)) for layer in layers),
+            str(sum(entry.shared_prefix_tokens for entry in calls)),
+            _cached_total(calls),
+            f"{sum(entry.broken_by is not None for entry in calls)} broken",
+        ]
+    )
     widths = [max(len(row[column]) for row in rows) for column in range(len(head))]
     lines = [
         "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
         for row in rows
     ]
-    if calls:
-        lines.append(
-            f"tokens counted by {counted}; shared: the prefix the session's previous call sent"
-        )
+    counted = ", ".join(sorted({entry.counted_by for entry in calls}))
+    lines.append(
+        f"tokens counted by {counted}; shared: the prefix the session's previous call sent"
+    )
     return "\n".join(lines)
 
 
