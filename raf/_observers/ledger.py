@@ -107,7 +107,9 @@ class ContextLedger(Observer):
     Tokens are counted with ``count_tokens`` (``(messages, tools) -> int``)
     when given, else with the agent's client's ``count_tokens`` when it has
     one, else :func:`raf.approximate_tokens`. An agent without a ledger pays
-    nothing for it: the counting happens here.
+    nothing for it: the counting happens here. A ledger keeps every entry and
+    each session's last prompt: it is meant for a command, a test or a
+    debugging session, not for a server's lifetime.
 
     >>> import anyio
     >>> from raf import Agent, EchoChatClient

@@ -93,6 +93,7 @@ def test_a_token_window_counts_with_the_agents_client() -> None:
     assert client_counter(Agent(client))(message) == client.count_tokens([message])
 
 
+@pytest.mark.slow
 def test_counting_needs_no_network(tmp_path: Path) -> None:
     # A fresh process whose sockets all refuse to connect, and an empty cache folder for
     # tiktoken-style downloads: the encodings come from the installed package's files.
