@@ -83,6 +83,9 @@ if typing.TYPE_CHECKING:
     from raf._middleware.fallback import FallbackMiddleware as FallbackMiddleware
     from raf._middleware.logging import LoggingMiddleware as LoggingMiddleware
     from raf._middleware.retry import RetryMiddleware as RetryMiddleware
+    from raf._observers.ledger import ContextLedger as ContextLedger
+    from raf._observers.ledger import LedgerEntry as LedgerEntry
+    from raf._observers.ledger import LedgerPart as LedgerPart
     from raf._observers.mermaid import MermaidObserver as MermaidObserver
     from raf._observers.tracing import StageEvent as StageEvent
     from raf._observers.tracing import TraceObserver as TraceObserver
@@ -132,6 +135,7 @@ __all__ = [
     "CompressionProvider",
     "CompressionStrategy",
     "ConfigError",
+    "ContextLedger",
     "ContextProvider",
     "ContextProviderDecl",
     "ContextProviderLike",
@@ -149,6 +153,8 @@ __all__ = [
     "IncompleteResponseError",
     "Invocation",
     "KnowledgeProvider",
+    "LedgerEntry",
+    "LedgerPart",
     "LoggingMiddleware",
     "McpError",
     "McpToolsProvider",
@@ -239,6 +245,9 @@ _LAZY = {
     "KnowledgeProvider": "raf._providers.knowledge",
     "LoggingMiddleware": "raf._middleware.logging",
     "McpToolsProvider": "raf._providers.mcp",
+    "ContextLedger": "raf._observers.ledger",
+    "LedgerEntry": "raf._observers.ledger",
+    "LedgerPart": "raf._observers.ledger",
     "MermaidObserver": "raf._observers.mermaid",
     "OpenAIChatClient": "raf._clients.openai",
     "OpenAIResponsesClient": "raf._clients.responses",

@@ -29,6 +29,7 @@ from raf._errors import (
     ToolError,
 )
 from raf._metadata import docs_url, installed_version
+from raf._observers.ledger import ContextLedger
 from raf._observers.mermaid import MermaidObserver
 from raf._observers.tracing import StageEvent
 from raf._sessions.base import Session
@@ -249,23 +250,22 @@ def _parser() -> argparse.ArgumentParser:
             help=f"the session store: a SQLite file (default {DEFAULT_DB}; missing folders "
             "are created) or redis://HOST:PORT/N",
         )
-        command.add_argument(
-            "--trace",
-            action="store_true",
-            help="print each provider stage, model call and tool call as it happens",
-        )
-        command.add_argument(
-            "--trace=mermaid",
-            dest="mermaid",
-            action="store_true",
-            help="at the end of each run, print it on stderr as a Mermaid sequence diagram",
-        )
+        for flag, dest, text in _TRACES:
+            command.add_argument(flag, dest=dest, action="store_true", help=text)
         command.add_argument(
             "--verbose",
             action="store_true",
             help="every log event on stderr (on a terminal, only errors are shown otherwise)",
         )
     return parser
+
+
+#: The ``--trace`` flags: what each prints on stderr.
+_TRACES = (
+    ("--trace", "trace", "print each provider stage, model call and tool call as it happens"),
+    ("--trace=mermaid", "mermaid", "print each run at its end as a Mermaid sequence diagram"),
+    ("--trace=context", "context", "print each model call's tokens by layer at the end"),
+)
 
 
 def _serve_parser(commands: Any) -> None:
@@ -315,10 +315,14 @@ def _load(args: argparse.Namespace, printer: _Printer) -> LoadedConfig:
         printer.end_line()
         _say(text, sys.stderr)
 
+    observers: list[Any] = [MermaidObserver(diagram)] if args.mermaid else []
+    args.ledger = ContextLedger() if args.context else None  # printed by _opened, at the end
+    if args.ledger is not None:
+        observers.append(args.ledger)
     return load_config(
         args.config,
         emit=_trace_printer(sys.stderr, printer) if args.trace else None,
-        observers=[MermaidObserver(diagram)] if args.mermaid else (),
+        observers=observers,
     )
 
 
@@ -370,6 +374,9 @@ async def _opened(args: argparse.Namespace, agent: Agent) -> AsyncIterator[Sessi
     are opened once for the whole command, and closed on the way out.
     """
     async with AsyncExitStack() as resources:
+        ledger = getattr(args, "ledger", None)
+        if ledger is not None:  # --trace=context: the ledger's table, once all is closed
+            resources.callback(lambda: _say(ledger.report()))
         for provider in agent.providers:
             if hasattr(provider, "__aenter__"):
                 await resources.enter_async_context(provider)

@@ -33,6 +33,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar, Token
+from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -46,7 +47,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 from raf._agent.agent import Agent
 from raf._agent.tool_loop import ToolRequest
 from raf._errors import StreamClosedError
-from raf._observers.otel_details import Details, Metrics, server_of
+from raf._observers.ledger import ContextLedger
+from raf._observers.otel_details import Details, Metrics, ledger_attributes, server_of
 from raf._onion.observe import Observer, ProviderStage, RunStage
 from raf._values.context import ChatRequest, ContextResult, Invocation
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
@@ -67,6 +69,7 @@ def instrument(
     tracer_provider: TracerProvider | None = None,
     capture_content: bool = False,
     meter_provider: MeterProvider | None = None,
+    ledger: ContextLedger | None = None,
 ) -> Agent:
     """A traced copy of ``agent``: OpenTelemetry spans for its runs, stages, model and tool calls.
 
@@ -78,7 +81,12 @@ def instrument(
     Message content (the messages, the system instructions, tool arguments
     and results) is recorded only when ``capture_content`` is true or the
     environment variable ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
-    is ``true``. The agent itself is not changed (an agent is read-only).
+    is ``true``. With a :class:`raf.ContextLedger` as ``ledger``, each
+    ``chat`` span also carries the call's figures (``raf.context.*``: the
+    prompt's tokens, per layer, shared with the previous call, cached, the
+    layer that broke the cache), and the ledger records the calls as if it
+    were one of the agent's observers (do not add it there too). The agent
+    itself is not changed (an agent is read-only).
 
     >>> from raf import Agent, EchoChatClient
     >>> from opentelemetry.trace import NoOpTracerProvider
@@ -107,6 +115,7 @@ def instrument(
         agent.name,
         Metrics(otel_metrics.get_meter(_INSTRUMENTATION, meter_provider=meter_provider)),
         server_of(client),
+        ledger,
     )
     return Agent(
         client,
@@ -201,6 +210,7 @@ class _Observer(Observer):
         "_run_name",
         "capture",
         "default_model",
+        "ledger",
         "metrics",
         "provider",
         "server",
@@ -216,7 +226,9 @@ class _Observer(Observer):
         agent_name: str | None,
         metrics: Metrics,
         server: dict[str, Any],
+        ledger: ContextLedger | None = None,
     ) -> None:
+        self.ledger = ledger
         self.metrics = metrics
         self.server = server
         self.tracer = tracer
@@ -305,6 +317,8 @@ class _Observer(Observer):
         """``chat {model}`` around each model call, retries included; its metrics."""
         model = request.options.model or self.default_model
         details = Details()
+        if self.ledger is not None:
+            call_next = partial(self.ledger.model_call, call_next=call_next)
         started = time.perf_counter()
         response: AgentResponse | None = None
         error_type: str | None = None
@@ -376,6 +390,8 @@ class _Observer(Observer):
             response = await call_next(request)
             details.read(response)
             _record_response(span, response, self.capture, details)
+            if self.ledger is not None:  # recorded just now, with no await in between
+                span.set_attributes(ledger_attributes(self.ledger.calls[-1]))
             if call.attempts > 1:
                 span.set_attribute("raf.chat.attempts", call.attempts)
             return response

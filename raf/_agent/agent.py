@@ -359,7 +359,7 @@ class Agent:
             else None
         )
         on_update = invocation.on_update
-        call = partial(self._chat_call, on_update)
+        call = partial(self._chat_call, on_update, invocation)
         if on_update is None:
             return await loop(
                 call,
@@ -385,9 +385,13 @@ class Agent:
         )
 
     def _chat_call(
-        self, on_update: OnUpdate | None, messages: Sequence[ChatMessage], options: ChatOptions
+        self,
+        on_update: OnUpdate | None,
+        invocation: Invocation,
+        messages: Sequence[ChatMessage],
+        options: ChatOptions,
     ) -> Awaitable[AgentResponse]:
-        return self._chat(ChatRequest(messages, options, on_update))
+        return self._chat(ChatRequest(messages, options, on_update, invocation=invocation))
 
     def _call_model(self, request: ChatRequest) -> Awaitable[AgentResponse]:
         # The innermost point of the chat stack: the updates go to the on_update that

@@ -13,13 +13,14 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, Self, TypeVar
 
 import anyio
 import httpx2
 
+from raf._clients._tokens import count_prompt, counted_with
 from raf._errors import (
     AuthenticationError,
     BadRequestError,
@@ -34,7 +35,9 @@ from raf._errors import (
 if TYPE_CHECKING:
     import openai
 
+    from raf._values.messages import ChatMessage
     from raf._values.options import ChatOptions
+    from raf._values.protocols import Tool
 
 __all__: list[str] = []
 
@@ -161,6 +164,19 @@ class OpenAISdkClient(SdkClient["openai.AsyncOpenAI"]):
     """An :class:`SdkClient` on ``openai.AsyncOpenAI``: both OpenAI clients."""
 
     SDK_CLIENT = "AsyncOpenAI"
+
+    def count_tokens(self, messages: Sequence[ChatMessage], tools: Sequence[Tool] = ()) -> int:
+        """The tokens of a prompt (``messages`` and the declarations of ``tools``) with the
+        model's own encoding (``o200k_base``, ``cl100k_base``), read from the files the
+        ``bpe-openai`` package ships (extra ``raf-agents[tokens]``): no network. An unknown
+        model, or no ``bpe-openai``, counts with :func:`raf.approximate_tokens`."""
+        return count_prompt(self.model, messages, tools)
+
+    @property
+    def token_encoding(self) -> str:
+        """What :meth:`count_tokens` counts with: ``"o200k_base"``, ``"cl100k_base"`` or
+        ``"approximate"``."""
+        return counted_with(self.model)
 
     def new_client(
         self, base_url: str | None, api_key: str | None, max_retries: int, max_response_bytes: int

@@ -136,8 +136,9 @@ class MermaidObserver(Observer):
         lanes = ["    participant caller", "    participant raf"]
         for lane_id, label in self._lanes.values():
             lanes.append(
-                f"    participant {lane_id}" if lane_id == label else
-                f"    participant {lane_id} as {_label(label)}"
+                f"    participant {lane_id}"
+                if lane_id == label
+                else f"    participant {lane_id} as {_label(label)}"
             )
         return "\n".join(["sequenceDiagram", *lanes, *self._lines])
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
 
+    from raf._observers.ledger import LedgerEntry
     from raf._values.messages import AgentResponse, Update
 
 __all__: list[str] = []
@@ -122,3 +123,19 @@ class Metrics:
             return
         self.tokens.record(usage.input_tokens, {**attributes, "gen_ai.token.type": "input"})
         self.tokens.record(usage.output_tokens, {**attributes, "gen_ai.token.type": "output"})
+
+
+def ledger_attributes(entry: LedgerEntry) -> dict[str, Any]:
+    """A ledger's figures of one model call, as ``chat`` span attributes (``raf.context.*``)."""
+    attributes: dict[str, Any] = {
+        "raf.context.input_tokens": entry.input_tokens,
+        "raf.context.counted_by": entry.counted_by,
+        "raf.context.shared_prefix_tokens": entry.shared_prefix_tokens,
+        "raf.context.parts": [f"{p.layer}/{p.region}={p.tokens}" for p in entry.parts],
+    }
+    if entry.reported_cached_tokens is not None:
+        attributes["raf.context.reported_cached_tokens"] = entry.reported_cached_tokens
+    if entry.broken_by is not None:
+        attributes["raf.context.broken_by"] = entry.broken_by.layer
+        attributes["raf.context.broken_region"] = entry.broken_by.region
+    return attributes

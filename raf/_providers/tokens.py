@@ -10,23 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raf._values.messages import ChatMessage
+from raf._values.tokens import approximate_tokens
 
 __all__ = ["approximate_tokens", "message_units"]
 
 #: Messages kept or dropped together: one message, or a calling turn and its results.
 Unit = tuple[ChatMessage, ...]
-
-
-def approximate_tokens(message: ChatMessage) -> int:
-    """A rough token count: about four characters a token, plus a little per message.
-
-    >>> approximate_tokens(ChatMessage.user("x" * 40))
-    14
-    """
-    chars = len(message.content or "")
-    for call in message.tool_calls:
-        chars += len(call.name) + len(call.arguments) + 8
-    return 4 + (chars + 3) // 4
 
 
 def message_units(messages: Sequence[ChatMessage]) -> list[Unit]:

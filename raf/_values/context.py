@@ -93,6 +93,10 @@ class ContextResult:
     volatile: bool = False
 
 
+#: Who contributed a run of messages: ``(provider name, how many)``, in order.
+Segments = tuple[tuple[str, int], ...]
+
+
 @attrs.frozen(slots=True)
 class Invocation:
     """One run on its way to the model (ASGI's ``scope``).
@@ -100,7 +104,10 @@ class Invocation:
     ``request_messages`` are the caller's messages; ``instructions``,
     ``messages`` and ``tools`` are what the providers outside this point have
     contributed, in registration order (``tool_sources`` names who offered
-    each tool); ``tail_instructions`` and ``tail_messages`` what they
+    each tool, ``instruction_sources`` each instruction, ``message_sources``
+    the messages as runs of ``(provider, count)``; the ``tail_`` ones the
+    same for the tail: what :class:`raf.ContextLedger` reads to say which
+    layer cost what); ``tail_instructions`` and ``tail_messages`` what they
     contributed as volatile results (the tail: after the history, before the
     request messages, never stored). ``request_hash`` is the digest the session recorded for the
     request messages and ``repeated`` whether the session had seen it before
@@ -129,6 +136,10 @@ class Invocation:
     request_hash: str | None = attrs.field(default=None, kw_only=True)
     repeated: bool = attrs.field(default=False, kw_only=True)
     tool_sources: tuple[str, ...] = attrs.field(default=(), kw_only=True, repr=False)
+    instruction_sources: tuple[str, ...] = attrs.field(default=(), kw_only=True, repr=False)
+    message_sources: Segments = attrs.field(default=(), kw_only=True, repr=False)
+    tail_sources: tuple[str, ...] = attrs.field(default=(), kw_only=True, repr=False)
+    tail_message_sources: Segments = attrs.field(default=(), kw_only=True, repr=False)
     on_update: OnUpdate | None = attrs.field(default=None, kw_only=True, repr=False)
     decisions: tuple[Decision, ...] = attrs.field(default=(), kw_only=True)
     post_failures: list[ProviderError] | None = attrs.field(
@@ -142,12 +153,15 @@ class ChatRequest:
 
     ``on_update`` is where the call's updates go in a streamed run (``None``
     otherwise); a chat middleware may wrap it to see them, with
-    ``attrs.evolve(request, on_update=...)``.
+    ``attrs.evolve(request, on_update=...)``. ``invocation`` is the run the
+    call belongs to (``None`` for a call made outside a run): who
+    contributed which part of the messages and tools.
     """
 
     messages: Sequence[ChatMessage]
     options: ChatOptions
     on_update: OnUpdate | None = attrs.field(default=None, repr=False)
+    invocation: Invocation | None = attrs.field(default=None, kw_only=True, repr=False, eq=False)
 
 
 @attrs.frozen(slots=True)
@@ -215,23 +229,33 @@ def merge(
             tail_instructions=(
                 (*invocation.tail_instructions, text) if text else invocation.tail_instructions
             ),
+            tail_sources=(*invocation.tail_sources, source) if text else invocation.tail_sources,
             tail_messages=invocation.tail_messages + messages,
+            tail_message_sources=_with_run(invocation.tail_message_sources, source, messages),
             tools=(*invocation.tools, *tools),
             tool_sources=(*invocation.tool_sources, *(source,) * len(tools)),
         )
-    injected = invocation.messages
+    injected, sources = invocation.messages, invocation.message_sources
     if replace:
-        injected = messages
+        injected, sources = messages, ()
     elif messages:
         # `+` of tuples copies each once; `(*a, *b)` builds a list and then copies that.
         injected = tuple(injected) + messages
     return attrs.evolve(
         invocation,
         instructions=(*invocation.instructions, text) if text else invocation.instructions,
+        instruction_sources=(
+            (*invocation.instruction_sources, source) if text else invocation.instruction_sources
+        ),
         messages=injected,
+        message_sources=_with_run(sources, source, messages),
         tools=(*invocation.tools, *tools),
         tool_sources=(*invocation.tool_sources, *(source,) * len(tools)),
     )
+
+
+def _with_run(segments: Segments, source: str, messages: Sequence[ChatMessage]) -> Segments:
+    return (*segments, (source, len(messages))) if messages else segments
 
 
 def start_invocation(

@@ -208,7 +208,6 @@ def _check_untouched(run: _Run, stage: str) -> None:
             )
 
 
-
 def _describe_order(order: Sequence[tuple[str, int]]) -> str:
     return ", ".join(f"{stage} {_RUNS[index].key}" for stage, index in order)
 
