@@ -219,6 +219,11 @@ def test_merge_carries_every_field_a_provider_does_not_contribute(
         tool_sources=merged.tool_sources,
         tail_instructions=merged.tail_instructions,
         tail_messages=merged.tail_messages,
+        # who contributed what (the ledger reads them), contributed with the rest
+        instruction_sources=merged.instruction_sources,
+        message_sources=merged.message_sources,
+        tail_sources=merged.tail_sources,
+        tail_message_sources=merged.tail_message_sources,
     )
     assert merged.on_update is _send
     assert (merged.request_hash, merged.repeated) == ("digest", True)
