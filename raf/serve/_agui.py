@@ -200,7 +200,11 @@ class EventFraming:
         return frames + self._end_text() + [_frame(done)]
 
     def failed(self, error: HttpError) -> list[bytes]:
-        event = RunErrorEvent(message=error.message, code=error.code or str(error.status))
+        event = RunErrorEvent(
+            message=f"{error.message} (request id {error.request_id})",
+            code=error.code or str(error.status),
+            metadata={"requestId": error.request_id},
+        )
         return self._end_text() + [_frame(event)]
 
 

@@ -234,5 +234,6 @@ class ChunkFraming:
 
     def failed(self, error: HttpError) -> list[bytes]:
         # An error event mid-stream: the OpenAI SDK raises it as an APIError.
-        body = {"error": {"message": error.message, "type": error.type, "code": error.code}}
+        fields = {"message": error.message, "type": error.type, "code": error.code}
+        body = {"error": {**fields, "request_id": error.request_id}}
         return [b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"]
