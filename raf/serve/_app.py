@@ -19,7 +19,7 @@ from starlette.types import ASGIApp
 
 from raf._agent.agent import Agent
 from raf._errors import ConfigError
-from raf._sessions.base import missing_pending
+from raf._sessions.base import Session, missing_pending
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
 from raf.serve._agui import ag_ui
@@ -37,7 +37,13 @@ from raf.serve._http import (
 from raf.serve._served import Served
 from raf.serve._sessions import Keys, check_store
 from raf.serve._stream import TurnStream
-from raf.serve._wire import ChunkFraming, completion, new_messages, parse_completion
+from raf.serve._wire import (
+    ChunkFraming,
+    completion,
+    new_messages,
+    parse_completion,
+    unanswerable,
+)
 
 __all__: list[str] = []
 
@@ -152,6 +158,7 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
             raise HttpError(400, "no new message after the last assistant message")
     # A stateless request's run has no session (a fresh one of its own, kept nowhere).
     session = None if session_id is None else await served.session(request, session_id)
+    await _check_answers(body.messages, session)
     options = body.options(served.options)
     if body.stream:
         framing = ChunkFraming(served.model, body.include_usage)
@@ -162,6 +169,18 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         note_failure(request.scope, exc)
         raise failure(exc) from None
     return JSONResponse(completion(served.model, response))
+
+
+async def _check_answers(messages: Sequence[ChatMessage], session: Session | None) -> None:
+    """A 400 for a ``tool`` message that answers no call (of the body, or of the session)."""
+    orphan = unanswerable(messages)
+    if orphan is not None and session is not None:  # the call may be in the stored history
+        stored = await session.get_messages()
+        orphan = unanswerable(messages, (c.id for m in stored for c in m.tool_calls))
+    if orphan is not None:
+        raise HttpError(
+            400, f"a tool message answers no call: tool_call_id {orphan!r:.80}", code="bad_tool"
+        )
 
 
 async def models(served: Served, request: Request) -> ASGIApp:

@@ -73,7 +73,7 @@ def bounded_list(items: Sequence[str], first: int = 3) -> str:
     >>> bounded_list(["a", "b", "c", "d", "e"])
     "5: 'a', 'b', 'c' and 2 more"
     """
-    quoted = ", ".join(f"{item!r:.60}" for item in items[:first])
+    quoted = ", ".join(f"{item!r:.80}" for item in items[:first])
     more = f" and {len(items) - first} more" if len(items) > first else ""
     return f"{len(items)}: {quoted}{more}"
 
