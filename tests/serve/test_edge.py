@@ -103,7 +103,9 @@ async def test_json_routes_need_a_json_content_type(anyio_backend: str, keys: An
             none = await http.post(path, content=json.dumps(body), headers=auth)
             assert none.status_code == 415
         charset = {"content-type": "application/json; charset=utf-8", **auth}
-        reply = await http.post("/v1/chat/completions", content=json.dumps(chat("hi")), headers=charset)
+        reply = await http.post(
+            "/v1/chat/completions", content=json.dumps(chat("hi")), headers=charset
+        )
         assert reply.status_code == 200
 
 
@@ -183,17 +185,15 @@ async def test_a_tool_message_that_answers_no_call_is_a_400(anyio_backend: str) 
         reply = await http.post("/v1/chat/completions", json=body)
         assert reply.status_code == 400
         assert error_of(reply)["code"] == "bad_tool"
-        session = await http.post(
-            "/v1/chat/completions", json=body, headers={"x-session-id": "s"}
-        )
+        session = await http.post("/v1/chat/completions", json=body, headers={"x-session-id": "s"})
         assert session.status_code == 400
         answered = {
             "model": MODEL,
             "messages": [
                 {"role": "user", "content": "hi"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "shout", "arguments": "{}"}}
-                ]},
+                {"role": "assistant", "content": None, "tool_calls": [{
+                    "id": "c1", "type": "function", "function": {"name": "shout", "arguments": "{}"},
+                }]},
                 {"role": "tool", "tool_call_id": "c1", "content": "HI"},
             ],
         }  # fmt: skip
