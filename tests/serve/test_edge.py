@@ -192,7 +192,8 @@ async def test_a_tool_message_that_answers_no_call_is_a_400(anyio_backend: str) 
             "messages": [
                 {"role": "user", "content": "hi"},
                 {"role": "assistant", "content": None, "tool_calls": [{
-                    "id": "c1", "type": "function", "function": {"name": "shout", "arguments": "{}"},
+                    "id": "c1", "type": "function",
+                    "function": {"name": "shout", "arguments": "{}"},
                 }]},
                 {"role": "tool", "tool_call_id": "c1", "content": "HI"},
             ],
