@@ -91,8 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _chat_command(args)
         if args.command == "serve":
             return _serve()(
-                args.config, host=args.host, port=args.port, db=args.db,
-                workers=args.workers, api_keys=args.api_key, grace=args.grace,
+                args.config, host=args.host, port=args.port, db=args.db, workers=args.workers,
+                api_keys=args.api_key, grace=args.grace, api_key_files=args.api_key_file,
+                allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin,
             )  # fmt: skip
         return anyio.run(_run_command, args)
     except (AgentError, OSError) as exc:
@@ -283,9 +284,13 @@ def _serve_parser(commands: Any) -> None:
         help="the session store: a SQLite file or redis://HOST:PORT/N (default: in memory)",
     )
     serve.add_argument("--workers", type=int, default=1, help="worker processes (need --db)")
-    serve.add_argument(
-        "--api-key", action="append", default=[], help="a key callers must send (repeatable)"
-    )
+    for flag, text in (
+        ("--api-key", "a key callers must send (repeatable; seen in the process list)"),
+        ("--api-key-file", "a file of keys, one a line (also RAF_API_KEYS=KEY1,KEY2)"),
+        ("--allowed-host", "a Host served besides localhost and --host (without keys)"),
+        ("--allowed-origin", "a browser Origin allowed besides the server's (without keys)"),
+    ):
+        serve.add_argument(flag, action="append", default=[], help=text)
     serve.add_argument(
         "--grace", type=int, default=10, help="seconds SIGTERM leaves in-flight streams"
     )

@@ -11,6 +11,7 @@ claimed, so the stored history never keeps a call without its result).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -301,9 +302,9 @@ async def claim_decided(
     """
     tokens = tuple(decision.token for decision in decisions)
     if len(set(tokens)) != len(tokens):
-        repeated = tuple(sorted({t for t in tokens if tokens.count(t) > 1}))
+        repeated = tuple(sorted(t for t, n in Counter(tokens).items() if n > 1))  # linear
         raise ApprovalError(
-            f"two decisions for one call (tokens {', '.join(repeated)}): none was applied",
+            f"two decisions for one call (tokens {_some(repeated)}): none was applied",
             tokens=repeated,
         )
     claim = await session.claim_pending(tokens)
@@ -321,11 +322,17 @@ def not_pending(
     unknown = tuple(t for t in tokens if t not in waiting)
     return ApprovalError(
         f"session {session.id!r}: no pending call has the token"
-        f"{'s' if len(unknown) != 1 else ''} {', '.join(unknown)} (unknown, already "
+        f"{'s' if len(unknown) != 1 else ''} {_some(unknown)} (unknown, already "
         "decided, another session's, or for other arguments): none of the "
         f"{len(tokens)} decision{'s' if len(tokens) != 1 else ''} was applied",
         tokens=unknown,
     )
+
+
+def _some(tokens: Sequence[str], first: int = 3) -> str:
+    """The first few of ``tokens`` and how many more: a message stays short for 100k tokens."""
+    more = f" and {len(tokens) - first} more" if len(tokens) > first else ""
+    return ", ".join(f"{t:.80}" for t in tokens[:first]) + more
 
 
 def _visible(answers: Sequence[ChatMessage], gap: Sequence[ToolCall]) -> tuple[ChatMessage, ...]:

@@ -106,6 +106,7 @@ def _decisions(props: Any) -> tuple[Decision, ...]:
     if not isinstance(given, list) or not given:
         raise HttpError(400, "forwardedProps.decisions must be a non-empty list")
     decisions = []
+    seen: set[Any] = set()  # a set: the duplicate check stays linear in the decisions
     for index, item in enumerate(given):
         where = f"forwardedProps.decisions[{index}]"
         if not isinstance(item, dict) or set(item) - {"token", "approve", "reason"}:
@@ -118,7 +119,12 @@ def _decisions(props: Any) -> tuple[Decision, ...]:
         except KeyError as exc:
             raise HttpError(400, f"{where}: {exc.args[0]} is missing") from None
         except (TypeError, ValueError) as exc:
-            raise HttpError(400, f"{where}: {exc}") from None
+            raise HttpError(400, f"{where}: {exc!s:.200}") from None
+        if decisions[-1].token in seen:
+            raise HttpError(
+                400, f"{where}: a second decision for the token {decisions[-1].token!r:.80}"
+            )
+        seen.add(decisions[-1].token)
     return tuple(decisions)
 
 
@@ -217,7 +223,11 @@ class EventFraming:
         return frames + self._end_text() + [_frame(done)]
 
     def failed(self, error: HttpError) -> list[bytes]:
-        event = RunErrorEvent(message=error.message, code=error.code or str(error.status))
+        event = RunErrorEvent(
+            message=f"{error.message} (request id {error.request_id})",
+            code=error.code or str(error.status),
+            metadata={"requestId": error.request_id},
+        )
         return self._end_text() + [_frame(event)]
 
 

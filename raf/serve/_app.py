@@ -9,7 +9,6 @@ from html import escape
 from importlib.resources import files
 from typing import Any
 
-import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -20,21 +19,34 @@ from starlette.types import ASGIApp
 
 from raf._agent.agent import Agent
 from raf._errors import ConfigError
-from raf._sessions.base import missing_pending
+from raf._sessions.base import Session, missing_pending
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
 from raf.serve._agui import ag_ui
-from raf.serve._http import MAX_BODY, HttpError, error_body, error_response, failure, read_json
+from raf.serve._edge import Edge
+from raf.serve._http import (
+    MAX_BODY,
+    HttpError,
+    error_body,
+    error_response,
+    failure,
+    note_failure,
+    read_json,
+    request_id,
+)
 from raf.serve._responses import responses
 from raf.serve._served import Served
 from raf.serve._sessions import Keys, check_store, unheld
 from raf.serve._stream import TurnStream
-from raf.serve._wire import ChunkFraming, completion, new_messages, parse_completion
+from raf.serve._wire import (
+    ChunkFraming,
+    completion,
+    new_messages,
+    parse_completion,
+    unanswerable,
+)
 
 __all__: list[str] = []
-
-_log = structlog.get_logger("raf.serve")
-
 
 def app(
     agent: Agent,
@@ -43,6 +55,8 @@ def app(
     api_keys: Iterable[str] | None = None,
     max_body: int = MAX_BODY,
     cors_origins: Sequence[str] | None = None,
+    allowed_hosts: Iterable[str] | None = None,
+    allowed_origins: Iterable[str] | None = None,
     options: AgentRunOptions | None = None,
     manage_agent: bool = False,
 ) -> ASGIApp:
@@ -66,6 +80,12 @@ def app(
     ``Authorization: Bearer KEY``, and each key has its own sessions.
     ``max_body``: the largest request body, in bytes. ``cors_origins``: the
     origins allowed to call from a browser (CORS is off without it).
+    Without ``api_keys``, only a request whose ``Host`` is served here
+    (localhost, 127.0.0.1, ::1, the address it came in on, or one of
+    ``allowed_hosts``; ``"*"`` for any) and whose ``Origin``, when sent, is
+    the server's own (or one of ``allowed_origins`` or ``cors_origins``) is
+    answered: another site's page, or a DNS-rebinding one, cannot drive the
+    agent. Every response has an ``X-Request-Id``, every error body that id.
     ``options``: the options of every run (a request's ``temperature`` and
     ``max_tokens`` go over them).
     ``manage_agent``: the lifespan also opens the agent's providers that are
@@ -96,7 +116,14 @@ def app(
         served.route("/", "GET", page),
         served.route("/ag-ui", "POST", ag_ui),
     ]
-    middleware = []
+    origins = [*_names(allowed_origins, "allowed_origins"), *(cors_origins or ())]
+    edge = Middleware(
+        Edge,
+        guarded=api_keys is None,
+        allowed_hosts=_names(allowed_hosts, "allowed_hosts"),
+        allowed_origins=origins,
+    )
+    middleware = [edge]  # the outermost: every response gets the request id
     if cors_origins:
         middleware.append(
             Middleware(
@@ -112,7 +139,6 @@ def app(
         exception_handlers={
             HttpError: _http_error,
             HTTPException: _http_exception,
-            Exception: _server_error,
         },
         lifespan=lambda _: served.lifespan(manage_agent),
     )
@@ -137,6 +163,7 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
             raise HttpError(400, "no new message after the last assistant message")
         session = await served.session(request, session_id)
         messages = await unheld(session, messages)
+    await _check_answers(body.messages, session)
     options = body.options(served.options)
     if body.stream:
         framing = ChunkFraming(served.model, body.include_usage, body.tools)
@@ -144,11 +171,21 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
     try:
         response = await served.agent.run(messages, session=session, options=options)
     except Exception as exc:
-        problem = failure(exc)
-        if problem.type == "server_error":
-            _log.error("raf.serve: the run failed", error=repr(exc), exc_info=exc)
-        raise problem from None
+        note_failure(request.scope, exc)
+        raise failure(exc) from None
     return JSONResponse(completion(served.model, response, body.tools))
+
+
+async def _check_answers(messages: Sequence[ChatMessage], session: Session | None) -> None:
+    """A 400 for a ``tool`` message that answers no call (of the body, or of the session)."""
+    orphan = unanswerable(messages)
+    if orphan is not None and session is not None:  # the call may be in the stored history
+        stored = await session.get_messages()
+        orphan = unanswerable(messages, (c.id for m in stored for c in m.tool_calls))
+    if orphan is not None:
+        raise HttpError(
+            400, f"a tool message answers no call: tool_call_id {orphan!r:.80}", code="bad_tool"
+        )
 
 
 async def models(served: Served, request: Request) -> ASGIApp:
@@ -163,12 +200,14 @@ async def history(served: Served, request: Request) -> ASGIApp:
     ``pending`` lists the calls that wait for approval, each
     ``{"tool_call_id", "name", "arguments", "token"}``: a decision needs the token.
     """
-    session = await served.session(request, str(request.path_params["session_id"]))
+    session_id = str(request.path_params["session_id"])
+    session = await served.session(request, session_id, keep=False)
     try:
         messages = await session.get_messages()
         waiting = () if missing_pending(session) else await session.list_pending()
     except Exception as exc:
-        raise HttpError(503, f"the session store failed: {exc}", "server_error") from None
+        note_failure(request.scope, exc)
+        raise HttpError(503, "the session store failed", "server_error") from None
     pending = [
         {"tool_call_id": p.call.id, "name": p.call.name, "arguments": p.call.arguments,
          "token": p.token}
@@ -186,7 +225,11 @@ async def healthz(served: Served, request: Request) -> ASGIApp:
     )
     took = round((time.perf_counter() - started) * 1000, 1)
     if problem is not None:
-        return JSONResponse({"status": "unavailable", "error": problem, "ms": took}, 503)
+        note_failure(request.scope, problem)
+        # What failed, not how: "the session store failed", not the store's own words.
+        short = problem.partition(":")[0]
+        body = {"status": "unavailable", "error": short, "ms": took}
+        return JSONResponse({**body, "request_id": request_id(request.scope)}, 503)
     return JSONResponse({"status": "ok", "model": served.model, "ms": took})
 
 
@@ -194,22 +237,29 @@ async def page(served: Served, request: Request) -> ASGIApp:
     """``GET /``: the chat page, one file of HTML and plain JavaScript."""
     html = (files("raf.serve") / "page.html").read_bytes()
     html = html.replace(b"{{MODEL}}", escape(served.model).encode())
-    return HTMLResponse(html, headers={"cache-control": "no-store"})
+    # No other site may frame the page (clickjacking its Approve button).
+    headers = {"cache-control": "no-store", "content-security-policy": "frame-ancestors 'none'"}
+    return HTMLResponse(html, headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HttpError)
-    return error_response(exc)
+    return error_response(exc, request.scope)
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
-    message = f"{request.method} {request.url.path}: {exc.detail}"
-    return JSONResponse(error_body(message, kind), exc.status_code, headers=exc.headers)
+    message = f"{request.method} {request.url.path:.200}: {exc.detail}"
+    note_failure(request.scope, message)
+    body = error_body(message, kind, request_id=request_id(request.scope))
+    return JSONResponse(body, exc.status_code, headers=exc.headers)
 
 
-async def _server_error(request: Request, exc: Exception) -> Response:
-    _log.error("raf.serve: unexpected error", error=repr(exc), exc_info=exc)
-    body = error_body(f"internal error: {type(exc).__name__}", "server_error")
-    return JSONResponse(body, 500)
+def _names(given: Iterable[str] | None, name: str) -> list[str]:
+    if isinstance(given, str):
+        raise ConfigError(f"{name} must be a list of names, not one string")
+    names = list(given or ())
+    if not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"{name} must be non-empty strings")
+    return names

@@ -1,10 +1,16 @@
-"""The HTTP edge of a served agent: bodies read within a limit, errors in the OpenAI shape."""
+"""The HTTP edge of a served agent: bodies read within a limit, errors in the OpenAI shape.
+
+An error body says what went wrong in a short message of its own and the
+request id, never the text of the exception behind it (a file path, a key
+in a message, the model's internal URL): the cause goes to the server's log,
+in one line with the same request id (see :mod:`raf.serve._edge`).
+"""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -29,31 +35,71 @@ class HttpError(Exception):
     type: str = "invalid_request_error"
     code: str | None = None
     headers: Mapping[str, str] = attrs.field(factory=dict)
+    request_id: str = ""  # set where the request is known: a stream's error event carries it
 
     def __str__(self) -> str:
         return f"{self.status}: {self.message}"
 
 
-def error_body(message: str, type: str, code: str | None = None) -> dict[str, Any]:
-    """``{"error": {"message", "type", "code"}}``: what OpenAI's clients read on a failure."""
-    return {"error": {"message": message, "type": type, "param": None, "code": code}}
+def error_body(
+    message: str, type: str, code: str | None = None, request_id: str = ""
+) -> dict[str, Any]:
+    """``{"error": {"message", "type", "code", "request_id"}}``: what OpenAI's clients read."""
+    error = {"message": message, "type": type, "param": None, "code": code}
+    return {"error": {**error, "request_id": request_id}}
 
 
-def error_response(error: HttpError) -> JSONResponse:
-    """``error`` as a response in the OpenAI error shape."""
-    body = error_body(error.message, error.type, error.code)
+def error_response(error: HttpError, scope: Scope) -> JSONResponse:
+    """``error`` as a response in the OpenAI error shape, with the request's id."""
+    scope.setdefault("state", {}).setdefault("failure", error.message)  # for the edge's log line
+    body = error_body(error.message, error.type, error.code, error.request_id or request_id(scope))
     return JSONResponse(body, error.status, headers=dict(error.headers))
+
+
+def request_id(scope: Scope) -> str:
+    """The id the edge gave this request (``""`` outside the app's edge)."""
+    return str(scope.get("state", {}).get("request_id", ""))
+
+
+def note_failure(scope: Scope, cause: BaseException | str) -> None:
+    """Say why this request failed, for the edge's one log line (the client never sees it)."""
+    scope.setdefault("state", {})["failure"] = cause
+
+
+def bounded_list(items: Sequence[str], first: int = 3) -> str:
+    """``items`` quoted, at most ``first`` of them, and how many more: an error reply that
+    names a client's items stays short however many it sent.
+
+    >>> bounded_list(["a", "b", "c", "d", "e"])
+    "5: 'a', 'b', 'c' and 2 more"
+    """
+    quoted = ", ".join(f"{item!r:.80}" for item in items[:first])
+    more = f" and {len(items) - first} more" if len(items) > first else ""
+    return f"{len(items)}: {quoted}{more}"
 
 
 async def read_json(request: Request, max_body: int) -> Any:
     """The request body as JSON, read within ``max_body`` bytes.
 
-    Raises :class:`HttpError`: 413 when the body is over the limit (told by
+    Raises :class:`HttpError`: 415 when the request does not say it is JSON
+    (a browser sends ``text/plain`` to another site without asking first),
+    413 when the body is over the limit (told by
     its Content-Length, or found while reading a chunked body), 400 when it
-    is not UTF-8, not JSON, nested too deeply or holds a huge number.
+    is not UTF-8, not JSON, nested too deeply or holds a huge number (or
+    ``NaN`` and ``Infinity``, which are not JSON).
     (Starlette's ``request.json()`` reads any length, and guesses UTF-16 or
     UTF-32 from the first bytes.)
     """
+    media = (request.headers.get("content-type") or "").partition(";")[0].strip().lower()
+    is_json = media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+    if not is_json:
+        raise HttpError(
+            415,
+            "the body must be JSON, sent as Content-Type: application/json",
+            code="unsupported_media_type",
+        )
     length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():
@@ -73,13 +119,17 @@ async def read_json(request: Request, max_body: int) -> Any:
     except UnicodeDecodeError as exc:
         raise HttpError(400, f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json)
     except json.JSONDecodeError as exc:
         raise HttpError(400, f"the body is not valid JSON: {exc}") from None
     except ValueError as exc:  # a number of more than 4300 digits
-        raise HttpError(400, f"the body is not usable JSON: {exc}") from None
+        raise HttpError(400, f"the body is not usable JSON: {exc!s:.120}") from None
     except RecursionError:
         raise HttpError(400, "the body is not usable JSON: nested too deeply") from None
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _too_big(max_body: int) -> str:
@@ -107,29 +157,37 @@ def upstream_error(exc: BaseException) -> HttpError | None:
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         if isinstance(error, ChatTimeoutError):
-            return HttpError(504, f"the model timed out: {error}", "timeout", "upstream_timeout")
+            return HttpError(504, "the model timed out", "timeout", "upstream_timeout")
         if isinstance(error, RateLimitError):
             headers = {}
             if error.retry_after is not None:
                 headers["Retry-After"] = str(max(0, math.ceil(error.retry_after)))
             return HttpError(
                 429,
-                f"the model is rate limited: {error}",
+                "the model is rate limited",
                 "rate_limit_error",
                 "rate_limit_exceeded",
                 headers,
             )
         if isinstance(error, ChatClientError):
-            return HttpError(502, f"the model failed: {error}", "upstream_error", "bad_gateway")
+            return HttpError(502, "the model failed", "upstream_error", "bad_gateway")
         error = error.__cause__
     return None
 
 
 def failure(exc: Exception) -> HttpError:
-    """What a run that raised ``exc`` answers: the model's failure, or a 500 without internals."""
+    """What a run that raised ``exc`` answers: the model's failure, or a 500 without internals.
+
+    Only the kind of failure shows; what the exception says goes to the log.
+    """
     upstream = upstream_error(exc)
     if upstream is not None:
         return upstream
     if isinstance(exc, ApprovalError) and exc.tokens:  # decisions that match no waiting call
-        return HttpError(409, str(exc), code="approval_mismatch")
-    return HttpError(500, f"the agent failed: {type(exc).__name__}: {exc}", "server_error")
+        return HttpError(
+            409,
+            f"the decisions do not match the calls that wait (tokens {bounded_list(exc.tokens)}: "
+            "unknown, already decided, another session's, or repeated): none was applied",
+            code="approval_mismatch",
+        )
+    return HttpError(500, "the agent failed", "server_error")

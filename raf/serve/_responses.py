@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
@@ -28,7 +27,7 @@ from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update
 from raf._values.protocols import Tool
 from raf.serve._client import TEXT_JOIN, client_calls, client_tools, tool_choice, turn_text
 from raf.serve._client import output_type as output_of
-from raf.serve._http import HttpError, failure, read_json
+from raf.serve._http import HttpError, failure, note_failure, read_json
 from raf.serve._served import Served
 from raf.serve._sessions import unheld
 from raf.serve._stream import TurnStream
@@ -45,7 +44,6 @@ ACCEPTED = frozenset(
     }
 )  # fmt: skip
 _ROLES = frozenset({"user", "system", "developer", "assistant"})
-_log = structlog.get_logger("raf.serve")
 
 
 @attrs.frozen
@@ -88,10 +86,8 @@ async def responses(served: Served, request: Request) -> ASGIApp:
     try:
         response = await served.agent.run(messages, session=session, options=options)
     except Exception as exc:
-        problem = failure(exc)
-        if problem.type == "server_error":
-            _log.error("raf.serve: the run failed", error=repr(exc), exc_info=exc)
-        raise problem from None
+        note_failure(request.scope, exc)
+        raise failure(exc) from None
     return JSONResponse(whole(response_id, served.model, response, body.tools))
 
 

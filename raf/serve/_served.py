@@ -53,11 +53,17 @@ class Served:
                     resources.push_async_callback(self.agent.chat_client.aclose)
             yield
 
-    async def session(self, request: Request, session_id: str) -> Session:
-        """The stored session a request names, under the caller's key."""
+    async def session(self, request: Request, session_id: str, *, keep: bool = True) -> Session:
+        """The stored session a request names, under the caller's key.
+
+        ``keep=False`` for a request that only reads: in this process's own store
+        an unknown id then gets an empty session that is not kept.
+        """
         if self.store is None:
             raise HttpError(503, "the session store is not open (no lifespan)", "server_error")
         stored = session_key(request.state.key_scope, session_id)
+        if not keep and isinstance(self.store, MemoryStore):
+            return self.store.find(stored)
         session: Session = await self.store.get(stored)
         return session
 

@@ -8,9 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from raf._config.file import load_config
 from raf._errors import ConfigError
+from raf._sessions.stores import open_store
 from raf.serve._app import app
+from raf.serve._sessions import check_store
 
 __all__: list[str] = []
 
@@ -29,6 +33,9 @@ def serve(
     workers: int = 1,
     api_keys: Sequence[str] = (),
     grace: int = GRACE,
+    api_key_files: Sequence[Path] = (),
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
 ) -> int:
     """Serve the agent of ``config`` until SIGINT or SIGTERM; returns the exit status.
 
@@ -36,6 +43,12 @@ def serve(
     for up to ``grace`` seconds, then what is left is cancelled (its post
     stages run shielded, bounded by the agent's ``post_timeout``). More than
     one worker needs a store they share (``db``: a SQLite file or ``redis://``).
+    The keys are ``api_keys``, those of ``api_key_files`` (one a line) and of
+    ``RAF_API_KEYS`` (comma-separated): a key on the command line is seen by
+    every local user in the process list. ``host`` is served besides
+    localhost, and ``allowed_hosts`` and ``allowed_origins`` go to the app.
+    A usage mistake (a port out of range, a ``db`` that does not answer) is
+    a :class:`raf.ConfigError` here, before uvicorn starts.
     """
     try:
         import uvicorn
@@ -52,8 +65,16 @@ def serve(
             "--workers above 1 needs --db (a SQLite file or redis://...): "
             "the workers must share the sessions"
         )
-    settings = {"config": str(config.resolve()), "db": db, "api_keys": list(api_keys)}
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be 0 to 65535, got {port}")
+    settings = {
+        "config": str(config.resolve()), "db": db,
+        "api_keys": [*api_keys, *_keys(api_key_files)],
+        "allowed_hosts": [host, *allowed_hosts], "allowed_origins": list(allowed_origins),
+    }  # fmt: skip
     from_env(settings)  # the config is checked here, once, before any worker starts
+    if db is not None:
+        anyio.run(_check_db, db)
     os.environ[_ENV] = json.dumps(settings)
     uvicorn.run(
         "raf.serve._server:app_from_env",
@@ -79,6 +100,35 @@ def from_env(settings: dict[str, Any]) -> Any:
         loaded.agent,
         store=settings["db"],
         api_keys=settings["api_keys"] or None,
+        allowed_hosts=settings.get("allowed_hosts"),
+        allowed_origins=settings.get("allowed_origins"),
         options=loaded.options,
         manage_agent=True,
     )
+
+
+def _keys(files: Sequence[Path]) -> list[str]:
+    """The keys of ``files`` (one a line, blank lines skipped) and of ``RAF_API_KEYS``."""
+    keys = [k.strip() for k in os.environ.get("RAF_API_KEYS", "").split(",") if k.strip()]
+    for path in files:
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--api-key-file {path}: cannot be read ({exc})") from None
+        found = [line.strip() for line in lines if line.strip()]
+        if not found:
+            raise ConfigError(f"--api-key-file {path}: holds no key (one a line)")
+        keys += found
+    return keys
+
+
+async def _check_db(db: str) -> None:
+    """A ``ConfigError`` unless the store ``db`` opens and answers (a Redis that is down)."""
+    store = await open_store(db)
+    try:
+        problem = await check_store(store)
+    finally:
+        with anyio.move_on_after(2, shield=True):
+            await store.aclose()
+    if problem is not None:
+        raise ConfigError(f"--db {db}: {problem}")

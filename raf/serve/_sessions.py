@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -21,6 +20,8 @@ from raf.serve._wire import new_messages
 __all__: list[str] = []
 
 _MAX_ID = 200
+#: The session /healthz reads: not printable, so no client can name it (see session_key).
+HEALTH_ID = "\x1fraf-healthz"
 
 
 class Store(Protocol):
@@ -40,6 +41,12 @@ class MemoryStore:
         if session is None:
             session = self._sessions[session_id] = InMemorySession(session_id)
         return session
+
+    def find(self, session_id: str) -> Session:
+        """The session ``session_id`` if kept, else an empty one that is not (a read keeps
+        nothing: a client reading unknown ids cannot fill the process)."""
+        session = self._sessions.get(session_id)
+        return InMemorySession(session_id) if session is None else session
 
 
 class Keys:
@@ -133,7 +140,7 @@ async def check_store(store: Any, within: float = 2.0) -> str | None:
     """``None`` when the store answers within ``within`` seconds, else why not."""
     try:
         with anyio.fail_after(within):
-            session = await store.get(f"raf-healthz-{os.getpid()}")
+            session = await store.get(HEALTH_ID)
             await session.get_messages()
     except TimeoutError:
         return f"the session store did not answer within {within} s"

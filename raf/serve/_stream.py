@@ -19,6 +19,7 @@ from contextlib import suppress
 from typing import Protocol
 
 import anyio
+import attrs
 import structlog
 from starlette.types import Receive, Scope, Send
 
@@ -28,7 +29,7 @@ from raf._agent.streamed import Closing
 from raf._sessions.base import Session
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
-from raf.serve._http import HttpError, error_response, failure
+from raf.serve._http import HttpError, error_response, failure, note_failure, request_id
 
 __all__: list[str] = []
 
@@ -148,11 +149,10 @@ async def stream_turn(
             _log.warning("raf.serve: the run failed as the client left", error=repr(error))
         return "gone"
     if error is not None:  # the run failed, or a post stage did
-        problem = failure(error)
-        if problem.status >= 500 and problem.type == "server_error":
-            _log.error("raf.serve: the run failed", error=repr(error), exc_info=error)
+        note_failure(scope, error)  # the edge logs it, with the request id
+        problem = attrs.evolve(failure(error), request_id=request_id(scope))
         if not started and error_status(problem):
-            await error_response(problem)(scope, receive, send)
+            await error_response(problem, scope)(scope, receive, send)
         else:
             await emit(framing.failed(problem))
             await _end(send, gone)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -132,9 +133,11 @@ def sampling(body: Mapping[str, Any]) -> dict[str, Any]:
     """A body's ``temperature`` and ``max_tokens`` as run options; 400 when malformed."""
     temperature = body.get("temperature")
     if temperature is not None and (
-        isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)  # 1e999 is inf, which no model takes
     ):
-        raise HttpError(400, "'temperature' must be a number")
+        raise HttpError(400, "'temperature' must be a finite number")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (
         isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
@@ -153,6 +156,18 @@ def parse_messages(value: Any) -> tuple[ChatMessage, ...]:
     if not isinstance(value, list) or not value:
         raise HttpError(400, "'messages' must be a non-empty list of message objects")
     return tuple(_message(item, index) for index, item in enumerate(value))
+
+
+def unanswerable(messages: Sequence[ChatMessage], called: Iterable[str] = ()) -> str | None:
+    """The id of a ``tool`` message that answers no call before it (in ``messages``, or
+    ``called``: a stored history's), or ``None``. A model refuses such a request, which
+    would come back as "the model failed"; it is the client's mistake, a 400."""
+    calls = set(called)
+    for message in messages:
+        calls.update(call.id for call in message.tool_calls)
+        if message.role == "tool" and message.tool_call_id not in calls:
+            return message.tool_call_id
+    return None
 
 
 def _message(item: Any, index: int) -> ChatMessage:
@@ -340,5 +355,6 @@ class ChunkFraming:
 
     def failed(self, error: HttpError) -> list[bytes]:
         # An error event mid-stream: the OpenAI SDK raises it as an APIError.
-        body = {"error": {"message": error.message, "type": error.type, "code": error.code}}
+        fields = {"message": error.message, "type": error.type, "code": error.code}
+        body = {"error": {**fields, "request_id": error.request_id}}
         return [b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"]

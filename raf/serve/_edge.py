@@ -1,0 +1,139 @@
+"""The edge of a served agent: every request gets an id, and another site's page is refused.
+
+Each request gets an id, sent back in an ``X-Request-Id`` header and in
+every error body; a request that fails is one line in the server's log with
+that id and the cause (which the client never sees).
+
+Without api keys, whatever reaches the port drives the agent, and a
+browser reaches it for any page it shows: another site can POST to it (a
+``text/plain`` body needs no preflight; :func:`raf.serve._http.read_json`
+refuses it with a 415) and a DNS-rebinding page makes its own name point at
+127.0.0.1. So without keys the edge answers only a ``Host`` the app serves
+(localhost, 127.0.0.1, ::1, the address the connection came in on, or one
+of ``allowed_hosts``) and an ``Origin``, when sent, that is the app's own or
+one of ``allowed_origins``. Starlette's ``TrustedHostMiddleware`` checks a
+fixed list of hosts and answers in plain text; here the bound address is
+known only per connection (the ASGI scope's ``server``, whichever server runs
+the app), and a refusal is an error like every other: the OpenAI shape with
+the request id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+import structlog
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from raf.serve._http import HttpError, error_response, header, note_failure
+
+__all__: list[str] = []
+
+_log = structlog.get_logger("raf.serve")
+#: The hosts every served app answers to (with the address its connection came in on).
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+class Edge:
+    """ASGI middleware: the request id, the one log line of a failure and, when ``guarded``
+    (no api keys), the Host and Origin rules."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        guarded: bool,
+        allowed_hosts: Iterable[str] = (),
+        allowed_origins: Iterable[str] = (),
+    ) -> None:
+        self.app = app
+        self.guarded = guarded
+        self.hosts = frozenset(h.lower().strip("[]") for h in (*LOCAL_HOSTS, *allowed_hosts))
+        self.origins = frozenset(o.lower().rstrip("/") for o in allowed_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = uuid.uuid4().hex
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [*message.get("headers", ()), (b"x-request-id", request_id.encode())]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        refusal = self.refusal(scope) if self.guarded else None
+        try:
+            if refusal is not None:
+                note_failure(scope, refusal.message)
+                await error_response(refusal, scope)(scope, receive, sending)
+            else:
+                await self.app(scope, receive, sending)
+        except Exception as exc:  # a bug: the client gets a 500 that says nothing of it
+            note_failure(scope, exc)
+            if status == 0:
+                problem = HttpError(500, "internal error", "server_error")
+                await error_response(problem, scope)(scope, receive, sending)
+        finally:
+            _log_failure(scope, status)
+
+    def refusal(self, scope: Scope) -> HttpError | None:
+        """Why a browser's request must not reach the agent, or ``None`` when it may."""
+        given = header(scope, b"host")
+        if given is not None and "*" not in self.hosts:
+            server = scope.get("server")
+            bound = str(server[0]).lower() if server else None
+            name = host_name(given)
+            if name not in self.hosts and name != bound:
+                return HttpError(
+                    400, f"the host {given!r:.80} is not served here (allowed_hosts=)",
+                    code="host_not_allowed",
+                )  # fmt: skip
+        origin = header(scope, b"origin")
+        if origin is None or "*" in self.origins:
+            return None
+        own = origin.lower().partition("://")[2] == (given or "").lower()
+        if not own and origin.lower().rstrip("/") not in self.origins:
+            return HttpError(
+                403, f"a page of {origin!r:.80} may not call this server (allowed_origins=)",
+                code="origin_not_allowed",
+            )  # fmt: skip
+        return None
+
+
+def host_name(host: str) -> str:
+    """The name in a ``Host`` header, without its port or an IPv6 address's brackets.
+
+    >>> host_name("[::1]:8000"), host_name("LocalHost:80"), host_name("127.0.0.1")
+    ('::1', 'localhost', '127.0.0.1')
+    """
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.partition(":")[0]
+
+
+def _log_failure(scope: Scope, status: int) -> None:
+    """One line for a request that failed: its id, what it asked, the status and the cause."""
+    state = scope.get("state", {})
+    cause = state.get("failure")
+    if status < 400 and cause is None:
+        return
+    fields = {
+        "request_id": state.get("request_id"),
+        "method": scope.get("method"),
+        "path": str(scope.get("path", ""))[:200],
+        "status": status,
+        "cause": cause if isinstance(cause, str) else repr(cause),
+    }
+    if isinstance(cause, BaseException) and (status == 0 or status >= 500):
+        _log.error("raf.serve: the request failed", **fields, exc_info=cause)
+    else:
+        _log.warning("raf.serve: the request failed", **fields)
