@@ -182,7 +182,11 @@ def test_a_chunked_body_over_the_limit_is_a_413_while_reading(server: ServedAgen
         yield b'"}]}'
 
     with httpx.Client() as client:
-        reply = client.post(f"{server.url}/v1/chat/completions", content=chunks())
+        reply = client.post(
+            f"{server.url}/v1/chat/completions",
+            content=chunks(),
+            headers={"content-type": "application/json"},  # else a 415 before any reading
+        )
     assert reply.status_code == 413
     assert "limit" in reply.json()["error"]["message"]
 
@@ -237,7 +241,8 @@ def test_a_client_that_disconnects_mid_stream_leaves_a_partial_answer(
     # A real socket, closed after a few events: what a closed browser tab does.
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
         raw.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + b"Content-Type: application/json\r\n"
             + f"X-Session-Id: {session}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
