@@ -1,0 +1,115 @@
+"""The ``raf`` command's arguments: its commands, their options and the help's words."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from raf._metadata import docs_url, installed_version
+
+__all__: list[str] = []
+
+DEFAULT_DB = Path(".raf") / "sessions.db"
+
+
+def _epilog() -> str:
+    """The help's closing words: the config in brief, and where the docs are."""
+    site = docs_url()
+    where = (
+        f"The docs: {site}\n  this command and its config: {site.rstrip('/')}/cli/"
+        if site
+        else "The docs are in raf's source, docs/cli.md for this command and its config."
+    )
+    return (
+        "The config is a TOML file: [agent] (name, instructions, tools), [model] (client,\n"
+        "model, base_url, api_key_env, temperature, max_tokens, timeout), [[providers]]\n"
+        "and [[chat_stack]]; `raf schema` prints its JSON Schema.\n"
+        f"{where}\n"
+        "In the source: docs/cli.md, docs/declaring-providers.md for the provider kinds.\n"
+        "Exit status: 0 done, 1 a provider or a tool failed the run, 2 a usage or config\n"
+        "error, 3 the model or the network failed, 130 interrupted."
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    epilog = _epilog()
+    parser = argparse.ArgumentParser(
+        prog="raf",
+        description="Run an agent described in a TOML config file.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"raf {installed_version()}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser(
+        "run",
+        help="run one turn and print the answer",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("config", type=Path, help="the agent's TOML config file")
+    run.add_argument("message", help="the user message")
+    chat = commands.add_parser(
+        "chat",
+        help="an interactive conversation (one session)",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    chat.add_argument("config", type=Path, help="the agent's TOML config file")
+    commands.add_parser(
+        "schema",
+        help="print the JSON Schema of the config file (for an editor: see docs/cli.md)",
+    )
+    _serve_parser(commands)
+    for command in (run, chat):
+        command.add_argument("--session", help="keep history in this session of the store")
+        command.add_argument(
+            "--db",
+            default=None,  # a str, not a Path: Path would fold redis:// into redis:/
+            help=f"the session store: a SQLite file (default {DEFAULT_DB}; missing folders "
+            "are created) or redis://HOST:PORT/N",
+        )
+        for flag, dest, text in _TRACES:
+            command.add_argument(flag, dest=dest, action="store_true", help=text)
+        command.add_argument(
+            "--verbose",
+            action="store_true",
+            help="every log event on stderr (on a terminal, only errors are shown otherwise)",
+        )
+    return parser
+
+
+#: The ``--trace`` flags: what each prints on stderr.
+_TRACES = (
+    ("--trace", "trace", "print each provider stage, model call and tool call as it happens"),
+    ("--trace=mermaid", "mermaid", "print each run at its end as a Mermaid sequence diagram"),
+    ("--trace=context", "context", "print each model call's tokens by layer at the end"),
+)
+
+
+def _serve_parser(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="serve the agent over HTTP: OpenAI chat completions, AG-UI, a chat page "
+        "(extra raf-agents[serve]; docs/serving.md)",
+    )
+    serve.add_argument("config", type=Path, help="the agent's TOML config file")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="the port to listen on")
+    serve.add_argument(
+        "--db",
+        default=None,
+        help="the session store: a SQLite file or redis://HOST:PORT/N (default: in memory)",
+    )
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (need --db)")
+    for flag, text in (
+        ("--api-key", "a key callers must send (repeatable; seen in the process list)"),
+        ("--api-key-file", "a file of keys, one a line (also RAF_API_KEYS=KEY1,KEY2)"),
+        ("--allowed-host", "a Host served besides localhost and --host (without keys)"),
+        ("--allowed-origin", "a browser Origin allowed besides the server's (without keys)"),
+    ):
+        serve.add_argument(flag, action="append", default=[], help=text)
+    serve.add_argument(
+        "--grace", type=int, default=10, help="seconds SIGTERM leaves in-flight streams"
+    )
