@@ -64,6 +64,18 @@ def _check_str(instance: object, attribute: attrs.Attribute[Any], value: object)
         )
 
 
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key named twice."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r:.60}")
+            seen.add(key)
+    return result
+
 @attrs.frozen(slots=True)
 class ToolCall:
     """One tool call the model asked for.
@@ -82,8 +94,18 @@ class ToolCall:
 
     @property
     def parsed_arguments(self) -> Any:
-        """The arguments decoded from JSON (raises ``ValueError`` if they are not JSON)."""
-        return json.loads(self.arguments) if self.arguments.strip() else {}
+        """The arguments decoded from JSON (raises ``ValueError`` if they are not JSON, or
+        if an object names a key twice: what a person approves must be what runs, and
+        JSON readers disagree on which of two values wins).
+
+        >>> ToolCall("c", "rm", '{"path": "a", "path": "/"}').parsed_arguments
+        Traceback (most recent call last):
+        ...
+        ValueError: duplicate key 'path'
+        """
+        if not self.arguments.strip():
+            return {}
+        return json.loads(self.arguments, object_pairs_hook=_unique_keys)
 
     def to_dict(self) -> dict[str, str]:
         """A plain-JSON form, used for hashing and storage."""

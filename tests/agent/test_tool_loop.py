@@ -687,3 +687,26 @@ async def test_a_failure_whose_message_cannot_be_shown_is_still_told() -> None:
         "Error: the result of tool 'opaque' cannot be sent to the model: "
         "RuntimeError: no text either"
     )
+
+
+async def test_arguments_that_name_a_key_twice_are_refused_and_never_held_or_run() -> None:
+    # What a person approves must be what runs: {"path": "notes.txt", "path": "/"} would show
+    # one path and run the other, so it is told to the model as bad JSON, never approved.
+    ran: list[str] = []
+
+    @tool(approval=True)
+    def delete(path: str) -> str:
+        """Delete ``path``."""
+        ran.append(path)
+        return "deleted"
+
+    call = ToolCall("c1", "delete", '{"path": "notes.txt", "path": "/"}')
+    client = ScriptedChatClient([turn(call), "sorry"])
+    response = await Agent(client, tools=[delete], history=True).run("clean up")
+    assert response.pending == ()
+    assert ran == []
+    result = client.requests[1].messages[-1]
+    assert (result.role, result.tool_call_id) == ("tool", "c1")
+    assert result.content == (
+        "Error: the arguments of 'delete' are not valid JSON (duplicate key 'path')"
+    )
