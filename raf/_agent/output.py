@@ -31,6 +31,9 @@ WRAP_KEY: Final = "value"
 _NOT_NAME: Final = re.compile(r"[^a-zA-Z0-9_-]+")
 # At most this many problems are told to the model (and kept on the error).
 _MAX_PROBLEMS: Final = 20
+#: How much of a key, and of a problem's text, a correction quotes.
+_MAX_KEY: Final = 60
+_MAX_MESSAGE: Final = 200
 
 
 @attrs.frozen(slots=True, eq=False)
@@ -152,10 +155,23 @@ def problems_of(error: Any) -> tuple[str, ...]:
     the path is the answer's own (``value.2.qty`` for a wrapped ``list[Item]``)."""
     found: list[str] = []
     for item in error.errors(include_url=False)[:_MAX_PROBLEMS]:
-        location = [str(part) for part in item.get("loc", ())]
+        location = [_part(part) for part in item.get("loc", ())]
         path = ".".join(location) or "(the whole answer)"
-        found.append(f"{path}: {item.get('msg', 'invalid')}")
+        found.append(f"{path}: {_short(str(item.get('msg', 'invalid')), _MAX_MESSAGE)}")
     return tuple(found)
+
+
+def _part(part: object) -> str:
+    """One step of a path, as the correction names it: a key the model made up (any
+    length, any characters) is quoted and cut, so what the history stores stays short."""
+    text = str(part)
+    if isinstance(part, int) or (text.isidentifier() and len(text) <= _MAX_KEY):
+        return text
+    return repr(_short(text, _MAX_KEY))
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def correction(problems: Sequence[str], wrapped: bool) -> str:

@@ -326,3 +326,21 @@ def test_outputs_of_plain_types_and_typed_dicts(
     client = ScriptedChatClient([rs.output_json(items, list[Item])])
     response = anyio.run(lambda: Agent(client).run("x", output_type=list[Item]))
     assert response.output == items
+
+
+class Strict(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    name: str
+
+
+async def test_the_correction_quotes_a_made_up_key_briefly() -> None:
+    # A 100 kB key the model invented is quoted and cut, not repeated whole into a user
+    # message that the history stores.
+    long_key = "k\\n" + "x" * 100_000
+    client = ScriptedChatClient([f'{{"name": "a", "{long_key}": 1}}', '{"name": "b"}'])
+    response = await Agent(client).run("x", output_type=Strict)
+    assert response.output == Strict(name="b")
+    told = client.requests[1].messages[-1].content or ""
+    assert len(told) < 1_000
+    assert "'k\\nxxxx" in told
+    assert "...': Extra inputs are not permitted" in told
