@@ -8,6 +8,7 @@ words that open its errors, so each client names its own API.
 
 from __future__ import annotations
 
+import collections
 import email.utils
 import hashlib
 import json
@@ -50,6 +51,7 @@ class Closable(Protocol):
 
 #: The SDK client a client holds.
 C = TypeVar("C", bound=Closable)
+T = TypeVar("T")
 
 # The SDK takes ~2 s to import; raf imports it only when a client is built (httpx, whose
 # transport raf's own extends, loads with the client modules).
@@ -494,3 +496,15 @@ def tool_choice(choice: str | Mapping[str, Any] | None, *, nested: bool) -> Any:
         return choice
     named = {"name": choice}
     return {"type": "function", "function": named} if nested else {"type": "function", **named}
+
+
+#: How many assistant turns a client keeps for replay (reasoning, thinking), newest kept.
+TURNS_KEPT: Final = 1024
+
+
+def keep_turn(turns: collections.OrderedDict[str, T], key: str, turn: T) -> None:
+    """Keep ``turn`` under ``key`` as the newest of at most :data:`TURNS_KEPT`."""
+    turns[key] = turn
+    turns.move_to_end(key)
+    while len(turns) > TURNS_KEPT:
+        turns.popitem(last=False)

@@ -20,6 +20,7 @@ from raf._clients._sdk import (
     BoundedErrors,
     SdkClient,
     error_from_sdk,
+    keep_turn,
     new_body,
     no_call_id,
     not_a_message,
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["AnthropicChatClient"]
 
 # How many tool-call turns a client remembers the thinking blocks of.
-_TURNS_KEPT: Final = 1024
 # Keys of the body that are the run's own, never an option's.
 _OWN_KEYS: Final = frozenset({"messages", "stream"})
 _EPHEMERAL: Final = {"type": "ephemeral"}
@@ -246,11 +246,7 @@ class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
     def _remember(self, turn: Turn) -> None:
         if not turn.call_ids or not any(kind == "thinking" for kind, _ in turn.order):
             return
-        key = turn.call_ids[0]
-        self._turns[key] = turn
-        self._turns.move_to_end(key)
-        while len(self._turns) > _TURNS_KEPT:
-            self._turns.popitem(last=False)
+        keep_turn(self._turns, turn.call_ids[0], turn)
 
     def __repr__(self) -> str:
         return (

@@ -12,6 +12,7 @@ from raf._clients._reply import stream_updates
 from raf._clients._responses_reply import StreamState, Turn, call_name, response_from_reply
 from raf._clients._sdk import (
     OpenAISdkClient,
+    keep_turn,
     new_body,
     no_call_id,
     not_a_message,
@@ -27,7 +28,6 @@ from raf._values.schema import text_format
 __all__ = ["OpenAIResponsesClient"]
 
 # How many tool-call turns a client remembers the reasoning items of.
-_TURNS_KEPT: Final = 1024
 # Keys of the body that are the run's own, never an option's.
 _OWN_KEYS: Final = frozenset({"input", "stream", "stream_options"})
 _REASONING_INCLUDE: Final = "reasoning.encrypted_content"
@@ -162,11 +162,7 @@ class OpenAIResponsesClient(OpenAISdkClient):
     def _remember(self, turn: Turn | None) -> None:
         if turn is None or not turn.call_ids:
             return
-        key = turn.call_ids[0]
-        self._turns[key] = turn
-        self._turns.move_to_end(key)
-        while len(self._turns) > _TURNS_KEPT:
-            self._turns.popitem(last=False)
+        keep_turn(self._turns, turn.call_ids[0], turn)
 
     def __repr__(self) -> str:
         return (

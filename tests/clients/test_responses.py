@@ -41,7 +41,7 @@ from raf import (
     Usage,
     tool,
 )
-from raf._clients import responses as responses_module
+from raf._clients import _sdk as sdk_module
 from raf._clients.responses import input_items, tool_to_wire
 from tests._harness.openai_server import HISTORY_EDITS, edit_history
 from tests._harness.responses_server import Answer, ResponsesServer, events_of, response_body
@@ -434,7 +434,7 @@ async def test_replayed_reasoning_follows_its_turn_when_a_later_reply_takes_its_
 async def test_replayed_turns_are_kept_no_longer_than_their_turns(
     server: ResponsesServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(responses_module, "_TURNS_KEPT", 2)
+    monkeypatch.setattr(sdk_module, "TURNS_KEPT", 2)
     history: list[ChatMessage] = [ChatMessage.user("x")]
     async with client_for(server) as model:
         for n in range(5):
@@ -913,7 +913,7 @@ def test_the_docs_real_model_example_runs_against_the_loopback_server(
 async def test_the_client_remembers_a_bounded_number_of_turns(
     server: ResponsesServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(responses_module, "_TURNS_KEPT", 2)
+    monkeypatch.setattr(sdk_module, "TURNS_KEPT", 2)
     for n in range(3):
         server.answer(text=None, calls=[(f"c{n}", "add", "{}")], reasoning=f"rs_{n}")
     server.answer(text="no calls, nothing to remember", reasoning="rs_text")
