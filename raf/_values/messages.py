@@ -14,6 +14,7 @@ __all__ = [
     "AgentResponse",
     "ChatMessage",
     "PendingCall",
+    "Reasoning",
     "ToolCall",
     "Update",
     "Usage",
@@ -163,6 +164,43 @@ def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
 
 
 @attrs.frozen(slots=True)
+class Reasoning:
+    """A model's reasoning that came with an assistant turn, kept to be sent back unchanged.
+
+    Thinking models (Anthropic thinking blocks with their signatures, OpenAI Responses
+    reasoning items, Gemini thought signatures) need their reasoning back in the later
+    calls of a tool loop. The client that read the turn puts it here, on the assistant
+    message, so it lives wherever the message lives: in the history, in a session store,
+    in another process. ``source`` names the wire it came from (``"anthropic"``,
+    ``"openai.responses"``, ``"gemini"``); a client replays the reasoning of its own
+    source only and leaves any other out. ``data`` is that wire's own JSON text, opaque
+    to raf.
+
+    >>> Reasoning("anthropic", '[{"type": "thinking", "signature": "s"}]')
+    Reasoning(source='anthropic', data='[{"type": "thinking", "signature": "s"}]')
+    """
+
+    source: str = attrs.field(validator=_check_str)
+    data: str = attrs.field(converter=clean_text, validator=_check_str)
+
+    def to_dict(self) -> dict[str, str]:
+        """A plain-JSON form."""
+        return {"source": self.source, "data": self.data}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Reasoning:
+        """The inverse of :meth:`to_dict`."""
+        return cls(data["source"], data["data"])
+
+
+def _check_reasoning(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and type(value) is not Reasoning:
+        raise TypeError(
+            f"ChatMessage.reasoning must be a Reasoning or None, got {type(value).__name__}"
+        )
+
+
+@attrs.frozen(slots=True)
 class ChatMessage:
     """One message of a conversation.
 
@@ -184,6 +222,11 @@ class ChatMessage:
     )
     tool_call_id: str | None = attrs.field(
         default=None, converter=clean_text, validator=_check_optional_str, kw_only=True
+    )
+    #: The reasoning that came with an assistant turn (see :class:`Reasoning`); left out of
+    #: the repr, as it is large and opaque.
+    reasoning: Reasoning | None = attrs.field(
+        default=None, validator=_check_reasoning, kw_only=True, repr=False
     )
 
     @classmethod
@@ -217,6 +260,8 @@ class ChatMessage:
             data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
         if self.tool_call_id is not None:
             data["tool_call_id"] = self.tool_call_id
+        if self.reasoning is not None:
+            data["reasoning"] = self.reasoning.to_dict()
         return data
 
     @classmethod
@@ -230,6 +275,7 @@ class ChatMessage:
             name=data.get("name"),
             tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls", ())),
             tool_call_id=data.get("tool_call_id"),
+            reasoning=Reasoning.from_dict(data["reasoning"]) if "reasoning" in data else None,
         )
 
 

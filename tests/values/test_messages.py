@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import raf
 from raf import AgentResponse, ChatMessage, ToolCall, Usage, request_hash
 
 # -- ChatMessage constructors ------------------------------------------------
@@ -268,3 +269,20 @@ def test_json_with_a_lone_surrogate_escape_round_trips_as_replacement() -> None:
     message = ChatMessage.from_dict(json.loads('{"role": "assistant", "content": "x\\ud800"}'))
     assert message.content == "x\ufffd"
     assert request_hash([message])  # its canonical JSON encodes as UTF-8
+
+
+def test_reasoning_rides_on_an_assistant_message_through_its_dict_form() -> None:
+    reasoning = raf.Reasoning("anthropic", '[{"type":"thinking","signature":"s"}]')
+    message = raf.ChatMessage(
+        "assistant", None, tool_calls=[raf.ToolCall("c1", "f")], reasoning=reasoning
+    )
+    data = message.to_dict()
+    assert data["reasoning"] == {"source": "anthropic", "data": reasoning.data}
+    assert raf.ChatMessage.from_dict(data) == message
+    assert "reasoning" not in raf.ChatMessage.assistant("hi").to_dict()
+    assert "reasoning" not in repr(message)
+
+
+def test_reasoning_of_another_type_is_refused_with_the_field_named() -> None:
+    with pytest.raises(TypeError, match=r"ChatMessage\.reasoning must be a Reasoning"):
+        raf.ChatMessage("assistant", "x", reasoning={"source": "a"})  # type: ignore[arg-type]
