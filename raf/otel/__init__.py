@@ -120,18 +120,16 @@ def instrument(
 def gen_ai_provider_name(client: object) -> str:
     """``gen_ai.provider.name`` for a chat client.
 
-    A client's own ``gen_ai_provider_name`` attribute (a ``str``) wins;
-    raf's OpenAI clients are ``"openai"``; any other client is its class
-    name without the ``ChatClient`` / ``Client`` suffix, lower-cased
-    (``EchoChatClient`` -> ``"echo"``).
+    A client's own ``provider_name`` (a ``str``; raf's clients have one:
+    ``"openai"``, ``"anthropic"``), or else its ``gen_ai_provider_name``,
+    wins; any other client is its class name without the ``ChatClient`` /
+    ``Client`` suffix, lower-cased (``EchoChatClient`` -> ``"echo"``).
     """
-    declared = getattr(client, "gen_ai_provider_name", None)
-    if isinstance(declared, str) and declared:
-        return declared
-    cls = type(client)
-    if cls.__module__.startswith("raf._clients.openai") or cls.__name__.startswith("OpenAI"):
-        return "openai"
-    name = cls.__name__
+    for attribute in ("provider_name", "gen_ai_provider_name"):
+        declared = getattr(client, attribute, None)
+        if isinstance(declared, str) and declared:
+            return declared
+    name = type(client).__name__
     for suffix in ("ChatClient", "Client"):
         if name.endswith(suffix) and len(name) > len(suffix):
             name = name[: -len(suffix)]

@@ -81,8 +81,13 @@ def record_response(
     if usage is not None:
         span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+        # The conventions' cache figures, both part of gen_ai.usage.input_tokens.
         if usage.cached_input_tokens:
             span.set_attribute("gen_ai.usage.cache_read.input_tokens", usage.cached_input_tokens)
+        if usage.cache_write_tokens:
+            span.set_attribute(
+                "gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens
+            )
         if usage.reasoning_tokens:
             span.set_attribute("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)
     if details is None:
