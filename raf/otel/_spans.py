@@ -85,9 +85,7 @@ def record_response(
         if usage.cached_input_tokens:
             span.set_attribute("gen_ai.usage.cache_read.input_tokens", usage.cached_input_tokens)
         if usage.cache_write_tokens:
-            span.set_attribute(
-                "gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens
-            )
+            span.set_attribute("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens)
         if usage.reasoning_tokens:
             span.set_attribute("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)
     if details is None:
