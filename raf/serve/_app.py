@@ -49,7 +49,6 @@ from raf.serve._wire import (
 
 __all__: list[str] = []
 
-
 def app(
     agent: Agent,
     *,
