@@ -118,8 +118,10 @@ class A2AAgentTool:
         )
         reply = _Reply()
         try:
-            async for event in client.send_message(SendMessageRequest(message=message)):
-                reply.take(event)
+            sent = client.send_message(SendMessageRequest(message=message))
+            async with contextlib.aclosing(sent) as events:
+                async for event in events:
+                    reply.take(event)
         except anyio.get_cancelled_exc_class():
             if reply.task_id:
                 await self._cancel(client, reply.task_id)
