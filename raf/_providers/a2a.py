@@ -118,7 +118,7 @@ class A2AAgentTool:
         )
         reply = _Reply()
         try:
-            sent = client.send_message(SendMessageRequest(message=message))
+            sent: Any = client.send_message(SendMessageRequest(message=message))
             async with contextlib.aclosing(sent) as events:
                 async for event in events:
                     reply.take(event)

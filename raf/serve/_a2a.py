@@ -19,11 +19,18 @@ runs on asyncio only.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import attrs
 import structlog
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes.common import DefaultServerCallContextBuilder
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types import AgentCard
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
@@ -31,18 +38,12 @@ from starlette.types import ASGIApp, Message, Receive
 
 from raf._agent.approvals import Decision
 from raf._agent.streamed import Closing
-from raf._errors import ConfigError
 from raf._metadata import installed_version
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Update
 from raf.serve._agui import decisions_of
 from raf.serve._http import HttpError, failure, read_body
 from raf.serve._mcp import describe
 from raf.serve._served import Served
-
-if TYPE_CHECKING:
-    from a2a.server.agent_execution import RequestContext
-    from a2a.server.events import EventQueue
-    from a2a.types import AgentCard
 
 __all__: list[str] = []
 
@@ -57,33 +58,15 @@ CARD_PATH = "/.well-known/agent-card.json"
 def a2a_routes(served: Served) -> list[BaseRoute]:
     """The card and JSON-RPC routes of ``served``; the SDK's task registry is closed on
     the app's lifespan end."""
-    try:
-        from a2a.server.request_handlers import DefaultRequestHandler
-        from a2a.server.routes.common import DefaultServerCallContextBuilder
-        from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
-        from a2a.server.tasks import InMemoryTaskStore
-    except ImportError as exc:
-        raise ConfigError(
-            f"app(a2a=True) needs the a2a extra: pip install 'raf-agents[a2a]' ({exc})"
-        ) from None
-
-    class KeyedContext(DefaultServerCallContextBuilder):
-        """The SDK's call context, with the caller's key scope (its tasks are the key's)."""
-
-        def build(self, request: Request) -> Any:
-            context = super().build(request)
-            headers = context.state.get("headers", {})  # the SDK reads A2A-Version there
-            headers.pop("authorization", None)  # the key stays out of the tasks' context
-            context.state[_KEY] = request.state.key_scope
-            return context
-
     template = _card(served, "")
     store = InMemoryTaskStore(owner_resolver=lambda context: context.state.get(_KEY, ""))
     handler = DefaultRequestHandler(
         agent_executor=_Executor(served), task_store=store, agent_card=template
     )
     served.lifespans.append(lambda: _Closed(handler))
-    dispatcher = JsonRpcDispatcher(handler, context_builder=KeyedContext(), enable_v0_3_compat=True)
+    dispatcher = JsonRpcDispatcher(
+        handler, context_builder=_KeyedContext(), enable_v0_3_compat=True
+    )
 
     async def rpc(served: Served, request: Request) -> ASGIApp:
         body = await read_body(request, served.max_body)  # the SDK reads any length
@@ -102,6 +85,17 @@ def a2a_routes(served: Served) -> list[BaseRoute]:
         served.route(CARD_PATH, "GET", card, keyed=False),
         served.route(RPC_PATH, "POST", rpc),
     ]
+
+
+class _KeyedContext(DefaultServerCallContextBuilder):
+    """The SDK's call context, with the caller's key scope (its tasks are the key's)."""
+
+    def build(self, request: Request) -> Any:
+        context = super().build(request)
+        headers = context.state.get("headers", {})  # the SDK reads A2A-Version there
+        headers.pop("authorization", None)  # the key stays out of the tasks' context
+        context.state[_KEY] = request.state.key_scope
+        return context
 
 
 def _card(served: Served, base: str) -> AgentCard:
@@ -183,7 +177,7 @@ class _Run:
     done: anyio.Event = attrs.field(factory=anyio.Event)
 
 
-class _Executor:
+class _Executor(AgentExecutor):
     """The SDK's ``AgentExecutor`` for a raf agent: each message of a task is a turn."""
 
     def __init__(self, served: Served) -> None:

@@ -272,8 +272,12 @@ def _services(served: Served, *, mcp: bool, a2a: bool) -> list[BaseRoute]:
 
         routes.append(mcp_route(served))
     if a2a:
-        from raf.serve._a2a import a2a_routes
-
+        try:
+            from raf.serve._a2a import a2a_routes
+        except ImportError as exc:
+            raise ConfigError(
+                f"app(a2a=True) needs the a2a extra: pip install 'raf-agents[a2a]' ({exc})"
+            ) from None
         routes += a2a_routes(served)
     return routes
 

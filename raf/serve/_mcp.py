@@ -104,7 +104,8 @@ def mcp_route(served: Served) -> Route:
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=text)], is_error=True
             )
-        return _result(response, session_id, types)
+        result: types.CallToolResult = _result(response, session_id, types)
+        return result
 
     server: Server[Any] = Server(
         name, version=installed_version(), instructions=getattr(served.agent, "instructions", None),

@@ -222,6 +222,7 @@ async def _stored(server: ServedAgent, context: str) -> list[dict[str, Any]]:
 def test_without_the_extra_the_error_says_which_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setitem(sys.modules, "a2a.server.request_handlers", None)
+    monkeypatch.setitem(sys.modules, "a2a.server.request_handlers", None)  # not installed
+    monkeypatch.delitem(sys.modules, "raf.serve._a2a", raising=False)
     with pytest.raises(ConfigError, match=r"raf-agents\[a2a\]"):
         raf.serve.app(Agent(EchoChatClient(), name="echo"), a2a=True)
