@@ -41,6 +41,7 @@ from raf._agent.streamed import Closing
 from raf._metadata import installed_version
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Update
 from raf.serve._agui import decisions_of
+from raf.serve._client import TEXT_JOIN, turn_text
 from raf.serve._http import HttpError, failure, read_body
 from raf.serve._mcp import describe
 from raf.serve._served import Served
@@ -212,8 +213,7 @@ class _Executor(AgentExecutor):
             if run.closing.closed is not None:
                 raise run.closing.closed
             run.sent.append(update)
-            if update.kind == "text" and update.text:
-                await answer.add(update.text)
+            await answer.update(update)
 
         try:
             with run.closing:
@@ -221,7 +221,9 @@ class _Executor(AgentExecutor):
                     given, session=session, options=self._served.options, on_update=on_update
                 )
         except Exception as exc:
-            if exc is run.closing.closed:  # cancelled: the cancel writes the state
+            if run.closing.closed is not None:  # cancelled: the cancel writes the state
+                if exc is not run.closing.closed:  # a post stage failed on the way out
+                    _log.warning("raf.serve: a cancelled A2A task failed", error=repr(exc))
                 return
             _log.warning("raf.serve: an A2A task failed", task=task_id, error=repr(exc))
             problem = failure(exc)
@@ -231,7 +233,7 @@ class _Executor(AgentExecutor):
         finally:
             run.done.set()
             del self._runs[task_id]
-        await answer.end(response.text)
+        await answer.end(turn_text(response))
         if response.pending:
             await updater.requires_input(
                 updater.new_agent_message(_pending_parts(response.pending))
@@ -256,8 +258,19 @@ class _Answer:
         self._updater = updater
         self._id = uuid.uuid4().hex
         self._sent = False
+        self._between = False  # whether a model call ended since the last text
 
-    async def add(self, text: str) -> None:
+    async def update(self, update: Update) -> None:
+        """A text update as the next chunk (the text of two model calls kept apart)."""
+        if update.kind == "tool_result":  # the next text is a later model call's
+            self._between = True
+        if update.kind != "text" or not update.text:
+            return
+        text = TEXT_JOIN + update.text if self._between and self._sent else update.text
+        self._between = False
+        await self._add(text)
+
+    async def _add(self, text: str) -> None:
         from a2a.types import Part
 
         await self._updater.add_artifact(

@@ -30,6 +30,7 @@ from raf._metadata import installed_version
 from raf._sessions.base import Session
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
+from raf.serve._client import TEXT_JOIN, turn_text
 from raf.serve._http import HttpError, failure, note_failure
 from raf.serve._served import Served
 
@@ -84,13 +85,15 @@ def mcp_route(served: Served) -> Route:
             session = None if session_id is None else await served.session_of(key_scope, session_id)
         except HttpError as exc:
             raise MCPError(types.INVALID_PARAMS, exc.message) from None
-        counted = 0
+        counted, between = 0, False
 
         async def progress(update: Update) -> None:
-            nonlocal counted
+            nonlocal counted, between
+            between = between or update.kind == "tool_result"  # a later model call's text
             if update.kind == "text" and update.text:
-                counted += len(update.text)
-                await ctx.session.report_progress(counted, None, update.text)
+                text = TEXT_JOIN + update.text if between and counted else update.text
+                counted, between = counted + len(text), False
+                await ctx.session.report_progress(counted, None, text)
 
         try:
             response = await closable_run(
@@ -159,7 +162,7 @@ def _arguments(arguments: Any, error: Any, code: int) -> tuple[str, str | None]:
 
 def _result(response: AgentResponse, session_id: str | None, types: Any) -> Any:
     """The answer as a tool result; calls that wait for approval are named in it."""
-    text = response.text
+    text = turn_text(response)
     structured: dict[str, Any] = {"answer": text}
     if session_id is not None:
         structured["session_id"] = session_id

@@ -116,6 +116,15 @@ async def test_a_streamed_message_is_status_and_artifact_updates(server: ServedA
     assert TaskState.Name(last.status_update.status.state) == "TASK_STATE_COMPLETED"
 
 
+async def test_the_text_of_two_model_calls_is_kept_apart(server: ServedAgent) -> None:
+    async with client(server) as (sender, _):
+        streamed = await events(sender, message("check the tool", f"ctx-{uuid.uuid4().hex}"))
+    async with client(server, streaming=False) as (sender, _):
+        (whole,) = await events(sender, message("check the tool", f"ctx-{uuid.uuid4().hex}"))
+    assert answer(streamed) == "Let me check.\n\nthe tool said HI"
+    assert "".join(p.text for a in whole.task.artifacts for p in a.parts) == answer(streamed)
+
+
 async def test_a_sent_message_is_the_finished_task(server: ServedAgent) -> None:
     async with client(server, streaming=False) as (sender, _):
         (only,) = await events(sender, message("hello", f"ctx-{uuid.uuid4().hex}"))

@@ -77,6 +77,14 @@ async def test_a_call_streams_progress_then_answers(anyio_backend: str) -> None:
     assert not result.get("isError")
 
 
+async def test_the_text_of_two_model_calls_is_kept_apart(anyio_backend: str) -> None:
+    async with running() as app:
+        *progress, answer = await post(app, call("check the tool"))
+    streamed = "".join(p["params"]["message"] for p in progress)
+    assert streamed == "Let me check.\n\nthe tool said HI"
+    assert answer["result"]["content"][0]["text"] == streamed
+
+
 async def test_a_call_that_waits_for_approval_names_the_calls(anyio_backend: str) -> None:
     async with running() as app:
         *_, answer = await post(app, call("please delete it", "s1"))
