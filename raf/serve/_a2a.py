@@ -205,6 +205,10 @@ class _Executor(AgentExecutor):
         except HttpError as exc:
             await updater.reject(updater.new_agent_message([Part(text=exc.message)]))
             return
+        except Exception as exc:  # the store: its words stay in the log
+            _log.warning("raf.serve: an A2A task found no session", task=task_id, error=repr(exc))
+            await updater.failed(updater.new_agent_message([Part(text="the session store failed")]))
+            return
         await updater.start_work()
         run = self._runs[task_id] = _Run(Closing())
         answer = _Answer(updater)

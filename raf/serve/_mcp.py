@@ -80,11 +80,16 @@ def mcp_route(served: Served) -> Route:
             raise MCPError(types.INVALID_PARAMS, unknown)
         message, session_id = _arguments(params.arguments, MCPError, types.INVALID_PARAMS)
         request = ctx.request
-        key_scope = request.scope.get("state", {}).get(_SCOPE_KEY, "") if request else ""
+        key_scope = None if request is None else request.scope.get("state", {}).get(_SCOPE_KEY)
+        if key_scope is None:  # never a session of no key's in place of the caller's
+            raise MCPError(types.INTERNAL_ERROR, "the call came without its HTTP request")
         try:
             session = None if session_id is None else await served.session_of(key_scope, session_id)
         except HttpError as exc:
             raise MCPError(types.INVALID_PARAMS, exc.message) from None
+        except Exception as exc:
+            note_failure(request.scope, exc)
+            raise MCPError(types.INTERNAL_ERROR, "the session store failed") from None
         counted, between = 0, False
 
         async def progress(update: Update) -> None:
@@ -100,8 +105,7 @@ def mcp_route(served: Served) -> Route:
                 served.agent, [ChatMessage.user(message)], session, served.options, progress
             )
         except Exception as exc:
-            if request is not None:
-                note_failure(request.scope, exc)
+            note_failure(request.scope, exc)
             problem = failure(exc)
             text = f"{problem.message} ({problem.code or problem.status})"
             return types.CallToolResult(
