@@ -48,8 +48,8 @@ class A2AAgentTool:
     the remote task (``tasks/cancel``, within :data:`CANCEL_TIMEOUT` seconds).
     Needs the optional ``a2a-sdk`` package (``pip install 'raf-agents[a2a]'``).
 
-    >>> tool = A2AAgentTool("http://127.0.0.1:8000")  # doctest: +SKIP
-    >>> tool.name  # doctest: +SKIP
+    >>> tool = A2AAgentTool("http://127.0.0.1:8000")
+    >>> tool.name
     'a2a_127_0_0_1_8000'
     """
 
