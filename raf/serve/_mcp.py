@@ -118,7 +118,6 @@ def mcp_route(served: Served) -> Route:
         name, version=installed_version(), instructions=getattr(served.agent, "instructions", None),
         on_list_tools=list_tools, on_call_tool=call_tool,
     )  # fmt: skip
-    server.middleware.clear()  # the SDK's OpenTelemetry span per message: raf has its own observers
     manager = StreamableHTTPSessionManager(
         server, stateless=True, max_request_body_size=served.max_body
     )
