@@ -90,6 +90,7 @@ if typing.TYPE_CHECKING:
     from raf._observers.mermaid import MermaidObserver as MermaidObserver
     from raf._observers.tracing import StageEvent as StageEvent
     from raf._observers.tracing import TraceObserver as TraceObserver
+    from raf._providers.a2a import A2AAgentTool as A2AAgentTool
     from raf._providers.compression import CompressionProvider as CompressionProvider
     from raf._providers.compression import CompressionStrategy as CompressionStrategy
     from raf._providers.compression import SummaryStrategy as SummaryStrategy
@@ -112,6 +113,7 @@ if typing.TYPE_CHECKING:
     from raf._sessions.sqlite import SqliteSessionStore as SqliteSessionStore
 
 __all__ = [
+    "A2AAgentTool",
     "Agent",
     "AgentError",
     "AgentLike",
@@ -234,6 +236,7 @@ __version__: str
 #: optional extra raf-agents[redis] (coredis; it is not in __all__, so that
 #: `from raf import *` works without the extra).
 _LAZY = {
+    "A2AAgentTool": "raf._providers.a2a",
     "AgentSkillsProvider": "raf._providers.skills",
     "AnthropicChatClient": "raf._clients.anthropic",
     "CompressionProvider": "raf._providers.compression",
