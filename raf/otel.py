@@ -10,7 +10,7 @@ added whose hooks open the spans —
 - ``model_call``: ``chat {model}`` around each model call (covering its
   retries, as the conventions ask); ``model_attempt`` records the attempts
   of an agent with chat middleware;
-- ``tool_call``: ``execute_tool {tool}`` around each tool call.
+- ``tool_call``: ``execute_tool {tool}`` around each tool call (guardrails: ``GuardrailSpans``).
 
 Spans are made current with OpenTelemetry's contextvars-based context, so
 they nest under the span that was current when the run started, and
@@ -49,6 +49,7 @@ from raf._agent.tool_loop import ToolRequest
 from raf._errors import StreamClosedError
 from raf._observers.ledger import ContextLedger
 from raf._observers.otel_details import Details, Metrics, ledger_attributes, server_of
+from raf._observers.otel_guardrail import GuardrailSpans
 from raf._onion.observe import Observer, ProviderStage, RunStage
 from raf._values.context import ChatRequest, ContextResult, Invocation
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
@@ -127,7 +128,7 @@ def instrument(
         tool_stack=agent.tool_stack,
         post_timeout=agent.post_timeout,
         # Outermost: the other observers' work nests under raf's spans.
-        observers=[observer, *agent.observers],
+        observers=[observer, GuardrailSpans(tracer, capture), *agent.observers],
     )
 
 

@@ -33,8 +33,9 @@ class _Guardrail:
     def __init__(self, check: Check, *, name: str | None = None) -> None:
         kind = type(self).__name__
         if not callable(check):
-            raise TypeError(f"{kind}: check must be 'async (text, context) -> Verdict', "
-                            f"got {check!r:.80}")
+            raise TypeError(
+                f"{kind}: check must be 'async (text, context) -> Verdict', got {check!r:.80}"
+            )
         if name is not None and (type(name) is not str or not name):
             raise TypeError(f"{kind}: name must be a non-empty str, got {name!r:.80}")
         self.check = check
@@ -286,8 +287,7 @@ class ToolGuardrail(_Guardrail):
         verdict = await self.judge(result, "tool_result", request)
         if verdict.action == "block":
             return request.reply(
-                f"Error: guardrail {self.name!r} withheld the result of {tool!r}: "
-                f"{verdict.reason}"
+                f"Error: guardrail {self.name!r} withheld the result of {tool!r}: {verdict.reason}"
             )
         if verdict.action == "rewrite" and verdict.text != result:
             return attrs.evolve(message, content=verdict.text)

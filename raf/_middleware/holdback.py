@@ -24,7 +24,7 @@ def cut_point(held: str, hold_back: int) -> int | None:
     """Where to cut ``held`` (text not yet judged) into a window, or ``None`` to wait.
 
     The window is ``held[:cut]``, at most ``hold_back`` characters: up to
-    the last sentence end within them; else, when ``held`` has reached
+    the first sentence end within them; else, when ``held`` has reached
     ``hold_back``, up to the last space not between two code-like words;
     else ``hold_back`` characters.
 
@@ -34,13 +34,15 @@ def cut_point(held: str, hold_back: int) -> int | None:
     True
     >>> cut_point("call 555 123 4567 now", 12)
     5
+    >>> cut_point("One. Two. Thr", 200)
+    5
     >>> cut_point("x" * 30, 10)
     10
     """
     region = held[:hold_back]
-    end = None
-    for end in _SENTENCE_END.finditer(region):  # noqa: B007  (the last one is wanted)
-        pass
+    # The first sentence end: each sentence is judged on its own, so a blocked one
+    # takes no sentence before it down with it.
+    end = _SENTENCE_END.search(region)
     if end is not None:
         return end.end()
     if len(held) < hold_back:

@@ -36,7 +36,9 @@ _API_KEY = re.compile(
     )(?![\w-])""",
     re.VERBOSE,
 )
-_EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+_EMAIL = re.compile(
+    r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"
+)
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,3})?\b")
 _CARD = re.compile(r"(?<![\w-])[2-6](?:[ -]?\d){12,18}(?![\w-])")
 _PHONE = re.compile(
@@ -144,9 +146,7 @@ def pii_redactor(*, entities: Iterable[str] = ENTITIES) -> Check:
     chosen = tuple(entities)
     unknown = [entity for entity in chosen if entity not in _RULES]
     if unknown:
-        raise ValueError(
-            f"pii_redactor: unknown entities {unknown}; known: {', '.join(ENTITIES)}"
-        )
+        raise ValueError(f"pii_redactor: unknown entities {unknown}; known: {', '.join(ENTITIES)}")
     ordered = tuple(entity for entity in ENTITIES if entity in chosen)
 
     async def pii_redactor(text: str, context: GuardrailContext) -> Verdict:

@@ -178,9 +178,7 @@ def stage_hook(observers: Iterable[Any], *, inherited: bool = False) -> StageHoo
     return reduce(nest, found)
 
 
-async def observed_check(
-    observers: Iterable[Any], check: GuardrailCheck, run: RunCheck
-) -> Verdict:
+async def observed_check(observers: Iterable[Any], check: GuardrailCheck, run: RunCheck) -> Verdict:
     """``run()``, the check, inside the observers' ``guardrail`` hooks (the first outermost)."""
     call: RunCheck = run
     for hook in reversed(hooks(observers, "guardrail")):
@@ -189,7 +187,7 @@ async def observed_check(
 
 
 def _nested(hook: Callable[..., Any], check: GuardrailCheck, inner: RunCheck) -> RunCheck:
-    return lambda: hook(check, inner)  # type: ignore[no-any-return]
+    return lambda: hook(check, inner)
 
 
 def observed_stages(
