@@ -42,13 +42,14 @@ _EMAIL = re.compile(
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,3})?\b")
 _CARD = re.compile(r"(?<![\w-])[2-6](?:[ -]?\d){12,18}(?![\w-])")
 _PHONE = re.compile(
-    r"""(?<![\w+])(?:
+    # Not a piece of a longer run of digit groups (an account number, an invalid IBAN).
+    r"""(?<![\w+])(?<!\d[ .-])(?:
         \+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,4}
       | \(\d{2,4}\)[ .-]?\d{3,4}[ .-]?\d{3,4}
       | \d{3}([.-])\d{3}\1\d{4}
       | \d{3}[ ]\d{3}[ ]\d{4}
       | 0\d{2,4}[ -]\d{3,4}[ -]?\d{3,4}
-    )(?![\w-])""",
+    )(?![\w-])(?![ .-]\d)""",
     re.VERBOSE,
 )
 
