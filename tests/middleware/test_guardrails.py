@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -70,7 +71,7 @@ async def no_span(text: str, context: GuardrailContext) -> Verdict:
 
 def chunked(text: str, cuts: list[int]) -> list[str]:
     points = sorted({0, len(text), *(cut % (len(text) + 1) for cut in cuts)})
-    return [text[a:b] for a, b in zip(points, points[1:], strict=False)]
+    return [text[a:b] for a, b in itertools.pairwise(points)]
 
 
 async def streamed(agent: Agent, received: list[str]) -> AgentResponse:
@@ -110,7 +111,8 @@ async def test_a_blocked_span_never_reaches_the_consumer(
         await streamed(agent, received)
     seen = "".join(received)
     # Never a character of it: what came is the text before the span's window.
-    assert text.startswith(seen) and len(seen) <= start
+    assert text.startswith(seen)
+    assert len(seen) <= start
     # Everything before it but its own window, and all of it after a sentence end.
     assert start - len(seen) < hold_back
     if after_sentence:
@@ -119,7 +121,8 @@ async def test_a_blocked_span_never_reaches_the_consumer(
     assert max(model.lags) <= hold_back
     # The post stages' partial answer is what the consumer saw.
     assert caught.value.partial.text == seen
-    assert caught.value.guardrail == "no_span" and caught.value.where == "output"
+    assert caught.value.guardrail == "no_span"
+    assert caught.value.where == "output"
 
 
 @settings(max_examples=100, deadline=None)
@@ -147,7 +150,8 @@ async def test_a_block_closes_the_models_stream_without_reading_on() -> None:
     with pytest.raises(GuardrailError, match="blocked the answer: the forbidden word"):
         await streamed(agent, received)
     assert received == ["Fine. "]
-    assert model.closed_early and model.yielded < 5
+    assert model.closed_early
+    assert model.yielded < 5
 
 
 async def test_the_post_stages_see_the_block_and_what_the_consumer_saw() -> None:
@@ -163,7 +167,8 @@ async def test_the_post_stages_see_the_block_and_what_the_consumer_saw() -> None
     with pytest.raises(GuardrailError):
         await streamed(agent, received)
     [error] = seen
-    assert isinstance(error, GuardrailError) and error.partial.text == "All good. "
+    assert isinstance(error, GuardrailError)
+    assert error.partial.text == "All good. "
     assert "".join(received) == "All good. "
 
 
@@ -239,7 +244,8 @@ async def test_an_input_block_ends_the_run_before_the_model_is_called() -> None:
     with pytest.raises(GuardrailError, match="guardrail 'no_span' blocked the request"):
         await agent.run(f"say {SPAN}")
     assert client.requests == []
-    assert isinstance(seen[0], GuardrailError) and seen[0].where == "input"
+    assert isinstance(seen[0], GuardrailError)
+    assert seen[0].where == "input"
 
 
 async def test_an_input_rewrite_is_what_the_model_and_the_providers_inside_see() -> None:
@@ -283,7 +289,8 @@ async def test_a_tool_block_is_told_to_the_model_and_the_tool_never_runs() -> No
     response = await agent.run("wipe /")
     assert ran == []
     told = response.messages[1]
-    assert told.role == "tool" and told.tool_call_id == "c1"
+    assert told.role == "tool"
+    assert told.tool_call_id == "c1"
     assert told.content == (
         "Error: guardrail 'no_root' refused this call of 'wipe': not the root folder"
     )
