@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["cut_point"]
+__all__: list[str] = []
 
 #: A sentence ends with ., ! or ? (and closing quotes or brackets) before a space, or at
 #: a line break; the window ends after that space.

@@ -17,7 +17,7 @@ from typing import Final
 
 from raf._values.verdict import Check, GuardrailContext, Verdict
 
-__all__ = ["ENTITIES", "pii_redactor", "redact"]
+__all__ = ["pii_redactor"]
 
 #: What :func:`pii_redactor` can redact, in the order it looks.
 ENTITIES: Final = ("api_key", "email", "iban", "card", "phone")

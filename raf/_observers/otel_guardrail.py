@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanKind, Tracer
 from raf._onion.observe import Observer, RunCheck
 from raf._values.verdict import GuardrailCheck, Verdict
 
-__all__ = ["GuardrailSpans"]
+__all__: list[str] = []
 
 
 class GuardrailSpans(Observer):

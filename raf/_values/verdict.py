@@ -9,7 +9,7 @@ import attrs
 
 from raf._errors import GuardrailWhere
 
-__all__ = ["Check", "GuardrailCheck", "GuardrailContext", "Verdict"]
+__all__ = ["GuardrailCheck", "GuardrailContext", "Verdict"]
 
 
 def _check_text(instance: Verdict, attribute: attrs.Attribute[Any], value: object) -> None:
