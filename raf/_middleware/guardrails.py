@@ -25,44 +25,36 @@ from raf._values.verdict import Check, GuardrailCheck, GuardrailContext, Verdict
 __all__ = ["InputGuardrail", "OutputGuardrail", "ToolGuardrail"]
 
 
-class _Guardrail:
-    """What the three guardrails share: the check, its name, and running it observed."""
+def _checked(kind: str, check: Check, name: str | None) -> tuple[Check, str]:
+    """A guardrail's check and name (given, else the check's function name), checked."""
+    if not callable(check):
+        raise TypeError(
+            f"{kind}: check must be 'async (text, context) -> Verdict', got {check!r:.80}"
+        )
+    if name is not None and (type(name) is not str or not name):
+        raise TypeError(f"{kind}: name must be a non-empty str, got {name!r:.80}")
+    return check, name or getattr(check, "__name__", None) or type(check).__name__
 
-    __slots__ = ("check", "name")
 
-    def __init__(self, check: Check, *, name: str | None = None) -> None:
-        kind = type(self).__name__
-        if not callable(check):
+async def judge(
+    check: Check, name: str, text: str, where: GuardrailWhere, request: Any, before: str = ""
+) -> Verdict:
+    """The check's verdict on ``text``, inside the observers' ``guardrail`` hooks."""
+    context = GuardrailContext(name, where, before, request)
+
+    async def run() -> Verdict:
+        verdict = await check(text, context)
+        if type(verdict) is not Verdict:
             raise TypeError(
-                f"{kind}: check must be 'async (text, context) -> Verdict', got {check!r:.80}"
+                f"guardrail {name!r} ({where}): its check returned {verdict!r:.80}, "
+                "not a raf.Verdict (Verdict.allow(), .block(reason) or .rewrite(text))"
             )
-        if name is not None and (type(name) is not str or not name):
-            raise TypeError(f"{kind}: name must be a non-empty str, got {name!r:.80}")
-        self.check = check
-        self.name: str = name or getattr(check, "__name__", None) or type(check).__name__
+        return verdict
 
-    async def judge(
-        self, text: str, where: GuardrailWhere, request: Any, before: str = ""
-    ) -> Verdict:
-        """The check's verdict on ``text``, inside the observers' ``guardrail`` hooks."""
-        context = GuardrailContext(self.name, where, before, request)
-
-        async def run() -> Verdict:
-            verdict = await self.check(text, context)
-            if type(verdict) is not Verdict:
-                raise TypeError(
-                    f"guardrail {self.name!r} ({where}): its check returned {verdict!r:.80}, "
-                    "not a raf.Verdict (Verdict.allow(), .block(reason) or .rewrite(text))"
-                )
-            return verdict
-
-        observers = _observers(request)
-        if not observers:
-            return await run()
-        return await observed_check(observers, GuardrailCheck(text, context), run)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name})"
+    observers = _observers(request)
+    if not observers:
+        return await run()
+    return await observed_check(observers, GuardrailCheck(text, context), run)
 
 
 def _observers(request: Any) -> tuple[Any, ...]:
@@ -72,7 +64,7 @@ def _observers(request: Any) -> tuple[Any, ...]:
     return tuple(getattr(agent, "observers", ()))
 
 
-class InputGuardrail(_Guardrail):
+class InputGuardrail:
     """Run middleware (``Agent(stack=[...])``): checks each request message's text before
     anything inside it runs, so before any model call.
 
@@ -89,7 +81,10 @@ class InputGuardrail(_Guardrail):
     'mail [email]'
     """
 
-    __slots__ = ()
+    __slots__ = ("check", "name")
+
+    def __init__(self, check: Check, *, name: str | None = None) -> None:
+        self.check, self.name = _checked("InputGuardrail", check, name)
 
     async def __call__(
         self, request: Invocation, call_next: Callable[[Invocation], Awaitable[AgentResponse]]
@@ -104,7 +99,7 @@ class InputGuardrail(_Guardrail):
         for index, message in enumerate(messages):
             if not message.content:
                 continue
-            verdict = await self.judge(message.content, "input", request)
+            verdict = await judge(self.check, self.name, message.content, "input", request)
             if verdict.action == "block":
                 raise GuardrailError(self.name, "input", verdict.reason or "")
             if verdict.action == "rewrite" and verdict.text != message.content:
@@ -114,8 +109,11 @@ class InputGuardrail(_Guardrail):
             request = attrs.evolve(request, request_messages=tuple(messages))
         return await call_next(request)
 
+    def __repr__(self) -> str:
+        return f"InputGuardrail({self.name})"
 
-class OutputGuardrail(_Guardrail):
+
+class OutputGuardrail:
     """Chat middleware (``Agent(chat_stack=[...])``): checks the model's answer.
 
     Unstreamed, the whole text of each answer is checked once. Streamed,
@@ -143,10 +141,10 @@ class OutputGuardrail(_Guardrail):
     raf.GuardrailError: guardrail 'no_secrets' blocked the answer: a secret
     """
 
-    __slots__ = ("hold_back",)
+    __slots__ = ("check", "hold_back", "name")
 
     def __init__(self, check: Check, *, hold_back: int = 200, name: str | None = None) -> None:
-        super().__init__(check, name=name)
+        self.check, self.name = _checked("OutputGuardrail", check, name)
         if type(hold_back) is not int or hold_back < 1:
             raise ValueError(f"OutputGuardrail: hold_back must be an int >= 1, got {hold_back!r}")
         self.hold_back = hold_back
@@ -165,7 +163,7 @@ class OutputGuardrail(_Guardrail):
             text = response.text
             if not text:
                 return response
-            verdict = await self.judge(text, "output", request)
+            verdict = await judge(self.check, self.name, text, "output", request)
             if verdict.action == "block":
                 raise GuardrailError(self.name, "output", verdict.reason or "")
             if verdict.action == "rewrite" and verdict.text != text:
@@ -216,7 +214,9 @@ class _Held:
 
     async def _release(self, window: str) -> None:
         guardrail = self.guardrail
-        verdict = await guardrail.judge(window, "output", self.request, self.released)
+        verdict = await judge(
+            guardrail.check, guardrail.name, window, "output", self.request, self.released
+        )
         if verdict.action == "block":
             seen = AgentResponse((ChatMessage.assistant(self.released),) if self.released else ())
             raise GuardrailError(guardrail.name, "output", verdict.reason or "", partial=seen)
@@ -238,7 +238,7 @@ def _with_text(response: AgentResponse, text: str) -> AgentResponse:
     return response
 
 
-class ToolGuardrail(_Guardrail):
+class ToolGuardrail:
     """Tool middleware (``Agent(tool_stack=[...])``): checks a call's arguments before the
     tool runs, and its result before the model sees it.
 
@@ -263,7 +263,10 @@ class ToolGuardrail(_Guardrail):
     "Error: guardrail 'no_deletes' refused this call of 'delete': nothing is deleted here"
     """
 
-    __slots__ = ()
+    __slots__ = ("check", "name")
+
+    def __init__(self, check: Check, *, name: str | None = None) -> None:
+        self.check, self.name = _checked("ToolGuardrail", check, name)
 
     async def __call__(
         self, request: ToolRequest, call_next: Callable[[ToolRequest], Awaitable[ChatMessage]]
@@ -275,7 +278,7 @@ class ToolGuardrail(_Guardrail):
             )
         tool = request.call.name
         arguments = json.dumps(dict(request.arguments), ensure_ascii=False, default=str)
-        verdict = await self.judge(arguments, "tool_arguments", request)
+        verdict = await judge(self.check, self.name, arguments, "tool_arguments", request)
         if verdict.action == "block":
             return request.reply(
                 f"Error: guardrail {self.name!r} refused this call of {tool!r}: {verdict.reason}"
@@ -284,7 +287,7 @@ class ToolGuardrail(_Guardrail):
             request = attrs.evolve(request, arguments=self._arguments(verdict.text or ""))
         message = await call_next(request)
         result = message.content or ""
-        verdict = await self.judge(result, "tool_result", request)
+        verdict = await judge(self.check, self.name, result, "tool_result", request)
         if verdict.action == "block":
             return request.reply(
                 f"Error: guardrail {self.name!r} withheld the result of {tool!r}: {verdict.reason}"
@@ -292,6 +295,9 @@ class ToolGuardrail(_Guardrail):
         if verdict.action == "rewrite" and verdict.text != result:
             return attrs.evolve(message, content=verdict.text)
         return message
+
+    def __repr__(self) -> str:
+        return f"ToolGuardrail({self.name})"
 
     def _arguments(self, text: str) -> Mapping[str, Any]:
         """A rewrite of the arguments, parsed: it must be a JSON object."""
