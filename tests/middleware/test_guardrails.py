@@ -395,5 +395,28 @@ async def test_each_check_is_seen_by_the_observers_guardrail_hook() -> None:
     ]
 
 
-def test_messages_without_text_are_not_checked() -> None:
-    assert ChatMessage.assistant(None).content is None  # what InputGuardrail skips
+async def test_only_messages_with_text_are_checked() -> None:
+    checked: list[str] = []
+
+    async def record(text: str, context: GuardrailContext) -> Verdict:
+        checked.append(text)
+        return Verdict.allow()
+
+    agent = Agent(ScriptedChatClient(["ok"]), stack=[InputGuardrail(record)])
+    await agent.run([ChatMessage.system("be brief"), ChatMessage.user("")])
+    assert checked == ["be brief"]
+
+
+async def test_the_iterator_form_raises_the_block_after_the_released_text() -> None:
+    client = ScriptedChatClient([["Safe here. ", f"Then {SPAN}.", " More."]])
+    agent = Agent(client, chat_stack=[OutputGuardrail(no_span)])
+    texts: list[str] = []
+
+    async def read() -> None:
+        async with agent.stream("go") as stream:
+            async for update in stream:
+                texts.append(update.text)
+
+    with pytest.raises(GuardrailError):
+        await read()
+    assert texts == ["Safe here. "]
