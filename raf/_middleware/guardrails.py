@@ -9,6 +9,7 @@ never for the whole answer.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -43,7 +44,13 @@ async def judge(
     context = GuardrailContext(name, where, before, request)
 
     async def run() -> Verdict:
-        verdict = await check(text, context)
+        answer = check(text, context)
+        if not inspect.isawaitable(answer):
+            raise TypeError(
+                f"guardrail {name!r} ({where}): its check returned {answer!r:.80} without "
+                "awaiting: a check is 'async def check(text, context) -> Verdict'"
+            )
+        verdict = await answer
         if type(verdict) is not Verdict:
             raise TypeError(
                 f"guardrail {name!r} ({where}): its check returned {verdict!r:.80}, "

@@ -330,6 +330,15 @@ async def test_a_check_that_returns_no_verdict_is_a_clear_error() -> None:
         await agent.run("x")
 
 
+async def test_a_check_that_is_not_async_is_a_clear_error() -> None:
+    def plain(text: str, context: GuardrailContext) -> Verdict:
+        return Verdict.allow()
+
+    agent = Agent(ScriptedChatClient(["hi"]), stack=[InputGuardrail(plain)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"'plain' \(input\).*'async def check"):
+        await agent.run("x")
+
+
 async def test_a_guardrail_in_the_wrong_stack_says_where_it_belongs() -> None:
     agent = Agent(ScriptedChatClient(["hi"]), stack=[OutputGuardrail(no_span)])
     with pytest.raises(TypeError, match=r"OutputGuardrail belongs in Agent\(chat_stack"):
