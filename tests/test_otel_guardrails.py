@@ -1,4 +1,4 @@
-"""raf.otel: each guardrail check is a span under the run's, with its verdict."""
+"""raf.otel: each guardrail check is a span under the span it belongs to, with its verdict."""
 
 from __future__ import annotations
 
