@@ -20,6 +20,7 @@ from raf._errors import (
     ConfigError,
     ContextResultError,
     DurableError,
+    GuardrailError,
     IncompleteResponseError,
     McpError,
     OfflineError,
@@ -66,6 +67,7 @@ from raf._values.messages import (
 )
 from raf._values.options import AgentRunOptions, ChatOptions
 from raf._values.protocols import Middleware, RequestHash, Session, Tool
+from raf._values.verdict import GuardrailCheck, GuardrailContext, Verdict
 
 if typing.TYPE_CHECKING:
     # Loaded on first use (see _LAZY below); imported here for type checkers and the docs.
@@ -82,7 +84,11 @@ if typing.TYPE_CHECKING:
     from raf._config.declarations import load_provider_decls as load_provider_decls
     from raf._config.declarations import register_provider_kind as register_provider_kind
     from raf._middleware.fallback import FallbackMiddleware as FallbackMiddleware
+    from raf._middleware.guardrails import InputGuardrail as InputGuardrail
+    from raf._middleware.guardrails import OutputGuardrail as OutputGuardrail
+    from raf._middleware.guardrails import ToolGuardrail as ToolGuardrail
     from raf._middleware.logging import LoggingMiddleware as LoggingMiddleware
+    from raf._middleware.pii import pii_redactor as pii_redactor
     from raf._middleware.retry import RetryMiddleware as RetryMiddleware
     from raf._observers.ledger import ContextLedger as ContextLedger
     from raf._observers.ledger import LedgerEntry as LedgerEntry
@@ -150,10 +156,14 @@ __all__ = [
     "FallbackMiddleware",
     "FolderRetriever",
     "FunctionTool",
+    "GuardrailCheck",
+    "GuardrailContext",
+    "GuardrailError",
     "HistoryProvider",
     "InMemoryHistoryProvider",
     "InMemorySession",
     "IncompleteResponseError",
+    "InputGuardrail",
     "Invocation",
     "KnowledgeProvider",
     "LedgerEntry",
@@ -168,6 +178,7 @@ __all__ = [
     "OpenAIChatClient",
     "OpenAIResponsesClient",
     "OutputError",
+    "OutputGuardrail",
     "OutputRefusedError",
     "OutputValidationError",
     "PROVIDER_KINDS",
@@ -199,6 +210,7 @@ __all__ = [
     "ToolCall",
     "ToolConflictError",
     "ToolError",
+    "ToolGuardrail",
     "ToolLoopError",
     "ToolRequest",
     "ToolSchemaError",
@@ -206,6 +218,7 @@ __all__ = [
     "TruncationStrategy",
     "Update",
     "Usage",
+    "Verdict",
     "WikiRetriever",
     "WorkspaceContextProvider",
     "approximate_tokens",
@@ -219,6 +232,7 @@ __all__ = [
     "merge",
     "message_units",
     "parallel",
+    "pii_redactor",
     "register_provider_kind",
     "request_hash",
     "tool",
@@ -244,6 +258,10 @@ _LAZY = {
     "ContextProviderDecl": "raf._config.declarations",
     "EchoChatClient": "raf._clients.echo",
     "FallbackMiddleware": "raf._middleware.fallback",
+    "InputGuardrail": "raf._middleware.guardrails",
+    "OutputGuardrail": "raf._middleware.guardrails",
+    "ToolGuardrail": "raf._middleware.guardrails",
+    "pii_redactor": "raf._middleware.pii",
     "FolderRetriever": "raf._providers.knowledge",
     "HistoryProvider": "raf._providers.history",
     "InMemoryHistoryProvider": "raf._providers.history",

@@ -6,6 +6,7 @@ The hierarchy (``except`` a branch to catch everything below it)::
     ├── ProviderError                 a provider's stage failed (.provider, .stage)
     ├── ContextResultError            a ContextResult of the wrong shape (also a TypeError)
     ├── StreamClosedError             the consumer left a streamed run early (.partial)
+    ├── GuardrailError                a guardrail blocked the run (.guardrail, .where, .reason)
     ├── ApprovalError                 a decision matches no pending call, or approvals cannot wait
     ├── ConfigError                   a declaration or a config file is wrong
     ├── CompressionError              a compression strategy could not compress
@@ -55,6 +56,7 @@ __all__ = [
     "ConfigError",
     "ContextResultError",
     "DurableError",
+    "GuardrailError",
     "IncompleteResponseError",
     "McpError",
     "OfflineError",
@@ -145,6 +147,33 @@ class StreamClosedError(AgentError):
         super().__init__(
             f"the consumer of the streamed run left before its end, having received {what}"
         )
+
+
+#: Where a guardrail checks: the request, the answer, a tool call's arguments or its result.
+GuardrailWhere = Literal["input", "output", "tool_arguments", "tool_result"]
+
+
+class GuardrailError(AgentError):
+    """A guardrail blocked the run: its check answered ``Verdict.block(reason)``.
+
+    ``guardrail`` names it, ``where`` says what it was checking (``"input"``:
+    the request messages, before any model call; ``"output"``: the model's
+    answer), ``reason`` is the check's own words. The post stages see it as
+    the run's error. ``partial`` is the :class:`raf.AgentResponse` the
+    consumer of a streamed answer had received from the blocked model call
+    when it was stopped (``None`` when nothing was streamed): never a
+    character of the held text.
+    """
+
+    def __init__(
+        self, guardrail: str, where: GuardrailWhere, reason: str, *, partial: Any = None
+    ) -> None:
+        self.guardrail = guardrail
+        self.where = where
+        self.reason = reason
+        self.partial = partial
+        what = {"input": "the request", "output": "the answer"}.get(where, where)
+        super().__init__(f"guardrail {guardrail!r} blocked {what}: {reason}")
 
 
 class ApprovalError(AgentError):

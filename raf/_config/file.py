@@ -1,9 +1,9 @@
-"""The config file of the ``raf`` command: the agent, its model, its providers and chat stack.
+"""The config file of the ``raf`` command: the agent, its model, providers, chat stack, guardrails.
 
 A file is read once (:func:`raf._config.declarations.read_config`), checked whole against
 :class:`raf._config.models.ConfigFile` (unknown tables and keys, values of the
 wrong type: one line each), then built: the chat client, the run options, the
-providers, the chat stack's middleware, the tools and the agent.
+providers, the chat stack's middleware, the guardrails, the tools and the agent.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from raf._config.declarations import (
     import_object,
     read_config,
 )
+from raf._config.guardrails import build_guardrail
 from raf._config.models import (
     LoggingOptions,
     ModelTable,
@@ -39,6 +40,7 @@ from raf._config.models import (
     option_error,
 )
 from raf._errors import AgentError, ConfigError
+from raf._middleware.guardrails import InputGuardrail, OutputGuardrail, ToolGuardrail
 from raf._middleware.logging import LoggingMiddleware
 from raf._middleware.retry import RetryMiddleware
 from raf._observers.tracing import StageEvent, TraceObserver
@@ -81,6 +83,11 @@ def load_config(
     )
     providers = _each(data, "providers", path, lambda d: build_provider(d, chat_client=client))
     chat_stack = _each(data, "chat_stack", path, build_chat_middleware)
+    # Input guardrails first in the stack: every provider sees the request as rewritten.
+    # Output guardrails innermost in the chat stack: retry and logging see what is released.
+    guardrails = _each(data, "guardrails", path, build_guardrail)
+    stack = [*_of(guardrails, InputGuardrail), *providers]
+    chat_stack = [*chat_stack, *_of(guardrails, OutputGuardrail)]
     tools = _tools(config.agent.tools, path)
     observers = [*([] if emit is None else [TraceObserver(emit)]), *observers]
     try:
@@ -89,8 +96,9 @@ def load_config(
             name=config.agent.name,
             instructions=config.agent.instructions,
             tools=tools,
-            stack=providers,
+            stack=stack,
             chat_stack=chat_stack,
+            tool_stack=_of(guardrails, ToolGuardrail),
             observers=observers,
         )
     except (TypeError, ValueError, AgentError) as exc:
@@ -165,6 +173,10 @@ def _tools(specs: list[str], path: Path) -> list[Any]:
             )
         tools.append(found)
     return tools
+
+
+def _of(built: list[Any], kind: type) -> list[Any]:
+    return [item for item in built if isinstance(item, kind)]
 
 
 # [[chat_stack]] ------------------------------------------------------------------------------

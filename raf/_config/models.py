@@ -180,6 +180,29 @@ class LoggingOptions(_Closed):
     """``[[chat_stack]] kind = "logging"``: no options."""
 
 
+class InputGuardrailOptions(_Closed):
+    """``[[guardrails]] kind = "input"``: a :class:`raf.InputGuardrail`."""
+
+    check: Text = Field(
+        description="a built-in check ('pii_redactor') or an import path 'package.module:check'"
+    )
+    entities: TextList | None = Field(
+        default=None, description="pii_redactor: what it redacts (email, phone, card, ...)"
+    )
+
+
+class OutputGuardrailOptions(InputGuardrailOptions):
+    """``[[guardrails]] kind = "output"``: a :class:`raf.OutputGuardrail`."""
+
+    hold_back: Count = Field(
+        default=200, description="the most characters of a streamed answer held at a time"
+    )
+
+
+class ToolGuardrailOptions(InputGuardrailOptions):
+    """``[[guardrails]] kind = "tool"``: a :class:`raf.ToolGuardrail`."""
+
+
 #: The options type of each built-in provider kind.
 BUILTIN_PROVIDER_OPTIONS: dict[str, Any] = {
     "memory": MemoryOptions,
@@ -192,6 +215,12 @@ BUILTIN_PROVIDER_OPTIONS: dict[str, Any] = {
 }
 #: The options type of each built-in ``[[chat_stack]]`` kind.
 BUILTIN_CHAT_STACK_OPTIONS: dict[str, Any] = {"retry": RetryOptions, "logging": LoggingOptions}
+#: The options type of each ``[[guardrails]]`` kind: where the guardrail checks.
+GUARDRAIL_OPTIONS: dict[str, Any] = {
+    "input": InputGuardrailOptions,
+    "output": OutputGuardrailOptions,
+    "tool": ToolGuardrailOptions,
+}
 
 
 # The tables of a config file ---------------------------------------------------------------
@@ -230,7 +259,8 @@ class ModelTable(_Closed):
 
 
 class Entry(BaseModel):
-    """One ``[[providers]]`` or ``[[chat_stack]]`` table: ``kind``, ``name``, the options."""
+    """One ``[[providers]]``, ``[[chat_stack]]`` or ``[[guardrails]]`` table: ``kind``,
+    ``name``, the options."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
 
@@ -245,6 +275,7 @@ class ConfigFile(_Closed):
     model: ModelTable = ModelTable()
     providers: list[Entry] = []
     chat_stack: list[Entry] = []
+    guardrails: list[Entry] = []
 
 
 # ValidationError -> one line ----------------------------------------------------------------
@@ -353,6 +384,7 @@ _TOP_LEVEL = {
     "model": "[model]",
     "providers": "[[providers]]",
     "chat_stack": "[[chat_stack]]",
+    "guardrails": "[[guardrails]]",
 }
 
 
@@ -389,7 +421,7 @@ def check_file(data: Mapping[str, Any], source: str) -> ConfigFile:
     table = str(loc[0])
     if len(loc) == 1 and error["type"] == "extra_forbidden":
         raise _unknown_top_level(source, table, value) from None
-    if table in ("providers", "chat_stack"):
+    if table in ("providers", "chat_stack", "guardrails"):
         raise _entry_error(source, table, loc[1:], error) from None
     if len(loc) == 1:
         raise ConfigError(f"{source}: [{table}] must be a table") from None
@@ -424,8 +456,9 @@ def _entry_error(source: str, table: str, loc: Sequence[Any], error: Any) -> Con
 
 def _entries(kinds: Mapping[str, Any], table: str) -> Any:
     """The entries of ``[[table]]`` for the schema: one closed model per built-in kind
-    (and per compression strategy), and an open one for the kinds of your own."""
-    suffix = "Provider" if table == "providers" else "Middleware"
+    (and per compression strategy), and an open one for the kinds of your own (but for
+    guardrails, whose kinds are only where they check)."""
+    suffix = {"providers": "Provider", "guardrails": "Guardrail"}.get(table, "Middleware")
     variants: list[Any] = []
     for kind, options in kinds.items():
         models = _models(options)
@@ -440,6 +473,8 @@ def _entries(kinds: Mapping[str, Any], table: str) -> Any:
                     **fields,
                 )
             )
+    if table == "guardrails":
+        return list[Union[tuple(variants)]]  # type: ignore[misc]  # noqa: UP007
     # A kind that is not built in: its options are its own. The schema refuses a
     # built-in kind here, so a typo in a built-in kind's option is still flagged.
     not_builtin = Field(min_length=1, json_schema_extra={"not": {"enum": list(kinds)}})
@@ -468,6 +503,7 @@ def config_schema() -> dict[str, Any]:
         __doc__="A config file of the raf command: see docs/cli.md in raf's repository.",
         providers=(_entries(BUILTIN_PROVIDER_OPTIONS, "providers"), []),
         chat_stack=(_entries(BUILTIN_CHAT_STACK_OPTIONS, "chat_stack"), []),
+        guardrails=(_entries(GUARDRAIL_OPTIONS, "guardrails"), []),
     )
     return model.model_json_schema()
 

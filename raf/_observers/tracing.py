@@ -1,4 +1,5 @@
-"""Tracing: an observer that reports each provider stage, model call and tool call, timed."""
+"""Tracing: an observer that reports each provider stage, model call, tool call and guardrail
+check, timed."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import attrs
 
 from raf._agent.tool_loop import ToolRequest
 from raf._errors import Stage
-from raf._onion.observe import Observer, ProviderStage, RunStage
+from raf._onion.observe import Observer, ProviderStage, RunCheck, RunStage
 from raf._values.context import ChatRequest, ContextResult
 from raf._values.messages import AgentResponse, ChatMessage, Update
+from raf._values.verdict import GuardrailCheck, Verdict
 
 __all__ = ["StageEvent", "TraceObserver"]
 
@@ -24,12 +26,16 @@ class StageEvent:
     how it ended.
 
     A tool call is ``provider`` the tool's name, ``kind`` ``"tool"``, ``stage``
-    ``"call"``, and ``detail`` its arguments and the size of its result.
+    ``"call"``, and ``detail`` its arguments and the size of its result. A
+    guardrail's check is ``provider`` the guardrail's name, ``kind``
+    ``"guardrail"``, ``stage`` ``"check"``, and ``detail`` what it checked
+    (for a streamed answer, the text held) and what became of it (released,
+    rewritten, blocked).
     """
 
     provider: str
     kind: str
-    stage: Stage | Literal["complete", "call"]
+    stage: Stage | Literal["complete", "call", "check"]
     duration_ms: float
     outcome: str
     detail: str = ""
@@ -146,6 +152,45 @@ class TraceObserver(Observer):
                 detail += f"; result {_count(size, 'char')}"
             name = str(request.tool.name)
             self._emit(StageEvent(name, "tool", "call", elapsed, _outcome(error), detail))
+
+    async def guardrail(self, check: GuardrailCheck, call_next: RunCheck) -> Verdict:
+        """The check, timed: the text it judged (held, for a streamed answer) and its verdict."""
+        started = time.perf_counter()
+        error: BaseException | None = None
+        verdict: Verdict | None = None
+        try:
+            verdict = await call_next()
+            return verdict
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            elapsed = (time.perf_counter() - started) * 1000
+            context = check.context
+            held = "held" if context.where == "output" else context.where.replace("_", " ")
+            detail = f"{held} {_shown(check.text)}"
+            if verdict is not None:
+                detail += f" -> {_verdict(verdict, context.where)}"
+            name, outcome = context.guardrail, _outcome(error)
+            self._emit(StageEvent(name, "guardrail", "check", elapsed, outcome, detail))
+
+
+def _verdict(verdict: Verdict, where: str) -> str:
+    if verdict.action == "block":
+        return f"blocked: {verdict.reason}"
+    if verdict.action == "rewrite":
+        return f"rewritten {_shown(verdict.text or '')}"
+    return "released" if where == "output" else "allowed"
+
+
+#: How much of a checked text a trace line shows.
+TEXT_SHOWN = 80
+
+
+def _shown(text: str) -> str:
+    if len(text) <= TEXT_SHOWN:
+        return repr(text)
+    return f"{text[:TEXT_SHOWN]!r}... ({len(text)} chars)"
 
 
 def _count(number: int, noun: str) -> str:

@@ -16,7 +16,9 @@ Where each hook sits, with observers ``[a, b]`` (``a`` outermost):
   the tool loop makes (a retried call is one model call);
 - ``model_attempt``: innermost chat middleware, around each call that
   reaches the chat client (each attempt of a retried call);
-- ``tool_call``: outermost tool middleware, around each tool call.
+- ``tool_call``: outermost tool middleware, around each tool call;
+- ``guardrail``: around each check of a guardrail (:class:`raf.InputGuardrail`,
+  :class:`raf.OutputGuardrail`, :class:`raf.ToolGuardrail`), wherever it sits.
 
 An agent without observers runs as if this module did not exist.
 """
@@ -33,6 +35,7 @@ from raf._errors import Stage
 from raf._onion.errors import provider_name
 from raf._values.context import ChatRequest, Invocation, ToolRequest
 from raf._values.messages import AgentResponse, ChatMessage
+from raf._values.verdict import GuardrailCheck, Verdict
 
 __all__ = ["Observer", "ProviderStage"]
 
@@ -44,7 +47,10 @@ RunStage = Callable[[], Awaitable[Any]]
 #: The ``provider_stage`` hooks of an agent's observers, folded into one (outermost first).
 StageHook = Callable[["ProviderStage", RunStage], Awaitable[Any]]
 
-HOOKS = ("run", "provider_stage", "model_call", "model_attempt", "tool_call")
+HOOKS = ("run", "provider_stage", "model_call", "model_attempt", "tool_call", "guardrail")
+
+#: What ``call_next`` of a ``guardrail`` hook is: it runs the check, returns its verdict.
+RunCheck = Callable[[], Awaitable[Verdict]]
 
 
 @attrs.frozen(slots=True)
@@ -121,6 +127,10 @@ class Observer:
         """Around one tool call (outermost tool middleware)."""
         return await call_next(request)
 
+    async def guardrail(self, check: GuardrailCheck, call_next: RunCheck) -> Verdict:
+        """Around one check of a guardrail: ``await call_next()`` runs it, returns its verdict."""
+        return await call_next()
+
 
 def checked_observers(observers: Iterable[Any]) -> tuple[Any, ...]:
     """``Agent(observers=)``, checked: instances that have at least one hook."""
@@ -166,6 +176,18 @@ def stage_hook(observers: Iterable[Any], *, inherited: bool = False) -> StageHoo
         return lambda stage, call_next: outer(stage, lambda: inner(stage, call_next))
 
     return reduce(nest, found)
+
+
+async def observed_check(observers: Iterable[Any], check: GuardrailCheck, run: RunCheck) -> Verdict:
+    """``run()``, the check, inside the observers' ``guardrail`` hooks (the first outermost)."""
+    call: RunCheck = run
+    for hook in reversed(hooks(observers, "guardrail")):
+        call = _nested(hook, check, call)
+    return await call()
+
+
+def _nested(hook: Callable[..., Any], check: GuardrailCheck, inner: RunCheck) -> RunCheck:
+    return lambda: hook(check, inner)
 
 
 def observed_stages(

@@ -10,7 +10,9 @@ added whose hooks open the spans —
 - ``model_call``: ``chat {model}`` around each model call (covering its
   retries, as the conventions ask); ``model_attempt`` records the attempts
   of an agent with chat middleware;
-- ``tool_call``: ``execute_tool {tool}`` around each tool call.
+- ``tool_call``: ``execute_tool {tool}`` around each tool call;
+- ``guardrail``: ``guardrail {name}`` around each check of a guardrail, with
+  its verdict (``raf.guardrail.*``).
 
 Spans are made current with OpenTelemetry's contextvars-based context, so
 they nest under the span that was current when the run started, and

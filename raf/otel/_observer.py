@@ -1,4 +1,5 @@
-"""The observer of a traced agent: its hooks open the run, stage, model-call and tool-call spans."""
+"""The observer of a traced agent: its hooks open the run, stage, model-call, tool-call and
+guardrail spans."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from raf._agent.tool_loop import ToolRequest
 from raf._errors import StreamClosedError
 from raf._observers.ledger import ContextLedger
 from raf._observers.otel_details import Details, Metrics, ledger_attributes
-from raf._onion.observe import Observer, ProviderStage, RunStage
+from raf._onion.observe import Observer, ProviderStage, RunCheck, RunStage
 from raf._values.context import ChatRequest, ContextResult, Invocation
 from raf._values.messages import AgentResponse, ChatMessage
+from raf._values.verdict import GuardrailCheck, Verdict
 from raf.otel._content import messages_json, record_input
+from raf.otel._guardrails import guardrail_span
 from raf.otel._spans import (
     RECORDING,
     attach,
@@ -280,6 +283,12 @@ class SpanObserver(Observer):
             if token is not None:
                 otel_context.detach(token)
             span.end()
+
+    async def guardrail(self, check: GuardrailCheck, call_next: RunCheck) -> Verdict:
+        """``guardrail {name}`` around each check of a guardrail, with its verdict."""
+        if not RECORDING.get():
+            return await call_next()
+        return await guardrail_span(self.tracer, check, call_next, capture=self.capture)
 
 
 class AttemptObserver(SpanObserver):

@@ -336,7 +336,7 @@ async def test_an_agent_with_tracing_and_otel_observers_reports_to_both() -> Non
         observers=[TraceObserver(events.append)],
     )
     traced = raf.otel.instrument(agent, tracer_provider=provider)
-    assert [type(o).__name__ for o in traced.observers] == ["_Observer", "TraceObserver"]
+    assert [type(o).__name__ for o in traced.observers] == ["SpanObserver", "TraceObserver"]
     assert (await traced.run("2 + 3?")).text == "5"
     assert [(e.provider, e.stage, e.outcome) for e in events] == [
         ("notes", "on_invoking", "ok"),

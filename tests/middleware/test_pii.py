@@ -1,0 +1,163 @@
+"""pii_redactor: what it rewrites, what it leaves alone, streamed or not."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from raf import (
+    Agent,
+    GuardrailContext,
+    InputGuardrail,
+    OutputGuardrail,
+    ScriptedChatClient,
+    Update,
+    Verdict,
+    pii_redactor,
+)
+
+pytestmark = pytest.mark.anyio
+
+CONTEXT = GuardrailContext("pii", "output")
+
+
+async def redacted(text: str, **options: object) -> str:
+    verdict = await pii_redactor(**options)(text, CONTEXT)  # type: ignore[arg-type]
+    return text if verdict.action == "allow" else verdict.text or ""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("write to ann.lee+news@mail.example.co.uk", "write to [email]"),
+        ("call +44 20 7946 0958 today", "call [phone] today"),
+        ("call (415) 555-0100 or 415-555-0100", "call [phone] or [phone]"),
+        ("call 415 555 0100 or 020 7946 0958", "call [phone] or [phone]"),
+        ("visa 4111 1111 1111 1111 ok", "visa [card] ok"),
+        ("mc 5555-5555-5555-4444, amex 378282246310005", "mc [card], amex [card]"),
+        ("IBAN DE89 3704 0044 0532 0130 00 OK", "IBAN [iban] OK"),
+        ("pay GB82WEST12345698765432 now", "pay [iban] now"),
+        ("key sk-proj-Ab3dEf9hIj2kLm8nOp4qRs", "key [api_key]"),
+        ("token ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z", "token [api_key]"),
+        ("aws AKIAIOSFODNN7EXAMPLE", "aws [api_key]"),
+        ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "stripe [api_key]"),
+    ],
+)
+async def test_what_it_rewrites(text: str, expected: str) -> None:
+    assert await redacted(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "order 4111111111111112 shipped",  # a card's shape, but the Luhn check fails
+        "order #12345678901234 is on its way",  # passes no card rule (its first digit)
+        "tracking 1234567890123",  # 13 digits, first digit 1: no card
+        "IBAN DE89 3704 0044 0532 0130 02",  # one digit off: the checksum fails
+        "on 2024-01-15 at 10:30, version 1.2.3, host 192.168.1.10, pi 3.14159",
+        "100,000 users in 1990 and 2001, room 555, zip 94103",
+        "use sk-learn-is-a-great-library for that",  # a prefix, but words, not a key
+        "the meeting is at noon; bring the report",
+    ],
+)
+async def test_what_it_leaves_alone(text: str) -> None:
+    assert await redacted(text) == text
+
+
+def test_luhn_separates_cards_from_order_numbers() -> None:
+    from raf._middleware.pii import _luhn
+
+    assert _luhn("4111111111111111")
+    assert _luhn("79927398713")
+    assert not _luhn("4111111111111112")
+    assert not _luhn("79927398710")
+
+
+async def test_entities_pick_what_it_looks_for() -> None:
+    text = "ann@example.org, +44 20 7946 0958"
+    assert await redacted(text, entities=["email"]) == "[email], +44 20 7946 0958"
+    with pytest.raises(ValueError, match="unknown entities \\['ssn'\\]"):
+        pii_redactor(entities=["ssn"])
+    with pytest.raises(TypeError, match="a list of names"):
+        pii_redactor(entities="email")
+
+
+prose = st.lists(
+    st.sampled_from(["the", "report", "is", "ready", "Thanks", "we", "met", "at", "noon"]),
+    min_size=1,
+    max_size=40,
+).map(" ".join)
+
+
+@given(prose)
+async def test_ordinary_text_is_untouched(text: str) -> None:
+    assert await pii_redactor()(text, CONTEXT) == Verdict.allow()
+
+
+FRAGMENTS = [
+    "hello",
+    "the report",
+    "Thanks.",
+    "order 4111111111111112",
+    "mail ann@example.org",
+    "call +1 415 555 0100",
+    "card 4111 1111 1111 1111",
+    "IBAN DE89 3704 0044 0532 0130 00",
+    "key sk-proj-Ab3dEf9hIj2kLm8nOp4qRs",
+    "sk-learn-is-a-library",
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=12),
+    st.lists(st.sampled_from([" ", ". ", ", ", "\n"]), min_size=12, max_size=12),
+    st.lists(st.integers(0, 600), max_size=30),
+    st.integers(60, 200),
+)
+async def test_streamed_or_not_the_answer_is_redacted_alike(
+    fragments: list[str], separators: list[str], cuts: list[int], hold_back: int
+) -> None:
+    text = "".join(f + s for f, s in zip(fragments, separators, strict=False)).strip()
+    # The window never ends inside a run of number-like words (digits, or short upper-case
+    # groups like an IBAN's) unless the run is longer than the window: that is the law's bound.
+    assume(longest_number_run(text) < hold_back)
+    points = sorted({0, len(text), *(cut % (len(text) + 1) for cut in cuts)})
+    chunks = [text[a:b] for a, b in itertools.pairwise(points)]
+    guard = OutputGuardrail(pii_redactor(), hold_back=hold_back)
+    whole = await Agent(ScriptedChatClient([text]), chat_stack=[guard]).run("x")
+    received: list[str] = []
+
+    async def on_update(update: Update) -> None:
+        received.append(update.text)
+
+    agent = Agent(ScriptedChatClient([chunks]), chat_stack=[guard])
+    streamed = await agent.run("x", on_update=on_update)
+    assert "".join(received) == streamed.text == whole.text
+    for secret in ("ann@", "0100", "1111 1111", "3704", "Ab3dEf"):
+        assert secret not in whole.text
+
+
+def longest_number_run(text: str) -> int:
+    """The length of the longest run of words that each have a digit or are short capitals."""
+    longest = 0
+    start: int | None = None
+    for match in re.finditer(r"\S+", text):
+        word = match.group()
+        if any(c.isdigit() for c in word) or (len(word) <= 4 and word.isupper()):
+            start = match.start() if start is None else start
+            longest = max(longest, match.end() - start)
+        else:
+            start = None
+    return longest
+
+
+async def test_the_request_is_redacted_before_the_model_sees_it() -> None:
+    client = ScriptedChatClient(["ok"])
+    agent = Agent(client, stack=[InputGuardrail(pii_redactor())])
+    await agent.run("I am ann@example.org, IBAN GB82 WEST 1234 5698 7654 32")
+    assert client.requests[0].messages[-1].content == "I am [email], IBAN [iban]"
