@@ -137,15 +137,19 @@ async def test_the_sdk_reads_an_error(
 ) -> None:
     server.fail(status, "it went wrong", headers={"retry-after": "3"})
     with pytest.raises(error) as caught:
-        if streamed:
-            async for _ in await models.generate_content_stream(model="test-model", contents="x"):
-                pass
-        else:
-            await models.generate_content(model="test-model", contents="x")
+        await generate(models, streamed)
     assert caught.value.code == status
     assert caught.value.message == "it went wrong"
     assert caught.value.status == error_status(status)
     assert caught.value.response.headers["retry-after"] == "3"
+
+
+async def generate(models: Any, streamed: bool) -> None:
+    if streamed:
+        async for _ in await models.generate_content_stream(model="test-model", contents="x"):
+            pass
+    else:
+        await models.generate_content(model="test-model", contents="x")
 
 
 def error_status(status: int) -> str:
