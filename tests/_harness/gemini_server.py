@@ -60,7 +60,8 @@ def response_body(
 ) -> dict[str, Any]:
     """A ``GenerateContentResponse``: a ``thought`` part first (when given), the text,
     then ``calls`` ``(id or None, name, args)`` as ``functionCall`` parts. ``signatures``
-    gives a part its ``thoughtSignature``: by ``"thought"``, ``"text"`` or a call's name.
+    gives a part its ``thoughtSignature``: by ``"thought"``, ``"text"`` or a call's name
+    (the first call of that name).
     ``block_reason`` makes it a blocked prompt: no candidate, ``promptFeedback`` only."""
     signed = dict(signatures or {})
     parts: list[dict[str, Any]] = []
@@ -77,8 +78,8 @@ def response_body(
         if call_id is not None:
             call["id"] = call_id
         parts.append({"functionCall": call})
-        if name in signed:
-            parts[-1]["thoughtSignature"] = signed[name]
+        if name in signed:  # the first call of that name
+            parts[-1]["thoughtSignature"] = signed.pop(name)
     body: dict[str, Any] = {"modelVersion": "test-model", "responseId": response_id}
     if block_reason is not None:
         body["promptFeedback"] = {"blockReason": block_reason}
