@@ -40,6 +40,7 @@ from raf import (
     Usage,
     tool,
 )
+from tests._harness.cli import run_raf
 from tests._harness.gemini_server import Answer, GeminiServer, chunks_of, response_body, signature
 
 pytestmark = pytest.mark.anyio
@@ -604,3 +605,69 @@ async def test_on_trio_a_call_is_an_error_that_says_asyncio_only() -> None:
         with pytest.raises(ChatClientError, match="asyncio only"):
             await call(model, streamed=True)
     assert not caught.value.retryable
+
+
+# --- raf run and raf chat ---------------------------------------------------------------
+
+
+def gemini_config(tmp_path: Path, server: GeminiServer) -> Path:
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f"""
+[agent]
+name = "support"
+instructions = "Be brief."
+
+[model]
+client = "gemini"
+model = "gemini-test"
+base_url = "{server.root_url}"
+max_tokens = 300
+
+[[providers]]
+kind = "memory"
+"""
+    )
+    return config
+
+
+def test_raf_run_answers_with_gemini(
+    server: GeminiServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("GOOGLE_API_KEY", "g-env")
+    server.answer(text="Hello from Gemini")
+    assert run_raf(["run", str(gemini_config(tmp_path, server)), "hi"]) == 0
+    assert capsys.readouterr().out == "Hello from Gemini\n"
+    (request,) = server.requests
+    assert request.path.endswith("/models/gemini-test:streamGenerateContent?alt=sse")
+    assert request.body["generationConfig"]["maxOutputTokens"] == 300
+    assert request.body["systemInstruction"]["parts"] == [{"text": "Be brief."}]
+    assert request.headers["x-goog-api-key"] == "g-env"
+
+
+def test_raf_chat_talks_with_gemini(
+    server: GeminiServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("GEMINI_API_KEY", "g-env")
+    server.answer(text="first answer")
+    server.answer(text="second answer")
+    lines = iter(["one", "two", "/exit"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    config = str(gemini_config(tmp_path, server))
+    assert run_raf(["chat", config, "--session", "c", "--db", str(tmp_path / "s.db")]) == 0
+    assert capsys.readouterr().out == "first answer\nsecond answer\n"
+    contents = server.requests[1].body["contents"]
+    assert [content["role"] for content in contents] == ["user", "model", "user"]
+
+
+def test_raf_run_without_a_key_names_both_variables(
+    server: GeminiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_raf(["run", str(gemini_config(tmp_path, server)), "hi"]) != 0
+    assert "GEMINI_API_KEY or GOOGLE_API_KEY" in capsys.readouterr().err
