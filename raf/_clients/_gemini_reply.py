@@ -50,7 +50,7 @@ def error_from_genai(exc: Exception, where: str) -> ChatClientError:
     ``APIError`` with Google's ``code``, ``status`` and ``message``) or of its HTTP
     stack; ``retry_after`` from the reply's ``Retry-After``. A 400 that says the key
     is not valid (``API_KEY_INVALID``) is an :class:`raf.AuthenticationError`."""
-    if isinstance(exc, errors.APIError):
+    if isinstance(exc, errors.APIError) and isinstance(exc.code, int):
         status = exc.code
         text = f"{where} failed with HTTP {status} {exc.status or ''}".rstrip()
         text += f": {exc.message}" if exc.message else ""
@@ -70,7 +70,11 @@ def error_from_genai(exc: Exception, where: str) -> ChatClientError:
         return kind(text, status_code=status, retry_after=retry_after)
     if isinstance(exc, httpx2.HTTPError):
         return error_from_http(exc, where)
-    return ChatProtocolError(f"{where}: the reply cannot be read: {type(exc).__name__}: {exc}")
+    if isinstance(exc, errors.APIError):  # an error chunk with no code
+        return ChatClientError(f"{where}: the server sent an error: {exc}")
+    return ChatProtocolError(
+        f"{where}: the google-genai SDK could not read the reply: {type(exc).__name__}: {exc}"
+    )
 
 
 #: What :func:`error_from_genai` maps: everything else is not the call's failure.

@@ -76,6 +76,9 @@ class GeminiChatClient:
             print((await agent.run("Hello!")).text)
     """
 
+    #: The OpenTelemetry GenAI conventions' name for the Gemini Developer API.
+    gen_ai_provider_name: Final = "gcp.gemini"
+
     def __init__(
         self,
         model: str,

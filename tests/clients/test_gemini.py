@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from google.genai import types
 
+import raf.otel
 from raf import (
     Agent,
     AgentResponse,
@@ -586,6 +587,10 @@ async def test_no_api_key_is_an_authentication_error(server: GeminiServer) -> No
     async with GeminiChatClient("m", base_url=server.root_url) as model:
         with pytest.raises(AuthenticationError, match="GEMINI_API_KEY"):
             await call(model, streamed=False)
+
+
+def test_opentelemetry_names_the_provider_as_the_genai_conventions_do() -> None:
+    assert raf.otel.gen_ai_provider_name(GeminiChatClient("m", api_key="k")) == "gcp.gemini"
 
 
 def test_bad_keywords_are_value_errors() -> None:
