@@ -367,6 +367,53 @@ async def test_reasoning_of_another_source_is_left_out(server: GeminiServer) -> 
     ]
 
 
+async def test_a_turn_whose_calls_changed_is_sent_without_its_reasoning(
+    server: GeminiServer,
+) -> None:
+    thinking_answers(server)
+    server.answer()
+    async with client_for(server) as model:
+        answer = await model.complete([ChatMessage.user("x")], ChatOptions())
+        turn = answer.messages[0]
+        changed = ChatMessage(
+            "assistant", turn.content, tool_calls=turn.tool_calls[:1], reasoning=turn.reasoning
+        )
+        messages = [ChatMessage.user("x"), changed, ChatMessage.tool("c1", "3")]
+        await model.complete(messages, ChatOptions())
+    assert server.requests[1].body["contents"][1]["parts"] == [
+        {"text": "Let me add."},
+        {"functionCall": {"id": "c1", "name": "add", "args": {"a": 1, "b": 2}}},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("message", "match"),
+    [
+        (
+            ChatMessage(
+                "assistant",
+                None,
+                tool_calls=[ToolCall("c1", "add", "{}")],
+                reasoning=Reasoning("gemini", "not json"),
+            ),
+            r"messages\[0\]: the reasoning \(source 'gemini'\)",
+        ),
+        (ChatMessage.tool("c9", "3"), r"messages\[0\]: tool message 'c9' answers no call"),
+        (
+            ChatMessage("assistant", None, tool_calls=[ToolCall("c1", "add", "[1]")]),
+            r"messages\[0\]: the arguments of tool call 'c1' are not a JSON object",
+        ),
+    ],
+)
+async def test_a_message_gemini_cannot_take_is_refused_naming_it(
+    server: GeminiServer, message: ChatMessage, match: str
+) -> None:
+    async with client_for(server) as model:
+        with pytest.raises(BadRequestError, match=match):
+            await model.complete([message], ChatOptions())
+    assert server.requests == []
+
+
 async def test_thought_signatures_survive_a_sqlite_store_into_a_new_client(
     server: GeminiServer, tmp_path: Path
 ) -> None:
