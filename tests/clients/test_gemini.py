@@ -723,3 +723,15 @@ def test_raf_run_without_a_key_names_both_variables(
 ) -> None:
     assert run_raf(["run", str(gemini_config(tmp_path, server)), "hi"]) != 0
     assert "GEMINI_API_KEY or GOOGLE_API_KEY" in capsys.readouterr().err
+
+
+async def test_a_consumer_that_leaves_early_closes_the_stream(server: GeminiServer) -> None:
+    server.reply(Answer(body=response_body("one two three four"), stall_after=2))
+    async with client_for(server) as model:
+        stream = model.stream([ChatMessage.user("x")], ChatOptions())
+        async for update in stream:
+            assert update.text == "one "
+            break
+        await stream.aclose()  # type: ignore[attr-defined]
+        server.answer(text="next")  # the client still answers
+        assert (await call(model, streamed=False)).text == "next"
