@@ -82,6 +82,7 @@ bench: $(VENV)/.test redis-server postgresql
 	$(PY) benchmarks/bench_serve.py
 	$(PY) benchmarks/bench_scale.py
 	$(PY) benchmarks/bench_cache.py
+	$(PY) benchmarks/bench_anthropic_cache.py
 
 # What a durable run adds per step (SQLite and Postgres), and the load test: four workers,
 # 100 runs, two workers killed.
@@ -109,11 +110,12 @@ PEERS_VENV := benchmarks/.peers-venv
 $(PEERS_VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(PEERS_VENV)/bin/python -m pip install -q -e . agent-framework-core langchain pydantic-ai-slim
+	$(PEERS_VENV)/bin/python -m pip install -q -e . agent-framework-core langchain pydantic-ai-slim pydantic-ai-harness
 	touch $@
 
 bench-peers: $(PEERS_VENV)/.ready
 	$(PEERS_VENV)/bin/python benchmarks/bench_peers.py
+	$(PEERS_VENV)/bin/python benchmarks/bench_cache_peers.py
 
 # Mermaid's script for the site, from the npm registry (not kept in git): the built site
 # then draws its diagrams offline; without it, the theme takes Mermaid from its CDN.

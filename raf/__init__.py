@@ -91,6 +91,7 @@ if typing.TYPE_CHECKING:
     from raf._observers.mermaid import MermaidObserver as MermaidObserver
     from raf._observers.tracing import StageEvent as StageEvent
     from raf._observers.tracing import TraceObserver as TraceObserver
+    from raf._providers.a2a import A2AAgentTool as A2AAgentTool
     from raf._providers.compression import CompressionProvider as CompressionProvider
     from raf._providers.compression import CompressionStrategy as CompressionStrategy
     from raf._providers.compression import SummaryStrategy as SummaryStrategy
@@ -113,6 +114,7 @@ if typing.TYPE_CHECKING:
     from raf._sessions.sqlite import SqliteSessionStore as SqliteSessionStore
 
 __all__ = [
+    "A2AAgentTool",
     "Agent",
     "AgentError",
     "AgentLike",
@@ -235,6 +237,7 @@ __version__: str
 #: optional extra raf-agents[redis] (coredis) and GeminiChatClient raf-agents[gemini]
 #: (google-genai; neither is in __all__, so that `from raf import *` works without them).
 _LAZY = {
+    "A2AAgentTool": "raf._providers.a2a",
     "AgentSkillsProvider": "raf._providers.skills",
     "AnthropicChatClient": "raf._clients.anthropic",
     "CompressionProvider": "raf._providers.compression",

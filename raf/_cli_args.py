@@ -113,3 +113,9 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument(
         "--grace", type=int, default=10, help="seconds SIGTERM leaves in-flight streams"
     )
+    serve.add_argument(
+        "--mcp", action="store_true", help="also serve /mcp: the agent as an MCP server"
+    )
+    serve.add_argument(
+        "--a2a", action="store_true", help="also serve the agent over A2A (extra raf-agents[a2a])"
+    )

@@ -583,9 +583,14 @@ async def test_gen_ai_provider_name() -> None:
     assert raf.otel.gen_ai_provider_name(ScriptedChatClient()) == "scripted"
 
     class Mine:
-        gen_ai_provider_name = "anthropic"
+        gen_ai_provider_name = "aws.bedrock"
 
-    assert raf.otel.gen_ai_provider_name(Mine()) == "anthropic"
+    class Gemini:
+        provider_name = "gcp.gemini"
+
+    assert raf.otel.gen_ai_provider_name(Mine()) == "aws.bedrock"
+    assert raf.otel.gen_ai_provider_name(Gemini()) == "gcp.gemini"
+    assert chat.provider_name == other.provider_name == "openai"
 
 
 async def test_the_openai_clients_model_names_the_chat_span(tracing: Tracing) -> None:

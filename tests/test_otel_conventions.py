@@ -18,12 +18,17 @@ from opentelemetry.trace import StatusCode
 import raf.otel
 from raf import (
     Agent,
+    AgentResponse,
+    AnthropicChatClient,
+    ChatMessage,
     OpenAIChatClient,
     OpenAIResponsesClient,
     RateLimitError,
     RetryMiddleware,
     ScriptedChatClient,
+    Usage,
 )
+from tests._harness.anthropic_server import AnthropicServer
 from tests._harness.openai_server import OpenAIServer, Reply, completion, text_stream
 from tests._harness.responses_server import ResponsesServer, response_body
 
@@ -163,6 +168,41 @@ async def test_cache_and_reasoning_tokens(
     assert found["gen_ai.usage.cache_read.input_tokens"] == 8
     assert found["gen_ai.usage.reasoning.output_tokens"] == 2
     assert tuple(found["gen_ai.response.finish_reasons"]) == ("stop",)
+
+
+async def test_an_anthropic_call_names_its_provider_and_its_cache_reads_and_writes(
+    telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = AnthropicServer()
+    try:
+        server.answer(text="ok", usage=(11, 3), cache_read=100, cache_write=20)
+        async with AnthropicChatClient(
+            "test-model", base_url=server.root_url, api_key="sk-ant", max_retries=0
+        ) as model:
+            assert model.provider_name == "anthropic"
+            await telemetry.instrument(Agent(model)).run("hi")
+    finally:
+        server.close()
+    (run,) = telemetry.named("invoke_agent")
+    assert attrs_of(run)["gen_ai.provider.name"] == "anthropic"
+    (chat,) = telemetry.named("chat test-model")
+    found = attrs_of(chat)
+    assert found["gen_ai.provider.name"] == "anthropic"
+    # Both cache figures are part of the input, as the conventions ask.
+    assert found["gen_ai.usage.input_tokens"] == 131
+    assert found["gen_ai.usage.cache_read.input_tokens"] == 100
+    assert found["gen_ai.usage.cache_creation.input_tokens"] == 20
+
+
+async def test_no_cache_write_no_cache_creation_attribute(telemetry: Telemetry) -> None:
+    model = ScriptedChatClient([AgentResponse((ChatMessage.assistant("ok"),), Usage(9, 1))])
+    await telemetry.instrument(Agent(model)).run("hi")
+    (chat,) = telemetry.named("chat")
+    found = attrs_of(chat)
+    assert found["gen_ai.usage.input_tokens"] == 9
+    assert "gen_ai.usage.cache_creation.input_tokens" not in found
+    assert "gen_ai.usage.cache_read.input_tokens" not in found
 
 
 async def test_a_reader_pressing_stop_is_not_an_error(telemetry: Telemetry) -> None:

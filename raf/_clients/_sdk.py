@@ -166,6 +166,8 @@ class OpenAISdkClient(SdkClient["openai.AsyncOpenAI"]):
     """An :class:`SdkClient` on ``openai.AsyncOpenAI``: both OpenAI clients."""
 
     SDK_CLIENT = "AsyncOpenAI"
+    #: The provider, as OpenTelemetry's ``gen_ai.provider.name`` names it.
+    provider_name: Final = "openai"
 
     def count_tokens(self, messages: Sequence[ChatMessage], tools: Sequence[Tool] = ()) -> int:
         """The tokens of a prompt (``messages`` and the declarations of ``tools``) with the

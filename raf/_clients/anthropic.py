@@ -75,6 +75,8 @@ class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
     """
 
     SDK_CLIENT = "AsyncAnthropic"
+    #: The provider, as OpenTelemetry's ``gen_ai.provider.name`` names it.
+    provider_name: Final = "anthropic"
 
     def __init__(
         self,

@@ -76,8 +76,8 @@ class GeminiChatClient:
             print((await agent.run("Hello!")).text)
     """
 
-    #: The OpenTelemetry GenAI conventions' name for the Gemini Developer API.
-    gen_ai_provider_name: Final = "gcp.gemini"
+    #: The provider, as the OpenTelemetry GenAI conventions name the Gemini Developer API.
+    provider_name: Final = "gcp.gemini"
 
     def __init__(
         self,

@@ -74,7 +74,7 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
         raise HttpError(400, f"the body is not a RunAgentInput: {problems}") from None
     given = tuple(_message(m, i) for i, m in enumerate(run.messages))
     messages = new_messages(given)
-    decisions = _decisions(run.forwarded_props)
+    decisions = decisions_of(run.forwarded_props)
     if decisions and messages:
         raise HttpError(
             400, "forwardedProps.decisions resume a paused run: send them with no new message"
@@ -98,17 +98,18 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
     )
 
 
-def _decisions(props: Any) -> tuple[Decision, ...]:
-    """``forwardedProps.decisions`` as raf decisions (none when absent); a bad one is a 400."""
+def decisions_of(props: Any, named: str = "forwardedProps") -> tuple[Decision, ...]:
+    """``forwardedProps.decisions`` (``named`` says where the object came from) as raf
+    decisions (none when absent); a bad one is a 400."""
     if not isinstance(props, dict) or props.get("decisions") is None:
         return ()
     given = props["decisions"]
     if not isinstance(given, list) or not given:
-        raise HttpError(400, "forwardedProps.decisions must be a non-empty list")
+        raise HttpError(400, f"{named}.decisions must be a non-empty list")
     decisions = []
     seen: set[Any] = set()  # a set: the duplicate check stays linear in the decisions
     for index, item in enumerate(given):
-        where = f"forwardedProps.decisions[{index}]"
+        where = f"{named}.decisions[{index}]"
         if not isinstance(item, dict) or set(item) - {"token", "approve", "reason"}:
             raise HttpError(400, f"{where} must be an object of token, approve and reason")
         fields: dict[str, Any] = item  # Decision checks each type

@@ -15,6 +15,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from raf._agent.agent import Agent
@@ -59,6 +60,8 @@ def app(
     allowed_origins: Iterable[str] | None = None,
     options: AgentRunOptions | None = None,
     manage_agent: bool = False,
+    mcp: bool = False,
+    a2a: bool = False,
 ) -> ASGIApp:
     """Serve ``agent`` as an ASGI app: the OpenAI chat completions, Responses and AG-UI
     protocols.
@@ -90,6 +93,10 @@ def app(
     ``max_tokens`` go over them).
     ``manage_agent``: the lifespan also opens the agent's providers that are
     async context managers and closes its client (what ``raf serve`` does).
+    ``mcp``: also serve ``/mcp``, the agent as an MCP server (extra
+    ``raf-agents[mcp]``); ``a2a``: also serve the agent over A2A, its card at
+    ``/.well-known/agent-card.json`` and JSON-RPC at ``/a2a`` (extra
+    ``raf-agents[a2a]``, asyncio only). See docs/services.md.
 
     >>> from raf import Agent, EchoChatClient
     >>> served = app(Agent(EchoChatClient(), name="echo"))
@@ -115,6 +122,7 @@ def app(
         served.route("/healthz", "GET", healthz, keyed=False),
         served.route("/", "GET", page),
         served.route("/ag-ui", "POST", ag_ui),
+        *_services(served, mcp=mcp, a2a=a2a),
     ]
     origins = [*_names(allowed_origins, "allowed_origins"), *(cors_origins or ())]
     edge = Middleware(
@@ -254,6 +262,24 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     note_failure(request.scope, message)
     body = error_body(message, kind, request_id=request_id(request.scope))
     return JSONResponse(body, exc.status_code, headers=exc.headers)
+
+
+def _services(served: Served, *, mcp: bool, a2a: bool) -> list[BaseRoute]:
+    """The routes of ``/mcp`` and of A2A, when asked for (their SDKs are optional extras)."""
+    routes: list[BaseRoute] = []
+    if mcp:
+        from raf.serve._mcp import mcp_route
+
+        routes.append(mcp_route(served))
+    if a2a:
+        try:
+            from raf.serve._a2a import a2a_routes
+        except ImportError as exc:
+            raise ConfigError(
+                f"app(a2a=True) needs the a2a extra: pip install 'raf-agents[a2a]' ({exc})"
+            ) from None
+        routes += a2a_routes(served)
+    return routes
 
 
 def _names(given: Iterable[str] | None, name: str) -> list[str]:

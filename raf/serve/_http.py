@@ -100,6 +100,24 @@ async def read_json(request: Request, max_body: int) -> Any:
             "the body must be JSON, sent as Content-Type: application/json",
             code="unsupported_media_type",
         )
+    body = await read_body(request, max_body)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HttpError(400, f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except json.JSONDecodeError as exc:
+        raise HttpError(400, f"the body is not valid JSON: {exc}") from None
+    except ValueError as exc:  # a number of more than 4300 digits
+        raise HttpError(400, f"the body is not usable JSON: {exc!s:.120}") from None
+    except RecursionError:
+        raise HttpError(400, "the body is not usable JSON: nested too deeply") from None
+
+
+async def read_body(request: Request, max_body: int) -> bytes:
+    """The request body, read within ``max_body`` bytes (a 413 past it, by Content-Length
+    or while reading a chunked body)."""
     length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():
@@ -114,18 +132,7 @@ async def read_json(request: Request, max_body: int) -> Any:
                 raise HttpError(413, _too_big(max_body), code="request_too_large")
     except ClientDisconnect:
         raise HttpError(400, "the client went away before the body's end") from None
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise HttpError(400, f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from None
-    try:
-        return json.loads(text, parse_constant=_not_json)
-    except json.JSONDecodeError as exc:
-        raise HttpError(400, f"the body is not valid JSON: {exc}") from None
-    except ValueError as exc:  # a number of more than 4300 digits
-        raise HttpError(400, f"the body is not usable JSON: {exc!s:.120}") from None
-    except RecursionError:
-        raise HttpError(400, "the body is not usable JSON: nested too deeply") from None
+    return bytes(body)
 
 
 def _not_json(name: str) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from starlette.requests import Request
@@ -37,6 +37,9 @@ class Served:
         self.store: Any = MemoryStore() if store is None else None if self._db else store
         self.keys = keys
         self.max_body = max_body
+        #: What a protocol's route needs running while the app serves (the MCP SDK's
+        #: session manager, the A2A SDK's task registry), entered after the store.
+        self.lifespans: list[Callable[[], AbstractAsyncContextManager[Any]]] = []
 
     @asynccontextmanager
     async def lifespan(self, manage_agent: bool) -> AsyncIterator[None]:
@@ -51,6 +54,8 @@ class Served:
                         await resources.enter_async_context(provider)
                 if hasattr(self.agent.chat_client, "aclose"):
                     resources.push_async_callback(self.agent.chat_client.aclose)
+            for running in self.lifespans:
+                await resources.enter_async_context(running())
             yield
 
     async def session(self, request: Request, session_id: str, *, keep: bool = True) -> Session:
@@ -59,9 +64,14 @@ class Served:
         ``keep=False`` for a request that only reads: in this process's own store
         an unknown id then gets an empty session that is not kept.
         """
+        return await self.session_of(request.state.key_scope, session_id, keep=keep)
+
+    async def session_of(self, key_scope: str, session_id: str, *, keep: bool = True) -> Session:
+        """The stored session ``session_id`` under the key scope ``key_scope`` (see
+        :meth:`Keys.scope`): for a protocol whose run outlives its request (A2A)."""
         if self.store is None:
             raise HttpError(503, "the session store is not open (no lifespan)", "server_error")
-        stored = session_key(request.state.key_scope, session_id)
+        stored = session_key(key_scope, session_id)
         if not keep and isinstance(self.store, MemoryStore):
             return self.store.find(stored)
         session: Session = await self.store.get(stored)

@@ -36,6 +36,8 @@ def serve(
     api_key_files: Sequence[Path] = (),
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
+    mcp: bool = False,
+    a2a: bool = False,
 ) -> int:
     """Serve the agent of ``config`` until SIGINT or SIGTERM; returns the exit status.
 
@@ -46,7 +48,8 @@ def serve(
     The keys are ``api_keys``, those of ``api_key_files`` (one a line) and of
     ``RAF_API_KEYS`` (comma-separated): a key on the command line is seen by
     every local user in the process list. ``host`` is served besides
-    localhost, and ``allowed_hosts`` and ``allowed_origins`` go to the app.
+    localhost, and ``allowed_hosts`` and ``allowed_origins`` go to the app, and so
+    do ``mcp`` and ``a2a`` (serve ``/mcp``, serve A2A).
     A usage mistake (a port out of range, a ``db`` that does not answer) is
     a :class:`raf.ConfigError` here, before uvicorn starts.
     """
@@ -71,6 +74,7 @@ def serve(
         "config": str(config.resolve()), "db": db,
         "api_keys": [*api_keys, *_keys(api_key_files)],
         "allowed_hosts": [host, *allowed_hosts], "allowed_origins": list(allowed_origins),
+        "mcp": mcp, "a2a": a2a,
     }  # fmt: skip
     from_env(settings)  # the config is checked here, once, before any worker starts
     if db is not None:
@@ -104,6 +108,8 @@ def from_env(settings: dict[str, Any]) -> Any:
         allowed_origins=settings.get("allowed_origins"),
         options=loaded.options,
         manage_agent=True,
+        mcp=settings.get("mcp", False),
+        a2a=settings.get("a2a", False),
     )
 
 

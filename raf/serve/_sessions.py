@@ -61,6 +61,11 @@ class Keys:
         ):
             raise ConfigError("api_keys must be non-empty strings (or None for no keys)")
 
+    @property
+    def keyed(self) -> bool:
+        """Whether a key is needed (``api_keys`` were given)."""
+        return self._keys is not None
+
     def scope(self, scope: Scope) -> str:
         """The caller's scope: ``""`` without keys, else a digest of its key; 401 if none fits."""
         if self._keys is None:

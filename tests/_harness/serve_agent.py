@@ -167,4 +167,6 @@ def create() -> Any:
         store=config.get("db"),
         api_keys=config.get("keys"),
         max_body=config.get("max_body", 4 * 1024 * 1024),
+        mcp=config.get("mcp", False),
+        a2a=config.get("a2a", False),
     )

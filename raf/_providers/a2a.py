@@ -1,0 +1,206 @@
+"""A2AAgentTool: a remote A2A agent as a tool, called with the ``a2a-sdk`` client."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
+
+import anyio
+
+from raf._errors import ConfigError, ToolError
+
+if TYPE_CHECKING:
+    from a2a.types import AgentCard
+
+__all__ = ["A2AAgentTool"]
+
+_MISSING = (
+    "A2AAgentTool needs the optional 'a2a-sdk' package; install it with: "
+    "pip install 'raf-agents[a2a]'"
+)
+#: Seconds a cancelled call gives the remote agent to hear that its task is cancelled.
+CANCEL_TIMEOUT: Final = 5.0
+_DONE = ("TASK_STATE_COMPLETED", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED")
+
+
+class A2AAgentTool:
+    """A remote agent, spoken to over A2A, as a :class:`raf.Tool`: the model sends it
+    a message and gets its answer.
+
+    ``url`` is where the agent is served (its card is read from
+    ``url/.well-known/agent-card.json`` on the first call, then kept).
+    ``name`` is the tool's (default: made from the URL, as ``a2a_host_port``);
+    ``description`` what the model reads of it. ``api_key`` is sent as
+    ``Authorization: Bearer KEY`` (a raf server started with keys asks for
+    one). ``timeout`` bounds each exchange with the remote agent.
+
+    Each call is a task of its own, in a context of its own (the remote agent
+    does not see earlier calls). The answer is the text of the task's
+    artifacts (streamed, when the agent streams); a task that waits for input
+    returns what the agent asked. A task that failed or was rejected, a
+    remote agent that does not answer or answers outside the protocol, is a
+    :class:`raf.ToolError`, told to the model as any tool's failure. A run
+    that is cancelled (or closed early) while the call is under way cancels
+    the remote task (``tasks/cancel``, within :data:`CANCEL_TIMEOUT` seconds).
+    Needs the optional ``a2a-sdk`` package (``pip install 'raf-agents[a2a]'``).
+
+    >>> tool = A2AAgentTool("http://127.0.0.1:8000")
+    >>> tool.name
+    'a2a_127_0_0_1_8000'
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 300.0,
+    ) -> None:
+        try:
+            import a2a.client  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(_MISSING) from exc
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"A2AAgentTool: url must be an http(s) URL, got {url!r:.200}")
+        if name is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+            raise ValueError(f"A2AAgentTool: name must be 1 to 64 of A-Z a-z 0-9 _ -, got {name!r}")
+        if not timeout > 0:
+            raise ValueError(f"A2AAgentTool: timeout must be positive, got {timeout!r}")
+        self.url = url.rstrip("/")
+        self.name = name or ("a2a_" + re.sub(r"[^A-Za-z0-9]+", "_", parts.netloc).strip("_"))[:64]
+        self.description = description or (
+            f"Send a message to the agent at {self.url} (over A2A) and get its answer."
+        )
+        self.parameters: Mapping[str, Any] = {
+            "type": "object",
+            "properties": {"message": {"type": "string", "description": "what to ask"}},
+            "required": ["message"],
+            "additionalProperties": False,
+        }
+        self.timeout = timeout
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._card: AgentCard | None = None
+
+    def __repr__(self) -> str:
+        return f"A2AAgentTool({self.url!r}, name={self.name!r})"
+
+    async def invoke(self, arguments: Mapping[str, Any]) -> str:
+        """Send ``arguments["message"]`` to the remote agent; its answer."""
+        import httpx
+
+        try:
+            async with httpx.AsyncClient(headers=self._headers, timeout=self.timeout) as http:
+                return await self._exchange(http, str(arguments["message"]))
+        except (ToolError, anyio.get_cancelled_exc_class()):
+            raise
+        except Exception as exc:
+            raise ToolError(f"the agent at {self.url} failed: {_short(exc)}") from exc
+
+    async def _exchange(self, http: Any, text: str) -> str:
+        from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+        from a2a.types import Message, Part, Role, SendMessageRequest
+
+        if self._card is None:
+            self._card = await A2ACardResolver(http, self.url).get_agent_card()
+        client = ClientFactory(ClientConfig(httpx_client=http)).create(self._card)
+        message = Message(
+            role=Role.ROLE_USER,
+            message_id=uuid.uuid4().hex,
+            context_id=uuid.uuid4().hex,
+            parts=[Part(text=text)],
+        )
+        reply = _Reply()
+        try:
+            sent: Any = client.send_message(SendMessageRequest(message=message))
+            async with contextlib.aclosing(sent) as events:
+                async for event in events:
+                    reply.take(event)
+        except anyio.get_cancelled_exc_class():
+            if reply.task_id:
+                await self._cancel(client, reply.task_id)
+            raise
+        return reply.answer(self.url)
+
+    async def _cancel(self, client: Any, task_id: str) -> None:
+        """Tell the remote agent its task is cancelled (shielded, bounded): best effort."""
+        from a2a.types import CancelTaskRequest
+
+        # A task already over, or an agent out of reach: the cancellation goes on all the same.
+        shielded = anyio.CancelScope(shield=True)
+        with shielded, anyio.move_on_after(CANCEL_TIMEOUT), contextlib.suppress(Exception):
+            await client.cancel_task(CancelTaskRequest(id=task_id))
+
+
+class _Reply:
+    """What the remote agent sent for one message: its task, the answer's text, the state."""
+
+    def __init__(self) -> None:
+        self.task_id: str | None = None
+        self.state = ""
+        self.status = ""  # the text of the last status message
+        self.text: dict[str, str] = {}  # artifact id -> its text so far
+        self.message: str | None = None  # an answer given as a message, not a task
+
+    def take(self, event: Any) -> None:
+        from a2a.helpers import get_message_text
+        from a2a.types import TaskState
+
+        if event.HasField("message"):
+            self.message = get_message_text(event.message)
+        elif event.HasField("task"):
+            task = event.task
+            self.task_id = task.id
+            self._status(task.status, TaskState, get_message_text)
+            for artifact in task.artifacts:
+                self.text[artifact.artifact_id] = _text(artifact.parts)
+        elif event.HasField("status_update"):
+            self.task_id = event.status_update.task_id
+            self._status(event.status_update.status, TaskState, get_message_text)
+        elif event.HasField("artifact_update"):
+            update = event.artifact_update
+            self.task_id = update.task_id
+            key = update.artifact.artifact_id
+            before = self.text.get(key, "") if update.append else ""
+            self.text[key] = before + _text(update.artifact.parts)
+
+    def _status(self, status: Any, states: Any, text_of: Any) -> None:
+        self.state = states.Name(status.state)
+        if status.HasField("message"):
+            self.status = text_of(status.message)
+
+    def answer(self, url: str) -> str:
+        """The answer's text, or a :class:`ToolError` for a task that did not end well."""
+        if self.message is not None:
+            return self.message
+        answer = "\n".join(t for t in self.text.values() if t)
+        if self.state not in _DONE:
+            what = self.state.removeprefix("TASK_STATE_").lower().replace("_", "-") or "no state"
+            why = f": {self.status}" if self.status else ""
+            raise ToolError(f"the agent at {url} ended its task {what}{why}")
+        if self.state != "TASK_STATE_COMPLETED":
+            asked = self.status or "it needs more input"
+            return (
+                f"{answer}\n\n[the agent waits: {asked}]"
+                if answer
+                else f"[the agent waits: {asked}]"
+            )
+        return answer
+
+
+def _text(parts: Any) -> str:
+    return "".join(part.text for part in parts if part.HasField("text"))
+
+
+def _short(error: BaseException) -> str:
+    """The type and first line of an error, briefly (no response bodies)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    first = (str(error).splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first:.200}" if first else type(error).__name__

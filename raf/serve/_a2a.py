@@ -1,0 +1,335 @@
+"""A2A: the agent served with the ``a2a-sdk`` server, its card and its JSON-RPC route.
+
+The SDK answers the protocol (JSON-RPC at ``/a2a``, the methods of A2A 1.0
+and, on the same route, those of 0.3: ``message/send``, ``message/stream``,
+``tasks/get``, ``tasks/cancel``); raf gives it an executor (:class:`_Executor`)
+that runs the agent for each message. The message's ``contextId`` is the
+session (under the caller's key); a task is one turn: ``working``, its answer
+as the chunks of one artifact, then ``completed``, ``failed``, or
+``input-required`` when calls wait for a person's approval. The next message
+of that task decides them: a data part ``{"decisions": [{"token", "approve",
+"reason"}]}``, as AG-UI's ``forwardedProps.decisions``. Cancelling a task is
+an early close of its run: every entered provider gets ``StreamClosedError``
+with the partial answer before the task is ``canceled``.
+
+The SDK's server runs its tasks as asyncio tasks: an app with ``a2a=True``
+runs on asyncio only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import anyio
+import attrs
+import structlog
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes.common import DefaultServerCallContextBuilder
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types import AgentCard
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive
+
+from raf._agent.approvals import Decision
+from raf._agent.streamed import Closing
+from raf._metadata import installed_version
+from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Update
+from raf.serve._agui import decisions_of
+from raf.serve._client import TEXT_JOIN, turn_text
+from raf.serve._http import HttpError, failure, read_body
+from raf.serve._mcp import describe
+from raf.serve._served import Served
+
+__all__: list[str] = []
+
+_log = structlog.get_logger("raf.serve")
+#: Where the caller's key scope travels in the SDK's call context (its ``state``).
+_KEY = "raf_key_scope"
+#: The path of the JSON-RPC route (the card names it, absolute).
+RPC_PATH = "/a2a"
+CARD_PATH = "/.well-known/agent-card.json"
+
+
+def a2a_routes(served: Served) -> list[BaseRoute]:
+    """The card and JSON-RPC routes of ``served``; the SDK's task registry is closed on
+    the app's lifespan end."""
+    template = _card(served, "")
+    store = InMemoryTaskStore(owner_resolver=lambda context: context.state.get(_KEY, ""))
+    handler = DefaultRequestHandler(
+        agent_executor=_Executor(served), task_store=store, agent_card=template
+    )
+    served.lifespans.append(lambda: _Closed(handler))
+    dispatcher = JsonRpcDispatcher(
+        handler, context_builder=_KeyedContext(), enable_v0_3_compat=True
+    )
+
+    async def rpc(served: Served, request: Request) -> ASGIApp:
+        body = await read_body(request, served.max_body)  # the SDK reads any length
+        response: Response = await dispatcher.handle_requests(
+            Request(request.scope, _replay(body, request.receive))
+        )
+        return response
+
+    async def card(served: Served, request: Request) -> ASGIApp:
+        from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+
+        base = str(request.base_url).rstrip("/")
+        return JSONResponse(agent_card_to_dict(_card(served, base)))
+
+    return [
+        served.route(CARD_PATH, "GET", card, keyed=False),
+        served.route(RPC_PATH, "POST", rpc),
+    ]
+
+
+class _KeyedContext(DefaultServerCallContextBuilder):
+    """The SDK's call context, with the caller's key scope (its tasks are the key's)."""
+
+    def build(self, request: Request) -> Any:
+        context = super().build(request)
+        headers = context.state.get("headers", {})  # the SDK reads A2A-Version there
+        headers.pop("authorization", None)  # the key stays out of the tasks' context
+        context.state[_KEY] = request.state.key_scope
+        return context
+
+
+def _card(served: Served, base: str) -> AgentCard:
+    """The agent card: what the agent is, its skills (its tools, and the agent itself),
+    where it answers (``base`` + ``/a2a``) and how (streaming; a bearer key when keyed)."""
+    from a2a.types import (
+        AgentCapabilities,
+        AgentCard,
+        AgentInterface,
+        AgentSkill,
+        HTTPAuthSecurityScheme,
+        SecurityRequirement,
+        SecurityScheme,
+        StringList,
+    )
+
+    agent = served.agent
+    about = describe(agent)
+    skills = [AgentSkill(id=served.model, name=served.model, description=about, tags=["agent"])]
+    skills += [
+        AgentSkill(
+            id=f"tool:{tool.name}", name=tool.name, description=tool.description or tool.name,
+            tags=["tool"],
+        )
+        for tool in agent.tools
+    ]  # fmt: skip
+    card = AgentCard(
+        name=served.model,
+        description=about,
+        version=installed_version(),
+        supported_interfaces=[
+            AgentInterface(url=base + RPC_PATH, protocol_binding="JSONRPC", protocol_version="1.0")
+        ],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["text/plain", "application/json"],
+        skills=skills,
+    )
+    if served.keys.keyed:
+        scheme = HTTPAuthSecurityScheme(scheme="bearer", description="an api key of the server")
+        card.security_schemes["bearer"].CopyFrom(SecurityScheme(http_auth_security_scheme=scheme))
+        card.security_requirements.append(SecurityRequirement(schemes={"bearer": StringList()}))
+    return card
+
+
+class _Closed:
+    """The SDK's request handler, closed (its tasks drained) when the app stops."""
+
+    def __init__(self, handler: Any) -> None:
+        self._handler = handler
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._handler.aclose()
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` (already read) once, then the connection's own."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+@attrs.define
+class _Run:
+    """One task's run in flight: what a cancel closes, and when it is over."""
+
+    closing: Closing
+    sent: list[Update] = attrs.field(factory=list)
+    done: anyio.Event = attrs.field(factory=anyio.Event)
+
+
+class _Executor(AgentExecutor):
+    """The SDK's ``AgentExecutor`` for a raf agent: each message of a task is a turn."""
+
+    def __init__(self, served: Served) -> None:
+        self._served = served
+        self._runs: dict[str, _Run] = {}
+
+    async def execute(self, context: RequestContext, queue: EventQueue) -> None:
+        from a2a.server.tasks import TaskUpdater
+        from a2a.types import Part, Task, TaskState, TaskStatus
+
+        message = context.message
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        if message is None:
+            return
+        if context.current_task is None:
+            submitted = TaskStatus(state=TaskState.TASK_STATE_SUBMITTED)
+            task = Task(id=task_id, context_id=context_id, status=submitted, history=[message])
+            await queue.enqueue_event(task)
+        updater = TaskUpdater(queue, task_id, context_id)
+        try:
+            given = _input(message)
+            scope = context.call_context.state.get(_KEY, "")
+            session = await self._served.session_of(scope, context_id)
+        except HttpError as exc:
+            await updater.reject(updater.new_agent_message([Part(text=exc.message)]))
+            return
+        except Exception as exc:  # the store: its words stay in the log
+            _log.warning("raf.serve: an A2A task found no session", task=task_id, error=repr(exc))
+            await updater.failed(updater.new_agent_message([Part(text="the session store failed")]))
+            return
+        await updater.start_work()
+        run = self._runs[task_id] = _Run(Closing())
+        answer = _Answer(updater)
+
+        async def on_update(update: Update) -> None:
+            if run.closing.closed is not None:
+                raise run.closing.closed
+            run.sent.append(update)
+            await answer.update(update)
+
+        try:
+            with run.closing:
+                response = await self._served.agent.run(
+                    given, session=session, options=self._served.options, on_update=on_update
+                )
+        except Exception as exc:
+            if run.closing.closed is not None:  # cancelled: the cancel writes the state
+                if exc is not run.closing.closed:  # a post stage failed on the way out
+                    _log.warning("raf.serve: a cancelled A2A task failed", error=repr(exc))
+                return
+            _log.warning("raf.serve: an A2A task failed", task=task_id, error=repr(exc))
+            problem = failure(exc)
+            text = f"{problem.message} ({problem.code or problem.status})"
+            await updater.failed(updater.new_agent_message([Part(text=text)]))
+            return
+        finally:
+            run.done.set()
+            del self._runs[task_id]
+        await answer.end(turn_text(response))
+        if response.pending:
+            await updater.requires_input(
+                updater.new_agent_message(_pending_parts(response.pending))
+            )
+        else:
+            await updater.complete()
+
+    async def cancel(self, context: RequestContext, queue: EventQueue) -> None:
+        from a2a.server.tasks import TaskUpdater
+
+        run = self._runs.get(context.task_id or "")
+        if run is not None:
+            run.closing.close(AgentResponse.from_updates(run.sent))
+            await run.done.wait()  # every entered provider had its post stage
+        await TaskUpdater(queue, context.task_id or "", context.context_id or "").cancel()
+
+
+class _Answer:
+    """The answer of a task as one artifact, sent in chunks as the text streams."""
+
+    def __init__(self, updater: Any) -> None:
+        self._updater = updater
+        self._id = uuid.uuid4().hex
+        self._sent = False
+        self._between = False  # whether a model call ended since the last text
+
+    async def update(self, update: Update) -> None:
+        """A text update as the next chunk (the text of two model calls kept apart)."""
+        if update.kind == "tool_result":  # the next text is a later model call's
+            self._between = True
+        if update.kind != "text" or not update.text:
+            return
+        text = TEXT_JOIN + update.text if self._between and self._sent else update.text
+        self._between = False
+        await self._add(text)
+
+    async def _add(self, text: str) -> None:
+        from a2a.types import Part
+
+        await self._updater.add_artifact(
+            [Part(text=text)], artifact_id=self._id, name="answer", append=self._sent,
+            last_chunk=False,
+        )  # fmt: skip
+        self._sent = True
+
+    async def end(self, text: str) -> None:
+        """The last chunk: empty after streamed ones, else the whole text (a run that
+        sent no text update, a resumed one whose updates went elsewhere)."""
+        from a2a.types import Part
+
+        if not self._sent and not text:
+            return
+        await self._updater.add_artifact(
+            [Part(text="" if self._sent else text)], artifact_id=self._id, name="answer",
+            append=self._sent, last_chunk=True,
+        )  # fmt: skip
+
+
+def _input(message: Any) -> list[ChatMessage] | tuple[Decision, ...]:
+    """What a message asks: its text as a user message, or the decisions of its data part."""
+    from a2a.helpers import get_data_parts, get_text_parts
+
+    if any(not (part.HasField("text") or part.HasField("data")) for part in message.parts):
+        raise HttpError(400, "only text and data parts are understood here")
+    text = "\n".join(get_text_parts(message.parts))
+    decisions: tuple[Decision, ...] = ()
+    for data in get_data_parts(message.parts):
+        decisions += decisions_of(data, "the data part")
+    if decisions and text.strip():
+        raise HttpError(400, "a message decides pending calls or asks something, not both")
+    if decisions:
+        return decisions
+    if not text.strip():
+        raise HttpError(400, "the message has no text")
+    return [ChatMessage.user(text)]
+
+
+def _pending_parts(pending: tuple[PendingCall, ...]) -> list[Any]:
+    """What an ``input-required`` status says: the calls that wait, as text and as data."""
+    from a2a.helpers import new_data_part
+    from a2a.types import Part
+
+    calls = "; ".join(f"{p.call.name}({p.call.arguments})" for p in pending)
+    text = (
+        f"waiting for a person's approval: {calls}. Answer with a data part "
+        '{"decisions": [{"token": ..., "approve": true or false, "reason": ...}]}'
+    )
+    data = {
+        "pending": [
+            {"toolCallId": p.call.id, "name": p.call.name, "arguments": p.call.arguments,
+             "token": p.token}
+            for p in pending
+        ]
+    }  # fmt: skip
+    return [Part(text=text), new_data_part(data)]
