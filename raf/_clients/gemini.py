@@ -32,7 +32,7 @@ from raf._clients._gemini_reply import (
     response_from_reply,
 )
 from raf._clients._reply import DRAIN_GRACE, Budget, quote
-from raf._clients._sdk import DEFAULT_TIMEOUT, keep_turn, plain
+from raf._clients._sdk import DEFAULT_TIMEOUT, plain
 from raf._errors import AuthenticationError, BadRequestError, ChatClientError, ChatTimeoutError
 from raf._values.messages import AgentResponse, ChatMessage, Reasoning, Update
 from raf._values.options import ChatOptions
@@ -45,6 +45,8 @@ _MODES: Final = {
     "none": types.FunctionCallingConfigMode.NONE,
     "required": types.FunctionCallingConfigMode.ANY,
 }
+#: How many streamed turns a client remembers the reasoning of (the newest kept).
+STREAMED_TURNS_KEPT: Final = 1024
 #: The variables a key is read from, in this order, when none is given.
 KEY_VARIABLES: Final = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 
@@ -203,8 +205,12 @@ class GeminiChatClient:
         state.finish()
 
     def _remember(self, message: ChatMessage | None) -> None:
+        # Until updates carry a turn's reasoning to the message a stream assembles.
         if message is not None and message.reasoning is not None and message.tool_calls:
-            keep_turn(self._turns, message.tool_calls[0].id, message.reasoning)
+            self._turns[message.tool_calls[0].id] = message.reasoning
+            self._turns.move_to_end(message.tool_calls[0].id)
+            while len(self._turns) > STREAMED_TURNS_KEPT:
+                self._turns.popitem(last=False)
 
     # --- the request --------------------------------------------------------------------
 
