@@ -35,6 +35,7 @@ from raf import (
     InMemorySession,
     RateLimitError,
     Reasoning,
+    RedisSessionStore,
     ServerError,
     SqliteSessionStore,
     ToolCall,
@@ -43,6 +44,7 @@ from raf import (
 )
 from tests._harness.cli import run_raf
 from tests._harness.gemini_server import Answer, GeminiServer, chunks_of, response_body, signature
+from tests._harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
 
@@ -414,16 +416,24 @@ async def test_a_message_gemini_cannot_take_is_refused_naming_it(
     assert server.requests == []
 
 
-async def test_thought_signatures_survive_a_sqlite_store_into_a_new_client(
-    server: GeminiServer, tmp_path: Path
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+async def test_thought_signatures_survive_a_session_store_into_a_new_client(
+    server: GeminiServer, store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     thinking_answers(server)
     server.answer(text="again")
+
+    def opened() -> Any:
+        if store == "sqlite":
+            return SqliteSessionStore(tmp_path / "s.db")
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        return RedisSessionStore(redis.url, prefix=f"g{id(tmp_path)}")
+
     for question in ("sums?", "and now?"):
         # A new store connection and a new client each time: the signatures come from the
         # store alone.
         async with (
-            SqliteSessionStore(tmp_path / "s.db") as sessions,
+            opened() as sessions,
             Agent(client_for(server), tools=[add], stack=[HistoryProvider()]) as agent,
         ):
             await agent.run(question, session=await sessions.get("s"))
