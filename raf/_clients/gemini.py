@@ -197,11 +197,15 @@ class GeminiChatClient:
                 if chunk is None:
                     break
                 budget = idle
-                for update in state.feed(chunk):
-                    yield update
-                if state.done:
+                done = state.done
+                updates = state.feed(chunk)
+                if state.done and not done:
+                    # What follows the answer gets a moment, not the budget.
                     idle.cap(DRAIN_GRACE)
+                    # Remembered before the updates go out: a consumer may leave after them.
                     self._remember(state.message)
+                for update in updates:
+                    yield update
         state.finish()
 
     def _remember(self, message: ChatMessage | None) -> None:
