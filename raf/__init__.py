@@ -73,6 +73,7 @@ if typing.TYPE_CHECKING:
     # Loaded on first use (see _LAZY below); imported here for type checkers and the docs.
     from raf._clients.anthropic import AnthropicChatClient as AnthropicChatClient
     from raf._clients.echo import EchoChatClient as EchoChatClient
+    from raf._clients.gemini import GeminiChatClient as GeminiChatClient
     from raf._clients.openai import OpenAIChatClient as OpenAIChatClient
     from raf._clients.responses import OpenAIResponsesClient as OpenAIResponsesClient
     from raf._clients.scripted import ScriptedChatClient as ScriptedChatClient
@@ -247,8 +248,8 @@ __version__: str
 #: here, so that a program pays for what it touches: the OpenAI clients import the SDK's
 #: stack (openai, httpx, pydantic), AnthropicChatClient the optional extra
 #: raf-agents[anthropic] (once a client is built), SqliteSessionStore sqlite3, RedisSessionStore the
-#: optional extra raf-agents[redis] (coredis; it is not in __all__, so that
-#: `from raf import *` works without the extra).
+#: optional extra raf-agents[redis] (coredis) and GeminiChatClient raf-agents[gemini]
+#: (google-genai; neither is in __all__, so that `from raf import *` works without them).
 _LAZY = {
     "A2AAgentTool": "raf._providers.a2a",
     "AgentSkillsProvider": "raf._providers.skills",
@@ -263,6 +264,7 @@ _LAZY = {
     "ToolGuardrail": "raf._middleware.guardrails",
     "pii_redactor": "raf._middleware.pii",
     "FolderRetriever": "raf._providers.knowledge",
+    "GeminiChatClient": "raf._clients.gemini",
     "HistoryProvider": "raf._providers.history",
     "InMemoryHistoryProvider": "raf._providers.history",
     "KnowledgeProvider": "raf._providers.knowledge",

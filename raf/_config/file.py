@@ -119,16 +119,31 @@ def _each(
     return built
 
 
-#: The chat client of each ``[model] client``, and the variable that holds its key.
+def _gemini(model: str, **keywords: Any) -> ChatClient:
+    # Imported here: its module imports google-genai (the extra raf-agents[gemini]).
+    try:
+        from raf._clients.gemini import GeminiChatClient
+    except ImportError as exc:
+        raise ValueError(
+            f'client = "gemini" needs the google-genai SDK: pip install "raf-agents[gemini]" '
+            f"({exc})"
+        ) from exc
+    return GeminiChatClient(model, **keywords)
+
+
+#: The chat client of each ``[model] client``, and the variables that hold its key (the
+#: first one set).
 _CLIENTS: Final[dict[str, Callable[..., ChatClient]]] = {
     "openai": OpenAIChatClient,
     "openai-responses": OpenAIResponsesClient,
     "anthropic": AnthropicChatClient,
+    "gemini": _gemini,
 }
 _KEY_ENV: Final = {
-    "openai": "OPENAI_API_KEY",
-    "openai-responses": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
+    "openai": ("OPENAI_API_KEY",),
+    "openai-responses": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
 }
 
 
@@ -138,7 +153,8 @@ def _chat_client(model: ModelTable, path: Path) -> ChatClient:
     kind = model.client
     if model.model is None:
         raise ConfigError(f'{path}: [model] client = "{kind}" needs model = "<model name>"')
-    key_env = model.api_key_env or _KEY_ENV[kind]
+    names = (model.api_key_env,) if model.api_key_env is not None else _KEY_ENV[kind]
+    key_env = next((name for name in names if os.environ.get(name)), " or ".join(names))
     api_key = os.environ.get(key_env)
     if not api_key:
         named = " (named by [model] api_key_env)" if model.api_key_env is not None else ""
@@ -150,7 +166,7 @@ def _chat_client(model: ModelTable, path: Path) -> ChatClient:
     if model.idle_timeout is not None:
         # A stream's bound: the silence between two chunks (its length is not bounded).
         extra["idle_timeout"] = model.idle_timeout
-    # The three clients take the same keywords.
+    # The clients take the same keywords.
     factory = _CLIENTS[kind]
     try:
         return factory(model.model, base_url=model.base_url, api_key=api_key, **extra)

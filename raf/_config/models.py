@@ -240,8 +240,8 @@ class ModelTable(_Closed):
     """``[model]``: the chat client and the options of each run."""
 
     client: Annotated[
-        Literal["echo", "openai", "openai-responses", "anthropic"],
-        Expect('"echo" or "openai" or "openai-responses" or "anthropic"'),
+        Literal["echo", "openai", "openai-responses", "anthropic", "gemini"],
+        Expect('"echo" or "openai" or "openai-responses" or "anthropic" or "gemini"'),
     ] = "echo"
     model: Text | None = None
     base_url: Text | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +60,7 @@ class RetryMiddleware:
     >>> agent = Agent(EchoChatClient(), chat_stack=[RetryMiddleware(attempts=4)])
     """
 
-    __slots__ = ("_backoff", "_retrying", "attempts", "retry_on", "wait_initial", "wait_max")
+    __slots__ = ("_retrying", "attempts", "retry_on", "wait_initial", "wait_max")
 
     def __init__(
         self,
@@ -89,11 +90,8 @@ class RetryMiddleware:
         self.wait_initial = wait_initial
         self.wait_max = wait_max
         # Here: `import raf` does not import tenacity.
-        from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
+        from tenacity import AsyncRetrying, retry_if_exception
 
-        self._backoff = wait_exponential_jitter(
-            multiplier=wait_initial, max=wait_max, jitter=wait_initial
-        )
         self._retrying = AsyncRetrying(
             stop=self._stop,
             wait=self._wait,
@@ -112,7 +110,7 @@ class RetryMiddleware:
         return isinstance(error, self.retry_on)
 
     def _wait(self, state: RetryCallState) -> float:
-        backoff: float = self._backoff(state)
+        backoff = _backoff(state.attempt_number, self.wait_initial, self.wait_max)
         asked = _retry_after(state)
         # Never earlier than asked: _stop gave up on an ask that is too long to wait for.
         return backoff if asked is None else max(backoff, asked)
@@ -211,6 +209,24 @@ class RetryMiddleware:
             f"RetryMiddleware(attempts={self.attempts}, retry_on={self.retry_on!r}, "
             f"wait_initial={self.wait_initial}, wait_max={self.wait_max})"
         )
+
+
+def _backoff(attempt: int, initial: float, most: float) -> float:
+    """The wait after failed attempt number ``attempt``: ``initial`` doubled each time,
+    plus up to ``initial`` of jitter, never over ``most``.
+
+    Written here, not taken from tenacity: its ``wait_exponential_jitter`` takes
+    ``initial`` up to 9.1 and ``multiplier`` from 9.2 (warning on ``initial``), and raf
+    runs on both (google-genai pins ``tenacity<9.2``).
+
+    >>> _backoff(1, 0.0, 8.0), _backoff(30, 1.0, 8.0)
+    (0.0, 8.0)
+    """
+    try:
+        grown = initial * 2.0 ** (attempt - 1)
+    except OverflowError:
+        grown = most
+    return max(0.0, min(grown + random.uniform(0, initial), most))
 
 
 def _retry_after(state: RetryCallState) -> float | None:

@@ -505,7 +505,7 @@ def test_relative_roots_are_resolved_against_the_config_file(
     assert provider.name == "files"
 
 
-@pytest.mark.parametrize("client", ["openai", "openai-responses", "anthropic"])
+@pytest.mark.parametrize("client", ["openai", "openai-responses", "anthropic", "gemini"])
 def test_the_model_table_names_both_timeouts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: str
 ) -> None:

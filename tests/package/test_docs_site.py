@@ -32,7 +32,7 @@ def test_the_site_builds_strictly_with_its_reference_and_diagrams(tmp_path: Path
     # Every public name has its generated entry (the lazily imported ones under their
     # module's path), with its docstring.
     for name in raf.__all__:
-        assert f'id="raf.{name}"' in reference or f".{name}\"" in reference, name
+        assert f'id="raf.{name}"' in reference or f'.{name}"' in reference, name
     assert "An observer that draws each run as a Mermaid sequence diagram" in reference
     assert ":class:" not in reference  # the docstrings' roles became code (and links)
     # The pictures: Mermaid blocks the theme draws.
