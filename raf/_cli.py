@@ -71,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.config, host=args.host, port=args.port, db=args.db, workers=args.workers,
                 api_keys=args.api_key, grace=args.grace, api_key_files=args.api_key_file,
                 allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin,
+                body_timeout=args.body_timeout, write_timeout=args.write_timeout,
             )  # fmt: skip
         return anyio.run(_run_command, args)
     except (AgentError, OSError) as exc:

@@ -113,3 +113,8 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument(
         "--grace", type=int, default=10, help="seconds SIGTERM leaves in-flight streams"
     )
+    for flag, text in (
+        ("--body-timeout", "seconds a request's body may take to come in (then a 408)"),
+        ("--write-timeout", "seconds a client may leave a send untaken (then it is gone)"),
+    ):
+        serve.add_argument(flag, type=float, default=30.0, help=text)

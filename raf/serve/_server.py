@@ -14,6 +14,7 @@ from raf._config.file import load_config
 from raf._errors import ConfigError
 from raf._sessions.stores import open_store
 from raf.serve._app import app
+from raf.serve._edge import BODY_TIMEOUT, WRITE_TIMEOUT
 from raf.serve._sessions import HEALTH_ID
 
 __all__: list[str] = []
@@ -36,6 +37,8 @@ def serve(
     api_key_files: Sequence[Path] = (),
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
+    body_timeout: float = BODY_TIMEOUT,
+    write_timeout: float = WRITE_TIMEOUT,
 ) -> int:
     """Serve the agent of ``config`` until SIGINT or SIGTERM; returns the exit status.
 
@@ -46,7 +49,8 @@ def serve(
     The keys are ``api_keys``, those of ``api_key_files`` (one a line) and of
     ``RAF_API_KEYS`` (comma-separated): a key on the command line is seen by
     every local user in the process list. ``host`` is served besides
-    localhost, and ``allowed_hosts`` and ``allowed_origins`` go to the app.
+    localhost, and ``allowed_hosts``, ``allowed_origins``, ``body_timeout``
+    and ``write_timeout`` go to the app.
     A usage mistake (a port out of range, a ``db`` that does not answer) is
     a :class:`raf.ConfigError` here, before uvicorn starts.
     """
@@ -71,6 +75,7 @@ def serve(
         "config": str(config.resolve()), "db": db,
         "api_keys": [*api_keys, *_keys(api_key_files)],
         "allowed_hosts": [host, *allowed_hosts], "allowed_origins": list(allowed_origins),
+        "body_timeout": body_timeout, "write_timeout": write_timeout,
     }  # fmt: skip
     from_env(settings)  # the config is checked here, once, before any worker starts
     if db is not None:
@@ -104,6 +109,8 @@ def from_env(settings: dict[str, Any]) -> Any:
         allowed_origins=settings.get("allowed_origins"),
         options=loaded.options,
         manage_agent=True,
+        body_timeout=settings.get("body_timeout", BODY_TIMEOUT),
+        write_timeout=settings.get("write_timeout", WRITE_TIMEOUT),
     )
 
 
