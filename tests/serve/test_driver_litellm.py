@@ -19,7 +19,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.anyio,
     # litellm's own TypedDicts (its OAuth device code), on its first call: not raf's.
-    pytest.mark.filterwarnings("ignore:Items? .* (is|are) using the .ReadOnly. qualifier:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Items? .* using the .ReadOnly. qualifier:UserWarning"),
 ]
 WEATHER = {
     "type": "function",
