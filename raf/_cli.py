@@ -72,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 api_keys=args.api_key, grace=args.grace, api_key_files=args.api_key_file,
                 allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin,
                 mcp=args.mcp, a2a=args.a2a,
+                body_timeout=args.body_timeout, write_timeout=args.write_timeout,
             )  # fmt: skip
         return anyio.run(_run_command, args)
     except (AgentError, OSError) as exc:

@@ -17,14 +17,15 @@ def _epilog() -> str:
     """The help's closing words: the config in brief, and where the docs are."""
     site = docs_url()
     where = (
-        f"The docs: {site}\n  this command and its config: {site.rstrip('/')}/cli/"
+        f"The docs (once hosted; `make docs` builds them from a checkout): {site}\n"
+        f"  this command and its config: {site.rstrip('/')}/cli/"
         if site
         else "The docs are in raf's source, docs/cli.md for this command and its config."
     )
     return (
         "The config is a TOML file: [agent] (name, instructions, tools), [model] (client,\n"
-        "model, base_url, api_key_env, temperature, max_tokens, timeout), [[providers]]\n"
-        "and [[chat_stack]]; `raf schema` prints its JSON Schema.\n"
+        "model, base_url, api_key_env, temperature, max_tokens, timeout, idle_timeout),\n"
+        "[[providers]] and [[chat_stack]]; `raf schema` prints its JSON Schema.\n"
         f"{where}\n"
         "In the source: docs/cli.md, docs/declaring-providers.md for the provider kinds.\n"
         "Exit status: 0 done, 1 a provider or a tool failed the run, 2 a usage or config\n"
@@ -119,3 +120,8 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument(
         "--a2a", action="store_true", help="also serve the agent over A2A (extra raf-agents[a2a])"
     )
+    for flag, text in (
+        ("--body-timeout", "seconds a request's body may take to come in (then a 408)"),
+        ("--write-timeout", "seconds a client may leave a send untaken (then it is gone)"),
+    ):
+        serve.add_argument(flag, type=float, default=30.0, help=text)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final
 
+import anyio
 import attrs
 
 from raf._agent.tool_loop import run_tool_loop
@@ -34,6 +35,12 @@ _MAX_PROBLEMS: Final = 20
 #: How much of a key, and of a problem's text, a correction quotes.
 _MAX_KEY: Final = 60
 _MAX_MESSAGE: Final = 200
+#: The longest answer validated, in characters (far past any model's output limit): a
+#: longer one is refused whole. pydantic's work holds the GIL, so a worker thread alone
+#: would not keep the event loop free; this bounds it.
+MAX_ANSWER: Final = 1024 * 1024
+#: An answer longer than this is checked in a worker thread, off the event loop.
+_INLINE: Final = 64 * 1024
 
 
 @attrs.frozen(slots=True, eq=False)
@@ -154,7 +161,10 @@ def problems_of(error: Any) -> tuple[str, ...]:
     """A ``pydantic.ValidationError`` as ``"path: what is wrong"`` lines (at most 20);
     the path is the answer's own (``value.2.qty`` for a wrapped ``list[Item]``)."""
     found: list[str] = []
-    for item in error.errors(include_url=False)[:_MAX_PROBLEMS]:
+    # pydantic builds every error (1M for a long wrong list); without their inputs and
+    # contexts it builds them in about a third of the time.
+    errors = error.errors(include_url=False, include_context=False, include_input=False)
+    for item in errors[:_MAX_PROBLEMS]:
         location = [_part(part) for part in item.get("loc", ())]
         path = ".".join(location) or "(the whole answer)"
         found.append(f"{path}: {_short(str(item.get('msg', 'invalid')), _MAX_MESSAGE)}")
@@ -183,6 +193,40 @@ def correction(problems: Sequence[str], wrapped: bool) -> str:
         f"{lines}\n"
         f"Answer again with only {shape} that matches the schema, nothing else."
     )
+
+
+@attrs.frozen(slots=True)
+class _Rejected:
+    problems: tuple[str, ...]
+    error: BaseException | None
+
+
+async def check_answer(spec: OutputSpec, text: str) -> Any:
+    """``text`` validated into ``spec``'s type, or a :class:`_Rejected` saying why not.
+
+    A long answer is checked in a worker thread (its JSON walk yields the GIL,
+    so the event loop's other tasks go on), and one over :data:`MAX_ANSWER` is
+    not checked at all: pydantic would build an error for each wrong item
+    (seconds for a million) where the model is told twenty.
+    """
+    if len(text) <= _INLINE:
+        return _check(spec, text)
+    return await anyio.to_thread.run_sync(_check, spec, text)
+
+
+def _check(spec: OutputSpec, text: str) -> Any:
+    import pydantic
+
+    if len(text) > MAX_ANSWER:
+        problem = (
+            f"(the whole answer): it is {len(text)} characters long, over the limit of "
+            f"{MAX_ANSWER} characters"
+        )
+        return _Rejected((problem,), None)
+    try:
+        return spec.validate(text)
+    except pydantic.ValidationError as exc:
+        return _Rejected(problems_of(exc), exc)
 
 
 Loop = Callable[..., Awaitable[AgentResponse]]
@@ -221,8 +265,6 @@ async def validated_loop(
     the corrections too: the model saw them, so a history must keep them) and
     the summed usage; ``output`` is the validated value.
     """
-    import pydantic
-
     produced: list[ChatMessage] = []
     usage: Usage | None = None
     attempt = 0
@@ -236,13 +278,12 @@ async def validated_loop(
         if response.pending:  # the run stops before calls that wait: no final answer yet
             return attrs.evolve(response, messages=tuple(produced), usage=usage)
         text = response.text
-        try:
-            value = spec.validate(text)
-        except pydantic.ValidationError as exc:
-            problems = problems_of(exc)
+        value = await check_answer(spec, text)
+        if isinstance(value, _Rejected):
+            problems = value.problems
             attempt += 1
             if attempt > retries:
-                raise OutputValidationError(text, problems, attempt) from exc
+                raise OutputValidationError(text, problems, attempt) from value.error
             told = ChatMessage.user(correction(problems, spec.wrapped))
             produced.append(told)
             messages = (*messages, *response.messages, told)

@@ -233,6 +233,8 @@ class StreamState:
             delta = event.get("delta")
             if not isinstance(delta, str):
                 raise ChatProtocolError(f"{where}: a {kind} event's delta is {json_type(delta)}")
+            if not delta:  # says nothing: kept, a million of them outgrew max_response_bytes
+                return []
             self.sent_text = True
             self.text.append(delta)
             return [Update.of_text(delta, raw=event)]

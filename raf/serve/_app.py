@@ -24,7 +24,7 @@ from raf._sessions.base import Session, missing_pending
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
 from raf.serve._agui import ag_ui
-from raf.serve._edge import Edge
+from raf.serve._edge import BODY_TIMEOUT, WRITE_TIMEOUT, Edge
 from raf.serve._http import (
     MAX_BODY,
     HttpError,
@@ -62,6 +62,8 @@ def app(
     manage_agent: bool = False,
     mcp: bool = False,
     a2a: bool = False,
+    body_timeout: float = BODY_TIMEOUT,
+    write_timeout: float = WRITE_TIMEOUT,
 ) -> ASGIApp:
     """Serve ``agent`` as an ASGI app: the OpenAI chat completions, Responses and AG-UI
     protocols.
@@ -97,6 +99,10 @@ def app(
     ``raf-agents[mcp]``); ``a2a``: also serve the agent over A2A, its card at
     ``/.well-known/agent-card.json`` and JSON-RPC at ``/a2a`` (extra
     ``raf-agents[a2a]``, asyncio only). See docs/services.md.
+    ``body_timeout``: the seconds a request's body may take to come in (a 408
+    then, and the connection closed). ``write_timeout``: the seconds a send may
+    wait for the client to take it; a client that stops reading is then gone,
+    and its streamed turn closes early (as when it hangs up).
 
     >>> from raf import Agent, EchoChatClient
     >>> served = app(Agent(EchoChatClient(), name="echo"))
@@ -113,6 +119,9 @@ def app(
             "a durable agent needs a session store that another process can reopen "
             "(its run crosses DBOS): app(agent, store='sessions.db' or 'redis://...')"
         )
+    for name, seconds in (("body_timeout", body_timeout), ("write_timeout", write_timeout)):
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
+            raise ConfigError(f"{name} must be a positive number of seconds, got {seconds!r}")
     served = Served(agent, store, Keys(api_keys), max_body, options or AgentRunOptions())
     routes = [
         served.route("/v1/chat/completions", "POST", chat_completions),
@@ -130,6 +139,8 @@ def app(
         guarded=api_keys is None,
         allowed_hosts=_names(allowed_hosts, "allowed_hosts"),
         allowed_origins=origins,
+        body_timeout=body_timeout,
+        write_timeout=write_timeout,
     )
     middleware = [edge]  # the outermost: every response gets the request id
     if cors_origins:

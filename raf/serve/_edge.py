@@ -16,6 +16,12 @@ fixed list of hosts and answers in plain text; here the bound address is
 known only per connection (the ASGI scope's ``server``, whichever server runs
 the app), and a refusal is an error like every other: the OpenAI shape with
 the request id.
+
+Two timeouts keep a slow client from holding the server: a body that has not
+all come in ``body_timeout`` seconds of the request's start (one sent a byte
+a second) is a 408 that closes the connection, and a send the client has not
+taken in ``write_timeout`` seconds (it stopped reading, its socket open) is
+the client gone: a streamed turn closes early, as when it hangs up.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
+import anyio
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -33,11 +40,14 @@ __all__: list[str] = []
 _log = structlog.get_logger("raf.serve")
 #: The hosts every served app answers to (with the address its connection came in on).
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+#: The default seconds a request's body may take to come in, and a send to be taken.
+BODY_TIMEOUT = 30.0
+WRITE_TIMEOUT = 30.0
 
 
 class Edge:
-    """ASGI middleware: the request id, the one log line of a failure and, when ``guarded``
-    (no api keys), the Host and Origin rules."""
+    """ASGI middleware: the request id, the one log line of a failure, the body and write
+    timeouts and, when ``guarded`` (no api keys), the Host and Origin rules."""
 
     def __init__(
         self,
@@ -46,9 +56,13 @@ class Edge:
         guarded: bool,
         allowed_hosts: Iterable[str] = (),
         allowed_origins: Iterable[str] = (),
+        body_timeout: float = BODY_TIMEOUT,
+        write_timeout: float = WRITE_TIMEOUT,
     ) -> None:
         self.app = app
         self.guarded = guarded
+        self.body_timeout = body_timeout
+        self.write_timeout = write_timeout
         self.hosts = frozenset(h.lower().strip("[]") for h in (*LOCAL_HOSTS, *allowed_hosts))
         self.origins = frozenset(o.lower().rstrip("/") for o in allowed_origins)
 
@@ -61,26 +75,47 @@ class Edge:
         state["request_id"] = request_id
         status = 0
 
+        body_by = anyio.current_time() + self.body_timeout
+        body_done = False
+
+        async def receiving() -> Message:
+            nonlocal body_done
+            if body_done:
+                return await receive()
+            with anyio.move_on_after(body_by - anyio.current_time()):
+                message = await receive()
+                body_done = message["type"] != "http.request" or not message.get("more_body")
+                return message
+            raise HttpError(
+                408, f"the request's body did not come in {self.body_timeout:g} s",
+                code="body_timeout", headers={"connection": "close"},
+            )  # fmt: skip
+
         async def sending(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = [*message.get("headers", ()), (b"x-request-id", request_id.encode())]
                 message = {**message, "headers": headers}
-            await send(message)
+            with anyio.move_on_after(self.write_timeout):
+                await send(message)
+                return
+            # A stream takes an OSError for a client that is gone, and closes the run early.
+            note_failure(scope, f"the client took nothing for {self.write_timeout:g} s")
+            raise OSError(f"the client took nothing for {self.write_timeout:g} s")
 
         refusal = self.refusal(scope) if self.guarded else None
         try:
             if refusal is not None:
                 note_failure(scope, refusal.message)
-                await error_response(refusal, scope)(scope, receive, sending)
+                await error_response(refusal, scope)(scope, receiving, sending)
             else:
-                await self.app(scope, receive, sending)
+                await self.app(scope, receiving, sending)
         except Exception as exc:  # a bug: the client gets a 500 that says nothing of it
             note_failure(scope, exc)
             if status == 0:
                 problem = HttpError(500, "internal error", "server_error")
-                await error_response(problem, scope)(scope, receive, sending)
+                await error_response(problem, scope)(scope, receiving, sending)
         finally:
             _log_failure(scope, status)
 

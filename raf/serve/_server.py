@@ -14,6 +14,7 @@ from raf._config.file import load_config
 from raf._errors import ConfigError
 from raf._sessions.stores import open_store
 from raf.serve._app import app
+from raf.serve._edge import BODY_TIMEOUT, WRITE_TIMEOUT
 from raf.serve._sessions import HEALTH_ID
 
 __all__: list[str] = []
@@ -38,6 +39,8 @@ def serve(
     allowed_origins: Sequence[str] = (),
     mcp: bool = False,
     a2a: bool = False,
+    body_timeout: float = BODY_TIMEOUT,
+    write_timeout: float = WRITE_TIMEOUT,
 ) -> int:
     """Serve the agent of ``config`` until SIGINT or SIGTERM; returns the exit status.
 
@@ -48,8 +51,8 @@ def serve(
     The keys are ``api_keys``, those of ``api_key_files`` (one a line) and of
     ``RAF_API_KEYS`` (comma-separated): a key on the command line is seen by
     every local user in the process list. ``host`` is served besides
-    localhost, and ``allowed_hosts`` and ``allowed_origins`` go to the app, and so
-    do ``mcp`` and ``a2a`` (serve ``/mcp``, serve A2A).
+    localhost, and ``allowed_hosts``, ``allowed_origins``, ``body_timeout``,
+    ``write_timeout``, ``mcp`` and ``a2a`` (serve ``/mcp``, serve A2A) go to the app.
     A usage mistake (a port out of range, a ``db`` that does not answer) is
     a :class:`raf.ConfigError` here, before uvicorn starts.
     """
@@ -75,6 +78,7 @@ def serve(
         "api_keys": [*api_keys, *_keys(api_key_files)],
         "allowed_hosts": [host, *allowed_hosts], "allowed_origins": list(allowed_origins),
         "mcp": mcp, "a2a": a2a,
+        "body_timeout": body_timeout, "write_timeout": write_timeout,
     }  # fmt: skip
     from_env(settings)  # the config is checked here, once, before any worker starts
     if db is not None:
@@ -110,6 +114,8 @@ def from_env(settings: dict[str, Any]) -> Any:
         manage_agent=True,
         mcp=settings.get("mcp", False),
         a2a=settings.get("a2a", False),
+        body_timeout=settings.get("body_timeout", BODY_TIMEOUT),
+        write_timeout=settings.get("write_timeout", WRITE_TIMEOUT),
     )
 
 

@@ -19,6 +19,7 @@ What the model answers depends on the last message:
 - with an output schema, a user message: ``{"answer": <the user text>}``;
 - a user message containing ``check``: ``Let me check.`` before what it says;
 - a user message ``long``: 200 words (a stream to leave in the middle);
+- a user message ``flood``: words of 1 kB, without end (a stream a client must leave);
 - anything else: ``seen N: <the user text>``, N the count of messages it got
   (so a test sees the history reach the model).
 """
@@ -31,6 +32,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 import raf
 import raf.serve
@@ -97,6 +99,10 @@ class WordModel:
             words = [json.dumps({"answer": text})]
         elif text == "long":
             words = [f"w{i} " for i in range(200)]
+        elif text == "flood":  # until the client leaves
+            for i in range(10**9):
+                yield Update.of_text(f"w{i} " + "x" * 1000 + " ")
+                await anyio.lowlevel.checkpoint()
         else:
             words = [f"seen {len(messages)}: "] + [f"{w} " for w in text.split()]
         for word in words:
@@ -169,4 +175,5 @@ def create() -> Any:
         max_body=config.get("max_body", 4 * 1024 * 1024),
         mcp=config.get("mcp", False),
         a2a=config.get("a2a", False),
+        **{k: config[k] for k in ("body_timeout", "write_timeout") if k in config},
     )

@@ -4,11 +4,13 @@ strict schema, the errors, and the testing strategy."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import pickle
 from collections.abc import Awaitable, Callable
 from typing import Any, NotRequired
 
 import anyio
+import anyio.lowlevel
 import attrs
 import pydantic
 import pytest
@@ -344,3 +346,40 @@ async def test_the_correction_quotes_a_made_up_key_briefly() -> None:
     assert len(told) < 1_000
     assert "'k\\nxxxx" in told
     assert "...': Extra inputs are not permitted" in told
+
+
+async def test_a_large_wrong_answer_is_checked_while_other_tasks_run() -> None:
+    # A wrong answer just under the limit (38,000 items, about 1 MB): the other tasks of
+    # the event loop go on while it is checked (it was checked in the loop, for seconds).
+    wrong = json.dumps({"value": [{"name": 1, "qty": "x"}] * 38_000})
+    client = ScriptedChatClient([wrong])
+    ticks = 0
+    done = anyio.Event()
+
+    async def tick() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(tick)
+        await anyio.lowlevel.checkpoint()
+        counted = ticks
+        with pytest.raises(OutputValidationError) as raised:
+            await Agent(client).run("x", output_type=list[Item], output_retries=0)
+        done.set()
+    assert len(raised.value.problems) == 20
+    # The run itself awaits a few times; a check in the loop leaves the ticker no more.
+    assert ticks - counted > 200
+
+
+async def test_an_answer_over_the_limit_is_not_validated_and_the_model_is_told() -> None:
+    # 5 MB of wrong items: pydantic would build all 1M errors, for the 20 raf tells.
+    huge = json.dumps({"value": [{"name": 1, "qty": "x"}] * 500_000})
+    client = ScriptedChatClient([huge, '{"value": [{"name": "tea"}]}'])
+    response = await Agent(client).run("x", output_type=list[Item])
+    assert response.output == [Item(name="tea")]
+    told = client.requests[1].messages[-1].content or ""
+    assert "over the limit of 1048576 characters" in told
+    assert len(told) < 1_000

@@ -320,7 +320,9 @@ def test_version_and_help() -> None:
         for url in importlib.metadata.metadata("raf-agents").get_all("Project-URL") or []
         if url.startswith("Documentation,")
     )
-    assert f"The docs: {site}" in done.stdout
+    assert f"`make docs` builds them from a checkout): {site}" in done.stdout
+    # Every key of [model] (idle_timeout was left out).
+    assert "timeout, idle_timeout)" in done.stdout
 
 
 @pytest.mark.slow
@@ -1055,6 +1057,18 @@ def test_a_trace_into_the_same_file_as_the_answer_starts_its_own_line(tmp_path: 
         n for n, line in enumerate(lines) if line.startswith("trace: model [chat]")
     )
     assert "" not in lines  # and no empty line after it
+
+
+def test_the_docs_traced_run_shows_the_answer_where_raf_run_prints_it() -> None:
+    # docs/cli.md's traced run printed the answer after the post stages; it comes as the
+    # model streams it, before the model's own trace line (the test above).
+    text = (ROOT / "docs" / "cli.md").read_text()
+    block = text.split('$ raf run examples/agent.toml "and again"', 1)[1].split("```", 1)[0]
+    lines = block.splitlines()[1:]
+    model = next(n for n, line in enumerate(lines) if line.startswith("trace: model [chat]"))
+    assert lines[model - 1] == "and again"
+    assert "streamed 3 updates" in lines[model]  # "and", " again" and the usage
+    assert lines[-1].startswith("trace: HistoryProvider [memory] on_invoked")
 
 
 # --- A config that is a FIFO, a tools module that exits: one clear line, never a hang -------

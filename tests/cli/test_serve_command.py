@@ -29,6 +29,7 @@ def config(tmp_path: Path) -> Path:
         (["--port", "99999"], "raf: --port must be 0 to 65535, got 99999"),
         (["--db", f"redis://127.0.0.1:{free_port()}/0"], "redis://127.0.0.1:"),
         (["--api-key-file", "no-such-file"], "raf: --api-key-file no-such-file: cannot be read"),
+        (["--write-timeout", "0"], "raf: write_timeout must be a positive number of seconds"),
     ],
 )
 def test_a_usage_mistake_is_one_line_and_exit_2(
@@ -58,3 +59,17 @@ def test_keys_come_from_a_file_and_the_environment(
         for key, status in (("from-file", 200), ("from-env-2", 200), ("other", 401)):
             reply = httpx.get(f"{served.url}/v1/models", headers={"authorization": f"Bearer {key}"})
             assert reply.status_code == status
+
+
+def test_serve_without_the_serve_extra_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    # As --db redis:// without the redis extra: a hint, not a ModuleNotFoundError (exit 1).
+    hidden = "import sys\nfor m in ('starlette', 'uvicorn'): sys.modules[m] = None\n"
+    run = f"{hidden}from raf._cli import main\nsys.exit(main(['serve', {str(config(tmp_path))!r}]))"
+    done = subprocess.run(
+        [sys.executable, "-c", run], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("raf: raf serve needs the serve extra: pip install 'raf-agents[serve]'")
+    assert "Traceback" not in done.stderr

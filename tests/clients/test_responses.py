@@ -921,3 +921,14 @@ async def test_the_client_remembers_a_bounded_number_of_turns(
         for _ in range(4):
             await model.complete([ChatMessage.user("x")], ChatOptions())
     assert list(model._turns) == ["c1", "c2"]
+
+
+async def test_empty_text_deltas_keep_nothing(server: ResponsesServer) -> None:
+    # A server that sends empty deltas by the million made the stream keep one update (and
+    # its raw event) each: ten times max_response_bytes in memory. They say nothing.
+    empty = {"type": "response.output_text.delta", "delta": ""}
+    completed = {"type": "response.completed", "response": response_body("hi")}
+    server.reply(Answer(events=[empty] * 500 + [completed]))
+    async with client_for(server) as model:
+        updates = await collect(model, [ChatMessage.user("x")])
+    assert [u.text for u in updates if u.kind == "text"] == ["hi"]

@@ -91,3 +91,12 @@ def test_the_wheel_installs_in_a_fresh_virtualenv_and_runs_offline(tmp_path: Pat
     done = run(env_dir / "bin" / "raf", "schema", cwd=tmp_path)
     assert '"title": "RafConfig"' in done.stdout
     assert (Path(where).parent / "py.typed").exists()
+
+
+def test_the_install_docs_say_how_to_install_before_raf_is_on_the_index() -> None:
+    # `pip install raf-agents` finds nothing today: a checkout, or git, and where the docs are.
+    for page in (ROOT / "README.md", ROOT / "docs" / "index.md"):
+        text = page.read_text()
+        assert "pip install '.[serve]'" in text, page
+        assert "@ git+" in text, page
+        assert "make docs" in text, page

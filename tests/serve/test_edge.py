@@ -227,6 +227,9 @@ async def test_errors_carry_a_request_id_and_no_internals_and_are_logged_once(
             streamed = await http.post("/ag-ui", json={**agui("t"), "messages": [
                 {"id": "m1", "role": "user", "content": "fail:model"}]})  # fmt: skip
             missing = await http.get("/nowhere")
+            responses = await http.post(
+                "/v1/responses", json={"model": MODEL, "input": "fail:model", "stream": True}
+            )
         async with client(leaky) as http:
             bug = await http.post("/v1/chat/completions", json=chat("hi"))
     assert ok.headers["x-request-id"]
@@ -243,11 +246,26 @@ async def test_errors_carry_a_request_id_and_no_internals_and_are_logged_once(
     assert run_error["metadata"] == {"requestId": streamed.headers["x-request-id"]}
     lines = [e for e in logs if e["event"] == "raf.serve: the request failed"]
     assert [line["request_id"] for line in lines] == [
-        r.headers["x-request-id"] for r in (model, streamed, missing, bug)
+        r.headers["x-request-id"] for r in (model, streamed, missing, responses, bug)
     ]
+    assert responses.status_code == 502  # streamed, it fails before its first event
     assert "the model broke" in lines[0]["cause"]
     assert "the model broke" in lines[1]["cause"]
-    assert "/srv/secrets/key.txt" in lines[3]["cause"]
+    assert "the model broke" in lines[3]["cause"]
+    assert "/srv/secrets/key.txt" in lines[4]["cause"]
+
+
+async def test_with_keys_a_path_that_is_no_route_is_a_404_with_or_without_a_key(
+    anyio_backend: str,
+) -> None:
+    # As docs/serving.md says: a 401 is for a route's missing key; no route is a 404.
+    async with client(raf.serve.app(make_agent(), api_keys=["k1"])) as http:
+        bare = await http.get("/nowhere")
+        keyed = await http.get("/nowhere", headers={"authorization": "Bearer k1"})
+        assert (await http.get("/v1/models")).status_code == 401
+    for reply in (bare, keyed):
+        assert reply.status_code == 404
+        assert error_of(reply)["type"] == "not_found"
 
 
 async def test_healthz_reads_no_session_a_client_can_name(anyio_backend: str) -> None:

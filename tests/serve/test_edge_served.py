@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import socket
+import time
+from collections.abc import Iterator
+
 import httpx2 as httpx
 import pytest
 
@@ -27,3 +33,71 @@ def test_another_sites_page_and_a_rebinding_host_are_refused() -> None:
             assert reply.json()["error"]["request_id"] == reply.headers["x-request-id"]
         page = httpx.get(served.url)
         assert page.headers["content-security-policy"] == "frame-ancestors 'none'"
+
+
+@pytest.fixture(scope="module")
+def impatient() -> Iterator[ServedAgent]:
+    """A server that gives a body 1 s to come in, and a client 1 s to take each send."""
+    with ServedAgent(body_timeout=1, write_timeout=1) as served:
+        yield served
+
+
+def _post_head(path: str, length: int, *extra: str) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "host: 127.0.0.1", "content-type: application/json",
+             f"content-length: {length}", *extra]  # fmt: skip
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _read_to_end(sock: socket.socket) -> bytes:
+    sock.settimeout(30)
+    data = b""
+    while chunk := sock.recv(1 << 16):
+        data += chunk
+    return data
+
+
+def test_a_body_sent_a_byte_at_a_time_is_refused_before_its_end(impatient: ServedAgent) -> None:
+    body = json.dumps(CHAT).encode()
+    with socket.create_connection(("127.0.0.1", impatient.port)) as sock:
+        sock.sendall(_post_head("/v1/chat/completions", len(body)))
+        sock.settimeout(0.2)
+        reply = b""
+        for at in range(len(body)):  # a byte each 0.2 s: 15 s for the whole body
+            try:
+                reply = sock.recv(1 << 16)
+                break
+            except TimeoutError:
+                try:
+                    sock.sendall(body[at : at + 1])
+                except OSError:  # closed just now, its reply in flight: read it below
+                    break
+        with contextlib.suppress(TimeoutError):
+            reply = reply or sock.recv(1 << 16)
+        assert reply, "the server waited for the whole body"
+        reply += _read_to_end(sock)  # and then closed the connection
+    assert reply.startswith(b"HTTP/1.1 408 ")
+    assert b'"code":"body_timeout"' in reply
+
+
+def test_a_client_that_stops_reading_is_left_and_its_partial_answer_kept(
+    impatient: ServedAgent,
+) -> None:
+    chat = {**CHAT, "stream": True, "messages": [{"role": "user", "content": "flood"}]}
+    body = json.dumps(chat).encode()
+    history = f"{impatient.url}/v1/sessions/never-reads/messages"
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # full at once
+        sock.connect(("127.0.0.1", impatient.port))
+        sock.sendall(_post_head("/v1/chat/completions", len(body), "x-session-id: never-reads"))
+        sock.sendall(body)
+        # The model streams without end; the client reads nothing. The run must end early
+        # (its post stages run: the partial answer is stored) and the connection close.
+        deadline = time.monotonic() + 60
+        while not (stored := httpx.get(history).json()["data"])[1:]:
+            assert time.monotonic() < deadline, "the run still holds the client that left"
+            time.sleep(0.2)
+        streamed = _read_to_end(sock)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[1]["content"].startswith("w0 ")
+    assert streamed.startswith(b"HTTP/1.1 200 ")
+    assert b"[DONE]" not in streamed
