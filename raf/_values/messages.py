@@ -507,7 +507,15 @@ def _turn(
 
 
 UpdateKind = Literal["text", "tool_call", "tool_result", "usage", "approval", "reasoning"]
-_UPDATE_KINDS: Final = ("text", "tool_call", "tool_result", "usage", "approval", "reasoning")
+#: Each kind's field, the type it holds, and how to make one (for the error).
+_NEEDS: Final[dict[str, tuple[str, type, str]]] = {
+    "text": ("text", str, "str"),
+    "tool_call": ("tool_call", ToolCall, "ToolCall"),
+    "tool_result": ("message", ChatMessage, "ChatMessage.tool"),
+    "usage": ("usage", Usage, "Usage"),
+    "approval": ("pending", PendingCall, "PendingCall"),
+    "reasoning": ("reasoning", Reasoning, "Reasoning"),
+}
 
 
 @attrs.frozen(slots=True, repr=False)
@@ -550,50 +558,17 @@ class Update:
             return
         if self.text:
             raise ValueError(f"Update.text is for 'text' updates, not {kind!r} ones: {self!r}")
-        if kind == "tool_call":
-            if type(self.tool_call) is not ToolCall:
-                raise TypeError(
-                    f"a 'tool_call' Update needs tool_call=ToolCall(...), got {self.tool_call!r}"
-                )
-        elif kind == "tool_result":
-            message = self.message
-            if type(message) is not ChatMessage or message.role != "tool":
-                raise TypeError(
-                    f"a 'tool_result' Update needs message=ChatMessage.tool(...), got {message!r}"
-                )
-        elif kind == "usage":
-            if type(self.usage) is not Usage:
-                raise TypeError(f"a 'usage' Update needs usage=Usage(...), got {self.usage!r}")
-        elif kind == "approval":
-            if type(self.pending) is not PendingCall:
-                raise TypeError(
-                    f"an 'approval' Update needs pending=PendingCall(...), got {self.pending!r}"
-                )
-        elif kind == "reasoning":
-            if type(self.reasoning) is not Reasoning:
-                raise TypeError(
-                    f"a 'reasoning' Update needs reasoning=Reasoning(...), got {self.reasoning!r}"
-                )
-        else:
-            raise ValueError(f"Update.kind must be one of {list(_UPDATE_KINDS)}, got {kind!r}")
+        if kind not in _NEEDS:
+            raise ValueError(f"Update.kind must be one of {list(_NEEDS)}, got {kind!r}")
+        field, needed, made = _NEEDS[kind]
+        value = getattr(self, field)
+        if type(value) is not needed or (kind == "tool_result" and value.role != "tool"):
+            raise TypeError(f"a {kind!r} Update needs {field}={made}(...), got {value!r}")
 
     def __repr__(self) -> str:
         # Only the field the kind uses: a stream of updates reads as one line each.
-        kind = self.kind
-        value = (
-            ("text", self.text)
-            if kind == "text"
-            else ("tool_call", self.tool_call)
-            if kind == "tool_call"
-            else ("message", self.message)
-            if kind == "tool_result"
-            else ("pending", self.pending)
-            if kind == "approval"
-            else ("reasoning", self.reasoning)
-            if kind == "reasoning"
-            else ("usage", self.usage)
-        )
-        return f"Update(kind={kind!r}, {value[0]}={value[1]!r})"
+        field = _NEEDS[self.kind][0]
+        return f"Update(kind={self.kind!r}, {field}={getattr(self, field)!r})"
 
     @classmethod
     def of_text(cls, text: str, *, raw: Any = None) -> Update:
