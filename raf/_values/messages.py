@@ -561,7 +561,7 @@ class Update:
         if kind not in _NEEDS:
             raise ValueError(f"Update.kind must be one of {list(_NEEDS)}, got {kind!r}")
         field, needed, made = _NEEDS[kind]
-        value = getattr(self, field)
+        value: Any = getattr(self, field)
         if type(value) is not needed or (kind == "tool_result" and value.role != "tool"):
             raise TypeError(f"a {kind!r} Update needs {field}={made}(...), got {value!r}")
 
