@@ -561,8 +561,8 @@ class Update:
         if kind not in _NEEDS:
             raise ValueError(f"Update.kind must be one of {list(_NEEDS)}, got {kind!r}")
         field, needed, made = _NEEDS[kind]
-        value: Any = getattr(self, field)
-        if type(value) is not needed or (kind == "tool_result" and value.role != "tool"):
+        value = getattr(self, field)
+        if type(value) is not needed or getattr(value, "role", "tool") != "tool":
             raise TypeError(f"a {kind!r} Update needs {field}={made}(...), got {value!r}")
 
     def __repr__(self) -> str:
