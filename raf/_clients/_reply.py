@@ -127,23 +127,45 @@ def quote(data: bytes | str) -> str:
     return repr(text[:_QUOTE]) + ("..." if len(text) > _QUOTE else "")
 
 
-def replayed(message: ChatMessage, source: str, call_type: str, key: str) -> list[Any] | None:
-    """The reasoning of ``message`` to send back, as its wire's list of items (or blocks),
-    when it is of ``source`` and names, as items of type ``call_type`` by ``key``,
-    the message's tool calls as they are; ``None`` for reasoning of another wire, or
-    for a turn whose calls changed since."""
+def replayed(
+    message: ChatMessage,
+    source: str,
+    kinds: tuple[str, str, str],
+    text: list[dict[str, Any]],
+    calls: dict[str, dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """An assistant turn on its wire: ``text`` (its blocks) and ``calls`` (by id), with the
+    reasoning it kept (of ``source``) back in its place, unchanged: the wire's items or
+    blocks in the order the reply had, ``kinds`` naming the text's type, the calls' type
+    and their id's key. Reasoning of another wire, or of a turn whose calls changed
+    since, is left out: text, then calls."""
+    text_kind, call_kind, key = kinds
     reasoning = message.reasoning
-    if reasoning is None or reasoning.source != source:
-        return None
-    try:
-        order = json.loads(reasoning.data)
-        named = [item.get(key) for item in order if item.get("type") == call_type]
-    except (ValueError, TypeError, AttributeError):
-        raise BadRequestError(
-            f"the reasoning of an assistant turn (source {source!r}) is not the JSON list "
-            f"of objects that wire keeps: {quote(reasoning.data)}"
-        ) from None
-    return order if named == [call.id for call in message.tool_calls] else None
+    order: Any = None
+    if reasoning is not None and reasoning.source == source:
+        try:
+            order = json.loads(reasoning.data)
+            named = [item.get(key) for item in order if item.get("type") == call_kind]
+        except (ValueError, TypeError, AttributeError):
+            raise BadRequestError(
+                f"the reasoning of an assistant turn (source {source!r}) is not the JSON list "
+                f"of objects that wire keeps: {quote(reasoning.data)}"
+            ) from None
+        order = order if named == list(calls) else None
+    if order is None:
+        return [*text, *calls.values()]
+    items: list[dict[str, Any]] = []
+    for item in order:
+        if item.get("type") == text_kind:
+            items += text
+            text = []
+        else:  # a call as it is today; reasoning as it came (its signature covers it)
+            items.append(calls[item[key]] if item.get("type") == call_kind else item)
+    if text:  # text the reply did not have: before the calls
+        at = [i for i, item in enumerate(items) if item.get("type") == call_kind]
+        first = at[0] if at else len(items)
+        items[first:first] = text
+    return items
 
 
 # --- Streams ---------------------------------------------------------------------------

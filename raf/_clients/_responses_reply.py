@@ -192,7 +192,6 @@ class StreamState:
     def __init__(self, model: str, *, refuse: bool = False) -> None:
         self.where = call_name(model)
         self.refused_by = model if refuse else None  # see _read_response
-        self.calls: dict[str, tuple[str, str]] = {}  # item id -> (call_id, name)
         self.sent_calls: set[str] = set()
         self.sent_text = False
         self.text: list[str] = []  # the text deltas sent, to hold against the completed text
@@ -229,19 +228,6 @@ class StreamState:
             self.sent_text = True
             self.text.append(delta)
             return [Update.of_text(delta, raw=event)]
-        if kind == "response.output_item.added":
-            item = event.get("item")
-            if isinstance(item, dict) and item.get("type") == "function_call":
-                call = _function_call_item(item, where)
-                self.calls[str(item.get("id"))] = (call.id, call.name)
-            return []
-        if kind == "response.function_call_arguments.done":
-            known = self.calls.get(str(event.get("item_id")))
-            arguments = event.get("arguments")
-            if known is None or not isinstance(arguments, str) or known[0] in self.sent_calls:
-                return []  # the call is sent from its output item or response.completed
-            self.sent_calls.add(known[0])
-            return [Update.of_tool_call(ToolCall(known[0], known[1], arguments), raw=event)]
         if kind == "response.output_item.done":
             item = event.get("item")
             if isinstance(item, dict) and item.get("type") == "function_call":

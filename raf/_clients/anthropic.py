@@ -294,24 +294,7 @@ def _blocks(message: ChatMessage, index: int) -> list[dict[str, Any]]:
     calls = {
         call.id: _tool_use(call.id, call.name, call.arguments, index) for call in message.tool_calls
     }
-    order = replayed(message, SOURCE, "tool_use", "id")
-    if order is None:
-        return [*_text(message.content), *calls.values()]
-    blocks: list[dict[str, Any]] = []
-    text = _text(message.content)
-    for block in order:
-        if block.get("type") == "text":
-            blocks += text
-            text = []
-        elif block.get("type") == "tool_use":
-            blocks.append(calls[block["id"]])
-        else:
-            blocks.append(block)  # unchanged: the signature covers it
-    if text:  # text the reply did not have: before the calls
-        calls_at = [i for i, block in enumerate(blocks) if block.get("type") == "tool_use"]
-        first = calls_at[0] if calls_at else len(blocks)
-        blocks[first:first] = text
-    return blocks
+    return replayed(message, SOURCE, ("text", "tool_use", "id"), _text(message.content), calls)
 
 
 def _tool_use(call_id: str, name: str, arguments: str, index: int) -> dict[str, Any]:

@@ -249,28 +249,12 @@ def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
 
 def assistant_turn(message: ChatMessage) -> list[dict[str, Any]]:
     """The input items of an assistant turn with tool calls or reasoning: its reasoning
-    items (if they are this wire's, and the turn still has the calls they came with)
-    in the order the reply had, today's text where the text was, and its calls."""
+    items (if they are this wire's) in the order the reply had, today's text where the
+    text was, and its calls."""
     calls = {call.id: _function_call(call) for call in message.tool_calls}
     content = message.content if calls else message.content or ""
     text = [] if content is None else [{"role": "assistant", "content": content}]
-    order = replayed(message, SOURCE, "function_call", "call_id")
-    if order is None:
-        return [*text, *calls.values()]
-    items: list[dict[str, Any]] = []
-    for item in order:
-        if item.get("type") == "message":
-            items += text
-            text = []
-        elif item.get("type") == "function_call":
-            items.append(calls[item["call_id"]])
-        else:
-            items.append(item)  # unchanged: encrypted, and the server checks it
-    if text:  # text the reply did not have: before the calls
-        calls_at = [i for i, item in enumerate(items) if item.get("type") == "function_call"]
-        first = calls_at[0] if calls_at else len(items)
-        items[first:first] = text
-    return items
+    return replayed(message, SOURCE, ("message", "function_call", "call_id"), text, calls)
 
 
 def _function_call(call: ToolCall) -> dict[str, Any]:

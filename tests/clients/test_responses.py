@@ -153,7 +153,7 @@ async def test_text_arrives_in_deltas_and_calls_once_complete(server: ResponsesS
         Update.of_usage(Usage(7, 5)),
     ]
     assert updates[0].raw["type"] == "response.output_text.delta"
-    assert updates[3].raw["type"] == "response.function_call_arguments.done"
+    assert updates[3].raw["type"] == "response.output_item.done"  # before response.completed
 
 
 def _replays(reasoning_id: str) -> Any:
