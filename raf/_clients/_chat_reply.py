@@ -18,7 +18,6 @@ __all__: list[str] = []
 
 #: The finish reasons of an answer the model did not finish: an IncompleteResponseError.
 INCOMPLETE: Final = frozenset({"length", "content_filter"})
-_JSON_TEXT: Final = "a string of JSON"
 
 
 def call_name(model: str) -> str:
