@@ -251,7 +251,7 @@ class _Printer:
             if update.text:
                 _write(self.out, update.text)
                 self.open = self.printed = True
-        elif update.kind != "usage":
+        elif update.kind not in ("usage", "reasoning"):
             self.end_line()
 
     def end_line(self) -> None:

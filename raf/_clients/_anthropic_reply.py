@@ -1,14 +1,13 @@
 """The Anthropic Messages API reply: a message's body, or a stream's events, as raf's
-response and updates, with the order of its content (the thinking a client replays)."""
+response and updates, its thinking blocks (in their order among the text and the calls)
+kept on the assistant message."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any, Final
 
 from raf._clients._reply import json_object, json_type, quote
-from raf._clients._responses_reply import Turn
 from raf._errors import (
     ChatClientError,
     ChatConnectionError,
@@ -17,9 +16,12 @@ from raf._errors import (
     RateLimitError,
     ServerError,
 )
-from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
+from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
 
 __all__: list[str] = []
+
+#: The source of the reasoning this wire carries (see :class:`raf.Reasoning`).
+SOURCE: Final = "anthropic"
 
 #: Stop reasons of an answer the model did not finish.
 _CUT: Final = frozenset({"max_tokens", "model_context_window_exceeded", "pause_turn"})
@@ -43,8 +45,8 @@ def arguments_of(tool_input: Any) -> str:
     return json.dumps(tool_input, separators=(",", ":"), ensure_ascii=False)
 
 
-def response_from_reply(data: bytes, content_type: str, model: str) -> tuple[AgentResponse, Turn]:
-    """The assistant turn of a 200 reply's body, and the order of its content to remember.
+def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResponse:
+    """The assistant turn of a 200 reply's body, its thinking on the message.
 
     A reply that is not a message raf can read is a :class:`raf.ChatProtocolError`;
     a cut one an :class:`raf.IncompleteResponseError`; a refusal a
@@ -54,10 +56,10 @@ def response_from_reply(data: bytes, content_type: str, model: str) -> tuple[Age
     reply = json_object(data, content_type, where, "the reply")
     if reply.get("type") == "error":
         raise error_from_event(reply, where)
-    message, turn = read_content(reply.get("content"), where)
+    message = read_content(reply.get("content"), where)
     response = AgentResponse((message,), read_usage(reply.get("usage"), where), _raw(reply))
     check_stop(reply.get("stop_reason"), where, response)
-    return response, turn
+    return response
 
 
 def _raw(reply: dict[str, Any]) -> Any:
@@ -68,31 +70,33 @@ def _raw(reply: dict[str, Any]) -> Any:
     return Message.construct(**reply)
 
 
-def read_content(content: Any, where: str, at: str = "content") -> tuple[ChatMessage, Turn]:
-    """The assistant message of a reply's ``content`` blocks, and their order: thinking
-    blocks as they came, ``("text", None)`` where the text was, ``("call", id)``."""
+def read_content(content: Any, where: str, at: str = "content") -> ChatMessage:
+    """The assistant message of a reply's ``content`` blocks. Its thinking blocks as they
+    came, with their place among the text (``{"type": "text"}``) and the calls
+    (``{"type": "tool_use", "id": ...}``), are its :class:`raf.Reasoning`."""
     if not isinstance(content, list):
         raise ChatProtocolError(f"{where}: {at} is {json_type(content)}, not a list")
     texts: list[str] | None = None
     calls: list[ToolCall] = []
-    order: list[tuple[str, Any]] = []
+    order: list[dict[str, Any]] = []
     for index, block in enumerate(content):
         if not isinstance(block, dict):
             raise ChatProtocolError(f"{where}: {at}[{index}] is {json_type(block)}, not an object")
         kind = block.get("type")
         if kind == "text":
             texts = [*(texts or ()), _str(block, "text", where, f"{at}[{index}]")]
-            if not order or order[-1][0] != "text":
-                order.append(("text", None))
+            if not order or order[-1] != {"type": "text"}:
+                order.append({"type": "text"})
         elif kind == "tool_use":
             calls.append(_tool_use(block, where, f"{at}[{index}]"))
-            order.append(("call", calls[-1].id))
+            order.append({"type": "tool_use", "id": calls[-1].id})
         elif kind in THINKING:
-            order.append(("thinking", block))
+            order.append(block)
         # Other blocks (server tools a run asked for through extra) stay in raw.
     text = None if texts is None else "".join(texts)
-    message = ChatMessage.assistant(text, tool_calls=calls)
-    return message, Turn(tuple(call.id for call in calls), tuple(order))
+    thought = any(block["type"] in THINKING for block in order)
+    reasoning = Reasoning(SOURCE, json.dumps(order, separators=(",", ":"))) if thought else None
+    return ChatMessage.assistant(text, tool_calls=calls, reasoning=reasoning)
 
 
 def _str(block: dict[str, Any], key: str, where: str, at: str) -> str:
@@ -182,9 +186,8 @@ class StreamState:
     :class:`raf.ChatConnectionError`.
     """
 
-    def __init__(self, model: str, remember: Callable[[Turn], None]) -> None:
+    def __init__(self, model: str) -> None:
         self.where = call_name(model)
-        self.remember = remember  # the client's: the thinking of a turn, to replay
         self.done = False
         self.blocks: dict[int, dict[str, Any]] = {}  # index -> the block so far
         self.inputs: dict[int, list[str]] = {}  # index -> a tool_use's JSON pieces
@@ -304,13 +307,13 @@ class StreamState:
 
     def _whole(self, event: dict[str, Any]) -> list[Update]:
         content = [self.blocks[index] for index in sorted(self.blocks)]
-        message, turn = read_content(content, self.where, "the streamed content")
+        message = read_content(content, self.where, "the streamed content")
         usage = read_usage(self.usage or None, self.where)
         check_stop(self.stop_reason, self.where, AgentResponse((message,), usage, event))
         self.done = True
-        # Remembered before the updates go out: a consumer may leave after them.
-        self.remember(turn)
         updates = [Update.of_tool_call(call, raw=event) for call in message.tool_calls]
+        if message.reasoning is not None:
+            updates.append(Update.of_reasoning(message.reasoning, raw=event))
         if usage is not None:
             updates.append(Update.of_usage(usage, raw=event))
         return updates

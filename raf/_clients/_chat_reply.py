@@ -18,7 +18,6 @@ __all__: list[str] = []
 
 #: The finish reasons of an answer the model did not finish: an IncompleteResponseError.
 INCOMPLETE: Final = frozenset({"length", "content_filter"})
-_JSON_TEXT: Final = "a string of JSON"
 
 
 def call_name(model: str) -> str:
@@ -66,10 +65,7 @@ def response_from_reply(
     if not completion.choices:
         raise ChatProtocolError(f"{where}: the model returned no choices")
     choice = completion.choices[0]
-    paths = [
-        f"choices[0].message.tool_calls[{n}]" for n in range(len(choice.message.tool_calls or ()))
-    ]
-    message = _message(choice.message, paths, where, model if refuse else None)
+    message = _message(choice.message, where, model if refuse else None)
     response = AgentResponse((message,), _usage(completion.usage, where), completion)
     reason = getattr(choice, "finish_reason", None)
     if reason in INCOMPLETE:
@@ -77,17 +73,20 @@ def response_from_reply(
     return response
 
 
-def _message(message: Any, paths: list[str], where: str, refused_by: str | None) -> ChatMessage:
-    """A completion's message (or a stream's, as the SDK's stream state joined it) as
-    raf's, its tool calls named by ``paths`` in errors; ``refused_by`` (a model): a
-    refusal raises."""
-    # A partial message's calls are fewer than its paths: those that cannot be read went.
-    pairs = zip(message.tool_calls or (), paths, strict=False)
-    calls = [_tool_call(call, path, where) for call, path in pairs]
-    text = message.content
+def _message(message: Any, where: str, refused_by: str | None) -> ChatMessage:
+    """A completion's message as raf's."""
+    at = "choices[0].message.tool_calls"
+    calls = [_tool_call(c, f"{at}[{n}]", where) for n, c in enumerate(message.tool_calls or ())]
+    return _assistant(message.content, message.refusal, calls, refused_by)
+
+
+def _assistant(
+    text: str | None, refusal: str | None, calls: list[ToolCall], refused_by: str | None
+) -> ChatMessage:
+    """The assistant turn; with no text and no calls, a refusal is what the user should
+    read (``refused_by``, a model: a refusal raises)."""
     if text is None and not calls:
-        # A refusal is what the user should read when there is no answer.
-        text = message.refusal
+        text = refusal
         if refused_by is not None and text is not None:
             raise OutputRefusedError(text, model=refused_by)
     return ChatMessage.assistant(text, tool_calls=calls)
@@ -138,21 +137,19 @@ def _usage(usage: Any, where: str) -> Usage | None:
 
 
 class StreamedTurn:
-    """The updates of one streamed chat completion, from its chunks' JSON: text deltas as
-    they come; the rest once the model finished, from the completion the SDK's
-    ``ChatCompletionStreamState`` joined, read as :func:`response_from_reply` reads one."""
+    """The updates of one streamed chat completion, from its chunks' JSON (each checked
+    as the SDK's ``ChatCompletionChunk``): text deltas as they come; the rest once the
+    model finished, read as :func:`response_from_reply` reads a completion."""
 
     def __init__(self, model: str, *, refuse: bool = False) -> None:
-        from openai.lib.streaming.chat import ChatCompletionStreamState
-
         self.model = model
         self.refused_by = model if refuse else None
         self.where = f"OpenAI chat completion stream (model {model!r})"
-        self.state: Any = ChatCompletionStreamState()
-        # The server's index of each tool call, by its place in the joined message, and
-        # which of its id and name came (a server may repeat them in every delta).
-        self.indices: dict[int, int] = {}
-        self.named: dict[int, set[str]] = {}
+        self.texts: list[str] | None = None
+        self.refusals: list[str] | None = None
+        # Each tool call by the server's index: its id, name and argument pieces. A server
+        # may repeat the id and name in every delta: they name the call, once.
+        self.calls: dict[int, tuple[list[str], list[str], list[str]]] = {}
         self.finished: str | None = None
         self.text_sent = False
         self.sent_rest = False
@@ -217,52 +214,50 @@ class StreamedTurn:
         return [*self._rest(chunk), Update("usage", usage=usage, raw=chunk)]
 
     def _choice(self, choice: Any, chunk: Any, updates: list[Update]) -> None:
-        from openai.types.chat import ChatCompletionChunk
-
         delta: Any = getattr(choice, "delta", None)
-        wire = {key: getattr(delta, key, None) for key in ("content", "refusal")}
-        if wire["content"]:
-            self.text_sent = True
-            updates.append(Update("text", wire["content"], raw=chunk))
-        pieces = enumerate(getattr(delta, "tool_calls", None) or ())
-        wire["tool_calls"] = [self._tool_call_delta(piece, n) for n, piece in pieces] or None
-        reason = getattr(choice, "finish_reason", None)
-        self.state.handle_chunk(
-            ChatCompletionChunk.construct(
-                choices=[{"index": 0, "delta": wire, "finish_reason": reason}]
+        content, refusal = getattr(delta, "content", None), getattr(delta, "refusal", None)
+        if content is not None:
+            self.texts = [*(self.texts or ()), content]
+            if content:
+                self.text_sent = True
+                updates.append(Update("text", content, raw=chunk))
+        if refusal is not None:
+            self.refusals = [*(self.refusals or ()), refusal]
+        for position, piece in enumerate(getattr(delta, "tool_calls", None) or ()):
+            at = f"choices[0].delta.tool_calls[{position}]"
+            _function_only(getattr(piece, "type", None), self.where, at)
+            index = getattr(piece, "index", None)
+            call_id, name, pieces = self.calls.setdefault(
+                position if index is None else index, ([], [], [])
             )
-        )
+            function: Any = getattr(piece, "function", None)
+            for kept, value in ((call_id, piece.id), (name, getattr(function, "name", None))):
+                if value and not kept:
+                    kept.append(value)
+            if getattr(function, "arguments", None) is not None:
+                pieces.append(function.arguments)
+        reason = getattr(choice, "finish_reason", None)
         if reason is not None:
             self.finished = str(reason)
 
-    def _tool_call_delta(self, piece: Any, position: int) -> dict[str, Any]:
-        """A tool call's delta as the SDK's state joins it: at its place, with its id and
-        name only the first time (a server may repeat them in each delta)."""
-        _function_only(
-            getattr(piece, "type", None), self.where, f"choices[0].delta.tool_calls[{position}]"
-        )
-        index = getattr(piece, "index", None)
-        place = self.indices.setdefault(position if index is None else index, len(self.indices))
-        named = self.named.setdefault(place, set())
-        function: Any = getattr(piece, "function", None)
-        call_id = None if "id" in named else getattr(piece, "id", None)
-        name = None if "name" in named else getattr(function, "name", None)
-        named.update(key for key, value in (("id", call_id), ("name", name)) if value)
-        arguments = getattr(function, "arguments", None)
-        wire = {"name": name, "arguments": arguments}
-        return {"index": place, "type": "function", "id": call_id, "function": wire}
-
     def _joined(self, *, partial: bool = False) -> ChatMessage:
-        """The message the SDK's state joined; ``partial``: what can be read of it (the
-        calls with an id and a name, their arguments maybe cut), no error."""
-        message = self.state.current_completion_snapshot.choices[0].message
+        """The message the chunks joined; ``partial``: what can be read of it (the calls
+        with an id and a name, their arguments maybe cut), no error."""
+        calls: list[ToolCall] = []
+        for index, (call_id, name, pieces) in self.calls.items():
+            if not (call_id and name):
+                if partial:
+                    continue
+                missing = "function name" if call_id else "id"
+                raise ChatProtocolError(
+                    f"{self.where}: the tool call of index {index} has no {missing}"
+                )
+            calls.append(ToolCall(call_id[0], name[0], "".join(pieces) if pieces else "{}"))
+        text = None if self.texts is None else "".join(self.texts)
         if partial:
-            calls = [c for c in message.tool_calls or () if c.id and c.function.name]
-            text = message.content or (None if calls else "")
-            message = message.model_copy(update={"tool_calls": calls, "content": text})
-        order = sorted(self.indices, key=self.indices.__getitem__)
-        paths = [f"the tool call of index {index}" for index in order]
-        return _message(message, paths, self.where, None if partial else self.refused_by)
+            return ChatMessage.assistant(text or (None if calls else ""), tool_calls=calls)
+        refusal = None if self.refusals is None else "".join(self.refusals)
+        return _assistant(text, refusal, calls, self.refused_by)
 
     def _rest(self, chunk: Any) -> list[Update]:
         """The updates held until the model finished: tool calls (complete only then),

@@ -5,16 +5,18 @@ decoded by the SDK's own decoder, under a size bound and a bound on each wait.""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import anyio
 import httpx2
 
-from raf._clients._sdk import SdkClient, error_from_http, read_reply, too_large
-from raf._errors import ChatClientError, ChatProtocolError, ChatTimeoutError
-from raf._values.messages import Update
+from raf._clients._sdk import Held, error_from_http, read_reply, send, too_large
+from raf._errors import BadRequestError, ChatClientError, ChatProtocolError, ChatTimeoutError
+from raf._values.messages import ChatMessage, Update
 
 if TYPE_CHECKING:
     from openai._streaming import ServerSentEvent
@@ -125,6 +127,47 @@ def quote(data: bytes | str) -> str:
     return repr(text[:_QUOTE]) + ("..." if len(text) > _QUOTE else "")
 
 
+def replayed(
+    message: ChatMessage,
+    source: str,
+    kinds: tuple[str, str, str],
+    text: list[dict[str, Any]],
+    calls: dict[str, dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """An assistant turn on its wire: ``text`` (its blocks) and ``calls`` (by id), with the
+    reasoning it kept (of ``source``) back in its place, unchanged: the wire's items or
+    blocks in the order the reply had, ``kinds`` naming the text's type, the calls' type
+    and their id's key. Reasoning of another wire, or of a turn whose calls changed
+    since, is left out: text, then calls."""
+    text_kind, call_kind, key = kinds
+    reasoning = message.reasoning
+    order: Any = None
+    if reasoning is not None and reasoning.source == source:
+        try:
+            order = json.loads(reasoning.data)
+            named = [item.get(key) for item in order if item.get("type") == call_kind]
+        except (ValueError, TypeError, AttributeError):
+            raise BadRequestError(
+                f"the reasoning of an assistant turn (source {source!r}) is not the JSON list "
+                f"of objects that wire keeps: {quote(reasoning.data)}"
+            ) from None
+        order = order if named == list(calls) else None
+    if order is None:
+        return [*text, *calls.values()]
+    items: list[dict[str, Any]] = []
+    for item in order:
+        if item.get("type") == text_kind:
+            items += text
+            text = []
+        else:  # a call as it is today; reasoning as it came (its signature covers it)
+            items.append(calls[item[key]] if item.get("type") == call_kind else item)
+    if text:  # text the reply did not have: before the calls
+        at = [i for i, item in enumerate(items) if item.get("type") == call_kind]
+        first = at[0] if at else len(items)
+        items[first:first] = text
+    return items
+
+
 # --- Streams ---------------------------------------------------------------------------
 
 T = TypeVar("T")
@@ -189,16 +232,17 @@ class StreamReader(Protocol):
 
 
 async def stream_updates(
-    owner: SdkClient[Any],
+    owner: Held,
+    sdk: ModuleType,
     path: str,
     body: dict[str, Any],
     request_options: dict[str, Any],
     reader: StreamReader,
     where: str,
 ) -> AsyncGenerator[Update]:
-    """The updates of a streamed request for ``owner`` (a client), as ``reader`` reads
-    its events; the response is closed whatever ends the stream, ``aclose()``
-    included; errors of the request name ``where``.
+    """The updates of a streamed request for ``owner`` (a client on the Stainless SDK
+    ``sdk``), as ``reader`` reads its events; the response is closed whatever ends the
+    stream, ``aclose()`` included; errors of the request name ``where``.
 
     The request until its reply starts is held to the client's ``timeout``
     (the SDK's retries included); then each wait on the server to its
@@ -210,13 +254,14 @@ async def stream_updates(
         f"{where} did not start streaming within {owner.timeout} s "
         f"({name}(timeout={owner.timeout}), the SDK's retries included)",
     )
-    response = await start.run(owner.send, path, body, request_options, where)
+    response = await start.run(send, sdk, owner.client, path, body, request_options, where)
     idle = Budget(
         owner.idle_timeout,
         f"{where}: the stream sent nothing for {owner.idle_timeout} s of waiting "
         f"({name}(idle_timeout={owner.idle_timeout}))",
     )
-    events = Events(response, owner.max_response_bytes, where, idle, owner.sse_decoder())
+    decoder = importlib.import_module(f"{sdk.__name__}._streaming").SSEDecoder()
+    events = Events(response, owner.max_response_bytes, where, idle, decoder)
     try:
         if not events.content_type.startswith("text/event-stream"):
             for update in reader.plain(await events.read_all(), events.content_type):

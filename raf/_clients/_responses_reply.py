@@ -1,9 +1,10 @@
 """The Responses API reply: a response's body, or a stream's events, as raf's response
-and updates, with the order of its output (the reasoning a client replays)."""
+and updates, its reasoning items (in their order among the text and the calls) kept on
+the assistant message."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
 from typing import Any, Final
 
 import attrs
@@ -16,18 +17,12 @@ from raf._errors import (
     IncompleteResponseError,
     OutputRefusedError,
 )
-from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
+from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
 
 __all__: list[str] = []
 
-
-@attrs.frozen
-class Turn:
-    """The order of one reply's output, for replay: reasoning items as they came,
-    ``("text", None)`` where the text was, ``("call", call_id)`` for each call."""
-
-    call_ids: tuple[str, ...]
-    order: tuple[tuple[str, Any], ...]
+#: The source of the reasoning this wire carries (see :class:`raf.Reasoning`).
+SOURCE: Final = "openai.responses"
 
 
 def call_name(model: str) -> str:
@@ -37,8 +32,8 @@ def call_name(model: str) -> str:
 
 def response_from_reply(
     data: bytes, content_type: str, model: str, *, refuse: bool = False
-) -> tuple[AgentResponse, Turn | None]:
-    """The assistant turn of a 200 reply's body, and the reasoning to remember.
+) -> AgentResponse:
+    """The assistant turn of a 200 reply's body, its reasoning on the message.
 
     A reply that is not a response raf can read is a :class:`raf.ChatProtocolError`;
     a failed or incomplete one a :class:`raf.ChatClientError`; with ``refuse``
@@ -47,8 +42,8 @@ def response_from_reply(
     where = call_name(model)
     reply = json_object(data, content_type, where, "the reply")
     _check_status(reply, where, finished=True)
-    message, usage, turn, raw = _read_response(reply, where, model if refuse else None)
-    return AgentResponse((message,), usage, raw), turn
+    message, usage, raw = _read_response(reply, where, model if refuse else None)
+    return AgentResponse((message,), usage, raw)
 
 
 # The status of a reply that is not finished yet (a background response): not an answer.
@@ -88,11 +83,11 @@ def _partial(reply: dict[str, Any], where: str, streamed: str) -> AgentResponse:
     """What an incomplete reply holds, as far as it can be read (the streamed text when
     its output has none)."""
     try:
-        message, usage, _, _ = _read_response(reply, where)
+        message, usage, _ = _read_response(reply, where)
     except ChatProtocolError:
         message, usage = ChatMessage.assistant(None), None
     if message.content is None and streamed:
-        message = ChatMessage.assistant(streamed, tool_calls=message.tool_calls)
+        message = attrs.evolve(message, content=streamed)
     return AgentResponse((message,), usage, reply)
 
 
@@ -122,16 +117,21 @@ _READS: Final = frozenset(
 
 def _read_response(
     reply: dict[str, Any], where: str, refused_by: str | None = None
-) -> tuple[ChatMessage, Usage | None, Turn, Any]:
-    """The reply's turn, usage, order and SDK ``Response``; ``refused_by`` (a model): a
-    refusal raises."""
+) -> tuple[ChatMessage, Usage | None, Any]:
+    """The reply's turn, usage and SDK ``Response``; ``refused_by`` (a model): a refusal
+    raises.
+
+    The turn's reasoning items, with their place among the text and the calls
+    (``{"type": "message"}`` where the text was, ``{"type": "function_call",
+    "call_id": ...}`` for each call), are its :class:`raf.Reasoning`.
+    """
     from openai.types.responses import Response
 
     response = parse(Response, reply, where, _READS)
     texts: list[str] | None = None
     refusals: list[str] = []
     calls: list[ToolCall] = []
-    order: list[tuple[str, Any]] = []
+    order: list[dict[str, Any]] = []
     for item, raw in zip(response.output, reply["output"], strict=True):
         kind = getattr(item, "type", None)
         if kind == "message":
@@ -140,22 +140,23 @@ def _read_response(
                     texts = [*(texts or ()), part.text]
                 elif getattr(part, "type", None) == "refusal":
                     refusals.append(part.refusal)
-            if not order or order[-1][0] != "text":
-                order.append(("text", None))
+            if not order or order[-1] != {"type": "message"}:
+                order.append({"type": "message"})
         elif kind == "function_call":
             calls.append(_function_call(item))
-            order.append(("call", calls[-1].id))
+            order.append({"type": "function_call", "call_id": calls[-1].id})
         elif kind == "reasoning":
-            order.append(("reasoning", raw))
+            order.append(raw)
         # Other items (built-in tools a run asked for through extra) stay in raw.
     text = None if texts is None else "".join(texts)
     if text is None and not calls and refusals:
         text = "".join(refusals)
         if refused_by is not None:
             raise OutputRefusedError(text, model=refused_by)
-    message = ChatMessage.assistant(text, tool_calls=calls)
-    turn = Turn(tuple(call.id for call in calls), tuple(order))
-    return message, _usage(response.usage, where), turn, response
+    thought = any(item.get("type") == "reasoning" for item in order)
+    reasoning = Reasoning(SOURCE, json.dumps(order, separators=(",", ":"))) if thought else None
+    message = ChatMessage.assistant(text, tool_calls=calls, reasoning=reasoning)
+    return message, _usage(response.usage, where), response
 
 
 def _function_call(item: Any) -> ToolCall:
@@ -188,18 +189,13 @@ def _usage(usage: Any, where: str) -> Usage | None:
 class StreamState:
     """What a stream's events amount to so far; :meth:`feed` turns one into updates."""
 
-    def __init__(
-        self, model: str, remember: Callable[[Turn | None], None], *, refuse: bool = False
-    ) -> None:
+    def __init__(self, model: str, *, refuse: bool = False) -> None:
         self.where = call_name(model)
-        self.remember = remember  # the client's: the reasoning of a turn, to replay
         self.refused_by = model if refuse else None  # see _read_response
-        self.calls: dict[str, tuple[str, str]] = {}  # item id -> (call_id, name)
         self.sent_calls: set[str] = set()
         self.sent_text = False
         self.text: list[str] = []  # the text deltas sent, to hold against the completed text
         self.done = False
-        self.turn: Turn | None = None
 
     def plain(self, data: bytes, content_type: str) -> list[Update]:
         """A reply that is no event stream: an error that quotes it."""
@@ -220,11 +216,7 @@ class StreamState:
         """The updates of one event's data (none once the answer is complete)."""
         if self.done or data.strip() == "[DONE]":
             return []  # read to the end: the connection can then be reused
-        updates = self._event(json_object(data, None, self.where, "an event"))
-        # Remembered before the updates go out: a consumer may leave after them.
-        self.remember(self.turn)
-        self.turn = None
-        return updates
+        return self._event(json_object(data, None, self.where, "an event"))
 
     def _event(self, event: Any) -> list[Update]:
         where = self.where
@@ -238,19 +230,6 @@ class StreamState:
             self.sent_text = True
             self.text.append(delta)
             return [Update.of_text(delta, raw=event)]
-        if kind == "response.output_item.added":
-            item = event.get("item")
-            if isinstance(item, dict) and item.get("type") == "function_call":
-                call = _function_call_item(item, where)
-                self.calls[str(item.get("id"))] = (call.id, call.name)
-            return []
-        if kind == "response.function_call_arguments.done":
-            known = self.calls.get(str(event.get("item_id")))
-            arguments = event.get("arguments")
-            if known is None or not isinstance(arguments, str) or known[0] in self.sent_calls:
-                return []  # the call is sent from its output item or response.completed
-            self.sent_calls.add(known[0])
-            return [Update.of_tool_call(ToolCall(known[0], known[1], arguments), raw=event)]
         if kind == "response.output_item.done":
             item = event.get("item")
             if isinstance(item, dict) and item.get("type") == "function_call":
@@ -279,7 +258,7 @@ class StreamState:
         if not isinstance(response, dict):
             what = json_type(response)
             raise ChatProtocolError(f"{self.where}: response.completed's response is {what}")
-        message, usage, self.turn, _ = _read_response(response, self.where, self.refused_by)
+        message, usage, _ = _read_response(response, self.where, self.refused_by)
         updates: list[Update] = []
         # Whatever the events did not carry: the answer is the completed response's.
         if not self.sent_text and message.content is not None:
@@ -299,6 +278,8 @@ class StreamState:
             for call in message.tool_calls
             if call.id not in self.sent_calls
         ]
+        if message.reasoning is not None:
+            updates.append(Update.of_reasoning(message.reasoning, raw=event))
         if usage is not None:
             updates.append(Update.of_usage(usage, raw=event))
         self.done = True

@@ -8,20 +8,18 @@ words that open its errors, so each client names its own API.
 
 from __future__ import annotations
 
-import collections
 import email.utils
 import hashlib
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
-from types import ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, Self, TypeVar
+from collections.abc import Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
 import httpx2
 
-from raf._clients._tokens import count_prompt, counted_with
 from raf._errors import (
     AuthenticationError,
     BadRequestError,
@@ -34,27 +32,21 @@ from raf._errors import (
 )
 
 if TYPE_CHECKING:
-    import openai
-
-    from raf._values.messages import ChatMessage
     from raf._values.options import ChatOptions
-    from raf._values.protocols import Tool
 
 __all__: list[str] = []
 
 
-class Closable(Protocol):
-    """What raf asks of an SDK client besides its requests: that it closes."""
+class Held(Protocol):
+    """What the plumbing reads of a raf client on a Stainless SDK (``openai``,
+    ``anthropic``): the SDK client, the bound on a call (``timeout``), on each wait of
+    a stream (``idle_timeout``) and on the reply's size (``max_response_bytes``)."""
 
-    async def close(self) -> None: ...
+    client: Any
+    timeout: float | None
+    idle_timeout: float | None
+    max_response_bytes: int
 
-
-#: The SDK client a client holds.
-C = TypeVar("C", bound=Closable)
-T = TypeVar("T")
-
-# The SDK takes ~2 s to import; raf imports it only when a client is built (httpx, whose
-# transport raf's own extends, loads with the client modules).
 
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
@@ -63,164 +55,59 @@ DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 RETRY_AFTER_MAX: Final = 7 * 86_400.0
 
 
-class SdkClient(Generic[C]):
-    """What raf's SDK clients are besides their API: the SDK client and its closing,
-    the model, the call's ``timeout``, a stream's ``idle_timeout`` and the reply's
-    ``max_response_bytes``, checked (``ValueError`` naming the subclass).
-
-    A client raf builds is the SDK's own, its HTTP client the SDK's default with
-    the bound on error replies (:class:`BoundedErrors`); a ``client=`` given is
-    used as it is, and closed by whoever built it.
-    """
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        max_retries: int = 2,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        idle_timeout: float | None = DEFAULT_TIMEOUT,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        client: C | None = None,
-    ) -> None:
-        name = type(self).__name__
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"{name}: model must be a non-empty str, got {model!r}")
-        if type(max_retries) is not int or max_retries < 0:
-            raise ValueError(f"{name}: max_retries must be an int >= 0, got {max_retries!r}")
-        _check_seconds(name, "timeout", timeout)
-        _check_seconds(name, "idle_timeout", idle_timeout)
-        if type(max_response_bytes) is not int or max_response_bytes < 1:
+def check_keywords(
+    name: str,
+    model: object,
+    max_retries: object,
+    timeout: object,
+    idle_timeout: object,
+    max_response_bytes: object,
+    clash: str | None,
+) -> None:
+    """The keywords a raf client ``name`` shares with the others, checked (``ValueError``
+    naming it); ``clash`` names the SDK client given as ``client=`` alongside
+    ``base_url`` or ``api_key`` (both belong to that client), if one was."""
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"{name}: model must be a non-empty str, got {model!r}")
+    if type(max_retries) is not int or max_retries < 0:
+        raise ValueError(f"{name}: max_retries must be an int >= 0, got {max_retries!r}")
+    for keyword, value in (("timeout", timeout), ("idle_timeout", idle_timeout)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+        ):  # not value > 0 also refuses NaN
             raise ValueError(
-                f"{name}: max_response_bytes must be an int >= 1, got {max_response_bytes!r}"
+                f"{name}: {keyword} must be a number of seconds > 0 or None, got {value!r}"
             )
-        if client is not None and (base_url is not None or api_key is not None):
-            raise ValueError(
-                f"{name}: pass base_url and api_key to the {self.SDK_CLIENT} client you give "
-                f"as client=, not to {name}"
-            )
-        self._owns_client = client is None
-        self.model = model
-        self.timeout = timeout
-        self.idle_timeout = idle_timeout
-        self.max_response_bytes = max_response_bytes
-        if client is None:
-            client = self.new_client(base_url, api_key, max_retries, max_response_bytes)
-        self.client: C = client
-
-    #: What the SDK calls the client a ``client=`` gives (for the error naming it).
-    SDK_CLIENT = "the SDK's"
-
-    def new_client(
-        self, base_url: str | None, api_key: str | None, max_retries: int, max_response_bytes: int
-    ) -> C:
-        """The SDK client raf builds when no ``client=`` is given."""
-        raise NotImplementedError
-
-    async def send(
-        self, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
-    ) -> httpx2.Response:
-        """POST ``body`` (raf's JSON) through the SDK client; the reply, unread, so raf
-        reads it under its own size bound."""
-        raise NotImplementedError
-
-    def sse_decoder(self) -> Any:
-        """The SDK's decoder of server-sent events (``aiter_bytes`` of a byte stream)."""
-        raise NotImplementedError
-
-    async def _call(
-        self, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
-    ) -> tuple[bytes, str]:
-        """POST one request and read its reply within ``timeout`` (the SDK's retries
-        included): the reply's body and content type."""
-        with anyio.move_on_after(self.timeout):
-            response = await self.send(path, body, request_options, where)
-            data = await read_reply(response, self.max_response_bytes, where)
-            return data, response.headers.get("content-type", "")
-        # Only the deadline's own cancellation lands here: any other one propagates.
-        raise ChatTimeoutError(
-            f"{where} did not finish within {self.timeout} s "
-            f"({type(self).__name__}(timeout={self.timeout}), the SDK's retries included)"
-        )
-
-    async def aclose(self) -> None:
-        """Close the HTTP connections (not those of a ``client=`` you passed in)."""
-        if self._owns_client:
-            await self.client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class OpenAISdkClient(SdkClient["openai.AsyncOpenAI"]):
-    """An :class:`SdkClient` on ``openai.AsyncOpenAI``: both OpenAI clients."""
-
-    SDK_CLIENT = "AsyncOpenAI"
-    #: The provider, as OpenTelemetry's ``gen_ai.provider.name`` names it.
-    provider_name: Final = "openai"
-
-    def count_tokens(self, messages: Sequence[ChatMessage], tools: Sequence[Tool] = ()) -> int:
-        """The tokens of a prompt (``messages`` and the declarations of ``tools``) with the
-        model's own encoding (``o200k_base``, ``cl100k_base``), read from the files the
-        ``bpe-openai`` package ships (extra ``raf-agents[tokens]``): no network. An unknown
-        model, or no ``bpe-openai``, counts with :func:`raf.approximate_tokens`."""
-        return count_prompt(self.model, messages, tools)
-
-    @property
-    def token_encoding(self) -> str:
-        """What :meth:`count_tokens` counts with: ``"o200k_base"``, ``"cl100k_base"`` or
-        ``"approximate"``."""
-        return counted_with(self.model)
-
-    def new_client(
-        self, base_url: str | None, api_key: str | None, max_retries: int, max_response_bytes: int
-    ) -> openai.AsyncOpenAI:
-        import openai
-
-        try:
-            return openai.AsyncOpenAI(
-                base_url=base_url,
-                api_key=api_key,
-                max_retries=max_retries,
-                http_client=openai.DefaultAsyncHttpxClient(
-                    transport=BoundedErrors(max_response_bytes, openai.DEFAULT_CONNECTION_LIMITS)
-                ),
-            )
-        except openai.OpenAIError as exc:
-            raise AuthenticationError(
-                f"{type(self).__name__}({self.model!r}): cannot build the OpenAI client: {exc}"
-            ) from exc
-
-    async def send(
-        self, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
-    ) -> httpx2.Response:
-        return await post(self.client, path, body, request_options, where)
-
-    def sse_decoder(self) -> Any:
-        from openai._streaming import SSEDecoder
-
-        return SSEDecoder()
-
-
-def _check_seconds(name: str, keyword: str, value: object) -> None:
-    if value is not None and (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not value > 0  # also refuses NaN
-    ):
+    if type(max_response_bytes) is not int or max_response_bytes < 1:
         raise ValueError(
-            f"{name}: {keyword} must be a number of seconds > 0 or None, got {value!r}"
+            f"{name}: max_response_bytes must be an int >= 1, got {max_response_bytes!r}"
         )
+    if clash is not None:
+        raise ValueError(
+            f"{name}: pass base_url and api_key to the {clash} client you give "
+            f"as client=, not to {name}"
+        )
+
+
+async def call(
+    owner: Held,
+    sdk: ModuleType,
+    path: str,
+    body: dict[str, Any],
+    options: dict[str, Any],
+    where: str,
+) -> tuple[bytes, str]:
+    """POST one request through ``owner``'s client and read its reply within its
+    ``timeout`` (the SDK's retries included): the reply's body and content type."""
+    with anyio.move_on_after(owner.timeout):
+        response = await send(sdk, owner.client, path, body, options, where)
+        data = await read_reply(response, owner.max_response_bytes, where)
+        return data, response.headers.get("content-type", "")
+    # Only the deadline's own cancellation lands here: any other one propagates.
+    raise ChatTimeoutError(
+        f"{where} did not finish within {owner.timeout} s "
+        f"({type(owner).__name__}(timeout={owner.timeout}), the SDK's retries included)"
+    )
 
 
 #: The most of an error reply (4xx, 5xx) raf lets the SDK read: enough to quote it.
@@ -263,36 +150,39 @@ class BoundedErrors(httpx2.AsyncHTTPTransport):
         )
 
 
-async def post(
-    client: openai.AsyncOpenAI,
+async def send(
+    sdk: ModuleType,
+    client: Any,
     path: str,
     body: dict[str, Any],
-    request_options: dict[str, Any],
+    options: dict[str, Any],
     where: str,
 ) -> httpx2.Response:
-    """POST ``body`` as JSON through the SDK (auth, retries, HTTP errors); the reply,
-    unread, so raf reads it under its own size bound.
+    """POST ``body`` as JSON through ``client``, of the Stainless SDK ``sdk`` (auth,
+    retries, HTTP errors); the reply, unread, so raf reads it under its own size bound.
 
     The body is encoded here, with ``json.dumps``, not by the SDK's ``create``,
     whose request transform walks every message (a quarter of a millisecond
     each). ASCII JSON: a lone surrogate (from a reply) stays a valid escape.
     """
-    import openai
-
     try:
         content = json.dumps(body, separators=(",", ":"), allow_nan=False, default=_not_json)
     except (TypeError, ValueError) as exc:
         raise BadRequestError(f"{where}: a request option cannot be sent as JSON: {exc}") from exc
     try:
-        response: httpx2.Response = await client.post(  # type: ignore[call-overload]
-            path,
-            cast_to=httpx2.Response,
-            content=content.encode(),
-            options=request_options,
-            stream=True,
+        response: httpx2.Response = await client.post(
+            path, cast_to=httpx2.Response, content=content.encode(), options=options, stream=True
         )
-    except openai.OpenAIError as exc:
-        raise error_from_sdk(exc, where) from exc
+    except sdk.APIError as exc:
+        raise error_from_sdk(exc, where, sdk) from exc
+    except TypeError as exc:
+        # The Anthropic SDK's word for a client with no key: "Could not resolve authentication".
+        if "authentication" not in str(exc):
+            raise
+        key = f"{sdk.__name__.upper()}_API_KEY"
+        raise AuthenticationError(
+            f"{where}: no API key (pass api_key= or set {key}): {exc}"
+        ) from exc
     return response
 
 
@@ -352,17 +242,13 @@ def error_from_http(exc: Exception, where: str) -> ChatClientError:
     return ChatConnectionError(f"{where}: the connection failed reading the reply: {exc!r}")
 
 
-def error_from_sdk(exc: Exception, where: str, sdk: ModuleType | None = None) -> ChatClientError:
+def error_from_sdk(exc: Exception, where: str, sdk: ModuleType) -> ChatClientError:
     """The :class:`raf.ChatClientError` for an error of ``sdk``, a Stainless SDK module
-    (``openai``, the default, or ``anthropic``: their errors have the same names).
+    (``openai`` or ``anthropic``: their errors have the same names).
 
     An HTTP error carries the server's ``Retry-After`` (or ``retry-after-ms``)
     as ``retry_after`` in seconds.
     """
-    if sdk is None:
-        import openai
-
-        sdk = openai
     if isinstance(exc, sdk.APITimeoutError):
         return ChatTimeoutError(f"{where} timed out: {exc}")
     if isinstance(exc, sdk.APIConnectionError):
@@ -498,15 +384,3 @@ def tool_choice(choice: str | Mapping[str, Any] | None, *, nested: bool) -> Any:
         return choice
     named = {"name": choice}
     return {"type": "function", "function": named} if nested else {"type": "function", **named}
-
-
-#: How many assistant turns a client keeps for replay (reasoning, thinking), newest kept.
-TURNS_KEPT: Final = 1024
-
-
-def keep_turn(turns: collections.OrderedDict[str, T], key: str, turn: T) -> None:
-    """Keep ``turn`` under ``key`` as the newest of at most :data:`TURNS_KEPT`."""
-    turns[key] = turn
-    turns.move_to_end(key)
-    while len(turns) > TURNS_KEPT:
-        turns.popitem(last=False)

@@ -2,32 +2,33 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
-
-import httpx2
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from raf._agent.tools import Tool
-from raf._clients._anthropic_reply import THINKING, StreamState, call_name, response_from_reply
-from raf._clients._reply import stream_updates
-from raf._clients._responses_reply import Turn
+from raf._clients._anthropic_reply import (
+    SOURCE,
+    THINKING,
+    StreamState,
+    call_name,
+    response_from_reply,
+)
+from raf._clients._reply import replayed, stream_updates
 from raf._clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
     BoundedErrors,
-    SdkClient,
-    error_from_sdk,
-    keep_turn,
+    call,
+    check_keywords,
     new_body,
     no_call_id,
     not_a_message,
     plain,
 )
-from raf._clients.responses import turn_for
-from raf._errors import AuthenticationError, BadRequestError
+from raf._errors import BadRequestError
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.schema import strict_schema
@@ -44,7 +45,7 @@ _EPHEMERAL: Final = {"type": "ephemeral"}
 _WORDS: Final = {"auto": "auto", "none": "none", "required": "any"}
 
 
-class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
+class AnthropicChatClient:
     """A :class:`raf.StreamingChatClient` on Anthropic's Messages API (the ``anthropic``
     SDK, extra ``raf-agents[anthropic]``).
 
@@ -61,9 +62,12 @@ class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
     the leading ones) are the ``system`` field; a later one (the volatile
     tail) is text at the start of the following user turn, so the cached
     prefix stays the same. Tool calls and results are ``tool_use`` and
-    ``tool_result`` blocks. Thinking blocks (``extra={"thinking": ...}``)
-    of a reply that calls tools are remembered by the calls' ids and sent
-    back unchanged before those calls, as the API requires in a tool loop.
+    ``tool_result`` blocks. A reply's thinking blocks (``extra={"thinking": ...}``),
+    signatures included, are kept on its assistant message
+    (``ChatMessage.reasoning``, source ``"anthropic"``, in their order among the
+    text and the calls) and sent back unchanged with that turn, as the API
+    requires in a tool loop, also when the history comes back from a session
+    store.
 
     With ``cache=True`` (the default) the body carries at most four
     ``cache_control`` breakpoints: the last tool, the end of the system
@@ -74,7 +78,6 @@ class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
             print((await agent.run("Hello!")).text)
     """
 
-    SDK_CLIENT = "AsyncAnthropic"
     #: The provider, as OpenTelemetry's ``gen_ai.provider.name`` names it.
     provider_name: Final = "anthropic"
 
@@ -98,68 +101,26 @@ class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
             )
         if type(cache) is not bool:
             raise ValueError(f"AnthropicChatClient: cache must be True or False, got {cache!r}")
-        super().__init__(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            max_retries=max_retries,
-            timeout=timeout,
-            idle_timeout=idle_timeout,
-            max_response_bytes=max_response_bytes,
-            client=client,
+        given = client is not None and (base_url is not None or api_key is not None)
+        name, sdk_name = "AnthropicChatClient", "AsyncAnthropic"
+        limit = max_response_bytes
+        check_keywords(
+            name, model, max_retries, timeout, idle_timeout, limit, (given and sdk_name) or None
         )
-        self.max_tokens = max_tokens
-        self.cache = cache
-        # Thinking to replay, by the first call id of the turn it came with (oldest first).
-        self._turns: collections.OrderedDict[str, Turn] = collections.OrderedDict()
+        self.model, self.timeout, self.idle_timeout = model, timeout, idle_timeout
+        self.max_response_bytes, self.max_tokens, self.cache = limit, max_tokens, cache
+        self._owns_client = client is None
+        if client is None:
+            import anthropic
 
-    def new_client(
-        self, base_url: str | None, api_key: str | None, max_retries: int, max_response_bytes: int
-    ) -> anthropic.AsyncAnthropic:
-        import anthropic
-
-        transport = BoundedErrors(max_response_bytes, anthropic.DEFAULT_CONNECTION_LIMITS)
-        return anthropic.AsyncAnthropic(
-            base_url=base_url,
-            api_key=api_key,
-            max_retries=max_retries,
-            http_client=anthropic.DefaultAsyncHttpxClient(transport=transport),
-        )
-
-    async def send(
-        self, path: str, body: dict[str, Any], request_options: dict[str, Any], where: str
-    ) -> httpx2.Response:
-        import anthropic
-
-        try:
-            content = json.dumps(body, separators=(",", ":"), allow_nan=False, default=_mapping)
-        except (TypeError, ValueError) as exc:
-            raise BadRequestError(
-                f"{where}: a request option cannot be sent as JSON: {exc}"
-            ) from exc
-        try:
-            response: httpx2.Response = await self.client.post(  # type: ignore[call-overload]
-                path,
-                cast_to=httpx2.Response,
-                content=content.encode(),
-                options=request_options,
-                stream=True,
+            transport = BoundedErrors(limit, anthropic.DEFAULT_CONNECTION_LIMITS)
+            client = anthropic.AsyncAnthropic(
+                base_url=base_url,
+                api_key=api_key,
+                max_retries=max_retries,
+                http_client=anthropic.DefaultAsyncHttpxClient(transport=transport),
             )
-        except anthropic.AnthropicError as exc:
-            raise error_from_sdk(exc, where, anthropic) from exc
-        except TypeError as exc:
-            # The SDK's word for a client with no key: "Could not resolve authentication".
-            if "authentication" not in str(exc):
-                raise
-            raise AuthenticationError(
-                f"{where}: no API key (pass api_key= or set ANTHROPIC_API_KEY): {exc}"
-            ) from exc
-        return response
-
-    def sse_decoder(self) -> Any:
-        from anthropic._streaming import SSEDecoder
-
-        return SSEDecoder()
+        self.client = client
 
     # --- complete and stream ------------------------------------------------------------
 
@@ -172,13 +133,14 @@ class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
         :class:`raf.IncompleteResponseError` with ``.partial``; a ``refusal``
         a :class:`raf.ChatClientError` that names it (not retryable).
         """
+        import anthropic
+
         model, body, request_options = self.request_body(messages, options)
-        data, content_type = await self._call(
-            "/v1/messages", body, request_options, call_name(model)
+        where = call_name(model)
+        data, content_type = await call(
+            self, anthropic, "/v1/messages", body, request_options, where
         )
-        answer, turn = response_from_reply(data, content_type, model)
-        self._remember(turn)
-        return answer
+        return response_from_reply(data, content_type, model)
 
     async def stream(
         self, messages: Sequence[ChatMessage], options: ChatOptions
@@ -191,10 +153,12 @@ class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
         whole answer); an ``error`` event the error it names (``overloaded_error``
         retryable); the endings as for :meth:`complete`.
         """
+        import anthropic
+
         model, body, request_options = self.request_body(messages, options, stream=True)
-        state = StreamState(model, self._remember)
+        state, where = StreamState(model), call_name(model)
         updates = stream_updates(
-            self, "/v1/messages", body, request_options, state, call_name(model)
+            self, anthropic, "/v1/messages", body, request_options, state, where
         )
         # Closed here, not left to the garbage collector, when the consumer stops early.
         async with contextlib.aclosing(updates):
@@ -215,7 +179,7 @@ class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
         """
         where = "AnthropicChatClient"
         schema = options.output_schema
-        system, turns, ends = wire_messages(messages, options.history_end, self._turns)
+        system, turns, ends = wire_messages(messages, options.history_end)
         tools = [tool_to_wire(t) for t in options.tools]
         fields = {
             "max_tokens": options.max_tokens or self.max_tokens,
@@ -245,10 +209,18 @@ class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
             body["stream"] = True
         return body["model"], body, request_options
 
-    def _remember(self, turn: Turn) -> None:
-        if not turn.call_ids or not any(kind == "thinking" for kind, _ in turn.order):
-            return
-        keep_turn(self._turns, turn.call_ids[0], turn)
+    async def aclose(self) -> None:
+        """Close the HTTP connections (not those of a ``client=`` you passed in)."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
     def __repr__(self) -> str:
         return (
@@ -257,19 +229,11 @@ class AnthropicChatClient(SdkClient["anthropic.AsyncAnthropic"]):
         )
 
 
-def _mapping(value: object) -> Any:
-    if isinstance(value, Mapping):  # read-only mappings (schemas) are objects too
-        return dict(value)
-    raise TypeError(f"not JSON serialisable: {value!r}")
-
-
 # --- Messages to the wire ---------------------------------------------------------------
 
 
 def wire_messages(
-    messages: Sequence[ChatMessage],
-    history_end: int | None,
-    turns: Mapping[str, Turn] | None = None,
+    messages: Sequence[ChatMessage], history_end: int | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[tuple[int, int] | None]]:
     """The ``system`` blocks and the ``messages`` turns of a conversation, and where each
     message ended up (``(turn, block)`` of its last block; ``None`` for the system
@@ -298,7 +262,7 @@ def wire_messages(
             ends.append(None)
             continue
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message, index, turns)
+        blocks = _blocks(message, index)
         if not blocks:
             ends.append(None)
             continue
@@ -314,10 +278,10 @@ def _text(text: str | None) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}] if text else []
 
 
-def _blocks(
-    message: ChatMessage, index: int, turns: Mapping[str, Turn] | None
-) -> list[dict[str, Any]]:
-    """The content blocks of one message (a system message here is a tail's: text)."""
+def _blocks(message: ChatMessage, index: int) -> list[dict[str, Any]]:
+    """The content blocks of one message (a system message here is a tail's: text); an
+    assistant turn's thinking blocks (its ``reasoning`` of source ``"anthropic"``) go back
+    unchanged in their place, while the turn has the calls they came with."""
     if message.role == "tool":
         if message.tool_call_id is None:
             raise no_call_id(index)
@@ -328,28 +292,12 @@ def _blocks(
                 "content": message.content or "",
             }
         ]
-    if message.role != "assistant" or not message.tool_calls:
+    if message.role != "assistant":
         return _text(message.content)
     calls = {
         call.id: _tool_use(call.id, call.name, call.arguments, index) for call in message.tool_calls
     }
-    turn = turn_for(message, turns)
-    if turn is None:
-        return [*_text(message.content), *calls.values()]
-    blocks: list[dict[str, Any]] = []
-    text = _text(message.content)
-    for kind, value in turn.order:
-        if kind == "thinking":
-            blocks.append(value)  # unchanged: the signature covers it
-        elif kind == "text":
-            blocks += text
-            text = []
-        else:
-            blocks.append(calls[value])
-    if text:  # text the reply did not have: before the calls
-        first = next(i for i, block in enumerate(blocks) if block["type"] == "tool_use")
-        blocks[first:first] = text
-    return blocks
+    return replayed(message, SOURCE, ("text", "tool_use", "id"), _text(message.content), calls)
 
 
 def _tool_use(call_id: str, name: str, arguments: str, index: int) -> dict[str, Any]:

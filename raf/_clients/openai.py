@@ -5,13 +5,18 @@ from __future__ import annotations
 import contextlib
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Final
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from raf._agent.tools import Tool
 from raf._clients._chat_reply import StreamedTurn, call_name, response_from_reply
 from raf._clients._reply import stream_updates
 from raf._clients._sdk import (
-    OpenAISdkClient,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_TIMEOUT,
+    BoundedErrors,
+    call,
+    check_keywords,
     new_body,
     no_call_id,
     not_a_message,
@@ -19,10 +24,14 @@ from raf._clients._sdk import (
     prompt_cache_key,
     tool_choice,
 )
-from raf._errors import BadRequestError
+from raf._clients._tokens import count_prompt, counted_with
+from raf._errors import AuthenticationError, BadRequestError
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.schema import response_format
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = ["OpenAIChatClient"]
 
@@ -30,7 +39,7 @@ __all__ = ["OpenAIChatClient"]
 _REFUSED_EXTRA: Final = frozenset({"stream", "stream_options"})
 
 
-class OpenAIChatClient(OpenAISdkClient):
+class OpenAIChatClient:
     """A :class:`raf.ChatClient` on ``openai.AsyncOpenAI`` (chat completions, tools).
 
     ``model`` is used unless a run's ``AgentRunOptions.model`` names another.
@@ -65,14 +74,35 @@ class OpenAIChatClient(OpenAISdkClient):
             print((await agent.run("Hello!")).text)
     """
 
+    #: The provider, as OpenTelemetry's ``gen_ai.provider.name`` names it.
+    provider_name: Final = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_retries: int = 2,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        idle_timeout: float | None = DEFAULT_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        client: openai.AsyncOpenAI | None = None,
+    ) -> None:
+        self.model, self.timeout, self.idle_timeout = model, timeout, idle_timeout
+        self.max_response_bytes = max_response_bytes
+        self._owns_client = client is None
+        self.client = openai_client(self, base_url, api_key, max_retries, client)
+
     async def complete(
         self, messages: Sequence[ChatMessage], options: ChatOptions
     ) -> AgentResponse:
         """Send one chat completion request and return the model's turn."""
+        import openai
+
         model, body, request_options = self.request_body(messages, options)
-        data, content_type = await self._call(
-            self._path(model), body, request_options, call_name(model)
-        )
+        path = self._path(model)
+        data, content_type = await call(self, openai, path, body, request_options, call_name(model))
         return response_from_reply(
             data, content_type, model, refuse=options.output_schema is not None
         )
@@ -98,11 +128,12 @@ class OpenAIChatClient(OpenAISdkClient):
         ``max_response_bytes`` the size of the whole stream. The HTTP
         response is closed whatever ends the stream, ``aclose()`` included.
         """
+        import openai
+
         model, body, request_options = self.request_body(messages, options, stream=True)
         turn = StreamedTurn(model, refuse=options.output_schema is not None)
-        updates = stream_updates(
-            self, self._path(model), body, request_options, turn, call_name(model)
-        )
+        path, where = self._path(model), call_name(model)
+        updates = stream_updates(self, openai, path, body, request_options, turn, where)
         # Closed here, not left to the garbage collector, when the consumer stops early.
         async with contextlib.aclosing(updates):
             async for update in updates:
@@ -164,8 +195,75 @@ class OpenAIChatClient(OpenAISdkClient):
             return f"/deployments/{urllib.parse.quote(model, safe='')}/chat/completions"
         return "/chat/completions"
 
+    def count_tokens(self, messages: Sequence[ChatMessage], tools: Sequence[Tool] = ()) -> int:
+        """The tokens of a prompt (``messages`` and the declarations of ``tools``) with the
+        model's own encoding (``o200k_base``, ``cl100k_base``), read from the files the
+        ``bpe-openai`` package ships (extra ``raf-agents[tokens]``): no network. An unknown
+        model, or no ``bpe-openai``, counts with :func:`raf.approximate_tokens`."""
+        return count_prompt(self.model, messages, tools)
+
+    @property
+    def token_encoding(self) -> str:
+        """What :meth:`count_tokens` counts with: ``"o200k_base"``, ``"cl100k_base"`` or
+        ``"approximate"``."""
+        return counted_with(self.model)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections (not those of a ``client=`` you passed in)."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
     def __repr__(self) -> str:
         return f"OpenAIChatClient(model={self.model!r}, base_url={str(self.client.base_url)!r})"
+
+
+def openai_client(
+    owner: Any,
+    base_url: str | None,
+    api_key: str | None,
+    max_retries: int,
+    client: openai.AsyncOpenAI | None,
+) -> openai.AsyncOpenAI:
+    """The ``AsyncOpenAI`` of ``owner`` (an OpenAI client, its keywords checked): ``client``
+    as given, or one raf builds with the bound on error replies (:class:`BoundedErrors`)."""
+    import openai
+
+    name = type(owner).__name__
+    given = client is not None and (base_url is not None or api_key is not None)
+    clash = "AsyncOpenAI" if given else None
+    limit = owner.max_response_bytes
+    check_keywords(
+        name,
+        owner.model,
+        max_retries,
+        owner.timeout,
+        owner.idle_timeout,
+        limit,
+        clash,
+    )
+    if client is not None:
+        return client
+    try:
+        return openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            http_client=openai.DefaultAsyncHttpxClient(
+                transport=BoundedErrors(limit, openai.DEFAULT_CONNECTION_LIMITS)
+            ),
+        )
+    except openai.OpenAIError as exc:
+        raise AuthenticationError(
+            f"{name}({owner.model!r}): cannot build the OpenAI client: {exc}"
+        ) from exc
 
 
 def message_to_wire(message: ChatMessage, index: int = 0) -> dict[str, Any]:

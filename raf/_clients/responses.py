@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Final
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from raf._agent.tools import Tool
-from raf._clients._reply import stream_updates
-from raf._clients._responses_reply import StreamState, Turn, call_name, response_from_reply
+from raf._clients._reply import replayed, stream_updates
+from raf._clients._responses_reply import SOURCE, StreamState, call_name, response_from_reply
 from raf._clients._sdk import (
-    OpenAISdkClient,
-    keep_turn,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_TIMEOUT,
+    call,
     new_body,
     no_call_id,
     not_a_message,
@@ -20,20 +21,24 @@ from raf._clients._sdk import (
     prompt_cache_key,
     tool_choice,
 )
+from raf._clients._tokens import count_prompt, counted_with
+from raf._clients.openai import openai_client
 from raf._errors import BadRequestError
 from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update
 from raf._values.options import ChatOptions
 from raf._values.schema import text_format
 
+if TYPE_CHECKING:
+    import openai
+
 __all__ = ["OpenAIResponsesClient"]
 
-# How many tool-call turns a client remembers the reasoning items of.
 # Keys of the body that are the run's own, never an option's.
 _OWN_KEYS: Final = frozenset({"input", "stream", "stream_options"})
 _REASONING_INCLUDE: Final = "reasoning.encrypted_content"
 
 
-class OpenAIResponsesClient(OpenAISdkClient):
+class OpenAIResponsesClient:
     """A :class:`raf.StreamingChatClient` on the OpenAI Responses API (``POST /responses``).
 
     The keywords are those of :class:`raf.OpenAIChatClient` (``base_url``,
@@ -42,11 +47,12 @@ class OpenAIResponsesClient(OpenAISdkClient):
 
     ``store=False`` (the default) keeps nothing on the server: every request
     sends the whole conversation and asks for the reasoning items in
-    encrypted form (``include=["reasoning.encrypted_content"]``). The client
-    remembers the reasoning items of each reply that calls tools, by the
-    calls' ids, and sends them back before those calls on the next request of
-    the tool loop, so a reasoning model keeps its chain of thought across tool
-    calls without server-side state.
+    encrypted form (``include=["reasoning.encrypted_content"]``). The reasoning
+    items of a reply are kept on its assistant message (``ChatMessage.reasoning``,
+    source ``"openai.responses"``, in their order among the text and the calls)
+    and sent back unchanged with that turn in later requests, so a reasoning
+    model keeps its chain of thought across tool calls without server-side
+    state, also when the history comes back from a session store.
 
     ``timeout`` bounds a whole plain call (the request, the SDK's retries,
     the reading of the reply), and a stream until it starts; ``idle_timeout``
@@ -60,13 +66,29 @@ class OpenAIResponsesClient(OpenAISdkClient):
             print((await agent.run("Hello!")).text)
     """
 
-    def __init__(self, model: str, *, store: bool = False, **keywords: Any) -> None:
+    #: The provider, as OpenTelemetry's ``gen_ai.provider.name`` names it.
+    provider_name: Final = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        store: bool = False,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_retries: int = 2,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        idle_timeout: float | None = DEFAULT_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        client: openai.AsyncOpenAI | None = None,
+    ) -> None:
         if type(store) is not bool:
             raise ValueError(f"OpenAIResponsesClient: store must be True or False, got {store!r}")
-        super().__init__(model, **keywords)
+        self.model, self.timeout, self.idle_timeout = model, timeout, idle_timeout
+        self.max_response_bytes = max_response_bytes
         self.store = store
-        # Reasoning to replay, by the first call id of the turn it came with (oldest first).
-        self._turns: collections.OrderedDict[str, Turn] = collections.OrderedDict()
+        self._owns_client = client is None
+        self.client = openai_client(self, base_url, api_key, max_retries, client)
 
     # --- complete -----------------------------------------------------------------------
 
@@ -74,13 +96,13 @@ class OpenAIResponsesClient(OpenAISdkClient):
         self, messages: Sequence[ChatMessage], options: ChatOptions
     ) -> AgentResponse:
         """Send one Responses API request and return the model's turn."""
+        import openai
+
         model, body, request_options = self.request_body(messages, options)
-        data, content_type = await self._call("/responses", body, request_options, call_name(model))
-        answer, turn = response_from_reply(
-            data, content_type, model, refuse=options.output_schema is not None
-        )
-        self._remember(turn)
-        return answer
+        where = call_name(model)
+        data, content_type = await call(self, openai, "/responses", body, request_options, where)
+        refuse = options.output_schema is not None
+        return response_from_reply(data, content_type, model, refuse=refuse)
 
     # --- stream -------------------------------------------------------------------------
 
@@ -96,11 +118,13 @@ class OpenAIResponsesClient(OpenAISdkClient):
         before one of them or ``response.completed`` is a
         :class:`raf.ChatConnectionError`.
         """
+        import openai
+
         model, body, request_options = self.request_body(messages, options, stream=True)
-        state = StreamState(model, self._remember, refuse=options.output_schema is not None)
+        state = StreamState(model, refuse=options.output_schema is not None)
         where = call_name(model)
         # Closed here, not left to the garbage collector, when the consumer stops early.
-        updates = stream_updates(self, "/responses", body, request_options, state, where)
+        updates = stream_updates(self, openai, "/responses", body, request_options, state, where)
         async with contextlib.aclosing(updates):
             async for update in updates:
                 yield update
@@ -112,7 +136,7 @@ class OpenAIResponsesClient(OpenAISdkClient):
     ) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """The model, the body (plain dicts and lists) and the SDK request options of one
         call, built and sent as :meth:`raf.OpenAIChatClient.request_body` says, with the
-        reasoning this client remembers replayed into its turns. ``stream`` adds
+        reasoning kept on the assistant messages replayed into their turns. ``stream`` adds
         ``"stream": true``.
 
         ``options.extra`` is applied last, as with :class:`raf.OpenAIChatClient`:
@@ -123,7 +147,7 @@ class OpenAIResponsesClient(OpenAISdkClient):
         where = "OpenAIResponsesClient"
         schema = options.output_schema
         fields = {
-            "input": input_items(messages, self._turns),
+            "input": input_items(messages),
             "tools": [tool_to_wire(t) for t in options.tools] or None,
             "temperature": options.temperature,
             "max_output_tokens": options.max_tokens,
@@ -159,10 +183,27 @@ class OpenAIResponsesClient(OpenAISdkClient):
             body["stream"] = True
         return body["model"], body, request_options
 
-    def _remember(self, turn: Turn | None) -> None:
-        if turn is None or not turn.call_ids:
-            return
-        keep_turn(self._turns, turn.call_ids[0], turn)
+    def count_tokens(self, messages: Sequence[ChatMessage], tools: Sequence[Tool] = ()) -> int:
+        """The tokens of a prompt, as :meth:`raf.OpenAIChatClient.count_tokens` counts them."""
+        return count_prompt(self.model, messages, tools)
+
+    @property
+    def token_encoding(self) -> str:
+        """What :meth:`count_tokens` counts with (see :class:`raf.OpenAIChatClient`)."""
+        return counted_with(self.model)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections (not those of a ``client=`` you passed in)."""
+        if self._owns_client:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
     def __repr__(self) -> str:
         return (
@@ -174,16 +215,14 @@ class OpenAIResponsesClient(OpenAISdkClient):
 # --- Messages to input items ------------------------------------------------------------
 
 
-def input_items(
-    messages: Sequence[ChatMessage], turns: Mapping[str, Turn] | None = None
-) -> list[dict[str, Any]]:
+def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """The Responses API ``input`` of a conversation.
 
     System, user and assistant text are messages (``{"role", "content"}``; the
     API has no message names, so ``name`` is not sent); an assistant's tool
     calls are ``function_call`` items and tool messages ``function_call_output``
-    items, joined by ``call_id``. ``turns`` holds the reasoning to replay
-    before the calls of a turn it remembers.
+    items, joined by ``call_id``. An assistant turn's reasoning items (its
+    ``reasoning`` of source ``"openai.responses"``) go back in their place.
 
     >>> input_items([ChatMessage.user("hi"), ChatMessage.tool("c1", "42")])
     [{'role': 'user', 'content': 'hi'},
@@ -204,46 +243,21 @@ def input_items(
                     "output": message.content or "",
                 }
             )
-        elif role == "assistant" and message.tool_calls:
-            items += assistant_turn(message, turns)
+        elif role == "assistant" and (message.tool_calls or message.reasoning is not None):
+            items += assistant_turn(message)
         else:
             items.append({"role": role, "content": message.content or ""})
     return items
 
 
-def turn_for(message: ChatMessage, turns: Mapping[str, Turn] | None) -> Turn | None:
-    """The remembered turn whose reasoning goes back with ``message`` (an assistant turn
-    with tool calls), if any: the turn of its first call, with the same calls."""
-    turn = turns.get(message.tool_calls[0].id) if turns else None
-    if turn is None or turn.call_ids != tuple({call.id: None for call in message.tool_calls}):
-        # Not a turn this client answered (or one changed since): no reasoning to replay.
-        return None
-    return turn
-
-
-def assistant_turn(message: ChatMessage, turns: Mapping[str, Turn] | None) -> list[dict[str, Any]]:
-    """The input items of an assistant turn with tool calls, with the reasoning of its
-    remembered turn (if any) replayed in the order the reply had."""
-    calls = {call.id: call for call in message.tool_calls}
-    text = (
-        [{"role": "assistant", "content": message.content}] if message.content is not None else []
-    )
-    turn = turn_for(message, turns)
-    if turn is None:
-        return [*text, *(_function_call(call) for call in message.tool_calls)]
-    items: list[dict[str, Any]] = []
-    for kind, value in turn.order:
-        if kind == "reasoning":
-            items.append(value)
-        elif kind == "text":
-            items += text
-            text = []
-        else:
-            items.append(_function_call(calls[value]))
-    if text:  # text the reply did not have: before the calls
-        first = next(i for i, item in enumerate(items) if item.get("type") == "function_call")
-        items[first:first] = text
-    return items
+def assistant_turn(message: ChatMessage) -> list[dict[str, Any]]:
+    """The input items of an assistant turn with tool calls or reasoning: its reasoning
+    items (if they are this wire's) in the order the reply had, today's text where the
+    text was, and its calls."""
+    calls = {call.id: _function_call(call) for call in message.tool_calls}
+    content = message.content if calls else message.content or ""
+    text = [] if content is None else [{"role": "assistant", "content": content}]
+    return replayed(message, SOURCE, ("message", "function_call", "call_id"), text, calls)
 
 
 def _function_call(call: ToolCall) -> dict[str, Any]:

@@ -65,7 +65,6 @@ def _check_str(instance: object, attribute: attrs.Attribute[Any], value: object)
         )
 
 
-
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object as a dict, refusing a key named twice."""
     result = dict(pairs)
@@ -76,6 +75,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                 raise ValueError(f"duplicate key {key!r:.60}")
             seen.add(key)
     return result
+
 
 @attrs.frozen(slots=True)
 class ToolCall:
@@ -241,10 +241,14 @@ class ChatMessage:
 
     @classmethod
     def assistant(
-        cls, text: str | None = None, *, tool_calls: Iterable[ToolCall] = ()
+        cls,
+        text: str | None = None,
+        *,
+        tool_calls: Iterable[ToolCall] = (),
+        reasoning: Reasoning | None = None,
     ) -> ChatMessage:
-        """A model turn: text, tool calls, or both."""
-        return cls("assistant", text, tool_calls=tuple(tool_calls))
+        """A model turn: text, tool calls, or both (and the reasoning that came with it)."""
+        return cls("assistant", text, tool_calls=tuple(tool_calls), reasoning=reasoning)
 
     @classmethod
     def tool(cls, call_id: str, content: str, *, name: str | None = None) -> ChatMessage:
@@ -425,8 +429,8 @@ class AgentResponse:
     def from_updates(cls, updates: Iterable[Update]) -> AgentResponse:
         """The response that a stream of updates amounts to.
 
-        Text deltas and tool calls make up an assistant turn (``content`` is
-        ``None`` when the turn had no text update); a ``"tool_result"``
+        Text deltas, tool calls and reasoning make up an assistant turn (``content``
+        is ``None`` when the turn had no text update); a ``"tool_result"``
         update closes the turn and adds its tool message; usages are summed
         (``None`` when there was none). ``raw`` is ``None``: the chunks stay on
         the updates. For one client, the assembled response equals what its
@@ -438,6 +442,7 @@ class AgentResponse:
         messages: list[ChatMessage] = []
         text: list[str] | None = None
         calls: list[ToolCall] = []
+        reasoning: Reasoning | None = None
         usage: Usage | None = None
         pending: list[PendingCall] = []
         for update in updates:
@@ -450,24 +455,27 @@ class AgentResponse:
             elif kind == "tool_call":
                 calls.append(update.tool_call)  # type: ignore[arg-type]
             elif kind == "tool_result":
-                if text is not None or calls:
-                    messages.append(_turn(text, calls))
-                    text, calls = None, []
+                if text is not None or calls or reasoning is not None:
+                    messages.append(_turn(text, calls, reasoning))
+                    text, calls, reasoning = None, [], None
                 messages.append(update.message)  # type: ignore[arg-type]
+            elif kind == "reasoning":
+                reasoning = update.reasoning
             elif kind == "usage":
                 assert update.usage is not None
                 usage = update.usage if usage is None else usage + update.usage
             elif kind == "approval":
                 pending.append(update.pending)  # type: ignore[arg-type]
-        if text is not None or calls:
-            messages.append(_turn(text, calls))
+        if text is not None or calls or reasoning is not None:
+            messages.append(_turn(text, calls, reasoning))
         return cls(tuple(messages), usage, pending=tuple(pending))
 
     def to_updates(self) -> tuple[Update, ...]:
         """The updates a stream of this response sends: the inverse of :meth:`from_updates`.
 
-        Each assistant turn is its text (one update, when it has text) and its
-        tool calls; each tool message a ``"tool_result"``; the usage last.
+        Each assistant turn is its text (one update, when it has text), its
+        tool calls and its reasoning (if any); each tool message a
+        ``"tool_result"``; the usage last.
         Other messages (user, system) have no update. raf streams the answer
         of a client without ``stream`` this way.
 
@@ -481,6 +489,8 @@ class AgentResponse:
                 if message.content is not None:
                     updates.append(Update("text", message.content))
                 updates.extend(Update("tool_call", tool_call=call) for call in message.tool_calls)
+                if message.reasoning is not None:
+                    updates.append(Update("reasoning", reasoning=message.reasoning))
             elif message.role == "tool":
                 updates.append(Update("tool_result", message=message))
         if self.usage is not None:
@@ -489,14 +499,23 @@ class AgentResponse:
         return tuple(updates)
 
 
-def _turn(text: list[str] | None, calls: Sequence[ToolCall]) -> ChatMessage:
-    return ChatMessage(
-        "assistant", None if text is None else "".join(text), tool_calls=tuple(calls)
-    )
+def _turn(
+    text: list[str] | None, calls: Sequence[ToolCall], reasoning: Reasoning | None
+) -> ChatMessage:
+    content = None if text is None else "".join(text)
+    return ChatMessage("assistant", content, tool_calls=tuple(calls), reasoning=reasoning)
 
 
-UpdateKind = Literal["text", "tool_call", "tool_result", "usage", "approval"]
-_UPDATE_KINDS: Final = ("text", "tool_call", "tool_result", "usage", "approval")
+UpdateKind = Literal["text", "tool_call", "tool_result", "usage", "approval", "reasoning"]
+#: Each kind's field, the type it holds, and how to make one (for the error).
+_NEEDS: Final[dict[str, tuple[str, type, str]]] = {
+    "text": ("text", str, "str"),
+    "tool_call": ("tool_call", ToolCall, "ToolCall"),
+    "tool_result": ("message", ChatMessage, "ChatMessage.tool"),
+    "usage": ("usage", Usage, "Usage"),
+    "approval": ("pending", PendingCall, "PendingCall"),
+    "reasoning": ("reasoning", Reasoning, "Reasoning"),
+}
 
 
 @attrs.frozen(slots=True, repr=False)
@@ -508,7 +527,9 @@ class Update:
     ``tool_call`` (sent once its arguments are complete); ``"tool_result"``
     the tool message of a call in ``message``; ``"usage"`` the token counts
     of a model call in ``usage``; ``"approval"`` a call that waits for a
-    person's decision in ``pending`` (sent before the stream ends). ``raw``
+    person's decision in ``pending`` (sent before the stream ends);
+    ``"reasoning"`` the :class:`Reasoning` of the assistant turn under way in
+    ``reasoning`` (sent by a client once the turn is complete). ``raw``
     is the client's own chunk, if any (not part of equality). Build them
     with the ``of_*`` constructors.
 
@@ -525,6 +546,7 @@ class Update:
     usage: Usage | None = None
     raw: Any = attrs.field(default=None, eq=False, repr=False)
     pending: PendingCall | None = attrs.field(default=None, kw_only=True)
+    reasoning: Reasoning | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         # One check per kind, in one place: a malformed update is refused where it is
@@ -536,43 +558,17 @@ class Update:
             return
         if self.text:
             raise ValueError(f"Update.text is for 'text' updates, not {kind!r} ones: {self!r}")
-        if kind == "tool_call":
-            if type(self.tool_call) is not ToolCall:
-                raise TypeError(
-                    f"a 'tool_call' Update needs tool_call=ToolCall(...), got {self.tool_call!r}"
-                )
-        elif kind == "tool_result":
-            message = self.message
-            if type(message) is not ChatMessage or message.role != "tool":
-                raise TypeError(
-                    f"a 'tool_result' Update needs message=ChatMessage.tool(...), got {message!r}"
-                )
-        elif kind == "usage":
-            if type(self.usage) is not Usage:
-                raise TypeError(f"a 'usage' Update needs usage=Usage(...), got {self.usage!r}")
-        elif kind == "approval":
-            if type(self.pending) is not PendingCall:
-                raise TypeError(
-                    f"an 'approval' Update needs pending=PendingCall(...), got {self.pending!r}"
-                )
-        else:
-            raise ValueError(f"Update.kind must be one of {list(_UPDATE_KINDS)}, got {kind!r}")
+        if kind not in _NEEDS:
+            raise ValueError(f"Update.kind must be one of {list(_NEEDS)}, got {kind!r}")
+        field, needed, made = _NEEDS[kind]
+        value = getattr(self, field)
+        if type(value) is not needed or getattr(value, "role", "tool") != "tool":
+            raise TypeError(f"a {kind!r} Update needs {field}={made}(...), got {value!r}")
 
     def __repr__(self) -> str:
         # Only the field the kind uses: a stream of updates reads as one line each.
-        kind = self.kind
-        value = (
-            ("text", self.text)
-            if kind == "text"
-            else ("tool_call", self.tool_call)
-            if kind == "tool_call"
-            else ("message", self.message)
-            if kind == "tool_result"
-            else ("pending", self.pending)
-            if kind == "approval"
-            else ("usage", self.usage)
-        )
-        return f"Update(kind={kind!r}, {value[0]}={value[1]!r})"
+        field = _NEEDS[self.kind][0]
+        return f"Update(kind={self.kind!r}, {field}={getattr(self, field)!r})"
 
     @classmethod
     def of_text(cls, text: str, *, raw: Any = None) -> Update:
@@ -593,6 +589,11 @@ class Update:
     def of_usage(cls, usage: Usage, *, raw: Any = None) -> Update:
         """The token counts of one model call."""
         return cls("usage", usage=usage, raw=raw)
+
+    @classmethod
+    def of_reasoning(cls, reasoning: Reasoning, *, raw: Any = None) -> Update:
+        """The reasoning of the assistant turn under way, kept on its message."""
+        return cls("reasoning", reasoning=reasoning, raw=raw)
 
 
 #: Where a streamed run sends its updates: ``async (Update) -> None`` (ASGI's ``send``).

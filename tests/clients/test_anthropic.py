@@ -4,6 +4,7 @@ Messages wire, checked against the SDK in test_anthropic_server.py), through the
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ from raf import (
     InMemorySession,
     OpenAIChatClient,
     RateLimitError,
+    Reasoning,
     RedisSessionStore,
     RetryMiddleware,
     ServerError,
@@ -359,12 +361,11 @@ async def test_thinking_blocks_go_back_unchanged_in_the_tool_loop(
 
 
 @pytest.mark.parametrize("store", ["sqlite", "redis"])
-async def test_thinking_survives_a_session_store_round_trip(
+async def test_thinking_survives_a_session_store_round_trip_into_a_new_client(
     server: AnthropicServer, store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     thinking_answers(server)
     server.answer(text="again")
-    model = client_for(server)
 
     def opened() -> Any:
         if store == "sqlite":
@@ -372,13 +373,30 @@ async def test_thinking_survives_a_session_store_round_trip(
         redis: RedisServer = request.getfixturevalue("redis_server")
         return RedisSessionStore(redis.url, prefix=f"t{id(tmp_path)}")
 
-    async with Agent(model, tools=[add], stack=[HistoryProvider()]) as agent:
-        async with opened() as sessions:
-            await agent.run("1+2?", session=await sessions.get("s"))
-        async with opened() as sessions:  # a new connection reads what the first stored
-            await agent.run("and now?", session=await sessions.get("s"))
+    for question in ("1+2?", "and now?"):
+        # A new client, agent and connection each turn: the thinking is only in the store.
+        agent = Agent(client_for(server), tools=[add], stack=[HistoryProvider()])
+        async with agent, opened() as sessions:
+            await agent.run(question, session=await sessions.get("s"))
     assistant = server.requests[2].body["messages"][1]
     assert assistant["content"][:2] == [THINKING, REDACTED]
+    blocks = json.dumps([THINKING, REDACTED], separators=(",", ":"))[1:-1]
+    assert blocks.encode() in server.requests[2].raw
+
+
+def test_thinking_is_kept_on_the_message_and_other_reasoning_is_left_out() -> None:
+    tool_use = {"type": "tool_use", "id": "t1"}
+    call = ToolCall("t1", "add", "{}")
+    ours = Reasoning("anthropic", json.dumps([THINKING, tool_use]))
+    theirs = Reasoning("openai.responses", json.dumps([{"type": "reasoning", "id": "rs"}]))
+    model = AnthropicChatClient("claude", api_key="k")
+    for reasoning, expected in [(ours, [THINKING]), (theirs, [])]:
+        message = ChatMessage.assistant(None, tool_calls=[call], reasoning=reasoning)
+        _, body, _ = model.request_body([ChatMessage.user("x"), message], ChatOptions())
+        assert body["messages"][1]["content"][:-1] == expected
+    broken = ChatMessage.assistant("hi", reasoning=Reasoning("anthropic", "{not json"))
+    with pytest.raises(BadRequestError, match="source 'anthropic'"):
+        model.request_body([broken], ChatOptions())
 
 
 # --- endings ----------------------------------------------------------------------------

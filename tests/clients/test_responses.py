@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import socket
 import subprocess
@@ -31,19 +32,23 @@ from raf import (
     ChatOptions,
     ChatProtocolError,
     ChatTimeoutError,
+    HistoryProvider,
     LoggingMiddleware,
     OpenAIResponsesClient,
     RateLimitError,
+    Reasoning,
+    RedisSessionStore,
     RetryMiddleware,
     ServerError,
+    SqliteSessionStore,
     ToolCall,
     Update,
     Usage,
     tool,
 )
-from raf._clients import _sdk as sdk_module
 from raf._clients.responses import input_items, tool_to_wire
 from tests._harness.openai_server import HISTORY_EDITS, edit_history
+from tests._harness.redis_server import RedisServer
 from tests._harness.responses_server import Answer, ResponsesServer, events_of, response_body
 
 pytestmark = pytest.mark.anyio
@@ -148,7 +153,7 @@ async def test_text_arrives_in_deltas_and_calls_once_complete(server: ResponsesS
         Update.of_usage(Usage(7, 5)),
     ]
     assert updates[0].raw["type"] == "response.output_text.delta"
-    assert updates[3].raw["type"] == "response.function_call_arguments.done"
+    assert updates[3].raw["type"] == "response.output_item.done"  # before response.completed
 
 
 def _replays(reasoning_id: str) -> Any:
@@ -219,15 +224,56 @@ async def test_tool_loop_round_trip_replays_the_reasoning(
     assert second["include"] == ["reasoning.encrypted_content"]
 
 
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+async def test_reasoning_survives_a_session_store_round_trip_into_a_new_client(
+    server: ResponsesServer, store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    server.answer(text=None, calls=[("call_1", "add", '{"a": 2, "b": 3}')], reasoning="rs_1")
+    server.answer(text="5")
+    server.reply(Answer(body=response_body("again"), require=_replays("rs_1")))
+
+    def opened() -> Any:
+        if store == "sqlite":
+            return SqliteSessionStore(tmp_path / "s.db")
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        return RedisSessionStore(redis.url, prefix=f"t{id(tmp_path)}")
+
+    for question in ("2+3?", "and now?"):
+        # A new client, agent and connection each turn: the reasoning is only in the store.
+        agent = Agent(client_for(server), tools=[add], stack=[HistoryProvider()])
+        async with agent, opened() as sessions:
+            await agent.run(question, session=await sessions.get("s"))
+    item = response_body(None, calls=[], reasoning="rs_1")["output"][0]
+    assert server.requests[2].body["input"][1] == item
+    assert json.dumps(item, separators=(",", ":")).encode() in server.requests[2].raw
+
+
+def test_reasoning_of_another_source_is_left_out() -> None:
+    call = ToolCall("c1", "add", "{}")
+    thinking = Reasoning("anthropic", json.dumps([{"type": "thinking", "signature": "s"}]))
+    message = ChatMessage.assistant(None, tool_calls=[call], reasoning=thinking)
+    assert input_items([message]) == [
+        {"type": "function_call", "call_id": "c1", "name": "add", "arguments": "{}"}
+    ]
+
+
 async def test_reasoning_keeps_its_place_and_an_edited_turn_has_none(
     server: ResponsesServer,
 ) -> None:
     server.answer(text="Checking.", calls=[("c1", "add", "{}")], reasoning="rs_9")
     async with client_for(server) as model:
         turn = (await model.complete([ChatMessage.user("x")], ChatOptions())).messages[0]
-        replayed = input_items([turn], model._turns)
+        replayed = input_items([turn])
+        reasoning = turn.reasoning
         edited = input_items(
-            [ChatMessage.assistant("Other.", tool_calls=[ToolCall("c1", "add")])], model._turns
+            [
+                ChatMessage.assistant(
+                    "Other.", tool_calls=[ToolCall("c1", "add")], reasoning=reasoning
+                )
+            ]
+        )
+        other_calls = input_items(
+            [ChatMessage.assistant(None, tool_calls=[ToolCall("c9", "add")], reasoning=reasoning)]
         )
     assert [item.get("type", "message") for item in replayed] == [
         "reasoning",
@@ -241,8 +287,11 @@ async def test_reasoning_keeps_its_place_and_an_edited_turn_has_none(
         "message",
         "function_call",
     ]
+    assert reasoning is not None
+    assert reasoning.source == "openai.responses"
     other = input_items([ChatMessage.assistant(None, tool_calls=[ToolCall("c9", "add")])])
     assert other == [{"type": "function_call", "call_id": "c9", "name": "add", "arguments": "{}"}]
+    assert other_calls == other  # the calls changed: the reasoning is not theirs
 
 
 async def test_store_true_asks_for_no_encrypted_reasoning(server: ResponsesServer) -> None:
@@ -343,11 +392,11 @@ def messages_of(text: st.SearchStrategy[str]) -> st.SearchStrategy[ChatMessage]:
 
 
 def expected_body(model: OpenAIResponsesClient, messages: list[ChatMessage]) -> dict[str, Any]:
-    """The body of a plain call: :func:`input_items` with the client's reasoning."""
+    """The body of a plain call: :func:`input_items`, the reasoning the messages carry."""
     return {
         "model": model.model,
         "include": ["reasoning.encrypted_content"],
-        "input": input_items(messages, model._turns),
+        "input": input_items(messages),
         "store": False,
     }
 
@@ -387,7 +436,7 @@ async def test_bodies_over_a_changing_conversation_are_the_sdks(
                 server.answer()
             sent = tuple(messages) if n % 2 else list(messages)
             expected = expected_body(model, messages)
-            items = input_items(messages, model._turns)
+            items = input_items(messages)
             response = await model.complete(sent, ChatOptions())
             assert server.requests[-1].body == expected
             server.answer()
@@ -428,13 +477,14 @@ async def test_replayed_reasoning_follows_its_turn_when_a_later_reply_takes_its_
         history.append(ChatMessage.user("last"))
         await model.complete(history, ChatOptions())
     assert server.requests[-1].body == expected_body(model, history)
-    assert b"rs_1" not in server.requests[-1].raw  # the calls differ now: nothing to replay
+    # The reasoning lives on its turn: a later reply with the same call id changes nothing.
+    assert b"rs_1" in server.requests[-1].raw
+    assert b"rs_2" not in server.requests[-1].raw
 
 
-async def test_replayed_turns_are_kept_no_longer_than_their_turns(
-    server: ResponsesServer, monkeypatch: pytest.MonkeyPatch
+async def test_every_turn_of_a_long_loop_replays_its_own_reasoning(
+    server: ResponsesServer,
 ) -> None:
-    monkeypatch.setattr(sdk_module, "TURNS_KEPT", 2)
     history: list[ChatMessage] = [ChatMessage.user("x")]
     async with client_for(server) as model:
         for n in range(5):
@@ -447,7 +497,7 @@ async def test_replayed_turns_are_kept_no_longer_than_their_turns(
         expected = expected_body(model, history)
         await model.complete(history, ChatOptions())
     assert server.requests[-1].body == expected
-    assert list(model._turns) == ["c3", "c4"]
+    assert all(f"gAAAA-rs_{n}-secret".encode() in server.requests[-1].raw for n in range(5))
 
 
 async def test_bad_input_is_refused_before_sending(server: ResponsesServer) -> None:
@@ -908,19 +958,6 @@ def test_the_docs_real_model_example_runs_against_the_loopback_server(
         exec(compile(block.code, block.where, "exec"), {"__name__": "__main__"})
     assert output.getvalue() == "It is 5555.\nUsage(input_tokens=35, output_tokens=6)\n"
     assert all(request.body["stream"] is True for request in server.requests)
-
-
-async def test_the_client_remembers_a_bounded_number_of_turns(
-    server: ResponsesServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sdk_module, "TURNS_KEPT", 2)
-    for n in range(3):
-        server.answer(text=None, calls=[(f"c{n}", "add", "{}")], reasoning=f"rs_{n}")
-    server.answer(text="no calls, nothing to remember", reasoning="rs_text")
-    async with client_for(server) as model:
-        for _ in range(4):
-            await model.complete([ChatMessage.user("x")], ChatOptions())
-    assert list(model._turns) == ["c1", "c2"]
 
 
 async def test_empty_text_deltas_keep_nothing(server: ResponsesServer) -> None:
