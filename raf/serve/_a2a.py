@@ -18,6 +18,7 @@ runs on asyncio only.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -42,7 +43,7 @@ from raf._metadata import installed_version
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Update
 from raf.serve._agui import decisions_of
 from raf.serve._client import TEXT_JOIN, turn_text
-from raf.serve._http import HttpError, failure, read_body
+from raf.serve._http import HttpError, failure, read_json
 from raf.serve._mcp import describe
 from raf.serve._served import Served
 
@@ -70,7 +71,9 @@ def a2a_routes(served: Served) -> list[BaseRoute]:
     )
 
     async def rpc(served: Served, request: Request) -> ASGIApp:
-        body = await read_body(request, served.max_body)  # the SDK reads any length
+        # Read here as every route reads JSON (its type, its size, its depth): the SDK
+        # reads any length, of any type, and answers its parser's words.
+        body = json.dumps(await read_json(request, served.max_body)).encode()
         response: Response = await dispatcher.handle_requests(
             Request(request.scope, _replay(body, request.receive))
         )

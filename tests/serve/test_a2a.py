@@ -235,3 +235,24 @@ def test_without_the_extra_the_error_says_which_to_install(
     monkeypatch.delitem(sys.modules, "raf.serve._a2a", raising=False)
     with pytest.raises(ConfigError, match=r"raf-agents\[a2a\]"):
         raf.serve.app(Agent(EchoChatClient(), name="echo"), a2a=True)
+
+
+async def test_the_rpc_body_is_json_as_on_every_route(server: ServedAgent) -> None:
+    sent = {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hello"}]}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": sent}}
+    headers = {"Authorization": "Bearer key-a", "A2A-Version": "1.0"}
+    deep = b"[" * 100_000 + b"]" * 100_000
+    async with httpx.AsyncClient(headers=headers) as http:
+        plain = await http.post(
+            f"{server.url}/a2a", content=json.dumps(body), headers={"content-type": "text/plain"}
+        )
+        nested = await http.post(
+            f"{server.url}/a2a", content=deep, headers={"content-type": "application/json"}
+        )
+    # A page of another site posts text/plain without asking first: refused as on the
+    # other routes, before the agent runs.
+    assert plain.status_code == 415
+    assert plain.json()["error"]["code"] == "unsupported_media_type"
+    # Nested too deeply: a 400 that says so, not the parser's own words in an internal error.
+    assert nested.status_code == 400
+    assert nested.json()["error"]["message"] == "the body is not usable JSON: nested too deeply"
