@@ -30,7 +30,7 @@ from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
-from a2a.server.tasks import InMemoryTaskStore
+from a2a.server.tasks import InMemoryTaskStore, TaskStore
 from a2a.types import AgentCard
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -55,13 +55,16 @@ _KEY = "raf_key_scope"
 #: The path of the JSON-RPC route (the card names it, absolute).
 RPC_PATH = "/a2a"
 CARD_PATH = "/.well-known/agent-card.json"
+#: The tasks kept for each key (the least recently updated go first): the SDK's
+#: in-memory store would keep every task, its messages and answer, for ever.
+MAX_TASKS = 1000
 
 
 def a2a_routes(served: Served) -> list[BaseRoute]:
     """The card and JSON-RPC routes of ``served``; the SDK's task registry is closed on
     the app's lifespan end."""
     template = _card(served, "")
-    store = InMemoryTaskStore(owner_resolver=lambda context: context.state.get(_KEY, ""))
+    store = _Kept()
     handler = DefaultRequestHandler(
         agent_executor=_Executor(served), task_store=store, agent_card=template
     )
@@ -100,6 +103,40 @@ class _KeyedContext(DefaultServerCallContextBuilder):
         headers.pop("authorization", None)  # the key stays out of the tasks' context
         context.state[_KEY] = request.state.key_scope
         return context
+
+
+def _owner(context: Any) -> str:
+    """Whose a task is: the key scope of the call that made it."""
+    owner: str = context.state.get(_KEY, "")
+    return owner
+
+
+class _Kept(TaskStore):
+    """The SDK's in-memory task store, keeping the last :data:`MAX_TASKS` tasks of each key."""
+
+    def __init__(self) -> None:
+        self._store = InMemoryTaskStore(owner_resolver=_owner)
+        self._order: dict[str, dict[str, None]] = {}  # owner -> task ids, oldest update first
+
+    async def save(self, task: Any, context: Any) -> None:
+        await self._store.save(task, context)
+        order = self._order.setdefault(_owner(context), {})
+        order.pop(task.id, None)
+        order[task.id] = None
+        while len(order) > MAX_TASKS:
+            oldest = next(iter(order))
+            del order[oldest]
+            await self._store.delete(oldest, context)
+
+    async def get(self, task_id: str, context: Any) -> Any:
+        return await self._store.get(task_id, context)
+
+    async def list(self, params: Any, context: Any) -> Any:
+        return await self._store.list(params, context)
+
+    async def delete(self, task_id: str, context: Any) -> None:
+        self._order.get(_owner(context), {}).pop(task_id, None)
+        await self._store.delete(task_id, context)
 
 
 def _card(served: Served, base: str) -> AgentCard:

@@ -32,6 +32,7 @@ from a2a.utils.errors import TaskNotFoundError
 
 import raf.serve
 from raf import Agent, ConfigError, EchoChatClient
+from tests._harness.serve_agent import make_agent
 from tests._harness.uvicorn_server import ServedAgent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -256,3 +257,42 @@ async def test_the_rpc_body_is_json_as_on_every_route(server: ServedAgent) -> No
     # Nested too deeply: a 400 that says so, not the parser's own words in an internal error.
     assert nested.status_code == 400
     assert nested.json()["error"]["message"] == "the body is not usable JSON: nested too deeply"
+
+
+def rpc(method: str, params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+@asynccontextmanager
+async def in_process(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of ``app`` in this process, its lifespan entered."""
+    transport = httpx.ASGITransport(app=app)
+    headers = {"A2A-Version": "1.0"}
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1", headers=headers
+        ) as http,
+    ):
+        yield http
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the a2a-sdk server: asyncio only
+async def test_the_tasks_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import raf.serve._a2a
+
+    monkeypatch.setattr(raf.serve._a2a, "MAX_TASKS", 3)
+    app = raf.serve.app(make_agent(), a2a=True)
+    async with in_process(app) as http:
+        ids = []
+        for n in range(5):
+            sent = {"role": "ROLE_USER", "messageId": f"m{n}", "parts": [{"text": f"hi {n}"}]}
+            reply = await http.post("/a2a", json=rpc("SendMessage", {"message": sent}))
+            ids.append(reply.json()["result"]["task"]["id"])
+        listed = (await http.post("/a2a", json=rpc("ListTasks", {}))).json()["result"]
+        first = (await http.post("/a2a", json=rpc("GetTask", {"id": ids[0]}))).json()
+        last = (await http.post("/a2a", json=rpc("GetTask", {"id": ids[-1]}))).json()
+    # Each message is a task the SDK's store would keep for ever: the oldest go.
+    assert sorted(t["id"] for t in listed["tasks"]) == sorted(ids[-3:])
+    assert first["error"]["message"] == "Task not found"
+    assert last["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
