@@ -64,11 +64,11 @@ def a2a_routes(served: Served) -> list[BaseRoute]:
     """The card and JSON-RPC routes of ``served``; the SDK's task registry is closed on
     the app's lifespan end."""
     template = _card(served, "")
-    store = _Kept()
+    executor = _Executor(served)
     handler = DefaultRequestHandler(
-        agent_executor=_Executor(served), task_store=store, agent_card=template
+        agent_executor=executor, task_store=_Kept(), agent_card=template
     )
-    served.lifespans.append(lambda: _Closed(handler))
+    served.lifespans.append(lambda: _Closed(handler, executor))
     dispatcher = JsonRpcDispatcher(
         handler, context_builder=_KeyedContext(), enable_v0_3_compat=True
     )
@@ -183,15 +183,18 @@ def _card(served: Served, base: str) -> AgentCard:
 
 
 class _Closed:
-    """The SDK's request handler, closed (its tasks drained) when the app stops."""
+    """The SDK's request handler, closed (its tasks drained) when the app stops; the runs
+    still going are closed early first (the SDK would cancel them)."""
 
-    def __init__(self, handler: Any) -> None:
+    def __init__(self, handler: Any, executor: _Executor) -> None:
         self._handler = handler
+        self._executor = executor
 
     async def __aenter__(self) -> None:
         return None
 
     async def __aexit__(self, *exc: object) -> None:
+        await self._executor.close_all()
         await self._handler.aclose()
 
 
@@ -284,6 +287,14 @@ class _Executor(AgentExecutor):
             )
         else:
             await updater.complete()
+
+    async def close_all(self) -> None:
+        """Close every run still going early, and wait for their post stages."""
+        runs = list(self._runs.values())
+        for run in runs:
+            run.closing.close(AgentResponse.from_updates(run.sent))
+        for run in runs:
+            await run.done.wait()
 
     async def cancel(self, context: RequestContext, queue: EventQueue) -> None:
         from a2a.server.tasks import TaskUpdater

@@ -32,8 +32,9 @@ from a2a.utils.errors import TaskNotFoundError
 
 import raf.serve
 from raf import Agent, ConfigError, EchoChatClient
-from tests._harness.serve_agent import make_agent
+from tests._harness.serve_agent import WordModel, make_agent
 from tests._harness.uvicorn_server import ServedAgent
+from tests.serve.test_asgi import Journal
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -296,3 +297,19 @@ async def test_the_tasks_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     assert sorted(t["id"] for t in listed["tasks"]) == sorted(ids[-3:])
     assert first["error"]["message"] == "Task not found"
     assert last["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the a2a-sdk server: asyncio only
+async def test_a_task_running_when_the_app_stops_is_closed_early() -> None:
+    journal = Journal()
+    app = raf.serve.app(Agent(WordModel(0.01), name="w", stack=[journal]), a2a=True)
+    async with in_process(app) as http:
+        sent = {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "long"}]}
+        later = {"message": sent, "configuration": {"returnImmediately": True}}
+        await http.post("/a2a", json=rpc("SendMessage", later))
+        await anyio.sleep(0.3)  # some of the answer is out (200 words, 0.01 s apart)
+    # The run outlived its request: the app's end closes it early (the partial answer
+    # to every entered provider), as a cancel does, not a cancellation that keeps nothing.
+    [(error, partial)] = journal.seen
+    assert error == "StreamClosedError"
+    assert partial.startswith("w0 ")
