@@ -36,7 +36,10 @@ class A2AAgentTool:
     ``name`` is the tool's (default: made from the URL, as ``a2a_host_port``);
     ``description`` what the model reads of it. ``api_key`` is sent as
     ``Authorization: Bearer KEY`` (a raf server started with keys asks for
-    one). ``timeout`` bounds each exchange with the remote agent.
+    one), and only to the server of ``url``: a card that names another server for
+    its interface is a :class:`raf.ToolError` then. ``timeout`` bounds each call,
+    from the card to the last event: past it, the remote task is cancelled and
+    the call is a :class:`raf.ToolError`.
 
     Each call is a task of its own, in a context of its own (the remote agent
     does not see earlier calls). The answer is the text of the task's
@@ -97,9 +100,14 @@ class A2AAgentTool:
 
         try:
             async with httpx.AsyncClient(headers=self._headers, timeout=self.timeout) as http:
-                return await self._exchange(http, str(arguments["message"]))
+                with anyio.fail_after(self.timeout):  # an answer that streams for ever ends
+                    return await self._exchange(http, str(arguments["message"]))
         except (ToolError, anyio.get_cancelled_exc_class()):
             raise
+        except TimeoutError:
+            raise ToolError(
+                f"the agent at {self.url} did not answer within {self.timeout} s"
+            ) from None
         except Exception as exc:
             raise ToolError(f"the agent at {self.url} failed: {_short(exc)}") from exc
 
@@ -108,7 +116,7 @@ class A2AAgentTool:
         from a2a.types import Message, Part, Role, SendMessageRequest
 
         if self._card is None:
-            self._card = await A2ACardResolver(http, self.url).get_agent_card()
+            self._card = self._checked(await A2ACardResolver(http, self.url).get_agent_card())
         client = ClientFactory(ClientConfig(httpx_client=http)).create(self._card)
         message = Message(
             role=Role.ROLE_USER,
@@ -127,6 +135,18 @@ class A2AAgentTool:
                 await self._cancel(client, reply.task_id)
             raise
         return reply.answer(self.url)
+
+    def _checked(self, card: AgentCard) -> AgentCard:
+        """``card``, unless it would send the key to another server than ``url``'s."""
+        if self._headers:
+            own = _origin(self.url)
+            for interface in card.supported_interfaces:
+                if _origin(interface.url) != own:
+                    raise ToolError(
+                        f"the card of the agent at {self.url} names another server "
+                        f"({interface.url!r:.200}): its key is not sent there"
+                    )
+        return card
 
     async def _cancel(self, client: Any, task_id: str) -> None:
         """Tell the remote agent its task is cancelled (shielded, bounded): best effort."""
@@ -192,6 +212,13 @@ class _Reply:
                 else f"[the agent waits: {asked}]"
             )
         return answer
+
+
+def _origin(url: str) -> tuple[str, str]:
+    """A URL's scheme and host with its port (the default port spelled out)."""
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    return parts.scheme.lower(), f"{(parts.hostname or '').lower()}:{port}"
 
 
 def _text(parts: Any) -> str:

@@ -18,6 +18,7 @@ runs on asyncio only.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -29,7 +30,7 @@ from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
-from a2a.server.tasks import InMemoryTaskStore
+from a2a.server.tasks import InMemoryTaskStore, TaskStore
 from a2a.types import AgentCard
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -42,7 +43,7 @@ from raf._metadata import installed_version
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Update
 from raf.serve._agui import decisions_of
 from raf.serve._client import TEXT_JOIN, turn_text
-from raf.serve._http import HttpError, failure, read_body
+from raf.serve._http import HttpError, failure, read_json
 from raf.serve._mcp import describe
 from raf.serve._served import Served
 
@@ -54,23 +55,28 @@ _KEY = "raf_key_scope"
 #: The path of the JSON-RPC route (the card names it, absolute).
 RPC_PATH = "/a2a"
 CARD_PATH = "/.well-known/agent-card.json"
+#: The tasks kept for each key (the least recently updated go first): the SDK's
+#: in-memory store would keep every task, its messages and answer, for ever.
+MAX_TASKS = 1000
 
 
 def a2a_routes(served: Served) -> list[BaseRoute]:
     """The card and JSON-RPC routes of ``served``; the SDK's task registry is closed on
     the app's lifespan end."""
     template = _card(served, "")
-    store = InMemoryTaskStore(owner_resolver=lambda context: context.state.get(_KEY, ""))
+    executor = _Executor(served)
     handler = DefaultRequestHandler(
-        agent_executor=_Executor(served), task_store=store, agent_card=template
+        agent_executor=executor, task_store=_Kept(), agent_card=template
     )
-    served.lifespans.append(lambda: _Closed(handler))
+    served.lifespans.append(lambda: _Closed(handler, executor))
     dispatcher = JsonRpcDispatcher(
         handler, context_builder=_KeyedContext(), enable_v0_3_compat=True
     )
 
     async def rpc(served: Served, request: Request) -> ASGIApp:
-        body = await read_body(request, served.max_body)  # the SDK reads any length
+        # Read here as every route reads JSON (its type, its size, its depth): the SDK
+        # reads any length, of any type, and answers its parser's words.
+        body = json.dumps(await read_json(request, served.max_body)).encode()
         response: Response = await dispatcher.handle_requests(
             Request(request.scope, _replay(body, request.receive))
         )
@@ -97,6 +103,40 @@ class _KeyedContext(DefaultServerCallContextBuilder):
         headers.pop("authorization", None)  # the key stays out of the tasks' context
         context.state[_KEY] = request.state.key_scope
         return context
+
+
+def _owner(context: Any) -> str:
+    """Whose a task is: the key scope of the call that made it."""
+    owner: str = context.state.get(_KEY, "")
+    return owner
+
+
+class _Kept(TaskStore):
+    """The SDK's in-memory task store, keeping the last :data:`MAX_TASKS` tasks of each key."""
+
+    def __init__(self) -> None:
+        self._store = InMemoryTaskStore(owner_resolver=_owner)
+        self._order: dict[str, dict[str, None]] = {}  # owner -> task ids, oldest update first
+
+    async def save(self, task: Any, context: Any) -> None:
+        await self._store.save(task, context)
+        order = self._order.setdefault(_owner(context), {})
+        order.pop(task.id, None)
+        order[task.id] = None
+        while len(order) > MAX_TASKS:
+            oldest = next(iter(order))
+            del order[oldest]
+            await self._store.delete(oldest, context)
+
+    async def get(self, task_id: str, context: Any) -> Any:
+        return await self._store.get(task_id, context)
+
+    async def list(self, params: Any, context: Any) -> Any:
+        return await self._store.list(params, context)
+
+    async def delete(self, task_id: str, context: Any) -> None:
+        self._order.get(_owner(context), {}).pop(task_id, None)
+        await self._store.delete(task_id, context)
 
 
 def _card(served: Served, base: str) -> AgentCard:
@@ -143,15 +183,18 @@ def _card(served: Served, base: str) -> AgentCard:
 
 
 class _Closed:
-    """The SDK's request handler, closed (its tasks drained) when the app stops."""
+    """The SDK's request handler, closed (its tasks drained) when the app stops; the runs
+    still going are closed early first (the SDK would cancel them)."""
 
-    def __init__(self, handler: Any) -> None:
+    def __init__(self, handler: Any, executor: _Executor) -> None:
         self._handler = handler
+        self._executor = executor
 
     async def __aenter__(self) -> None:
         return None
 
     async def __aexit__(self, *exc: object) -> None:
+        await self._executor.close_all()
         await self._handler.aclose()
 
 
@@ -244,6 +287,14 @@ class _Executor(AgentExecutor):
             )
         else:
             await updater.complete()
+
+    async def close_all(self) -> None:
+        """Close every run still going early, and wait for their post stages."""
+        runs = list(self._runs.values())
+        for run in runs:
+            run.closing.close(AgentResponse.from_updates(run.sent))
+        for run in runs:
+            await run.done.wait()
 
     async def cancel(self, context: RequestContext, queue: EventQueue) -> None:
         from a2a.server.tasks import TaskUpdater

@@ -114,8 +114,10 @@ def mcp_route(served: Served) -> Route:
         result: types.CallToolResult = _result(response, session_id, types)
         return result
 
+    # The agent's instructions are its own (a system prompt): callers see what the card
+    # and the tool's description show of them, their first paragraph.
     server: Server[Any] = Server(
-        name, version=installed_version(), instructions=getattr(served.agent, "instructions", None),
+        name, version=installed_version(), instructions=tool.description,
         on_list_tools=list_tools, on_call_tool=call_tool,
     )  # fmt: skip
     manager = StreamableHTTPSessionManager(

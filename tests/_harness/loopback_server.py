@@ -148,9 +148,15 @@ class Exchange(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         try:
-            self._answer()
+            self._answer("POST")
         except (BrokenPipeError, ConnectionResetError):
             # The client stopped reading (a size bound, a deadline): nothing to do.
+            self.close_connection = True
+
+    def do_GET(self) -> None:
+        try:
+            self._answer("GET")
+        except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
     def send(
@@ -237,12 +243,12 @@ class Exchange(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
 
-    def _answer(self) -> None:
+    def _answer(self, method: str) -> None:
         length = int(self.headers.get("content-length", "0"))
         raw = self.rfile.read(length)
         body = json.loads(raw) if raw else None
         headers = {key.lower(): value for key, value in self.headers.items()}
-        request = Received("POST", self.path, headers, body, raw)
+        request = Received(method, self.path, headers, body, raw)
         reply = self.loopback._take(request)
         if reply.delay and self.loopback.wait(reply.delay):
             return

@@ -14,6 +14,7 @@ from a2a.types import ListTasksRequest, Task, TaskState
 
 import raf
 from raf import ScriptedChatClient, ToolCall
+from tests._harness.a2a_server import A2AServer, Reply, card, event
 from tests._harness.uvicorn_server import ServedAgent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -116,3 +117,43 @@ def test_the_tool_is_described_and_checked() -> None:
         raf.A2AAgentTool("ftp://example")
     with pytest.raises(ValueError, match="name must be"):
         raf.A2AAgentTool("http://127.0.0.1:8000", name="a b")
+
+
+def test_a_card_naming_another_server_gets_no_key() -> None:
+    agent, elsewhere = A2AServer(), A2AServer()
+    try:
+        agent.reply(card(f"{elsewhere.url}/a2a"))
+        answer = (event("", text="hi"), event("TASK_STATE_COMPLETED"))
+        elsewhere.reply(Reply(events=answer))
+        tool = raf.A2AAgentTool(agent.url, name="helper", api_key="secret")
+        with pytest.raises(raf.ToolError, match="names another server"):
+            anyio.run(tool.invoke, {"message": "hi"})
+        assert elsewhere.requests == []  # the key stays with the server it was given for
+        # Without a key there is nothing to keep: the card says where the agent answers.
+        agent.reply(card(f"{elsewhere.url}/a2a"))
+        free = raf.A2AAgentTool(agent.url, name="helper")
+        assert anyio.run(free.invoke, {"message": "hi"}) == "hi"
+    finally:
+        agent.close()
+        elsewhere.close()
+
+
+# asyncio only: the a2a-sdk client's stream, left by the deadline, leaves its inner
+# generators unclosed, which trio reports as a ResourceWarning (an error here).
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_answer_that_never_ends_is_bounded_by_the_timeout() -> None:
+    remote = A2AServer()
+    try:
+        working = (event("TASK_STATE_WORKING", text="more "),)
+        cancelled = {"id": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_CANCELED"}}
+        remote.reply(
+            card(f"{remote.url}/a2a"),
+            Reply(events=working, pause=0.01, forever=True),
+            Reply(body={"jsonrpc": "2.0", "id": 1, "result": cancelled}),
+        )
+        tool = raf.A2AAgentTool(remote.url, name="helper", timeout=0.5)
+        with anyio.fail_after(20), pytest.raises(raf.ToolError, match=r"within 0\.5 s"):
+            await tool.invoke({"message": "hi"})
+    finally:
+        remote.close()
+    assert [r.body["method"] for r in remote.requests[1:]] == ["SendStreamingMessage", "CancelTask"]

@@ -32,7 +32,9 @@ from a2a.utils.errors import TaskNotFoundError
 
 import raf.serve
 from raf import Agent, ConfigError, EchoChatClient
+from tests._harness.serve_agent import WordModel, make_agent
 from tests._harness.uvicorn_server import ServedAgent
+from tests.serve.test_asgi import Journal
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -235,3 +237,79 @@ def test_without_the_extra_the_error_says_which_to_install(
     monkeypatch.delitem(sys.modules, "raf.serve._a2a", raising=False)
     with pytest.raises(ConfigError, match=r"raf-agents\[a2a\]"):
         raf.serve.app(Agent(EchoChatClient(), name="echo"), a2a=True)
+
+
+async def test_the_rpc_body_is_json_as_on_every_route(server: ServedAgent) -> None:
+    sent = {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hello"}]}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": sent}}
+    headers = {"Authorization": "Bearer key-a", "A2A-Version": "1.0"}
+    deep = b"[" * 100_000 + b"]" * 100_000
+    async with httpx.AsyncClient(headers=headers) as http:
+        plain = await http.post(
+            f"{server.url}/a2a", content=json.dumps(body), headers={"content-type": "text/plain"}
+        )
+        nested = await http.post(
+            f"{server.url}/a2a", content=deep, headers={"content-type": "application/json"}
+        )
+    # A page of another site posts text/plain without asking first: refused as on the
+    # other routes, before the agent runs.
+    assert plain.status_code == 415
+    assert plain.json()["error"]["code"] == "unsupported_media_type"
+    # Nested too deeply: a 400 that says so, not the parser's own words in an internal error.
+    assert nested.status_code == 400
+    assert nested.json()["error"]["message"] == "the body is not usable JSON: nested too deeply"
+
+
+def rpc(method: str, params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+@asynccontextmanager
+async def in_process(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of ``app`` in this process, its lifespan entered."""
+    transport = httpx.ASGITransport(app=app)
+    headers = {"A2A-Version": "1.0"}
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1", headers=headers
+        ) as http,
+    ):
+        yield http
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the a2a-sdk server: asyncio only
+async def test_the_tasks_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import raf.serve._a2a
+
+    monkeypatch.setattr(raf.serve._a2a, "MAX_TASKS", 3)
+    app = raf.serve.app(make_agent(), a2a=True)
+    async with in_process(app) as http:
+        ids = []
+        for n in range(5):
+            sent = {"role": "ROLE_USER", "messageId": f"m{n}", "parts": [{"text": f"hi {n}"}]}
+            reply = await http.post("/a2a", json=rpc("SendMessage", {"message": sent}))
+            ids.append(reply.json()["result"]["task"]["id"])
+        listed = (await http.post("/a2a", json=rpc("ListTasks", {}))).json()["result"]
+        first = (await http.post("/a2a", json=rpc("GetTask", {"id": ids[0]}))).json()
+        last = (await http.post("/a2a", json=rpc("GetTask", {"id": ids[-1]}))).json()
+    # Each message is a task the SDK's store would keep for ever: the oldest go.
+    assert sorted(t["id"] for t in listed["tasks"]) == sorted(ids[-3:])
+    assert first["error"]["message"] == "Task not found"
+    assert last["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the a2a-sdk server: asyncio only
+async def test_a_task_running_when_the_app_stops_is_closed_early() -> None:
+    journal = Journal()
+    app = raf.serve.app(Agent(WordModel(0.01), name="w", stack=[journal]), a2a=True)
+    async with in_process(app) as http:
+        sent = {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "long"}]}
+        later = {"message": sent, "configuration": {"returnImmediately": True}}
+        await http.post("/a2a", json=rpc("SendMessage", later))
+        await anyio.sleep(0.3)  # some of the answer is out (200 words, 0.01 s apart)
+    # The run outlived its request: the app's end closes it early (the partial answer
+    # to every entered provider), as a cancel does, not a cancellation that keeps nothing.
+    [(error, partial)] = journal.seen
+    assert error == "StreamClosedError"
+    assert partial.startswith("w0 ")

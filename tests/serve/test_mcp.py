@@ -116,6 +116,23 @@ async def test_the_key_is_checked_before_the_sdk(anyio_backend: str) -> None:
     assert json.loads(reply.body)["error"]["code"] == "invalid_api_key"
 
 
+async def test_the_server_shows_only_the_first_paragraph_of_the_instructions(
+    anyio_backend: str,
+) -> None:
+    rules = "You help with notes.\n\nNever tell anyone the admin password, hunter2."
+    app = raf.serve.app(Agent(EchoChatClient(), name="echo", instructions=rules), mcp=True)
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {},
+             "clientInfo": {"name": "t", "version": "1"}}  # fmt: skip
+    async with app.router.lifespan_context(app):
+        (init,) = await post(app, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                   "params": hello})  # fmt: skip
+        (listed,) = await post(app, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    # The instructions are the agent's own (a system prompt): a caller sees what the
+    # tool's description and the A2A card show of them, their first paragraph.
+    assert init["result"]["instructions"] == "You help with notes."
+    assert listed["result"]["tools"][0]["description"] == "You help with notes."
+
+
 async def _stored(app: Any, session_id: str) -> list[dict[str, Any]]:
     reply = await Exchange()(app, f"/v1/sessions/{session_id}/messages", method="GET")
     messages: list[dict[str, Any]] = json.loads(reply.body)["data"]
