@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx2
 import pytest
 from google import genai
 from google.genai import errors, types
@@ -41,8 +42,14 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[GeminiServer]:
 
 @pytest.fixture
 async def models(server: GeminiServer) -> AsyncIterator[Any]:
-    """The SDK's async models API on the server, its connections closed after."""
-    client = genai.Client(api_key="g-key", http_options=types.HttpOptions(base_url=server.root_url))
+    """The SDK's async models API on the server, its connections closed after.
+
+    Over httpx, as raf's client speaks it: with aiohttp installed (litellm brings it) the
+    SDK would take aiohttp, whose session class warns when the SDK subclasses it."""
+    options = types.HttpOptions(
+        base_url=server.root_url, async_client_args={"transport": httpx2.AsyncHTTPTransport()}
+    )
+    client = genai.Client(api_key="g-key", http_options=options)
     yield client.aio.models
     await client.aio.aclose()
 
