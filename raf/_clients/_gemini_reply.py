@@ -259,7 +259,7 @@ def response_from_reply(response: types.GenerateContentResponse, where: str) -> 
 class StreamState:
     """What a stream's chunks amount to so far; :meth:`feed` turns one into updates.
 
-    Text goes out as it comes (thoughts do not); the calls and the usage once a
+    Text goes out as it comes (thoughts do not); the calls, the reasoning and the usage once a
     chunk carries the ``finishReason`` (only then is the turn whole); a stream
     that ends before one is a :class:`raf.ChatConnectionError`.
     """
@@ -296,6 +296,8 @@ class StreamState:
         self.done = True
         self.message = message
         updates += [Update.of_tool_call(call, raw=chunk) for call in message.tool_calls]
+        if message.reasoning is not None:
+            updates.append(Update.of_reasoning(message.reasoning, raw=chunk))
         if self.usage is not None:
             updates.append(Update.of_usage(self.usage, raw=chunk))
         return updates

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import collections
 import contextlib
 import functools
 import json
@@ -15,7 +14,6 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 import anyio
-import attrs
 import httpx2
 import pydantic
 from google import genai
@@ -34,7 +32,7 @@ from raf._clients._gemini_reply import (
 from raf._clients._reply import DRAIN_GRACE, Budget, quote
 from raf._clients._sdk import DEFAULT_TIMEOUT, plain
 from raf._errors import AuthenticationError, BadRequestError, ChatClientError, ChatTimeoutError
-from raf._values.messages import AgentResponse, ChatMessage, Reasoning, Update
+from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 
 __all__ = ["GeminiChatClient"]
@@ -45,8 +43,6 @@ _MODES: Final = {
     "none": types.FunctionCallingConfigMode.NONE,
     "required": types.FunctionCallingConfigMode.ANY,
 }
-#: How many streamed turns a client remembers the reasoning of (the newest kept).
-STREAMED_TURNS_KEPT: Final = 1024
 #: The variables a key is read from, in this order, when none is given.
 KEY_VARIABLES: Final = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 
@@ -114,9 +110,6 @@ class GeminiChatClient:
         self.idle_timeout = idle_timeout
         self._owns_client = client is None
         self.client: genai.Client | None = client
-        # The reasoning of streamed turns, by their first call's id (updates carry no
-        # reasoning to the message a stream assembles): replayed by this client.
-        self._turns: collections.OrderedDict[str, Reasoning] = collections.OrderedDict()
         if client is None:
             key = api_key or next(filter(None, map(os.environ.get, KEY_VARIABLES)), None)
             if key is not None:
@@ -202,19 +195,9 @@ class GeminiChatClient:
                 if state.done and not done:
                     # What follows the answer gets a moment, not the budget.
                     idle.cap(DRAIN_GRACE)
-                    # Remembered before the updates go out: a consumer may leave after them.
-                    self._remember(state.message)
                 for update in updates:
                     yield update
         state.finish()
-
-    def _remember(self, message: ChatMessage | None) -> None:
-        # Until updates carry a turn's reasoning to the message a stream assembles.
-        if message is not None and message.reasoning is not None and message.tool_calls:
-            self._turns[message.tool_calls[0].id] = message.reasoning
-            self._turns.move_to_end(message.tool_calls[0].id)
-            while len(self._turns) > STREAMED_TURNS_KEPT:
-                self._turns.popitem(last=False)
 
     # --- the request --------------------------------------------------------------------
 
@@ -232,7 +215,7 @@ class GeminiChatClient:
         model = options.model or self.model
         if not isinstance(model, str) or not model:
             raise BadRequestError(f"{where}: model must be a non-empty str, got {model!r}")
-        system, contents = wire_contents(messages, options.history_end, self._turns)
+        system, contents = wire_contents(messages, options.history_end)
         fields: dict[str, Any] = {
             "system_instruction": types.Content(parts=system) if system else None,
             "temperature": options.temperature,
@@ -322,15 +305,12 @@ async def _next(chunks: AsyncIterator[types.GenerateContentResponse]) -> Any:
 def wire_contents(
     messages: Sequence[ChatMessage],
     history_end: int | None,
-    turns: Mapping[str, Reasoning] | None = None,
 ) -> tuple[list[types.Part], list[types.Content]]:
     """The parts of the ``system_instruction`` and the ``contents`` of a conversation.
 
     System messages before ``history_end`` (with none, the leading ones) are the
     system instruction; any other is text in the following user turn. Consecutive
-    turns of one role are one turn: the results of parallel calls share one. ``turns``
-    holds the reasoning of turns whose messages came without it (streamed), by their
-    first call's id.
+    turns of one role are one turn: the results of parallel calls share one.
 
     >>> messages = [ChatMessage.system("Be brief."), ChatMessage.user("hi")]
     >>> system, contents = wire_contents(messages, None)
@@ -355,7 +335,7 @@ def wire_contents(
         if message.role == "assistant":
             role = "model"
             names |= {call.id: call.name for call in message.tool_calls}
-            parts = model_parts(_with_reasoning(message, turns), index)
+            parts = model_parts(message, index)
         elif message.role == "tool":
             role = "user"
             parts = [_function_response(message, index, names)]
@@ -369,14 +349,6 @@ def wire_contents(
         else:
             contents.append(types.Content(role=role, parts=parts))
     return system, contents
-
-
-def _with_reasoning(message: ChatMessage, turns: Mapping[str, Reasoning] | None) -> ChatMessage:
-    """``message`` with the reasoning this client remembers of it, when it carries none."""
-    if message.reasoning is not None or not message.tool_calls or not turns:
-        return message
-    kept = turns.get(message.tool_calls[0].id)
-    return message if kept is None else attrs.evolve(message, reasoning=kept)
 
 
 def _function_response(message: ChatMessage, index: int, names: Mapping[str, str]) -> types.Part:
