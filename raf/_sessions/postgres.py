@@ -245,7 +245,7 @@ class PostgresSessionStore(PostgresConnection):
         rows = await self.call(
             lambda conn: conn.execute(self.sql["ids"].encode()).fetchall(), "list sessions", None
         )
-        return [row[0] for row in rows]
+        return [str(row[0]) for row in rows]
 
     def __repr__(self) -> str:
         return (
@@ -422,12 +422,16 @@ class PostgresSession:
                 conn.execute(sql["expired"].encode(), session)  # stored anew, not extended
             row = conn.execute(sql["upsert"].encode(), {**session, "n": len(batch), "now": now})
             gen, length, writes = row.fetchone() or (0, 0, 0)
-            if key is not None:
-                if not conn.execute(sql["once"].encode(), {**session, "key": key}).rowcount:
-                    raise Undo(None)
+            if (
+                key is not None
+                and not conn.execute(sql["once"].encode(), {**session, "key": key}).rowcount
+            ):
+                raise Undo(None)
             if encoded:
                 first = length - len(encoded) + 1
-                conn.execute(sql["append"].encode(), {**session, "first": first, "messages": encoded})
+                conn.execute(
+                    sql["append"].encode(), {**session, "first": first, "messages": encoded}
+                )
             if by_token:
                 tokens, texts = list(by_token), list(by_token.values())
                 args = {**session, "turn": writes, "tokens": tokens, "calls": texts}
@@ -539,7 +543,7 @@ class PostgresSession:
             "read the request hashes",
             self._id,
         )
-        return {str(digest): float(seen_at) for digest, seen_at in rows}
+        return {str(digest): float(seen_at) for digest, seen_at in rows}  # type: ignore[arg-type]
 
     def _decode(self, seq: int, text: object) -> ChatMessage:
         where = f"{self._store.where}, session {self._id!r}: message {seq}"

@@ -44,7 +44,7 @@ class Left(Exception):
     """Raised in a worker thread whose caller has gone: its transaction is rolled back."""
 
 
-class Undo(Exception):  # noqa: N818  (not an error: a result)
+class Undo(Exception):
     """Raised by a write to roll its transaction back and return ``value``."""
 
     def __init__(self, value: object) -> None:
@@ -125,7 +125,9 @@ class PostgresConnection:
         ):
             raise ValueError(f"{name}: timeout must be None or > 0 seconds, got {timeout!r}")
         if type(max_connections) is not int or max_connections < 1:
-            raise ValueError(f"{name}: max_connections must be an int >= 1, got {max_connections!r}")
+            raise ValueError(
+                f"{name}: max_connections must be an int >= 1, got {max_connections!r}"
+            )
         self.dsn = dsn
         self.prefix = prefix
         self.ttl = ttl
@@ -292,7 +294,9 @@ class PostgresConnection:
                 f"timeout={self.timeout} s{outcome}"
             )
         elif kind == "broken":
-            message = f"{where}: the connection failed while trying to {what}: {reason(exc)}{outcome}"
+            message = (
+                f"{where}: the connection failed while trying to {what}: {reason(exc)}{outcome}"
+            )
         else:
             message = f"{where}: cannot {what}: {reason(exc)}"
         raise SessionStoreError(message) from exc

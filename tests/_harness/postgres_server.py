@@ -18,6 +18,8 @@ import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +104,23 @@ class PostgresServer(ServerProcess):
                 "(or: apt-get install postgresql)"
             )
         return binaries
+
+    def pids(self) -> list[int]:
+        """The postmaster's process id and its children's (one backend per connection)."""
+        assert self.process is not None
+        pid = self.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return [pid, *map(int, children)]
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Every process of the server stopped (SIGSTOP): connections stay open and
+        connecting still succeeds (the kernel accepts), but nothing answers; SIGCONT after."""
+        pids = self.pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
