@@ -583,9 +583,10 @@ async def test_four_processes_serve_one_conversation(
             for index in range(workers):
                 group.start_soon(worker, index)
             # Start them together, once every process is up and connected.
-            while len(list(tmp_path.glob("ready-*"))) < workers and not failures:  # noqa: ASYNC110
+            folder = anyio.Path(tmp_path)
+            while len([p async for p in folder.glob("ready-*")]) < workers and not failures:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
-            (tmp_path / "go").touch()
+            await (folder / "go").touch()
     assert not failures, "\n".join(failures)
 
     async with PostgresSessionStore(url, prefix=prefix) as store:
