@@ -418,8 +418,8 @@ class PostgresSession:
 
         def write(conn: Conn) -> tuple[int, int] | None:
             session = {"id": self._id, "ttl": store.ttl}
-            if store.ttl is not None:
-                conn.execute(sql["expired"].encode(), session)  # stored anew, not extended
+            # An expired session (any store's ttl) is stored anew, not extended.
+            conn.execute(sql["expired"].encode(), session)
             row = conn.execute(sql["upsert"].encode(), {**session, "n": len(batch), "now": now})
             gen, length, writes = row.fetchone() or (0, 0, 0)
             if (
@@ -523,8 +523,7 @@ class PostgresSession:
 
         def touch(conn: Conn) -> bool:
             session = {"id": self._id, "ttl": store.ttl, "hash": digest}
-            if store.ttl is not None:
-                conn.execute(sql["expired"].encode(), session)
+            conn.execute(sql["expired"].encode(), session)
             row = conn.execute(sql["upsert"].encode(), {**session, "n": 0, "now": now}).fetchone()
             seen = conn.execute(sql["seen"].encode(), session).fetchone() is not None
             turn = row[2] if row else 0

@@ -348,9 +348,22 @@ async def test_an_expired_session_starts_again_empty(
                 await anyio.sleep(0.1)
         assert await session.request_hashes() == {}
         assert await store.session_ids() == []
-        await session.add_messages([ChatMessage.user("new")])
-        assert [m.content for m in await session.get_messages()] == ["new"]
         assert not (await session.touch_request_hash([ChatMessage.user("soon gone")])).repeated
+        async with PostgresSessionStore(postgres_server.url(), prefix=prefix) as without_ttl:
+            await (await without_ttl.get("short-lived")).add_messages([ChatMessage.user("new")])
+        assert [m.content for m in await session.get_messages()] == ["new"]
+
+
+def test_the_sessions_guide_example_runs(
+    postgres_server: PostgresServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/sessions.md's PostgreSQL example, pointed at the test server."""
+    guide = (ROOT / "docs" / "sessions.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", guide, re.DOTALL) if "Postgres" in b]
+    assert len(blocks) == 1
+    code = blocks[0].replace("postgresql://raf@127.0.0.1:5432/postgres", postgres_server.url())
+    exec(compile(code, "docs/sessions.md", "exec"), {"__name__": "guide"})
+    assert capsys.readouterr().out == "Hello again\n"
 
 
 def test_bad_arguments_are_value_errors() -> None:
