@@ -17,7 +17,7 @@ import raf
 #: The public subpackages: every other module of raf is private.
 PUBLIC_SUBPACKAGES = {"testing", "otel", "durable", "serve"}
 #: Public, but loaded on first use and left out of __all__ (it needs an extra).
-OPTIONAL = {"RedisSessionStore"}
+OPTIONAL = {"PostgresSessionStore", "RedisSessionStore"}
 
 
 def test_all_is_exactly_the_sorted_public_names() -> None:
