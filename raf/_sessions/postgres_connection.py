@@ -287,7 +287,7 @@ class PostgresConnection:
                 if isinstance(exc, TimeoutError)
                 else reason(exc)
             )
-            message = f"{where}: cannot reach the server: {problem}"
+            message = f"{where}: cannot reach the server to {what}: {problem}"
         elif kind == "timeout":
             message = (
                 f"{where}: cannot {what}: the server did not answer within "

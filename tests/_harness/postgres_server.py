@@ -12,6 +12,7 @@ parent, and removes the folder.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -118,9 +119,14 @@ class PostgresServer(ServerProcess):
         connecting still succeeds (the kernel accepts), but nothing answers; SIGCONT after."""
         pids = self.pids()
         for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+            _signal(pid, signal.SIGSTOP)
         try:
             yield
         finally:
             for pid in pids:
-                os.kill(pid, signal.SIGCONT)
+                _signal(pid, signal.SIGCONT)
+
+
+def _signal(pid: int, number: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # a backend whose client has just left
+        os.kill(pid, number)
