@@ -471,8 +471,8 @@ class PostgresSession:
     async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None:
         """Remove and return the pending calls of ``tokens``, all of them or none (``None``)."""
         wanted = checked_tokens(tokens)
-        if len(set(wanted)) != len(wanted):
-            return None
+        if len(set(wanted)) != len(wanted) or any("\x00" in token for token in wanted):
+            return None  # given twice, or no token PostgreSQL could hold: not all pending
         return await self._claim(wanted)
 
     async def claim_all_pending(self) -> tuple[PendingCall, ...]:

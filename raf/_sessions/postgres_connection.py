@@ -142,19 +142,31 @@ class PostgresConnection:
         self._idle: list[psycopg.Connection[tuple[object, ...]]] = []
         self._idle_lock = threading.Lock()
         self._limiter: anyio.CapacityLimiter | None = None
+        self._opening: anyio.Event | None = None
+        self._opened = False
         self._closed = False
 
     async def open(self) -> Self:
         """Connect, and create the tables under ``prefix`` when they are missing."""
-        if self._closed:
-            raise SessionStoreError(f"{self.where}: the store is closed")
-        if self._limiter is None:
+        while not self._opened:
+            if self._closed:
+                raise SessionStoreError(f"{self.where}: the store is closed")
+            if self._opening is not None:  # another task opens it: wait, then look again
+                await self._opening.wait()
+                continue
+            self._opening = opening = anyio.Event()
             self._limiter = anyio.CapacityLimiter(self.max_connections)
             try:
                 await self.call(self.on_open, "open the store", None)
+                self._opened = True
             except BaseException:
                 self._limiter = None
                 raise
+            finally:
+                self._opening = None
+                opening.set()
+        if self._closed:
+            raise SessionStoreError(f"{self.where}: the store is closed")
         return self
 
     def on_open(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:

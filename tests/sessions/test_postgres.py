@@ -8,7 +8,9 @@ prefix. Tests that freeze or stop the server start a dedicated one.
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import signal
 import subprocess
 import sys
 import uuid
@@ -386,6 +388,26 @@ async def test_session_ids_must_be_text_postgres_can_hold(store: PostgresSession
             await store.get(bad)
 
 
+async def test_tasks_that_open_a_store_at_once_wait_for_its_tables(
+    postgres_server: PostgresServer, prefix: str
+) -> None:
+    store = PostgresSessionStore(postgres_server.url(), prefix=prefix)
+    seen: list[int] = []
+
+    async def first_use(n: int) -> None:
+        session = await store.get(f"s{n}")  # opens the store, or waits for its opening
+        await session.add_messages([ChatMessage.user(str(n))])
+        seen.append(len(await session.get_messages()))
+
+    try:
+        async with anyio.create_task_group() as group:
+            for n in range(5):
+                group.start_soon(first_use, n)
+    finally:
+        await store.aclose()
+    assert seen == [1] * 5
+
+
 async def test_a_stored_row_that_is_not_raf_json_is_named_and_left_alone(
     store: PostgresSessionStore, admin: psycopg.Connection[tuple[object, ...]], prefix: str
 ) -> None:
@@ -474,7 +496,8 @@ async def test_a_server_that_goes_away_is_a_clear_error(dedicated: PostgresServe
         session = await store.get("s")
         await session.add_messages([ChatMessage.user("hi")])
         assert dedicated.process is not None
-        dedicated.process.kill()  # SIGKILL: no goodbye to the clients
+        for pid in dedicated.pids():  # SIGKILL, the backends too: no goodbye to the clients
+            os.kill(pid, signal.SIGKILL)
         dedicated.process.wait()
         with anyio.fail_after(30):
             message = await _failure(session.add_messages([ChatMessage.user("lost")]))
