@@ -324,14 +324,13 @@ class PostgresSession:
 
     async def get_last_messages(self, count: int) -> tuple[ChatMessage, ...]:
         """The newest ``count`` messages (all when fewer), oldest first, reading no older one."""
-        checked_count(count)
+        if checked_count(count) == 0:
+            return ()
         read = await self._read(self._store._cache.get(self._id), count)
         if read.first > 1 and len(read.messages) < count:
             read = await self._read(None, count)  # what was kept starts too late
         if len(read.messages) <= count:
             return read.messages
-        if not count:
-            return ()
         tail = read.messages[-count:]
         if read.first > 1:
             # Kept only for windows (a whole read starts at 1): keep the window, not every
