@@ -459,6 +459,11 @@ async def test_a_frozen_server_is_a_timeout_error_on_every_call(dedicated: Postg
         session = await store.get("s")
         await session.add_messages([ChatMessage.user("kept")])
         with dedicated.frozen():
+            # Cancelled while it waits on the server, on the connection kept from the write
+            # above: the call returns at once, and its transaction is never committed.
+            with anyio.fail_after(10), anyio.move_on_after(0.2) as scope:
+                await session.add_messages([ChatMessage.user("cancelled")])
+            assert scope.cancelled_caught
             for call, what in [
                 (session.get_messages, "read the messages"),
                 (partial(session.add_messages, [ChatMessage.user("late")]), "append 1 message"),
@@ -476,7 +481,7 @@ async def test_a_frozen_server_is_a_timeout_error_on_every_call(dedicated: Postg
                 assert re.search(r"(cannot|reach the server to) " + what, message), message
                 assert "did not answer within timeout=0.5 s" in message, message
                 assert "session 's'" in message
-        # Thawed, the store goes on; the append that timed out was rolled back.
+        # Thawed, the store goes on; the cancelled append was rolled back.
         with anyio.fail_after(30):
             assert [m.content for m in await session.get_messages()] == ["kept"]
 
