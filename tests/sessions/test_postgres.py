@@ -651,3 +651,30 @@ async def test_four_processes_serve_one_conversation(
         f"turn {turn}" for turn in range(turns)
     )
     assert len(recorded) == turns  # every run recorded its request's digest
+
+
+@pytest.mark.slow
+def test_raf_serve_workers_share_the_sessions_in_postgres(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """Two uvicorn workers, `--db postgresql://...`: every turn of one session is kept."""
+    import httpx2 as httpx
+
+    from tests._harness.uvicorn_server import ServedAgent
+
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        '[agent]\nname = "echo"\n[model]\nclient = "echo"\n[[providers]]\nkind = "memory"\n'
+    )
+    command = [sys.executable, "-m", "raf", "serve", str(config), "--workers", "2"]
+    session = {"X-Session-Id": f"served-{uuid.uuid4().hex}"}
+    with ServedAgent(command=[*command, "--db", postgres_server.url()]) as served:
+        for turn in range(4):
+            body = {"model": "echo", "messages": [{"role": "user", "content": f"turn {turn}"}]}
+            reply = httpx.post(
+                f"{served.url}/v1/chat/completions", json=body, headers=session, timeout=30
+            )
+            assert reply.status_code == 200, reply.text
+        listed = httpx.get(f"{served.url}/v1/sessions/{session['X-Session-Id']}/messages")
+    stored = [(m["role"], m["content"]) for m in listed.json()["data"]]
+    assert stored == [(role, f"turn {turn}") for turn in range(4) for role in ("user", "assistant")]
