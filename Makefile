@@ -24,6 +24,10 @@ $(VENV)/.redis: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[redis]'
 	touch $@
 
+$(VENV)/.postgres: $(VENV)/.base
+	$(PY) -m pip install -q -e '.[postgres]'
+	touch $@
+
 $(VENV)/.dbos: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[dbos]'
 	touch $@
@@ -96,7 +100,7 @@ bench-serve: $(VENV)/.test redis-server
 
 # A turn over 1,000 and 100,000 stored messages on each store, import time, a provider
 # layer, and 1, 2, 4 workers on one redis-server or SQLite file (docs/performance.md, Scale).
-bench-scale: $(VENV)/.redis redis-server
+bench-scale: $(VENV)/.redis $(VENV)/.postgres redis-server postgresql
 	$(PY) benchmarks/bench_scale.py
 
 bench-redis: $(VENV)/.redis redis-server

@@ -1,8 +1,9 @@
 """Scale: what a turn costs as a conversation grows, what importing raf costs, and many
 workers on one store.
 
-Each scenario runs in a fresh interpreter (``harness.run_isolated``); the Redis rows use
-their own redis-server on a free loopback port, started here and stopped at the end.
+Each scenario runs in a fresh interpreter (``harness.run_isolated``); the Redis and
+PostgreSQL rows use their own redis-server and PostgreSQL on free loopback ports, started
+here and stopped at the end.
 
 - *warm turn*: one ``agent.run`` on a session that the store has read before (the same
   store object across turns), with the history provider, over 1,000 and 100,000 stored
@@ -61,6 +62,7 @@ from raf import (  # noqa: E402
     InMemorySession,
     SqliteSessionStore,
 )
+from tests._harness.postgres_server import PostgresServer  # noqa: E402
 from tests._harness.redis_server import RedisServer  # noqa: E402
 
 Figures = dict[str, Any]
@@ -97,11 +99,16 @@ class Store:
     def __init__(self, kind: str, args: argparse.Namespace) -> None:
         self.kind = kind
         self.url = args.url
+        self.postgres = args.postgres
         self.folder = tempfile.mkdtemp(prefix="raf-scale-")
 
     async def open(self) -> Any:
         if self.kind == "sqlite":
             return SqliteSessionStore(Path(self.folder, "sessions.db"))
+        if self.kind == "postgres":
+            from raf._sessions.postgres import PostgresSessionStore
+
+            return await PostgresSessionStore(self.postgres, prefix=f"scale{os.getpid()}").open()
         from raf._sessions.redis import RedisSessionStore
 
         return await RedisSessionStore(self.url, prefix=f"scale-{os.getpid()}").open()
@@ -140,8 +147,8 @@ def cold_scenario(kind: str, size: int) -> Scenario:
         async def turn() -> None:
             # The store is open, but has kept nothing of this session: a new session
             # object on SQLite (what the store hands out once the last one is dropped),
-            # the store's cache emptied on Redis.
-            if kind == "redis":
+            # the store's cache emptied on Redis and PostgreSQL.
+            if kind in ("redis", "postgres"):
                 store._cache.clear()
             else:
                 store._sessions.pop("cold", None)
@@ -342,13 +349,13 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
             "us/turn" if kind == "memory" else "ms/turn",
             warm_scenario(kind, size, window),
         )
-        for kind in ("memory", "sqlite", "redis")
+        for kind in ("memory", "sqlite", "redis", "postgres")
         for window, what in ((None, "whole history"), (WINDOW, f"window {WINDOW}"))
         for size in SIZES
     },
     **{
         f"cold/{kind}, {size:,} stored, window {WINDOW}": ("ms/turn", cold_scenario(kind, size))
-        for kind in ("sqlite", "redis")
+        for kind in ("sqlite", "redis", "postgres")
         for size in SIZES
     },
     "import/import raf (floor: import anyio, attrs)": ("ms", import_scenario),
@@ -367,6 +374,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="samples per figure")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--postgres", help=argparse.SUPPRESS)
     parser.add_argument("--load-worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.load_worker:
@@ -378,8 +386,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     chosen = [name for name in SCENARIOS if name.startswith(args.only)]
     results: dict[str, dict[str, Any]] = {}
-    with RedisServer() as server:
+    with RedisServer() as server, PostgresServer() as postgres:
         extra = ["--repeats", str(args.repeats), "--url", server.url]
+        extra += ["--postgres", postgres.url()]
         for name in chosen:
             results[name] = run_isolated(__file__, name, extra)
             print(f"  measured {name}", file=sys.stderr, flush=True)
@@ -405,7 +414,7 @@ def report(results: dict[str, dict[str, Any]]) -> str:
             rows.append([name, unit, shown, fmt(result.get("floor", "-"))])
     out = [table(["scenario", "unit", "raf", "floor"], rows), ""]
     targets = []
-    for kind in ("memory", "sqlite", "redis"):
+    for kind in ("memory", "sqlite", "redis", "postgres"):
         for what in (f"window {WINDOW}", "whole history"):
             small = figure(f"warm/{kind}, 1,000 stored, {what}")
             big = figure(f"warm/{kind}, 100,000 stored, {what}")
@@ -415,7 +424,7 @@ def report(results: dict[str, dict[str, Any]]) -> str:
             limit = 2 if what.startswith("window") else 4
             row = _target(f"warm turn 100k / 1k, {kind}, {what}", small, big, limit)
             targets.append(row)
-    for kind in ("sqlite", "redis"):
+    for kind in ("sqlite", "redis", "postgres"):
         small = figure(f"cold/{kind}, 1,000 stored, window {WINDOW}")
         big = figure(f"cold/{kind}, 100,000 stored, window {WINDOW}")
         targets.append(_target(f"cold turn 100k / 1k, {kind}, window {WINDOW}", small, big, 3))

@@ -116,6 +116,7 @@ if typing.TYPE_CHECKING:
     from raf._providers.mcp import McpToolsProvider as McpToolsProvider
     from raf._providers.skills import AgentSkillsProvider as AgentSkillsProvider
     from raf._providers.workspace import WorkspaceContextProvider as WorkspaceContextProvider
+    from raf._sessions.postgres import PostgresSessionStore as PostgresSessionStore
     from raf._sessions.redis import RedisSessionStore as RedisSessionStore
     from raf._sessions.sqlite import SqliteSessionStore as SqliteSessionStore
 
@@ -248,8 +249,9 @@ __version__: str
 #: here, so that a program pays for what it touches: the OpenAI clients import the SDK's
 #: stack (openai, httpx, pydantic), AnthropicChatClient the optional extra
 #: raf-agents[anthropic] (once a client is built), SqliteSessionStore sqlite3, RedisSessionStore the
-#: optional extra raf-agents[redis] (coredis) and GeminiChatClient raf-agents[gemini]
-#: (google-genai; neither is in __all__, so that `from raf import *` works without them).
+#: optional extra raf-agents[redis] (coredis), PostgresSessionStore raf-agents[postgres]
+#: (psycopg) and GeminiChatClient raf-agents[gemini] (google-genai); none is in __all__,
+#: so that `from raf import *` works without the extras.
 _LAZY = {
     "A2AAgentTool": "raf._providers.a2a",
     "AgentSkillsProvider": "raf._providers.skills",
@@ -278,6 +280,7 @@ _LAZY = {
     "OpenAIResponsesClient": "raf._clients.responses",
     "PROVIDER_KINDS": "raf._config.declarations",
     "Passage": "raf._providers.knowledge",
+    "PostgresSessionStore": "raf._sessions.postgres",
     "ProviderOptions": "raf._config.declarations",
     "RedisSessionStore": "raf._sessions.redis",
     "Retriever": "raf._providers.knowledge",

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--db",
             default=None,  # a str, not a Path: Path would fold redis:// into redis:/
             help=f"the session store: a SQLite file (default {DEFAULT_DB}; missing folders "
-            "are created) or redis://HOST:PORT/N",
+            "are created), redis://HOST:PORT/N or postgresql://USER@HOST:PORT/DB",
         )
         for flag, dest, text in _TRACES:
             command.add_argument(flag, dest=dest, action="store_true", help=text)
@@ -101,7 +101,8 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument(
         "--db",
         default=None,
-        help="the session store: a SQLite file or redis://HOST:PORT/N (default: in memory)",
+        help="the session store: a SQLite file, redis://HOST:PORT/N or postgresql://... "
+        "(default: in memory)",
     )
     serve.add_argument("--workers", type=int, default=1, help="worker processes (need --db)")
     for flag, text in (

@@ -1,5 +1,5 @@
 """Shared setup of raf's own suite: raf's pytest plugin, both anyio backends, hypothesis
-profiles, the Redis server.
+profiles, the Redis and PostgreSQL servers.
 
 The suite runs in parallel (pytest-xdist, ``make test``): each worker is its own
 pytest session, so a session fixture (the Redis server) is one per worker, and
@@ -18,6 +18,7 @@ import pytest
 import trio.testing
 from hypothesis import HealthCheck, settings
 
+from tests._harness.postgres_server import PostgresServer, postgres_bin
 from tests._harness.redis_server import RedisServer
 
 # raf's plugin is opt-in, and the suite opts in as a user does (its anyio_backend below wins
@@ -72,4 +73,16 @@ def outside(tmp_path: Path) -> Path:
 def redis_server() -> Iterator[RedisServer]:
     """A real redis-server on a free loopback port, for the whole session, stopped at its end."""
     with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL on a free loopback port (as an unprivileged user), for the whole
+    session, stopped at its end; skipped where PostgreSQL is not installed."""
+    if postgres_bin() is None:
+        pytest.skip(
+            "PostgreSQL is not installed (make test installs it: apt-get install postgresql)"
+        )
+    with PostgresServer() as server:
         yield server

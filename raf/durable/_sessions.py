@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -24,12 +25,13 @@ __all__ = ["SessionRef"]
 class SessionRef:
     """Where a durable run's session lives: what crosses DBOS instead of the session.
 
-    ``kind`` is ``"sqlite"`` (``location`` the file's path) or ``"redis"``
-    (``location`` the server's URL, with the store's ``prefix`` and
-    ``ttl``). A recovering worker opens that store and gets ``session_id``.
+    ``kind`` is ``"sqlite"`` (``location`` the file's path), ``"redis"``
+    (``location`` the server's URL) or ``"postgres"`` (``location`` the
+    connection string), the last two with the store's ``prefix`` and
+    ``ttl``. A recovering worker opens that store and gets ``session_id``.
     """
 
-    kind: Literal["sqlite", "redis"]
+    kind: Literal["sqlite", "redis", "postgres"]
     location: str
     session_id: str
     prefix: str | None = None
@@ -43,23 +45,29 @@ class SessionRef:
             if str(path) == ":memory:":
                 raise DurableError(
                     f"session {session.id!r} lives in an in-memory SQLite store, which no other "
-                    "process can reopen: a durable run needs a store on disk (or Redis)"
+                    "process can reopen: a durable run needs a store on disk (or Redis, or "
+                    "PostgreSQL)"
                 )
             # Absolute: the recovering worker may start in another folder.
             return cls("sqlite", os.path.abspath(path), session.id)
         if isinstance(session, InMemorySession):
             raise DurableError(
                 "an InMemorySession lives in one process and dies with it, so a durable run "
-                "cannot use it: use a SqliteSessionStore or RedisSessionStore session (or none)"
+                "cannot use it: use a SqliteSessionStore, RedisSessionStore or "
+                "PostgresSessionStore session (or none)"
             )
-        from raf._sessions import redis as redis_sessions  # only when the extra is there
-
-        if isinstance(session, redis_sessions.RedisSession):
+        # Only when the extra is there: a session of its store means its module is loaded.
+        redis_sessions = sys.modules.get("raf._sessions.redis")
+        if redis_sessions and isinstance(session, redis_sessions.RedisSession):
             store = session.store
             return cls("redis", store.url, session.id, store.prefix, store.ttl)
+        postgres_sessions = sys.modules.get("raf._sessions.postgres")
+        if postgres_sessions and isinstance(session, postgres_sessions.PostgresSession):
+            pg = session.store
+            return cls("postgres", pg.dsn, session.id, pg.prefix, pg.ttl)
         raise DurableError(
             f"a durable run cannot reopen a {type(session).__name__} in another process: "
-            "use a SqliteSessionStore or RedisSessionStore session (or none)"
+            "use a SqliteSessionStore, RedisSessionStore or PostgresSessionStore session (or none)"
         )
 
     @asynccontextmanager
@@ -69,9 +77,15 @@ class SessionRef:
             async with SqliteSessionStore(self.location) as sqlite_store:
                 yield await sqlite_store.get(self.session_id)
             return
+        prefix = "raf" if self.prefix is None else self.prefix
+        if self.kind == "postgres":
+            from raf._sessions.postgres import PostgresSessionStore
+
+            async with PostgresSessionStore(self.location, prefix=prefix, ttl=self.ttl) as pg_store:
+                yield await pg_store.get(self.session_id)
+            return
         from raf._sessions.redis import RedisSessionStore
 
-        prefix = "raf" if self.prefix is None else self.prefix
         async with RedisSessionStore(self.location, prefix=prefix, ttl=self.ttl) as redis_store:
             yield await redis_store.get(self.session_id)
 

@@ -74,8 +74,9 @@ def app(
     history, for the page) and ``GET /healthz``.
 
     ``store``: where sessions live, anything with ``await store.get(id)``
-    (:class:`raf.SqliteSessionStore`, :class:`raf.RedisSessionStore`), or a
-    ``--db`` value (a SQLite path or ``redis://...``) that the app opens on
+    (:class:`raf.SqliteSessionStore`, :class:`raf.RedisSessionStore`,
+    :class:`raf.PostgresSessionStore`), or a ``--db`` value (a SQLite path,
+    ``redis://...`` or ``postgresql://...``) that the app opens on
     its lifespan's start and closes at its end; ``None`` keeps sessions in
     this process (not for a durable agent: its sessions cross DBOS). The
     history of a session reaches the model through the agent's own history

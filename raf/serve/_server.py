@@ -68,7 +68,7 @@ def serve(
         raise ConfigError(f"--workers must be at least 1, got {workers}")
     if workers > 1 and db is None:
         raise ConfigError(
-            "--workers above 1 needs --db (a SQLite file or redis://...): "
+            "--workers above 1 needs --db (a SQLite file, redis://... or postgresql://...): "
             "the workers must share the sessions"
         )
     if not 0 <= port <= 65535:

@@ -9,6 +9,8 @@ test can tell what ran, where and how often.
     python tests/_harness/durable_worker.py recover --system-db URL --sessions F --log F --ids ID...
     python tests/_harness/durable_worker.py decide  --system-db URL --sessions F --log F --ids ID...
 
+``--sessions`` is a SQLite file or a ``postgresql://`` URL (the sessions in
+PostgreSQL, perhaps the same database as DBOS's).
 ``run`` launches DBOS and runs one durable turn per workflow id (session id
 = workflow id, or ``--session``), concurrently; ``recover`` launches DBOS (which recovers
 this executor's pending runs), starts the ids DBOS has never seen, and
@@ -50,6 +52,7 @@ from raf import (
     ContextResult,
     Decision,
     HistoryProvider,
+    PostgresSessionStore,
     SqliteSessionStore,
     ToolCall,
     tool,
@@ -179,7 +182,7 @@ def configure(system_db: str, executor: str) -> None:
 
 
 async def run_one(
-    agent: Any, store: SqliteSessionStore, workflow_id: str, session_id: str
+    agent: Any, store: Any, workflow_id: str, session_id: str
 ) -> dict[str, Any]:
     session = await store.get(session_id)
     with SetWorkflowID(workflow_id):
@@ -187,7 +190,7 @@ async def run_one(
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 
 
-async def wait_one(store: SqliteSessionStore, workflow_id: str, session_id: str) -> dict[str, Any]:
+async def wait_one(store: Any, workflow_id: str, session_id: str) -> dict[str, Any]:
     handle: Any = await DBOS.retrieve_workflow_async(workflow_id)
     response = await handle.get_result(polling_interval_sec=0.05)  # the whole turn
     session = await store.get(session_id)
@@ -195,7 +198,7 @@ async def wait_one(store: SqliteSessionStore, workflow_id: str, session_id: str)
 
 
 async def decide_one(
-    agent: Any, store: SqliteSessionStore, workflow_id: str, session_id: str
+    agent: Any, store: Any, workflow_id: str, session_id: str
 ) -> dict[str, Any]:
     session = await store.get(session_id)
     listed = await session.list_pending()
@@ -215,11 +218,18 @@ async def log_waiting(log: Path, workflow_id: str) -> None:
         await anyio.sleep(0.02)
 
 
+def sessions_store(sessions: str) -> Any:
+    """The store of ``--sessions``: a SQLite file, or a PostgreSQL database's URL."""
+    if sessions.startswith("postgresql://"):
+        return PostgresSessionStore(sessions)
+    return SqliteSessionStore(sessions)
+
+
 async def main(args: argparse.Namespace) -> None:
     agent = build(Path(args.log), args.hang, args.tool_seconds, args.approve, args.approval_timeout)
     configure(args.system_db, args.executor)
     _log(Path(args.log), f"launched {args.mode}")  # DBOS has recovered this executor's runs
-    async with SqliteSessionStore(args.sessions) as store:
+    async with sessions_store(args.sessions) as store:
 
         async def one(workflow_id: str) -> None:
             known = await DBOS.get_workflow_status_async(workflow_id)

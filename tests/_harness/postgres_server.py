@@ -12,12 +12,15 @@ parent, and removes the folder.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +105,28 @@ class PostgresServer(ServerProcess):
                 "(or: apt-get install postgresql)"
             )
         return binaries
+
+    def pids(self) -> list[int]:
+        """The postmaster's process id and its children's (one backend per connection)."""
+        assert self.process is not None
+        pid = self.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return [pid, *map(int, children)]
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Every process of the server stopped (SIGSTOP): connections stay open and
+        connecting still succeeds (the kernel accepts), but nothing answers; SIGCONT after."""
+        pids = self.pids()
+        for pid in pids:
+            _signal(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in pids:
+                _signal(pid, signal.SIGCONT)
+
+
+def _signal(pid: int, number: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # a backend whose client has just left
+        os.kill(pid, number)

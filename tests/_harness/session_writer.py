@@ -3,6 +3,7 @@
     python -m tests._harness.session_writer sqlite PATH SESSION TEXT...
     python -m tests._harness.session_writer redis URL SESSION TEXT...   (appends, one batch)
     python -m tests._harness.session_writer redis-replace URL SESSION TEXT...
+    python -m tests._harness.session_writer postgres DSN SESSION TEXT...  (prefix "raf")
 
 Appends one user message per TEXT to the session, in one batch, and exits.
 ``redis-replace`` deletes the session's list first and writes the TEXTs as a
@@ -23,6 +24,12 @@ async def main(kind: str, target: str, session_id: str, texts: list[str]) -> Non
     if kind == "sqlite":
         async with SqliteSessionStore(target) as sqlite_store:
             await (await sqlite_store.get(session_id)).add_messages(batch)
+        return
+    if kind == "postgres":
+        from raf._sessions.postgres import PostgresSessionStore
+
+        async with PostgresSessionStore(target) as postgres_store:
+            await (await postgres_store.get(session_id)).add_messages(batch)
         return
     from raf._sessions.redis import RedisSessionStore
 

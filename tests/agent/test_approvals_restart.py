@@ -1,6 +1,6 @@
 """Approvals across real processes: one process pauses and exits, others resume.
 
-On SQLite and on a real redis-server: process A stops at the pending call
+On SQLite, on a real redis-server and on a real PostgreSQL: process A stops at the pending call
 and exits; process B resumes it. Two processes resuming with one decision at
 the same moment run the tool once: one answers, the other gets
 ``ApprovalError``.
@@ -18,7 +18,8 @@ from typing import Any
 import anyio
 import pytest
 
-from raf import RedisSessionStore, SqliteSessionStore, check_tool_pairing
+from raf import PostgresSessionStore, RedisSessionStore, SqliteSessionStore, check_tool_pairing
+from tests._harness.postgres_server import PostgresServer
 from tests._harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
@@ -26,10 +27,13 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "sessions.db")
+    if request.param == "postgres":
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        return postgres.url()
     server: RedisServer = request.getfixturevalue("redis_server")
     return server.url
 
@@ -63,9 +67,11 @@ def _output(process: subprocess.Popen[str]) -> Any:
 
 def _stored(db: str, session_id: str) -> tuple[Any, Any]:
     async def read() -> tuple[Any, Any]:
-        store: SqliteSessionStore | RedisSessionStore
+        store: SqliteSessionStore | RedisSessionStore | PostgresSessionStore
         if db.startswith("redis://"):
             store = await RedisSessionStore(db).open()
+        elif db.startswith("postgresql://"):
+            store = await PostgresSessionStore(db).open()
         else:
             store = SqliteSessionStore(db)
         try:

@@ -1,5 +1,8 @@
 """Durable runs survive a worker killed for real (SIGKILL), on SQLite and on PostgreSQL.
 
+The kind ``"one-postgres"`` keeps the sessions (PostgresSessionStore) in the same
+PostgreSQL database as DBOS's system tables: one database for everything.
+
 Each test starts a worker process (tests/_harness/durable_worker.py), kills it with
 SIGKILL at a chosen point, and starts another worker that launches DBOS on
 the same system database and recovers the run. The log the model, the
@@ -44,10 +47,13 @@ def postgres() -> Iterator[PostgresServer]:
 def _worker(
     mode: str, system_db: str, folder: Path, *extra: str, run: str = "turn-1"
 ) -> subprocess.Popen[str]:
+    # The sessions: the SQLite file, or the database _system_db named ("one-postgres").
+    url = folder / "sessions.url"
+    sessions = url.read_text() if url.exists() else str(folder / "sessions.db")
     command = [
         sys.executable, str(WORKER), mode,
         "--system-db", system_db,
-        "--sessions", str(folder / "sessions.db"),
+        "--sessions", sessions,
         "--log", str(folder / "log"),
         "--ids", run,
         *extra,
@@ -121,10 +127,13 @@ def _system_db(kind: str, folder: Path, request: pytest.FixtureRequest) -> str:
     if kind == "sqlite":
         return f"sqlite:///{folder / 'dbos.sqlite'}"
     server: PostgresServer = request.getfixturevalue("postgres")
-    return server.url(f"raf_{folder.name.replace('-', '_').lower()[-40:]}")
+    url = server.url(f"raf_{folder.name.replace('-', '_').lower()[-40:]}")
+    if kind == "one-postgres":
+        (folder / "sessions.url").write_text(url)
+    return url
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "one-postgres"])
 def test_a_worker_killed_after_the_second_of_three_tool_calls_is_recovered(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -157,10 +166,11 @@ def test_a_worker_killed_after_the_second_of_three_tool_calls_is_recovered(
     assert pids == sorted(pids, key=lambda pid: pid == second)
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "one-postgres"])
 def test_a_worker_killed_after_the_history_write_does_not_store_the_turn_twice(
-    tmp_path: Path,
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    system_db = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    system_db = _system_db(kind, tmp_path, request)
     # The outermost post stage hangs: the history provider (inside it) has written the
     # turn, and DBOS has not marked the workflow done when the worker dies.
     first = _crash(system_db, tmp_path, "post", "post turn-1 error=NoneType")
@@ -187,7 +197,7 @@ def test_load_on_postgres_with_a_worker_killed(postgres: PostgresServer, tmp_pat
     assert result["histories_duplicated"] == 0
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "one-postgres"])
 def test_a_worker_killed_while_its_run_waits_for_approval_is_recovered_and_decided_elsewhere(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -295,3 +305,22 @@ def test_a_worker_killed_in_the_run_a_decision_started_is_recovered(tmp_path: Pa
     calls = [(what.split(" key=")[0], pid) for what, pid in log if what.startswith("tool start")]
     assert [pid for what, pid in calls if what == "tool start 2"] == [first]  # run once
     assert [pid for what, pid in log if what == "model turn-1 3"] == [first, recovering.pid]
+
+
+def test_one_database_holds_the_sessions_and_dbos_tables(
+    postgres: PostgresServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    import psycopg
+
+    system_db = _system_db("one-postgres", tmp_path, request)
+    _crash(system_db, tmp_path, "model3", "model turn-1 3")
+    result, _ = _recover(system_db, tmp_path)
+    assert result == {"id": "turn-1", "text": "sum=14", "history": 8}
+    with psycopg.connect(system_db) as conn:
+        tables = conn.execute(
+            "SELECT table_schema || '.' || table_name FROM information_schema.tables "
+            "WHERE table_name IN ('raf_messages', 'workflow_status')"
+        ).fetchall()
+        stored = conn.execute("SELECT count(*) FROM raf_messages").fetchone()
+    assert sorted(name for (name,) in tables) == ["dbos.workflow_status", "public.raf_messages"]
+    assert stored == (8,)

@@ -26,7 +26,7 @@ def test_the_metadata_names_the_docs_site_and_the_extras() -> None:
     urls = dict(url.split(", ", 1) for url in meta.get_all("Project-URL") or [])
     assert urls["Documentation"].startswith("https://")
     extras = set(meta.get_all("Provides-Extra") or [])
-    assert {"redis", "otel", "mcp", "testing", "docs", "test"} <= extras
+    assert {"redis", "postgres", "otel", "mcp", "testing", "docs", "test"} <= extras
     assert "Typing :: Typed" in (meta.get_all("Classifier") or [])
 
 

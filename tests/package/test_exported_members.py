@@ -18,7 +18,7 @@ import raf
 PUBLIC_SUBPACKAGES = {"testing", "otel", "durable", "serve"}
 #: Public, but loaded on first use and left out of __all__ (each needs an extra its module
 #: imports).
-OPTIONAL = {"GeminiChatClient", "RedisSessionStore"}
+OPTIONAL = {"GeminiChatClient", "PostgresSessionStore", "RedisSessionStore"}
 
 
 def test_all_is_exactly_the_sorted_public_names() -> None:

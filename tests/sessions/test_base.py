@@ -142,8 +142,9 @@ def test_the_sessions_guide_examples_run(tmp_path: Path, monkeypatch: pytest.Mon
     (they call ``anyio.run`` themselves, on its default backend)."""
     guide = Path(__file__).resolve().parents[2] / "docs" / "sessions.md"
     scripts = re.findall(r"```python\n(.*?)```", guide.read_text(encoding="utf-8"), re.DOTALL)
-    # The Redis example needs a server: tests/sessions/test_redis.py runs it against one.
-    scripts = [code for code in scripts if "RedisSessionStore" not in code]
+    # The Redis and PostgreSQL examples need a server: tests/sessions/test_redis.py and
+    # test_postgres.py run them against one.
+    scripts = [code for code in scripts if "SessionStore(" not in code or "Sqlite" in code]
     assert len(scripts) == 2
     monkeypatch.chdir(tmp_path)  # the first one writes conversations.db where it runs
     for run in range(2):

@@ -1,4 +1,5 @@
-"""A store's cache of what it read never hides another process's writes (SQLite and Redis).
+"""A store's cache of what it read never hides another process's writes (SQLite, Redis,
+PostgreSQL).
 
 Each test reads a session in this process (so the store keeps what it read),
 lets a second process (``tests._harness.session_writer``) write to the same session,
@@ -16,6 +17,7 @@ import anyio
 import pytest
 
 from raf import ChatMessage, SqliteSessionStore
+from tests._harness.postgres_server import PostgresServer
 from tests._harness.redis_server import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -82,3 +84,10 @@ async def test_redis_a_history_written_again_is_not_taken_for_the_old_one_grown(
         )
         assert texts(await session.get_messages()) == ["new 1", "new 2", "new 3"]
         assert texts(await session.get_last_messages(2)) == ["new 2", "new 3"]
+
+
+async def test_postgres_reads_see_another_process(postgres_server: PostgresServer) -> None:
+    from raf import PostgresSessionStore
+
+    async with PostgresSessionStore(postgres_server.url()) as store:
+        await read_write_read(await store.get(uuid.uuid4().hex), "postgres", postgres_server.url())

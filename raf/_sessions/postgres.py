@@ -1,0 +1,567 @@
+"""PostgresSessionStore: sessions in PostgreSQL, shared by any number of processes and machines.
+
+Needs the optional extra ``raf-agents[postgres]`` (psycopg 3). ``import raf``
+does not import this module; ``raf.PostgresSessionStore`` does, on first use.
+
+Tables, created on first use (``{p}`` is the store's ``prefix``):
+
+- ``{p}_sessions``: one row per session: ``length`` (its messages, numbered
+  1 to length), ``gen`` (a new number when the session is stored anew, after it
+  expired or was deleted), ``writes`` (a counter that orders its request
+  digests and pending calls), ``expires_at`` (with a ``ttl``);
+- ``{p}_messages``: ``(session_id, seq)`` -> the message as raf's JSON;
+- ``{p}_requests``, ``{p}_pending``, ``{p}_once``: the request digests, the
+  tool calls that wait for approval, the keys of the writes done once.
+
+Every write is one transaction that first updates the session's row, so the
+writes of one session are serialized by its row lock, whichever process
+makes them: a batch gets the next numbers, and it is committed before the
+next batch of the session can be numbered. A reader therefore always sees
+the messages 1 to ``length``, never a gap, and reads only those after the
+last one it has.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import attrs
+import psycopg
+
+from raf._errors import SessionStoreError
+from raf._sessions.base import (
+    REQUEST_HASH_LIMIT,
+    Claimed,
+    RequestHash,
+    checked_batch,
+    checked_count,
+    checked_key,
+    checked_pending,
+    checked_session_id,
+    checked_tokens,
+    request_hash,
+)
+from raf._sessions.postgres_connection import (
+    DEFAULT_TIMEOUT,
+    MAX_CONNECTIONS,
+    PostgresConnection,
+    Undo,
+    redacted,
+)
+from raf._values.messages import ChatMessage, PendingCall
+
+__all__ = ["PostgresSessionStore"]
+
+#: How many messages a store keeps decoded, across its sessions (as the Redis store).
+CACHE_MESSAGES: Final = 200_000
+#: Seconds between two sweeps of the expired sessions (made by a write, with a ttl).
+SWEEP_EVERY: Final = 60.0
+_ALL: Final = 1 << 62  # "every message": more than any session holds
+
+_SCHEMA: Final = [
+    """CREATE TABLE IF NOT EXISTS {p}_sessions (
+        id text PRIMARY KEY,
+        gen bigint GENERATED ALWAYS AS IDENTITY,
+        length bigint NOT NULL,
+        writes bigint NOT NULL,
+        created_at double precision NOT NULL,
+        expires_at timestamptz)""",
+    "CREATE INDEX IF NOT EXISTS {p}_sessions_expiry ON {p}_sessions (expires_at) "
+    "WHERE expires_at IS NOT NULL",
+    """CREATE TABLE IF NOT EXISTS {p}_messages (
+        session_id text NOT NULL REFERENCES {p}_sessions (id) ON DELETE CASCADE,
+        seq bigint NOT NULL,
+        message text NOT NULL,
+        PRIMARY KEY (session_id, seq))""",
+    """CREATE TABLE IF NOT EXISTS {p}_requests (
+        session_id text NOT NULL REFERENCES {p}_sessions (id) ON DELETE CASCADE,
+        hash text NOT NULL,
+        seen_at double precision NOT NULL,
+        turn bigint NOT NULL,
+        PRIMARY KEY (session_id, hash))""",
+    """CREATE TABLE IF NOT EXISTS {p}_pending (
+        session_id text NOT NULL REFERENCES {p}_sessions (id) ON DELETE CASCADE,
+        token text NOT NULL,
+        turn bigint NOT NULL,
+        idx bigint NOT NULL,
+        call text NOT NULL,
+        PRIMARY KEY (session_id, token))""",
+    """CREATE TABLE IF NOT EXISTS {p}_once (
+        session_id text NOT NULL REFERENCES {p}_sessions (id) ON DELETE CASCADE,
+        key text NOT NULL,
+        PRIMARY KEY (session_id, key))""",
+]
+
+_LIVE: Final = "(s.expires_at IS NULL OR s.expires_at > now())"
+
+# The session's row, created or updated (locked until the transaction ends): it numbers the
+# batch and puts the expiry again. ttl None keeps the expiry another store put.
+_UPSERT: Final = """
+INSERT INTO {p}_sessions AS s (id, length, writes, created_at, expires_at)
+VALUES (%(id)s, %(n)s, 1, %(now)s, now() + %(ttl)s * interval '1 second')
+ON CONFLICT (id) DO UPDATE SET
+    length = s.length + EXCLUDED.length,
+    writes = s.writes + 1,
+    expires_at = coalesce(EXCLUDED.expires_at, s.expires_at)
+RETURNING s.gen, s.length, s.writes"""
+_EXPIRED: Final = "DELETE FROM {p}_sessions WHERE id = %(id)s AND expires_at <= now()"
+_SWEEP: Final = (
+    "DELETE FROM {p}_sessions WHERE id IN (SELECT id FROM {p}_sessions "
+    "WHERE expires_at <= now() LIMIT 1000)"
+)
+_APPEND: Final = """
+INSERT INTO {p}_messages (session_id, seq, message)
+SELECT %(id)s, %(first)s + t.n - 1, t.message
+FROM unnest(%(messages)s::text[]) WITH ORDINALITY AS t(message, n)"""
+_RECORD: Final = """
+INSERT INTO {p}_pending (session_id, token, turn, idx, call)
+SELECT %(id)s, t.token, %(turn)s, t.n, t.call
+FROM unnest(%(tokens)s::text[], %(calls)s::text[]) WITH ORDINALITY AS t(token, call, n)
+ON CONFLICT (session_id, token) DO UPDATE SET
+    turn = EXCLUDED.turn, idx = EXCLUDED.idx, call = EXCLUDED.call"""
+# The messages after %(after)s (when the reader's generation is still the session's: else
+# from the first), and within the newest %(keep)s; with the session's length and generation.
+_READ: Final = f"""
+SELECT s.gen, s.length, m.seq, m.message
+FROM {{p}}_sessions AS s
+LEFT JOIN {{p}}_messages AS m ON m.session_id = s.id
+    AND m.seq > (CASE WHEN s.gen = %(gen)s THEN %(after)s ELSE 0 END)
+    AND m.seq > s.length - %(keep)s
+WHERE s.id = %(id)s AND {_LIVE}
+ORDER BY m.seq"""
+_LENGTH: Final = f"SELECT s.length FROM {{p}}_sessions AS s WHERE s.id = %(id)s AND {_LIVE}"
+_LOCK: Final = f"""
+UPDATE {{p}}_sessions AS s SET expires_at = coalesce(now() + %(ttl)s * interval '1 second',
+    s.expires_at)
+WHERE s.id = %(id)s AND {_LIVE}
+RETURNING s.id"""
+_PENDING: Final = f"""
+SELECT p.token, p.call FROM {{p}}_pending AS p JOIN {{p}}_sessions AS s ON s.id = p.session_id
+WHERE p.session_id = %(id)s AND {_LIVE}
+ORDER BY p.turn, p.idx"""
+_CLAIM: Final = "DELETE FROM {p}_pending WHERE session_id = %(id)s AND token = ANY(%(tokens)s)"
+_SEEN: Final = "SELECT 1 FROM {p}_requests WHERE session_id = %(id)s AND hash = %(hash)s"
+_TOUCH: Final = """
+INSERT INTO {p}_requests (session_id, hash, seen_at, turn)
+VALUES (%(id)s, %(hash)s, %(seen_at)s, %(turn)s)
+ON CONFLICT (session_id, hash) DO UPDATE SET seen_at = EXCLUDED.seen_at, turn = EXCLUDED.turn"""
+_TRIM: Final = """
+DELETE FROM {p}_requests WHERE session_id = %(id)s AND turn < (
+    SELECT min(turn) FROM (SELECT turn FROM {p}_requests WHERE session_id = %(id)s
+    ORDER BY turn DESC LIMIT %(limit)s) AS kept)"""
+_HASHES: Final = f"""
+SELECT r.hash, r.seen_at FROM {{p}}_requests AS r JOIN {{p}}_sessions AS s ON s.id = r.session_id
+WHERE r.session_id = %(id)s AND {_LIVE}
+ORDER BY r.turn"""
+_ONCE: Final = """
+INSERT INTO {p}_once (session_id, key) VALUES (%(id)s, %(key)s) ON CONFLICT DO NOTHING"""
+_IDS: Final = f"SELECT s.id FROM {{p}}_sessions AS s WHERE {_LIVE} ORDER BY s.created_at, s.id"
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+@attrs.frozen(slots=True)
+class _Cached:
+    """What a store has read of one session: ``messages`` are numbers ``first`` to
+    ``end - 1`` of the session stored as generation ``gen``."""
+
+    gen: int
+    first: int
+    messages: tuple[ChatMessage, ...]
+
+    @property
+    def end(self) -> int:
+        return self.first + len(self.messages)
+
+
+class PostgresSessionStore(PostgresConnection):
+    """Sessions in one PostgreSQL database, shared by every process that opens it.
+
+    Open it with ``async with`` (or ``await store.open()``, later
+    ``await store.aclose()``), then ``await store.get(session_id)``. Its
+    tables, named after ``prefix``, are created on first use. ``ttl``
+    (seconds) is put again on a session by every write; a session nobody
+    wrote to for ``ttl`` seconds is gone (``None``: sessions never expire).
+
+    psycopg 3's synchronous driver, each call in a worker thread: the store
+    runs on asyncio and trio alike (psycopg's async driver runs on asyncio
+    only). ``timeout`` (seconds, default 10; ``None``: no bound) bounds each
+    call, connecting included: a server that does not answer in time is a
+    :class:`raf.SessionStoreError`, never a hang, and a write that timed out
+    or whose caller was cancelled is rolled back, unless its commit was
+    already on its way (then it is whole: never a part).
+    ``max_connections`` bounds the connections (and calls at once).
+
+    Reads are incremental: the store keeps what it decoded of each session
+    (up to ``cache_messages`` messages in all, the least recently used
+    sessions forgotten first) and reads only the messages after the last it
+    has, in one query that also says whether the session was stored anew.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        prefix: str = "raf",
+        ttl: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+        cache_messages: int = CACHE_MESSAGES,
+    ) -> None:
+        if type(cache_messages) is not int or cache_messages < 0:
+            raise ValueError(
+                f"PostgresSessionStore: cache_messages must be an int >= 0, got {cache_messages!r}"
+            )
+        super().__init__(
+            dsn, prefix=prefix, ttl=ttl, timeout=timeout, max_connections=max_connections
+        )
+        self.cache_messages = cache_messages
+        self._cache: dict[str, _Cached] = {}
+        self._cached_count = 0
+        self._swept = time.monotonic()
+        self.sql = {name: text.replace("{p}", prefix) for name, text in _SQL.items()}
+
+    def on_open(self, conn: Conn) -> None:
+        """Create the tables when missing; sweep the sessions that expired."""
+        found = conn.execute("SELECT to_regclass(%s)", (f"{self.prefix}_once",)).fetchone()
+        if found is None or found[0] is None:
+            self.create(conn, [statement.replace("{p}", self.prefix) for statement in _SCHEMA])
+        if self.ttl is not None:
+            conn.execute(self.sql["sweep"].encode())
+
+    async def get(self, session_id: str) -> PostgresSession:
+        """The session ``session_id`` (opening the store on first use; nothing is written)."""
+        checked_session_id(session_id)
+        if "\x00" in session_id:
+            raise ValueError(f"a PostgreSQL session id cannot hold NUL (\\x00): {session_id!r}")
+        await self.open()
+        return PostgresSession(self, session_id)
+
+    async def session_ids(self) -> list[str]:
+        """The ids of every stored session (those written to), oldest first."""
+        rows = await self.call(
+            lambda conn: conn.execute(self.sql["ids"].encode()).fetchall(), "list sessions", None
+        )
+        return [str(row[0]) for row in rows]
+
+    def __repr__(self) -> str:
+        return (
+            f"PostgresSessionStore({redacted(self.dsn)!r}, prefix={self.prefix!r}, "
+            f"ttl={self.ttl!r}, timeout={self.timeout!r})"
+        )
+
+    def remember(self, session_id: str, cached: _Cached | None) -> None:
+        """Keep ``cached`` as what was read of ``session_id``, most recently used."""
+        old = self._cache.pop(session_id, None)
+        if old is not None:
+            self._cached_count -= len(old.messages)
+        if cached is None:
+            return
+        self._cache[session_id] = cached
+        self._cached_count += len(cached.messages)
+        while self._cached_count > self.cache_messages and len(self._cache) > 1:
+            forgotten = self._cache.pop(next(iter(self._cache)))
+            self._cached_count -= len(forgotten.messages)
+
+    def swept(self) -> bool:
+        """Whether a write may skip the sweep of expired sessions (one ran lately)."""
+        if self.ttl is None or time.monotonic() - self._swept < SWEEP_EVERY:
+            return True
+        self._swept = time.monotonic()
+        return False
+
+
+_SQL: Final = {
+    "upsert": _UPSERT,
+    "expired": _EXPIRED,
+    "sweep": _SWEEP,
+    "append": _APPEND,
+    "record": _RECORD,
+    "read": _READ,
+    "length": _LENGTH,
+    "lock": _LOCK,
+    "pending": _PENDING,
+    "claim": _CLAIM,
+    "seen": _SEEN,
+    "touch": _TOUCH,
+    "trim": _TRIM,
+    "hashes": _HASHES,
+    "once": _ONCE,
+    "ids": _IDS,
+}
+
+
+class PostgresSession:
+    """One session of a :class:`PostgresSessionStore` (get it with ``store.get``).
+
+    Every write is one transaction that locks the session's row first: of two
+    claims of one pending call, one takes it and the other finds it gone.
+    """
+
+    __slots__ = ("_id", "_store")
+
+    def __init__(self, store: PostgresSessionStore, id: str) -> None:
+        self._store = store
+        self._id = id
+
+    @property
+    def id(self) -> str:
+        """The session's id."""
+        return self._id
+
+    @property
+    def store(self) -> PostgresSessionStore:
+        """The store the session lives in."""
+        return self._store
+
+    async def get_messages(self) -> tuple[ChatMessage, ...]:
+        """The history, oldest first (one query: only the messages not read before)."""
+        cached = self._store._cache.get(self._id)
+        return (await self._read(cached if cached and cached.first == 1 else None, _ALL)).messages
+
+    async def get_last_messages(self, count: int) -> tuple[ChatMessage, ...]:
+        """The newest ``count`` messages (all when fewer), oldest first, reading no older one."""
+        if checked_count(count) == 0:
+            return ()
+        read = await self._read(self._store._cache.get(self._id), count)
+        if read.first > 1 and len(read.messages) < count:
+            read = await self._read(None, count)  # what was kept starts too late
+        if len(read.messages) <= count:
+            return read.messages
+        tail = read.messages[-count:]
+        if read.first > 1:
+            # Kept only for windows (a whole read starts at 1): keep the window, not every
+            # message read since, or each append would copy what past turns added.
+            self._store.remember(self._id, _Cached(read.gen, read.end - count, tail))
+        return tail
+
+    async def count_messages(self) -> int:
+        """How many messages the session holds (its row's ``length``: no message is read)."""
+        sql = self._store.sql["length"].encode()
+
+        def count(conn: Conn) -> int:
+            row = conn.execute(sql, {"id": self._id}).fetchone()
+            return 0 if row is None else int(row[0])
+
+        return await self._store.call(count, "count the messages", self._id)
+
+    async def _read(self, cached: _Cached | None, keep: int) -> _Cached:
+        store = self._store
+        sql = store.sql["read"].encode()
+        args = {
+            "id": self._id,
+            "gen": None if cached is None else cached.gen,
+            "after": 0 if cached is None else cached.end - 1,
+            "keep": keep,
+        }
+
+        def read(conn: Conn) -> _Cached | None:
+            rows = conn.execute(sql, args).fetchall()
+            if not rows:
+                return None  # not stored (or expired)
+            gen, length = rows[0][0], rows[0][1]
+            new = tuple([self._decode(seq, text) for _, _, seq, text in rows if seq is not None])
+            first = rows[0][2] if new else length + 1
+            if cached is not None and cached.gen == gen and first == cached.end:
+                found = _Cached(gen, cached.first, cached.messages + new)
+            else:
+                found = _Cached(gen, first, new)
+            if found.end != length + 1:  # the query's own view: cannot differ
+                raise SessionStoreError(
+                    f"{store.where}, session {self._id!r}: read messages {found.first} to "
+                    f"{found.end - 1} of a session of {length}"
+                )
+            return found
+
+        found = await store.call(read, "read the messages", self._id)
+        store.remember(self._id, found)
+        return found if found is not None else _Cached(0, 1, ())
+
+    async def add_messages(self, messages: Iterable[ChatMessage]) -> None:
+        """Append ``messages`` in one transaction; a bad item rejects the whole call."""
+        batch = checked_batch(messages)
+        if batch:
+            await self._write(batch, (), None)
+
+    async def record_pending(
+        self, messages: Iterable[ChatMessage], pending: Iterable[PendingCall]
+    ) -> None:
+        """Append ``messages`` and record ``pending`` in one transaction."""
+        new, calls = checked_pending(messages, pending)
+        if new or calls:
+            await self._write(new, calls, None)
+
+    async def add_once(
+        self, key: str, messages: Iterable[ChatMessage], pending: Iterable[PendingCall] = ()
+    ) -> bool:
+        """:meth:`record_pending`, unless ``key`` was written to this session before (then
+        nothing; ``False``): the key, the messages and the calls in one transaction."""
+        key = checked_key(key)
+        if "\x00" in key:
+            raise ValueError(f"a PostgreSQL idempotency key cannot hold NUL (\\x00): {key!r}")
+        new, calls = checked_pending(messages, pending)
+        return await self._write(new, calls, key)
+
+    async def _write(
+        self, batch: tuple[ChatMessage, ...], calls: tuple[PendingCall, ...], key: str | None
+    ) -> bool:
+        store = self._store
+        sql = store.sql
+        sweep = not store.swept()
+        encoded = [_json(message.to_dict()) for message in batch]
+        by_token = {call.token: _json(call.to_dict()) for call in calls}  # the last one wins
+        now = time.time()
+
+        def write(conn: Conn) -> tuple[int, int] | None:
+            session = {"id": self._id, "ttl": store.ttl}
+            # An expired session (any store's ttl) is stored anew, not extended.
+            conn.execute(sql["expired"].encode(), session)
+            row = conn.execute(sql["upsert"].encode(), {**session, "n": len(batch), "now": now})
+            gen, length, writes = row.fetchone() or (0, 0, 0)
+            if (
+                key is not None
+                and not conn.execute(sql["once"].encode(), {**session, "key": key}).rowcount
+            ):
+                raise Undo(None)
+            if encoded:
+                first = length - len(encoded) + 1
+                conn.execute(
+                    sql["append"].encode(), {**session, "first": first, "messages": encoded}
+                )
+            if by_token:
+                tokens, texts = list(by_token), list(by_token.values())
+                args = {**session, "turn": writes, "tokens": tokens, "calls": texts}
+                conn.execute(sql["record"].encode(), args)
+            if sweep:
+                conn.execute(sql["sweep"].encode())
+            return gen, length
+
+        count = len(batch)
+        what = f"append {count} message{'s' if count != 1 else ''}"
+        if calls:
+            what += f" and record {len(calls)} pending call{'s' if len(calls) != 1 else ''}"
+        done = await store.call(
+            write, what, self._id, write=True, writing="nothing or everything of it is stored"
+        )
+        if done is None:
+            return False
+        gen, length = done
+        cached = store._cache.get(self._id)
+        first = length - count + 1
+        if cached is not None and cached.gen == gen and cached.end == first:
+            # Nobody else appended since our last read: extend what is kept, no read back.
+            store.remember(self._id, _Cached(gen, cached.first, cached.messages + batch))
+        elif first == 1:
+            store.remember(self._id, _Cached(gen, 1, batch))  # the whole session
+        return True
+
+    async def list_pending(self) -> tuple[PendingCall, ...]:
+        """The calls that wait for approval, in the order recorded (nothing is written)."""
+        sql = self._store.sql["pending"].encode()
+
+        def look(conn: Conn) -> tuple[PendingCall, ...]:
+            return tuple(self._pending(conn.execute(sql, {"id": self._id}).fetchall()))
+
+        return await self._store.call(look, "list the pending calls", self._id)
+
+    async def claim_pending(self, tokens: Sequence[str]) -> Claimed | None:
+        """Remove and return the pending calls of ``tokens``, all of them or none (``None``)."""
+        wanted = checked_tokens(tokens)
+        if len(set(wanted)) != len(wanted) or any("\x00" in token for token in wanted):
+            return None  # given twice, or no token PostgreSQL could hold: not all pending
+        return await self._claim(wanted)
+
+    async def claim_all_pending(self) -> tuple[PendingCall, ...]:
+        """Remove and return every pending call."""
+        claimed = await self._claim(None)
+        return claimed[0] if claimed is not None else ()
+
+    async def _claim(self, tokens: tuple[str, ...] | None) -> Claimed | None:
+        store = self._store
+        sql = store.sql
+
+        def claim(conn: Conn) -> Claimed | None:
+            session = {"id": self._id, "ttl": store.ttl}
+            if conn.execute(sql["lock"].encode(), session).fetchone() is None:
+                return None if tokens else ((), ())  # not stored: nothing waits
+            waiting = self._pending(conn.execute(sql["pending"].encode(), session).fetchall())
+            by_token = {call.token: call for call in waiting}
+            if tokens is None:
+                claimed = tuple(waiting)
+            elif all(token in by_token for token in tokens):
+                claimed = tuple(by_token[token] for token in tokens)
+            else:
+                return None
+            taken = {call.token for call in claimed}
+            conn.execute(sql["claim"].encode(), {**session, "tokens": list(taken)})
+            return claimed, tuple(call for call in waiting if call.token not in taken)
+
+        return await store.call(claim, "claim pending calls", self._id, write=True)
+
+    def _pending(self, rows: list[tuple[Any, ...]]) -> list[PendingCall]:
+        calls = []
+        for token, text in rows:
+            try:
+                calls.append(PendingCall.from_dict(json.loads(text)))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise SessionStoreError(
+                    f"{self._store.where}, session {self._id!r}: the pending call {token!r} "
+                    f"is not a stored PendingCall ({type(exc).__name__}: {exc})"
+                ) from exc
+        return calls
+
+    async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
+        """Record the request's digest with the time; say whether it was recorded before."""
+        digest = request_hash(messages)
+        store = self._store
+        sql = store.sql
+        now = time.time()
+
+        def touch(conn: Conn) -> bool:
+            session = {"id": self._id, "ttl": store.ttl, "hash": digest}
+            conn.execute(sql["expired"].encode(), session)
+            row = conn.execute(sql["upsert"].encode(), {**session, "n": 0, "now": now}).fetchone()
+            seen = conn.execute(sql["seen"].encode(), session).fetchone() is not None
+            turn = row[2] if row else 0
+            conn.execute(sql["touch"].encode(), {**session, "seen_at": now, "turn": turn})
+            conn.execute(sql["trim"].encode(), {**session, "limit": REQUEST_HASH_LIMIT})
+            return seen
+
+        repeated = await store.call(touch, "record the request hash", self._id, write=True)
+        return RequestHash(digest, repeated)
+
+    async def request_hashes(self) -> dict[str, float]:
+        """The recorded digests with the time each was last seen, oldest first."""
+        sql = self._store.sql["hashes"].encode()
+        rows = await self._store.call(
+            lambda conn: conn.execute(sql, {"id": self._id}).fetchall(),
+            "read the request hashes",
+            self._id,
+        )
+        return {str(digest): float(seen_at) for digest, seen_at in rows}  # type: ignore[arg-type]
+
+    def _decode(self, seq: int, text: object) -> ChatMessage:
+        where = f"{self._store.where}, session {self._id!r}: message {seq}"
+        try:
+            data = json.loads(text)  # type: ignore[arg-type]
+            if type(data) is not dict:
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
+            return ChatMessage.from_dict(data)
+        except RecursionError:
+            raise SessionStoreError(f"{where} is nested too deeply to read") from None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise SessionStoreError(
+                f"{where} is not a stored ChatMessage ({type(exc).__name__}: {exc}); "
+                "it was left as it is"
+            ) from exc
+
+    def __repr__(self) -> str:
+        return f"PostgresSession(id={self._id!r}, store={redacted(self._store.dsn)!r})"
+
+
+def _json(data: object) -> str:
+    # The same JSON as the other stores: to_dict, UTF-8 kept, no spaces.
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
