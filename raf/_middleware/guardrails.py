@@ -38,10 +38,17 @@ def _checked(kind: str, check: Check, name: str | None) -> tuple[Check, str]:
 
 
 async def judge(
-    check: Check, name: str, text: str, where: GuardrailWhere, request: Any, before: str = ""
+    check: Check,
+    name: str,
+    text: str,
+    where: GuardrailWhere,
+    request: Any,
+    before: str = "",
+    *,
+    final: bool = True,
 ) -> Verdict:
     """The check's verdict on ``text``, inside the observers' ``guardrail`` hooks."""
-    context = GuardrailContext(name, where, before, request)
+    context = GuardrailContext(name, where, before=before, final=final, request=request)
 
     async def run() -> Verdict:
         answer = check(text, context)
@@ -208,21 +215,32 @@ class _Held:
             return
         if not self.held:
             self.raw = update.raw
-        self.held += update.text
-        while (cut := cut_point(self.held, self.guardrail.hold_back)) is not None:
-            window, self.held = self.held[:cut], self.held[cut:]
-            await self._release(window)
+        held, start, hold_back = self.held + update.text, 0, self.guardrail.hold_back
+        # Cut from an offset, not by slicing what is left each time: a huge chunk is
+        # cut in linear time.
+        try:
+            while (cut := cut_point(held[start : start + hold_back], hold_back)) is not None:
+                window, start = held[start : start + cut], start + cut
+                await self._release(window, final=False)
+        finally:
+            self.held = held[start:]
 
     async def flush(self) -> None:
         """Judge and release all that is held (the answer, or its text, ended)."""
         if self.held:
             window, self.held = self.held, ""
-            await self._release(window)
+            await self._release(window, final=True)
 
-    async def _release(self, window: str) -> None:
+    async def _release(self, window: str, *, final: bool) -> None:
         guardrail = self.guardrail
         verdict = await judge(
-            guardrail.check, guardrail.name, window, "output", self.request, self.released
+            guardrail.check,
+            guardrail.name,
+            window,
+            "output",
+            self.request,
+            self.released,
+            final=final,
         )
         if verdict.action == "block":
             seen = AgentResponse((ChatMessage.assistant(self.released),) if self.released else ())

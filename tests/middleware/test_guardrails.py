@@ -429,3 +429,20 @@ async def test_the_iterator_form_raises_the_block_after_the_released_text() -> N
     with pytest.raises(GuardrailError):
         await read()
     assert texts == ["Safe here. "]
+
+
+async def test_the_context_carries_the_request_and_whether_more_may_follow() -> None:
+    contexts: list[GuardrailContext] = []
+
+    async def look(text: str, context: GuardrailContext) -> Verdict:
+        contexts.append(context)
+        return Verdict.allow()
+
+    client = ScriptedChatClient([["one. tw", "o. three"]])
+    agent = Agent(client, stack=[InputGuardrail(look)], chat_stack=[OutputGuardrail(look)])
+    await streamed(agent, [])
+    assert [(c.where, c.final) for c in contexts] == [
+        ("input", True), ("output", False), ("output", False), ("output", True)
+    ]
+    assert isinstance(contexts[0].request, raf.Invocation)
+    assert all(isinstance(c.request, raf.ChatRequest) for c in contexts[1:])
