@@ -446,3 +446,26 @@ async def test_the_context_carries_the_request_and_whether_more_may_follow() -> 
     ]
     assert isinstance(contexts[0].request, raf.Invocation)
     assert all(isinstance(c.request, raf.ChatRequest) for c in contexts[1:])
+
+
+async def test_a_block_after_a_tool_call_keeps_the_earlier_turns_in_the_partial() -> None:
+    @tool
+    def lookup(q: str) -> str:
+        """Look it up."""
+        return f"about {q}"
+
+    call = ToolCall("1", "lookup", '{"q": "x"}')
+    client = ScriptedChatClient(
+        [ScriptedChatClient.tool_turn(call, text="Looking. "), ["Found. ", SPAN, "."]]
+    )
+    agent = Agent(client, tools=[lookup], chat_stack=[OutputGuardrail(no_span)])
+    received: list[str] = []
+    with pytest.raises(GuardrailError) as caught:
+        await streamed(agent, received)
+    # What the consumer saw of the run: the first turn, its tool's result, the released text.
+    partial = caught.value.partial.messages
+    assert [(m.role, m.content) for m in partial] == [
+        ("assistant", "Looking. "), ("tool", "about x"), ("assistant", "Found. ")
+    ]
+    assert partial[0].tool_calls == (call,)
+    assert "".join(received) == "Looking. Found. "
