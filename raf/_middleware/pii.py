@@ -152,6 +152,10 @@ def pii_redactor(*, entities: Iterable[str] = ENTITIES) -> Check:
     if isinstance(entities, str):
         raise TypeError(f"pii_redactor: entities must be a list of names, got {entities!r}")
     chosen = tuple(entities)
+    if not chosen:  # a guardrail that lets everything through, looking like one that guards
+        raise ValueError(
+            f"pii_redactor: no entities: it would redact nothing; known: {', '.join(ENTITIES)}"
+        )
     unknown = [entity for entity in chosen if entity not in _RULES]
     if unknown:
         raise ValueError(f"pii_redactor: unknown entities {unknown}; known: {', '.join(ENTITIES)}")

@@ -91,6 +91,8 @@ async def test_entities_pick_what_it_looks_for() -> None:
         pii_redactor(entities=["ssn"])
     with pytest.raises(TypeError, match="a list of names"):
         pii_redactor(entities="email")
+    with pytest.raises(ValueError, match="no entities: it would redact nothing"):
+        pii_redactor(entities=[])
 
 
 prose = st.lists(
