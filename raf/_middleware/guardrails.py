@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from raf._errors import GuardrailError, GuardrailWhere
+from raf._middleware.fallback import FallbackMiddleware
 from raf._middleware.holdback import cut_point
 from raf._onion.observe import observed_check
 from raf._values.context import ChatRequest, Invocation, ToolRequest
@@ -172,6 +173,7 @@ class OutputGuardrail:
                 "OutputGuardrail belongs in Agent(chat_stack=[...]): it checks one model's "
                 f"answer, and got a {type(request).__name__}"
             )
+        self._not_inside_a_fallback(request)
         if request.on_update is None:
             response = await call_next(request)
             text = response.text
@@ -190,6 +192,20 @@ class OutputGuardrail:
 
     def __repr__(self) -> str:
         return f"OutputGuardrail({self.name}, hold_back={self.hold_back})"
+
+    def _not_inside_a_fallback(self, request: ChatRequest) -> None:
+        """Refuse a place after a :class:`raf.FallbackMiddleware` in the agent's ``chat_stack``:
+        it calls its fallback clients directly, so their answers would pass unchecked."""
+        agent = None if request.invocation is None else request.invocation.agent
+        stack = tuple(getattr(agent, "chat_stack", ()))
+        if self in stack and any(
+            isinstance(m, FallbackMiddleware) for m in stack[: stack.index(self)]
+        ):
+            raise ValueError(
+                f"{self!r} comes after a FallbackMiddleware in chat_stack: the fallback "
+                "models' answers would reach the consumer unchecked; put it before the "
+                "FallbackMiddleware"
+            )
 
 
 class _Held:

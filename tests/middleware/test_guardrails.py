@@ -469,3 +469,31 @@ async def test_a_block_after_a_tool_call_keeps_the_earlier_turns_in_the_partial(
     ]
     assert partial[0].tool_calls == (call,)
     assert "".join(received) == "Looking. Found. "
+
+
+class Down:
+    """A model that is down: each call fails with a retryable server error."""
+
+    async def complete(self, messages: Any, options: ChatOptions) -> AgentResponse:
+        raise raf.ServerError("down", status_code=503)
+
+    async def stream(self, messages: Any, options: ChatOptions) -> AsyncIterator[Update]:
+        raise raf.ServerError("down", status_code=503)
+        yield  # pragma: no cover
+
+
+async def test_a_fallback_models_answer_is_checked_too() -> None:
+    backup = ScriptedChatClient([["Fine. ", f"The {SPAN} thing."]])
+    agent = Agent(Down(), chat_stack=[OutputGuardrail(no_span), raf.FallbackMiddleware(backup)])
+    received: list[str] = []
+    with pytest.raises(GuardrailError):
+        await streamed(agent, received)
+    assert received == ["Fine. "]
+
+
+async def test_a_guardrail_after_a_fallback_is_refused_it_would_not_see_the_fallbacks() -> None:
+    backup = ScriptedChatClient([f"The {SPAN} thing."])
+    agent = Agent(Down(), chat_stack=[raf.FallbackMiddleware(backup), OutputGuardrail(no_span)])
+    with pytest.raises(ValueError, match="put it before the FallbackMiddleware"):
+        await agent.run("go")
+    assert backup.requests == []
