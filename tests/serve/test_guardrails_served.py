@@ -64,14 +64,19 @@ def test_a_blocked_request_is_a_400_naming_the_guardrail(
     server: ServedAgent, sdk: openai.OpenAI, stream: bool
 ) -> None:
     session = uuid.uuid4().hex
-    with pytest.raises(openai.BadRequestError) as raised:
+
+    def call() -> None:
         reply = sdk.chat.completions.create(
             model=MODEL,
             messages=user("try a jailbreak"),
             stream=stream,
             extra_headers={"X-Session-Id": session},
         )
-        list(reply)  # type: ignore[call-overload]
+        if stream:
+            list(reply)  # type: ignore[call-overload]
+
+    with pytest.raises(openai.BadRequestError) as raised:
+        call()
     assert raised.value.status_code == 400
     assert raised.value.code == "guardrail_blocked"
     blocked_message(raised.value.message, "the request")
@@ -98,9 +103,13 @@ def test_a_chunk_stream_blocked_mid_answer_ends_with_an_error_and_the_session_ke
         stream=True,
         extra_headers={"X-Session-Id": session},
     )
-    with pytest.raises(openai.APIError) as raised:
+
+    def read() -> None:
         for chunk in stream:
             texts.extend(c.delta.content or "" for c in chunk.choices)
+
+    with pytest.raises(openai.APIError) as raised:
+        read()
     assert "".join(texts) == SEEN
     assert raised.value.code == "guardrail_blocked"
     blocked_message(raised.value.message, "the answer")
