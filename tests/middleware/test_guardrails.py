@@ -497,3 +497,18 @@ async def test_a_guardrail_after_a_fallback_is_refused_it_would_not_see_the_fall
     with pytest.raises(ValueError, match="put it before the FallbackMiddleware"):
         await agent.run("go")
     assert backup.requests == []
+
+
+async def test_a_cjk_sentence_end_ends_a_window_so_a_span_is_not_cut_in_two() -> None:
+    # No spaces in Chinese or Japanese: without its full stops as sentence ends, the
+    # window would be cut at hold_back, here through the forbidden word.
+    async def no_word(text: str, context: GuardrailContext) -> Verdict:
+        return Verdict.block("a forbidden word") if "禁止" in text else Verdict.allow()
+
+    text = "今天天气很好。我们去公园散步吧！那里有禁止的东西。再见。"
+    assert text.index("禁止") < 20 < text.index("禁止") + 2
+    agent = Agent(Paced(list(text), []), chat_stack=[OutputGuardrail(no_word, hold_back=20)])
+    received: list[str] = []
+    with pytest.raises(GuardrailError):
+        await streamed(agent, received)
+    assert "".join(received) == "今天天气很好。我们去公园散步吧！"
