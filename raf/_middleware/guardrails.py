@@ -218,7 +218,10 @@ class _Held:
         self.request = request
         self.send = send
         self.held = ""  # arrived, not judged
-        self.raw: Any = None  # the first held update's chunk, for the released one
+        # The first held update, when held whole: its raw chunk goes with a window that is
+        # exactly its text (a chunk's raw holds its text, which must not outlive a rewrite
+        # or go out with a window that ends before it).
+        self.raw: tuple[str, Any] | None = None
         self.released = ""  # what the consumer got, rewrites included
         self.rewritten = False
 
@@ -230,7 +233,7 @@ class _Held:
             await self.send(update)
             return
         if not self.held:
-            self.raw = update.raw
+            self.raw = (update.text, update.raw)
         held, start, hold_back = self.held + update.text, 0, self.guardrail.hold_back
         # Cut from an offset, not by slicing what is left each time: a huge chunk is
         # cut in linear time.
@@ -264,9 +267,11 @@ class _Held:
         text = window
         if verdict.action == "rewrite" and verdict.text != window:
             text, self.rewritten = verdict.text or "", True
+        raw = self.raw[1] if self.raw is not None and text == window == self.raw[0] else None
+        self.raw = None  # what is left of the window's chunks is a piece of one
         if text:
             self.released += text
-            await self.send(Update("text", text, raw=self.raw))
+            await self.send(Update("text", text, raw=raw))
 
 
 def _with_text(response: AgentResponse, text: str) -> AgentResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -512,3 +513,40 @@ async def test_a_cjk_sentence_end_ends_a_window_so_a_span_is_not_cut_in_two() ->
     with pytest.raises(GuardrailError):
         await streamed(agent, received)
     assert "".join(received) == "今天天气很好。我们去公园散步吧！"
+
+
+class RawChunks:
+    """A model whose text updates carry their vendor chunk as ``raw``, as the real clients'
+    do (the chunk holds the delta's text)."""
+
+    def __init__(self, chunks: Sequence[str]) -> None:
+        self.chunks = chunks
+
+    async def complete(self, messages: Any, options: ChatOptions) -> AgentResponse:
+        raise AssertionError("a streamed run calls stream()")
+
+    async def stream(self, messages: Any, options: ChatOptions) -> AsyncIterator[Update]:
+        for chunk in self.chunks:
+            yield Update("text", chunk, raw={"delta": {"content": chunk}})
+
+
+@pytest.mark.parametrize(
+    ("chunks", "check", "hidden"),
+    [
+        (["Mail ann@example.org now. ", "ok"], pii_redactor(), "ann@"),
+        (["Fine. The FORBIDDEN thing."], no_span, SPAN),
+    ],
+)
+async def test_a_released_update_carries_no_raw_chunk_with_text_the_consumer_did_not_get(
+    chunks: list[str], check: Any, hidden: str
+) -> None:
+    agent = Agent(RawChunks(chunks), chat_stack=[OutputGuardrail(check)])
+    raws: list[Any] = []
+
+    async def on_update(update: Update) -> None:
+        raws.append(update.raw)
+
+    with pytest.raises(GuardrailError) if hidden == SPAN else contextlib.nullcontext():
+        await agent.run("go", on_update=on_update)
+    assert raws
+    assert hidden not in repr(raws)
