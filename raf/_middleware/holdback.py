@@ -15,9 +15,12 @@ import re
 __all__: list[str] = []
 
 #: A sentence ends with ., ! or ? (and closing quotes or brackets) before a space, with
-#: a full-width 。, ！ or ？ (Chinese and Japanese put no space after it), or at a line
-#: break; the window ends after it.
-_SENTENCE_END = re.compile(r"""[.!?]["')\]]*\s|[。！？][」』）”’]*|\n""")
+#: a full-width stop, exclamation or question mark (Chinese and Japanese put no space
+#: after it; then its closing quotes or bracket), or at a line break; the window ends
+#: after it.
+_SENTENCE_END = re.compile(
+    r"""[.!?]["')\]]*\s|[\u3002\uff01\uff1f][\u300d\u300f\uff09\u201d\u2019]*|\n"""
+)
 _WORD = re.compile(r"\S+")
 
 

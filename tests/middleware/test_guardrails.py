@@ -443,7 +443,10 @@ async def test_the_context_carries_the_request_and_whether_more_may_follow() -> 
     agent = Agent(client, stack=[InputGuardrail(look)], chat_stack=[OutputGuardrail(look)])
     await streamed(agent, [])
     assert [(c.where, c.final) for c in contexts] == [
-        ("input", True), ("output", False), ("output", False), ("output", True)
+        ("input", True),
+        ("output", False),
+        ("output", False),
+        ("output", True),
     ]
     assert isinstance(contexts[0].request, raf.Invocation)
     assert all(isinstance(c.request, raf.ChatRequest) for c in contexts[1:])
@@ -466,7 +469,9 @@ async def test_a_block_after_a_tool_call_keeps_the_earlier_turns_in_the_partial(
     # What the consumer saw of the run: the first turn, its tool's result, the released text.
     partial = caught.value.partial.messages
     assert [(m.role, m.content) for m in partial] == [
-        ("assistant", "Looking. "), ("tool", "about x"), ("assistant", "Found. ")
+        ("assistant", "Looking. "),
+        ("tool", "about x"),
+        ("assistant", "Found. "),
     ]
     assert partial[0].tool_calls == (call,)
     assert "".join(received) == "Looking. Found. "
@@ -506,13 +511,13 @@ async def test_a_cjk_sentence_end_ends_a_window_so_a_span_is_not_cut_in_two() ->
     async def no_word(text: str, context: GuardrailContext) -> Verdict:
         return Verdict.block("a forbidden word") if "禁止" in text else Verdict.allow()
 
-    text = "今天天气很好。我们去公园散步吧！那里有禁止的东西。再见。"
+    text = "今天天气很好。我们去公园散步吧\uff01那里有禁止的东西。再见。"
     assert text.index("禁止") < 20 < text.index("禁止") + 2
     agent = Agent(Paced(list(text), []), chat_stack=[OutputGuardrail(no_word, hold_back=20)])
     received: list[str] = []
     with pytest.raises(GuardrailError):
         await streamed(agent, received)
-    assert "".join(received) == "今天天气很好。我们去公园散步吧！"
+    assert "".join(received) == "今天天气很好。我们去公园散步吧\uff01"
 
 
 class RawChunks:
