@@ -160,8 +160,9 @@ class GuardrailError(AgentError):
     the request messages, before any model call; ``"output"``: the model's
     answer), ``reason`` is the check's own words. The post stages see it as
     the run's error. ``partial`` is the :class:`raf.AgentResponse` the
-    consumer of a streamed answer had received from the blocked model call
-    when it was stopped (``None`` when nothing was streamed): never a
+    consumer of a streamed answer had received of the run when it was
+    stopped (the turns of a tool loop before the blocked model call, then
+    what was released of it; ``None`` when nothing was streamed): never a
     character of the held text.
     """
 

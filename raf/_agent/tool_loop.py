@@ -13,6 +13,7 @@ from raf._agent.approvals import Opening, RunApprovals, wants_approval
 from raf._agent.tools import FunctionTool, Tool, check_tool_arguments, check_tool_json
 from raf._errors import (
     ApprovalError,
+    GuardrailError,
     ToolArgumentsError,
     ToolConflictError,
     ToolLoopError,
@@ -150,6 +151,10 @@ async def run_tool_loop(
             # `+` copies a long history once; `(*messages, ...)` builds a list, then a tuple.
             messages = messages + turn if type(messages) is tuple else (*messages, *turn)
     except BaseException as exc:
+        if isinstance(exc, GuardrailError) and exc.partial is not None and produced:
+            # The blocked call's partial is what the consumer saw of it; the consumer saw
+            # the turns before it too, and the post stages keep what it saw.
+            exc.partial = AgentResponse((*produced, *exc.partial.messages))
         if approvals is not None:
             await approvals.settle(exc)  # the calls this run claimed get their answers stored
         raise

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from raf._errors import GuardrailError, GuardrailWhere
+from raf._middleware.fallback import FallbackMiddleware
 from raf._middleware.holdback import cut_point
 from raf._onion.observe import observed_check
 from raf._values.context import ChatRequest, Invocation, ToolRequest
@@ -38,10 +39,17 @@ def _checked(kind: str, check: Check, name: str | None) -> tuple[Check, str]:
 
 
 async def judge(
-    check: Check, name: str, text: str, where: GuardrailWhere, request: Any, before: str = ""
+    check: Check,
+    name: str,
+    text: str,
+    where: GuardrailWhere,
+    request: Any,
+    before: str = "",
+    *,
+    final: bool = True,
 ) -> Verdict:
     """The check's verdict on ``text``, inside the observers' ``guardrail`` hooks."""
-    context = GuardrailContext(name, where, before, request)
+    context = GuardrailContext(name, where, before=before, final=final, request=request)
 
     async def run() -> Verdict:
         answer = check(text, context)
@@ -165,6 +173,7 @@ class OutputGuardrail:
                 "OutputGuardrail belongs in Agent(chat_stack=[...]): it checks one model's "
                 f"answer, and got a {type(request).__name__}"
             )
+        self._not_inside_a_fallback(request)
         if request.on_update is None:
             response = await call_next(request)
             text = response.text
@@ -184,6 +193,20 @@ class OutputGuardrail:
     def __repr__(self) -> str:
         return f"OutputGuardrail({self.name}, hold_back={self.hold_back})"
 
+    def _not_inside_a_fallback(self, request: ChatRequest) -> None:
+        """Refuse a place after a :class:`raf.FallbackMiddleware` in the agent's ``chat_stack``:
+        it calls its fallback clients directly, so their answers would pass unchecked."""
+        agent = None if request.invocation is None else request.invocation.agent
+        stack = tuple(getattr(agent, "chat_stack", ()))
+        if self in stack and any(
+            isinstance(m, FallbackMiddleware) for m in stack[: stack.index(self)]
+        ):
+            raise ValueError(
+                f"{self!r} comes after a FallbackMiddleware in chat_stack: the fallback "
+                "models' answers would reach the consumer unchecked; put it before the "
+                "FallbackMiddleware"
+            )
+
 
 class _Held:
     """The text of one streamed answer that the check has not passed yet."""
@@ -195,7 +218,10 @@ class _Held:
         self.request = request
         self.send = send
         self.held = ""  # arrived, not judged
-        self.raw: Any = None  # the first held update's chunk, for the released one
+        # The first held update, when held whole: its raw chunk goes with a window that is
+        # exactly its text (a chunk's raw holds its text, which must not outlive a rewrite
+        # or go out with a window that ends before it).
+        self.raw: tuple[str, Any] | None = None
         self.released = ""  # what the consumer got, rewrites included
         self.rewritten = False
 
@@ -207,22 +233,33 @@ class _Held:
             await self.send(update)
             return
         if not self.held:
-            self.raw = update.raw
-        self.held += update.text
-        while (cut := cut_point(self.held, self.guardrail.hold_back)) is not None:
-            window, self.held = self.held[:cut], self.held[cut:]
-            await self._release(window)
+            self.raw = (update.text, update.raw)
+        held, start, hold_back = self.held + update.text, 0, self.guardrail.hold_back
+        # Cut from an offset, not by slicing what is left each time: a huge chunk is
+        # cut in linear time.
+        try:
+            while (cut := cut_point(held[start : start + hold_back], hold_back)) is not None:
+                window, start = held[start : start + cut], start + cut
+                await self._release(window, final=False)
+        finally:
+            self.held = held[start:]
 
     async def flush(self) -> None:
         """Judge and release all that is held (the answer, or its text, ended)."""
         if self.held:
             window, self.held = self.held, ""
-            await self._release(window)
+            await self._release(window, final=True)
 
-    async def _release(self, window: str) -> None:
+    async def _release(self, window: str, *, final: bool) -> None:
         guardrail = self.guardrail
         verdict = await judge(
-            guardrail.check, guardrail.name, window, "output", self.request, self.released
+            guardrail.check,
+            guardrail.name,
+            window,
+            "output",
+            self.request,
+            self.released,
+            final=final,
         )
         if verdict.action == "block":
             seen = AgentResponse((ChatMessage.assistant(self.released),) if self.released else ())
@@ -230,9 +267,11 @@ class _Held:
         text = window
         if verdict.action == "rewrite" and verdict.text != window:
             text, self.rewritten = verdict.text or "", True
+        raw = self.raw[1] if self.raw is not None and text == window == self.raw[0] else None
+        self.raw = None  # what is left of the window's chunks is a piece of one
         if text:
             self.released += text
-            await self.send(Update("text", text, raw=self.raw))
+            await self.send(Update("text", text, raw=raw))
 
 
 def _with_text(response: AgentResponse, text: str) -> AgentResponse:

@@ -2,7 +2,7 @@
 
 An :class:`raf.OutputGuardrail` holds the text of a streamed answer until a
 check passed on it. It judges it window by window: a window ends at a
-sentence end, or, once ``hold_back`` characters wait, at the last space
+sentence end (a full-width ``。`` too), or, once ``hold_back`` characters wait, at the last space
 that is not between two code-like words (words with a digit, or short
 upper-case groups: so a phone, card or account number written in groups is
 not cut in two), else at ``hold_back`` itself: no more than that ever waits.
@@ -14,9 +14,13 @@ import re
 
 __all__: list[str] = []
 
-#: A sentence ends with ., ! or ? (and closing quotes or brackets) before a space, or at
-#: a line break; the window ends after that space.
-_SENTENCE_END = re.compile(r"""[.!?]["')\]]*\s|\n""")
+#: A sentence ends with ., ! or ? (and closing quotes or brackets) before a space, with
+#: a full-width stop, exclamation or question mark (Chinese and Japanese put no space
+#: after it; then its closing quotes or bracket), or at a line break; the window ends
+#: after it.
+_SENTENCE_END = re.compile(
+    r"""[.!?]["')\]]*\s|[\u3002\uff01\uff1f][\u300d\u300f\uff09\u201d\u2019]*|\n"""
+)
 _WORD = re.compile(r"\S+")
 
 
@@ -38,6 +42,8 @@ def cut_point(held: str, hold_back: int) -> int | None:
     5
     >>> cut_point("x" * 30, 10)
     10
+    >>> cut_point("你好。再见", 200)
+    3
     """
     region = held[:hold_back]
     # The first sentence end: each sentence is judged on its own, so a blocked one

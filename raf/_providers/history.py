@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from raf._agent.approvals import still_owed
-from raf._errors import StreamClosedError
+from raf._errors import GuardrailError, StreamClosedError
 from raf._onion.compose import ContextProvider
 from raf._providers.window import (
     TokenCounter,
@@ -64,8 +64,10 @@ class HistoryProvider(ContextProvider):
     ``inject=False`` keeps the post stage but injects nothing; use it when a
     :class:`raf.CompressionProvider` decides what the model sees.
     ``persist_partial=True`` also stores a streamed turn that its consumer
-    left early (:class:`raf.StreamClosedError`): the request and the partial
-    answer the consumer saw, each tool call left without its result answered
+    left early (:class:`raf.StreamClosedError`), or that an output guardrail
+    stopped mid-answer (a :class:`raf.GuardrailError` with a ``partial``):
+    the request and the partial answer the consumer saw (never the text the
+    guardrail held back), each tool call left without its result answered
     as interrupted (a model would refuse a history with a call unanswered).
 
     >>> import anyio
@@ -144,7 +146,10 @@ class HistoryProvider(ContextProvider):
                 await session.record_pending(batch, new)
             else:
                 await session.add_messages(batch)
-        elif self.persist_partial and type(error) is StreamClosedError:
+        elif self.persist_partial and (
+            type(error) is StreamClosedError
+            or (isinstance(error, GuardrailError) and error.partial is not None)
+        ):
             partial = answered(error.partial.messages)
             await session.add_messages((*request_messages, *partial))
 

@@ -18,7 +18,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import Scope
 
-from raf._errors import ApprovalError, ChatClientError, ChatTimeoutError, RateLimitError
+from raf._errors import (
+    ApprovalError,
+    ChatClientError,
+    ChatTimeoutError,
+    GuardrailError,
+    RateLimitError,
+)
 
 __all__: list[str] = []
 
@@ -183,13 +189,20 @@ def upstream_error(exc: BaseException) -> HttpError | None:
 
 
 def failure(exc: Exception) -> HttpError:
-    """What a run that raised ``exc`` answers: the model's failure, or a 500 without internals.
+    """What a run that raised ``exc`` answers: the model's failure, a guardrail's block
+    (400 ``guardrail_blocked``, naming the guardrail), or a 500 without internals.
 
     Only the kind of failure shows; what the exception says goes to the log.
     """
     upstream = upstream_error(exc)
     if upstream is not None:
         return upstream
+    if isinstance(exc, GuardrailError):
+        # The guardrail's name, not its reason: the check's own words may tell how it judges.
+        what = "the request" if exc.where == "input" else "the answer"
+        return HttpError(
+            400, f"guardrail {exc.guardrail!r} blocked {what}", code="guardrail_blocked"
+        )
     if isinstance(exc, ApprovalError) and exc.tokens:  # decisions that match no waiting call
         return HttpError(
             409,

@@ -1,8 +1,13 @@
 """The agent the serving tests serve: a model that streams word by word, slowly if asked.
 
 ``uvicorn tests._harness.serve_agent:create --factory`` builds it from the environment
-(``RAF_TEST_SERVE``: a JSON object with ``delay`` between words, ``db`` and
-``keys``), so a test can run the real app in a real server process.
+(``RAF_TEST_SERVE``: a JSON object with ``delay`` between words, ``db``,
+``keys`` and ``guardrails``), so a test can run the real app in a real server process.
+
+With ``guardrails``, an input guardrail ``no_jailbreak`` blocks a request that
+says ``jailbreak``, and an output guardrail ``no_secret`` blocks an answer that
+says ``secret`` (the model says back what it is told: ``Hi. the secret`` streams
+``seen 1: Hi. `` before the blocked window).
 
 What the model answers depends on the last message:
 - a user message ``fail:timeout`` / ``fail:rate`` / ``fail:model``: that model error;
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -138,9 +143,11 @@ def make_agent(
     *,
     post_timeout: float = 10.0,
     on_delete: Callable[[str], None] | None = None,
+    guardrails: bool = False,
 ) -> raf.Agent:
     """The served agent: a history that keeps partial answers, ``shout``, and ``delete``
-    (which waits for approval; ``on_delete(path)`` is called each time it runs)."""
+    (which waits for approval; ``on_delete(path)`` is called each time it runs);
+    with ``guardrails``, ``no_jailbreak`` on the request and ``no_secret`` on the answer."""
 
     @raf.tool(approval=True)
     def delete(path: str) -> str:
@@ -149,13 +156,27 @@ def make_agent(
             on_delete(path)
         return f"deleted {path}"
 
+    guarded_input = [raf.InputGuardrail(_no_word("jailbreak"), name="no_jailbreak")]
+    guarded_output = [raf.OutputGuardrail(_no_word("secret"), name="no_secret")]
+    if not guardrails:
+        guarded_input, guarded_output = [], []
     return raf.Agent(
         WordModel(delay),
         name="word-agent",
         tools=[shout, delete],
-        stack=[HistoryProvider(persist_partial=True)],
+        stack=[HistoryProvider(persist_partial=True), *guarded_input],
+        chat_stack=guarded_output,
         post_timeout=post_timeout,
     )
+
+
+def _no_word(word: str) -> Callable[[str, raf.GuardrailContext], Awaitable[raf.Verdict]]:
+    async def check(text: str, context: raf.GuardrailContext) -> raf.Verdict:
+        # The reason names the rule's internals: a client must never read it.
+        blocked = raf.Verdict.block(f"internal rule 7 matched {word!r}")
+        return blocked if word in text else raf.Verdict.allow()
+
+    return check
 
 
 def create() -> Any:
@@ -169,7 +190,11 @@ def create() -> Any:
                 log.write(path + "\n")
 
     return raf.serve.app(
-        make_agent(config.get("delay", 0.0), on_delete=on_delete),
+        make_agent(
+            config.get("delay", 0.0),
+            on_delete=on_delete,
+            guardrails=config.get("guardrails", False),
+        ),
         store=config.get("db"),
         api_keys=config.get("keys"),
         max_body=config.get("max_body", 4 * 1024 * 1024),

@@ -75,6 +75,10 @@ def test_a_declared_guardrail_rewrites_the_answer(
             "guardrail 'output': pii_redactor: unknown entities ['ssn']",
         ),
         (
+            "kind = 'output'\ncheck = 'pii_redactor'\nentities = []",
+            "guardrail 'output': pii_redactor: no entities: it would redact nothing",
+        ),
+        (
             "kind = 'output'\ncheck = 'raf:Verdict'\nentities = ['email']",
             "option 'entities' is pii_redactor's, not 'raf:Verdict''s",
         ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -429,3 +430,128 @@ async def test_the_iterator_form_raises_the_block_after_the_released_text() -> N
     with pytest.raises(GuardrailError):
         await read()
     assert texts == ["Safe here. "]
+
+
+async def test_the_context_carries_the_request_and_whether_more_may_follow() -> None:
+    contexts: list[GuardrailContext] = []
+
+    async def look(text: str, context: GuardrailContext) -> Verdict:
+        contexts.append(context)
+        return Verdict.allow()
+
+    client = ScriptedChatClient([["one. tw", "o. three"]])
+    agent = Agent(client, stack=[InputGuardrail(look)], chat_stack=[OutputGuardrail(look)])
+    await streamed(agent, [])
+    assert [(c.where, c.final) for c in contexts] == [
+        ("input", True),
+        ("output", False),
+        ("output", False),
+        ("output", True),
+    ]
+    assert isinstance(contexts[0].request, raf.Invocation)
+    assert all(isinstance(c.request, raf.ChatRequest) for c in contexts[1:])
+
+
+async def test_a_block_after_a_tool_call_keeps_the_earlier_turns_in_the_partial() -> None:
+    @tool
+    def lookup(q: str) -> str:
+        """Look it up."""
+        return f"about {q}"
+
+    call = ToolCall("1", "lookup", '{"q": "x"}')
+    client = ScriptedChatClient(
+        [ScriptedChatClient.tool_turn(call, text="Looking. "), ["Found. ", SPAN, "."]]
+    )
+    agent = Agent(client, tools=[lookup], chat_stack=[OutputGuardrail(no_span)])
+    received: list[str] = []
+    with pytest.raises(GuardrailError) as caught:
+        await streamed(agent, received)
+    # What the consumer saw of the run: the first turn, its tool's result, the released text.
+    partial = caught.value.partial.messages
+    assert [(m.role, m.content) for m in partial] == [
+        ("assistant", "Looking. "),
+        ("tool", "about x"),
+        ("assistant", "Found. "),
+    ]
+    assert partial[0].tool_calls == (call,)
+    assert "".join(received) == "Looking. Found. "
+
+
+class Down:
+    """A model that is down: each call fails with a retryable server error."""
+
+    async def complete(self, messages: Any, options: ChatOptions) -> AgentResponse:
+        raise raf.ServerError("down", status_code=503)
+
+    async def stream(self, messages: Any, options: ChatOptions) -> AsyncIterator[Update]:
+        raise raf.ServerError("down", status_code=503)
+        yield  # pragma: no cover
+
+
+async def test_a_fallback_models_answer_is_checked_too() -> None:
+    backup = ScriptedChatClient([["Fine. ", f"The {SPAN} thing."]])
+    agent = Agent(Down(), chat_stack=[OutputGuardrail(no_span), raf.FallbackMiddleware(backup)])
+    received: list[str] = []
+    with pytest.raises(GuardrailError):
+        await streamed(agent, received)
+    assert received == ["Fine. "]
+
+
+async def test_a_guardrail_after_a_fallback_is_refused_it_would_not_see_the_fallbacks() -> None:
+    backup = ScriptedChatClient([f"The {SPAN} thing."])
+    agent = Agent(Down(), chat_stack=[raf.FallbackMiddleware(backup), OutputGuardrail(no_span)])
+    with pytest.raises(ValueError, match="put it before the FallbackMiddleware"):
+        await agent.run("go")
+    assert backup.requests == []
+
+
+async def test_a_cjk_sentence_end_ends_a_window_so_a_span_is_not_cut_in_two() -> None:
+    # No spaces in Chinese or Japanese: without its full stops as sentence ends, the
+    # window would be cut at hold_back, here through the forbidden word.
+    async def no_word(text: str, context: GuardrailContext) -> Verdict:
+        return Verdict.block("a forbidden word") if "禁止" in text else Verdict.allow()
+
+    text = "今天天气很好。我们去公园散步吧\uff01那里有禁止的东西。再见。"
+    assert text.index("禁止") < 20 < text.index("禁止") + 2
+    agent = Agent(Paced(list(text), []), chat_stack=[OutputGuardrail(no_word, hold_back=20)])
+    received: list[str] = []
+    with pytest.raises(GuardrailError):
+        await streamed(agent, received)
+    assert "".join(received) == "今天天气很好。我们去公园散步吧\uff01"
+
+
+class RawChunks:
+    """A model whose text updates carry their vendor chunk as ``raw``, as the real clients'
+    do (the chunk holds the delta's text)."""
+
+    def __init__(self, chunks: Sequence[str]) -> None:
+        self.chunks = chunks
+
+    async def complete(self, messages: Any, options: ChatOptions) -> AgentResponse:
+        raise AssertionError("a streamed run calls stream()")
+
+    async def stream(self, messages: Any, options: ChatOptions) -> AsyncIterator[Update]:
+        for chunk in self.chunks:
+            yield Update("text", chunk, raw={"delta": {"content": chunk}})
+
+
+@pytest.mark.parametrize(
+    ("chunks", "check", "hidden"),
+    [
+        (["Mail ann@example.org now. ", "ok"], pii_redactor(), "ann@"),
+        (["Fine. The FORBIDDEN thing."], no_span, SPAN),
+    ],
+)
+async def test_a_released_update_carries_no_raw_chunk_with_text_the_consumer_did_not_get(
+    chunks: list[str], check: Any, hidden: str
+) -> None:
+    agent = Agent(RawChunks(chunks), chat_stack=[OutputGuardrail(check)])
+    raws: list[Any] = []
+
+    async def on_update(update: Update) -> None:
+        raws.append(update.raw)
+
+    with pytest.raises(GuardrailError) if hidden == SPAN else contextlib.nullcontext():
+        await agent.run("go", on_update=on_update)
+    assert raws
+    assert hidden not in repr(raws)

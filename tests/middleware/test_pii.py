@@ -45,6 +45,10 @@ async def redacted(text: str, **options: object) -> str:
         ("token ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z", "token [api_key]"),
         ("aws AKIAIOSFODNN7EXAMPLE", "aws [api_key]"),
         ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "stripe [api_key]"),
+        # As people type them: lower case, with or without spaces.
+        ("iban de89 3704 0044 0532 0130 00 ok", "iban [iban] ok"),
+        ("pay gb82west12345698765432 now", "pay [iban] now"),
+        ("mc 2223 0031 2200 3222", "mc [card]"),  # a Mastercard of the 2-series
     ],
 )
 async def test_what_it_rewrites(text: str, expected: str) -> None:
@@ -62,6 +66,9 @@ async def test_what_it_rewrites(text: str, expected: str) -> None:
         "100,000 users in 1990 and 2001, room 555, zip 94103",
         "use sk-learn-is-a-great-library for that",  # a prefix, but words, not a key
         "the meeting is at noon; bring the report",
+        # Runs of years pass the Luhn check one time in ten; no card begins with 20.
+        "in 2010 2011 2012 2013 and 2023 2024 2025 2026 sales grew",
+        "uuid 123e4567-e89b-12d3-a456-426614174000, sha d41d8cd98f00b204e9800998ecf8427e",
     ],
 )
 async def test_what_it_leaves_alone(text: str) -> None:
@@ -84,6 +91,8 @@ async def test_entities_pick_what_it_looks_for() -> None:
         pii_redactor(entities=["ssn"])
     with pytest.raises(TypeError, match="a list of names"):
         pii_redactor(entities="email")
+    with pytest.raises(ValueError, match="no entities: it would redact nothing"):
+        pii_redactor(entities=[])
 
 
 prose = st.lists(
