@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 
 .PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers bench-durable bench-serve \
-	bench-scale redis-server postgresql chromium docs docs-screenshot clean
+	bench-scale redis-server postgresql chromium docs docs-screenshot clean test-lowest
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,31 @@ test: $(VENV)/.test redis-server postgresql chromium
 	$(PY) -m mypy
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache
+
+# The core tests on the lowest version of each dependency pyproject.toml declares (the base
+# install, and the test tools they need), in a virtualenv of its own: each declared range
+# must be one raf works with. .ci/lowest.py pins each package `==` its lower bound (`>=`).
+# The laws run with hypothesis's "dev" profile and the slow tests are left to `make test`:
+# this run is about the versions, not the laws.
+LOWEST := .venv-lowest
+LOWEST_TOOLS := pytest pytest-xdist hypothesis trio opentelemetry-api opentelemetry-sdk
+CORE_TESTS := tests/values tests/onion tests/agent tests/sessions/test_memory.py \
+	tests/sessions/test_sqlite.py tests/middleware tests/providers tests/clients/test_openai.py
+
+$(LOWEST)/.ready: pyproject.toml .ci/lowest.py
+	$(PYTHON) -m venv $(LOWEST)
+	$(LOWEST)/bin/python -m pip install -q --upgrade pip
+	$(PYTHON) .ci/lowest.py $(LOWEST_TOOLS) > $(LOWEST)/constraints.txt
+	$(LOWEST)/bin/python -m pip install -q --only-binary :all: -c $(LOWEST)/constraints.txt \
+		-e . $(LOWEST_TOOLS)
+	touch $@
+
+# Redis and DBOS are extras, not the core: their tests run in `make test`.
+test-lowest: $(LOWEST)/.ready
+	HYPOTHESIS_PROFILE=dev PYTHONDONTWRITEBYTECODE= $(LOWEST)/bin/python -m pytest -q \
+		-p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal -m "not slow" -k "not redis" \
+		--ignore tests/agent/test_approvals_redis.py --ignore tests/agent/test_approvals_restart.py \
+		$(CORE_TESTS)
 
 bench: $(VENV)/.test redis-server postgresql
 	$(PY) benchmarks/bench_pipeline.py

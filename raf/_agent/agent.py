@@ -329,11 +329,11 @@ class Agent:
         volatile = invocation.tail_instructions
         tail = (ChatMessage("system", "\n".join(volatile)),) if volatile else ()
         history = invocation.messages
-        # One pass over a history that may hold 100,000 messages: `a + b + c` and
-        # `(*a, *b, *c)` copy it twice.
-        messages = tuple(
-            chain(system, history, tail, invocation.tail_messages, invocation.request_messages)
-        )
+        after = (*tail, *invocation.tail_messages, *invocation.request_messages)
+        # One copy of a history that may hold 100,000 messages: tuple `+` copies it in C (a
+        # third of chain's time; `tuple()` of a tuple is the tuple); with a system message in
+        # front, `a + b + c` would copy it twice, chain once.
+        messages = tuple(chain(system, history, after)) if system else tuple(history) + after
         options = invocation.options
         tool_index = self._tool_index
         added = invocation.tools + options.tools

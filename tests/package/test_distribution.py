@@ -53,14 +53,18 @@ def test_the_wheel_installs_in_a_fresh_virtualenv_and_runs_offline(tmp_path: Pat
     (wheel,) = wheels.glob("raf_agents-*.whl")
     assert wheel.name.startswith(f"raf_agents-{raf.__version__}-py3-none-any")
     env_dir = tmp_path / "env"
-    venv.create(env_dir, with_pip=True)
+    # A virtualenv without a pip of its own, filled by this pip (`--python`): what gets installed
+    # is the same, without ensurepip copying pip into it (about 4 s of CPU) and a second pip.
+    venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
     # --no-compile: the check is what gets installed and that it runs, not pip compiling
     # every dependency (most of this test's time).
     run(
-        python,
+        sys.executable,
         "-m",
         "pip",
+        "--python",
+        python,
         "install",
         "-q",
         "--no-compile",
