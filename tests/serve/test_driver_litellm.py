@@ -12,9 +12,6 @@ import pytest
 
 from tests._harness.uvicorn_server import ServedAgent
 
-os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # before litellm is imported
-litellm = pytest.importorskip("litellm")  # imported here: after the variable above
-
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.anyio,
@@ -46,8 +43,15 @@ def served() -> Iterator[ServedAgent]:
         yield server
 
 
+def litellm() -> Any:
+    """litellm, imported by the test that runs, not at collection: its import costs
+    about 4 s of CPU, which every pytest worker would pay for three tests."""
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # before litellm is imported
+    return pytest.importorskip("litellm")
+
+
 async def complete(served: ServedAgent, text: str, **more: Any) -> Any:
-    return await litellm.acompletion(
+    return await litellm().acompletion(
         model="openai/word-agent", api_base=f"{served.url}/v1", api_key="unused",
         messages=[{"role": "user", "content": text}], **more,
     )  # fmt: skip
