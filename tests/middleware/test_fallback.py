@@ -22,7 +22,6 @@ from raf import (
     ChatOptions,
     ChatRequest,
     FallbackMiddleware,
-    GeminiChatClient,
     LoggingMiddleware,
     OpenAIChatClient,
     RateLimitError,
@@ -32,8 +31,7 @@ from raf import (
     Update,
     tool,
 )
-from tests._harness.gemini_server import GeminiServer, signature
-from tests._harness.openai_server import OpenAIServer, Reply, chunk, completion, text_stream
+from tests._harness.openai_server import OpenAIServer, Reply, chunk, text_stream
 
 pytestmark = pytest.mark.anyio
 
@@ -205,7 +203,7 @@ async def test_the_answer_of_the_primary_is_left_as_it_is() -> None:
 
 
 async def test_the_run_says_which_model_answered_after_tool_calls() -> None:
-    from raf import ToolCall, tool
+    from raf import ToolCall
 
     @tool
     def now() -> str:
@@ -293,68 +291,3 @@ async def test_a_direct_call_with_a_chat_request() -> None:
     assert response.text == "ok"
     assert response.model == "b"
     assert repr(middleware) == "FallbackMiddleware(Named)"
-
-
-# --- across vendors: OpenAI and Gemini (google-genai runs on asyncio only) -------------
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-@pytest.mark.parametrize("primary", ["openai", "gemini"])
-async def test_a_tool_loop_falls_back_across_vendors_and_back(
-    primary: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The primary fails twice (retried, then the fallback answers with a call); the next
-    call of the loop is the primary's again, over the other vendor's turn."""
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    openai_server, gemini_server = OpenAIServer(), GeminiServer()
-    gpt = OpenAIChatClient("gpt", base_url=openai_server.base_url, api_key="sk", max_retries=0)
-    gemini = GeminiChatClient("gemini", base_url=gemini_server.root_url, api_key="g", max_retries=0)
-    first, second = (gpt, gemini) if primary == "openai" else (gemini, gpt)
-    agent = Agent(
-        first,
-        tools=[add],
-        chat_stack=[FallbackMiddleware(second), RetryMiddleware(attempts=2, wait_initial=0)],
-    )
-    if primary == "openai":
-        openai_server.fail(500)
-        openai_server.fail(500)
-        gemini_server.answer(
-            text=None,
-            calls=[(None, "add", {"a": 1, "b": 2})],
-            signatures={"add": signature("add")},
-        )
-        openai_server.answer(completion("3"))
-    else:
-        gemini_server.fail(503)
-        gemini_server.fail(503)
-        openai_server.answer(completion(None, tool_calls=[("call_1", "add", '{"a":1,"b":2}')]))
-        gemini_server.answer(text="3")
-    try:
-        answer = await agent.run("1+2?")
-    finally:
-        await agent.aclose()
-        openai_server.close()
-        gemini_server.close()
-    assert answer.text == "3"
-    call = answer.messages[0].tool_calls[0]
-    if primary == "openai":
-        assert call.id.startswith("raf-gemini-")
-        assert answer.messages[0].reasoning is not None  # Gemini's, kept on the message
-        last = openai_server.requests[-1].body["messages"]
-        assert last[1]["tool_calls"][0]["id"] == call.id
-        assert last[2] == {"role": "tool", "tool_call_id": call.id, "content": "3"}
-    else:
-        contents = gemini_server.requests[-1].body["contents"]
-        assert contents[1]["parts"] == [
-            {"functionCall": {"id": "call_1", "name": "add", "args": {"a": 1, "b": 2}}}
-        ]
-        assert contents[2]["parts"] == [
-            {"functionResponse": {"id": "call_1", "name": "add", "response": {"output": "3"}}}
-        ]
-    assert len(openai_server.requests) + len(gemini_server.requests) == 4
