@@ -341,8 +341,9 @@ class PostgresConnection:
             message = f"{where}: cannot reach the server to {what}: {problem}"
         elif kind == "busy":
             message = (
-                f"{where}: cannot {what}: no connection of the store came free within "
-                f"timeout={self.timeout} s (max_connections={self.max_connections}, all busy)"
+                f"{where}: cannot {what}: none of the store's max_connections="
+                f"{self.max_connections} came free within timeout={self.timeout} s (all busy "
+                "with calls the server has not answered yet)"
             )
         elif kind == "timeout":
             message = (

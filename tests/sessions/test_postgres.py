@@ -479,7 +479,9 @@ async def test_a_frozen_server_is_a_timeout_error_on_every_call(dedicated: Postg
                 # Each call after the first connects anew (a connection left is never reused):
                 # the connecting times out.
                 assert re.search(r"(cannot|reach the server to) " + what, message), message
-                assert "did not answer within timeout=0.5 s" in message, message
+                # (Or every connection is still busy with a call left: on trio, a thread
+                # holds its place until it ends, at libpq's connect_timeout.)
+                assert re.search(r"(did not answer|came free) within timeout=0\.5 s", message)
                 assert "session 's'" in message
         # Thawed, the store goes on; the cancelled append was rolled back.
         with anyio.fail_after(30):
@@ -767,7 +769,8 @@ async def test_a_store_with_every_connection_busy_says_so(
                     for n in range(5):
                         group.start_soon(write, n)
         waited = [m for m in messages if "the server did not answer" in m]
-        busy = [m for m in messages if "no connection of the store came free" in m]
-        assert len(waited) == 2 and len(busy) == 3, messages
-        assert all("max_connections=2" in m for m in busy)
+        busy = [m for m in messages if "came free within timeout=0.5 s" in m]
+        assert len(waited) == 2, messages
+        assert len(busy) == 3, messages
+        assert all("none of the store's max_connections=2" in m for m in busy)
         assert [m.content for m in await session.get_messages()] == ["x"]
