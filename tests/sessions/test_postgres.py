@@ -774,3 +774,24 @@ async def test_a_store_with_every_connection_busy_says_so(
         assert len(busy) == 3, messages
         assert all("none of the store's max_connections=2" in m for m in busy)
         assert [m.content for m in await session.get_messages()] == ["x"]
+
+
+async def test_a_key_or_token_no_store_can_write_is_a_value_error(
+    store: PostgresSessionStore,
+) -> None:
+    session = await store.get("surrogates")
+    call = raf.ToolCall("c", "lookup", "{}")
+    for bad in (
+        partial(session.add_once, "k\ud800", [ChatMessage.user("q")]),
+        partial(session.record_pending, [], [raf.PendingCall(call, "t\ud800")]),
+        partial(session.add_once, "k", [], [raf.PendingCall(call, "t", run_id="r\udfff")]),
+    ):
+        with pytest.raises(ValueError, match="lone surrogate"):
+            await bad()
+    assert await session.get_messages() == ()
+    assert await session.list_pending() == ()
+    # NUL is text UTF-8 holds, and JSON escapes it; PostgreSQL's text refuses it, clearly.
+    with pytest.raises(SessionStoreError, match="cannot contain NUL"):
+        await session.record_pending([], [raf.PendingCall(call, "t\x00")])
+    await session.add_messages([ChatMessage.user("a\x00b")])
+    assert [m.content for m in await session.get_messages()] == ["a\x00b"]
