@@ -21,7 +21,6 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import Final, NoReturn, Self, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import psycopg
@@ -374,11 +373,7 @@ def redacted(dsn: str) -> str:
     'host=db password=*** dbname=app'
     """
     if "://" not in dsn:
-        return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn)
-    parts = urlsplit(dsn)
-    shown = parts
-    if parts.password is not None:
-        user, _, host = parts.netloc.rpartition("@")
-        shown = parts._replace(netloc=f"{user.partition(':')[0]}:***@{host}")
-    query = re.sub(r"(password=)[^&]*", r"\1***", shown.query)
-    return urlunsplit(shown._replace(query=query))
+        return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.)+)", r"\1***", dsn)
+    # user:password@ as libpq reads it: up to the last @ before the first / (# and ? too).
+    shown = re.sub(r"^([^:/]+://[^:/@]*:)[^/]*@", r"\1***@", dsn)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", shown)

@@ -702,6 +702,20 @@ def test_a_malformed_dsn_does_not_print_its_password() -> None:
         assert "hunter2" not in str(caught.value)
 
 
+def test_a_password_libpq_reads_is_in_no_repr() -> None:
+    for dsn in (
+        "postgresql://ann:hunter2#x@db/app",  # libpq's password: 'hunter2#x'
+        "postgresql://ann:hunter2?x@db/app",
+        "postgresql://ann:hun@ter2@db/app",
+        "postgresql://db/app?user=ann&password=hunter2",
+        r"host=db password=hun\ ter2 dbname=app",
+    ):
+        store = PostgresSessionStore(dsn)
+        for shown in (repr(store), store.where):
+            assert "ter2" not in shown, shown
+            assert "***" in shown, shown
+
+
 def test_a_ttl_postgres_cannot_add_to_a_time_is_a_value_error() -> None:
     for bad in (float("inf"), 1e300, 10**30):
         with pytest.raises(ValueError, match="ttl"):
