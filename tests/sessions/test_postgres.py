@@ -8,6 +8,7 @@ prefix. Tests that freeze or stop the server start a dedicated one.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import signal
@@ -809,3 +810,35 @@ async def test_a_key_or_token_no_store_can_write_is_a_value_error(
         await session.record_pending([], [raf.PendingCall(call, "t\x00")])
     await session.add_messages([ChatMessage.user("a\x00b")])
     assert [m.content for m in await session.get_messages()] == ["a\x00b"]
+
+
+@pytest.mark.slow
+async def test_turns_cancelled_at_any_moment_are_whole_or_absent_and_leak_nothing(
+    postgres_server: PostgresServer, prefix: str
+) -> None:
+    """40 sessions on 4 connections, each turn cancelled after 0 to 40 ms or not at all."""
+    url = postgres_server.url()
+    before = len(_backends(url))
+    delays = itertools.cycle([0.0, 0.001, 0.004, 0.01, 0.04, None])
+    async with PostgresSessionStore(url, prefix=prefix, max_connections=4) as store:
+
+        async def user(n: int) -> None:
+            session = await store.get(f"s{n}")
+            for turn in range(4):
+                delay = next(delays)
+                with anyio.move_on_after(math.inf if delay is None else delay):
+                    await session.add_messages(
+                        [ChatMessage.user(f"{turn}"), ChatMessage.assistant(f"{turn}")]
+                    )
+            stored = [m.content for m in await session.get_messages()]
+            assert stored[::2] == stored[1::2], stored  # every turn whole
+            assert len(stored) == 2 * len(set(stored)), stored  # and once
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                for n in range(40):
+                    group.start_soon(user, n)
+            assert len(_backends(url)) - before <= 4  # the pool's, no more
+    with anyio.fail_after(10):
+        while len(_backends(url)) > before:  # noqa: ASYNC110  (closed: every one is gone)
+            await anyio.sleep(0.05)
