@@ -76,14 +76,18 @@ def checked_session_id(session_id: object) -> str:
     """
     if type(session_id) is not str or not session_id:
         raise ValueError(f"session id must be a non-empty str, got {session_id!r}")
+    return _encodable(session_id, "a session id")
+
+
+def _encodable(text: str, what: str) -> str:
     try:
-        session_id.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(
-            f"a session id must be text UTF-8 can encode; {session_id!r} holds a lone "
-            f"surrogate (U+{ord(session_id[exc.start]):04X} at {exc.start})"
+            f"{what} must be text UTF-8 can encode; {text!r} holds a lone "
+            f"surrogate (U+{ord(text[exc.start]):04X} at {exc.start})"
         ) from None
-    return session_id
+    return text
 
 
 def checked_batch(messages: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
@@ -126,6 +130,10 @@ def checked_pending(
             raise TypeError(
                 f"record_pending(pending)[{index}] must be a PendingCall, got {type(call).__name__}"
             )
+        # The values layer replaces lone surrogates in what a call says, not in its token.
+        _encodable(call.token, f"record_pending(pending)[{index}].token")
+        if type(call.run_id) is str:
+            _encodable(call.run_id, f"record_pending(pending)[{index}].run_id")
     return batch, calls
 
 
@@ -150,7 +158,7 @@ def checked_tokens(tokens: Sequence[str]) -> tuple[str, ...]:
 
 
 def checked_key(key: str) -> str:
-    """``add_once``'s key, checked: a non-empty str."""
+    """``add_once``'s key, checked: a non-empty str UTF-8 can encode."""
     if type(key) is not str or not key:
         raise ValueError(f"an idempotency key must be a non-empty str, got {key!r}")
-    return key
+    return _encodable(key, "an idempotency key")

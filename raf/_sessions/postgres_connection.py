@@ -15,12 +15,12 @@ import hashlib
 import math
 import os
 import re
+import selectors
 import socket
 import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import Final, NoReturn, Self, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import psycopg
@@ -37,6 +37,8 @@ T = TypeVar("T")
 DEFAULT_TIMEOUT: Final = 10.0
 #: Connections a store holds at most (and calls it runs at once).
 MAX_CONNECTIONS: Final = 10
+#: The longest ``ttl``: PostgreSQL's timestamps end in the year 294276 (``None``: no expiry).
+MAX_TTL: Final = 3_155_760_000
 _PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 
 
@@ -64,11 +66,12 @@ class _Failed(Exception):
 class _Borrow:
     """One call's hold of a connection, shared by its worker thread and its caller."""
 
-    __slots__ = ("abandoned", "conn", "connecting", "lock")
+    __slots__ = ("abandoned", "conn", "connecting", "lock", "started")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self.started = False  # False while the call waits for one of the store's connections
         self.connecting = True
         self.abandoned = False
 
@@ -78,6 +81,17 @@ class _Borrow:
             self.abandoned = True
             if self.conn is not None:
                 _shut_down(self.conn)
+
+
+def _quiet(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+    """Whether an idle connection has nothing to read: else the server has ended it (a
+    restart says goodbye, a killed server's kernel ends the stream), and a call on it fails."""
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(conn.pgconn.socket, selectors.EVENT_READ)
+            return not selector.select(0)
+    except (OSError, ValueError, psycopg.Error):
+        return False
 
 
 def _shut_down(conn: psycopg.Connection[tuple[object, ...]]) -> None:
@@ -108,16 +122,23 @@ class PostgresConnection:
         try:
             params = conninfo_to_dict(dsn)
         except psycopg.Error as exc:
-            raise ValueError(f"{name}: dsn is not a PostgreSQL connection string: {exc}") from None
+            # libpq quotes the part it could not parse, which may be the password: not shown.
+            problem = re.sub(r'"[^"]*"', '"..."', str(exc)).strip()
+            raise ValueError(
+                f"{name}: dsn is not a PostgreSQL connection string: {problem}"
+            ) from None
         if type(prefix) is not str or not _PREFIX.fullmatch(prefix):
             raise ValueError(
                 f"{name}: prefix must be 1 to 40 of a-z, 0-9 and _ (not first a digit), "
                 f"got {prefix!r}"
             )
         if ttl is not None and (
-            isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0
+            isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= MAX_TTL
         ):
-            raise ValueError(f"{name}: ttl must be None or > 0 seconds, got {ttl!r}")
+            raise ValueError(
+                f"{name}: ttl must be None or > 0 seconds, at most {MAX_TTL} (100 years), "
+                f"got {ttl!r}"
+            )
         if timeout is not None and (
             isinstance(timeout, bool)
             or not isinstance(timeout, int | float)
@@ -225,7 +246,13 @@ class PostgresConnection:
             if isinstance(exc, _Failed):
                 self._fail(exc.kind, exc.exc, what, session_id, writing)
             if isinstance(exc, TimeoutError):
-                kind = "unreachable" if borrow.connecting else "timeout"
+                kind = (
+                    "busy"
+                    if not borrow.started
+                    else "unreachable"
+                    if borrow.connecting
+                    else "timeout"
+                )
                 self._fail(kind, exc, what, session_id, writing)
             raise
 
@@ -236,8 +263,8 @@ class PostgresConnection:
         write: bool,
     ) -> T:
         """In the worker thread: borrow a connection, run ``work``, give the connection back."""
-        with self._idle_lock:
-            conn = self._idle.pop() if self._idle else None
+        borrow.started = True
+        conn = self._take_idle()
         if conn is None:
             try:
                 conn = psycopg.connect(self.dsn, **self._connect_options)  # type: ignore[arg-type]
@@ -271,10 +298,21 @@ class PostgresConnection:
         finally:
             self._give_back(borrow, kept)
 
+    def _take_idle(self) -> psycopg.Connection[tuple[object, ...]] | None:
+        while True:
+            with self._idle_lock:
+                if not self._idle:
+                    return None
+                conn = self._idle.pop()
+            if _quiet(conn):
+                return conn
+            conn.close()  # ended by the server while idle: another, or a new one
+
     def _give_back(self, borrow: _Borrow, kept: bool) -> None:
         with borrow.lock:
             conn, borrow.conn = borrow.conn, None
-            kept = kept and not borrow.abandoned
+            abandoned = borrow.abandoned
+            kept = kept and not abandoned
         if conn is None:
             return
         if kept and not self._closed and conn.info.transaction_status == TransactionStatus.IDLE:
@@ -282,7 +320,7 @@ class PostgresConnection:
                 self._idle.append(conn)
             return
         conn.close()
-        if conn.broken:  # the server went away: the idle connections went with it
+        if conn.broken and not abandoned:  # the server went away: the idle ones went with it
             with self._idle_lock:
                 idle, self._idle = self._idle, []
             for other in idle:
@@ -300,6 +338,12 @@ class PostgresConnection:
                 else reason(exc)
             )
             message = f"{where}: cannot reach the server to {what}: {problem}"
+        elif kind == "busy":
+            message = (
+                f"{where}: cannot {what}: none of the store's max_connections="
+                f"{self.max_connections} came free within timeout={self.timeout} s (all busy "
+                "with calls the server has not answered yet)"
+            )
         elif kind == "timeout":
             message = (
                 f"{where}: cannot {what}: the server did not answer within "
@@ -329,11 +373,7 @@ def redacted(dsn: str) -> str:
     'host=db password=*** dbname=app'
     """
     if "://" not in dsn:
-        return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn)
-    parts = urlsplit(dsn)
-    shown = parts
-    if parts.password is not None:
-        user, _, host = parts.netloc.rpartition("@")
-        shown = parts._replace(netloc=f"{user.partition(':')[0]}:***@{host}")
-    query = re.sub(r"(password=)[^&]*", r"\1***", shown.query)
-    return urlunsplit(shown._replace(query=query))
+        return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.)+)", r"\1***", dsn)
+    # user:password@ as libpq reads it: up to the last @ before the first / (# and ? too).
+    shown = re.sub(r"^([^:/]+://[^:/@]*:)[^/]*@", r"\1***@", dsn)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", shown)

@@ -28,6 +28,8 @@ from tests._harness.process import ServerProcess
 
 __all__ = ["PostgresServer", "postgres_bin"]
 
+_READY = b"ready to accept connections"
+
 
 def postgres_bin() -> Path | None:
     """The folder of Debian's ``initdb`` and ``postgres`` (the newest version), if installed."""
@@ -53,6 +55,7 @@ class PostgresServer(ServerProcess):
     def __init__(self) -> None:
         super().__init__("raf-postgres-")
         self._user: dict[str, Any] = {}
+        self._ready_before = 0  # "ready" lines in the log before this start (a restart's)
         if os.geteuid() == 0:
             self._user = {"user": "nobody", "group": "nogroup"}
             shutil.chown(self.folder, "nobody", "nogroup")
@@ -89,7 +92,7 @@ class PostgresServer(ServerProcess):
         return {"cwd": self.folder, **self._user}
 
     def answers(self) -> bool:
-        if b"ready to accept connections" not in self.log_path.read_bytes():
+        if self.log_path.read_bytes().count(_READY) <= self._ready_before:
             return False
         try:
             socket.create_connection(("127.0.0.1", self.port), timeout=1.0).close()
@@ -112,6 +115,17 @@ class PostgresServer(ServerProcess):
         pid = self.process.pid
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         return [pid, *map(int, children)]
+
+    def restart(self) -> PostgresServer:
+        """Stop the server (fast shutdown: it ends its clients' connections) and start it
+        again on the same port and data: the clients' open connections are dead."""
+        self.stop()
+        self._ready_before = self.log_path.read_bytes().count(_READY)
+        with self.log_path.open("ab") as output:
+            self.process = subprocess.Popen(
+                self.argv(), stdout=output, stderr=subprocess.STDOUT, **self.popen_options()
+            )
+        return self.ready()
 
     @contextmanager
     def frozen(self) -> Iterator[None]:
