@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from raf._errors import ConfigError
 from raf._sessions.sqlite import SqliteSessionStore
@@ -44,23 +44,9 @@ async def open_store(
     this is a :class:`raf.ConfigError`.
     """
     if is_redis_url(db):
-        try:  # Local: coredis is an optional extra.
-            from raf._sessions.redis import RedisSessionStore
-        except ImportError as exc:
-            raise ConfigError(
-                "--db: a Redis store needs the redis extra: "
-                f"pip install 'raf-agents[redis]' ({exc})"
-            ) from None
-        return await RedisSessionStore(str(db)).open()
+        return await server_store("redis", str(db)).open()
     if is_postgres_url(db):
-        try:  # Local: psycopg is an optional extra.
-            from raf._sessions.postgres import PostgresSessionStore
-        except ImportError as exc:
-            raise ConfigError(
-                "--db: a PostgreSQL store needs the postgres extra: "
-                f"pip install 'raf-agents[postgres]' ({exc})"
-            ) from None
-        return await PostgresSessionStore(str(db)).open()
+        return await server_store("postgres", str(db)).open()
     path = Path(db)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,3 +56,27 @@ async def open_store(
             f"--db {path}: cannot create the folder {path.parent}: {reason}"
         ) from None
     return SqliteSessionStore(path)
+
+
+def server_store(
+    kind: Literal["redis", "postgres"], location: str, **options: Any
+) -> RedisSessionStore | PostgresSessionStore:
+    """A :class:`raf.RedisSessionStore` or :class:`raf.PostgresSessionStore` of
+    ``location`` (a URL, a connection string), not yet opened; ``options`` go to it.
+
+    Their modules import an optional extra (coredis, psycopg), so they load here, on
+    first use; without the extra, a :class:`raf.ConfigError` that says what to install.
+    """
+    name = {"redis": "a Redis", "postgres": "a PostgreSQL"}[kind]
+    try:  # Local: coredis and psycopg are optional extras.
+        if kind == "redis":
+            from raf._sessions.redis import RedisSessionStore
+
+            return RedisSessionStore(location, **options)
+        from raf._sessions.postgres import PostgresSessionStore
+
+        return PostgresSessionStore(location, **options)
+    except ImportError as exc:
+        raise ConfigError(
+            f"--db: {name} store needs the {kind} extra: pip install 'raf-agents[{kind}]' ({exc})"
+        ) from None

@@ -16,6 +16,7 @@ from raf._errors import DurableError
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
 from raf._sessions.sqlite import SqliteSession, SqliteSessionStore
+from raf._sessions.stores import server_store
 from raf._values.messages import ChatMessage, PendingCall
 
 __all__ = ["SessionRef"]
@@ -74,20 +75,12 @@ class SessionRef:
     async def reopened(self) -> AsyncIterator[Session]:
         """The session, in a store opened for it and closed after."""
         if self.kind == "sqlite":
-            async with SqliteSessionStore(self.location) as sqlite_store:
-                yield await sqlite_store.get(self.session_id)
-            return
-        prefix = "raf" if self.prefix is None else self.prefix
-        if self.kind == "postgres":
-            from raf._sessions.postgres import PostgresSessionStore
-
-            async with PostgresSessionStore(self.location, prefix=prefix, ttl=self.ttl) as pg_store:
-                yield await pg_store.get(self.session_id)
-            return
-        from raf._sessions.redis import RedisSessionStore
-
-        async with RedisSessionStore(self.location, prefix=prefix, ttl=self.ttl) as redis_store:
-            yield await redis_store.get(self.session_id)
+            store: Any = SqliteSessionStore(self.location)
+        else:
+            prefix = "raf" if self.prefix is None else self.prefix
+            store = server_store(self.kind, self.location, prefix=prefix, ttl=self.ttl)
+        async with store:
+            yield await store.get(self.session_id)
 
 
 class WrittenOnce:
