@@ -163,6 +163,16 @@ def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return calls
 
 
+#: How much of a reasoning's data its repr shows.
+_DATA_SHOWN: Final = 80
+
+
+def _shown(data: str) -> str:
+    if len(data) <= _DATA_SHOWN:
+        return repr(data)
+    return f"{data[:_DATA_SHOWN]!r}... ({len(data)} chars)"
+
+
 @attrs.frozen(slots=True)
 class Reasoning:
     """A model's reasoning that came with an assistant turn, kept to be sent back unchanged.
@@ -181,7 +191,8 @@ class Reasoning:
     """
 
     source: str = attrs.field(validator=_check_str)
-    data: str = attrs.field(converter=clean_text, validator=_check_str)
+    #: Shown cut short in a repr: encrypted reasoning runs to megabytes.
+    data: str = attrs.field(converter=clean_text, validator=_check_str, repr=_shown)
 
     def to_dict(self) -> dict[str, str]:
         """A plain-JSON form."""
