@@ -9,8 +9,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
+import raf.serve
 from raf import (
     Agent,
     AgentResponse,
@@ -20,6 +22,7 @@ from raf import (
     ChatOptions,
     FallbackMiddleware,
     GeminiChatClient,
+    HistoryProvider,
     OpenAIResponsesClient,
     Reasoning,
     ToolCall,
@@ -166,3 +169,54 @@ async def test_tampered_reasoning_is_a_bad_request_naming_the_message(
         with pytest.raises(BadRequestError, match=r"messages\[1\]"):
             await model.complete(messages, ChatOptions())
     assert servers[source].requests == []
+
+
+@pytest.mark.parametrize("source", SOURCES)
+async def test_a_turn_whose_calls_a_provider_edited_goes_back_without_reasoning(
+    servers: Servers, source: str
+) -> None:
+    answer_thinking(servers, source)
+    answer_plain(servers, source)
+    async with client(servers, source) as model:
+        turn = (await model.complete([ChatMessage.user("x")], ChatOptions())).messages[0]
+        edited = ChatMessage(
+            "assistant", turn.content, tool_calls=turn.tool_calls[1:], reasoning=turn.reasoning
+        )
+        messages = [ChatMessage.user("x"), edited, ChatMessage.tool("c2", "7", name="add")]
+        await model.complete(messages, ChatOptions())
+    sent = str(servers[source].requests[1].body)
+    for kept in ("sig-abc", "rs_1", "I add.", gemini_signature("a")):
+        assert kept not in sent
+    assert "c2" in sent
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("source", SOURCES)
+async def test_reasoning_survives_raf_serve_keeping_the_history(
+    servers: Servers, source: str, stream: bool
+) -> None:
+    answer_thinking(servers, source)
+    answer_plain(servers, source)
+    answer_plain(servers, source)
+    agent = Agent(client(servers, source), tools=[add], stack=[HistoryProvider()])
+    headers = {"X-Session-Id": f"s-{source}-{stream}"}
+    transport = httpx.ASGITransport(app=raf.serve.app(agent))
+    async with (
+        agent,
+        httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as http,
+    ):
+        conversation = [{"role": "user", "content": "sums?"}]
+        for text in ("sums?", "more?"):
+            conversation[-1] = {"role": "user", "content": text}
+            body = {"model": "raf-agent", "messages": conversation, "stream": stream}
+            reply = await http.post("/v1/chat/completions", json=body, headers=headers)
+            assert reply.status_code == 200, reply.text
+            conversation += [{"role": "assistant", "content": "3 and 7"}, {}]
+    third = str(servers[source].requests[2].body)
+    assert "more?" in third
+    for kept in {
+        "anthropic": ["sig-abc", "I add."],
+        "gemini": [gemini_signature("a"), gemini_signature("t"), "I add."],
+        "openai.responses": ["rs_1"],
+    }[source]:
+        assert kept in third
