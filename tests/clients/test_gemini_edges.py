@@ -181,7 +181,10 @@ async def test_streamed_and_whole_reasoning_are_the_same_bytes(server: GeminiSer
     assert streamed.messages[0].reasoning == whole.messages[0].reasoning
 
 
-async def test_a_429_with_retry_info_is_read_as_retry_after(server: GeminiServer) -> None:
+@both
+async def test_a_429_with_retry_info_is_read_as_retry_after(
+    server: GeminiServer, streamed: bool
+) -> None:
     body = {
         "error": {
             "code": 429,
@@ -193,17 +196,29 @@ async def test_a_429_with_retry_info_is_read_as_retry_after(server: GeminiServer
     server.reply(Answer(429, body))
     async with client_for(server) as model:
         with pytest.raises(RateLimitError) as caught:
-            await call(model, streamed=False)
+            await call(model, streamed)
     assert caught.value.retry_after == 38.0
 
 
+async def test_a_429_error_chunk_mid_stream_carries_its_retry_delay(server: GeminiServer) -> None:
+    chunks = chunks_of(response_body("one two"), terminal=False)[:1]
+    info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"}
+    error = {"error": {"code": 429, "message": "slow down", "details": [info]}}
+    server.reply(Answer(events=[*chunks, error]))
+    async with client_for(server) as model:
+        with pytest.raises(RateLimitError) as caught:
+            await call(model, streamed=True)
+    assert caught.value.retry_after == 1.5
+
+
 @pytest.mark.slow
-async def test_timeout_bounds_the_sdks_retries(server: GeminiServer) -> None:
+@both
+async def test_timeout_bounds_the_sdks_retries(server: GeminiServer, streamed: bool) -> None:
     for _ in range(4):
         server.fail(503, "busy")
     async with client_for(server, max_retries=3, timeout=0.5) as model:
         with pytest.raises(ChatTimeoutError, match="retries included"):
-            await call(model, streamed=True)
+            await call(model, streamed)
 
 
 @pytest.mark.parametrize(
