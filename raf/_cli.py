@@ -212,6 +212,7 @@ async def _run_command(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace, printer: _Printer) -> LoadedConfig:
     """The config, its agent watched by the observers that ``--trace`` asks for."""
+
     def diagram(text: str) -> None:
         printer.end_line()
         _say(text, sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
@@ -163,16 +164,6 @@ def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return calls
 
 
-#: How much of a reasoning's data its repr shows.
-_DATA_SHOWN: Final = 80
-
-
-def _shown(data: str) -> str:
-    if len(data) <= _DATA_SHOWN:
-        return repr(data)
-    return f"{data[:_DATA_SHOWN]!r}... ({len(data)} chars)"
-
-
 @attrs.frozen(slots=True)
 class Reasoning:
     """A model's reasoning that came with an assistant turn, kept to be sent back unchanged.
@@ -180,19 +171,17 @@ class Reasoning:
     Thinking models (Anthropic thinking blocks with their signatures, OpenAI Responses
     reasoning items, Gemini thought signatures) need their reasoning back in the later
     calls of a tool loop. The client that read the turn puts it here, on the assistant
-    message, so it lives wherever the message lives: in the history, in a session store,
-    in another process. ``source`` names the wire it came from (``"anthropic"``,
-    ``"openai.responses"``, ``"gemini"``); a client replays the reasoning of its own
-    source only and leaves any other out. ``data`` is that wire's own JSON text, opaque
-    to raf.
+    message, so it lives wherever the message lives (history, session store, another
+    process). ``source`` names its wire (``"anthropic"``, ``"openai.responses"``,
+    ``"gemini"``); a client replays its own source's only. ``data`` is that wire's own
+    JSON text, opaque to raf (a repr shows its start only).
 
     >>> Reasoning("anthropic", '[{"type": "thinking", "signature": "s"}]')
-    Reasoning(source='anthropic', data='[{"type": "thinking", "signature": "s"}]')
+    Reasoning(source='anthropic', data='[{"type": "t...ature": "s"}]')
     """
 
     source: str = attrs.field(validator=_check_str)
-    #: Shown cut short in a repr: encrypted reasoning runs to megabytes.
-    data: str = attrs.field(converter=clean_text, validator=_check_str, repr=_shown)
+    data: str = attrs.field(converter=clean_text, validator=_check_str, repr=reprlib.repr)
 
     def to_dict(self) -> dict[str, str]:
         """A plain-JSON form."""

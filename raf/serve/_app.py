@@ -49,6 +49,7 @@ from raf.serve._wire import (
 
 __all__: list[str] = []
 
+
 def app(
     agent: Agent,
     *,
