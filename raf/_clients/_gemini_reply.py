@@ -14,7 +14,7 @@ import httpx2
 from google.genai import errors, types
 
 from raf._clients._reply import json_type
-from raf._clients._sdk import error_from_http, retry_after_seconds
+from raf._clients._sdk import RETRY_AFTER_MAX, error_from_http, retry_after_seconds
 from raf._errors import (
     AuthenticationError,
     BadRequestError,
@@ -56,6 +56,8 @@ def error_from_genai(exc: Exception, where: str) -> ChatClientError:
         text += f": {exc.message}" if exc.message else ""
         headers = getattr(exc.response, "headers", None)
         retry_after = retry_after_seconds(headers) if isinstance(headers, Mapping) else None
+        if retry_after is None:
+            retry_after = _retry_delay(exc.details)
         kind: type[ChatClientError] = BadRequestError
         if status == 429:
             kind = RateLimitError
@@ -75,6 +77,30 @@ def error_from_genai(exc: Exception, where: str) -> ChatClientError:
     return ChatProtocolError(
         f"{where}: the google-genai SDK could not read the reply: {type(exc).__name__}: {exc}"
     )
+
+
+def _retry_delay(details: Any) -> float | None:
+    """The ``retryDelay`` of the ``google.rpc.RetryInfo`` in an error's ``details`` (a
+    Duration, ``"38s"`` or ``"0.5s"``) in seconds: how Gemini says when to retry a 429.
+
+    >>> info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "38s"}
+    >>> _retry_delay({"error": {"details": [info]}}), _retry_delay({"error": {}})
+    (38.0, None)
+    """
+    error = details.get("error") if isinstance(details, Mapping) else None
+    entries = error.get("details") if isinstance(error, Mapping) else None
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, Mapping) or not str(entry.get("@type", "")).endswith(
+            "google.rpc.RetryInfo"
+        ):
+            continue
+        delay = entry.get("retryDelay")
+        try:
+            seconds = float(str(delay).removesuffix("s"))
+        except ValueError:
+            return None
+        return min(max(seconds, 0.0), RETRY_AFTER_MAX) if seconds == seconds else None
+    return None
 
 
 #: What :func:`error_from_genai` maps: everything else is not the call's failure.

@@ -129,6 +129,7 @@ def quote(data: bytes | str) -> str:
 
 def replayed(
     message: ChatMessage,
+    index: int,
     source: str,
     kinds: tuple[str, str, str],
     text: list[dict[str, Any]],
@@ -138,7 +139,7 @@ def replayed(
     reasoning it kept (of ``source``) back in its place, unchanged: the wire's items or
     blocks in the order the reply had, ``kinds`` naming the text's type, the calls' type
     and their id's key. Reasoning of another wire, or of a turn whose calls changed
-    since, is left out: text, then calls."""
+    since, is left out: text, then calls. ``index`` is the message's place, for errors."""
     text_kind, call_kind, key = kinds
     reasoning = message.reasoning
     order: Any = None
@@ -148,7 +149,7 @@ def replayed(
             named = [item.get(key) for item in order if item.get("type") == call_kind]
         except (ValueError, TypeError, AttributeError):
             raise BadRequestError(
-                f"the reasoning of an assistant turn (source {source!r}) is not the JSON list "
+                f"messages[{index}]: the reasoning (source {source!r}) is not the JSON list "
                 f"of objects that wire keeps: {quote(reasoning.data)}"
             ) from None
         order = order if named == list(calls) else None

@@ -297,7 +297,9 @@ def _blocks(message: ChatMessage, index: int) -> list[dict[str, Any]]:
     calls = {
         call.id: _tool_use(call.id, call.name, call.arguments, index) for call in message.tool_calls
     }
-    return replayed(message, SOURCE, ("text", "tool_use", "id"), _text(message.content), calls)
+    return replayed(
+        message, index, SOURCE, ("text", "tool_use", "id"), _text(message.content), calls
+    )
 
 
 def _tool_use(call_id: str, name: str, arguments: str, index: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import functools
 import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -171,16 +172,21 @@ class GeminiChatClient:
         opened = functools.partial(
             models.generate_content_stream, model=model, contents=contents, config=config
         )
+        responses: list[httpx2.Response] = []
         try:
-            chunks = await start.run(opened)
+            chunks = await start.run(_watched, responses, opened)
         except SDK_ERRORS as exc:
             raise error_from_genai(exc, where) from exc
         budget = start
-        # Closed here, not left to the garbage collector, when the consumer stops early.
-        async with contextlib.aclosing(chunks):
+        # Closed here, not left to the garbage collector, when the consumer stops early:
+        # the SDK's generator does not close the generators it reads from, so the HTTP
+        # responses it opened are closed too (else the connection stays open until a GC).
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(_close_all, responses)
+            stack.push_async_callback(chunks.aclose)
             while True:
                 try:
-                    chunk = await budget.run(_next, chunks)
+                    chunk = await budget.run(_watched, responses, _next, chunks)
                 except (*SDK_ERRORS, ChatTimeoutError) as exc:
                     if state.done:
                         break  # past the answer, nothing is an error
@@ -284,12 +290,25 @@ class GeminiChatClient:
         return f"GeminiChatClient(model={self.model!r})"
 
 
+#: The HTTP responses the SDK opened for the stream being opened in this context.
+_OPENED: ContextVar[list[httpx2.Response] | None] = ContextVar("raf_gemini_opened", default=None)
+
+
+async def _keep_response(response: httpx2.Response) -> None:
+    opened = _OPENED.get()
+    if opened is not None:
+        opened.append(response)
+
+
 def _new_client(api_key: str, base_url: str | None, max_retries: int) -> genai.Client:
     # A transport of raf's own: the SDK then speaks httpx (not aiohttp, when installed),
-    # whose errors raf maps, through one pool.
+    # whose errors raf maps, through one pool. The hook hands a stream its responses.
     options = types.HttpOptions(
         base_url=base_url,
-        async_client_args={"transport": httpx2.AsyncHTTPTransport()},
+        async_client_args={
+            "transport": httpx2.AsyncHTTPTransport(),
+            "event_hooks": {"response": [_keep_response]},
+        },
         retry_options=types.HttpRetryOptions(attempts=max_retries + 1) if max_retries else None,
     )
     return genai.Client(api_key=api_key, vertexai=False, http_options=options)
@@ -297,6 +316,21 @@ def _new_client(api_key: str, base_url: str | None, max_retries: int) -> genai.C
 
 async def _next(chunks: AsyncIterator[types.GenerateContentResponse]) -> Any:
     return await anext(chunks, None)
+
+
+async def _watched(responses: list[httpx2.Response], function: Any, *args: Any) -> Any:
+    """``await function(*args)``, the HTTP responses the SDK opens meanwhile put in
+    ``responses`` (by the client's hook: not with a ``client=`` of yours)."""
+    token = _OPENED.set(responses)
+    try:
+        return await function(*args)
+    finally:
+        _OPENED.reset(token)
+
+
+async def _close_all(responses: list[httpx2.Response]) -> None:
+    for response in responses:
+        await response.aclose()
 
 
 # --- Messages to the wire ---------------------------------------------------------------

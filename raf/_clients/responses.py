@@ -244,20 +244,21 @@ def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
                 }
             )
         elif role == "assistant" and (message.tool_calls or message.reasoning is not None):
-            items += assistant_turn(message)
+            items += assistant_turn(message, index)
         else:
             items.append({"role": role, "content": message.content or ""})
     return items
 
 
-def assistant_turn(message: ChatMessage) -> list[dict[str, Any]]:
+def assistant_turn(message: ChatMessage, index: int) -> list[dict[str, Any]]:
     """The input items of an assistant turn with tool calls or reasoning: its reasoning
     items (if they are this wire's) in the order the reply had, today's text where the
     text was, and its calls."""
     calls = {call.id: _function_call(call) for call in message.tool_calls}
     content = message.content if calls else message.content or ""
     text = [] if content is None else [{"role": "assistant", "content": content}]
-    return replayed(message, SOURCE, ("message", "function_call", "call_id"), text, calls)
+    kinds = ("message", "function_call", "call_id")
+    return replayed(message, index, SOURCE, kinds, text, calls)
 
 
 def _function_call(call: ToolCall) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
@@ -170,18 +171,17 @@ class Reasoning:
     Thinking models (Anthropic thinking blocks with their signatures, OpenAI Responses
     reasoning items, Gemini thought signatures) need their reasoning back in the later
     calls of a tool loop. The client that read the turn puts it here, on the assistant
-    message, so it lives wherever the message lives: in the history, in a session store,
-    in another process. ``source`` names the wire it came from (``"anthropic"``,
-    ``"openai.responses"``, ``"gemini"``); a client replays the reasoning of its own
-    source only and leaves any other out. ``data`` is that wire's own JSON text, opaque
-    to raf.
+    message, so it lives wherever the message lives (history, session store, another
+    process). ``source`` names its wire (``"anthropic"``, ``"openai.responses"``,
+    ``"gemini"``); a client replays its own source's only. ``data`` is that wire's own
+    JSON text, opaque to raf (a repr shows its start only).
 
     >>> Reasoning("anthropic", '[{"type": "thinking", "signature": "s"}]')
-    Reasoning(source='anthropic', data='[{"type": "thinking", "signature": "s"}]')
+    Reasoning(source='anthropic', data='[{"type": "t...ature": "s"}]')
     """
 
     source: str = attrs.field(validator=_check_str)
-    data: str = attrs.field(converter=clean_text, validator=_check_str)
+    data: str = attrs.field(converter=clean_text, validator=_check_str, repr=reprlib.repr)
 
     def to_dict(self) -> dict[str, str]:
         """A plain-JSON form."""

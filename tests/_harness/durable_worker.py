@@ -181,9 +181,7 @@ def configure(system_db: str, executor: str) -> None:
     DBOS.launch()
 
 
-async def run_one(
-    agent: Any, store: Any, workflow_id: str, session_id: str
-) -> dict[str, Any]:
+async def run_one(agent: Any, store: Any, workflow_id: str, session_id: str) -> dict[str, Any]:
     session = await store.get(session_id)
     with SetWorkflowID(workflow_id):
         response = await agent.run(workflow_id, session=session)
@@ -197,9 +195,7 @@ async def wait_one(store: Any, workflow_id: str, session_id: str) -> dict[str, A
     return {"id": workflow_id, "text": response.text, "history": len(await session.get_messages())}
 
 
-async def decide_one(
-    agent: Any, store: Any, workflow_id: str, session_id: str
-) -> dict[str, Any]:
+async def decide_one(agent: Any, store: Any, workflow_id: str, session_id: str) -> dict[str, Any]:
     session = await store.get(session_id)
     listed = await session.list_pending()
     decisions = [Decision(call.token, approve=True) for call in listed]
