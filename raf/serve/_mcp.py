@@ -12,6 +12,10 @@ A client that goes away mid-answer (or cancels its call) makes the SDK cancel
 the call's handler; the run is kept out of that cancellation and closed early
 instead (:func:`closable_run`): every entered provider gets
 ``StreamClosedError`` with the partial answer, as on the other routes.
+
+A ``GET`` (the stream a server may push on) is a 405 with ``Allow: POST``:
+stateless, the server has nothing to push, and the SDK's stream would stay
+open, empty, until the client leaves.
 """
 
 from __future__ import annotations
@@ -139,6 +143,13 @@ class _Endpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key_scope = self._served.keys.scope(scope)  # a 401 (HttpError) before the SDK runs
+        if scope["method"] == "GET":
+            # Stateless, nothing is ever pushed: the SDK's GET stream would stay open, empty,
+            # for ever. The streamable-HTTP spec lets a server without one answer 405.
+            raise HttpError(
+                405, "/mcp offers no GET stream: POST the requests",
+                code="method_not_allowed", headers={"Allow": "POST"},
+            )  # fmt: skip
         scope.setdefault("state", {})[_SCOPE_KEY] = key_scope
         await self._handle(scope, receive, send)
 
