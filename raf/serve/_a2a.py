@@ -41,7 +41,8 @@ from starlette.types import ASGIApp, Message, Receive
 from raf._agent.approvals import Decision, deny_pending
 from raf._agent.streamed import Closing
 from raf._metadata import installed_version
-from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Update
+from raf._values.assembly import Assembly
+from raf._values.messages import ChatMessage, PendingCall, Update
 from raf.serve._agui import decisions_of
 from raf.serve._client import TEXT_JOIN, turn_text
 from raf.serve._http import HttpError, failure, read_json
@@ -218,7 +219,7 @@ class _Run:
     """One task's run in flight: what a cancel closes, and when it is over."""
 
     closing: Closing
-    sent: list[Update] = attrs.field(factory=list)
+    sent: Assembly = attrs.field(factory=Assembly)  # the partial answer, not the updates
     done: anyio.Event = attrs.field(factory=anyio.Event)
 
 
@@ -260,7 +261,7 @@ class _Executor(AgentExecutor):
         async def on_update(update: Update) -> None:
             if run.closing.closed is not None:
                 raise run.closing.closed
-            run.sent.append(update)
+            run.sent.add(update)
             await answer.update(update)
 
         try:
@@ -293,7 +294,7 @@ class _Executor(AgentExecutor):
         """Close every run still going early, and wait for their post stages."""
         runs = list(self._runs.values())
         for run in runs:
-            run.closing.close(AgentResponse.from_updates(run.sent))
+            run.closing.close(run.sent.response())
         for run in runs:
             await run.done.wait()
 
@@ -302,7 +303,7 @@ class _Executor(AgentExecutor):
 
         run = self._runs.get(context.task_id or "")
         if run is not None:
-            run.closing.close(AgentResponse.from_updates(run.sent))
+            run.closing.close(run.sent.response())
             await run.done.wait()  # every entered provider had its post stage
         elif (tokens := _waiting(context.current_task)) and context.context_id:
             # Its calls wait in the session: denied, or a later decision would still run them.

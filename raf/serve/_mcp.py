@@ -32,6 +32,7 @@ from raf._agent.streamed import Closing
 from raf._errors import ConfigError
 from raf._metadata import installed_version
 from raf._sessions.base import Session
+from raf._values.assembly import Assembly
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
 from raf.serve._client import TEXT_JOIN, turn_text
@@ -212,17 +213,17 @@ async def closable_run(
     (a connection that broke) closes the run early too.
     """
     closing = Closing()
-    sent: list[Update] = []
+    sent = Assembly()  # the partial answer (not the updates, their chunks can be large)
     outcome: list[AgentResponse | Exception] = []
     done = anyio.Event()
 
     async def forward(update: Update) -> None:
         if closing.closed is None:
-            sent.append(update)
+            sent.add(update)
             try:
                 await on_update(update)
             except Exception:  # the client cannot be told any more: as if it left
-                closing.close(AgentResponse.from_updates(sent))
+                closing.close(sent.response())
         if closing.closed is not None:
             raise closing.closed
 
@@ -244,7 +245,7 @@ async def closable_run(
         try:
             await done.wait()
         except anyio.get_cancelled_exc_class():
-            closing.close(AgentResponse.from_updates(sent))
+            closing.close(sent.response())
             with anyio.CancelScope(shield=True):
                 await done.wait()
             raise
