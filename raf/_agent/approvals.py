@@ -314,6 +314,32 @@ async def claim_decided(
     return tuple(claimed), tuple(remaining)
 
 
+async def deny_pending(
+    session: Session, tokens: Sequence[str], reason: str
+) -> tuple[PendingCall, ...]:
+    """Deny the calls of ``tokens`` that still wait in ``session``: each is claimed and answered
+    as refused (with ``reason``) in the stored history, so no later decision runs it.
+
+    The tokens no longer pending (decided, superseded) are left alone; a call
+    another caller claims meanwhile is that caller's. The calls denied here.
+    """
+    if missing_pending(session):
+        return ()
+    wanted = set(tokens)
+    while True:  # each round that loses a claim has fewer calls to claim
+        waiting = tuple(p.token for p in await session.list_pending() if p.token in wanted)
+        if not waiting:
+            return ()
+        claim = await session.claim_pending(waiting)
+        if claim is not None:
+            break
+    claimed = tuple(claim[0])
+    answers = await still_owed(session, [refusal(p.call, DENIED, reason) for p in claimed])
+    if answers:
+        await session.add_messages(answers)
+    return claimed
+
+
 def not_pending(
     session: Session, tokens: Sequence[str], pending: Sequence[PendingCall]
 ) -> ApprovalError:

@@ -22,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 import anyio
 
 from raf._errors import StreamClosedError
+from raf._values.assembly import Assembly
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
 from raf._values.options import ChatOptions
 
@@ -134,7 +135,7 @@ async def stream_model(
                 f"{name}.stream() must return an async iterator of raf.Update "
                 f"(write it as an async generator), got {type(iterator).__name__}"
             )
-        return AgentResponse.from_updates(await pump(name, iterator, on_update))
+        return (await pump(name, iterator, on_update)).response()
     except anyio.get_cancelled_exc_class():
         closing = _CORE.get()
         if closing is not None and closing.closed is not None:
@@ -142,14 +143,18 @@ async def stream_model(
         raise
 
 
-async def pump(client: str, iterator: AsyncIterator[Update], on_update: OnUpdate) -> list[Update]:
-    """Send each update of a model's stream to ``on_update``, here: the updates sent."""
-    updates: list[Update] = []
+async def pump(client: str, iterator: AsyncIterator[Update], on_update: OnUpdate) -> Assembly:
+    """Send each update of a model's stream to ``on_update``, here: what they amount to.
+
+    The updates themselves are not kept: their vendor chunks (``raw``) may
+    be many times the answer's size (a server sending a character at a time).
+    """
+    updates = Assembly()
     try:
         async for update in iterator:
             if type(update) is not Update:
                 raise TypeError(f"{client}.stream() yielded {update!r:.80}, not a raf.Update")
-            updates.append(update)
+            updates.add(update)
             await on_update(update)
     finally:
         # Closed in the run's task, whatever ended the stream: an abandoned generator would

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from raf._agent.streamed import STREAMED_RUN, Closing
+from raf._values.assembly import Assembly
 from raf._values.messages import AgentResponse, OnUpdate, Update
 
 if TYPE_CHECKING:  # these load typing_extensions: not at import time
@@ -72,7 +73,7 @@ class AgentStream:
         self._error: BaseException | None = None  # the run's, until the consumer saw it
         self._cancelled: BaseException | None = None
         self._closing = Closing()  # the early close
-        self._received: list[Update] = []
+        self._received = Assembly()  # what the consumer got: the pieces, not the updates
         self._reading = False  # an __anext__ is under way
         # The hand-over, made on entering: a zero-buffer stream of (update, asked); the run
         # then waits for ``asked``, which the consumer sets when it asks for the next update
@@ -130,7 +131,7 @@ class AgentStream:
 
     def _close(self) -> None:
         """An early close: stop the run's in-flight work; what comes next fails."""
-        self._closing.close(AgentResponse.from_updates(self._received))
+        self._closing.close(self._received.response())
         # The run's core is cancelled; an update outside it (a run middleware's) is let go.
         if self._asked is not None:
             self._asked.set()
@@ -159,7 +160,7 @@ class AgentStream:
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 pass  # the run is over (or the block was left)
             else:
-                self._received.append(update)
+                self._received.add(update)
                 return update
         finally:
             self._reading = False

@@ -217,12 +217,15 @@ class StreamedTurn:
         delta: Any = getattr(choice, "delta", None)
         content, refusal = getattr(delta, "content", None), getattr(delta, "refusal", None)
         if content is not None:
-            self.texts = [*(self.texts or ()), content]
+            # Appended in place: a list copied for each delta is quadratic in their number.
+            self.texts = self.texts if self.texts is not None else []
+            self.texts.append(content)
             if content:
                 self.text_sent = True
                 updates.append(Update("text", content, raw=chunk))
         if refusal is not None:
-            self.refusals = [*(self.refusals or ()), refusal]
+            self.refusals = self.refusals if self.refusals is not None else []
+            self.refusals.append(refusal)
         for position, piece in enumerate(getattr(delta, "tool_calls", None) or ()):
             at = f"choices[0].delta.tool_calls[{position}]"
             _function_only(getattr(piece, "type", None), self.where, at)

@@ -24,6 +24,8 @@ _MISSING = (
 )
 #: Seconds a cancelled call gives the remote agent to hear that its task is cancelled.
 CANCEL_TIMEOUT: Final = 5.0
+#: The characters of a remote answer kept at most, by default (some 1 MB of text).
+MAX_ANSWER_CHARS: Final = 1_000_000
 _DONE = ("TASK_STATE_COMPLETED", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED")
 
 
@@ -39,7 +41,10 @@ class A2AAgentTool:
     one), and only to the server of ``url``: a card that names another server for
     its interface is a :class:`raf.ToolError` then. ``timeout`` bounds each call,
     from the card to the last event: past it, the remote task is cancelled and
-    the call is a :class:`raf.ToolError`.
+    the call is a :class:`raf.ToolError`. ``max_answer_chars`` bounds the
+    answer as it streams (its text, and what the agent says of its task): past
+    it, the remote task is cancelled and the call is a :class:`raf.ToolError`
+    saying so.
 
     Each call is a task of its own, in a context of its own (the remote agent
     does not see earlier calls). The answer is the text of the task's
@@ -64,6 +69,7 @@ class A2AAgentTool:
         description: str | None = None,
         api_key: str | None = None,
         timeout: float = 300.0,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
     ) -> None:
         try:
             import a2a.client  # noqa: F401
@@ -76,6 +82,10 @@ class A2AAgentTool:
             raise ValueError(f"A2AAgentTool: name must be 1 to 64 of A-Z a-z 0-9 _ -, got {name!r}")
         if not timeout > 0:
             raise ValueError(f"A2AAgentTool: timeout must be positive, got {timeout!r}")
+        if not isinstance(max_answer_chars, int) or max_answer_chars < 1:
+            raise ValueError(
+                f"A2AAgentTool: max_answer_chars must be a positive int, got {max_answer_chars!r}"
+            )
         self.url = url.rstrip("/")
         self.name = name or ("a2a_" + re.sub(r"[^A-Za-z0-9]+", "_", parts.netloc).strip("_"))[:64]
         self.description = description or (
@@ -88,6 +98,7 @@ class A2AAgentTool:
             "additionalProperties": False,
         }
         self.timeout = timeout
+        self.max_answer_chars = max_answer_chars
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._card: AgentCard | None = None
 
@@ -130,10 +141,19 @@ class A2AAgentTool:
             async with contextlib.aclosing(sent) as events:
                 async for event in events:
                     reply.take(event)
+                    if reply.size > self.max_answer_chars:
+                        break
         except anyio.get_cancelled_exc_class():
             if reply.task_id:
                 await self._cancel(client, reply.task_id)
             raise
+        if reply.size > self.max_answer_chars:
+            if reply.task_id:
+                await self._cancel(client, reply.task_id)
+            raise ToolError(
+                f"the agent at {self.url} answered more than {self.max_answer_chars} characters "
+                "(max_answer_chars): its task was cancelled"
+            )
         return reply.answer(self.url)
 
     def _checked(self, card: AgentCard) -> AgentCard:
@@ -159,47 +179,60 @@ class A2AAgentTool:
 
 
 class _Reply:
-    """What the remote agent sent for one message: its task, the answer's text, the state."""
+    """What the remote agent sent for one message: its task, the answer's text, the state,
+    and :attr:`size`, the characters kept of it."""
 
     def __init__(self) -> None:
         self.task_id: str | None = None
         self.state = ""
         self.status = ""  # the text of the last status message
-        self.text: dict[str, str] = {}  # artifact id -> its text so far
+        self.text: dict[str, list[str]] = {}  # artifact id -> its chunks so far
         self.message: str | None = None  # an answer given as a message, not a task
+        self.size = 0  # the characters kept: what max_answer_chars bounds
 
     def take(self, event: Any) -> None:
         from a2a.helpers import get_message_text
         from a2a.types import TaskState
 
         if event.HasField("message"):
+            self.size -= len(self.message or "")
             self.message = get_message_text(event.message)
+            self.size += len(self.message)
         elif event.HasField("task"):
             task = event.task
             self.task_id = task.id
             self._status(task.status, TaskState, get_message_text)
             for artifact in task.artifacts:
-                self.text[artifact.artifact_id] = _text(artifact.parts)
+                self._put(artifact.artifact_id, _text(artifact.parts), append=False)
         elif event.HasField("status_update"):
             self.task_id = event.status_update.task_id
             self._status(event.status_update.status, TaskState, get_message_text)
         elif event.HasField("artifact_update"):
             update = event.artifact_update
             self.task_id = update.task_id
-            key = update.artifact.artifact_id
-            before = self.text.get(key, "") if update.append else ""
-            self.text[key] = before + _text(update.artifact.parts)
+            self._put(update.artifact.artifact_id, _text(update.artifact.parts), update.append)
+
+    def _put(self, key: str, text: str, append: bool) -> None:
+        # Chunks in a list, joined once: appending to one string copies it for each chunk.
+        chunks = self.text.setdefault(key, [])
+        if not append:
+            self.size -= sum(map(len, chunks))
+            chunks.clear()
+        chunks.append(text)
+        self.size += len(text)
 
     def _status(self, status: Any, states: Any, text_of: Any) -> None:
         self.state = states.Name(status.state)
         if status.HasField("message"):
+            self.size -= len(self.status)
             self.status = text_of(status.message)
+            self.size += len(self.status)
 
     def answer(self, url: str) -> str:
         """The answer's text, or a :class:`ToolError` for a task that did not end well."""
         if self.message is not None:
             return self.message
-        answer = "\n".join(t for t in self.text.values() if t)
+        answer = "\n".join(t for t in map("".join, self.text.values()) if t)
         if self.state not in _DONE:
             what = self.state.removeprefix("TASK_STATE_").lower().replace("_", "-") or "no state"
             why = f": {self.status}" if self.status else ""

@@ -10,7 +10,8 @@ as the chunks of one artifact, then ``completed``, ``failed``, or
 of that task decides them: a data part ``{"decisions": [{"token", "approve",
 "reason"}]}``, as AG-UI's ``forwardedProps.decisions``. Cancelling a task is
 an early close of its run: every entered provider gets ``StreamClosedError``
-with the partial answer before the task is ``canceled``.
+with the partial answer before the task is ``canceled``; cancelling a task
+that waits for input denies its calls in the session (none runs later).
 
 The SDK's server runs its tasks as asyncio tasks: an app with ``a2a=True``
 runs on asyncio only.
@@ -37,10 +38,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive
 
-from raf._agent.approvals import Decision
+from raf._agent.approvals import Decision, deny_pending
 from raf._agent.streamed import Closing
 from raf._metadata import installed_version
-from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Update
+from raf._values.assembly import Assembly
+from raf._values.messages import ChatMessage, PendingCall, Update
 from raf.serve._agui import decisions_of
 from raf.serve._client import TEXT_JOIN, turn_text
 from raf.serve._http import HttpError, failure, read_json
@@ -217,7 +219,7 @@ class _Run:
     """One task's run in flight: what a cancel closes, and when it is over."""
 
     closing: Closing
-    sent: list[Update] = attrs.field(factory=list)
+    sent: Assembly = attrs.field(factory=Assembly)  # the partial answer, not the updates
     done: anyio.Event = attrs.field(factory=anyio.Event)
 
 
@@ -259,7 +261,7 @@ class _Executor(AgentExecutor):
         async def on_update(update: Update) -> None:
             if run.closing.closed is not None:
                 raise run.closing.closed
-            run.sent.append(update)
+            run.sent.add(update)
             await answer.update(update)
 
         try:
@@ -292,7 +294,7 @@ class _Executor(AgentExecutor):
         """Close every run still going early, and wait for their post stages."""
         runs = list(self._runs.values())
         for run in runs:
-            run.closing.close(AgentResponse.from_updates(run.sent))
+            run.closing.close(run.sent.response())
         for run in runs:
             await run.done.wait()
 
@@ -301,8 +303,13 @@ class _Executor(AgentExecutor):
 
         run = self._runs.get(context.task_id or "")
         if run is not None:
-            run.closing.close(AgentResponse.from_updates(run.sent))
+            run.closing.close(run.sent.response())
             await run.done.wait()  # every entered provider had its post stage
+        elif (tokens := _waiting(context.current_task)) and context.context_id:
+            # Its calls wait in the session: denied, or a later decision would still run them.
+            scope = context.call_context.state.get(_KEY, "") if context.call_context else ""
+            session = await self._served.session_of(scope, context.context_id)
+            await deny_pending(session, tokens, "the task was cancelled.")
         await TaskUpdater(queue, context.task_id or "", context.context_id or "").cancel()
 
 
@@ -364,6 +371,17 @@ def _input(message: Any) -> list[ChatMessage] | tuple[Decision, ...]:
     if not text.strip():
         raise HttpError(400, "the message has no text")
     return [ChatMessage.user(text)]
+
+
+def _waiting(task: Any) -> tuple[str, ...]:
+    """The tokens of the calls an ``input-required`` task waits for (its status says them)."""
+    from a2a.helpers import get_data_parts
+    from a2a.types import TaskState
+
+    if task is None or task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+        return ()
+    data = get_data_parts(task.status.message.parts)
+    return tuple(call["token"] for part in data for call in part.get("pending", ()))
 
 
 def _pending_parts(pending: tuple[PendingCall, ...]) -> list[Any]:

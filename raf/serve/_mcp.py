@@ -12,6 +12,10 @@ A client that goes away mid-answer (or cancels its call) makes the SDK cancel
 the call's handler; the run is kept out of that cancellation and closed early
 instead (:func:`closable_run`): every entered provider gets
 ``StreamClosedError`` with the partial answer, as on the other routes.
+
+A ``GET`` (the stream a server may push on) is a 405 with ``Allow: POST``:
+stateless, the server has nothing to push, and the SDK's stream would stay
+open, empty, until the client leaves.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from raf._agent.streamed import Closing
 from raf._errors import ConfigError
 from raf._metadata import installed_version
 from raf._sessions.base import Session
+from raf._values.assembly import Assembly
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
 from raf.serve._client import TEXT_JOIN, turn_text
@@ -139,6 +144,13 @@ class _Endpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key_scope = self._served.keys.scope(scope)  # a 401 (HttpError) before the SDK runs
+        if scope["method"] == "GET":
+            # Stateless, nothing is ever pushed: the SDK's GET stream would stay open, empty,
+            # for ever. The streamable-HTTP spec lets a server without one answer 405.
+            raise HttpError(
+                405, "/mcp offers no GET stream: POST the requests",
+                code="method_not_allowed", headers={"Allow": "POST"},
+            )  # fmt: skip
         scope.setdefault("state", {})[_SCOPE_KEY] = key_scope
         await self._handle(scope, receive, send)
 
@@ -201,17 +213,17 @@ async def closable_run(
     (a connection that broke) closes the run early too.
     """
     closing = Closing()
-    sent: list[Update] = []
+    sent = Assembly()  # the partial answer (not the updates, their chunks can be large)
     outcome: list[AgentResponse | Exception] = []
     done = anyio.Event()
 
     async def forward(update: Update) -> None:
         if closing.closed is None:
-            sent.append(update)
+            sent.add(update)
             try:
                 await on_update(update)
             except Exception:  # the client cannot be told any more: as if it left
-                closing.close(AgentResponse.from_updates(sent))
+                closing.close(sent.response())
         if closing.closed is not None:
             raise closing.closed
 
@@ -233,7 +245,7 @@ async def closable_run(
         try:
             await done.wait()
         except anyio.get_cancelled_exc_class():
-            closing.close(AgentResponse.from_updates(sent))
+            closing.close(sent.response())
             with anyio.CancelScope(shield=True):
                 await done.wait()
             raise

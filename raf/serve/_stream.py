@@ -27,6 +27,7 @@ from raf._agent.agent import Agent
 from raf._agent.approvals import Decision
 from raf._agent.streamed import Closing
 from raf._sessions.base import Session
+from raf._values.assembly import Assembly
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
 from raf.serve._http import HttpError, error_response, failure, note_failure, request_id
@@ -96,13 +97,13 @@ async def stream_turn(
     """
     started = False
     gone = False
-    sent: list[Update] = []  # the partial answer, if the client leaves
+    sent = Assembly()  # the partial answer, if the client leaves (not the updates)
     closing = Closing()
 
     def leave() -> None:
         nonlocal gone
         gone = True
-        closing.close(AgentResponse.from_updates(sent))
+        closing.close(sent.response())
 
     async def emit(chunks: list[bytes], *, start: bool = False) -> None:
         nonlocal started
@@ -119,7 +120,7 @@ async def stream_turn(
 
     async def on_update(update: Update) -> None:
         if closing.closed is None:
-            sent.append(update)
+            sent.add(update)
             # A pause starts the response even when the protocol has nothing to say of
             # it (chat completions): a durable run then waits for the decision, for
             # minutes, and a client or proxy waiting for the status would give up.

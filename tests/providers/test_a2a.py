@@ -157,3 +157,25 @@ async def test_an_answer_that_never_ends_is_bounded_by_the_timeout() -> None:
     finally:
         remote.close()
     assert [r.body["method"] for r in remote.requests[1:]] == ["SendStreamingMessage", "CancelTask"]
+
+
+# asyncio only, as above: the stream is left before its end.
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_answer_past_max_answer_chars_cancels_the_task() -> None:
+    remote = A2AServer()
+    try:
+        chunk = (event("TASK_STATE_WORKING", text="x" * 1000),)
+        cancelled = {"id": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_CANCELED"}}
+        remote.reply(
+            card(f"{remote.url}/a2a"),
+            Reply(events=chunk, pause=0.001, forever=True),
+            Reply(body={"jsonrpc": "2.0", "id": 1, "result": cancelled}),
+        )
+        tool = raf.A2AAgentTool(remote.url, name="helper", max_answer_chars=5000)
+        with anyio.fail_after(20), pytest.raises(raf.ToolError, match="more than 5000 char"):
+            await tool.invoke({"message": "hi"})
+    finally:
+        remote.close()
+    assert [r.body["method"] for r in remote.requests[1:]] == ["SendStreamingMessage", "CancelTask"]
+    with pytest.raises(ValueError, match="max_answer_chars must be a positive int"):
+        raf.A2AAgentTool(remote.url, max_answer_chars=0)

@@ -170,6 +170,31 @@ async def test_an_approval_is_input_required_then_decided_by_the_next_message(
     assert "notes.txt" in (await anyio.Path(deleted).read_text()).splitlines()
 
 
+async def test_cancelling_a_task_that_waits_denies_its_calls(
+    server: ServedAgent, deleted: Path
+) -> None:
+    context = f"ctx-{uuid.uuid4().hex}"
+    runs = anyio.Path(deleted)
+    before = (await runs.read_text()).count("\n") if await runs.exists() else 0
+    async with client(server) as (sender, _):
+        paused = await events(sender, message("please delete notes", context))
+        assert last_state(paused) == "TASK_STATE_INPUT_REQUIRED"
+        (data,) = get_data_parts(paused[-1].status_update.status.message.parts)
+        (pending,) = data["pending"]
+        cancelled = await sender.cancel_task(CancelTaskRequest(id=paused[0].task.id))
+        assert TaskState.Name(cancelled.status.state) == "TASK_STATE_CANCELED"
+        # A later decision in the same context finds nothing to run.
+        decision = {"decisions": [{"token": pending["token"], "approve": True}]}
+        late = await events(sender, message(None, context, data=decision))
+    assert last_state(late) == "TASK_STATE_FAILED"
+    after = (await runs.read_text()).count("\n") if await runs.exists() else 0
+    assert after == before
+    stored = await _stored(server, context)
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool"]
+    assert stored[2]["content"].startswith("The user did not approve this call")
+    assert "the task was cancelled" in stored[2]["content"]
+
+
 # asyncio only: leaving the a2a-sdk client's stream early leaves its inner generators
 # unclosed, which trio reports as a ResourceWarning (an error in this suite).
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

@@ -105,6 +105,15 @@ async def test_without_a_valid_key_it_is_a_401(server: ServedAgent) -> None:
             assert reply.json()["error"]["code"] == "invalid_api_key"
 
 
+async def test_a_get_is_a_405_that_allows_post(server: ServedAgent) -> None:
+    # Stateless, the server has nothing to push: a GET stream would stay open for ever.
+    headers = {"Authorization": "Bearer key-a", "Accept": "text/event-stream"}
+    async with httpx.AsyncClient(timeout=10) as http:
+        reply = await http.get(f"{server.url}/mcp", headers=headers)
+    assert reply.status_code == 405
+    assert reply.headers["allow"] == "POST"
+
+
 async def test_bad_calls_are_mcp_errors(server: ServedAgent) -> None:
     async with connected(server) as session:
         with pytest.raises(MCPError, match="no tool 'other' here"):

@@ -113,3 +113,21 @@ def test_to_updates_skips_what_has_no_update() -> None:
 def test_assembling_is_stable(stream: list[Update]) -> None:
     response = AgentResponse.from_updates(stream)
     assert AgentResponse.from_updates(response.to_updates()) == response
+
+
+@given(updates(), st.data())
+def test_an_assembly_read_midway_goes_on_unchanged(
+    streamed: list[Update], data: st.DataObject
+) -> None:
+    # What a run keeps instead of its updates: read at an early close, then maybe fed on.
+    from raf._values.assembly import Assembly
+
+    cut = data.draw(st.integers(0, len(streamed)))
+    assembly = Assembly()
+    for update in streamed[:cut]:
+        assembly.add(update)
+    assert assembly.response() == AgentResponse.from_updates(streamed[:cut])
+    for update in streamed[cut:]:
+        assembly.add(update)
+    assert assembly.response() == AgentResponse.from_updates(streamed)
+    assert assembly.response() == AgentResponse.from_updates(streamed)  # read twice, the same
