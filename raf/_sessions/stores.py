@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -80,3 +81,19 @@ def server_store(
         raise ConfigError(
             f"--db: {name} store needs the {kind} extra: pip install 'raf-agents[{kind}]' ({exc})"
         ) from None
+
+
+def server_store_of(
+    session: object,
+) -> tuple[Literal["redis", "postgres"], str, str, float | None] | None:
+    """Where a session of a Redis or PostgreSQL store lives, as :func:`server_store` takes
+    it back (the kind, the URL or connection string, the prefix, the ttl); ``None`` for
+    any other session."""
+    # Only when the extra is there: a session of its store means its module is loaded.
+    redis = sys.modules.get("raf._sessions.redis")
+    if redis is not None and isinstance(session, redis.RedisSession):
+        return "redis", session.store.url, session.store.prefix, session.store.ttl
+    postgres = sys.modules.get("raf._sessions.postgres")
+    if postgres is not None and isinstance(session, postgres.PostgresSession):
+        return "postgres", session.store.dsn, session.store.prefix, session.store.ttl
+    return None

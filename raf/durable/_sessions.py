@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -16,7 +15,7 @@ from raf._errors import DurableError
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
 from raf._sessions.sqlite import SqliteSession, SqliteSessionStore
-from raf._sessions.stores import server_store
+from raf._sessions.stores import server_store, server_store_of
 from raf._values.messages import ChatMessage, PendingCall
 
 __all__ = ["SessionRef"]
@@ -57,15 +56,10 @@ class SessionRef:
                 "cannot use it: use a SqliteSessionStore, RedisSessionStore or "
                 "PostgresSessionStore session (or none)"
             )
-        # Only when the extra is there: a session of its store means its module is loaded.
-        redis_sessions = sys.modules.get("raf._sessions.redis")
-        if redis_sessions and isinstance(session, redis_sessions.RedisSession):
-            store = session.store
-            return cls("redis", store.url, session.id, store.prefix, store.ttl)
-        postgres_sessions = sys.modules.get("raf._sessions.postgres")
-        if postgres_sessions and isinstance(session, postgres_sessions.PostgresSession):
-            pg = session.store
-            return cls("postgres", pg.dsn, session.id, pg.prefix, pg.ttl)
+        server = server_store_of(session)
+        if server is not None:
+            kind, location, prefix, ttl = server
+            return cls(kind, location, session.id, prefix, ttl)
         raise DurableError(
             f"a durable run cannot reopen a {type(session).__name__} in another process: "
             "use a SqliteSessionStore, RedisSessionStore or PostgresSessionStore session (or none)"
