@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from anthropic.types import Message
 
 from raf import (
     Agent,
@@ -103,6 +102,8 @@ class Clock(ContextProvider):
 
 
 async def test_plain_answer_maps_the_body_usage_and_raw(server: AnthropicServer) -> None:
+    from anthropic.types import Message  # here, not at the top: collection stays SDK-free
+
     server.answer(text="Hello there", usage=(11, 3), cache_read=100, cache_write=20)
     async with client_for(server, cache=False) as model:
         response = await model.complete(

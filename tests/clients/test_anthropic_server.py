@@ -5,18 +5,16 @@ tests cannot agree with a wrong server."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import anthropic
 import pytest
-from anthropic.types import (
-    Message,
-    RedactedThinkingBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolUseBlock,
-)
 
 from tests._harness.anthropic_server import Answer, AnthropicServer, events_of, message_body
+
+if TYPE_CHECKING:
+    # The SDK is imported where it is used, so collecting this module stays cheap.
+    import anthropic
+    from anthropic.types import Message
 
 pytestmark = pytest.mark.anyio
 
@@ -40,10 +38,14 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicServer]:
 
 
 def sdk(server: AnthropicServer) -> anthropic.AsyncAnthropic:
+    import anthropic
+
     return anthropic.AsyncAnthropic(base_url=server.root_url, api_key="sk-ant", max_retries=0)
 
 
 def check(message: Message) -> None:
+    from anthropic.types import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
+
     thinking, redacted, text, first, second = message.content
     assert isinstance(thinking, ThinkingBlock)
     assert (thinking.thinking, thinking.signature) == ("Let me add.", "sig-1")
@@ -62,6 +64,8 @@ def check(message: Message) -> None:
 
 
 async def test_the_sdk_parses_a_message(server: AnthropicServer) -> None:
+    from anthropic.types import Message
+
     server.answer(BODY)
     async with sdk(server) as client:
         message = await client.messages.create(
@@ -106,21 +110,24 @@ async def test_the_sdk_reads_a_stream_without_message_stop_as_whole(
 
 
 @pytest.mark.parametrize(
-    ("status", "error", "kind"),
+    ("status", "error_name", "kind"),
     [
-        (400, anthropic.BadRequestError, "invalid_request_error"),
-        (401, anthropic.AuthenticationError, "authentication_error"),
-        (403, anthropic.PermissionDeniedError, "permission_error"),
-        (404, anthropic.NotFoundError, "not_found_error"),
-        (413, anthropic.ContentTooLargeError, "request_too_large"),
-        (429, anthropic.RateLimitError, "rate_limit_error"),
-        (500, anthropic.InternalServerError, "api_error"),
-        (529, anthropic.OverloadedError, "overloaded_error"),
+        (400, "BadRequestError", "invalid_request_error"),
+        (401, "AuthenticationError", "authentication_error"),
+        (403, "PermissionDeniedError", "permission_error"),
+        (404, "NotFoundError", "not_found_error"),
+        (413, "ContentTooLargeError", "request_too_large"),
+        (429, "RateLimitError", "rate_limit_error"),
+        (500, "InternalServerError", "api_error"),
+        (529, "OverloadedError", "overloaded_error"),
     ],
 )
 async def test_the_sdk_reads_an_error(
-    server: AnthropicServer, status: int, error: type[anthropic.APIStatusError], kind: str
+    server: AnthropicServer, status: int, error_name: str, kind: str
 ) -> None:
+    import anthropic
+
+    error: type[anthropic.APIStatusError] = getattr(anthropic, error_name)
     server.fail(status, "it went wrong", headers={"retry-after": "3"})
     async with sdk(server) as client:
         with pytest.raises(error) as caught:

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
-import openai
 import pytest
 
 from raf import (
@@ -183,6 +182,8 @@ async def test_tool_choice_words_pass_as_they_are(server: OpenAIServer) -> None:
 async def test_http_errors_map_to_chat_client_errors(
     server: OpenAIServer, status: int, error_class: type[ChatClientError], retryable: bool
 ) -> None:
+    import openai
+
     server.fail(status, "the server says no")
     async with client_for(server) as model:
         with pytest.raises(error_class) as caught:
@@ -201,6 +202,8 @@ async def test_http_errors_map_to_chat_client_errors(
 async def test_unreachable_server_is_a_retryable_connection_error(
     server: OpenAIServer,
 ) -> None:
+    import openai
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -224,6 +227,8 @@ async def test_dropped_connection_is_a_connection_error(server: OpenAIServer) ->
 
 
 async def test_client_side_timeout_is_a_retryable_timeout_error(server: OpenAIServer) -> None:
+    import openai
+
     server.reply(Reply(body=completion(), delay=30))
     sdk = openai.AsyncOpenAI(base_url=server.base_url, api_key="k", timeout=0.2, max_retries=0)
     async with sdk, OpenAIChatClient("test-model", client=sdk) as model:
@@ -287,6 +292,8 @@ async def test_explicit_arguments_beat_the_environment(
 
 
 def test_missing_api_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import openai
+
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(AuthenticationError, match="OPENAI_API_KEY") as caught:
         OpenAIChatClient("gpt-4o-mini")
@@ -294,6 +301,8 @@ def test_missing_api_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_bad_constructor_arguments_are_refused() -> None:
+    import openai
+
     with pytest.raises(ValueError, match="model"):
         OpenAIChatClient("", api_key="k")
     with pytest.raises(ValueError, match="max_retries"):
@@ -304,6 +313,8 @@ def test_bad_constructor_arguments_are_refused() -> None:
 
 
 async def test_aclose_closes_its_own_client_but_not_a_given_one(server: OpenAIServer) -> None:
+    import openai
+
     own = client_for(server)
     async with own:
         pass
@@ -847,6 +858,8 @@ async def test_a_gzip_bomb_as_an_error_reply_is_not_inflated_whole(
 
 
 async def test_a_compressed_error_reply_is_still_read(server: OpenAIServer) -> None:
+    import openai
+
     body = gzip.compress(json.dumps(error_body("the key is wrong")).encode())
     server.reply(Reply(401, raw=body, headers={"content-encoding": "gzip"}))
     deflated = zlib.compress(b"no such model")
@@ -869,6 +882,8 @@ async def test_a_compressed_error_reply_is_still_read(server: OpenAIServer) -> N
 async def test_an_azure_client_reaches_the_deployment_the_sdk_would(
     server: OpenAIServer, deployment: str | None
 ) -> None:
+    import openai
+
     root = server.base_url.removesuffix("/v1")
     sdk = openai.AsyncAzureOpenAI(
         azure_endpoint=root,

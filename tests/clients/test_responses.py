@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import openai
 import pytest
 import structlog
 from hypothesis import HealthCheck, given, settings
@@ -541,6 +540,8 @@ async def test_http_errors_map_to_chat_client_errors(
     retryable: bool,
     streamed: bool,
 ) -> None:
+    import openai
+
     server.fail(status, "the server says no")
     async with client_for(server) as model:
         with pytest.raises(error_class) as caught:
@@ -560,6 +561,8 @@ async def test_http_errors_map_to_chat_client_errors(
 async def test_unreachable_and_dropped_are_connection_errors(
     server: ResponsesServer, streamed: bool
 ) -> None:
+    import openai
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -844,6 +847,8 @@ async def test_a_stream_dropped_after_an_update_is_not_retried(server: Responses
 
 
 async def test_aclose_closes_its_own_client_but_not_a_given_one(server: ResponsesServer) -> None:
+    import openai
+
     own = client_for(server)
     async with own:
         pass
@@ -856,6 +861,8 @@ async def test_aclose_closes_its_own_client_but_not_a_given_one(server: Response
 
 
 def test_bad_constructor_arguments_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import openai
+
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(AuthenticationError, match="OPENAI_API_KEY"):
         OpenAIResponsesClient("m")

@@ -8,15 +8,17 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2 as httpx
-import openai
 import pydantic
 import pytest
 from ag_ui.core import EventType
 
 from tests._harness.uvicorn_server import ServedAgent, started
+
+if TYPE_CHECKING:
+    import openai  # imported where used: collecting this module stays cheap
 
 pytestmark = pytest.mark.slow
 MODEL = "word-agent"
@@ -51,6 +53,8 @@ def slow(servers: tuple[ServedAgent, ...]) -> ServedAgent:
 
 
 def sdk(server: ServedAgent) -> openai.OpenAI:
+    import openai
+
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
 
 
@@ -131,6 +135,8 @@ def test_a_streamed_client_call_comes_as_tool_call_chunks(server: ServedAgent) -
 
 
 def test_a_client_tool_named_like_an_agent_tool_is_a_400(server: ServedAgent) -> None:
+    import openai
+
     shout = {**WEATHER, "function": {**WEATHER["function"], "name": "shout"}}
     with pytest.raises(openai.BadRequestError, match="shout"):
         sdk(server).chat.completions.create(model=MODEL, messages=user("hi"), tools=[shout])
@@ -155,6 +161,8 @@ def test_a_required_tool_choice_calls_the_clients_tool(server: ServedAgent) -> N
 
 
 def test_a_tool_choice_naming_no_offered_tool_is_a_400(server: ServedAgent) -> None:
+    import openai
+
     with pytest.raises(openai.BadRequestError, match="nothing"):
         sdk(server).chat.completions.create(
             model=MODEL,
@@ -198,6 +206,8 @@ def test_a_streamed_structured_answer_is_its_json(server: ServedAgent) -> None:
 def test_a_field_the_server_cannot_honour_is_a_400_naming_it(
     server: ServedAgent, field: str, value: Any
 ) -> None:
+    import openai
+
     with pytest.raises(openai.BadRequestError, match=repr(field)):
         sdk(server).chat.completions.create(
             model=MODEL, messages=user("hi"), extra_body={field: value}
@@ -403,6 +413,8 @@ def test_responses_a_json_schema_text_format_is_answered_with_its_json(
 
 
 def test_responses_an_unknown_previous_response_id_is_a_400(server: ServedAgent) -> None:
+    import openai
+
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
         sdk(server).responses.create(model=MODEL, input="hi", previous_response_id="resp_x")
 
@@ -410,6 +422,8 @@ def test_responses_an_unknown_previous_response_id_is_a_400(server: ServedAgent)
 def test_responses_without_store_is_stateless_and_other_fields_are_a_400(
     server: ServedAgent,
 ) -> None:
+    import openai
+
     client = sdk(server)
     first = client.responses.create(model=MODEL, input="one", store=False)
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
@@ -442,6 +456,8 @@ def test_ag_ui_each_model_calls_text_is_its_own_message(server: ServedAgent) -> 
 
 
 def test_a_client_tool_with_a_schema_that_is_no_schema_is_a_400(server: ServedAgent) -> None:
+    import openai
+
     broken = {**WEATHER, "function": {**WEATHER["function"], "parameters": {"type": 5}}}
     with pytest.raises(openai.BadRequestError, match="parameters"):
         sdk(server).chat.completions.create(model=MODEL, messages=user("hi"), tools=[broken])

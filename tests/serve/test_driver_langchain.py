@@ -5,22 +5,31 @@ message's ``tool_calls`` and the result goes on; streaming and structured output
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pydantic
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
 
 from tests._harness.uvicorn_server import ServedAgent
+
+if TYPE_CHECKING:
+    # langchain is imported where it is used: collecting this module stays cheap.
+    from langchain_core.tools import BaseTool
+    from langchain_openai import ChatOpenAI
 
 pytestmark = pytest.mark.slow
 
 
-@tool
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    return f"sunny in {city}"
+@pytest.fixture(scope="module")
+def get_weather() -> BaseTool:
+    from langchain_core.tools import tool
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    return get_weather
 
 
 class Answer(pydantic.BaseModel):
@@ -29,13 +38,19 @@ class Answer(pydantic.BaseModel):
 
 @pytest.fixture(scope="module")
 def chat() -> Iterator[ChatOpenAI]:
+    from langchain_openai import ChatOpenAI
+
     with ServedAgent() as served:
         yield ChatOpenAI(
             model="word-agent", base_url=f"{served.url}/v1", api_key="unused", max_retries=0
         )
 
 
-def test_bind_tools_gets_the_call_and_the_result_goes_on(chat: ChatOpenAI) -> None:
+def test_bind_tools_gets_the_call_and_the_result_goes_on(
+    chat: ChatOpenAI, get_weather: BaseTool
+) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
     bound = chat.bind_tools([get_weather])
     question = HumanMessage("client weather")
     called = bound.invoke([question])
@@ -47,7 +62,9 @@ def test_bind_tools_gets_the_call_and_the_result_goes_on(chat: ChatOpenAI) -> No
     assert answered.content == "the tool said sunny in Paris"
 
 
-def test_a_required_tool_choice_calls_the_tool(chat: ChatOpenAI) -> None:
+def test_a_required_tool_choice_calls_the_tool(chat: ChatOpenAI, get_weather: BaseTool) -> None:
+    from langchain_core.messages import AIMessage
+
     called = chat.bind_tools([get_weather], tool_choice="any").invoke("hello")
     assert isinstance(called, AIMessage)
     assert [c["name"] for c in called.tool_calls] == ["get_weather"]

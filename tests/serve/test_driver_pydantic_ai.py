@@ -5,15 +5,17 @@ tool, and as a JSON schema) comes back validated. pydantic-ai runs on asyncio on
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
-import openai
 import pydantic
 import pytest
-from pydantic_ai import Agent, NativeOutput
-from pydantic_ai.models.openai import OpenAIChatModel
-from pydantic_ai.providers.openai import OpenAIProvider
 
 from tests._harness.uvicorn_server import ServedAgent
+
+if TYPE_CHECKING:
+    # pydantic-ai and openai are imported where they are used: collecting stays cheap.
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -39,11 +41,17 @@ def served() -> Iterator[ServedAgent]:
 
 @pytest.fixture
 async def model(served: ServedAgent, anyio_backend: str) -> AsyncIterator[OpenAIChatModel]:
+    import openai
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
     async with openai.AsyncOpenAI(base_url=f"{served.url}/v1", api_key="unused") as client:
         yield OpenAIChatModel("word-agent", provider=OpenAIProvider(openai_client=client))
 
 
 def weather_agent(model: OpenAIChatModel, calls: list[str]) -> Agent[None, str]:
+    from pydantic_ai import Agent
+
     agent = Agent(model)
 
     @agent.tool_plain
@@ -71,10 +79,14 @@ async def test_its_tool_is_called_in_a_streamed_run(model: OpenAIChatModel) -> N
 
 
 async def test_an_output_type_as_its_output_tool(model: OpenAIChatModel) -> None:
+    from pydantic_ai import Agent
+
     # pydantic-ai offers a final_result tool and requires a call: the served model calls it.
     assert (await Agent(model, output_type=Said).run("hello")).output == Said(text="hi")
 
 
 async def test_an_output_type_as_a_json_schema(model: OpenAIChatModel) -> None:
+    from pydantic_ai import Agent, NativeOutput
+
     result = await Agent(model, output_type=NativeOutput(Answer)).run("hello there")
     assert result.output == Answer(answer="hello there")

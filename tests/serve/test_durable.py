@@ -19,7 +19,6 @@ from typing import Any
 
 import anyio
 import httpx2 as httpx
-import openai
 import pytest
 import uvicorn
 from dbos import DBOS
@@ -139,6 +138,8 @@ async def stored(client: httpx.AsyncClient, thread: str) -> dict[str, Any]:
 async def test_a_served_durable_agent_streams_a_turn_stored_once_as_a_workflow(
     anyio_backend: str, tmp_path: Path
 ) -> None:
+    import openai
+
     before = await workflows("raf.durable.run")
     async with (
         serving(durable([]), tmp_path / "sessions.db") as url,
@@ -395,6 +396,8 @@ def test_the_page_decides_while_the_durable_run_waits_in_its_stream(
 async def test_a_chat_completion_that_pauses_waits_for_a_decision_sent_over_ag_ui(
     anyio_backend: str, tmp_path: Path
 ) -> None:
+    import openai
+
     ran: list[str] = []
     async with (
         serving(durable(ran), tmp_path / "sessions.db") as url,
@@ -430,6 +433,8 @@ async def test_a_streamed_chat_completion_opens_before_its_run_waits(
 ) -> None:
     # The response starts at the pause (a client or proxy waiting for headers would give up
     # during a long wait); the answer streams in once decided.
+    import openai
+
     ran: list[str] = []
     async with (
         serving(durable(ran), tmp_path / "sessions.db") as url,
@@ -491,6 +496,8 @@ async def test_a_stateless_chat_completion_is_a_durable_run_with_no_session(
 ) -> None:
     # Without X-Session-Id nothing is kept, as for a plain agent: the run has no session
     # (an in-memory one could not cross DBOS).
+    import openai
+
     runs = await workflows("raf.durable.run")
     async with (
         serving(durable([]), tmp_path / "sessions.db") as url,

@@ -12,13 +12,15 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2 as httpx
-import openai
 import pytest
 
 from tests._harness.uvicorn_server import ServedAgent
+
+if TYPE_CHECKING:
+    import openai  # imported where used: collecting this module stays cheap
 
 pytestmark = pytest.mark.slow
 MODEL = "word-agent"
@@ -33,6 +35,8 @@ def server() -> Iterator[ServedAgent]:
 
 @pytest.fixture
 def sdk(server: ServedAgent) -> Iterator[openai.OpenAI]:
+    import openai
+
     with openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0) as client:
         yield client
 
@@ -63,6 +67,8 @@ def blocked_message(message: str, where: str) -> None:
 def test_a_blocked_request_is_a_400_naming_the_guardrail(
     server: ServedAgent, sdk: openai.OpenAI, stream: bool
 ) -> None:
+    import openai
+
     session = uuid.uuid4().hex
 
     def call() -> None:
@@ -86,6 +92,8 @@ def test_a_blocked_request_is_a_400_naming_the_guardrail(
 
 
 def test_a_blocked_answer_unstreamed_is_a_400_without_the_answer(sdk: openai.OpenAI) -> None:
+    import openai
+
     with pytest.raises(openai.BadRequestError) as raised:
         sdk.chat.completions.create(model=MODEL, messages=user("Hello there. the secret"))
     assert raised.value.code == "guardrail_blocked"
@@ -95,6 +103,8 @@ def test_a_blocked_answer_unstreamed_is_a_400_without_the_answer(sdk: openai.Ope
 def test_a_chunk_stream_blocked_mid_answer_ends_with_an_error_and_the_session_keeps_it(
     server: ServedAgent, sdk: openai.OpenAI
 ) -> None:
+    import openai
+
     session = uuid.uuid4().hex
     texts: list[str] = []
     stream = sdk.chat.completions.create(

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
 import httpx2
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 
 from tests._harness.uvicorn_server import ServedAgent
+
+if TYPE_CHECKING:
+    # The mcp SDK is imported where it is used: collecting this module stays cheap.
+    from mcp import ClientSession
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -41,6 +42,9 @@ def server() -> Iterator[ServedAgent]:
 
 @asynccontextmanager
 async def connected(server: ServedAgent, key: str = "key-a") -> AsyncIterator[ClientSession]:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
     headers = {"Authorization": f"Bearer {key}"}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=60) as http,
@@ -115,6 +119,8 @@ async def test_a_get_is_a_405_that_allows_post(server: ServedAgent) -> None:
 
 
 async def test_bad_calls_are_mcp_errors(server: ServedAgent) -> None:
+    from mcp.shared.exceptions import MCPError
+
     async with connected(server) as session:
         with pytest.raises(MCPError, match="no tool 'other' here"):
             await session.call_tool("other", {"message": "hi"})

@@ -7,15 +7,17 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2 as httpx
-import openai
 import pytest
 
 from raf import Agent, OpenAIChatClient, Update
 from tests._harness.uvicorn_server import ServedAgent, started
+
+if TYPE_CHECKING:
+    import openai  # imported where used: collecting this module stays cheap
 
 pytestmark = pytest.mark.slow
 MODEL = "word-agent"
@@ -41,6 +43,8 @@ def keyed(servers: tuple[ServedAgent, ...]) -> ServedAgent:
 
 
 def sdk(server: ServedAgent, key: str = "unused") -> openai.OpenAI:
+    import openai
+
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0)
 
 
@@ -193,16 +197,20 @@ def test_a_chunked_body_over_the_limit_is_a_413_while_reading(server: ServedAgen
 
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize(
-    ("text", "status", "error"),
+    ("text", "status", "error_name"),
     [
-        ("fail:model", 502, openai.InternalServerError),
-        ("fail:timeout", 504, openai.InternalServerError),
-        ("fail:rate", 429, openai.RateLimitError),
+        ("fail:model", 502, "InternalServerError"),
+        ("fail:timeout", 504, "InternalServerError"),
+        ("fail:rate", 429, "RateLimitError"),
     ],
 )
 def test_upstream_failures_map_to_502_504_and_429_with_retry_after(
-    server: ServedAgent, text: str, status: int, error: type[Exception], stream: bool
+    server: ServedAgent, text: str, status: int, error_name: str, stream: bool
 ) -> None:
+    import openai
+
+    error: type[openai.APIStatusError] = getattr(openai, error_name)
+
     def call() -> None:
         reply = sdk(server).chat.completions.create(model=MODEL, messages=user(text), stream=stream)
         if stream:
@@ -274,6 +282,8 @@ def _stored(server: ServedAgent, session: str, *, wait_for: int) -> list[dict[st
 
 
 def test_keys_guard_every_route_but_healthz_and_scope_the_sessions(keyed: ServedAgent) -> None:
+    import openai
+
     with httpx.Client() as client:
         assert client.get(f"{keyed.url}/healthz").status_code == 200
         for path in ("/v1/models", "/", "/v1/sessions/s/messages"):
