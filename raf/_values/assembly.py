@@ -6,7 +6,7 @@ import attrs
 
 from raf._values.messages import AgentResponse, Update
 
-__all__ = ["Assembly"]
+__all__: list[str] = []  # the run's own: no public name
 
 
 class Assembly:

@@ -56,7 +56,9 @@ def _launched(url: str) -> Iterator[str]:
     try:
         yield url
     finally:
-        DBOS.destroy()
+        # The last trials' workflows finish first: a write still under way when the
+        # Postgres server stops would retry in a DBOS thread until the worker exits.
+        DBOS.destroy(workflow_completion_timeout_sec=5)
 
 
 async def _trial(folder: Path, index: int, offset: float) -> tuple[Any, list[str], list[Any]]:
