@@ -89,6 +89,16 @@ LOWEST_TOOLS := pytest pytest-xdist hypothesis trio opentelemetry-api openteleme
 CORE_TESTS := tests/values tests/onion tests/agent tests/sessions/test_memory.py \
 	tests/sessions/test_sqlite.py tests/middleware tests/providers tests/clients/test_openai.py
 
+# The extras at their lowest versions get a venv of their own: they need newer base dependencies
+# than raf's own lower bounds (coredis 6 needs anyio 4.11), so pip resolves those freely there,
+# and trio and hypothesis with them (the newest anyio does not run on trio 0.25).
+LOWEST_EXTRAS := starlette uvicorn ag-ui-protocol dbos 'psycopg[binary]' anthropic coredis \
+	google-genai bpe-openai mcp 'a2a-sdk[http-server]'
+# Only the files green at the lowest extras so far; the rest (anthropic, gemini, serve's agui and
+# others, durable, postgres) fail there and are left to issue 35's follow-up.
+EXTRAS_TESTS := tests/test_otel.py tests/test_otel_conventions.py tests/serve/test_asgi.py \
+	tests/sessions/test_redis.py tests/clients/test_tokens.py
+
 $(LOWEST)/.ready: pyproject.toml .ci/lowest.py
 	$(PYTHON) -m venv $(LOWEST)
 	$(LOWEST)/bin/python -m pip install -q --upgrade pip
@@ -97,13 +107,24 @@ $(LOWEST)/.ready: pyproject.toml .ci/lowest.py
 		-e . $(LOWEST_TOOLS)
 	touch $@
 
+$(LOWEST)-extras/.ready: pyproject.toml .ci/lowest.py
+	$(PYTHON) -m venv $(LOWEST)-extras
+	$(LOWEST)-extras/bin/python -m pip install -q --upgrade pip
+	$(PYTHON) .ci/lowest.py --extras-only $(LOWEST_EXTRAS) opentelemetry-api opentelemetry-sdk \
+		> $(LOWEST)-extras/constraints.txt
+	$(LOWEST)-extras/bin/python -m pip install -q --only-binary :all: \
+		-c $(LOWEST)-extras/constraints.txt -e . $(LOWEST_TOOLS) $(LOWEST_EXTRAS)
+	touch $@
+
 # Redis and DBOS are extras, not the core: their tests run in `make test`.
-test-lowest: $(LOWEST)/.ready
+test-lowest: $(LOWEST)/.ready $(LOWEST)-extras/.ready
 	HYPOTHESIS_PROFILE=dev PYTHONDONTWRITEBYTECODE= $(LOWEST)/bin/python -m pytest -q \
 		-p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal -m "not slow" -k "not redis" \
 		--ignore tests/agent/test_approvals_redis.py --ignore tests/agent/test_approvals_restart.py \
 		--ignore tests/middleware/test_fallback_vendors.py --ignore tests/providers/test_a2a.py \
 		$(CORE_TESTS)
+	HYPOTHESIS_PROFILE=dev PYTHONDONTWRITEBYTECODE= $(LOWEST)-extras/bin/python -m pytest -q \
+		-p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal -m "not slow" $(EXTRAS_TESTS)
 
 bench: $(VENV)/.test redis-server postgresql
 	$(PY) benchmarks/bench_pipeline.py
