@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    import pytest
+
+    from raf import GeminiChatClient
+
+from raf import AgentResponse, ChatMessage, ChatOptions
 from tests._harness.loopback_server import Exchange, LoopbackServer, Received, sse
 from tests._harness.responses_server import Answer, _ending
 
@@ -194,3 +200,38 @@ class GeminiServer(LoopbackServer[Answer]):
         exchange.send(
             answer.status, data, answer.content_type or "application/json", answer.headers
         )
+
+
+# --- what the client tests share --------------------------------------------------------
+
+
+def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[GeminiServer]:
+    """A running server for one test, with no Gemini key or base URL from the environment."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    for variable in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    running = GeminiServer()
+    yield running
+    running.close()
+
+
+def client_for(server: GeminiServer, **kwargs: Any) -> GeminiChatClient:
+    """raf's Gemini client on ``server`` (no retries unless asked)."""
+    from raf import GeminiChatClient  # loads google-genai: only where a test runs it
+
+    kwargs.setdefault("max_retries", 0)
+    return GeminiChatClient("test-model", base_url=server.root_url, api_key="g-key", **kwargs)
+
+
+async def call(
+    model: GeminiChatClient,
+    streamed: bool,
+    messages: list[ChatMessage] | None = None,
+    options: ChatOptions | None = None,
+) -> AgentResponse:
+    """One call: streamed and assembled, or not."""
+    messages = messages or [ChatMessage.user("x")]
+    options = options or ChatOptions()
+    if streamed:
+        return AgentResponse.from_updates([u async for u in model.stream(messages, options)])
+    return await model.complete(messages, options)

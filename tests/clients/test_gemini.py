@@ -43,7 +43,16 @@ from raf import (
     tool,
 )
 from tests._harness.cli import run_raf
-from tests._harness.gemini_server import Answer, GeminiServer, chunks_of, response_body, signature
+from tests._harness.gemini_server import (
+    Answer,
+    GeminiServer,
+    call,
+    chunks_of,
+    client_for,
+    response_body,
+    served,
+    signature,
+)
 from tests._harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -56,31 +65,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[GeminiServer]:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    for variable in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"):
-        monkeypatch.delenv(variable, raising=False)
-    running = GeminiServer()
-    yield running
-    running.close()
-
-
-def client_for(server: GeminiServer, **kwargs: Any) -> GeminiChatClient:
-    kwargs.setdefault("max_retries", 0)
-    return GeminiChatClient("test-model", base_url=server.root_url, api_key="g-key", **kwargs)
-
-
-async def call(
-    model: GeminiChatClient,
-    streamed: bool,
-    messages: list[ChatMessage] | None = None,
-    options: ChatOptions | None = None,
-) -> AgentResponse:
-    """One call: streamed and assembled, or not."""
-    messages = messages or [ChatMessage.user("x")]
-    options = options or ChatOptions()
-    if streamed:
-        return AgentResponse.from_updates([u async for u in model.stream(messages, options)])
-    return await model.complete(messages, options)
+    yield from served(monkeypatch)
 
 
 @tool

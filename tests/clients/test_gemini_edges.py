@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import anyio
 import pytest
@@ -19,13 +18,21 @@ from raf import (
     ChatOptions,
     ChatProtocolError,
     ChatTimeoutError,
-    GeminiChatClient,
     RateLimitError,
     Reasoning,
     ToolCall,
     Update,
 )
-from tests._harness.gemini_server import Answer, GeminiServer, chunks_of, response_body, signature
+from tests._harness.gemini_server import (
+    Answer,
+    GeminiServer,
+    call,
+    chunks_of,
+    client_for,
+    response_body,
+    served,
+    signature,
+)
 from tests._harness.loopback_server import Exchange, Received, sse
 
 pytestmark = pytest.mark.anyio
@@ -38,28 +45,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[GeminiServer]:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    for variable in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"):
-        monkeypatch.delenv(variable, raising=False)
-    running = GeminiServer()
-    yield running
-    running.close()
-
-
-def client_for(server: GeminiServer, **kwargs: Any) -> GeminiChatClient:
-    kwargs.setdefault("max_retries", 0)
-    return GeminiChatClient("test-model", base_url=server.root_url, api_key="g-key", **kwargs)
-
-
-async def call(
-    model: GeminiChatClient,
-    streamed: bool,
-    messages: list[ChatMessage] | None = None,
-) -> AgentResponse:
-    messages = messages or [ChatMessage.user("x")]
-    if streamed:
-        return AgentResponse.from_updates([u async for u in model.stream(messages, ChatOptions())])
-    return await model.complete(messages, ChatOptions())
+    yield from served(monkeypatch)
 
 
 both = pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
