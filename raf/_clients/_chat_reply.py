@@ -3,9 +3,10 @@ response and updates."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Final
 
-from raf._clients._reply import json_object, parse, tokens
+from raf._clients._reply import field, json_object, objects, tokens
 from raf._errors import (
     ChatConnectionError,
     ChatProtocolError,
@@ -25,26 +26,6 @@ def call_name(model: str) -> str:
     return f"OpenAI chat completion (model {model!r})"
 
 
-# What raf reads of a completion and of a chunk: checked (see parse).
-_CALL: Final = ("", ".*", ".*.id", ".*.function", ".*.function.name", ".*.function.arguments?")
-_CACHED: Final = ("prompt_tokens_details.cached_tokens", "prompt_tokens_details.cache_write_tokens")
-_USAGE: Final = ("usage", "usage.prompt_tokens?", "usage.completion_tokens?") + tuple(
-    f"usage.{path}?" for path in _CACHED
-)
-_READS: Final = frozenset(
-    {"choices", "choices.*", "choices.*.message"}
-    | {f"choices.*.message.{key}" for key in ("content", "refusal")}
-    | {f"choices.*.message.tool_calls{tail}" for tail in _CALL}
-    | set(_USAGE)
-)
-_CHUNK_READS: Final = frozenset(
-    {"choices", "choices.*", "choices.*.delta?"}
-    | {f"choices.*.delta.{key}" for key in ("content", "refusal")}
-    | {f"choices.*.delta.tool_calls{tail}" for tail in (*_CALL, ".*.index?")}
-    | set(_USAGE)
-)
-
-
 def response_from_reply(
     data: bytes, content_type: str, model: str, *, refuse: bool = False
 ) -> AgentResponse:
@@ -61,23 +42,24 @@ def response_from_reply(
     reply = json_object(data, content_type, where, "the reply")
     if reply.get("error") is not None:
         raise ChatProtocolError(f"{where}: the server answered 200 with an error: {reply['error']}")
-    completion = parse(ChatCompletion, reply, where, _READS)
-    if not completion.choices:
+    choices = objects(reply, "choices", where)
+    if not choices:
         raise ChatProtocolError(f"{where}: the model returned no choices")
-    choice = completion.choices[0]
-    message = _message(choice.message, where, model if refuse else None)
-    response = AgentResponse((message,), _usage(completion.usage, where), completion)
-    reason = getattr(choice, "finish_reason", None)
+    at = "choices[0].message"
+    message = field(choices[0], "message", dict, where, "choices[0]")
+    calls = objects(message, "tool_calls", where, at, optional=True)
+    turn = _assistant(
+        field(message, "content", str, where, at, optional=True),
+        field(message, "refusal", str, where, at, optional=True),
+        [_tool_call(c, f"{at}.tool_calls[{n}]", where) for n, c in enumerate(calls)],
+        model if refuse else None,
+    )
+    # The SDK's own type, built as the SDK builds a reply: raf checked what it reads.
+    response = AgentResponse((turn,), _usage(reply, where), ChatCompletion.construct(**reply))
+    reason = choices[0].get("finish_reason")
     if reason in INCOMPLETE:
         raise incomplete(where, reason, response)
     return response
-
-
-def _message(message: Any, where: str, refused_by: str | None) -> ChatMessage:
-    """A completion's message as raf's."""
-    at = "choices[0].message.tool_calls"
-    calls = [_tool_call(c, f"{at}[{n}]", where) for n, c in enumerate(message.tool_calls or ())]
-    return _assistant(message.content, message.refusal, calls, refused_by)
 
 
 def _assistant(
@@ -114,44 +96,43 @@ def _function_only(kind: Any, where: str, path: str) -> None:
         )
 
 
-def _tool_call(call: Any, path: str, where: str) -> ToolCall:
-    _function_only(getattr(call, "type", None), where, path)
-    function: Any = getattr(call, "function", None)
-    if getattr(call, "id", None) is None:
-        raise ChatProtocolError(f"{where}: {path} has no id")
-    if getattr(function, "name", None) is None:
-        raise ChatProtocolError(f"{where}: {path} has no function name")
-    arguments = getattr(function, "arguments", None)
-    return ToolCall(call.id, function.name, "{}" if arguments is None else arguments)
+def _tool_call(call: dict[str, Any], at: str, where: str) -> ToolCall:
+    _function_only(call.get("type"), where, at)
+    function = field(call, "function", dict, where, at)
+    name = field(function, "name", str, where, f"{at}.function")
+    arguments = field(function, "arguments", str, where, f"{at}.function", optional=True)
+    call_id = field(call, "id", str, where, at)
+    return ToolCall(call_id, name, "{}" if arguments is None else arguments)
 
 
-def _usage(usage: Any, where: str) -> Usage | None:
+def _usage(parent: dict[str, Any], where: str) -> Usage | None:
+    usage = field(parent, "usage", dict, where, optional=True)
     if usage is None:
         return None
     return Usage(
         tokens(usage, "prompt_tokens", where),
         tokens(usage, "completion_tokens", where),
-        cached_input_tokens=tokens(usage, _CACHED[0], where),
-        cache_write_tokens=tokens(usage, _CACHED[1], where),
+        cached_input_tokens=tokens(usage, "prompt_tokens_details.cached_tokens", where),
+        cache_write_tokens=tokens(usage, "prompt_tokens_details.cache_write_tokens", where),
     )
 
 
 class StreamedTurn:
-    """The updates of one streamed chat completion, from its chunks' JSON (each checked
-    as the SDK's ``ChatCompletionChunk``): text deltas as they come; the rest once the
-    model finished, read as :func:`response_from_reply` reads a completion."""
+    """The updates of one streamed chat completion, from its chunks' JSON (checked where
+    raf reads it): text deltas as they come; the rest once the model finished, read as
+    :func:`response_from_reply` reads a completion."""
 
     def __init__(self, model: str, *, refuse: bool = False) -> None:
         self.model = model
         self.refused_by = model if refuse else None
         self.where = f"OpenAI chat completion stream (model {model!r})"
-        self.texts: list[str] | None = None
-        self.refusals: list[str] | None = None
+        # The pieces of the text ("content") and of the refusal, once one came: no text
+        # is not an empty text.
+        self.said: dict[str, list[str]] = {}
         # Each tool call by the server's index: its id, name and argument pieces. A server
         # may repeat the id and name in every delta: they name the call, once.
         self.calls: dict[int, tuple[list[str], list[str], list[str]]] = {}
         self.finished: str | None = None
-        self.text_sent = False
         self.sent_rest = False
         self.usage: Usage | None = None
 
@@ -175,71 +156,63 @@ class StreamedTurn:
         chunk that is not JSON after it change nothing and raise nothing.
         """
         where = self.where
-        if data == "[DONE]":
-            if self.finished is None:
-                raise ChatConnectionError(
-                    f"{where} ended ([DONE]) before the model finished its answer "
-                    "(no finish_reason): the answer is incomplete"
-                )
+        if self.finished is not None:  # [DONE] too: it is no JSON object
+            with contextlib.suppress(ChatProtocolError):
+                return self._usage(json_object(data, None, where, "a chunk"))
             return []
-        try:
-            chunk = json_object(data, None, where, "a chunk")
-            if self.finished is not None:  # after the finish: its usage if readable; no more
-                return self._usage(chunk)
-        except ChatProtocolError:
-            if self.finished is not None:
-                return []
-            raise
+        if data == "[DONE]":
+            raise ChatConnectionError(
+                f"{where} ended ([DONE]) before the model finished its answer "
+                "(no finish_reason): the answer is incomplete"
+            )
+        chunk = json_object(data, None, where, "a chunk")
         if chunk.get("error") is not None:
             raise ChatProtocolError(
                 f"{where}: the server sent an error mid-stream: {chunk['error']}"
             )
         updates: list[Update] = []
-        for choice in self._parse(chunk).choices or ():
-            if getattr(choice, "index", 0) == 0:  # raf asks for one choice: others are not its
-                self._choice(choice, chunk, updates)
+        for n, choice in enumerate(objects(chunk, "choices", where)):
+            if choice.get("index", 0) == 0:  # raf asks for one choice: others are not its
+                self._choice(choice, f"choices[{n}]", chunk, updates)
         return updates + self._usage(chunk)
 
-    def _parse(self, chunk: dict[str, Any]) -> Any:
-        from openai.types.chat import ChatCompletionChunk
-
-        return parse(ChatCompletionChunk, chunk, self.where, _CHUNK_READS)
-
     def _usage(self, chunk: dict[str, Any]) -> list[Update]:
-        usage = _usage(self._parse(chunk).usage, self.where) if chunk.get("usage") else None
+        usage = _usage(chunk, self.where) if chunk.get("usage") else None
         if usage is None:
             return []
         self.usage = usage
         # The usage comes after the finish: the tool calls go out before it.
         return [*self._rest(chunk), Update("usage", usage=usage, raw=chunk)]
 
-    def _choice(self, choice: Any, chunk: Any, updates: list[Update]) -> None:
-        delta: Any = getattr(choice, "delta", None)
-        content, refusal = getattr(delta, "content", None), getattr(delta, "refusal", None)
-        if content is not None:
-            # Appended in place: a list copied for each delta is quadratic in their number.
-            self.texts = self.texts if self.texts is not None else []
-            self.texts.append(content)
-            if content:
-                self.text_sent = True
-                updates.append(Update("text", content, raw=chunk))
-        if refusal is not None:
-            self.refusals = self.refusals if self.refusals is not None else []
-            self.refusals.append(refusal)
-        for position, piece in enumerate(getattr(delta, "tool_calls", None) or ()):
-            at = f"choices[0].delta.tool_calls[{position}]"
-            _function_only(getattr(piece, "type", None), self.where, at)
-            index = getattr(piece, "index", None)
+    def _choice(self, choice: dict[str, Any], at: str, chunk: Any, updates: list[Update]) -> None:
+        where = self.where
+        delta = field(choice, "delta", dict, where, at, optional=True) or {}
+        at += ".delta"
+        for key in ("content", "refusal"):
+            piece = field(delta, key, str, where, at, optional=True)
+            if piece is not None:
+                # Appended in place: a list copied for each delta is quadratic in their number.
+                self.said.setdefault(key, []).append(piece)
+                if piece and key == "content":
+                    updates.append(Update("text", piece, raw=chunk))
+        for position, piece in enumerate(objects(delta, "tool_calls", where, at, optional=True)):
+            here = f"{at}.tool_calls[{position}]"
+            _function_only(piece.get("type"), where, here)
+            index = field(piece, "index", int, where, here, optional=True)
+            function = field(piece, "function", dict, where, here, optional=True) or {}
             call_id, name, pieces = self.calls.setdefault(
                 position if index is None else index, ([], [], [])
             )
-            function: Any = getattr(piece, "function", None)
-            for kept, value in ((call_id, piece.id), (name, getattr(function, "name", None))):
+            for kept, value in (
+                (call_id, field(piece, "id", str, where, here, optional=True)),
+                (name, field(function, "name", str, where, f"{here}.function", optional=True)),
+            ):
                 if value and not kept:
                     kept.append(value)
-            if getattr(function, "arguments", None) is not None:
-                pieces.append(function.arguments)
-        reason = getattr(choice, "finish_reason", None)
+            arguments = field(function, "arguments", str, where, f"{here}.function", optional=True)
+            if arguments is not None:
+                pieces.append(arguments)
+        reason = choice.get("finish_reason")
         if reason is not None:
             self.finished = str(reason)
 
@@ -256,10 +229,10 @@ class StreamedTurn:
                     f"{self.where}: the tool call of index {index} has no {missing}"
                 )
             calls.append(ToolCall(call_id[0], name[0], "".join(pieces) if pieces else "{}"))
-        text = None if self.texts is None else "".join(self.texts)
+        said = {key: "".join(pieces) for key, pieces in self.said.items()}
+        text, refusal = said.get("content"), said.get("refusal")
         if partial:
             return ChatMessage.assistant(text or (None if calls else ""), tool_calls=calls)
-        refusal = None if self.refusals is None else "".join(self.refusals)
         return _assistant(text, refusal, calls, self.refused_by)
 
     def _rest(self, chunk: Any) -> list[Update]:
@@ -271,7 +244,7 @@ class StreamedTurn:
         self.sent_rest = True
         message = self._joined()
         updates: list[Update] = []
-        if not self.text_sent and message.content is not None:
+        if not any(self.said.get("content", ())) and message.content is not None:
             updates.append(Update("text", message.content, raw=chunk))
         return updates + [Update("tool_call", tool_call=c, raw=chunk) for c in message.tool_calls]
 

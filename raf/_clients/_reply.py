@@ -1,13 +1,13 @@
-"""Reading a reply, for both OpenAI clients: its bytes as a JSON object, a JSON object as
-the SDK's own type (checked where raf reads it), and a stream's server-sent events,
-decoded by the SDK's own decoder, under a size bound and a bound on each wait."""
+"""Reading a reply, for both OpenAI clients: its bytes as a JSON object, the fields raf
+reads of it, checked, and a stream's server-sent events, decoded by the SDK's own
+decoder, under a size bound and a bound on each wait."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
@@ -25,14 +25,6 @@ __all__: list[str] = []
 
 # How much of a reply that is not JSON an error message quotes.
 _QUOTE: Final = 120
-# What pydantic's error types expect, in the words of an error message.
-_NOUNS: Final = {
-    "string_type": "a string",
-    "int_type": "an int",
-    "list_type": "a list",
-    "model_type": "an object",
-    "dict_type": "an object",
-}
 
 
 def json_object(data: bytes | str, content_type: str | None, where: str, what: str) -> Any:
@@ -54,59 +46,55 @@ def json_object(data: bytes | str, content_type: str | None, where: str, what: s
     return reply
 
 
-def parse(kind: Any, reply: dict[str, Any], where: str, reads: Collection[str]) -> Any:
-    """``reply`` as the SDK's ``kind``, built as the SDK builds it (``construct``: compatible
-    servers leave out or vary fields raf does not need), after a strict check of the
-    fields raf reads: ``reads`` names them as dotted paths, ``*`` for any index, a
-    trailing ``?`` for one that may be missing or null (a count of tokens, say).
-    A field raf reads that is not what the SDK says is a ChatProtocolError naming it."""
-    import pydantic
-
-    try:
-        return kind.model_validate(reply, strict=True)
-    except pydantic.ValidationError as exc:
-        errors = exc.errors()
-        # A union's members name themselves in the path; one whose "type" differs is not
-        # what the value is, and its errors are none.
-        others = [e["loc"][:-1] for e in errors if e["type"] == "literal_error" and _tagged(e)]
-        for error in errors:
-            loc = error["loc"]
-            if any(loc[: len(other)] == other for other in others):
-                continue
-            loc = tuple(p for p in loc if not (isinstance(p, str) and p[:1].isupper()))
-            path = ".".join("*" if isinstance(p, int) else str(p) for p in loc)
-            absent = error["type"] == "missing" or error["input"] is None
-            if path in reads or (f"{path}?" in reads and not absent):
-                at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
-                raise ChatProtocolError(f"{where}: {at[1:]} {_problem(error)}") from None
-    return kind.construct(**reply)
+def field(
+    parent: dict[str, Any],
+    key: str,
+    kind: type,
+    where: str,
+    at: str = "",
+    *,
+    optional: bool = False,
+) -> Any:
+    """``parent[key]`` where raf reads it, checked to be a ``kind`` (``str``, ``int``,
+    ``list``, ``dict``; ``optional``: or missing, or null, then ``None``). Anything else is
+    a ChatProtocolError naming the field by its path (``at``, the parent's), as in
+    ``choices[0].message.content is a number (5), not a string``. Fields raf does not read
+    are never checked: OpenAI-compatible servers leave them out or vary them."""
+    value = parent.get(key)
+    if (value is None and optional) or (isinstance(value, kind) and not isinstance(value, bool)):
+        return value
+    path = f"{at}.{key}" if at else key
+    nouns: dict[type, str] = {str: "a string", int: "an int", list: "a list", dict: "an object"}
+    problem = f"is {json_type(value)}, not {nouns[kind]}" if key in parent else "is missing"
+    raise ChatProtocolError(f"{where}: {path} {problem}")
 
 
-def _tagged(error: Any) -> bool:
-    loc = error["loc"]
-    return len(loc) > 1 and loc[-1] == "type" and str(loc[-2])[:1].isupper()
+def objects(
+    parent: dict[str, Any], key: str, where: str, at: str = "", *, optional: bool = False
+) -> list[dict[str, Any]]:
+    """The list ``parent[key]``, checked as :func:`field` checks it, and each of its items
+    to be an object (``optional``: missing or null is an empty list)."""
+    items: list[Any] = field(parent, key, list, where, at, optional=optional) or []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            path = f"{at}.{key}" if at else key
+            raise ChatProtocolError(f"{where}: {path}[{index}] is {json_type(item)}, not an object")
+    return items
 
 
-def _problem(error: Any) -> str:
-    if error["type"] == "missing":
-        return "is missing"
-    noun = _NOUNS.get(error["type"])
-    return f"is {json_type(error['input'])}, not {noun}" if noun else f"is wrong: {error['msg']}"
-
-
-def tokens(usage: Any, path: str, where: str) -> int:
-    """The count of tokens at ``path`` (dotted) of a usage ``parse`` checked: 0 when
-    absent, a ChatProtocolError when negative."""
-    value = usage
+def tokens(usage: dict[str, Any], path: str, where: str) -> int:
+    """The count of tokens at ``path`` (dotted) of a reply's ``usage``: 0 when absent or
+    null (compatible servers leave counts out), a ChatProtocolError when not a count."""
+    value: Any = usage
     for key in path.split("."):
-        value = getattr(value, key, None)
+        value = value.get(key) if isinstance(value, dict) else None
     if value is None:
         return 0
-    if value < 0:
+    if type(value) is not int or value < 0:
         raise ChatProtocolError(
             f"{where}: usage.{path} is {json_type(value)}, not a count of tokens"
         )
-    return int(value)
+    return value
 
 
 def json_type(value: object) -> str:

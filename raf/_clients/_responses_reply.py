@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import attrs
 
-from raf._clients._reply import json_object, json_type, parse, quote, tokens
+from raf._clients._reply import field, json_object, json_type, objects, quote, tokens
 from raf._errors import (
     ChatClientError,
     ChatConnectionError,
@@ -99,22 +99,6 @@ def _error_text(error: Any) -> tuple[str, str]:
     return "", repr(error)
 
 
-_TOKENS: Final = (
-    "input_tokens",
-    "output_tokens",
-    "input_tokens_details.cached_tokens",
-    "output_tokens_details.reasoning_tokens",
-    "input_tokens_details.cache_write_tokens",
-)
-# What raf reads of a response: checked (see parse).
-_READS: Final = frozenset(
-    {"output", "output.*", "output.*.content", "output.*.content.*"}
-    | {f"output.*.{key}" for key in ("content.*.text", "content.*.refusal", "call_id", "name")}
-    | {"output.*.arguments?", "usage"}
-    | {f"usage.{path}?" for path in _TOKENS}
-)
-
-
 def _read_response(
     reply: dict[str, Any], where: str, refused_by: str | None = None
 ) -> tuple[ChatMessage, Usage | None, Any]:
@@ -127,28 +111,28 @@ def _read_response(
     """
     from openai.types.responses import Response
 
-    response = parse(Response, reply, where, _READS)
-    texts: list[str] | None = None
+    texts: list[str] = []
     refusals: list[str] = []
     calls: list[ToolCall] = []
     order: list[dict[str, Any]] = []
-    for item, raw in zip(response.output, reply["output"], strict=True):
-        kind = getattr(item, "type", None)
+    for n, item in enumerate(objects(reply, "output", where)):
+        kind = item.get("type")
         if kind == "message":
-            for part in item.content:
-                if getattr(part, "type", None) == "output_text":
-                    texts = [*(texts or ()), part.text]
-                elif getattr(part, "type", None) == "refusal":
-                    refusals.append(part.refusal)
+            for m, part in enumerate(objects(item, "content", where, f"output[{n}]")):
+                at = f"output[{n}].content[{m}]"
+                if part.get("type") == "output_text":
+                    texts.append(field(part, "text", str, where, at))
+                elif part.get("type") == "refusal":
+                    refusals.append(field(part, "refusal", str, where, at))
             if not order or order[-1] != {"type": "message"}:
                 order.append({"type": "message"})
         elif kind == "function_call":
-            calls.append(_function_call(item))
+            calls.append(_function_call(item, where, f"output[{n}]"))
             order.append({"type": "function_call", "call_id": calls[-1].id})
         elif kind == "reasoning":
-            order.append(raw)
+            order.append(item)
         # Other items (built-in tools a run asked for through extra) stay in raw.
-    text = None if texts is None else "".join(texts)
+    text = "".join(texts) if texts else None
     if text is None and not calls and refusals:
         text = "".join(refusals)
         if refused_by is not None:
@@ -156,33 +140,27 @@ def _read_response(
     thought = any(item.get("type") == "reasoning" for item in order)
     reasoning = Reasoning(SOURCE, json.dumps(order, separators=(",", ":"))) if thought else None
     message = ChatMessage.assistant(text, tool_calls=calls, reasoning=reasoning)
-    return message, _usage(response.usage, where), response
+    # The SDK's own type, built as the SDK builds a reply: raf checked what it reads.
+    return message, _usage(reply, where), Response.construct(**reply)
 
 
-def _function_call(item: Any) -> ToolCall:
-    arguments = getattr(item, "arguments", None)
-    return ToolCall(item.call_id, item.name, "{}" if arguments is None else arguments)
+def _function_call(item: dict[str, Any], where: str, at: str) -> ToolCall:
+    """A ``function_call`` item (at ``at``) as raf's call."""
+    arguments = field(item, "arguments", str, where, at, optional=True)
+    call_id, name = field(item, "call_id", str, where, at), field(item, "name", str, where, at)
+    return ToolCall(call_id, name, "{}" if arguments is None else arguments)
 
 
-def _function_call_item(item: Any, where: str) -> ToolCall:
-    """A streamed event's function call item (checked as a response's)."""
-    from openai.types.responses import ResponseFunctionToolCall
-
-    reads = ("call_id", "name", "arguments?")
-    return _function_call(parse(ResponseFunctionToolCall, item, where, reads))
-
-
-def _usage(usage: Any, where: str) -> Usage | None:
+def _usage(reply: dict[str, Any], where: str) -> Usage | None:
+    usage = field(reply, "usage", dict, where, optional=True)
     if usage is None:
         return None
-    counts = [tokens(usage, path, where) for path in _TOKENS]
-    cached, reasoning, written = counts[2:]
     return Usage(
-        counts[0],
-        counts[1],
-        cached_input_tokens=cached,
-        reasoning_tokens=reasoning,
-        cache_write_tokens=written,
+        tokens(usage, "input_tokens", where),
+        tokens(usage, "output_tokens", where),
+        cached_input_tokens=tokens(usage, "input_tokens_details.cached_tokens", where),
+        reasoning_tokens=tokens(usage, "output_tokens_details.reasoning_tokens", where),
+        cache_write_tokens=tokens(usage, "input_tokens_details.cache_write_tokens", where),
     )
 
 
@@ -233,7 +211,7 @@ class StreamState:
         if kind == "response.output_item.done":
             item = event.get("item")
             if isinstance(item, dict) and item.get("type") == "function_call":
-                call = _function_call_item(item, where)
+                call = _function_call(item, where, f"{kind}'s item")
                 if call.id not in self.sent_calls:
                     self.sent_calls.add(call.id)
                     return [Update.of_tool_call(call, raw=event)]
