@@ -41,9 +41,10 @@ __all__: list[str] = []
 
 class Held(Protocol):
     """What the plumbing reads of a raf client on a Stainless SDK (``openai``,
-    ``anthropic``): the SDK client, the bound on a call (``timeout``), on each wait of
-    a stream (``idle_timeout``) and on the reply's size (``max_response_bytes``)."""
+    ``anthropic``): its model, the SDK client, and the bounds its class docstring
+    describes (``timeout``, ``idle_timeout``, ``max_response_bytes``)."""
 
+    model: str
     client: Any
     timeout: float | None
     idle_timeout: float | None
@@ -57,38 +58,52 @@ DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 RETRY_AFTER_MAX: Final = 7 * 86_400.0
 
 
-def check_keywords(
-    name: str,
-    model: object,
+def sdk_client(
+    owner: Held,
+    sdk: ModuleType,
+    kind: str,
+    base_url: str | None,
+    api_key: str | None,
     max_retries: object,
-    timeout: object,
-    idle_timeout: object,
-    max_response_bytes: object,
-    clash: str | None,
-) -> None:
-    """The keywords a raf client ``name`` shares with the others, checked (``ValueError``
-    naming it); ``clash`` names the SDK client given as ``client=`` alongside
-    ``base_url`` or ``api_key`` (both belong to that client), if one was."""
+    client: Any,
+) -> Any:
+    """The SDK client of ``owner``, its keywords checked first (``ValueError`` naming
+    the one that is wrong): ``client`` as given, or a ``kind`` (``"AsyncOpenAI"``,
+    ``"AsyncAnthropic"``) of ``sdk`` that raf builds with the bound on error replies
+    (:class:`BoundedErrors`)."""
+    name, model, limit = type(owner).__name__, owner.model, owner.max_response_bytes
     if not isinstance(model, str) or not model:
         raise ValueError(f"{name}: model must be a non-empty str, got {model!r}")
     if type(max_retries) is not int or max_retries < 0:
         raise ValueError(f"{name}: max_retries must be an int >= 0, got {max_retries!r}")
-    for keyword, value in (("timeout", timeout), ("idle_timeout", idle_timeout)):
+    for keyword, value in (("timeout", owner.timeout), ("idle_timeout", owner.idle_timeout)):
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
         ):  # not value > 0 also refuses NaN
             raise ValueError(
                 f"{name}: {keyword} must be a number of seconds > 0 or None, got {value!r}"
             )
-    if type(max_response_bytes) is not int or max_response_bytes < 1:
-        raise ValueError(
-            f"{name}: max_response_bytes must be an int >= 1, got {max_response_bytes!r}"
+    if type(limit) is not int or limit < 1:
+        raise ValueError(f"{name}: max_response_bytes must be an int >= 1, got {limit!r}")
+    if client is not None:
+        if base_url is not None or api_key is not None:  # both belong to that client
+            raise ValueError(
+                f"{name}: pass base_url and api_key to the {kind} client you give "
+                f"as client=, not to {name}"
+            )
+        return client
+    transport = BoundedErrors(limit, sdk.DEFAULT_CONNECTION_LIMITS)
+    try:
+        return getattr(sdk, kind)(
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            http_client=sdk.DefaultAsyncHttpxClient(transport=transport),
         )
-    if clash is not None:
-        raise ValueError(
-            f"{name}: pass base_url and api_key to the {clash} client you give "
-            f"as client=, not to {name}"
-        )
+    except sdk.APIError.__base__ as exc:  # the SDK's own error (OpenAIError): no key
+        raise AuthenticationError(
+            f"{name}({model!r}): cannot build the {kind} client: {exc}"
+        ) from exc
 
 
 async def call(

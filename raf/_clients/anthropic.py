@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
 from raf._agent.tools import Tool
@@ -20,13 +19,12 @@ from raf._clients._reply import replayed, stream_updates
 from raf._clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
-    BoundedErrors,
     call,
-    check_keywords,
     new_body,
     no_call_id,
     not_a_message,
     plain,
+    sdk_client,
 )
 from raf._errors import BadRequestError
 from raf._values.messages import AgentResponse, ChatMessage, Update
@@ -101,26 +99,14 @@ class AnthropicChatClient:
             )
         if type(cache) is not bool:
             raise ValueError(f"AnthropicChatClient: cache must be True or False, got {cache!r}")
-        given = client is not None and (base_url is not None or api_key is not None)
-        name, sdk_name = "AnthropicChatClient", "AsyncAnthropic"
-        limit = max_response_bytes
-        check_keywords(
-            name, model, max_retries, timeout, idle_timeout, limit, (given and sdk_name) or None
-        )
-        self.model, self.timeout, self.idle_timeout = model, timeout, idle_timeout
-        self.max_response_bytes, self.max_tokens, self.cache = limit, max_tokens, cache
-        self._owns_client = client is None
-        if client is None:
-            import anthropic
+        import anthropic
 
-            transport = BoundedErrors(limit, anthropic.DEFAULT_CONNECTION_LIMITS)
-            client = anthropic.AsyncAnthropic(
-                base_url=base_url,
-                api_key=api_key,
-                max_retries=max_retries,
-                http_client=anthropic.DefaultAsyncHttpxClient(transport=transport),
-            )
-        self.client = client
+        self.model, self.timeout, self.idle_timeout = model, timeout, idle_timeout
+        self.max_response_bytes, self.max_tokens, self.cache = max_response_bytes, max_tokens, cache
+        self._owns_client = client is None
+        self.client = sdk_client(
+            self, anthropic, "AsyncAnthropic", base_url, api_key, max_retries, client
+        )
 
     # --- complete and stream ------------------------------------------------------------
 
@@ -217,9 +203,7 @@ class AnthropicChatClient:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     def __repr__(self) -> str:

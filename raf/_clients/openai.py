@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
 from raf._agent.tools import Tool
@@ -14,18 +13,17 @@ from raf._clients._reply import stream_updates
 from raf._clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
-    BoundedErrors,
     call,
-    check_keywords,
     new_body,
     no_call_id,
     not_a_message,
     plain,
     prompt_cache_key,
+    sdk_client,
     tool_choice,
 )
 from raf._clients._tokens import count_prompt, counted_with
-from raf._errors import AuthenticationError, BadRequestError
+from raf._errors import BadRequestError
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.schema import response_format
@@ -40,7 +38,7 @@ _REFUSED_EXTRA: Final = frozenset({"stream", "stream_options"})
 
 
 class OpenAIChatClient:
-    """A :class:`raf.ChatClient` on ``openai.AsyncOpenAI`` (chat completions, tools).
+    """A :class:`raf.StreamingChatClient` on ``openai.AsyncOpenAI`` (chat completions, tools).
 
     ``model`` is used unless a run's ``AgentRunOptions.model`` names another.
     ``base_url`` and ``api_key`` default to the ``OPENAI_BASE_URL`` and
@@ -53,15 +51,13 @@ class OpenAIChatClient:
 
     ``timeout`` bounds each whole call in seconds, the SDK's retries and the
     reading of the reply included (``None``: no bound); past it the call
-    raises :class:`raf.ChatTimeoutError`. A stream is held to
-    ``timeout`` until it starts, then to ``idle_timeout`` for each wait on its
-    next piece: a healthy answer may stream for as long as it takes.
-    ``max_response_bytes`` bounds
-    the reply's size once decompressed; past it the call raises
-    :class:`raf.ChatProtocolError` without reading further.
-
-    :meth:`stream` sends the turn as it comes (a :class:`raf.StreamingChatClient`):
-    a streamed run uses it.
+    raises :class:`raf.ChatTimeoutError`. A stream is held to ``timeout``
+    until it starts, then to ``idle_timeout`` for each wait on the server
+    (the time a consumer holds an update does not count): a healthy answer
+    may stream for as long as it takes. ``max_response_bytes`` bounds the
+    reply's size, or the whole stream's, once decompressed; past it the call
+    raises :class:`raf.ChatProtocolError` without reading further. The HTTP
+    response is closed whatever ends a call or a stream, ``aclose()`` included.
 
     Failures raise :class:`raf.ChatClientError` subclasses whose ``retryable``
     says whether trying again can help; the SDK's exception is ``__cause__``.
@@ -89,10 +85,14 @@ class OpenAIChatClient:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
+        import openai
+
         self.model, self.timeout, self.idle_timeout = model, timeout, idle_timeout
         self.max_response_bytes = max_response_bytes
         self._owns_client = client is None
-        self.client = openai_client(self, base_url, api_key, max_retries, client)
+        self.client = sdk_client(
+            self, openai, "AsyncOpenAI", base_url, api_key, max_retries, client
+        )
 
     async def complete(
         self, messages: Sequence[ChatMessage], options: ChatOptions
@@ -122,11 +122,7 @@ class OpenAIChatClient:
         connection breaks, is a :class:`raf.ChatConnectionError` (a truncated
         answer is never passed off as complete); a chunk that is not a chat
         completion chunk is a :class:`raf.ChatProtocolError`; HTTP errors map
-        as for :meth:`complete`. ``timeout`` bounds the stream until it starts,
-        ``idle_timeout`` each wait on the server after that (the time a consumer
-        holds an update does not count), and
-        ``max_response_bytes`` the size of the whole stream. The HTTP
-        response is closed whatever ends the stream, ``aclose()`` included.
+        as for :meth:`complete`; the bounds are the class docstring's.
         """
         import openai
 
@@ -216,54 +212,11 @@ class OpenAIChatClient:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     def __repr__(self) -> str:
         return f"OpenAIChatClient(model={self.model!r}, base_url={str(self.client.base_url)!r})"
-
-
-def openai_client(
-    owner: Any,
-    base_url: str | None,
-    api_key: str | None,
-    max_retries: int,
-    client: openai.AsyncOpenAI | None,
-) -> openai.AsyncOpenAI:
-    """The ``AsyncOpenAI`` of ``owner`` (an OpenAI client, its keywords checked): ``client``
-    as given, or one raf builds with the bound on error replies (:class:`BoundedErrors`)."""
-    import openai
-
-    name = type(owner).__name__
-    given = client is not None and (base_url is not None or api_key is not None)
-    clash = "AsyncOpenAI" if given else None
-    limit = owner.max_response_bytes
-    check_keywords(
-        name,
-        owner.model,
-        max_retries,
-        owner.timeout,
-        owner.idle_timeout,
-        limit,
-        clash,
-    )
-    if client is not None:
-        return client
-    try:
-        return openai.AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key,
-            max_retries=max_retries,
-            http_client=openai.DefaultAsyncHttpxClient(
-                transport=BoundedErrors(limit, openai.DEFAULT_CONNECTION_LIMITS)
-            ),
-        )
-    except openai.OpenAIError as exc:
-        raise AuthenticationError(
-            f"{name}({owner.model!r}): cannot build the OpenAI client: {exc}"
-        ) from exc
 
 
 def message_to_wire(message: ChatMessage, index: int = 0) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
 from raf._agent.tools import Tool
@@ -19,10 +18,10 @@ from raf._clients._sdk import (
     not_a_message,
     plain,
     prompt_cache_key,
+    sdk_client,
     tool_choice,
 )
 from raf._clients._tokens import count_prompt, counted_with
-from raf._clients.openai import openai_client
 from raf._errors import BadRequestError
 from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update
 from raf._values.options import ChatOptions
@@ -42,8 +41,9 @@ class OpenAIResponsesClient:
     """A :class:`raf.StreamingChatClient` on the OpenAI Responses API (``POST /responses``).
 
     The keywords are those of :class:`raf.OpenAIChatClient` (``base_url``,
-    ``api_key``, ``max_retries``, ``timeout``, ``max_response_bytes``,
-    ``client``), with the same errors and ``retryable``, plus ``store``.
+    ``api_key``, ``max_retries``, ``timeout``, ``idle_timeout``,
+    ``max_response_bytes``, ``client``), with the same bounds, errors and
+    ``retryable``, plus ``store``.
 
     ``store=False`` (the default) keeps nothing on the server: every request
     sends the whole conversation and asks for the reasoning items in
@@ -53,13 +53,6 @@ class OpenAIResponsesClient:
     and sent back unchanged with that turn in later requests, so a reasoning
     model keeps its chain of thought across tool calls without server-side
     state, also when the history comes back from a session store.
-
-    ``timeout`` bounds a whole plain call (the request, the SDK's retries,
-    the reading of the reply), and a stream until it starts; ``idle_timeout``
-    each wait on a stream's next event after that (``None``: no bound), so a
-    long answer that keeps coming is never cut; time a stream's consumer
-    spends between updates does not count. ``max_response_bytes`` bounds the reply,
-    or the whole stream, once decompressed.
 
         async with OpenAIResponsesClient("gpt-5-mini") as model:
             agent = Agent(model, instructions="Be brief.")
@@ -82,15 +75,16 @@ class OpenAIResponsesClient:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
+        import openai
+
         if type(store) is not bool:
             raise ValueError(f"OpenAIResponsesClient: store must be True or False, got {store!r}")
         self.model, self.timeout, self.idle_timeout = model, timeout, idle_timeout
-        self.max_response_bytes = max_response_bytes
-        self.store = store
+        self.max_response_bytes, self.store = max_response_bytes, store
         self._owns_client = client is None
-        self.client = openai_client(self, base_url, api_key, max_retries, client)
-
-    # --- complete -----------------------------------------------------------------------
+        self.client = sdk_client(
+            self, openai, "AsyncOpenAI", base_url, api_key, max_retries, client
+        )
 
     async def complete(
         self, messages: Sequence[ChatMessage], options: ChatOptions
@@ -103,8 +97,6 @@ class OpenAIResponsesClient:
         data, content_type = await call(self, openai, "/responses", body, request_options, where)
         refuse = options.output_schema is not None
         return response_from_reply(data, content_type, model, refuse=refuse)
-
-    # --- stream -------------------------------------------------------------------------
 
     async def stream(
         self, messages: Sequence[ChatMessage], options: ChatOptions
@@ -128,8 +120,6 @@ class OpenAIResponsesClient:
         async with contextlib.aclosing(updates):
             async for update in updates:
                 yield update
-
-    # --- the request --------------------------------------------------------------------
 
     def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False
@@ -200,9 +190,7 @@ class OpenAIResponsesClient:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     def __repr__(self) -> str:
