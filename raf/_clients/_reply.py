@@ -249,21 +249,49 @@ async def stream_updates(
         f"{where}: the stream sent nothing for {owner.idle_timeout} s of waiting "
         f"({name}(idle_timeout={owner.idle_timeout}))",
     )
-    decoder = importlib.import_module(f"{sdk.__name__}._streaming").SSEDecoder()
-    events = Events(response, owner.max_response_bytes, where, idle, decoder)
+    limit, content_type = owner.max_response_bytes, response.headers.get("content-type", "")
+    stop = anyio.CancelScope()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                # Stop by cancelling (see the end): raised inside the HTTP stack's next read.
+                stop.cancel()
+                continue
+            yield chunk
+
+    async def next_event() -> ServerSentEvent | None:
+        nonlocal stop
+        event: ServerSentEvent | None = None
+        with anyio.CancelScope() as stop:
+            try:
+                event = await anext(events, None)
+            except httpx2.HTTPError as exc:
+                raise error_from_http(exc, where) from exc
+            except UnicodeDecodeError as exc:
+                raise ChatProtocolError(f"{where}: an event is not UTF-8: {exc}") from None
+        if stop.cancel_called:  # past the bound, whether or not the stream went on
+            raise too_large(where, limit, "it is larger")
+        return event
+
+    sse = importlib.import_module(f"{sdk.__name__}._streaming")
+    events = sse.SSEDecoder().aiter_bytes(chunks())
     try:
-        if not events.content_type.startswith("text/event-stream"):
-            for update in reader.plain(await events.read_all(), events.content_type):
+        if not content_type.startswith("text/event-stream"):
+            data = await idle.run(read_reply, response, limit, where)
+            for update in reader.plain(data, content_type):
                 yield update
             return
         try:
-            while (event := await events.next()) is not None:
+            while (event := await idle.run(next_event)) is not None:
                 done = reader.done
                 updates = reader.feed(event.data)
                 if not done and reader.done:
                     # What follows the answer gets a moment, not the budget: a server that
                     # keeps the stream open must not turn an answer into a timeout.
-                    events.budget.cap(DRAIN_GRACE)
+                    idle.cap(DRAIN_GRACE)
                 for update in updates:
                     yield update
         except ChatClientError:
@@ -273,73 +301,15 @@ async def stream_updates(
         for update in reader.finish():
             yield update
     finally:
-        await events.aclose()
-
-
-class Events:
-    """The server-sent events of ``response`` as the SDK's ``decoder`` reads them, each
-    wait on the server held to ``budget``, refusing more than ``limit`` decoded bytes;
-    errors name ``where``."""
-
-    __slots__ = ("_events", "_stop", "budget", "limit", "response", "where")
-
-    def __init__(self, response: Any, limit: int, where: str, budget: Budget, decoder: Any) -> None:
-        self.response = response
-        self.limit = limit
-        self.where = where
-        self.budget = budget
-        self._stop = anyio.CancelScope()
-        self._events = decoder.aiter_bytes(self._bytes())
-
-    @property
-    def content_type(self) -> str:
-        """The reply's content type (``text/event-stream``, or a server's own idea)."""
-        return str(self.response.headers.get("content-type", ""))
-
-    async def read_all(self) -> bytes:
-        """The whole reply, for a server that answered with no event stream."""
-        return await self.budget.run(read_reply, self.response, self.limit, self.where)
-
-    async def _bytes(self) -> AsyncIterator[bytes]:
-        size = 0
-        async for chunk in self.response.aiter_bytes():
-            size += len(chunk)
-            if size > self.limit:
-                # Stop by cancelling (see aclose): raised inside the HTTP stack's next read.
-                self._stop.cancel()
-                continue
-            yield chunk
-
-    async def next(self) -> ServerSentEvent | None:
-        """The next event; ``None`` at the end of the stream."""
-        return await self.budget.run(self._next)
-
-    async def _next(self) -> ServerSentEvent | None:
-        event: ServerSentEvent | None = None
-        with anyio.CancelScope() as self._stop:
-            try:
-                event = await self._events.__anext__()
-            except StopAsyncIteration:
-                pass
-            except httpx2.HTTPError as exc:
-                raise error_from_http(exc, self.where) from exc
-            except UnicodeDecodeError as exc:
-                raise ChatProtocolError(f"{self.where}: an event is not UTF-8: {exc}") from None
-        if self._stop.cancel_called:  # past the bound, whether or not the stream went on
-            raise too_large(self.where, self.limit, "it is larger")
-        return event
-
-    async def aclose(self) -> None:
-        """Stop reading and close the response, bounded and shielded: returning the
-        connection must not hang or be cut, also when the consumer left or the call is
-        being cancelled."""
-        # A cancellation raised at the HTTP stack's next read ends each generator of the
-        # chain in turn; closing only the outer one would leave the inner ones to the
-        # garbage collector (trio warns).
+        # Stop reading and close the response, bounded and shielded: returning the
+        # connection must not hang or be cut, also when the consumer left or the call is
+        # being cancelled. A cancellation raised at the HTTP stack's next read ends each
+        # generator of the chain in turn; closing only the outer one would leave the
+        # inner ones to the garbage collector (trio warns).
         with anyio.move_on_after(5, shield=True):
             with anyio.CancelScope() as stop:
                 stop.cancel()
                 with contextlib.suppress(Exception):
-                    async for _ in self._events:
+                    async for _ in events:
                         pass
-            await self.response.aclose()
+            await response.aclose()

@@ -171,7 +171,6 @@ class StreamState:
         self.where = call_name(model)
         self.refused_by = model if refuse else None  # see _read_response
         self.sent_calls: set[str] = set()
-        self.sent_text = False
         self.text: list[str] = []  # the text deltas sent, to hold against the completed text
         self.done = False
 
@@ -205,7 +204,6 @@ class StreamState:
                 raise ChatProtocolError(f"{where}: a {kind} event's delta is {json_type(delta)}")
             if not delta:  # says nothing: kept, a million of them outgrew max_response_bytes
                 return []
-            self.sent_text = True
             self.text.append(delta)
             return [Update.of_text(delta, raw=event)]
         if kind == "response.output_item.done":
@@ -239,7 +237,7 @@ class StreamState:
         message, usage, _ = _read_response(response, self.where, self.refused_by)
         updates: list[Update] = []
         # Whatever the events did not carry: the answer is the completed response's.
-        if not self.sent_text and message.content is not None:
+        if not self.text and message.content is not None:
             updates.append(Update.of_text(message.content, raw=event))
         elif message.content:
             # The deltas began the answer; the completed text finishes it.

@@ -29,20 +29,9 @@ __all__: list[str] = []
 #: Model name prefixes and their encodings; the first that matches wins (``gpt-4o``
 #: before ``gpt-4``). A provider prefix (``openai/gpt-4o``) is dropped first.
 _ENCODINGS: Final = (
-    ("gpt-4o", "o200k_base"),
-    ("chatgpt-4o", "o200k_base"),
-    ("gpt-4.1", "o200k_base"),
-    ("gpt-4.5", "o200k_base"),
-    ("gpt-5", "o200k_base"),
-    ("gpt-oss", "o200k_base"),
-    ("o1", "o200k_base"),
-    ("o3", "o200k_base"),
-    ("o4", "o200k_base"),
-    ("gpt-4", "cl100k_base"),
-    ("gpt-3.5", "cl100k_base"),
-    ("gpt-35", "cl100k_base"),
-    ("text-embedding-3", "cl100k_base"),
-    ("text-embedding-ada-002", "cl100k_base"),
+    ("o200k_base", ("gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "gpt-oss")),
+    ("o200k_base", ("o1", "o3", "o4")),
+    ("cl100k_base", ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding-3", "text-embedding-ada-002")),
 )
 _PER_MESSAGE: Final = 3
 _PER_NAME: Final = 1
@@ -60,11 +49,12 @@ def encoding_name(model: str) -> str | None:
     ('o200k_base', 'cl100k_base', None)
     """
     name = model.rsplit("/", 1)[-1].lower()
-    for prefix, encoding in _ENCODINGS:
-        if name == prefix or name.startswith((prefix + "-", prefix + ".")):
-            return encoding
-        if prefix[0] == "o" and prefix[1:].isdigit() and name.startswith(prefix):
-            return encoding  # o1, o3-mini, o4-mini-high
+    for encoding, prefixes in _ENCODINGS:
+        for prefix in prefixes:
+            if name == prefix or name.startswith((prefix + "-", prefix + ".")):
+                return encoding
+            if prefix[0] == "o" and prefix[1:].isdigit() and name.startswith(prefix):
+                return encoding  # o1, o3-mini, o4-mini-high
     return None
 
 
