@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
@@ -25,6 +26,8 @@ __all__: list[str] = []
 
 # How much of a reply that is not JSON an error message quotes.
 _QUOTE: Final = 120
+# What a JSON value of a type is, in the words of an error message.
+_NOUNS: Final[dict[type, str]] = {str: "a string", int: "an int", list: "a list", dict: "an object"}
 
 
 def json_object(data: bytes | str, content_type: str | None, where: str, what: str) -> Any:
@@ -64,8 +67,7 @@ def field(
     if (value is None and optional) or (isinstance(value, kind) and not isinstance(value, bool)):
         return value
     path = f"{at}.{key}" if at else key
-    nouns: dict[type, str] = {str: "a string", int: "an int", list: "a list", dict: "an object"}
-    problem = f"is {json_type(value)}, not {nouns[kind]}" if key in parent else "is missing"
+    problem = f"is {json_type(value)}, not {_NOUNS[kind]}" if key in parent else "is missing"
     raise ChatProtocolError(f"{where}: {path} {problem}")
 
 
@@ -105,8 +107,7 @@ def json_type(value: object) -> str:
         return "a boolean"
     if isinstance(value, int | float):
         return f"a number ({value!r})"
-    nouns: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}
-    return nouns.get(type(value), type(value).__name__)
+    return _NOUNS.get(type(value), type(value).__name__)
 
 
 def quote(data: bytes | str) -> str:
@@ -182,30 +183,24 @@ class Budget:
     __slots__ = ("expired", "idle", "left")
 
     def __init__(self, idle: float | None, expired: str) -> None:
-        self.idle = idle
-        self.left: float | None = None
+        self.idle = math.inf if idle is None else idle
+        self.left = math.inf
         self.expired = expired
 
     async def run(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``await function(*args)`` within the bound of one wait."""
-        left = self.left
-        limit = self.idle if left is None else left if self.idle is None else min(left, self.idle)
-        if limit is None:
-            return await function(*args)
         started = anyio.current_time()
-        with anyio.move_on_after(limit) as scope:
+        with anyio.move_on_after(min(self.idle, self.left)):
             try:
                 return await function(*args)
             finally:
-                if left is not None:
-                    self.left = left - (anyio.current_time() - started)
+                self.left -= anyio.current_time() - started
         # Only the deadline's own cancellation lands here: any other one propagates.
-        assert scope.cancelled_caught
         raise ChatTimeoutError(self.expired)
 
     def cap(self, seconds: float) -> None:
         """Leave at most ``seconds`` for all the waits left."""
-        self.left = seconds if self.left is None else min(self.left, seconds)
+        self.left = min(self.left, seconds)
 
 
 class StreamReader(Protocol):
@@ -273,7 +268,7 @@ async def stream_updates(
             except UnicodeDecodeError as exc:
                 raise ChatProtocolError(f"{where}: an event is not UTF-8: {exc}") from None
         if stop.cancel_called:  # past the bound, whether or not the stream went on
-            raise too_large(where, limit, "it is larger")
+            raise too_large(where, limit)
         return event
 
     sse = importlib.import_module(f"{sdk.__name__}._streaming")

@@ -1,6 +1,6 @@
-"""The OpenAI SDK plumbing both clients share: the SDK client they build, the POST of a
-body raf wrote, the reading of its reply under a size bound, and the SDK's and the HTTP
-stack's errors as raf's.
+"""The Stainless SDK plumbing the OpenAI and Anthropic clients share: the SDK client
+they build, the POST of a body raf wrote, the reading of its reply under a size bound,
+and the SDK's and the HTTP stack's errors as raf's.
 
 What can fail on a call takes ``where`` (``"OpenAI response (model 'm')"``, say): the
 words that open its errors, so each client names its own API.
@@ -186,9 +186,9 @@ async def send(
     """POST ``body`` as JSON through ``client``, of the Stainless SDK ``sdk`` (auth,
     retries, HTTP errors); the reply, unread, so raf reads it under its own size bound.
 
-    The body is encoded here, with ``json.dumps``, not by the SDK's ``create``,
-    whose request transform walks every message (a quarter of a millisecond
-    each). ASCII JSON: a lone surrogate (from a reply) stays a valid escape.
+    The body is encoded here, not by the SDK's ``create`` (see
+    :meth:`raf.OpenAIChatClient.request_body`), as ASCII JSON: a lone surrogate (from
+    a reply) stays a valid escape.
     """
     try:
         content = json.dumps(body, separators=(",", ":"), allow_nan=False, default=_not_json)
@@ -245,26 +245,33 @@ async def read_reply(response: httpx2.Response, limit: int, where: str) -> bytes
     except httpx2.HTTPError as exc:
         raise error_from_http(exc, where) from exc
     if more:
-        raise too_large(where, limit, "it is larger")
+        raise too_large(where, limit)
     return data
 
 
-def too_large(where: str, limit: int, detail: str) -> ChatProtocolError:
-    """The error of a reply past ``max_response_bytes`` (``detail`` says how it showed)."""
+def too_large(where: str, limit: int) -> ChatProtocolError:
+    """The error of a reply past ``max_response_bytes``."""
     return ChatProtocolError(
-        f"{where}: the reply is larger than "
-        f"max_response_bytes={limit} ({detail}); raf stopped reading it"
+        f"{where}: the reply is larger than max_response_bytes={limit}; raf stopped reading it"
     )
 
 
 def error_from_http(exc: Exception, where: str) -> ChatClientError:
     """An error of the HTTP stack while reading a reply, as a raf error."""
-
     if isinstance(exc, httpx2.TimeoutException):
         return ChatTimeoutError(f"{where} timed out reading the reply: {exc!r}")
     if isinstance(exc, httpx2.DecodingError):
         return ChatProtocolError(f"{where}: the reply cannot be decompressed: {exc}")
     return ChatConnectionError(f"{where}: the connection failed reading the reply: {exc!r}")
+
+
+_BY_STATUS: Final[dict[int, type[ChatClientError]]] = {
+    401: AuthenticationError,
+    403: AuthenticationError,
+    408: ChatTimeoutError,
+    409: ServerError,
+    429: RateLimitError,
+}
 
 
 def error_from_sdk(exc: Exception, where: str, sdk: ModuleType) -> ChatClientError:
@@ -283,15 +290,7 @@ def error_from_sdk(exc: Exception, where: str, sdk: ModuleType) -> ChatClientErr
         status = exc.status_code
         text = f"{where} failed with HTTP {status}: {exc.message}"
         retry_after = retry_after_seconds(exc.response.headers)
-        kind: type[ChatClientError] = BadRequestError
-        if status == 429:
-            kind = RateLimitError
-        elif status == 408:
-            kind = ChatTimeoutError
-        elif status == 409 or status >= 500:
-            kind = ServerError
-        elif status in (401, 403):
-            kind = AuthenticationError
+        kind = _BY_STATUS.get(status, ServerError if status >= 500 else BadRequestError)
         return kind(text, status_code=status, retry_after=retry_after)
     return ChatClientError(f"{where} failed: {type(exc).__name__}: {exc}")
 

@@ -124,15 +124,10 @@ class OpenAIResponsesClient:
     def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False
     ) -> tuple[str, dict[str, Any], dict[str, Any]]:
-        """The model, the body (plain dicts and lists) and the SDK request options of one
-        call, built and sent as :meth:`raf.OpenAIChatClient.request_body` says, with the
-        reasoning kept on the assistant messages replayed into their turns. ``stream`` adds
-        ``"stream": true``.
-
-        ``options.extra`` is applied last, as with :class:`raf.OpenAIChatClient`:
-        ``timeout``, ``extra_headers``, ``extra_query`` and ``extra_body`` as the
-        SDK understands them, any other key into the body; an ``include`` list
-        is added to raf's own.
+        """The model, the body and the SDK request options of one call, as
+        :meth:`raf.OpenAIChatClient.request_body` builds them (``options.extra``
+        included; an ``include`` list there is added to raf's own), with the reasoning
+        kept on the assistant messages replayed into their turns.
         """
         where = "OpenAIResponsesClient"
         schema = options.output_schema
