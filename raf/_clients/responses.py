@@ -23,7 +23,7 @@ from raf._clients._sdk import (
 )
 from raf._clients._tokens import count_prompt, counted_with
 from raf._errors import BadRequestError
-from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update
+from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.schema import text_format
 
@@ -227,30 +227,24 @@ def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
                 }
             )
         elif role == "assistant" and (message.tool_calls or message.reasoning is not None):
-            items += assistant_turn(message, index)
+            # Its reasoning items (if they are this wire's) in the order the reply had,
+            # today's text where the text was, and its calls.
+            calls = {
+                c.id: {
+                    "type": "function_call",
+                    "call_id": c.id,
+                    "name": c.name,
+                    "arguments": c.arguments,
+                }
+                for c in message.tool_calls
+            }
+            content = message.content if calls else message.content or ""
+            text = [] if content is None else [{"role": "assistant", "content": content}]
+            kinds = ("message", "function_call", "call_id")
+            items += replayed(message, index, SOURCE, kinds, text, calls)
         else:
             items.append({"role": role, "content": message.content or ""})
     return items
-
-
-def assistant_turn(message: ChatMessage, index: int) -> list[dict[str, Any]]:
-    """The input items of an assistant turn with tool calls or reasoning: its reasoning
-    items (if they are this wire's) in the order the reply had, today's text where the
-    text was, and its calls."""
-    calls = {call.id: _function_call(call) for call in message.tool_calls}
-    content = message.content if calls else message.content or ""
-    text = [] if content is None else [{"role": "assistant", "content": content}]
-    kinds = ("message", "function_call", "call_id")
-    return replayed(message, index, SOURCE, kinds, text, calls)
-
-
-def _function_call(call: ToolCall) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "call_id": call.id,
-        "name": call.name,
-        "arguments": call.arguments,
-    }
 
 
 def tool_to_wire(tool: Tool) -> dict[str, Any]:
