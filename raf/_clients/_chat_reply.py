@@ -17,8 +17,12 @@ from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, U
 
 __all__: list[str] = []
 
-#: The finish reasons of an answer the model did not finish: an IncompleteResponseError.
-INCOMPLETE: Final = frozenset({"length", "content_filter"})
+#: The finish reasons of an answer the model did not finish (an IncompleteResponseError),
+#: and what they mean.
+INCOMPLETE: Final = {
+    "length": "the model reached max_tokens - raise max_tokens",
+    "content_filter": "a content filter stopped it",
+}
 
 
 def call_name(model: str) -> str:
@@ -76,13 +80,8 @@ def _assistant(
 
 def incomplete(where: str, reason: str, partial: AgentResponse) -> IncompleteResponseError:
     """The error of an answer that ended with the finish reason ``reason`` (in INCOMPLETE)."""
-    why = (
-        "the model reached max_tokens - raise max_tokens"
-        if reason == "length"
-        else "a content filter stopped it"
-    )
     return IncompleteResponseError(
-        f"{where}: the answer is incomplete (finish_reason {reason!r}: {why}); "
+        f"{where}: the answer is incomplete (finish_reason {reason!r}: {INCOMPLETE[reason]}); "
         f"it said {len(partial.text)} characters",
         reason=reason,
         partial=partial,

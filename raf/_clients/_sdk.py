@@ -362,8 +362,6 @@ def new_body(
     request options, and the keys of ``options.extra`` for the body (``extra_body``
     merged in, as the SDK merges it; ``timeout``, ``extra_headers`` and ``extra_query``
     moved to the request options), which the caller applies as its API allows."""
-    if not isinstance(model, str):
-        raise BadRequestError(f"{where}: model must be a str, got {model!r}")
     body = {"model": model, **{key: value for key, value in fields.items() if value is not None}}
     request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
     keys: dict[str, Any] = {}
@@ -380,9 +378,9 @@ def new_body(
             keys.update(value)
         else:
             request_options["headers" if key == "extra_headers" else "params"] = dict(value)
-    if isinstance(keys.get("model", model), str):
-        return body, request_options, keys
-    raise BadRequestError(f"{where}: model must be a str, got {keys['model']!r}")
+    if not isinstance(model := keys.get("model", model), str):
+        raise BadRequestError(f"{where}: model must be a str, got {model!r}")
+    return body, request_options, keys
 
 
 def prompt_cache_key(options: ChatOptions) -> str | None:
