@@ -1,6 +1,6 @@
-"""Reading a reply, for both OpenAI clients: its bytes as a JSON object, the fields raf
-reads of it, checked, and a stream's server-sent events, decoded by the SDK's own
-decoder, under a size bound and a bound on each wait."""
+"""Reading a reply, for the clients on a Stainless SDK: its bytes as a JSON object, the
+fields raf reads of it, checked, and a stream's server-sent events, decoded by the SDK's
+own decoder, under a size bound and a bound on each wait."""
 
 from __future__ import annotations
 
