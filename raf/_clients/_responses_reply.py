@@ -58,25 +58,21 @@ def _check_status(
     the text a stream's deltas sent, for a partial answer whose output lacks it."""
     status = reply.get("status")
     if status == "failed" or (status is None and reply.get("error") is not None):
-        error = reply.get("error")
-        code, text = _error_text(error)
+        code, text = _error_text(reply.get("error"))
         raise ChatClientError(f"{where}: the response failed{code}: {text}")
     if status == "incomplete":
         details = reply.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, dict) else None
-        raise IncompleteResponseError(
-            f"{where}: the response is incomplete"
-            + (f" ({reason})" if reason else "")
-            + (" - raise max_tokens" if reason == "max_output_tokens" else ""),
-            reason=str(reason or "incomplete"),
-            partial=_partial(reply, where, streamed),
-        )
-    if finished and status in _UNFINISHED:
-        raise IncompleteResponseError(
-            f"{where}: the response is not finished (status {status!r}): it is no answer yet",
-            reason=status,
-            partial=_partial(reply, where, streamed),
-        )
+        text = "the response is incomplete" + (f" ({reason})" if reason else "")
+        text += " - raise max_tokens" if reason == "max_output_tokens" else ""
+        reason = str(reason or "incomplete")
+    elif finished and status in _UNFINISHED:
+        text = f"the response is not finished (status {status!r}): it is no answer yet"
+        reason = status
+    else:
+        return
+    partial = _partial(reply, where, streamed)
+    raise IncompleteResponseError(f"{where}: {text}", reason=reason, partial=partial)
 
 
 def _partial(reply: dict[str, Any], where: str, streamed: str) -> AgentResponse:
