@@ -32,6 +32,7 @@ from raf._errors import (
     RateLimitError,
     ServerError,
 )
+from raf._values.messages import ChatMessage
 
 if TYPE_CHECKING:
     from raf._values.options import ChatOptions
@@ -343,16 +344,19 @@ def plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=_not_json))
 
 
-def no_call_id(index: int) -> BadRequestError:
-    """The error of a tool message with no ``tool_call_id``, at ``messages[index]``."""
-    return BadRequestError(
-        f"messages[{index}]: a tool message needs a tool_call_id (the id of the call it answers)"
-    )
-
-
-def not_a_message(index: int, message: object) -> BadRequestError:
-    """The error of something else than a :class:`raf.ChatMessage` at ``messages[index]``."""
-    return BadRequestError(f"messages[{index}] must be a ChatMessage, got {type(message).__name__}")
+def checked(message: object, index: int) -> ChatMessage:
+    """``message``, at ``messages[index]`` of a call, checked before any of it is sent: a
+    :class:`raf.ChatMessage`, and a tool message with the id of the call it answers."""
+    if type(message) is not ChatMessage:
+        raise BadRequestError(
+            f"messages[{index}] must be a ChatMessage, got {type(message).__name__}"
+        )
+    if message.role == "tool" and message.tool_call_id is None:
+        raise BadRequestError(
+            f"messages[{index}]: a tool message needs a tool_call_id "
+            "(the id of the call it answers)"
+        )
+    return message
 
 
 def new_body(

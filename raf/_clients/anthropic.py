@@ -20,9 +20,8 @@ from raf._clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
     call,
+    checked,
     new_body,
-    no_call_id,
-    not_a_message,
     plain,
     sdk_client,
 )
@@ -236,8 +235,7 @@ def wire_messages(
     ends: list[tuple[int, int] | None] = []
     leading = True
     for index, message in enumerate(messages):
-        if type(message) is not ChatMessage:
-            raise not_a_message(index, message)
+        checked(message, index)
         leading = leading and message.role == "system"
         stable = leading if history_end is None else index < history_end
         if message.role == "system" and stable:
@@ -267,8 +265,6 @@ def _blocks(message: ChatMessage, index: int) -> list[dict[str, Any]]:
     assistant turn's thinking blocks (its ``reasoning`` of source ``"anthropic"``) go back
     unchanged in their place, while the turn has the calls they came with."""
     if message.role == "tool":
-        if message.tool_call_id is None:
-            raise no_call_id(index)
         return [
             {
                 "type": "tool_result",

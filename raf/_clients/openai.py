@@ -14,9 +14,8 @@ from raf._clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
     call,
+    checked,
     new_body,
-    no_call_id,
-    not_a_message,
     plain,
     prompt_cache_key,
     sdk_client,
@@ -225,12 +224,8 @@ def message_to_wire(message: ChatMessage, index: int = 0) -> dict[str, Any]:
     >>> message_to_wire(ChatMessage.tool("call_1", "42"))
     {'role': 'tool', 'tool_call_id': 'call_1', 'content': '42'}
     """
-    if type(message) is not ChatMessage:
-        raise not_a_message(index, message)
-    role = message.role
+    role = checked(message, index).role
     if role == "tool":
-        if message.tool_call_id is None:
-            raise no_call_id(index)
         return {
             "role": "tool",
             "tool_call_id": message.tool_call_id,

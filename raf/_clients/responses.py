@@ -13,9 +13,8 @@ from raf._clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
     call,
+    checked,
     new_body,
-    no_call_id,
-    not_a_message,
     plain,
     prompt_cache_key,
     sdk_client,
@@ -213,12 +212,8 @@ def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """
     items: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
-        if type(message) is not ChatMessage:
-            raise not_a_message(index, message)
-        role = message.role
+        role = checked(message, index).role
         if role == "tool":
-            if message.tool_call_id is None:
-                raise no_call_id(index)
             items.append(
                 {
                     "type": "function_call_output",
