@@ -29,6 +29,7 @@ extra: ``pip install 'raf-agents[testing]'``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import string
@@ -157,8 +158,13 @@ def histories(draw: st.DrawFn, max_turns: int = 8) -> tuple[ChatMessage, ...]:
     return tuple(messages)
 
 
+@functools.cache
 def make_tool(name: str) -> FunctionTool:
-    """A tool named ``name`` that echoes its argument ``text``."""
+    """A tool named ``name`` that echoes its argument ``text``: one per name, made once.
+
+    Building a tool's argument model is most of a draw's cost; a tool is frozen, so the
+    examples of a test can share it.
+    """
 
     def echo(text: str = "") -> str:
         """Echo the text."""

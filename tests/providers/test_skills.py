@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,8 @@ async def test_resource_size_limit(root: Path) -> None:
         ("---\n- name: x\n---\n", "must be 'key: value' lines (a YAML mapping), got list"),
         ("---\njust words\n---\n", "must be 'key: value' lines (a YAML mapping), got str"),
         ("---\n---\n", "needs a non-empty 'name'"),
-        ("---\nname: x\ndescription: " + "[" * 5000 + "\n---\n", "SKILL.md: "),
+        # Nested deeper than Python's recursion limit (5,000 cost 1.1 s of parsing, as 1,500 does).
+        ("---\nname: x\ndescription: " + "[" * sys.getrecursionlimit() + "\n---\n", "SKILL.md: "),
         ("---\nname: !!python/object:os.system x\ndescription: y\n---\n", "not valid YAML"),
     ],
 )
