@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck bench bench-openai bench-redis bench-peers bench-durable bench-serve \
+.PHONY: demo test pytest checks bench bench-openai bench-redis bench-peers bench-durable bench-serve \
 	bench-scale redis-server postgresql chromium docs docs-screenshot clean test-lowest
 
 $(VENV)/.base: pyproject.toml
@@ -66,6 +66,12 @@ demo: $(VENV)/.base
 	@echo '$$ python examples/stages.py   # the order of the stages, and what the model sees'
 	@$(PY) examples/stages.py
 
+# `make test`: the suite and the static checks side by side (make -j 2): the suite leaves
+# part of the two cores idle while its tests wait on subprocesses and sockets, and mypy
+# (about 40 s of CPU on a fresh clone) fills it instead of running after it.
+test: $(VENV)/.test redis-server postgresql chromium
+	@$(MAKE) --no-print-directory -j 2 pytest checks
+
 # The suite on TEST_WORKERS processes (pytest-xdist): many tests wait on subprocesses and
 # sockets, so 4 workers keep a 2-core machine busy; worksteal hands the last slow tests of a
 # busy worker to an idle one. `make test TEST_WORKERS=0`: one process.
@@ -73,11 +79,15 @@ demo: $(VENV)/.base
 # sets it, is cleared for it, so each compiles raf (and pytest rewrites the tests) once, not
 # in every process.
 TEST_WORKERS ?= 4
-test: $(VENV)/.test redis-server postgresql chromium
+pytest: $(VENV)/.test
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=15
-	$(PY) -m mypy
-	$(PY) -m ruff check .
-	$(VENV)/bin/lint-imports --no-cache
+
+# mypy --strict, ruff and the import contracts. Their output is held until they are done, so
+# that it does not break into the suite's progress lines when both run.
+checks: $(VENV)/.test
+	@out=$$(mktemp); \
+	{ $(PY) -m mypy && $(PY) -m ruff check . && $(VENV)/bin/lint-imports --no-cache; } >$$out 2>&1; \
+	status=$$?; cat $$out; rm -f $$out; exit $$status
 
 # The core tests on the lowest version of each dependency pyproject.toml declares (the base
 # install, and the test tools they need), in a virtualenv of its own: each declared range
