@@ -240,8 +240,10 @@ class StreamedTurn:
         An answer the model did not finish sends no tool calls: they go in the error."""
         if self.finished is None or self.finished in INCOMPLETE or self.sent_rest:
             return []
-        self.sent_rest = True
+        # Marked sent once joined: a call that cannot be (no id) raises again at the end,
+        # where no error is taken for one after the finish.
         message = self._joined()
+        self.sent_rest = True
         updates: list[Update] = []
         if not any(self.said.get("content", ())) and message.content is not None:
             updates.append(Update("text", message.content, raw=chunk))

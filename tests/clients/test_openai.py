@@ -1169,15 +1169,24 @@ async def test_a_malformed_chunk_is_a_protocol_error(
     assert not caught.value.retryable
 
 
-async def test_a_tool_call_without_id_or_name_is_a_protocol_error(server: OpenAIServer) -> None:
-    server.reply(
-        Reply(
-            events=(
-                chunk(tool_calls=[call_delta(0, name="add", args="{}")]),
-                chunk(finish_reason="tool_calls"),
-            )
-        )
-    )
+@pytest.mark.parametrize(
+    "ending",
+    [
+        pytest.param((chunk(finish_reason="tool_calls"),), id="no usage"),
+        # Was: reading the call for the usage failed, the error passed for one after the
+        # finish, and the answer was its text without the call.
+        pytest.param(
+            (chunk(finish_reason="tool_calls"), chunk(usage=(5, 2), choices=False)),
+            id="usage after the finish",
+        ),
+        pytest.param((chunk(finish_reason="tool_calls", usage=(5, 2)),), id="usage with it"),
+    ],
+)
+async def test_a_tool_call_without_id_or_name_is_a_protocol_error(
+    server: OpenAIServer, ending: tuple[Any, ...]
+) -> None:
+    call = chunk(tool_calls=[call_delta(0, name="add", args="{}")])
+    server.reply(Reply(events=(chunk("Hi", role="assistant"), call, *ending)))
     async with client_for(server) as model:
         with pytest.raises(ChatProtocolError, match="index 0 has no id"):
             await collect(model)
