@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import functools
+import gc
 import gzip
 import json
 import pickle
@@ -1401,3 +1402,22 @@ async def test_a_stream_cut_inside_its_last_event_is_a_connection_error(
     async with client_for(server) as model:
         with pytest.raises(ChatConnectionError, match="no finish_reason"):
             await collect(model)
+
+
+async def test_invalid_utf8_in_a_stream_is_replaced_as_in_a_reply(server: OpenAIServer) -> None:
+    # Was: a ChatProtocolError raised by the SDK's decoder, above the HTTP stack's readers,
+    # which it left to the garbage collector (a ResourceWarning on trio).
+    def piece(content: bytes) -> bytes:
+        return b'data: {"choices": [{"index": 0, "delta": {"content": "%s"}}]}\n\n' % content
+
+    split = piece("caf\u00e9".encode())
+    at = split.index(b"\xa9")
+    events = (piece(b"bad \xff"), split[:at], split[at:], chunk(finish_reason="stop"))
+    server.reply(Reply(events=events, pause=0.01))  # a character split across two reads
+    server.reply(Reply(raw=b'{"choices": [{"message": {"content": "bad \xffcaf\xc3\xa9"}}]}'))
+    async with client_for(server) as model:
+        updates = await collect(model)
+        gc.collect()  # no ResourceWarning (filterwarnings=error): every reader was closed
+        whole = await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert [u.text for u in updates] == ["bad \ufffd", "caf\u00e9"]
+    assert AgentResponse.from_updates(updates).text == whole.text
