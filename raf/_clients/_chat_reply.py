@@ -60,7 +60,7 @@ def response_from_reply(
     )
     # The SDK's own type, built as the SDK builds a reply: raf checked what it reads.
     response = AgentResponse((turn,), _usage(reply, where), ChatCompletion.construct(**reply))
-    reason = choices[0].get("finish_reason")
+    reason = field(choices[0], "finish_reason", str, where, "choices[0]", optional=True)
     if reason in INCOMPLETE:
         raise incomplete(where, reason, response)
     return response
@@ -185,6 +185,7 @@ class StreamedTurn:
 
     def _choice(self, choice: dict[str, Any], at: str, chunk: Any, updates: list[Update]) -> None:
         where = self.where
+        reason = field(choice, "finish_reason", str, where, at, optional=True)
         delta = field(choice, "delta", dict, where, at, optional=True) or {}
         at += ".delta"
         for key in ("content", "refusal"):
@@ -211,9 +212,8 @@ class StreamedTurn:
             arguments = field(function, "arguments", str, where, f"{here}.function", optional=True)
             if arguments is not None:
                 pieces.append(arguments)
-        reason = choice.get("finish_reason")
-        if reason is not None:
-            self.finished = str(reason)
+        if reason is not None:  # once the rest of the chunk is read: no error is past it
+            self.finished = reason
 
     def _joined(self, *, partial: bool = False) -> ChatMessage:
         """The message the chunks joined; ``partial``: what can be read of it (the calls

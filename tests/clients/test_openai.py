@@ -500,6 +500,12 @@ def _call(**call: Any) -> dict[str, Any]:
     return _reply_with(role="assistant", content=None, tool_calls=[call])
 
 
+def _finish(reason: Any) -> dict[str, Any]:
+    body = completion()
+    body["choices"][0]["finish_reason"] = reason
+    return body
+
+
 def _usage(**usage: Any) -> dict[str, Any]:
     body = completion()
     body["usage"] = usage
@@ -559,6 +565,8 @@ MALFORMED: list[tuple[str, Reply, str]] = [
         Reply(body=_call(id="c1", type="custom", custom={"name": "x", "input": ""})),
         "'custom' tool call; raf supports function tool calls only",
     ),
+    ("finish_reason a list", Reply(body=_finish(["length"])), r"finish_reason is a list"),
+    ("finish_reason a number", Reply(body=_finish(1)), r"finish_reason is a number \(1\)"),
     ("usage a list", Reply(body={**completion(), "usage": [1]}), "usage is a list"),
     (
         "tokens a string",
@@ -1157,6 +1165,7 @@ async def test_a_stream_without_a_finish_reason_is_a_connection_error(
             r"index is a string",
         ),
         ('{"choices": [], "usage": {"prompt_tokens": -1}}', r"usage\.prompt_tokens"),
+        ('{"choices": [{"delta": {}, "finish_reason": ["stop"]}]}', r"finish_reason is a list"),
         ('{"error": {"message": "overloaded"}}', "sent an error mid-stream: .*overloaded"),
     ],
 )
