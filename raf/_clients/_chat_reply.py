@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Final
 
-from raf._clients._reply import field, json_object, objects, tokens
+from raf._clients._reply import built, field, json_object, objects, tokens
 from raf._errors import (
     ChatConnectionError,
     ChatProtocolError,
@@ -58,8 +58,7 @@ def response_from_reply(
         [_tool_call(c, f"{at}.tool_calls[{n}]", where) for n, c in enumerate(calls)],
         model if refuse else None,
     )
-    # The SDK's own type, built as the SDK builds a reply: raf checked what it reads.
-    response = AgentResponse((turn,), _usage(reply, where), ChatCompletion.construct(**reply))
+    response = AgentResponse((turn,), _usage(reply, where), built(ChatCompletion, reply, where))
     reason = field(choices[0], "finish_reason", str, where, "choices[0]", optional=True)
     if reason in INCOMPLETE:
         raise incomplete(where, reason, response)

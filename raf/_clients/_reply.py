@@ -100,6 +100,18 @@ def tokens(usage: dict[str, Any], path: str, where: str) -> int:
     return value
 
 
+def built(kind: Any, reply: dict[str, Any], where: str) -> Any:
+    """``reply`` as the SDK's ``kind`` (``ChatCompletion``, ``Response``), built as the SDK
+    builds a reply, unchecked: raf checked what it reads. A key the builder takes for an
+    argument of its own (``_fields_set``, at any depth) is a ChatProtocolError."""
+    try:
+        return kind.construct(**reply)
+    except (TypeError, AttributeError) as exc:
+        raise ChatProtocolError(
+            f"{where}: the reply cannot be built as the SDK's {kind.__name__}: {exc}"
+        ) from None
+
+
 def json_type(value: object) -> str:
     """What a JSON value is, for an error message: ``"a string"``, ``"null"``, ..."""
     if value is None:

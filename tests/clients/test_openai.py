@@ -568,6 +568,17 @@ MALFORMED: list[tuple[str, Reply, str]] = [
     ("finish_reason a list", Reply(body=_finish(["length"])), r"finish_reason is a list"),
     ("finish_reason a number", Reply(body=_finish(1)), r"finish_reason is a number \(1\)"),
     ("usage a list", Reply(body={**completion(), "usage": [1]}), "usage is a list"),
+    # Keys the SDK's builder takes for its own arguments (was: a raw AttributeError, TypeError).
+    (
+        "a key of the builder's",
+        Reply(body=_reply_with(content="hi", _fields_set=["content"])),
+        "cannot be built as the SDK's ChatCompletion",
+    ),
+    (
+        "a mangled key of the builder's",
+        Reply(body={**completion(), "_BaseModel__cls": 1}),
+        "cannot be built as the SDK's ChatCompletion",
+    ),
     (
         "tokens a string",
         Reply(body=_usage(prompt_tokens="5", completion_tokens=1)),
