@@ -211,7 +211,7 @@ class StreamedTurn:
             arguments = field(function, "arguments", str, where, f"{here}.function", optional=True)
             if arguments is not None:
                 pieces.append(arguments)
-        if reason is not None:  # once the rest of the chunk is read: no error is past it
+        if reason is not None:  # last: an error in this chunk is no error after the finish
             self.finished = reason
 
     def _joined(self, *, partial: bool = False) -> ChatMessage:
