@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Final
 
-from raf._clients._reply import field, json_object, objects, tokens
+from raf._clients._reply import built, field, json_object, objects, tokens
 from raf._errors import (
     ChatConnectionError,
     ChatProtocolError,
@@ -58,9 +58,8 @@ def response_from_reply(
         [_tool_call(c, f"{at}.tool_calls[{n}]", where) for n, c in enumerate(calls)],
         model if refuse else None,
     )
-    # The SDK's own type, built as the SDK builds a reply: raf checked what it reads.
-    response = AgentResponse((turn,), _usage(reply, where), ChatCompletion.construct(**reply))
-    reason = choices[0].get("finish_reason")
+    response = AgentResponse((turn,), _usage(reply, where), built(ChatCompletion, reply, where))
+    reason = field(choices[0], "finish_reason", str, where, "choices[0]", optional=True)
     if reason in INCOMPLETE:
         raise incomplete(where, reason, response)
     return response
@@ -185,6 +184,7 @@ class StreamedTurn:
 
     def _choice(self, choice: dict[str, Any], at: str, chunk: Any, updates: list[Update]) -> None:
         where = self.where
+        reason = field(choice, "finish_reason", str, where, at, optional=True)
         delta = field(choice, "delta", dict, where, at, optional=True) or {}
         at += ".delta"
         for key in ("content", "refusal"):
@@ -211,9 +211,8 @@ class StreamedTurn:
             arguments = field(function, "arguments", str, where, f"{here}.function", optional=True)
             if arguments is not None:
                 pieces.append(arguments)
-        reason = choice.get("finish_reason")
-        if reason is not None:
-            self.finished = str(reason)
+        if reason is not None:  # last: an error in this chunk is no error after the finish
+            self.finished = reason
 
     def _joined(self, *, partial: bool = False) -> ChatMessage:
         """The message the chunks joined; ``partial``: what can be read of it (the calls
@@ -240,8 +239,10 @@ class StreamedTurn:
         An answer the model did not finish sends no tool calls: they go in the error."""
         if self.finished is None or self.finished in INCOMPLETE or self.sent_rest:
             return []
-        self.sent_rest = True
+        # Marked sent once joined: a call that cannot be (no id) raises again at the end,
+        # where no error is taken for one after the finish.
         message = self._joined()
+        self.sent_rest = True
         updates: list[Update] = []
         if not any(self.said.get("content", ())) and message.content is not None:
             updates.append(Update("text", message.content, raw=chunk))

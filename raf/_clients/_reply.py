@@ -4,6 +4,7 @@ own decoder, under a size bound and a bound on each wait."""
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import importlib
 import json
@@ -97,6 +98,18 @@ def tokens(usage: dict[str, Any], path: str, where: str) -> int:
             f"{where}: usage.{path} is {json_type(value)}, not a count of tokens"
         )
     return value
+
+
+def built(kind: Any, reply: dict[str, Any], where: str) -> Any:
+    """``reply`` as the SDK's ``kind`` (``ChatCompletion``, ``Response``), built as the SDK
+    builds a reply, unchecked: raf checked what it reads. A key the builder takes for an
+    argument of its own (``_fields_set``, at any depth) is a ChatProtocolError."""
+    try:
+        return kind.construct(**reply)
+    except (TypeError, AttributeError) as exc:
+        raise ChatProtocolError(
+            f"{where}: the reply cannot be built as the SDK's {kind.__name__}: {exc}"
+        ) from None
 
 
 def json_type(value: object) -> str:
@@ -248,14 +261,16 @@ async def stream_updates(
     stop = anyio.CancelScope()
 
     async def chunks() -> AsyncIterator[bytes]:
-        size = 0
+        size, utf8 = 0, codecs.getincrementaldecoder("utf-8")("replace")
         async for chunk in response.aiter_bytes():
             size += len(chunk)
             if size > limit:
                 # Stop by cancelling (see the end): raised inside the HTTP stack's next read.
                 stop.cancel()
                 continue
-            yield chunk
+            # Invalid UTF-8 replaced, as in a reply's body: the SDK's decoder would raise
+            # above this chain of readers, leaving them to the garbage collector.
+            yield utf8.decode(chunk).encode()
 
     async def next_event() -> ServerSentEvent | None:
         nonlocal stop
@@ -265,8 +280,6 @@ async def stream_updates(
                 event = await anext(events, None)
             except httpx2.HTTPError as exc:
                 raise error_from_http(exc, where) from exc
-            except UnicodeDecodeError as exc:
-                raise ChatProtocolError(f"{where}: an event is not UTF-8: {exc}") from None
         if stop.cancel_called:  # past the bound, whether or not the stream went on
             raise too_large(where, limit)
         return event

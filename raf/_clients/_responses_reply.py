@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import attrs
 
-from raf._clients._reply import field, json_object, json_type, objects, quote, tokens
+from raf._clients._reply import built, field, json_object, json_type, objects, quote, tokens
 from raf._errors import (
     ChatClientError,
     ChatConnectionError,
@@ -136,8 +136,7 @@ def _read_response(
     thought = any(item.get("type") == "reasoning" for item in order)
     reasoning = Reasoning(SOURCE, json.dumps(order, separators=(",", ":"))) if thought else None
     message = ChatMessage.assistant(text, tool_calls=calls, reasoning=reasoning)
-    # The SDK's own type, built as the SDK builds a reply: raf checked what it reads.
-    return message, _usage(reply, where), Response.construct(**reply)
+    return message, _usage(reply, where), built(Response, reply, where)
 
 
 def _function_call(item: dict[str, Any], where: str, at: str) -> ToolCall:

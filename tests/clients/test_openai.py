@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import functools
+import gc
 import gzip
 import json
 import pickle
@@ -499,6 +500,12 @@ def _call(**call: Any) -> dict[str, Any]:
     return _reply_with(role="assistant", content=None, tool_calls=[call])
 
 
+def _finish(reason: Any) -> dict[str, Any]:
+    body = completion()
+    body["choices"][0]["finish_reason"] = reason
+    return body
+
+
 def _usage(**usage: Any) -> dict[str, Any]:
     body = completion()
     body["usage"] = usage
@@ -558,7 +565,20 @@ MALFORMED: list[tuple[str, Reply, str]] = [
         Reply(body=_call(id="c1", type="custom", custom={"name": "x", "input": ""})),
         "'custom' tool call; raf supports function tool calls only",
     ),
+    ("finish_reason a list", Reply(body=_finish(["length"])), r"finish_reason is a list"),
+    ("finish_reason a number", Reply(body=_finish(1)), r"finish_reason is a number \(1\)"),
     ("usage a list", Reply(body={**completion(), "usage": [1]}), "usage is a list"),
+    # Keys the SDK's builder takes for its own arguments (was: a raw AttributeError, TypeError).
+    (
+        "a key of the builder's",
+        Reply(body=_reply_with(content="hi", _fields_set=["content"])),
+        "cannot be built as the SDK's ChatCompletion",
+    ),
+    (
+        "a mangled key of the builder's",
+        Reply(body={**completion(), "_BaseModel__cls": 1}),
+        "cannot be built as the SDK's ChatCompletion",
+    ),
     (
         "tokens a string",
         Reply(body=_usage(prompt_tokens="5", completion_tokens=1)),
@@ -1156,6 +1176,7 @@ async def test_a_stream_without_a_finish_reason_is_a_connection_error(
             r"index is a string",
         ),
         ('{"choices": [], "usage": {"prompt_tokens": -1}}', r"usage\.prompt_tokens"),
+        ('{"choices": [{"delta": {}, "finish_reason": ["stop"]}]}', r"finish_reason is a list"),
         ('{"error": {"message": "overloaded"}}', "sent an error mid-stream: .*overloaded"),
     ],
 )
@@ -1169,15 +1190,24 @@ async def test_a_malformed_chunk_is_a_protocol_error(
     assert not caught.value.retryable
 
 
-async def test_a_tool_call_without_id_or_name_is_a_protocol_error(server: OpenAIServer) -> None:
-    server.reply(
-        Reply(
-            events=(
-                chunk(tool_calls=[call_delta(0, name="add", args="{}")]),
-                chunk(finish_reason="tool_calls"),
-            )
-        )
-    )
+@pytest.mark.parametrize(
+    "ending",
+    [
+        pytest.param((chunk(finish_reason="tool_calls"),), id="no usage"),
+        # Was: reading the call for the usage failed, the error passed for one after the
+        # finish, and the answer was its text without the call.
+        pytest.param(
+            (chunk(finish_reason="tool_calls"), chunk(usage=(5, 2), choices=False)),
+            id="usage after the finish",
+        ),
+        pytest.param((chunk(finish_reason="tool_calls", usage=(5, 2)),), id="usage with it"),
+    ],
+)
+async def test_a_tool_call_without_id_or_name_is_a_protocol_error(
+    server: OpenAIServer, ending: tuple[Any, ...]
+) -> None:
+    call = chunk(tool_calls=[call_delta(0, name="add", args="{}")])
+    server.reply(Reply(events=(chunk("Hi", role="assistant"), call, *ending)))
     async with client_for(server) as model:
         with pytest.raises(ChatProtocolError, match="index 0 has no id"):
             await collect(model)
@@ -1392,3 +1422,22 @@ async def test_a_stream_cut_inside_its_last_event_is_a_connection_error(
     async with client_for(server) as model:
         with pytest.raises(ChatConnectionError, match="no finish_reason"):
             await collect(model)
+
+
+async def test_invalid_utf8_in_a_stream_is_replaced_as_in_a_reply(server: OpenAIServer) -> None:
+    # Was: a ChatProtocolError raised by the SDK's decoder, above the HTTP stack's readers,
+    # which it left to the garbage collector (a ResourceWarning on trio).
+    def piece(content: bytes) -> bytes:
+        return b'data: {"choices": [{"index": 0, "delta": {"content": "%s"}}]}\n\n' % content
+
+    split = piece("caf\u00e9".encode())
+    at = split.index(b"\xa9")
+    events = (piece(b"bad \xff"), split[:at], split[at:], chunk(finish_reason="stop"))
+    server.reply(Reply(events=events, pause=0.01))  # a character split across two reads
+    server.reply(Reply(raw=b'{"choices": [{"message": {"content": "bad \xffcaf\xc3\xa9"}}]}'))
+    async with client_for(server) as model:
+        updates = await collect(model)
+        gc.collect()  # no ResourceWarning (filterwarnings=error): every reader was closed
+        whole = await model.complete([ChatMessage.user("x")], ChatOptions())
+    assert [u.text for u in updates] == ["bad \ufffd", "caf\u00e9"]
+    assert AgentResponse.from_updates(updates).text == whole.text

@@ -651,6 +651,8 @@ MALFORMED: list[tuple[Answer, str]] = [
         r"content\[0\]\.text is missing",
     ),
     (Answer(body={**response_body(), "usage": {"input_tokens": -1}}), "usage.input_tokens"),
+    # Keys the SDK's builder takes for its own arguments (was: a raw AttributeError).
+    (Answer(body={**response_body(), "_fields_set": 1}), "cannot be built as the SDK's Response"),
 ]
 
 
