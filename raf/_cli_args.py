@@ -33,20 +33,50 @@ def _epilog() -> str:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose help ends with :func:`_epilog` when made with ``docs=True``.
+
+    The epilog reads the package metadata, as ``--version`` does: only when the help is
+    shown, not at every start of the command.
+    """
+
+    def __init__(self, *args: Any, docs: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._docs = docs
+
+    def format_help(self) -> str:
+        if self._docs:
+            self.epilog, self._docs = _epilog(), False
+        return super().format_help()
+
+
+class _Version(argparse._VersionAction):
+    """``--version``: the installed version, read when asked."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self.version = f"raf {installed_version()}"
+        super().__call__(parser, namespace, values, option_string)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    epilog = _epilog()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="raf",
         description="Run an agent described in a TOML config file.",
-        epilog=epilog,
+        docs=True,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"raf {installed_version()}")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "run",
         help="run one turn and print the answer",
-        epilog=epilog,
+        docs=True,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("config", type=Path, help="the agent's TOML config file")
@@ -54,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat = commands.add_parser(
         "chat",
         help="an interactive conversation (one session)",
-        epilog=epilog,
+        docs=True,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     chat.add_argument("config", type=Path, help="the agent's TOML config file")
