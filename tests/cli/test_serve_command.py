@@ -12,6 +12,7 @@ import httpx2 as httpx
 import pytest
 
 from tests._harness.process import free_port
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +58,9 @@ def test_keys_come_from_a_file_and_the_environment(
     command = [sys.executable, "-m", "raf", "serve", str(config(tmp_path))]
     with ServedAgent(command=[*command, "--api-key-file", str(keys)]) as served:
         for key, status in (("from-file", 200), ("from-env-2", 200), ("other", 401)):
-            reply = httpx.get(f"{served.url}/v1/models", headers={"authorization": f"Bearer {key}"})
+            reply = httpx.get(
+                f"{served.url}/v1/models", headers={"authorization": f"Bearer {key}"}, verify=TLS
+            )
             assert reply.status_code == status
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent
 
 pytestmark = pytest.mark.slow
@@ -19,11 +20,12 @@ def test_the_flags_serve_mcp_and_a2a(tmp_path: Path) -> None:
     config.write_text('[agent]\nname = "word-agent"\n[model]\nclient = "echo"\n')
     command = [sys.executable, "-m", "raf", "serve", str(config), "--mcp", "--a2a"]
     with ServedAgent(command=command) as served:
-        card = httpx.get(f"{served.url}/.well-known/agent-card.json").json()
+        card = httpx.get(f"{served.url}/.well-known/agent-card.json", verify=TLS).json()
         listed = httpx.post(
             f"{served.url}/mcp",
             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
             headers={"accept": "application/json, text/event-stream"},
+            verify=TLS,
         )
     assert card["name"] == "word-agent"
     assert card["supportedInterfaces"][0]["url"] == f"{served.url}/a2a"
@@ -35,6 +37,6 @@ def test_without_the_flags_neither_is_served(tmp_path: Path) -> None:
     config = tmp_path / "agent.toml"
     config.write_text('[agent]\nname = "word-agent"\n[model]\nclient = "echo"\n')
     with ServedAgent(command=[sys.executable, "-m", "raf", "serve", str(config)]) as served:
-        card = httpx.get(f"{served.url}/.well-known/agent-card.json")
-        mcp = httpx.post(f"{served.url}/mcp", json={})
+        card = httpx.get(f"{served.url}/.well-known/agent-card.json", verify=TLS)
+        mcp = httpx.post(f"{served.url}/mcp", json={}, verify=TLS)
     assert (card.status_code, mcp.status_code) == (404, 404)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests._harness.anthropic_server import Answer, AnthropicServer, events_of, message_body
+from tests._harness.tls import TLS
 
 if TYPE_CHECKING:
     # The SDK is imported where it is used, so collecting this module stays cheap.
@@ -40,7 +41,12 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[AnthropicServer]:
 def sdk(server: AnthropicServer) -> anthropic.AsyncAnthropic:
     import anthropic
 
-    return anthropic.AsyncAnthropic(base_url=server.root_url, api_key="sk-ant", max_retries=0)
+    return anthropic.AsyncAnthropic(
+        base_url=server.root_url,
+        api_key="sk-ant",
+        max_retries=0,
+        http_client=anthropic.DefaultAsyncHttpxClient(verify=TLS),
+    )
 
 
 def check(message: Message) -> None:

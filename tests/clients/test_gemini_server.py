@@ -13,6 +13,7 @@ from google import genai
 from google.genai import errors, types
 
 from tests._harness.gemini_server import GeminiServer, response_body, signature
+from tests._harness.tls import TLS
 
 pytestmark = pytest.mark.anyio
 
@@ -47,7 +48,13 @@ async def models(server: GeminiServer) -> AsyncIterator[Any]:
     Over httpx, as raf's client speaks it: with aiohttp installed (litellm brings it) the
     SDK would take aiohttp, whose session class warns when the SDK subclasses it."""
     options = types.HttpOptions(
-        base_url=server.root_url, async_client_args={"transport": httpx2.AsyncHTTPTransport()}
+        base_url=server.root_url,
+        # The SDK's httpx and websockets TLS contexts too: one each per client otherwise.
+        async_client_args={
+            "transport": httpx2.AsyncHTTPTransport(verify=TLS),
+            "verify": TLS,
+            "ssl": TLS,
+        },
     )
     client = genai.Client(api_key="g-key", http_options=options)
     yield client.aio.models

@@ -15,6 +15,7 @@ from a2a.types import ListTasksRequest, Task, TaskState
 import raf
 from raf import ScriptedChatClient, ToolCall
 from tests._harness.a2a_server import A2AServer, Reply, card, event
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -87,7 +88,7 @@ async def test_a_cancelled_run_cancels_the_remote_task(server: ServedAgent) -> N
             group.cancel_scope.cancel()
         task = await _task("TASK_STATE_CANCELED", server)
     # Cancelled there as an early close: the remote history kept the partial answer.
-    async with httpx.AsyncClient(headers={"Authorization": "Bearer key-a"}) as http:
+    async with httpx.AsyncClient(headers={"Authorization": "Bearer key-a"}, verify=TLS) as http:
         url = f"{server.url}/v1/sessions/{task.context_id}/messages"
         stored = (await http.get(url)).json()["data"]
     assert [m["role"] for m in stored] == ["user", "assistant"]
@@ -97,7 +98,7 @@ async def test_a_cancelled_run_cancels_the_remote_task(server: ServedAgent) -> N
 
 async def _task(state: str, server: ServedAgent) -> Task:
     """The served agent's task of ``long`` once it is in ``state``."""
-    async with httpx.AsyncClient(headers={"Authorization": "Bearer key-a"}) as http:
+    async with httpx.AsyncClient(headers={"Authorization": "Bearer key-a"}, verify=TLS) as http:
         card = await A2ACardResolver(http, server.url).get_agent_card()
         client = ClientFactory(ClientConfig(httpx_client=http)).create(card)
         while True:

@@ -33,6 +33,7 @@ from a2a.utils.errors import TaskNotFoundError
 import raf.serve
 from raf import Agent, ConfigError, EchoChatClient
 from tests._harness.serve_agent import WordModel, make_agent
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent
 from tests.serve.test_asgi import Journal
 
@@ -59,7 +60,7 @@ async def client(
     server: ServedAgent, key: str = "key-a", *, streaming: bool = True
 ) -> AsyncIterator[tuple[Client, AgentCard]]:
     headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+    async with httpx.AsyncClient(headers=headers, timeout=60, verify=TLS) as http:
         card = await A2ACardResolver(http, server.url).get_agent_card()
         config = ClientConfig(httpx_client=http, streaming=streaming)
         yield ClientFactory(config).create(card), card
@@ -227,7 +228,7 @@ async def test_bad_messages_are_rejected_and_keys_checked(server: ServedAgent) -
     assert last_state(rejected) == "TASK_STATE_REJECTED"
     said = rejected[-1].status_update.status.message.parts[0].text
     assert said == "only text and data parts are understood here"
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=TLS) as http:
         refused = await http.post(f"{server.url}/a2a", json={"jsonrpc": "2.0", "id": 1})
         card = await http.get(f"{server.url}/.well-known/agent-card.json")
     assert refused.status_code == 401
@@ -240,7 +241,7 @@ async def test_the_0_3_method_names_answer_too(server: ServedAgent) -> None:
         "parts": [{"kind": "text", "text": "hello"}],
     }  # fmt: skip
     body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": sent}}
-    async with httpx.AsyncClient(headers={"Authorization": "Bearer key-a"}) as http:
+    async with httpx.AsyncClient(headers={"Authorization": "Bearer key-a"}, verify=TLS) as http:
         reply = (await http.post(f"{server.url}/a2a", json=body)).json()
     result = reply["result"]
     assert result["status"]["state"] == "completed"
@@ -250,7 +251,7 @@ async def test_the_0_3_method_names_answer_too(server: ServedAgent) -> None:
 
 async def _stored(server: ServedAgent, context: str) -> list[dict[str, Any]]:
     url = f"{server.url}/v1/sessions/{context}/messages"
-    async with httpx.AsyncClient(headers={"Authorization": "Bearer key-a"}) as http:
+    async with httpx.AsyncClient(headers={"Authorization": "Bearer key-a"}, verify=TLS) as http:
         data: list[dict[str, Any]] = json.loads((await http.get(url)).content)["data"]
     return data
 
@@ -269,7 +270,7 @@ async def test_the_rpc_body_is_json_as_on_every_route(server: ServedAgent) -> No
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": sent}}
     headers = {"Authorization": "Bearer key-a", "A2A-Version": "1.0"}
     deep = b"[" * 100_000 + b"]" * 100_000
-    async with httpx.AsyncClient(headers=headers) as http:
+    async with httpx.AsyncClient(headers=headers, verify=TLS) as http:
         plain = await http.post(
             f"{server.url}/a2a", content=json.dumps(body), headers={"content-type": "text/plain"}
         )

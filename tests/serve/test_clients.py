@@ -15,6 +15,7 @@ import pydantic
 import pytest
 from ag_ui.core import EventType
 
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent, started
 
 if TYPE_CHECKING:
@@ -112,9 +113,9 @@ def test_in_a_session_the_agents_own_call_runs_here_and_the_clients_waits(
         model=MODEL, messages=[result], tools=[WEATHER], extra_headers=session
     )
     assert second.choices[0].message.content == "the tool said rain"
-    stored = httpx.get(f"{server.url}/v1/sessions/{session['X-Session-Id']}/messages").json()[
-        "data"
-    ]
+    stored = httpx.get(
+        f"{server.url}/v1/sessions/{session['X-Session-Id']}/messages", verify=TLS
+    ).json()["data"]
     answers = [m["content"] for m in stored if m["role"] == "tool"]
     assert answers == ["HI", "rain"]
 
@@ -239,7 +240,7 @@ def test_a_streamed_turns_text_equals_the_whole_answers(server: ServedAgent) -> 
 
 
 def agui_events(server: ServedAgent, body: dict[str, Any]) -> list[dict[str, Any]]:
-    with httpx.stream("POST", f"{server.url}/ag-ui", json=body, timeout=30) as reply:
+    with httpx.stream("POST", f"{server.url}/ag-ui", json=body, timeout=30, verify=TLS) as reply:
         assert reply.status_code == 200, reply.read()
         lines = [line for line in reply.iter_lines() if line.startswith("data: ")]
     return [json.loads(line[6:]) for line in lines]
@@ -313,7 +314,7 @@ def stored(server: ServedAgent, session: str, *, wait_for: int) -> list[dict[str
     deadline = time.monotonic() + 10
     while True:
         data: list[dict[str, Any]] = httpx.get(
-            f"{server.url}/v1/sessions/{session}/messages"
+            f"{server.url}/v1/sessions/{session}/messages", verify=TLS
         ).json()["data"]
         if len(data) >= wait_for or time.monotonic() > deadline:
             return data
@@ -466,7 +467,7 @@ def test_a_client_tool_with_a_schema_that_is_no_schema_is_a_400(server: ServedAg
 def test_ag_ui_a_client_tool_named_like_an_agent_tool_is_a_400(server: ServedAgent) -> None:
     body = agui_input(uuid.uuid4().hex, [{"id": "u1", "role": "user", "content": "hi"}])
     body["tools"] = [{**WEATHER["function"], "name": "shout"}]
-    reply = httpx.post(f"{server.url}/ag-ui", json=body)
+    reply = httpx.post(f"{server.url}/ag-ui", json=body, verify=TLS)
     assert reply.status_code == 400
     assert "shout" in reply.json()["error"]["message"]
 

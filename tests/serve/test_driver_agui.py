@@ -26,6 +26,7 @@ from ag_ui.core import (
     UserMessage,
 )
 
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent
 
 pytestmark = pytest.mark.slow
@@ -55,6 +56,7 @@ def run(served: ServedAgent, messages: Sequence[Message], thread: str = "") -> l
         content=body.model_dump_json(by_alias=True),
         headers={"content-type": "application/json", "accept": "text/event-stream"},
         timeout=30,
+        verify=TLS,
     )
     assert reply.status_code == 200
     assert reply.headers["content-type"].startswith("text/event-stream")

@@ -30,6 +30,7 @@ import raf.serve
 from raf.durable import DurableAgent, dbos_agent
 from tests._harness.redis_server import free_port
 from tests._harness.serve_agent import make_agent
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent, started
 from tests.serve.test_agui import run_input
 from tests.serve.test_approvals import decision_input
@@ -143,7 +144,12 @@ async def test_a_served_durable_agent_streams_a_turn_stored_once_as_a_workflow(
     before = await workflows("raf.durable.run")
     async with (
         serving(durable([]), tmp_path / "sessions.db") as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as sdk,
+        openai.AsyncOpenAI(
+            base_url=f"{url}/v1",
+            api_key="unused",
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=TLS),
+        ) as sdk,
     ):
         session = {"X-Session-Id": "conv-1"}
         said: list[str] = []
@@ -168,12 +174,12 @@ async def test_a_served_durable_agent_streams_a_turn_stored_once_as_a_workflow(
             extra_headers=session,
         )
         assert reply.choices[0].message.content == "seen 3: again "
-        async with httpx.AsyncClient(base_url=url) as client:
+        async with httpx.AsyncClient(base_url=url, verify=TLS) as client:
             listed = await stored(client, "conv-1")
         assert [m["role"] for m in listed["data"]] == ["user", "assistant"] * 2
         assert listed["pending"] == []
         # AG-UI: the same agent, the same store, one more workflow.
-        async with httpx.AsyncClient(base_url=url, timeout=BOUND) as client:
+        async with httpx.AsyncClient(base_url=url, timeout=BOUND, verify=TLS) as client:
             reply = await client.post("/ag-ui", json=run_input("hi", "conv-2"))
         events = events_in(reply.text)
         assert events[0]["type"] == "RUN_STARTED"
@@ -202,7 +208,7 @@ async def test_a_decision_posted_as_the_page_does_reaches_the_waiting_run(
     before = await workflows("raf.durable.run")
     async with (
         serving(durable(ran), tmp_path / "sessions.db") as url,
-        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+        httpx.AsyncClient(base_url=url, timeout=BOUND, verify=TLS) as client,
     ):
         async with client.stream("POST", "/ag-ui", json=run_input("delete", "t-1")) as first:
             lines = first.aiter_lines()
@@ -248,7 +254,7 @@ async def test_a_client_that_leaves_while_the_run_waits_ends_the_wait(
     waits = await workflows("raf.durable.run")
     async with (
         serving(durable(ran), tmp_path / "sessions.db") as url,
-        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+        httpx.AsyncClient(base_url=url, timeout=BOUND, verify=TLS) as client,
     ):
         async with client.stream("POST", "/ag-ui", json=run_input("delete", "t-2")) as first:
             approval = (await read_until_approval(first.aiter_lines()))[-1]["value"]
@@ -297,8 +303,8 @@ async def test_a_decision_sent_to_another_server_reaches_the_waiting_run(
         durable_server(tmp_path, executor="server-a"), durable_server(tmp_path, executor="server-b")
     ) as (first_server, other_server):
         async with (
-            httpx.AsyncClient(base_url=first_server.url, timeout=BOUND) as first_client,
-            httpx.AsyncClient(base_url=other_server.url, timeout=BOUND) as other_client,
+            httpx.AsyncClient(base_url=first_server.url, timeout=BOUND, verify=TLS) as first_client,
+            httpx.AsyncClient(base_url=other_server.url, timeout=BOUND, verify=TLS) as other_client,
             first_client.stream("POST", "/ag-ui", json=run_input("delete", "t-6")) as first,
         ):
             lines = first.aiter_lines()
@@ -322,7 +328,7 @@ async def test_a_server_stopped_while_a_run_waits_leaves_the_call_pending(
     server = durable_server(tmp_path, "--timeout-graceful-shutdown", "1").start()
     try:
         async with (
-            httpx.AsyncClient(base_url=server.url, timeout=BOUND) as client,
+            httpx.AsyncClient(base_url=server.url, timeout=BOUND, verify=TLS) as client,
             client.stream("POST", "/ag-ui", json=run_input("delete", "t-8")) as first,
         ):
             lines = first.aiter_lines()
@@ -332,7 +338,7 @@ async def test_a_server_stopped_while_a_run_waits_leaves_the_call_pending(
             with pytest.raises(httpx.RemoteProtocolError):  # the server closed the stream
                 _ = [line async for line in lines]
         server.start()  # the same executor id: nothing of the cancelled wait is resumed
-        async with httpx.AsyncClient(base_url=server.url, timeout=BOUND) as client:
+        async with httpx.AsyncClient(base_url=server.url, timeout=BOUND, verify=TLS) as client:
             assert [p["token"] for p in (await stored(client, "t-8"))["pending"]] == [token]
             assert not (tmp_path / "deleted.log").exists()
             decision = {"token": token, "approve": True}
@@ -401,8 +407,13 @@ async def test_a_chat_completion_that_pauses_waits_for_a_decision_sent_over_ag_u
     ran: list[str] = []
     async with (
         serving(durable(ran), tmp_path / "sessions.db") as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as sdk,
-        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+        openai.AsyncOpenAI(
+            base_url=f"{url}/v1",
+            api_key="unused",
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=TLS),
+        ) as sdk,
+        httpx.AsyncClient(base_url=url, timeout=BOUND, verify=TLS) as client,
     ):
         answers: list[str | None] = []
 
@@ -438,8 +449,13 @@ async def test_a_streamed_chat_completion_opens_before_its_run_waits(
     ran: list[str] = []
     async with (
         serving(durable(ran), tmp_path / "sessions.db") as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as sdk,
-        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+        openai.AsyncOpenAI(
+            base_url=f"{url}/v1",
+            api_key="unused",
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=TLS),
+        ) as sdk,
+        httpx.AsyncClient(base_url=url, timeout=BOUND, verify=TLS) as client,
     ):
         with anyio.fail_after(5):  # the wait is 30 s: the stream opens before it
             stream = await sdk.chat.completions.create(
@@ -466,7 +482,7 @@ async def test_with_no_wait_a_served_durable_agent_pauses_as_a_plain_one(
     runs = await workflows("raf.durable.run")
     async with (
         serving(durable(ran, approval_timeout=0), tmp_path / "sessions.db") as url,
-        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+        httpx.AsyncClient(base_url=url, timeout=BOUND, verify=TLS) as client,
     ):
         paused = events_in((await client.post("/ag-ui", json=run_input("delete", "t-5"))).text)
         # The event sequence of a plain agent's pause (test_serve_approvals.py).
@@ -501,7 +517,12 @@ async def test_a_stateless_chat_completion_is_a_durable_run_with_no_session(
     runs = await workflows("raf.durable.run")
     async with (
         serving(durable([]), tmp_path / "sessions.db") as url,
-        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as sdk,
+        openai.AsyncOpenAI(
+            base_url=f"{url}/v1",
+            api_key="unused",
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=TLS),
+        ) as sdk,
     ):
         messages: Any = [{"role": "user", "content": "hello there"}]
         reply = await sdk.chat.completions.create(model=MODEL, messages=messages)
@@ -524,7 +545,7 @@ async def test_a_new_message_while_the_run_waits_refuses_the_call(
     ran: list[str] = []
     async with (
         serving(durable(ran), tmp_path / "sessions.db") as url,
-        httpx.AsyncClient(base_url=url, timeout=BOUND) as client,
+        httpx.AsyncClient(base_url=url, timeout=BOUND, verify=TLS) as client,
         client.stream("POST", "/ag-ui", json=run_input("delete", "t-7")) as first,
     ):
         lines = first.aiter_lines()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import httpx2 as httpx
 import pytest
 
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent
 
 pytestmark = pytest.mark.slow
@@ -20,18 +21,23 @@ CHAT = {"model": "word-agent", "messages": [{"role": "user", "content": "hi"}]}
 def test_another_sites_page_and_a_rebinding_host_are_refused() -> None:
     with ServedAgent() as served:
         url = f"{served.url}/v1/chat/completions"
-        assert httpx.post(url, json=CHAT).status_code == 200
-        rebound = httpx.post(url, json=CHAT, headers={"host": "attacker.example"})
+        assert httpx.post(url, json=CHAT, verify=TLS).status_code == 200
+        rebound = httpx.post(url, json=CHAT, headers={"host": "attacker.example"}, verify=TLS)
         assert rebound.status_code == 400
-        other = httpx.post(url, json=CHAT, headers={"origin": "https://attacker.example"})
+        other = httpx.post(
+            url, json=CHAT, headers={"origin": "https://attacker.example"}, verify=TLS
+        )
         assert other.status_code == 403
         simple = httpx.post(
-            url, content=b'{"model": "word-agent"}', headers={"content-type": "text/plain"}
+            url,
+            content=b'{"model": "word-agent"}',
+            headers={"content-type": "text/plain"},
+            verify=TLS,
         )
         assert simple.status_code == 415
         for reply in (rebound, other, simple):
             assert reply.json()["error"]["request_id"] == reply.headers["x-request-id"]
-        page = httpx.get(served.url)
+        page = httpx.get(served.url, verify=TLS)
         assert page.headers["content-security-policy"] == "frame-ancestors 'none'"
 
 
@@ -96,7 +102,7 @@ def test_a_client_that_stops_reading_is_left_and_its_partial_answer_kept(
         # The model streams without end; the client reads nothing. The run must end early
         # (its post stages run: the partial answer is stored) and the connection close.
         deadline = time.monotonic() + 60
-        while not (stored := httpx.get(history).json()["data"])[1:]:
+        while not (stored := httpx.get(history, verify=TLS).json()["data"])[1:]:
             assert time.monotonic() < deadline, "the run still holds the client that left"
             time.sleep(0.2)
         streamed = _read_to_end(sock)

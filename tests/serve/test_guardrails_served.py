@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2 as httpx
 import pytest
 
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent
 
 if TYPE_CHECKING:
@@ -37,7 +38,12 @@ def server() -> Iterator[ServedAgent]:
 def sdk(server: ServedAgent) -> Iterator[openai.OpenAI]:
     import openai
 
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0) as client:
+    with openai.OpenAI(
+        base_url=f"{server.url}/v1",
+        api_key="unused",
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(verify=TLS),
+    ) as client:
         yield client
 
 
@@ -48,7 +54,7 @@ def user(text: str) -> list[dict[str, Any]]:
 def stored(server: ServedAgent, session: str) -> list[dict[str, Any]]:
     # The post stages run as the response ends: wait for them a little.
     deadline = time.monotonic() + 10
-    with httpx.Client() as client:
+    with httpx.Client(verify=TLS) as client:
         while True:
             url = f"{server.url}/v1/sessions/{session}/messages"
             data: list[dict[str, Any]] = client.get(url).json()["data"]
@@ -86,7 +92,7 @@ def test_a_blocked_request_is_a_400_naming_the_guardrail(
     assert raised.value.status_code == 400
     assert raised.value.code == "guardrail_blocked"
     blocked_message(raised.value.message, "the request")
-    with httpx.Client() as client:
+    with httpx.Client(verify=TLS) as client:
         data = client.get(f"{server.url}/v1/sessions/{session}/messages").json()["data"]
     assert data == []  # nothing of a blocked request is kept
 
@@ -166,7 +172,7 @@ def test_an_ag_ui_run_blocked_is_run_error_with_the_code(
         "context": [],
         "forwardedProps": None,
     }
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, verify=TLS) as client:
         reply = client.post(f"{server.url}/ag-ui", json=body)
     events = [
         json.loads(line[len("data: ") :])

@@ -17,6 +17,7 @@ import httpx
 import httpx2
 import pytest
 
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ async def connected(server: ServedAgent, key: str = "key-a") -> AsyncIterator[Cl
 
     headers = {"Authorization": f"Bearer {key}"}
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=60) as http,
+        httpx2.AsyncClient(headers=headers, timeout=60, verify=TLS) as http,
         streamable_http_client(f"{server.url}/mcp", http_client=http) as (read, write),
         ClientSession(read, write) as session,
     ):
@@ -102,7 +103,7 @@ async def test_sessions_are_the_callers_key_s(server: ServedAgent) -> None:
 
 async def test_without_a_valid_key_it_is_a_401(server: ServedAgent) -> None:
     hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=TLS) as http:
         for headers in ({}, {"Authorization": "Bearer nope"}):
             reply = await http.post(f"{server.url}/mcp", json=hello, headers=headers)
             assert reply.status_code == 401
@@ -112,7 +113,7 @@ async def test_without_a_valid_key_it_is_a_401(server: ServedAgent) -> None:
 async def test_a_get_is_a_405_that_allows_post(server: ServedAgent) -> None:
     # Stateless, the server has nothing to push: a GET stream would stay open for ever.
     headers = {"Authorization": "Bearer key-a", "Accept": "text/event-stream"}
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with httpx.AsyncClient(timeout=10, verify=TLS) as http:
         reply = await http.get(f"{server.url}/mcp", headers=headers)
     assert reply.status_code == 405
     assert reply.headers["allow"] == "POST"
@@ -170,7 +171,7 @@ async def _stored(server: ServedAgent, conversation: str) -> list[dict[str, Any]
     """The session's messages once the run stored them (the server finishes on its own)."""
     headers = {"Authorization": "Bearer key-a"}
     url = f"{server.url}/v1/sessions/{conversation}/messages"
-    async with httpx.AsyncClient(headers=headers) as http:
+    async with httpx.AsyncClient(headers=headers, verify=TLS) as http:
         while True:
             messages: list[dict[str, Any]] = (await http.get(url)).json()["data"]
             if messages:

@@ -14,6 +14,7 @@ import httpx2 as httpx
 import pytest
 
 from raf import Agent, OpenAIChatClient, Update
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent, started
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def test_the_sdk_streams_chunks_then_usage_in_a_last_chunk_without_choices(
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.total_tokens == 4
     # Without include_usage, no usage chunk; the raw stream ends with [DONE].
-    with httpx.Client() as client:
+    with httpx.Client(verify=TLS) as client:
         raw = client.post(
             f"{server.url}/v1/chat/completions",
             json={"model": MODEL, "messages": user("hi"), "stream": True},
@@ -115,7 +116,7 @@ def test_a_session_keeps_the_history_and_takes_only_the_new_messages(server: Ser
     # Without a session the body is the request: three messages, nothing stored.
     stateless = client.chat.completions.create(model=MODEL, messages=conversation)
     assert stateless.choices[0].message.content == "seen 3: two "
-    with httpx.Client() as raw:
+    with httpx.Client(verify=TLS) as raw:
         stored = raw.get(f"{server.url}/v1/sessions/{session['X-Session-Id']}/messages").json()
     assert [m["role"] for m in stored["data"]] == ["user", "assistant", "user", "assistant"]
 
@@ -163,7 +164,7 @@ BAD_BODIES: list[tuple[str, bytes, int]] = [
 def test_bad_input_is_a_4xx_in_the_openai_shape_and_the_server_goes_on(
     server: ServedAgent, why: str, body: bytes, status: int
 ) -> None:
-    with httpx.Client() as client:
+    with httpx.Client(verify=TLS) as client:
         reply = client.post(
             f"{server.url}/v1/chat/completions",
             content=body,
@@ -185,7 +186,7 @@ def test_a_chunked_body_over_the_limit_is_a_413_while_reading(server: ServedAgen
             yield b"x" * 1024
         yield b'"}]}'
 
-    with httpx.Client() as client:
+    with httpx.Client(verify=TLS) as client:
         reply = client.post(
             f"{server.url}/v1/chat/completions",
             content=chunks(),
@@ -271,7 +272,7 @@ def test_a_client_that_disconnects_mid_stream_leaves_a_partial_answer(
 
 def _stored(server: ServedAgent, session: str, *, wait_for: int) -> list[dict[str, Any]]:
     deadline = time.monotonic() + 10
-    with httpx.Client() as client:
+    with httpx.Client(verify=TLS) as client:
         while True:
             data: list[dict[str, Any]] = client.get(
                 f"{server.url}/v1/sessions/{session}/messages"
@@ -284,7 +285,7 @@ def _stored(server: ServedAgent, session: str, *, wait_for: int) -> list[dict[st
 def test_keys_guard_every_route_but_healthz_and_scope_the_sessions(keyed: ServedAgent) -> None:
     import openai
 
-    with httpx.Client() as client:
+    with httpx.Client(verify=TLS) as client:
         assert client.get(f"{keyed.url}/healthz").status_code == 200
         for path in ("/v1/models", "/", "/v1/sessions/s/messages"):
             reply = client.get(f"{keyed.url}{path}")

@@ -25,6 +25,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent
 
 pytestmark = pytest.mark.slow
@@ -226,7 +227,7 @@ def received(browser: webdriver.Chrome, url: str) -> list[tuple[str, int]]:
 
 
 def held(server: ServedAgent, thread: str) -> list[Any]:
-    reply = httpx.get(f"{server.url}/v1/sessions/{thread}/messages")
+    reply = httpx.get(f"{server.url}/v1/sessions/{thread}/messages", verify=TLS)
     data: list[Any] = reply.json()["data"]
     return data
 
@@ -245,7 +246,10 @@ def test_a_page_of_another_origin_cannot_drive_the_agent(
         assert received(browser, f"{server.url}/ag-ui") == [("Fetch", 403), ("Preflight", 403)]
         assert held(server, "from-plain") == held(server, "from-json") == []
         # The same run, asked by no page (curl, an SDK), goes through: the refusal is the page's.
-        assert httpx.post(f"{server.url}/ag-ui", json=run_input("direct")).status_code == 200
+        assert (
+            httpx.post(f"{server.url}/ag-ui", json=run_input("direct"), verify=TLS).status_code
+            == 200
+        )
         assert [m["role"] for m in held(server, "direct")] == ["user", "assistant"]
 
 

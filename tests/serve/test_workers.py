@@ -16,6 +16,7 @@ import pytest
 from raf import RedisSessionStore
 from tests._harness.openai_server import OpenAIServer, Reply, text_stream
 from tests._harness.redis_server import RedisServer
+from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent, started
 
 pytestmark = pytest.mark.slow
@@ -27,6 +28,7 @@ def turn(url: str, text: str, session: str) -> str:
         json={"model": "word-agent", "messages": [{"role": "user", "content": text}]},
         headers={"X-Session-Id": session},
         timeout=10,
+        verify=TLS,
     )
     assert reply.status_code == 200, reply.text
     content: str = reply.json()["choices"][0]["message"]["content"]
@@ -73,7 +75,7 @@ def test_raf_serve_with_workers_drains_a_stream_on_sigterm(
         done = signalled = False
         with httpx.stream(
             "POST", f"{served.url}/v1/chat/completions", json=body,
-            headers={"X-Session-Id": session}, timeout=60,
+            headers={"X-Session-Id": session}, timeout=60, verify=TLS,
         ) as stream:  # fmt: skip
             for line in stream.iter_lines():
                 if line == "data: [DONE]":

@@ -46,6 +46,7 @@ from raf.testing.strategies import chat_messages
 from tests._harness.cli import run_raf
 from tests._harness.postgres_server import PostgresServer
 from tests._harness.process import free_port
+from tests._harness.tls import TLS
 
 pytestmark = pytest.mark.anyio
 
@@ -675,10 +676,16 @@ def test_raf_serve_workers_share_the_sessions_in_postgres(
         for turn in range(4):
             body = {"model": "echo", "messages": [{"role": "user", "content": f"turn {turn}"}]}
             reply = httpx.post(
-                f"{served.url}/v1/chat/completions", json=body, headers=session, timeout=30
+                f"{served.url}/v1/chat/completions",
+                json=body,
+                headers=session,
+                timeout=30,
+                verify=TLS,
             )
             assert reply.status_code == 200, reply.text
-        listed = httpx.get(f"{served.url}/v1/sessions/{session['X-Session-Id']}/messages")
+        listed = httpx.get(
+            f"{served.url}/v1/sessions/{session['X-Session-Id']}/messages", verify=TLS
+        )
     stored = [(m["role"], m["content"]) for m in listed.json()["data"]]
     assert stored == [(role, f"turn {turn}") for turn in range(4) for role in ("user", "assistant")]
 
