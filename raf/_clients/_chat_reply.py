@@ -133,6 +133,7 @@ class StreamedTurn:
         self.finished: str | None = None
         self.sent_rest = False
         self.usage: Usage | None = None
+        self.usage_chunk: Any = None
 
     @property
     def done(self) -> bool:
@@ -175,12 +176,11 @@ class StreamedTurn:
         return updates + self._usage(chunk)
 
     def _usage(self, chunk: dict[str, Any]) -> list[Update]:
-        usage = _usage(chunk, self.where) if chunk.get("usage") else None
-        if usage is None:
-            return []
-        self.usage = usage
-        # The usage comes after the finish: the tool calls go out before it.
-        return [*self._rest(chunk), Update("usage", usage=usage, raw=chunk)]
+        # Held to the end, the last one kept: a server may send the call's usage so far in
+        # every chunk (vLLM's continuous usage stats), and a run adds up usage updates.
+        if chunk.get("usage"):
+            self.usage, self.usage_chunk = _usage(chunk, self.where), chunk
+        return []
 
     def _choice(self, choice: dict[str, Any], at: str, chunk: Any, updates: list[Update]) -> None:
         where = self.where
@@ -259,4 +259,7 @@ class StreamedTurn:
         if self.finished in INCOMPLETE:
             partial = AgentResponse((self._joined(partial=True),), self.usage)
             raise incomplete(self.where, self.finished, partial)
-        return self._rest(None)
+        updates = self._rest(None)
+        if self.usage is not None:  # the tool calls go out before it
+            updates.append(Update("usage", usage=self.usage, raw=self.usage_chunk))
+        return updates

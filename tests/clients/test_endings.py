@@ -175,6 +175,23 @@ async def test_after_finish_reason_the_chat_answer_stands(
     assert response.usage == Usage(5, 2)
 
 
+async def test_a_usage_in_every_chunk_counts_once(chat_server: OpenAIServer) -> None:
+    # vLLM's continuous usage stats: each chunk carries the call's usage so far; a run adds
+    # up the usage updates it gets, so the stream sends one, the last.
+    events = (
+        chunk("Hel", role="assistant", usage=(5, 1)),
+        chunk("lo", usage=(5, 2)),
+        chunk(finish_reason="stop", usage=(5, 2)),
+        chunk(usage=(5, 2), choices=False),
+    )
+    chat_server.reply(Reply(events=events))
+    updates: list[Update] = []
+    async with chat_client(chat_server) as model:
+        response = await call(model, streamed=True, seen=updates)
+    assert [u.usage for u in updates if u.kind == "usage"] == [Usage(5, 2)]
+    assert (response.text, response.usage) == ("Hello", Usage(5, 2))
+
+
 async def test_a_drop_after_the_finish_loses_only_the_usage(chat_server: OpenAIServer) -> None:
     events = (chunk("Hi", role="assistant"), chunk(finish_reason="stop"))
     chat_server.reply(Reply(events=events, done=False, cut=True))
