@@ -845,7 +845,12 @@ async def test_turns_cancelled_at_any_moment_are_whole_or_absent_and_leak_nothin
             async with anyio.create_task_group() as group:
                 for n in range(40):
                     group.start_soon(user, n)
-            assert len(_backends(url)) - before <= 4  # the pool's, no more
+            # The pool's, no more, once the left calls' connections are gone: a call
+            # cancelled while its thread connects frees its slot at once, and its thread
+            # closes that connection when the connect returns (the server ends the backend
+            # soon after). A connection kept past the pool's would stay and fail this.
+            while len(_backends(url)) - before > 4:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
     with anyio.fail_after(10):
         while len(_backends(url)) > before:  # noqa: ASYNC110  (closed: every one is gone)
             await anyio.sleep(0.05)
