@@ -28,6 +28,18 @@ from raf._config.models import (
     unknown_options_error,
 )
 from raf._errors import AgentError, ConfigError
+from raf._providers.compression import (
+    DEFAULT_SUMMARY_PROMPT,
+    CompressionProvider,
+    SummaryStrategy,
+    TokenBudgetStrategy,
+    TruncationStrategy,
+)
+from raf._providers.history import HistoryProvider
+from raf._providers.knowledge import KnowledgeProvider
+from raf._providers.mcp import McpToolsProvider
+from raf._providers.skills import AgentSkillsProvider
+from raf._providers.workspace import WorkspaceContextProvider
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -143,13 +155,10 @@ class ProviderOptions:
 #: A factory builds one provider from its declaration's options.
 ProviderFactory = Callable[[ProviderOptions], Any]
 
-# Each built-in kind imports its provider's module when a declaration names it, so a
-# config pays for the kinds it uses (skills imports yaml, knowledge its indexer...).
-
 
 def _memory(o: ProviderOptions) -> Any:
     options = o.parse(MemoryOptions)
-    return importlib.import_module("raf._providers.history").HistoryProvider(
+    return HistoryProvider(
         inject=options.inject,
         persist_partial=options.persist_partial,
         max_messages=options.max_messages,
@@ -160,30 +169,29 @@ def _memory(o: ProviderOptions) -> Any:
 
 def _compression(o: ProviderOptions) -> Any:
     options = o.parse(CompressionOptions)
-    compression = importlib.import_module("raf._providers.compression")
     strategy: Any
     if isinstance(options, TruncationOptions):
-        strategy = compression.TruncationStrategy(options.keep_last)
+        strategy = TruncationStrategy(options.keep_last)
     elif isinstance(options, TokenBudgetOptions):
-        strategy = compression.TokenBudgetStrategy(options.max_tokens)
+        strategy = TokenBudgetStrategy(options.max_tokens)
     else:
         if o.chat_client is None:
             raise ConfigError(
                 "provider kind 'compression': strategy 'summary' needs a chat client; "
                 "pass chat_client= to build_provider"
             )
-        strategy = compression.SummaryStrategy(
+        strategy = SummaryStrategy(
             o.chat_client,
             options.keep_last,
-            compression.DEFAULT_SUMMARY_PROMPT if options.prompt is None else options.prompt,
+            DEFAULT_SUMMARY_PROMPT if options.prompt is None else options.prompt,
             on_failure=options.on_failure,
         )
-    return compression.CompressionProvider(strategy, max_messages=options.max_messages, name=o.name)
+    return CompressionProvider(strategy, max_messages=options.max_messages, name=o.name)
 
 
 def _skills(o: ProviderOptions) -> Any:
     options = o.parse(SkillsOptions)
-    return importlib.import_module("raf._providers.skills").AgentSkillsProvider(
+    return AgentSkillsProvider(
         o.resolve(options.root),
         max_bytes=options.max_bytes,
         tool_prefix=options.tool_prefix,
@@ -193,7 +201,7 @@ def _skills(o: ProviderOptions) -> Any:
 
 def _workspace(o: ProviderOptions) -> Any:
     options = o.parse(WorkspaceOptions)
-    return importlib.import_module("raf._providers.workspace").WorkspaceContextProvider(
+    return WorkspaceContextProvider(
         o.resolve(options.root),
         writable=options.writable,
         max_bytes=options.max_bytes,
@@ -205,20 +213,18 @@ def _workspace(o: ProviderOptions) -> Any:
 def _knowledge(o: ProviderOptions) -> Any:
     options = o.parse(KnowledgeOptions)
     root, top_k, volatile = o.resolve(options.root), options.top_k, options.volatile
-    knowledge = importlib.import_module("raf._providers.knowledge")
-    return knowledge.KnowledgeProvider.folder(root, top_k=top_k, name=o.name, volatile=volatile)
+    return KnowledgeProvider.folder(root, top_k=top_k, name=o.name, volatile=volatile)
 
 
 def _wiki(o: ProviderOptions) -> Any:
     options = o.parse(KnowledgeOptions)
     root, top_k, volatile = o.resolve(options.root), options.top_k, options.volatile
-    knowledge = importlib.import_module("raf._providers.knowledge")
-    return knowledge.KnowledgeProvider.wiki(root, top_k=top_k, name=o.name, volatile=volatile)
+    return KnowledgeProvider.wiki(root, top_k=top_k, name=o.name, volatile=volatile)
 
 
 def _mcp(o: ProviderOptions) -> Any:
     options = o.parse(McpOptions)
-    return importlib.import_module("raf._providers.mcp").McpToolsProvider(
+    return McpToolsProvider(
         options.command,
         list(options.args),
         env=None if options.env is None else dict(options.env),

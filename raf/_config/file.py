@@ -8,7 +8,6 @@ providers, the chat stack's middleware, the guardrails, the tools and the agent.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -18,6 +17,10 @@ import attrs
 
 from raf._agent.agent import Agent
 from raf._agent.tools import Tool
+from raf._clients.anthropic import AnthropicChatClient
+from raf._clients.echo import EchoChatClient
+from raf._clients.openai import OpenAIChatClient
+from raf._clients.responses import OpenAIResponsesClient
 from raf._config.declarations import (
     ContextProviderDecl,
     ProviderFactory,
@@ -128,12 +131,12 @@ def _gemini(model: str, **keywords: Any) -> ChatClient:
     return GeminiChatClient(model, **keywords)
 
 
-#: The chat client of each ``[model] client`` (its module is imported once a config names
-#: it: the HTTP clients import httpx2), and the variables that hold its key (the first one set).
-_CLIENTS: Final[dict[str, str | Callable[..., ChatClient]]] = {
-    "openai": "raf._clients.openai:OpenAIChatClient",
-    "openai-responses": "raf._clients.responses:OpenAIResponsesClient",
-    "anthropic": "raf._clients.anthropic:AnthropicChatClient",
+#: The chat client of each ``[model] client``, and the variables that hold its key (the
+#: first one set).
+_CLIENTS: Final[dict[str, Callable[..., ChatClient]]] = {
+    "openai": OpenAIChatClient,
+    "openai-responses": OpenAIResponsesClient,
+    "anthropic": AnthropicChatClient,
     "gemini": _gemini,
 }
 _KEY_ENV: Final = {
@@ -146,8 +149,7 @@ _KEY_ENV: Final = {
 
 def _chat_client(model: ModelTable, path: Path) -> ChatClient:
     if model.client == "echo":
-        echo: ChatClient = importlib.import_module("raf._clients.echo").EchoChatClient()
-        return echo
+        return EchoChatClient()
     kind = model.client
     if model.model is None:
         raise ConfigError(f'{path}: [model] client = "{kind}" needs model = "<model name>"')
@@ -166,8 +168,6 @@ def _chat_client(model: ModelTable, path: Path) -> ChatClient:
         extra["idle_timeout"] = model.idle_timeout
     # The clients take the same keywords.
     factory = _CLIENTS[kind]
-    if isinstance(factory, str):
-        factory = import_object(factory)
     try:
         return factory(model.model, base_url=model.base_url, api_key=api_key, **extra)
     except (TypeError, ValueError) as exc:

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from raf._errors import ConfigError
+from raf._sessions.sqlite import SqliteSessionStore
 
 if TYPE_CHECKING:
     from raf._sessions.postgres import PostgresSessionStore
     from raf._sessions.redis import RedisSessionStore
-    from raf._sessions.sqlite import SqliteSessionStore
 
 __all__: list[str] = []
 
@@ -57,10 +56,7 @@ async def open_store(
         raise ConfigError(
             f"--db {path}: cannot create the folder {path.parent}: {reason}"
         ) from None
-    # Imported here, as the server stores are: a run that keeps no session needs no sqlite3.
-    sqlite = importlib.import_module("raf._sessions.sqlite")
-    store: SqliteSessionStore = sqlite.SqliteSessionStore(path)
-    return store
+    return SqliteSessionStore(path)
 
 
 def server_store(
