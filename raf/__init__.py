@@ -7,7 +7,36 @@ import typing
 from raf._agent.agent import Agent
 from raf._agent.streaming import AgentStream
 from raf._agent.tools import FunctionTool, check_tool_arguments, check_tool_schema, tool
-from raf._errors import (
+from raf._onion.compose import CallNext, ContextProvider, compose
+from raf._onion.observe import Observer, ProviderStage
+from raf._onion.parallel import ProviderGroup, parallel
+from raf._sessions.base import REQUEST_HASH_LIMIT
+from raf._sessions.memory import InMemorySession
+from raf._values.client import ChatClient, StreamingChatClient
+from raf._values.context import (
+    AgentLike,
+    ChatRequest,
+    ContextProviderLike,
+    ContextResult,
+    Invocation,
+    ToolRequest,
+    merge,
+)
+from raf._values.decision import Decision
+from raf._values.messages import (
+    AgentResponse,
+    ChatMessage,
+    PendingCall,
+    Reasoning,
+    ToolCall,
+    Update,
+    Usage,
+    request_hash,
+)
+from raf._values.options import AgentRunOptions, ChatOptions
+from raf._values.protocols import Middleware, RequestHash, Session, Tool
+from raf._values.verdict import GuardrailCheck, GuardrailContext, Verdict
+from raf.errors import (
     AgentError,
     ApprovalError,
     AuthenticationError,
@@ -39,35 +68,6 @@ from raf._errors import (
     ToolLoopError,
     ToolSchemaError,
 )
-from raf._onion.compose import CallNext, ContextProvider, compose
-from raf._onion.observe import Observer, ProviderStage
-from raf._onion.parallel import ProviderGroup, parallel
-from raf._sessions.base import REQUEST_HASH_LIMIT
-from raf._sessions.memory import InMemorySession
-from raf._values.client import ChatClient, StreamingChatClient
-from raf._values.context import (
-    AgentLike,
-    ChatRequest,
-    ContextProviderLike,
-    ContextResult,
-    Invocation,
-    ToolRequest,
-    merge,
-)
-from raf._values.decision import Decision
-from raf._values.messages import (
-    AgentResponse,
-    ChatMessage,
-    PendingCall,
-    Reasoning,
-    ToolCall,
-    Update,
-    Usage,
-    request_hash,
-)
-from raf._values.options import AgentRunOptions, ChatOptions
-from raf._values.protocols import Middleware, RequestHash, Session, Tool
-from raf._values.verdict import GuardrailCheck, GuardrailContext, Verdict
 
 if typing.TYPE_CHECKING:
     # Loaded on first use (see _LAZY below); imported here for type checkers and the docs.

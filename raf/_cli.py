@@ -20,14 +20,6 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from raf._agent.agent import Agent
 from raf._cli_args import DEFAULT_DB, build_parser
 from raf._config.file import LoadedConfig, load_config
-from raf._errors import (
-    AgentError,
-    ChatClientError,
-    ConfigError,
-    ProviderError,
-    StreamClosedError,
-    ToolError,
-)
 from raf._observers.ledger import ContextLedger
 from raf._observers.mermaid import MermaidObserver
 from raf._observers.tracing import StageEvent
@@ -35,6 +27,14 @@ from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
 from raf._sessions.stores import open_store
 from raf._values.messages import AgentResponse, Update
+from raf.errors import (
+    AgentError,
+    ChatClientError,
+    ConfigError,
+    ProviderError,
+    StreamClosedError,
+    ToolError,
+)
 
 __all__: list[str] = []
 

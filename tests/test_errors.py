@@ -9,7 +9,7 @@ import pytest
 
 import raf
 from raf import AgentResponse, ChatMessage
-from raf import _errors as errors
+from raf import errors as errors
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,6 @@ from raf._agent.output import output_spec, structured_loop
 from raf._agent.streamed import stream_model, streamed_core
 from raf._agent.streaming import AgentStream
 from raf._agent.tool_loop import ToolStack, index_tools, invoke_tool, run_tool_loop
-from raf._errors import ApprovalError
 from raf._onion.compose import CallNext, compose, is_provider
 from raf._onion.observe import checked_observers, hooks
 from raf._values.client import ChatClient
@@ -32,6 +31,7 @@ from raf._values.decision import Decision
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate
 from raf._values.options import AgentRunOptions, ChatOptions
 from raf._values.protocols import Session, Tool
+from raf.errors import ApprovalError
 
 __all__ = ["Agent"]
 

@@ -18,12 +18,12 @@ from typing import Any, Final
 import anyio
 import attrs
 
-from raf._errors import ApprovalError
 from raf._log import log as _log
 from raf._sessions.base import missing_pending, require_pending
 from raf._values.decision import Decision
 from raf._values.messages import ChatMessage, PendingCall, ToolCall
 from raf._values.protocols import Session
+from raf.errors import ApprovalError
 
 __all__ = ["Decision"]
 

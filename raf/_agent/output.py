@@ -19,9 +19,9 @@ import anyio
 import attrs
 
 from raf._agent.tool_loop import run_tool_loop
-from raf._errors import OutputValidationError
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Usage
 from raf._values.schema import accepts_null
+from raf.errors import OutputValidationError
 
 __all__: list[str] = []
 

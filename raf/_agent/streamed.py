@@ -21,10 +21,10 @@ from typing import Any, ParamSpec, TypeVar
 
 import anyio
 
-from raf._errors import StreamClosedError
 from raf._values.assembly import Assembly
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
 from raf._values.options import ChatOptions
+from raf.errors import StreamClosedError
 
 __all__: list[str] = []
 

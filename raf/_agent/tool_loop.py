@@ -11,14 +11,6 @@ import attrs
 
 from raf._agent.approvals import Opening, RunApprovals, wants_approval
 from raf._agent.tools import FunctionTool, Tool, check_tool_arguments, check_tool_json
-from raf._errors import (
-    ApprovalError,
-    GuardrailError,
-    ToolArgumentsError,
-    ToolConflictError,
-    ToolLoopError,
-    ToolSchemaError,
-)
 from raf._log import log as _log
 from raf._values.context import Invocation, ToolRequest
 from raf._values.messages import (
@@ -31,6 +23,14 @@ from raf._values.messages import (
     Usage,
 )
 from raf._values.options import ChatOptions
+from raf.errors import (
+    ApprovalError,
+    GuardrailError,
+    ToolArgumentsError,
+    ToolConflictError,
+    ToolLoopError,
+    ToolSchemaError,
+)
 
 __all__ = ["ToolRequest"]
 

@@ -19,7 +19,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaV
 from pydantic_core import CoreSchema
 
 from raf._agent.tool_problems import problems
-from raf._errors import ToolArgumentsError
+from raf.errors import ToolArgumentsError
 
 __all__: list[str] = []
 

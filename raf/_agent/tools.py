@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Final, overload
 import attrs
 
 from raf._agent.tool_problems import path_text, problems
-from raf._errors import ToolArgumentsError, ToolSchemaError
 from raf._values.protocols import Tool
+from raf.errors import ToolArgumentsError, ToolSchemaError
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator

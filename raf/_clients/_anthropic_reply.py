@@ -8,7 +8,8 @@ import json
 from typing import Any, Final
 
 from raf._clients._reply import json_object, json_type, quote
-from raf._errors import (
+from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
+from raf.errors import (
     ChatClientError,
     ChatConnectionError,
     ChatProtocolError,
@@ -16,7 +17,6 @@ from raf._errors import (
     RateLimitError,
     ServerError,
 )
-from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
 
 __all__: list[str] = []
 

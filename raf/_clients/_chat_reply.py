@@ -7,13 +7,13 @@ import contextlib
 from typing import Any, Final
 
 from raf._clients._reply import built, field, json_object, objects, tokens
-from raf._errors import (
+from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
+from raf.errors import (
     ChatConnectionError,
     ChatProtocolError,
     IncompleteResponseError,
     OutputRefusedError,
 )
-from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 
 __all__: list[str] = []
 

@@ -15,7 +15,8 @@ from google.genai import errors, types
 
 from raf._clients._reply import json_type
 from raf._clients._sdk import RETRY_AFTER_MAX, error_from_http, retry_after_seconds
-from raf._errors import (
+from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
+from raf.errors import (
     AuthenticationError,
     BadRequestError,
     ChatClientError,
@@ -26,7 +27,6 @@ from raf._errors import (
     RateLimitError,
     ServerError,
 )
-from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
 
 __all__: list[str] = []
 

@@ -17,8 +17,8 @@ import anyio
 import httpx2
 
 from raf._clients._sdk import Held, error_from_http, read_reply, send, too_large
-from raf._errors import BadRequestError, ChatClientError, ChatProtocolError, ChatTimeoutError
 from raf._values.messages import ChatMessage, Update
+from raf.errors import BadRequestError, ChatClientError, ChatProtocolError, ChatTimeoutError
 
 if TYPE_CHECKING:
     from openai._streaming import ServerSentEvent

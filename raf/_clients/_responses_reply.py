@@ -10,14 +10,14 @@ from typing import Any, Final
 import attrs
 
 from raf._clients._reply import built, field, json_object, json_type, objects, quote, tokens
-from raf._errors import (
+from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
+from raf.errors import (
     ChatClientError,
     ChatConnectionError,
     ChatProtocolError,
     IncompleteResponseError,
     OutputRefusedError,
 )
-from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
 
 __all__: list[str] = []
 

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import anyio
 import httpx2
 
-from raf._errors import (
+from raf._values.messages import ChatMessage
+from raf.errors import (
     AuthenticationError,
     BadRequestError,
     ChatClientError,
@@ -32,7 +33,6 @@ from raf._errors import (
     RateLimitError,
     ServerError,
 )
-from raf._values.messages import ChatMessage
 
 if TYPE_CHECKING:
     from raf._values.options import ChatOptions

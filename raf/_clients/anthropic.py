@@ -25,10 +25,10 @@ from raf._clients._sdk import (
     plain,
     sdk_client,
 )
-from raf._errors import BadRequestError
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.schema import strict_schema
+from raf.errors import BadRequestError
 
 if TYPE_CHECKING:
     import anthropic

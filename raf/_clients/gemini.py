@@ -32,9 +32,9 @@ from raf._clients._gemini_reply import (
 )
 from raf._clients._reply import DRAIN_GRACE, Budget, quote
 from raf._clients._sdk import DEFAULT_TIMEOUT, plain, tls_context
-from raf._errors import AuthenticationError, BadRequestError, ChatClientError, ChatTimeoutError
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
+from raf.errors import AuthenticationError, BadRequestError, ChatClientError, ChatTimeoutError
 
 __all__ = ["GeminiChatClient"]
 

@@ -22,10 +22,10 @@ from raf._clients._sdk import (
     tool_choice,
 )
 from raf._clients._tokens import count_prompt, counted_with
-from raf._errors import BadRequestError
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.schema import response_format
+from raf.errors import BadRequestError
 
 if TYPE_CHECKING:
     import openai

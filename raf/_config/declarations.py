@@ -27,7 +27,6 @@ from raf._config.models import (
     check_options,
     unknown_options_error,
 )
-from raf._errors import AgentError, ConfigError
 from raf._providers.compression import (
     DEFAULT_SUMMARY_PROMPT,
     CompressionProvider,
@@ -40,6 +39,7 @@ from raf._providers.knowledge import KnowledgeProvider
 from raf._providers.mcp import McpToolsProvider
 from raf._providers.skills import AgentSkillsProvider
 from raf._providers.workspace import WorkspaceContextProvider
+from raf.errors import AgentError, ConfigError
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -466,7 +466,7 @@ def import_object(spec: str, *, base_dir: Path | None = None, what: str = "impor
     (a config file's folder). Any failure is a :class:`ConfigError` that
     names ``what`` and the import path.
 
-    >>> import_object("raf._errors:ConfigError") is ConfigError
+    >>> import_object("raf.errors:ConfigError") is ConfigError
     True
     """
     module_name, _, attribute = spec.partition(":")

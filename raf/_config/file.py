@@ -39,13 +39,13 @@ from raf._config.models import (
     check_file,
     option_error,
 )
-from raf._errors import AgentError, ConfigError
 from raf._middleware.guardrails import InputGuardrail, OutputGuardrail, ToolGuardrail
 from raf._middleware.logging import LoggingMiddleware
 from raf._middleware.retry import RetryMiddleware
 from raf._observers.tracing import StageEvent, TraceObserver
 from raf._values.client import ChatClient
 from raf._values.options import AgentRunOptions
+from raf.errors import AgentError, ConfigError
 
 __all__: list[str] = []
 

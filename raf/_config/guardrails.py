@@ -21,10 +21,10 @@ from raf._config.declarations import (
     import_object,
 )
 from raf._config.models import GUARDRAIL_OPTIONS, option_error
-from raf._errors import ConfigError
 from raf._middleware.guardrails import InputGuardrail, OutputGuardrail, ToolGuardrail
 from raf._middleware.pii import pii_redactor
 from raf._values.verdict import Check
+from raf.errors import ConfigError
 
 __all__: list[str] = []
 

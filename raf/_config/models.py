@@ -19,7 +19,7 @@ import attrs
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic import create_model as _create_model
 
-from raf._errors import ConfigError
+from raf.errors import ConfigError
 
 __all__: list[str] = []
 

@@ -9,11 +9,11 @@ from typing import Any
 import attrs
 
 from raf._agent.streamed import Onward, stream_model
-from raf._errors import ChatClientError
 from raf._log import log as _log
 from raf._values.client import ChatClient
 from raf._values.context import ChatRequest
 from raf._values.messages import AgentResponse
+from raf.errors import ChatClientError
 
 __all__ = ["FallbackMiddleware"]
 

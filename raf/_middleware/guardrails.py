@@ -16,13 +16,13 @@ from typing import Any
 
 import attrs
 
-from raf._errors import GuardrailError, GuardrailWhere
 from raf._middleware.fallback import FallbackMiddleware
 from raf._middleware.holdback import cut_point
 from raf._onion.observe import observed_check
 from raf._values.context import ChatRequest, Invocation, ToolRequest
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
 from raf._values.verdict import Check, GuardrailCheck, GuardrailContext, Verdict
+from raf.errors import GuardrailError, GuardrailWhere
 
 __all__ = ["InputGuardrail", "OutputGuardrail", "ToolGuardrail"]
 

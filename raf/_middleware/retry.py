@@ -11,10 +11,10 @@ import attrs
 
 from raf._agent.streamed import Onward
 from raf._agent.tool_loop import ToolRequest
-from raf._errors import ChatClientError
 from raf._log import log as _log
 from raf._values.context import ChatRequest
 from raf._values.messages import AgentResponse, OnUpdate
+from raf.errors import ChatClientError
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState

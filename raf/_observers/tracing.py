@@ -11,11 +11,11 @@ from typing import Any, Literal
 import attrs
 
 from raf._agent.tool_loop import ToolRequest
-from raf._errors import Stage
 from raf._onion.observe import Observer, ProviderStage, RunCheck, RunStage
 from raf._values.context import ChatRequest, ContextResult
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.verdict import GuardrailCheck, Verdict
+from raf.errors import Stage
 
 __all__ = ["StageEvent", "TraceObserver"]
 

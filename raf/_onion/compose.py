@@ -18,13 +18,13 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 import attrs
 
-from raf._errors import ProviderError, StreamClosedError
 from raf._onion import errors
 from raf._onion.observe import PostStage, PreStage, observed_stages
 from raf._values.context import AgentLike, ContextResult, Invocation
 from raf._values.messages import AgentResponse, ChatMessage
 from raf._values.options import AgentRunOptions
 from raf._values.protocols import CallNext, Request, Session
+from raf.errors import ProviderError, StreamClosedError
 
 __all__ = ["CallNext", "ContextProvider", "compose"]
 

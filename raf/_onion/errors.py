@@ -7,9 +7,9 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from raf._errors import ContextResultError, ProviderError, StreamClosedError
 from raf._log import log as _log
 from raf._values.context import Invocation, merge
+from raf.errors import ContextResultError, ProviderError, StreamClosedError
 
 
 def provider_name(provider: object) -> str:

@@ -31,11 +31,11 @@ from typing import Any, ClassVar
 
 import attrs
 
-from raf._errors import Stage
 from raf._onion.errors import provider_name
 from raf._values.context import ChatRequest, Invocation, ToolRequest
 from raf._values.messages import AgentResponse, ChatMessage
 from raf._values.verdict import GuardrailCheck, Verdict
+from raf.errors import Stage
 
 __all__ = ["Observer", "ProviderStage"]
 

@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 import anyio
 import attrs
 
-from raf._errors import ProviderError
 from raf._onion.compose import CompleteInvocation, Entered, around, run_post_stages, stages_of
 from raf._onion.errors import (
     merged,
@@ -27,6 +26,7 @@ from raf._onion.errors import (
 from raf._onion.observe import PostStage, PreStage
 from raf._values.context import Invocation
 from raf._values.messages import AgentResponse
+from raf.errors import ProviderError
 
 __all__ = ["ProviderGroup", "parallel"]
 

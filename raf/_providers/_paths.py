@@ -26,7 +26,7 @@ from collections import deque
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Literal
 
-from raf._errors import ConfigError, PathError
+from raf.errors import ConfigError, PathError
 
 __all__: list[str] = []
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from raf._errors import ConfigError, ToolError
+from raf.errors import ConfigError, ToolError
 
 if TYPE_CHECKING:
     from a2a.types import AgentCard

@@ -7,7 +7,6 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from raf._agent.approvals import unanswered_tail
-from raf._errors import CompressionError
 from raf._onion.compose import ContextProvider
 from raf._providers.tokens import approximate_tokens, message_units
 from raf._providers.window import (
@@ -26,6 +25,7 @@ from raf._sessions.base import Session
 from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage, checked_messages
 from raf._values.options import AgentRunOptions, ChatOptions
+from raf.errors import CompressionError
 
 if TYPE_CHECKING:
     from raf._values.client import ChatClient

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from raf._agent.approvals import still_owed
-from raf._errors import GuardrailError, StreamClosedError
 from raf._onion.compose import ContextProvider
 from raf._providers.window import (
     TokenCounter,
@@ -19,6 +18,7 @@ from raf._sessions.base import Session, require_pending
 from raf._values.context import ContextResult
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, ToolCall
 from raf._values.options import AgentRunOptions
+from raf.errors import GuardrailError, StreamClosedError
 
 if TYPE_CHECKING:
     from raf._values.context import AgentLike

@@ -14,13 +14,13 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from raf._errors import ConfigError, PathError
 from raf._onion.compose import ContextProvider
 from raf._providers._paths import read_regular, require_dir_fd
 from raf._sessions.base import Session
 from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
+from raf.errors import ConfigError, PathError
 
 if TYPE_CHECKING:
     from raf._values.context import AgentLike

@@ -14,13 +14,13 @@ import anyio.lowlevel
 import attrs
 
 from raf._agent.tools import check_tool_schema
-from raf._errors import ConfigError, McpError, ToolError, ToolSchemaError
 from raf._log import log as _log
 from raf._onion.compose import ContextProvider
 from raf._sessions.base import Session
 from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
+from raf.errors import ConfigError, McpError, ToolError, ToolSchemaError
 
 if TYPE_CHECKING:
     from raf._values.context import AgentLike

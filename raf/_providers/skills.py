@@ -13,7 +13,6 @@ import attrs
 import yaml
 
 from raf._agent.tools import FunctionTool, tool
-from raf._errors import ConfigError, PathError
 from raf._log import log as _log
 from raf._onion.compose import ContextProvider
 from raf._providers._front_matter import DuplicateKey, FrontMatterLoader
@@ -22,6 +21,7 @@ from raf._sessions.base import Session
 from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
+from raf.errors import ConfigError, PathError
 
 if TYPE_CHECKING:
     from raf._values.context import AgentLike

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Annotated
 import anyio.to_thread
 
 from raf._agent.tools import FunctionTool, tool
-from raf._errors import PathError
 from raf._onion.compose import ContextProvider
 from raf._providers._paths import Sandbox, checked_root, shown
 from raf._sessions.base import Session
 from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
+from raf.errors import PathError
 
 if TYPE_CHECKING:
     from raf._values.context import AgentLike

@@ -31,7 +31,6 @@ from typing import Any, Final
 import attrs
 import psycopg
 
-from raf._errors import SessionStoreError
 from raf._sessions.base import (
     REQUEST_HASH_LIMIT,
     Claimed,
@@ -52,6 +51,7 @@ from raf._sessions.postgres_connection import (
     redacted,
 )
 from raf._values.messages import ChatMessage, PendingCall
+from raf.errors import SessionStoreError
 
 __all__ = ["PostgresSessionStore"]
 

@@ -27,7 +27,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from raf._errors import SessionStoreError
+from raf.errors import SessionStoreError
 
 __all__: list[str] = []
 

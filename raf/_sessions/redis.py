@@ -33,7 +33,6 @@ from typing import Any, Final
 import anyio
 import attrs
 
-from raf._errors import SessionStoreError
 from raf._sessions.base import (
     REQUEST_HASH_LIMIT,
     Claimed,
@@ -54,6 +53,7 @@ from raf._sessions.redis_connection import (
     redacted,
 )
 from raf._values.messages import ChatMessage, PendingCall
+from raf.errors import SessionStoreError
 
 __all__ = ["RedisSessionStore"]
 

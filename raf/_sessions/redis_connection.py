@@ -15,7 +15,7 @@ from coredis.exceptions import ConnectionError as RedisConnectionError
 from coredis.exceptions import NoScriptError, RedisError, WrongTypeError
 from coredis.retry import NoRetryPolicy
 
-from raf._errors import SessionStoreError
+from raf.errors import SessionStoreError
 
 __all__: list[str] = []
 

@@ -19,7 +19,6 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, Final
 
-from raf._errors import SessionStoreError
 from raf._sessions.base import (
     REQUEST_HASH_LIMIT,
     Claimed,
@@ -34,6 +33,7 @@ from raf._sessions.base import (
 )
 from raf._sessions.sqlite_connection import SqliteConnection
 from raf._values.messages import ChatMessage, PendingCall
+from raf.errors import SessionStoreError
 
 __all__ = ["SqliteSessionStore"]
 

@@ -22,8 +22,8 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from raf._errors import SessionStoreError
 from raf._sessions.sqlite_file import _BUSY, _CORRUPT, _NOTADB, _READONLY, _code, _open
+from raf.errors import SessionStoreError
 
 __all__: list[str] = []
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import quote
 
-from raf._errors import SessionStoreError
+from raf.errors import SessionStoreError
 
 __all__: list[str] = []
 

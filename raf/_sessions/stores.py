@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from raf._errors import ConfigError
 from raf._sessions.sqlite import SqliteSessionStore
+from raf.errors import ConfigError
 
 if TYPE_CHECKING:
     from raf._sessions.postgres import PostgresSessionStore

@@ -1,1 +1,1 @@
-"""Frozen data and protocols: the bottom layer, importing nothing of raf but _errors."""
+"""Frozen data and protocols: the bottom layer, importing nothing of raf but raf.errors."""

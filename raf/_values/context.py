@@ -9,11 +9,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from raf._errors import ContextResultError, ProviderError
 from raf._values.decision import Decision
 from raf._values.messages import ChatMessage, OnUpdate, ToolCall
 from raf._values.options import AgentRunOptions, ChatOptions
 from raf._values.protocols import Session, Tool
+from raf.errors import ContextResultError, ProviderError
 
 __all__ = [
     "AgentLike",

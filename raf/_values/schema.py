@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from raf._errors import BadRequestError
+from raf.errors import BadRequestError
 
 __all__: list[str] = []
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import attrs
 
-from raf._errors import GuardrailWhere
+from raf.errors import GuardrailWhere
 
 __all__ = ["GuardrailCheck", "GuardrailContext", "Verdict"]
 

@@ -21,7 +21,6 @@ from raf._agent.agent import Agent
 from raf._agent.approvals import Decision, claim_decided, not_pending
 from raf._agent.streamed import streamed_core
 from raf._agent.streaming import AgentStream
-from raf._errors import DurableError
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
 from raf._values.context import Invocation
@@ -42,6 +41,7 @@ from raf.durable._workflow import (
     model_step,
     tool_step,
 )
+from raf.errors import DurableError
 
 __all__ = ["DurableAgent", "dbos_agent"]
 

@@ -11,12 +11,12 @@ import attrs
 from dbos import DBOS
 from dbos import error as dbos_errors
 
-from raf._errors import DurableError
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
 from raf._sessions.sqlite import SqliteSession, SqliteSessionStore
 from raf._sessions.stores import server_store, server_store_of
 from raf._values.messages import ChatMessage, PendingCall
+from raf.errors import DurableError
 
 __all__ = ["SessionRef"]
 

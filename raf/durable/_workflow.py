@@ -19,7 +19,6 @@ from raf._agent.agent import Agent
 from raf._agent.approvals import Decision
 from raf._agent.streamed import STREAMED_RUN
 from raf._agent.tool_loop import ToolRequest
-from raf._errors import DurableError
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
@@ -27,6 +26,7 @@ from raf._values.context import ChatRequest
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
 from raf.durable._sessions import SessionRef, WrittenOnce
+from raf.errors import DurableError
 
 __all__: list[str] = []
 

@@ -15,13 +15,13 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Tracer
 
 from raf._agent.tool_loop import ToolRequest
-from raf._errors import StreamClosedError
 from raf._observers.ledger import ContextLedger
 from raf._observers.otel_details import Details, Metrics, ledger_attributes
 from raf._onion.observe import Observer, ProviderStage, RunCheck, RunStage
 from raf._values.context import ChatRequest, ContextResult, Invocation
 from raf._values.messages import AgentResponse, ChatMessage
 from raf._values.verdict import GuardrailCheck, Verdict
+from raf.errors import StreamClosedError
 from raf.otel._content import messages_json, record_input
 from raf.otel._guardrails import guardrail_span
 from raf.otel._spans import (

@@ -11,10 +11,10 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
-from raf._errors import StreamClosedError
 from raf._observers.otel_details import Details
 from raf._values.context import ContextResult
 from raf._values.messages import AgentResponse, OnUpdate, Update
+from raf.errors import StreamClosedError
 from raf.otel._content import messages_json
 
 __all__ = [

@@ -19,10 +19,10 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from raf._agent.agent import Agent
-from raf._errors import ConfigError
 from raf._sessions.base import Session, missing_pending
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
+from raf.errors import ConfigError
 from raf.serve._agui import ag_ui
 from raf.serve._edge import BODY_TIMEOUT, WRITE_TIMEOUT, Edge
 from raf.serve._http import (

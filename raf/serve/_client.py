@@ -15,9 +15,9 @@ from typing import Annotated, Any, Final
 import attrs
 
 from raf._agent.tools import check_tool_arguments, check_tool_schema
-from raf._errors import ToolArgumentsError, ToolSchemaError
 from raf._values.messages import AgentResponse, ToolCall
 from raf._values.protocols import Tool
+from raf.errors import ToolArgumentsError, ToolSchemaError
 from raf.serve._http import HttpError
 
 __all__: list[str] = []

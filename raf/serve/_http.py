@@ -18,7 +18,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import Scope
 
-from raf._errors import (
+from raf.errors import (
     ApprovalError,
     ChatClientError,
     ChatTimeoutError,

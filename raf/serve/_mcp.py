@@ -29,12 +29,12 @@ from starlette.types import Receive, Scope, Send
 
 from raf._agent.agent import Agent
 from raf._agent.streamed import Closing
-from raf._errors import ConfigError
 from raf._metadata import installed_version
 from raf._sessions.base import Session
 from raf._values.assembly import Assembly
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
+from raf.errors import ConfigError
 from raf.serve._client import TEXT_JOIN, turn_text
 from raf.serve._http import HttpError, failure, note_failure
 from raf.serve._served import Served

@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 
 from raf._config.file import load_config
-from raf._errors import ConfigError
 from raf._sessions.stores import open_store
+from raf.errors import ConfigError
 from raf.serve._app import app
 from raf.serve._edge import BODY_TIMEOUT, WRITE_TIMEOUT
 from raf.serve._sessions import HEALTH_ID

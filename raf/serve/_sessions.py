@@ -10,10 +10,10 @@ from typing import Any, Protocol
 import anyio
 from starlette.types import Scope
 
-from raf._errors import ConfigError
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
 from raf._values.messages import ChatMessage
+from raf.errors import ConfigError
 from raf.serve._http import HttpError, header
 from raf.serve._wire import new_messages
 

@@ -24,13 +24,13 @@ import attrs
 
 from raf._agent.agent import Agent
 from raf._clients.scripted import ScriptedChatClient
-from raf._errors import ContextResultError, ProviderError, StreamClosedError
 from raf._onion.compose import post_stage_of
 from raf._onion.errors import provider_name
 from raf._onion.parallel import ProviderGroup
 from raf._sessions.memory import InMemorySession
 from raf._values.context import checked_result
 from raf._values.messages import AgentResponse, ChatMessage
+from raf.errors import ContextResultError, ProviderError, StreamClosedError
 from raf.testing._runs import (
     _RUNS,
     _Broken,

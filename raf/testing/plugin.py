@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from raf._clients.scripted import ScriptedChatClient
-from raf._errors import OfflineError
+from raf.errors import OfflineError
 from raf.testing import _backends
 
 __all__: list[str] = []

@@ -331,11 +331,11 @@ def test_a_kind_by_import_path(tmp_path: Path) -> None:
 
 def test_import_object_names_what_went_wrong(tmp_path: Path) -> None:
     (tmp_path / "broken_on_import.py").write_text("raise RuntimeError('no config here')\n")
-    assert import_object("raf._errors:ConfigError.__name__") == "ConfigError"
+    assert import_object("raf.errors:ConfigError.__name__") == "ConfigError"
     cases = {
-        "raf._errors": "an import path has the form 'package.module:name'",
-        "raf._errors:": "an import path has the form",
-        "raf._errors:Nope": "'raf._errors' has no attribute 'Nope'",
+        "raf.errors": "an import path has the form 'package.module:name'",
+        "raf.errors:": "an import path has the form",
+        "raf.errors:Nope": "'raf.errors' has no attribute 'Nope'",
         "broken_on_import:x": "cannot import 'broken_on_import': RuntimeError: no config here",
     }
     for spec, message in cases.items():
@@ -385,7 +385,7 @@ def test_chat_stack_declarations() -> None:
                 "attempts": 5,
                 "wait_initial": 0,
                 "wait_max": 1.5,
-                "retry_on": ["raf._errors:RateLimitError"],
+                "retry_on": ["raf.errors:RateLimitError"],
             },
             {"kind": "logging"},
         ]
@@ -398,7 +398,7 @@ def test_chat_stack_declarations() -> None:
     for decl, message in [
         ({"kind": "retry", "wait_max": -1}, "chat_stack kind 'retry': option 'wait_max' must be"),
         ({"kind": "retry", "retry_on": "x"}, "option 'retry_on' must be a list of strings"),
-        ({"kind": "retry", "retry_on": ["raf._errors:nope"]}, "has no attribute 'nope'"),
+        ({"kind": "retry", "retry_on": ["raf.errors:nope"]}, "has no attribute 'nope'"),
         ({"kind": "retry", "attempts": True}, "option 'attempts' must be an integer >= 1"),
         ({"kind": "logging", "level": "info"}, "unknown option(s) 'level'"),
     ]:

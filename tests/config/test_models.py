@@ -159,7 +159,7 @@ def test_no_value_of_any_option_gets_past_as_anything_but_a_config_error(
 
 
 def test_retry_on_must_name_exception_classes() -> None:
-    decl = ContextProviderDecl("retry", options={"retry_on": ["raf._errors:ConfigError", 3]})
+    decl = ContextProviderDecl("retry", options={"retry_on": ["raf.errors:ConfigError", 3]})
     with pytest.raises(ConfigError, match=r"option 'retry_on' must be a list of strings, got \["):
         build_chat_middleware(decl)
 

@@ -65,7 +65,7 @@ def test_every_public_name_comes_from_a_private_module_and_says_raf() -> None:
 
 
 def test_every_error_class_is_exported() -> None:
-    errors = importlib.import_module("raf._errors")
+    errors = importlib.import_module("raf.errors")
     classes = {
         name
         for name, value in vars(errors).items()
