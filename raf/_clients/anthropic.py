@@ -7,7 +7,6 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Self
 
-from raf._agent.tools import Tool
 from raf._clients._anthropic_reply import (
     SOURCE,
     THINKING,
@@ -27,6 +26,7 @@ from raf._clients._sdk import (
 )
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
+from raf._values.protocols import Tool
 from raf._values.schema import strict_schema
 from raf.errors import BadRequestError
 

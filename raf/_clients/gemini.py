@@ -20,7 +20,6 @@ import pydantic
 from google import genai
 from google.genai import types
 
-from raf._agent.tools import Tool
 from raf._clients._gemini_reply import (
     MADE_ID,
     SDK_ERRORS,
@@ -34,6 +33,7 @@ from raf._clients._reply import DRAIN_GRACE, Budget, quote
 from raf._clients._sdk import DEFAULT_TIMEOUT, plain, tls_context
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
+from raf._values.protocols import Tool
 from raf.errors import AuthenticationError, BadRequestError, ChatClientError, ChatTimeoutError
 
 __all__ = ["GeminiChatClient"]

@@ -7,7 +7,6 @@ import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Self
 
-from raf._agent.tools import Tool
 from raf._clients._chat_reply import StreamedTurn, call_name, response_from_reply
 from raf._clients._reply import stream_updates
 from raf._clients._sdk import (
@@ -24,6 +23,7 @@ from raf._clients._sdk import (
 from raf._clients._tokens import count_prompt, counted_with
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
+from raf._values.protocols import Tool
 from raf._values.schema import response_format
 from raf.errors import BadRequestError
 

@@ -6,7 +6,6 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Self
 
-from raf._agent.tools import Tool
 from raf._clients._reply import replayed, stream_updates
 from raf._clients._responses_reply import SOURCE, StreamState, call_name, response_from_reply
 from raf._clients._sdk import (
@@ -23,6 +22,7 @@ from raf._clients._sdk import (
 from raf._clients._tokens import count_prompt, counted_with
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
+from raf._values.protocols import Tool
 from raf._values.schema import text_format
 from raf.errors import BadRequestError
 
