@@ -1,27 +1,24 @@
 """Reading a reply, for the clients on a Stainless SDK: its bytes as a JSON object, the
-fields raf reads of it, checked, and a stream's server-sent events, decoded by the SDK's
-own decoder, under a size bound and a bound on each wait."""
+fields raf reads of it, checked, and a stream's server-sent events, under a size bound
+and a bound on each wait."""
 
 from __future__ import annotations
 
 import codecs
 import contextlib
-import importlib
 import json
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 import httpx2
 
 from raf._clients._sdk import Held, error_from_http, read_reply, send, too_large
+from raf._clients._sse import EventData
 from raf._values.messages import ChatMessage, Update
 from raf.errors import BadRequestError, ChatClientError, ChatProtocolError, ChatTimeoutError
-
-if TYPE_CHECKING:
-    from openai._streaming import ServerSentEvent
 
 __all__: list[str] = []
 
@@ -260,32 +257,31 @@ async def stream_updates(
     limit, content_type = owner.max_response_bytes, response.headers.get("content-type", "")
     stop = anyio.CancelScope()
 
-    async def chunks() -> AsyncIterator[bytes]:
-        size, utf8 = 0, codecs.getincrementaldecoder("utf-8")("replace")
+    async def event_data() -> AsyncIterator[str]:
+        size, utf8, decoder = 0, codecs.getincrementaldecoder("utf-8")("replace"), EventData()
         async for chunk in response.aiter_bytes():
             size += len(chunk)
             if size > limit:
                 # Stop by cancelling (see the end): raised inside the HTTP stack's next read.
                 stop.cancel()
                 continue
-            # Invalid UTF-8 replaced, as in a reply's body: the SDK's decoder would raise
-            # above this chain of readers, leaving them to the garbage collector.
-            yield utf8.decode(chunk).encode()
+            # Invalid UTF-8 replaced, as in a reply's body.
+            for data in decoder.feed(utf8.decode(chunk)):
+                yield data
 
-    async def next_event() -> ServerSentEvent | None:
+    async def next_event() -> str | None:
         nonlocal stop
-        event: ServerSentEvent | None = None
+        data: str | None = None
         with anyio.CancelScope() as stop:
             try:
-                event = await anext(events, None)
+                data = await anext(events, None)
             except httpx2.HTTPError as exc:
                 raise error_from_http(exc, where) from exc
         if stop.cancel_called:  # past the bound, whether or not the stream went on
             raise too_large(where, limit)
-        return event
+        return data
 
-    sse = importlib.import_module(f"{sdk.__name__}._streaming")
-    events = sse.SSEDecoder().aiter_bytes(chunks())
+    events = event_data()
     try:
         if not content_type.startswith("text/event-stream"):
             data = await idle.run(read_reply, response, limit, where)
@@ -295,7 +291,7 @@ async def stream_updates(
         try:
             while (event := await idle.run(next_event)) is not None:
                 done = reader.done
-                updates = reader.feed(event.data)
+                updates = reader.feed(event)
                 if not done and reader.done:
                     # What follows the answer gets a moment, not the budget: a server that
                     # keeps the stream open must not turn an answer into a timeout.

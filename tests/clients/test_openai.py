@@ -1372,6 +1372,28 @@ async def test_sse_comments_crlf_and_multiline_data_are_read(server: OpenAIServe
     assert AgentResponse.from_updates(updates).text == "Hi you"
 
 
+async def test_sse_fields_with_no_data_and_bare_cr_line_ends_are_read(
+    server: OpenAIServer,
+) -> None:
+    # An event with no data line is none (the standard's rule): a proxy's "retry:" opening
+    # the stream, an "event: ping" heartbeat. Lines may end with a bare CR, and a CRLF may
+    # be split between two reads.
+    first, second = json.dumps(chunk("Hi", role="assistant")), json.dumps(chunk(" there"))
+    events = (
+        b"retry: 3000\n\n",
+        f"id: 1\rdata: {first}\r\r".encode(),
+        b"event: ping\r\n",
+        b"\r",
+        f"\ndata: {second}\r\n\r\n".encode(),
+        b"id: 2\n\n",
+        chunk(finish_reason="stop"),
+    )
+    server.reply(Reply(events=events, pause=0.01))
+    async with client_for(server) as model:
+        updates = await collect(model)
+    assert AgentResponse.from_updates(updates).text == "Hi there"
+
+
 async def test_stream_and_stream_options_in_extra_are_refused(server: OpenAIServer) -> None:
     async with client_for(server) as model:
         with pytest.raises(BadRequestError, match="'stream_options'"):
