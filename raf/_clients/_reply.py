@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol, TypeVar
 import anyio
 import httpx2
 
-from raf._clients._sdk import Held, error_from_http, read_reply, send, too_large
+from raf._clients._sdk import Held, RequestOptions, error_from_http, read_reply, send, too_large
 from raf._clients._sse import EventData
 from raf._values.messages import ChatMessage, Update
 from raf.errors import BadRequestError, ChatClientError, ChatProtocolError, ChatTimeoutError
@@ -230,7 +230,7 @@ async def stream_updates(
     sdk: ModuleType,
     path: str,
     body: dict[str, Any],
-    request_options: dict[str, Any],
+    request_options: RequestOptions,
     reader: StreamReader,
     where: str,
 ) -> AsyncGenerator[Update]:

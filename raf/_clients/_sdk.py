@@ -17,7 +17,7 @@ import ssl
 import time
 from collections.abc import Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypedDict
 
 import anyio
 import httpx2
@@ -50,6 +50,16 @@ class Held(Protocol):
     timeout: float | None
     idle_timeout: float | None
     max_response_bytes: int
+
+
+class RequestOptions(TypedDict, total=False):
+    """The options raf passes the SDK's ``post()`` with a request (keys of both SDKs'
+    public ``RequestOptions``): what the ``timeout``, ``extra_headers`` and
+    ``extra_query`` of the SDK's own methods become."""
+
+    timeout: Any
+    headers: dict[str, Any]
+    params: dict[str, Any]
 
 
 DEFAULT_TIMEOUT: Final = 60.0
@@ -95,7 +105,7 @@ def sdk_client(
         return client
     transport = BoundedErrors(limit, sdk.DEFAULT_CONNECTION_LIMITS)
     try:
-        return getattr(sdk, kind)(
+        built = getattr(sdk, kind)(
             base_url=base_url,
             api_key=api_key,
             max_retries=max_retries,
@@ -105,6 +115,16 @@ def sdk_client(
         raise AuthenticationError(
             f"{name}({model!r}): cannot build the {kind} client: {exc}"
         ) from exc
+    # The SDK's post() signs a request with its admin key when it has no API key (its
+    # create() would not); raf's requests are model calls: never signed with an admin key.
+    if getattr(built, "admin_api_key", None) and not built.api_key:
+        key = f"{sdk.__name__.upper()}_API_KEY"
+        raise AuthenticationError(
+            f"{name}({model!r}): no API key (pass api_key= or set {key}); the admin key "
+            f"the {kind} client found ({key.replace('_API_', '_ADMIN_')}) is not sent to the "
+            "model API"
+        )
+    return built
 
 
 async def call(
@@ -112,7 +132,7 @@ async def call(
     sdk: ModuleType,
     path: str,
     body: dict[str, Any],
-    options: dict[str, Any],
+    options: RequestOptions,
     where: str,
 ) -> tuple[bytes, str]:
     """POST one request through ``owner``'s client and read its reply within its
@@ -181,13 +201,15 @@ async def send(
     client: Any,
     path: str,
     body: dict[str, Any],
-    options: dict[str, Any],
+    options: RequestOptions,
     where: str,
 ) -> httpx2.Response:
     """POST ``body`` as JSON through ``client``, of the Stainless SDK ``sdk`` (auth,
     retries, HTTP errors); the reply, unread, so raf reads it under its own size bound.
 
-    The body is encoded here, not by the SDK's ``create`` (see
+    The SDK's documented way to send a body of one's own: ``client.post(path,
+    cast_to=httpx.Response, ...)``, with ``stream=True`` so the SDK returns the
+    response unread. The body is encoded here, not by the SDK's ``create`` (see
     :meth:`raf.OpenAIChatClient.request_body`), as ASCII JSON: a lone surrogate (from
     a reply) stays a valid escape.
     """
@@ -361,13 +383,14 @@ def checked(message: object, index: int) -> ChatMessage:
 
 def new_body(
     where: str, model: str, fields: dict[str, Any], extra: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, Any], RequestOptions, dict[str, Any]]:
     """A request's body (``model`` and the ``fields`` that are not None), the SDK's
     request options, and the keys of ``options.extra`` for the body (``extra_body``
     merged in, as the SDK merges it; ``timeout``, ``extra_headers`` and ``extra_query``
-    moved to the request options), which the caller applies as its API allows."""
+    moved to the request options, where the SDK's methods put them: ``timeout``,
+    ``headers``, ``params``), which the caller applies as its API allows."""
     body = {"model": model, **{key: value for key, value in fields.items() if value is not None}}
-    request_options: dict[str, Any] = {"security": {"bearer_auth": True}}
+    request_options: RequestOptions = {}
     keys: dict[str, Any] = {}
     for key, value in extra.items():
         if key not in TRANSPORT_EXTRA:
@@ -380,8 +403,10 @@ def new_body(
             )
         elif key == "extra_body":
             keys.update(value)
+        elif key == "extra_headers":
+            request_options["headers"] = dict(value)
         else:
-            request_options["headers" if key == "extra_headers" else "params"] = dict(value)
+            request_options["params"] = dict(value)
     if not isinstance(model := keys.get("model", model), str):
         raise BadRequestError(f"{where}: model must be a str, got {model!r}")
     return body, request_options, keys

@@ -18,6 +18,7 @@ from raf._clients._reply import replayed, stream_updates
 from raf._clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
+    RequestOptions,
     call,
     checked,
     new_body,
@@ -154,7 +155,7 @@ class AnthropicChatClient:
 
     def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False
-    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    ) -> tuple[str, dict[str, Any], RequestOptions]:
         """The model, the body (plain dicts and lists) and the SDK request options of one
         call, the breakpoints placed (with ``cache``).
 
@@ -182,7 +183,6 @@ class AnthropicChatClient:
             place_breakpoints(tools, system, turns, ends, options.history_end)
         model = options.model or self.model
         body, request_options, extra = new_body(where, model, fields, options.extra)
-        del request_options["security"]  # OpenAI's; the Anthropic SDK sends its key itself
         for key, value in extra.items():
             if key in _OWN_KEYS:
                 raise BadRequestError(

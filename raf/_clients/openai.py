@@ -12,6 +12,7 @@ from raf._clients._reply import stream_updates
 from raf._clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
+    RequestOptions,
     call,
     checked,
     new_body,
@@ -136,7 +137,7 @@ class OpenAIChatClient:
 
     def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False
-    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    ) -> tuple[str, dict[str, Any], RequestOptions]:
         """The model, the body (plain dicts and lists) and the SDK request options of one
         call.
 

@@ -11,6 +11,7 @@ from raf._clients._responses_reply import SOURCE, StreamState, call_name, respon
 from raf._clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
+    RequestOptions,
     call,
     checked,
     new_body,
@@ -122,7 +123,7 @@ class OpenAIResponsesClient:
 
     def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False
-    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    ) -> tuple[str, dict[str, Any], RequestOptions]:
         """The model, the body and the SDK request options of one call, as
         :meth:`raf.OpenAIChatClient.request_body` builds them (``options.extra``
         included; an ``include`` list there is added to raf's own), with the reasoning

@@ -34,6 +34,7 @@ from raf import (
     ChatTimeoutError,
     ContextResult,
     OpenAIChatClient,
+    OpenAIResponsesClient,
     RateLimitError,
     RetryMiddleware,
     ServerError,
@@ -300,6 +301,18 @@ def test_missing_api_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(AuthenticationError, match="OPENAI_API_KEY") as caught:
         OpenAIChatClient("gpt-4o-mini")
     assert isinstance(caught.value.__cause__, openai.OpenAIError)
+
+
+def test_an_admin_key_alone_never_signs_a_model_call(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK signs a post() with its admin key when it has no API key; raf's requests are
+    # model calls, which the SDK's create() refuses to sign with it.
+    monkeypatch.setenv("OPENAI_ADMIN_KEY", "sk-admin-secret")
+    for kind in (OpenAIChatClient, OpenAIResponsesClient):
+        with pytest.raises(AuthenticationError, match=r"OPENAI_API_KEY\).*OPENAI_ADMIN_KEY"):
+            kind("m", base_url=server.base_url)
+    assert server.requests == []
 
 
 def test_bad_constructor_arguments_are_refused() -> None:
