@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from raf._clients._reply import json_object, json_type, quote
+from raf._clients._reply import built, json_object, json_type, quote
 from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
 from raf.errors import (
     ChatClientError,
@@ -57,17 +57,16 @@ def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResp
     if reply.get("type") == "error":
         raise error_from_event(reply, where)
     message = read_content(reply.get("content"), where)
-    response = AgentResponse((message,), read_usage(reply.get("usage"), where), _raw(reply))
+    response = AgentResponse((message,), read_usage(reply.get("usage"), where), _raw(reply, where))
     check_stop(reply.get("stop_reason"), where, response)
     return response
 
 
-def _raw(reply: dict[str, Any]) -> Any:
-    """The SDK's ``Message`` of a reply, built as the SDK builds it (no check: raf checked
-    what it reads)."""
+def _raw(reply: dict[str, Any], where: str) -> Any:
+    """The SDK's ``Message`` of a reply (see :func:`built`)."""
     from anthropic.types import Message
 
-    return Message.construct(**reply)
+    return built(Message, reply, where)
 
 
 def read_content(content: Any, where: str, at: str = "content") -> ChatMessage:

@@ -98,11 +98,15 @@ def tokens(usage: dict[str, Any], path: str, where: str) -> int:
 
 
 def built(kind: Any, reply: dict[str, Any], where: str) -> Any:
-    """``reply`` as the SDK's ``kind`` (``ChatCompletion``, ``Response``), built as the SDK
-    builds a reply, unchecked: raf checked what it reads. A key the builder takes for an
-    argument of its own (``_fields_set``, at any depth) is a ChatProtocolError."""
+    """``reply`` as the SDK's ``kind`` (``ChatCompletion``, ``Response``, ``Message``), the
+    :attr:`raf.AgentResponse.raw` the docs promise, built as the SDK's own ``create()``
+    builds a reply: pydantic's ``model_construct``, which the SDK's models make build
+    their nested models too, unvalidated. raf's checks cover what raf reads (naming the
+    field that is wrong); the rest is the user's, as the server sent it. A key the
+    builder takes for an argument of its own (``_fields_set``, at any depth) is a
+    ChatProtocolError."""
     try:
-        return kind.construct(**reply)
+        return kind.model_construct(**reply)
     except (TypeError, AttributeError) as exc:
         raise ChatProtocolError(
             f"{where}: the reply cannot be built as the SDK's {kind.__name__}: {exc}"

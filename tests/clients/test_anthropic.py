@@ -499,6 +499,16 @@ async def test_a_reply_that_is_not_a_message_is_a_protocol_error(
             await call(model, streamed=False)
 
 
+async def test_a_reply_with_a_key_of_the_sdk_s_builder_is_a_protocol_error(
+    server: AnthropicServer,
+) -> None:
+    # A key the SDK's model builder takes for an argument of its own (was: a raw AttributeError).
+    server.answer({**message_body("hi"), "_fields_set": 1})
+    async with client_for(server) as model:
+        with pytest.raises(ChatProtocolError, match="cannot be built as the SDK's Message"):
+            await call(model, streamed=False)
+
+
 # --- errors -----------------------------------------------------------------------------
 
 
