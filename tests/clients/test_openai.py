@@ -24,19 +24,12 @@ from raf import (
     Agent,
     AgentResponse,
     AgentRunOptions,
-    AuthenticationError,
-    BadRequestError,
     ChatClientError,
-    ChatConnectionError,
     ChatMessage,
     ChatOptions,
-    ChatProtocolError,
-    ChatTimeoutError,
     ContextResult,
     OpenAIChatClient,
-    RateLimitError,
     RetryMiddleware,
-    ServerError,
     StreamClosedError,
     StreamingChatClient,
     ToolCall,
@@ -46,6 +39,15 @@ from raf import (
 )
 from raf._clients._sdk import RETRY_AFTER_MAX, retry_after_seconds
 from raf._clients.openai import message_to_wire, tool_to_wire
+from raf.errors import (
+    AuthenticationError,
+    BadRequestError,
+    ChatConnectionError,
+    ChatProtocolError,
+    ChatTimeoutError,
+    RateLimitError,
+    ServerError,
+)
 from tests._harness.openai_server import (
     OpenAIServer,
     Reply,
