@@ -12,7 +12,7 @@ from raf._providers.compression import (
     check_tool_pairing,
 )
 from raf._providers.tokens import approximate_tokens, message_units
-from raf._public import say_home
+from raf._public import say_home as _say_home
 
 __all__ = [
     "CompressionStrategy",
@@ -24,4 +24,4 @@ __all__ = [
     "message_units",
 ]
 
-say_home(__name__, (globals()[name] for name in __all__))
+_say_home(__name__, (globals()[name] for name in __all__))

@@ -13,11 +13,11 @@ from raf._config.declarations import (
     load_provider_decls,
     register_provider_kind,
 )
-from raf._public import say_home
+from raf._public import say_home as _say_home
 
 __all__ = [
-    "PROVIDER_KINDS",
     "ContextProviderDecl",
+    "PROVIDER_KINDS",
     "ProviderOptions",
     "build_provider",
     "build_providers",
@@ -25,4 +25,4 @@ __all__ = [
     "register_provider_kind",
 ]
 
-say_home(__name__, (globals()[name] for name in __all__))
+_say_home(__name__, (globals()[name] for name in __all__))

@@ -8,7 +8,7 @@ from raf._observers.ledger import ContextLedger, LedgerEntry, LedgerPart
 from raf._observers.mermaid import MermaidObserver
 from raf._observers.tracing import StageEvent, TraceObserver
 from raf._onion.observe import Observer, ProviderStage
-from raf._public import say_home
+from raf._public import say_home as _say_home
 
 __all__ = [
     "ContextLedger",
@@ -21,4 +21,4 @@ __all__ = [
     "TraceObserver",
 ]
 
-say_home(__name__, (globals()[name] for name in __all__))
+_say_home(__name__, (globals()[name] for name in __all__))
