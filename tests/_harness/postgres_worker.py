@@ -7,7 +7,7 @@ Run as ``python -m tests._harness.postgres_worker``.
 Opens a PostgresSessionStore, says it is ready (creates ``FOLDER/ready-WORKER``),
 waits for the start signal (the file ``FOLDER/go``), then runs its share of the
 ``TURNS`` turns (those with ``turn % WORKERS == WORKER``) all at once, each an
-``agent.run`` with an ``HistoryProvider`` on the one shared session.
+``agent.run`` with a ``HistoryProvider`` on the one shared session.
 The request of turn T is ``"turn T"``; the echo model answers with the same text.
 """
 

@@ -7,7 +7,7 @@ Run as ``python -m tests._harness.redis_worker``.
 Opens a RedisSessionStore, says it is ready (``INCR {PREFIX}:ready``), waits
 for the start signal (the key ``{PREFIX}:go``), then runs its share of the
 ``TURNS`` turns (those with ``turn % WORKERS == WORKER``) all at once, each an
-``agent.run`` with an ``HistoryProvider`` on the one shared session.
+``agent.run`` with a ``HistoryProvider`` on the one shared session.
 The request of turn T is ``"turn T"``; the echo model answers with the same text.
 """
 
