@@ -2,8 +2,8 @@
 
 ``docs/api.md`` is generated from the docstrings (mkdocstrings): one
 ``::: raf.Name`` directive per public name (``::: raf.observe.Name`` for a name
-of a public module), each listed once in the page's index by topic. The README and ``docs/index.md`` link every page of
-``docs/``.
+of a public module), each listed once in the page's index by topic. The
+README and ``docs/index.md`` link every page of ``docs/``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ API = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 PUBLIC_MODULES = ("compression", "config", "errors", "observe")
 # `::: raf.Name`, `::: raf.observe.Name` (a public module's), or
 # `::: raf._private.path.Name` for a name loaded on first use.
-DIRECTIVE = re.compile(
-    r"^::: raf\.(?:(_[\w.]+|" + "|".join(PUBLIC_MODULES) + r")\.)?(\w+)$", re.M
-)
+DIRECTIVE = re.compile(r"^::: raf\.(?:(_[\w.]+|" + "|".join(PUBLIC_MODULES) + r")\.)?(\w+)$", re.M)
 # Named in the reference without being in raf.__all__, on purpose: imported on first use
 # (it needs an extra).
 ALSO_DOCUMENTED = {"GeminiChatClient", "PostgresSessionStore", "RedisSessionStore"}
@@ -29,7 +27,7 @@ ALSO_DOCUMENTED = {"GeminiChatClient", "PostgresSessionStore", "RedisSessionStor
 
 def _homes() -> dict[str, str]:
     """Every public name, and where it is documented: ``raf`` or its public module."""
-    homes = {name: "raf" for name in (*raf.__all__, *ALSO_DOCUMENTED)}
+    homes = dict.fromkeys((*raf.__all__, *ALSO_DOCUMENTED), "raf")
     for module in PUBLIC_MODULES:
         for name in importlib.import_module(f"raf.{module}").__all__:
             homes.setdefault(name, f"raf.{module}")

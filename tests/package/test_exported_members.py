@@ -27,28 +27,125 @@ PUBLIC_SUBPACKAGES = {"testing", "otel", "durable", "serve"}
 OPTIONAL = {"GeminiChatClient", "PostgresSessionStore", "RedisSessionStore"}
 #: raf.__all__ before the public modules (0.1.0): each name is still at the top, or
 #: raf.<name> says where it went.
-BEFORE = """
-A2AAgentTool Agent AgentError AgentLike AgentResponse AgentRunOptions AgentSkillsProvider
-AgentStream AnthropicChatClient ApprovalError AuthenticationError BadRequestError CallNext
-ChatClient ChatClientError ChatConnectionError ChatMessage ChatOptions ChatProtocolError
-ChatRequest ChatTimeoutError CompressionError CompressionProvider CompressionStrategy
-ConfigError ContextLedger ContextProvider ContextProviderDecl ContextProviderLike
-ContextResult ContextResultError Decision DurableError EchoChatClient FallbackMiddleware
-FolderRetriever FunctionTool GuardrailCheck GuardrailContext GuardrailError HistoryProvider
-InMemoryHistoryProvider InMemorySession IncompleteResponseError InputGuardrail Invocation
-KnowledgeProvider LedgerEntry LedgerPart LoggingMiddleware McpError McpToolsProvider
-MermaidObserver Middleware Observer OfflineError OpenAIChatClient OpenAIResponsesClient
-OutputError OutputGuardrail OutputRefusedError OutputValidationError PROVIDER_KINDS Passage
-PathError PendingCall ProviderError ProviderGroup ProviderOptions ProviderStage
-REQUEST_HASH_LIMIT RateLimitError Reasoning RequestHash Retriever RetryMiddleware
-ScriptedChatClient ServerError Session SessionStoreError SqliteSessionStore StageEvent
-StreamClosedError StreamingChatClient SummaryStrategy TokenBudgetStrategy Tool
-ToolArgumentsError ToolCall ToolConflictError ToolError ToolGuardrail ToolLoopError
-ToolRequest ToolSchemaError TraceObserver TruncationStrategy Update Usage Verdict
-WikiRetriever WorkspaceContextProvider approximate_tokens build_provider build_providers
-check_tool_arguments check_tool_pairing check_tool_schema compose load_provider_decls merge
-message_units parallel pii_redactor register_provider_kind request_hash tool
-""".split()
+BEFORE = (
+    "A2AAgentTool",
+    "Agent",
+    "AgentError",
+    "AgentLike",
+    "AgentResponse",
+    "AgentRunOptions",
+    "AgentSkillsProvider",
+    "AgentStream",
+    "AnthropicChatClient",
+    "ApprovalError",
+    "AuthenticationError",
+    "BadRequestError",
+    "CallNext",
+    "ChatClient",
+    "ChatClientError",
+    "ChatConnectionError",
+    "ChatMessage",
+    "ChatOptions",
+    "ChatProtocolError",
+    "ChatRequest",
+    "ChatTimeoutError",
+    "CompressionError",
+    "CompressionProvider",
+    "CompressionStrategy",
+    "ConfigError",
+    "ContextLedger",
+    "ContextProvider",
+    "ContextProviderDecl",
+    "ContextProviderLike",
+    "ContextResult",
+    "ContextResultError",
+    "Decision",
+    "DurableError",
+    "EchoChatClient",
+    "FallbackMiddleware",
+    "FolderRetriever",
+    "FunctionTool",
+    "GuardrailCheck",
+    "GuardrailContext",
+    "GuardrailError",
+    "HistoryProvider",
+    "InMemoryHistoryProvider",
+    "InMemorySession",
+    "IncompleteResponseError",
+    "InputGuardrail",
+    "Invocation",
+    "KnowledgeProvider",
+    "LedgerEntry",
+    "LedgerPart",
+    "LoggingMiddleware",
+    "McpError",
+    "McpToolsProvider",
+    "MermaidObserver",
+    "Middleware",
+    "Observer",
+    "OfflineError",
+    "OpenAIChatClient",
+    "OpenAIResponsesClient",
+    "OutputError",
+    "OutputGuardrail",
+    "OutputRefusedError",
+    "OutputValidationError",
+    "PROVIDER_KINDS",
+    "Passage",
+    "PathError",
+    "PendingCall",
+    "ProviderError",
+    "ProviderGroup",
+    "ProviderOptions",
+    "ProviderStage",
+    "REQUEST_HASH_LIMIT",
+    "RateLimitError",
+    "Reasoning",
+    "RequestHash",
+    "Retriever",
+    "RetryMiddleware",
+    "ScriptedChatClient",
+    "ServerError",
+    "Session",
+    "SessionStoreError",
+    "SqliteSessionStore",
+    "StageEvent",
+    "StreamClosedError",
+    "StreamingChatClient",
+    "SummaryStrategy",
+    "TokenBudgetStrategy",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolCall",
+    "ToolConflictError",
+    "ToolError",
+    "ToolGuardrail",
+    "ToolLoopError",
+    "ToolRequest",
+    "ToolSchemaError",
+    "TraceObserver",
+    "TruncationStrategy",
+    "Update",
+    "Usage",
+    "Verdict",
+    "WikiRetriever",
+    "WorkspaceContextProvider",
+    "approximate_tokens",
+    "build_provider",
+    "build_providers",
+    "check_tool_arguments",
+    "check_tool_pairing",
+    "check_tool_schema",
+    "compose",
+    "load_provider_decls",
+    "merge",
+    "message_units",
+    "parallel",
+    "pii_redactor",
+    "register_provider_kind",
+    "request_hash",
+    "tool",
+)
 #: Names removed outright (an alias), and the name to write instead.
 REMOVED = {"InMemoryHistoryProvider": "HistoryProvider"}
 
@@ -61,7 +158,7 @@ def _public_module(name: str) -> ModuleType:
 
 def _homes() -> dict[str, str]:
     """Every public name, and the public module a user imports it from."""
-    homes = {name: "raf" for name in (*raf.__all__, *OPTIONAL)}
+    homes = dict.fromkeys((*raf.__all__, *OPTIONAL), "raf")
     for module in PUBLIC_MODULES:
         for name in _public_module(module).__all__:
             homes.setdefault(name, module)
@@ -139,7 +236,8 @@ def test_type_checkers_see_exactly_the_late_names() -> None:
     block = next(node for node in tree.body if isinstance(node, ast.If))
     seen: set[str] = set()
     for node in block.body:
-        assert isinstance(node, ast.ImportFrom) and node.module
+        assert isinstance(node, ast.ImportFrom)
+        assert node.module
         if node.names[0].name == "*":
             seen |= set(importlib.import_module(node.module).__all__)
         elif node.module != "raf":
@@ -305,6 +403,14 @@ def test_the_public_modules_load_on_first_use_as_attributes_of_raf() -> None:
 #: them.
 LAZY_TOO = (
     "raf._cli",
+    "raf._config.declarations",
+    "raf._config.file",
+    "raf._config.guardrails",
+    "raf._config.models",
+    "raf._observers.ledger",
+    "raf._observers.mermaid",
+    "raf._observers.otel_details",
+    "raf._observers.tracing",
     "raf._sessions.stores",
     "raf._sessions.sqlite_file",
     "raf._sessions.sqlite_connection",
@@ -320,8 +426,7 @@ LAZY_TOO = (
 
 def _lazy_modules() -> set[str]:
     modules = {*raf._LATE.values(), *LAZY_TOO}
-    packages = ("raf._providers", "raf._middleware", "raf._clients", "raf._config", "raf._observers")
-    for package in packages:
+    for package in ("raf._providers", "raf._middleware", "raf._clients"):
         path = importlib.import_module(package).__path__
         modules |= {info.name for info in pkgutil.iter_modules(path, package + ".")}
     return modules
