@@ -47,13 +47,12 @@ from raf import (
     InMemorySession,
     KnowledgeProvider,
     OpenAIChatClient,
-    TokenBudgetStrategy,
     ToolCall,
-    TruncationStrategy,
     Usage,
     tool,
 )
 from raf._providers.knowledge import DEFAULT_CHUNK_CHARS, Passage
+from raf.compression import TokenBudgetStrategy, TruncationStrategy
 
 #: The price of a cached character, as a share of an uncached one.
 CACHED_PRICE = 0.1

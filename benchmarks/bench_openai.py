@@ -10,7 +10,7 @@ this process, side by side and interleaved, for a stored history of 1,000 and
   dicts, encoded with ``json.dumps`` and POSTed with a plain ``httpx2.AsyncClient``,
   the reply decoded with ``json.loads``;
 - ``raf turn`` (warm): ``agent.run(...)`` of an ``Agent`` with instructions and an
-  ``InMemoryHistoryProvider``, ``OpenAIChatClient`` underneath: the next turn of one
+  ``HistoryProvider``, ``OpenAIChatClient`` underneath: the next turn of one
   conversation whose session holds the history (it grows by two messages a turn);
 - ``raf turn, new objects``: the same, with the session's history rebuilt as new
   message objects before each turn (as a store that decodes rows each turn gives
@@ -290,7 +290,7 @@ async def measure(
     import httpx2
     import openai
 
-    from raf import Agent, ChatMessage, ChatOptions, InMemoryHistoryProvider, InMemorySession
+    from raf import Agent, ChatMessage, ChatOptions, HistoryProvider, InMemorySession
     from raf._clients.openai import OpenAIChatClient
     from raf._clients.responses import OpenAIResponsesClient
 
@@ -300,7 +300,7 @@ async def measure(
     client_class = OpenAIChatClient if kind == "chat" else OpenAIResponsesClient
     path = "/chat/completions" if kind == "chat" else "/responses"
     model = client_class("bench-model", base_url=base_url, api_key="sk-bench", max_retries=0)
-    agent = Agent(model, instructions=instructions, stack=[InMemoryHistoryProvider()])
+    agent = Agent(model, instructions=instructions, stack=[HistoryProvider()])
     # The floor's body is what raf sends for a turn, as plain dicts.
     turn_messages = [ChatMessage.system(instructions), *stored, ChatMessage.user(question)]
     builder = client_class("bench-model", api_key="sk-bench")

@@ -186,9 +186,9 @@ def history_scenario(size: int, lines: int = 0) -> Scenario:
 
 
 def _history_provider() -> Any:
-    provider = getattr(raf, "InMemoryHistoryProvider", None)
+    provider = getattr(raf, "HistoryProvider", None)
     if provider is None:
-        raise NotBuilt("raf.InMemoryHistoryProvider")
+        raise NotBuilt("raf.HistoryProvider")
     return provider()
 
 
@@ -606,8 +606,8 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "run/50 providers": ("us/run", providers_scenario(50)),
     **{f"history/{size:,} injected": ("us/run", history_scenario(size)) for size in HISTORY_SIZES},
     "history/10,000 injected + 50 providers": ("us/run", history_scenario(10_000, lines=50)),
-    "turn/InMemoryHistoryProvider, 10 stored": ("us/turn", history_turn_scenario(10)),
-    "turn/InMemoryHistoryProvider, 10,000 stored": ("us/turn", history_turn_scenario(10_000)),
+    "turn/HistoryProvider, 10 stored": ("us/turn", history_turn_scenario(10)),
+    "turn/HistoryProvider, 10,000 stored": ("us/turn", history_turn_scenario(10_000)),
     "sqlite/append a turn (2 messages)": ("us/call", sqlite_append),
     "sqlite/load 1,000 messages, fresh store": ("us/call", sqlite_load),
     "concurrency/300 runs, 0.3 s model, 10 providers": ("ms total", concurrent_runs),

@@ -10,7 +10,7 @@ for an append (with a ttl: ``RPUSH`` and two ``EXPIRE`` in one MULTI/EXEC),
 store's checks (item types, key types, error mapping).
 
 The throughput rows run 1, 2 and 4 worker processes on one Redis, each an
-``Agent`` with ``InMemoryHistoryProvider`` serving conversations of its own
+``Agent`` with ``HistoryProvider`` serving conversations of its own
 (25 turns each): turns per second of all workers together, from a common
 start to the last worker's end. Two kinds of worker: an instant echo model
 and 8 conversations at once (the worker's CPU is the limit), and an echo
@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import coredis  # noqa: E402
 from harness import Samples, fmt, median, per_op, ratio, run_isolated, table  # noqa: E402
 
-from raf import Agent, ChatMessage, EchoChatClient, InMemoryHistoryProvider  # noqa: E402
+from raf import Agent, ChatMessage, EchoChatClient, HistoryProvider  # noqa: E402
 from raf._sessions.redis import RedisSessionStore  # noqa: E402
 from tests._harness.redis_server import RedisServer  # noqa: E402
 
@@ -204,7 +204,7 @@ async def worker(
 ) -> dict[str, float]:
     """One worker process: wait for the start, serve its conversations, say when it ended."""
     model = SlowEcho(latency) if latency else EchoChatClient()
-    agent = Agent(model, stack=[InMemoryHistoryProvider()])
+    agent = Agent(model, stack=[HistoryProvider()])
     async with (
         RedisSessionStore(url, prefix=prefix) as store,
         coredis.Redis.from_url(url) as client,

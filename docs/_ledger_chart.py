@@ -2,7 +2,7 @@
 
 A support agent (its instructions and a tool, a stepped ``HistoryProvider(max_messages=40)``
 and a volatile ``KnowledgeProvider``) answers 100 questions, a tool call every third turn,
-with a :class:`raf.ContextLedger` watching. Each call is a bar: its parts stacked in prompt
+with a :class:`raf.observe.ContextLedger` watching. Each call is a bar: its parts stacked in prompt
 order, coloured by layer; the part the previous call already sent (what a prompt cache can
 serve) is pale, the rest full colour. Plain Python writes the SVG: no plotting library.
 
@@ -23,15 +23,14 @@ from raf import (
     AgentResponse,
     ChatMessage,
     ChatOptions,
-    ContextLedger,
     HistoryProvider,
     InMemorySession,
     KnowledgeProvider,
-    LedgerEntry,
     ToolCall,
     tool,
 )
 from raf._providers.knowledge import Passage
+from raf.observe import ContextLedger, LedgerEntry
 
 TURNS = 100
 COLOURS = {

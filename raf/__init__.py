@@ -1,15 +1,22 @@
-"""raf: the context pipeline of LLM agents, built as an ASGI-style onion."""
+"""raf: the context pipeline of LLM agents, built as an ASGI-style onion.
+
+``raf`` holds the names a user writes in an agent; the rest live in small public
+modules: :mod:`raf.errors` (every exception; the common ones also here),
+:mod:`raf.observe` (observers, the ledger and their records), :mod:`raf.config`
+(declarations and the registry of provider kinds) and :mod:`raf.compression`
+(strategies and token helpers). Each name is defined once below and listed once in
+``__all__``; a name that moved says where it lives now.
+"""
 
 import importlib
-import types
 import typing
 
 from raf._agent.agent import Agent
 from raf._agent.streaming import AgentStream
 from raf._agent.tools import FunctionTool, check_tool_arguments, check_tool_schema, tool
 from raf._onion.compose import CallNext, ContextProvider, compose
-from raf._onion.observe import Observer, ProviderStage
 from raf._onion.parallel import ProviderGroup, parallel
+from raf._public import say_home as _say_home
 from raf._sessions.base import REQUEST_HASH_LIMIT
 from raf._sessions.memory import InMemorySession
 from raf._values.client import ChatClient, StreamingChatClient
@@ -38,87 +45,43 @@ from raf._values.protocols import Middleware, RequestHash, Session, Tool
 from raf._values.verdict import GuardrailCheck, GuardrailContext, Verdict
 from raf.errors import (
     AgentError,
-    ApprovalError,
-    AuthenticationError,
-    BadRequestError,
     ChatClientError,
-    ChatConnectionError,
-    ChatProtocolError,
-    ChatTimeoutError,
-    CompressionError,
-    ConfigError,
-    ContextResultError,
-    DurableError,
     GuardrailError,
-    IncompleteResponseError,
-    McpError,
-    OfflineError,
     OutputError,
-    OutputRefusedError,
-    OutputValidationError,
-    PathError,
     ProviderError,
-    RateLimitError,
-    ServerError,
-    SessionStoreError,
     StreamClosedError,
-    ToolArgumentsError,
-    ToolConflictError,
     ToolError,
-    ToolLoopError,
-    ToolSchemaError,
 )
 
 if typing.TYPE_CHECKING:
-    # Loaded on first use (see _LAZY below); imported here for type checkers and the docs.
-    from raf._clients.anthropic import AnthropicChatClient as AnthropicChatClient
-    from raf._clients.echo import EchoChatClient as EchoChatClient
-    from raf._clients.gemini import GeminiChatClient as GeminiChatClient
-    from raf._clients.openai import OpenAIChatClient as OpenAIChatClient
-    from raf._clients.responses import OpenAIResponsesClient as OpenAIResponsesClient
-    from raf._clients.scripted import ScriptedChatClient as ScriptedChatClient
-    from raf._config.declarations import PROVIDER_KINDS as PROVIDER_KINDS
-    from raf._config.declarations import ContextProviderDecl as ContextProviderDecl
-    from raf._config.declarations import ProviderOptions as ProviderOptions
-    from raf._config.declarations import build_provider as build_provider
-    from raf._config.declarations import build_providers as build_providers
-    from raf._config.declarations import load_provider_decls as load_provider_decls
-    from raf._config.declarations import register_provider_kind as register_provider_kind
-    from raf._middleware.fallback import FallbackMiddleware as FallbackMiddleware
-    from raf._middleware.guardrails import InputGuardrail as InputGuardrail
-    from raf._middleware.guardrails import OutputGuardrail as OutputGuardrail
-    from raf._middleware.guardrails import ToolGuardrail as ToolGuardrail
-    from raf._middleware.logging import LoggingMiddleware as LoggingMiddleware
-    from raf._middleware.pii import pii_redactor as pii_redactor
-    from raf._middleware.retry import RetryMiddleware as RetryMiddleware
-    from raf._observers.ledger import ContextLedger as ContextLedger
-    from raf._observers.ledger import LedgerEntry as LedgerEntry
-    from raf._observers.ledger import LedgerPart as LedgerPart
-    from raf._observers.mermaid import MermaidObserver as MermaidObserver
-    from raf._observers.tracing import StageEvent as StageEvent
-    from raf._observers.tracing import TraceObserver as TraceObserver
-    from raf._providers.a2a import A2AAgentTool as A2AAgentTool
+    # What loads late (_LATE below), for type checkers and the docs: each module's
+    # __all__ is the names _LATE gives it, no more.
+    from raf import compression as compression
+    from raf import config as config
+    from raf import observe as observe
+    from raf._clients.anthropic import *
+    from raf._clients.echo import *
+    from raf._clients.gemini import *
+    from raf._clients.openai import *
+    from raf._clients.responses import *
+    from raf._clients.scripted import *
+    from raf._middleware.fallback import *
+    from raf._middleware.guardrails import *
+    from raf._middleware.logging import *
+    from raf._middleware.pii import *
+    from raf._middleware.retry import *
+    from raf._providers.a2a import *
+
+    # Its module also holds the strategies, which are raf.compression's.
     from raf._providers.compression import CompressionProvider as CompressionProvider
-    from raf._providers.compression import CompressionStrategy as CompressionStrategy
-    from raf._providers.compression import SummaryStrategy as SummaryStrategy
-    from raf._providers.compression import TokenBudgetStrategy as TokenBudgetStrategy
-    from raf._providers.compression import TruncationStrategy as TruncationStrategy
-    from raf._providers.compression import approximate_tokens as approximate_tokens
-    from raf._providers.compression import check_tool_pairing as check_tool_pairing
-    from raf._providers.compression import message_units as message_units
-    from raf._providers.history import HistoryProvider as HistoryProvider
-    from raf._providers.history import InMemoryHistoryProvider as InMemoryHistoryProvider
-    from raf._providers.knowledge import FolderRetriever as FolderRetriever
-    from raf._providers.knowledge import KnowledgeProvider as KnowledgeProvider
-    from raf._providers.knowledge import Passage as Passage
-    from raf._providers.knowledge import Retriever as Retriever
-    from raf._providers.knowledge import WikiRetriever as WikiRetriever
-    from raf._providers.mcp import McpToolsProvider as McpToolsProvider
-    from raf._providers.skills import AgentSkillsProvider as AgentSkillsProvider
-    from raf._providers.workspace import WorkspaceContextProvider as WorkspaceContextProvider
-    from raf._sessions.postgres import PostgresSessionStore as PostgresSessionStore
-    from raf._sessions.redis import RedisSessionStore as RedisSessionStore
-    from raf._sessions.sqlite import SqliteSessionStore as SqliteSessionStore
+    from raf._providers.history import *
+    from raf._providers.knowledge import *
+    from raf._providers.mcp import *
+    from raf._providers.skills import *
+    from raf._providers.workspace import *
+    from raf._sessions.postgres import *
+    from raf._sessions.redis import *
+    from raf._sessions.sqlite import *
 
 __all__ = [
     "A2AAgentTool",
@@ -130,30 +93,17 @@ __all__ = [
     "AgentSkillsProvider",
     "AgentStream",
     "AnthropicChatClient",
-    "ApprovalError",
-    "AuthenticationError",
-    "BadRequestError",
     "CallNext",
     "ChatClient",
     "ChatClientError",
-    "ChatConnectionError",
     "ChatMessage",
     "ChatOptions",
-    "ChatProtocolError",
     "ChatRequest",
-    "ChatTimeoutError",
-    "CompressionError",
     "CompressionProvider",
-    "CompressionStrategy",
-    "ConfigError",
-    "ContextLedger",
     "ContextProvider",
-    "ContextProviderDecl",
     "ContextProviderLike",
     "ContextResult",
-    "ContextResultError",
     "Decision",
-    "DurableError",
     "EchoChatClient",
     "FallbackMiddleware",
     "FolderRetriever",
@@ -162,80 +112,47 @@ __all__ = [
     "GuardrailContext",
     "GuardrailError",
     "HistoryProvider",
-    "InMemoryHistoryProvider",
     "InMemorySession",
-    "IncompleteResponseError",
     "InputGuardrail",
     "Invocation",
     "KnowledgeProvider",
-    "LedgerEntry",
-    "LedgerPart",
     "LoggingMiddleware",
-    "McpError",
     "McpToolsProvider",
-    "MermaidObserver",
     "Middleware",
-    "Observer",
-    "OfflineError",
     "OpenAIChatClient",
     "OpenAIResponsesClient",
     "OutputError",
     "OutputGuardrail",
-    "OutputRefusedError",
-    "OutputValidationError",
-    "PROVIDER_KINDS",
     "Passage",
-    "PathError",
     "PendingCall",
     "ProviderError",
     "ProviderGroup",
-    "ProviderOptions",
-    "ProviderStage",
     "REQUEST_HASH_LIMIT",
-    "RateLimitError",
     "Reasoning",
     "RequestHash",
     "Retriever",
     "RetryMiddleware",
     "ScriptedChatClient",
-    "ServerError",
     "Session",
-    "SessionStoreError",
     "SqliteSessionStore",
-    "StageEvent",
     "StreamClosedError",
     "StreamingChatClient",
-    "SummaryStrategy",
-    "TokenBudgetStrategy",
     "Tool",
-    "ToolArgumentsError",
     "ToolCall",
-    "ToolConflictError",
     "ToolError",
     "ToolGuardrail",
-    "ToolLoopError",
     "ToolRequest",
-    "ToolSchemaError",
-    "TraceObserver",
-    "TruncationStrategy",
     "Update",
     "Usage",
     "Verdict",
     "WikiRetriever",
     "WorkspaceContextProvider",
-    "approximate_tokens",
-    "build_provider",
-    "build_providers",
     "check_tool_arguments",
-    "check_tool_pairing",
     "check_tool_schema",
     "compose",
-    "load_provider_decls",
     "merge",
-    "message_units",
     "parallel",
     "pii_redactor",
-    "register_provider_kind",
     "request_hash",
     "tool",
 ]
@@ -245,62 +162,120 @@ __version__: str
 
 #: What `import raf` leaves out, loaded on first use: name -> the module that defines it.
 #: The core (agent, run, pipeline, tools, sessions' base) is imported above; the built-in
-#: providers, the stores, the clients, the config, the observers and the middleware are
-#: here, so that a program pays for what it touches: the OpenAI clients import the SDK's
-#: stack (openai, httpx, pydantic), AnthropicChatClient the optional extra
-#: raf-agents[anthropic] (once a client is built), SqliteSessionStore sqlite3, RedisSessionStore the
-#: optional extra raf-agents[redis] (coredis), PostgresSessionStore raf-agents[postgres]
-#: (psycopg) and GeminiChatClient raf-agents[gemini] (google-genai); none is in __all__,
-#: so that `from raf import *` works without the extras.
-_LAZY = {
+#: providers, the stores, the clients and the middleware are here, so that a program pays
+#: for what it touches: the OpenAI clients import the SDK's stack (openai, httpx,
+#: pydantic), AnthropicChatClient the optional extra raf-agents[anthropic] (once a client
+#: is built), SqliteSessionStore sqlite3. RedisSessionStore (raf-agents[redis]),
+#: PostgresSessionStore (raf-agents[postgres]) and GeminiChatClient (raf-agents[gemini])
+#: import their extra with their module: they are not in __all__, so that
+#: `from raf import *` works without the extras.
+_LATE = {
     "A2AAgentTool": "raf._providers.a2a",
     "AgentSkillsProvider": "raf._providers.skills",
     "AnthropicChatClient": "raf._clients.anthropic",
     "CompressionProvider": "raf._providers.compression",
-    "CompressionStrategy": "raf._providers.compression",
-    "ContextProviderDecl": "raf._config.declarations",
     "EchoChatClient": "raf._clients.echo",
     "FallbackMiddleware": "raf._middleware.fallback",
-    "InputGuardrail": "raf._middleware.guardrails",
-    "OutputGuardrail": "raf._middleware.guardrails",
-    "ToolGuardrail": "raf._middleware.guardrails",
-    "pii_redactor": "raf._middleware.pii",
     "FolderRetriever": "raf._providers.knowledge",
     "GeminiChatClient": "raf._clients.gemini",
     "HistoryProvider": "raf._providers.history",
-    "InMemoryHistoryProvider": "raf._providers.history",
+    "InputGuardrail": "raf._middleware.guardrails",
     "KnowledgeProvider": "raf._providers.knowledge",
     "LoggingMiddleware": "raf._middleware.logging",
     "McpToolsProvider": "raf._providers.mcp",
-    "ContextLedger": "raf._observers.ledger",
-    "LedgerEntry": "raf._observers.ledger",
-    "LedgerPart": "raf._observers.ledger",
-    "MermaidObserver": "raf._observers.mermaid",
     "OpenAIChatClient": "raf._clients.openai",
     "OpenAIResponsesClient": "raf._clients.responses",
-    "PROVIDER_KINDS": "raf._config.declarations",
+    "OutputGuardrail": "raf._middleware.guardrails",
     "Passage": "raf._providers.knowledge",
     "PostgresSessionStore": "raf._sessions.postgres",
-    "ProviderOptions": "raf._config.declarations",
     "RedisSessionStore": "raf._sessions.redis",
     "Retriever": "raf._providers.knowledge",
     "RetryMiddleware": "raf._middleware.retry",
     "ScriptedChatClient": "raf._clients.scripted",
     "SqliteSessionStore": "raf._sessions.sqlite",
-    "StageEvent": "raf._observers.tracing",
-    "SummaryStrategy": "raf._providers.compression",
-    "TokenBudgetStrategy": "raf._providers.compression",
-    "TraceObserver": "raf._observers.tracing",
-    "TruncationStrategy": "raf._providers.compression",
+    "ToolGuardrail": "raf._middleware.guardrails",
     "WikiRetriever": "raf._providers.knowledge",
     "WorkspaceContextProvider": "raf._providers.workspace",
-    "approximate_tokens": "raf._providers.compression",
-    "build_provider": "raf._config.declarations",
-    "build_providers": "raf._config.declarations",
-    "check_tool_pairing": "raf._providers.compression",
-    "load_provider_decls": "raf._config.declarations",
-    "message_units": "raf._providers.compression",
-    "register_provider_kind": "raf._config.declarations",
+    "pii_redactor": "raf._middleware.pii",
+}
+
+#: The public modules reached as attributes of raf (`raf.observe.TraceObserver`),
+#: imported on first use like the names above. raf.errors is imported with raf.
+_MODULES = ("compression", "config", "observe")
+
+#: Names that left the top of raf, and the public module that holds each now
+#: (see CHANGELOG.md); raf.X raises an AttributeError that says so.
+_MOVED = {
+    **dict.fromkeys(
+        (
+            "ApprovalError",
+            "AuthenticationError",
+            "BadRequestError",
+            "ChatConnectionError",
+            "ChatProtocolError",
+            "ChatTimeoutError",
+            "CompressionError",
+            "ConfigError",
+            "ContextResultError",
+            "DurableError",
+            "IncompleteResponseError",
+            "McpError",
+            "OfflineError",
+            "OutputRefusedError",
+            "OutputValidationError",
+            "PathError",
+            "RateLimitError",
+            "ServerError",
+            "SessionStoreError",
+            "ToolArgumentsError",
+            "ToolConflictError",
+            "ToolLoopError",
+            "ToolSchemaError",
+        ),
+        "raf.errors",
+    ),
+    **dict.fromkeys(
+        (
+            "ContextLedger",
+            "LedgerEntry",
+            "LedgerPart",
+            "MermaidObserver",
+            "Observer",
+            "ProviderStage",
+            "StageEvent",
+            "TraceObserver",
+        ),
+        "raf.observe",
+    ),
+    **dict.fromkeys(
+        (
+            "PROVIDER_KINDS",
+            "ContextProviderDecl",
+            "ProviderOptions",
+            "build_provider",
+            "build_providers",
+            "load_provider_decls",
+            "register_provider_kind",
+        ),
+        "raf.config",
+    ),
+    **dict.fromkeys(
+        (
+            "CompressionStrategy",
+            "SummaryStrategy",
+            "TokenBudgetStrategy",
+            "TruncationStrategy",
+            "approximate_tokens",
+            "check_tool_pairing",
+            "message_units",
+        ),
+        "raf.compression",
+    ),
+}
+
+#: Names removed from the public surface, and what to write instead.
+_REMOVED = {
+    "InMemoryHistoryProvider": "it was another name for raf.HistoryProvider; use that",
 }
 
 
@@ -311,27 +286,28 @@ def __getattr__(name: str) -> object:
         from raf._metadata import installed_version
 
         return installed_version()
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'raf' has no attribute {name!r}")
-    value: object = getattr(importlib.import_module(module), name)
-    _say_raf(value)
-    if name in __all__:
-        globals()[name] = value  # public like the rest: vars(raf) has it from now on
-    return value
+    module = _LATE.get(name)
+    if module is not None:
+        value: object = getattr(importlib.import_module(module), name)
+        _say_home("raf", (value,))
+        if name in __all__:
+            globals()[name] = value  # public like the rest: vars(raf) has it from now on
+        return value
+    if name in _MODULES:
+        return importlib.import_module(f"raf.{name}")  # the import makes it raf's attribute
+    if name in _MOVED:
+        home = _MOVED[name]
+        raise AttributeError(
+            f"raf.{name} moved to {home}.{name} (from {home} import {name})", name=name
+        )
+    if name in _REMOVED:
+        raise AttributeError(f"raf.{name} was removed: {_REMOVED[name]}", name=name)
+    raise AttributeError(f"module 'raf' has no attribute {name!r}", name=name)
 
 
 def __dir__() -> list[str]:
-    # The lazy names too, loaded or not, as for the rest of the public surface.
-    return sorted({*globals(), *_LAZY})
+    # The names loaded late and the public modules too, loaded or not, as for the rest.
+    return sorted({*globals(), *_LATE, *_MODULES})
 
 
-def _say_raf(value: object) -> None:
-    # As httpx does: every public class and function says it is raf's, wherever defined.
-    if isinstance(value, (type, types.FunctionType)):
-        value.__module__ = "raf"
-
-
-for _name in __all__:
-    _say_raf(globals().get(_name))
-del _name
+_say_home(__name__, (globals()[name] for name in __all__ if name not in _LATE))

@@ -26,7 +26,6 @@ from raf import (
     OpenAIChatClient,
     OpenAIResponsesClient,
     ProviderError,
-    RateLimitError,
     RetryMiddleware,
     ScriptedChatClient,
     ToolCall,
@@ -36,6 +35,7 @@ from raf import (
     parallel,
     tool,
 )
+from raf.errors import RateLimitError
 
 pytestmark = pytest.mark.anyio
 
@@ -223,7 +223,7 @@ async def test_the_tree_of_a_run_with_three_providers_a_tool_call_and_a_retried_
     # The retried attempt is an exception event; the call as a whole succeeded.
     assert [event.name for event in first.events] == ["exception"]
     assert attributes_of(first.events[0]).items() >= {
-        ("exception.type", "raf.RateLimitError"),
+        ("exception.type", "raf.errors.RateLimitError"),
         ("exception.message", "slow down"),
         ("raf.chat.attempt", 1),
     }

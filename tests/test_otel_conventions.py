@@ -23,11 +23,11 @@ from raf import (
     ChatMessage,
     OpenAIChatClient,
     OpenAIResponsesClient,
-    RateLimitError,
     RetryMiddleware,
     ScriptedChatClient,
     Usage,
 )
+from raf.errors import RateLimitError
 from tests._harness.anthropic_server import AnthropicServer
 from tests._harness.openai_server import OpenAIServer, Reply, completion, text_stream
 from tests._harness.responses_server import ResponsesServer, response_body
@@ -146,7 +146,7 @@ async def test_a_failed_call_is_measured_with_its_error_type(telemetry: Telemetr
     with pytest.raises(RateLimitError):
         await telemetry.instrument(Agent(model)).run("hi")
     [duration] = telemetry.points("gen_ai.client.operation.duration")
-    assert duration.attributes["error.type"] == "raf.RateLimitError"
+    assert duration.attributes["error.type"] == "raf.errors.RateLimitError"
     assert telemetry.points("gen_ai.client.token.usage") == []
 
 

@@ -182,7 +182,7 @@ def check_tool_schema(name: str, schema: object) -> None:
     come from elsewhere (an MCP server's listing, an API description), so a
     bad one is refused where it is found.
 
-    >>> from raf import ToolSchemaError
+    >>> from raf.errors import ToolSchemaError
     >>> try:
     ...     check_tool_schema("search", {"type": "object", "properties": []})
     ... except ToolSchemaError as exc:

@@ -134,7 +134,7 @@ class ProviderOptions:
         ...     zone: str = "UTC"
         >>> ProviderOptions(ContextProviderDecl("clock", options={"zone": 1})).parse(Zone)
         Traceback (most recent call last):
-        raf.ConfigError: provider kind 'clock': option 'zone' must be a valid string, got 1
+        raf.errors.ConfigError: provider kind 'clock': option 'zone' must be a valid string, got 1
         """
         parsed = check_options(model, self.decl.options, self.where)
         self.read.update(self.decl.options)

@@ -106,7 +106,7 @@ class ContextLedger(Observer):
     :class:`LedgerEntry` per model call and ``ledger.report()`` is a table.
     Tokens are counted with ``count_tokens`` (``(messages, tools) -> int``)
     when given, else with the agent's client's ``count_tokens`` when it has
-    one, else :func:`raf.approximate_tokens`. An agent without a ledger pays
+    one, else :func:`raf.compression.approximate_tokens`. An agent without a ledger pays
     nothing for it: the counting happens here. A ledger keeps every entry and
     each session's last prompt: it is meant for a command, a test or a
     debugging session, not for a server's lifetime.

@@ -59,6 +59,7 @@ class CompressionStrategy(Protocol):
 def check_tool_pairing(messages: Sequence[ChatMessage]) -> str | None:
     """``None`` if every tool call has its results and every result its call, else the problem.
 
+    >>> from raf import ChatMessage
     >>> check_tool_pairing([ChatMessage.tool("7", "ok")])
     "messages[0] is a tool result for call '7' with no assistant tool call before it"
     """
@@ -107,6 +108,7 @@ class TruncationStrategy:
     group is kept with all its results or not at all.
 
     >>> import anyio
+    >>> from raf import ChatMessage
     >>> history = [ChatMessage.user(str(n)) for n in range(5)]
     >>> [m.content for m in anyio.run(TruncationStrategy(3).compress, history)]
     ['2', '3', '4']
@@ -193,7 +195,7 @@ class SummaryStrategy:
     If the summary call fails or answers nothing, ``on_failure="truncate"``
     (the default) returns just the kept messages, as
     :class:`TruncationStrategy` would; ``on_failure="raise"`` raises
-    :class:`raf.CompressionError`, which fails the run before the
+    :class:`raf.errors.CompressionError`, which fails the run before the
     model is called. A broken history is never returned.
     """
 
@@ -285,7 +287,7 @@ class CompressionProvider(ContextProvider):
     in full; give that one ``inject=False`` to skip an injection that would
     be replaced anyway. The session keeps the whole history; only what the
     model sees is compressed. A strategy result that splits a tool call from
-    its results is refused with :class:`raf.CompressionError`.
+    its results is refused with :class:`raf.errors.CompressionError`.
 
     ``max_messages``, ``max_tokens``, ``count_tokens`` and ``step`` bound
     what is loaded, as :class:`raf.HistoryProvider`'s window does (in

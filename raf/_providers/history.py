@@ -23,7 +23,7 @@ from raf.errors import GuardrailError, StreamClosedError
 if TYPE_CHECKING:
     from raf._values.context import AgentLike
 
-__all__ = ["HistoryProvider", "InMemoryHistoryProvider"]
+__all__ = ["HistoryProvider"]
 
 
 class HistoryProvider(ContextProvider):
@@ -49,7 +49,7 @@ class HistoryProvider(ContextProvider):
     messages of the history (a window): at most that many messages, at most
     that many tokens by ``count_tokens`` (by default the agent's client's
     ``count_tokens(messages, tools)`` when it has one, else
-    :func:`raf.approximate_tokens`). The window's first message stays where
+    :func:`raf.compression.approximate_tokens`). The window's first message stays where
     it is from turn to turn while the window fits; when it would not, the
     start jumps forward by ``step`` (in the bound's unit; by default a third
     of the bound), so the model provider's prompt cache still serves the
@@ -196,7 +196,3 @@ def answered(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
         owed.update((call.id, call) for call in message.tool_calls)
     close()
     return tuple(kept)
-
-
-#: The first name of :class:`HistoryProvider`, kept so existing code runs unchanged.
-InMemoryHistoryProvider = HistoryProvider

@@ -82,7 +82,7 @@ class McpToolsProvider(ContextProvider):
 
     ``timeout`` bounds starting the server, listing its tools (every page
     and every schema check together) and each tool call. A server that
-    lists more than ``max_tools`` tools is an :class:`raf.McpError`; a tool
+    lists more than ``max_tools`` tools is an :class:`raf.errors.McpError`; a tool
     whose schema the MCP SDK or raf refuses is left out (warning
     ``mcp.tool_skipped``), and the others are offered.
     """

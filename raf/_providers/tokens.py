@@ -27,7 +27,7 @@ def message_units(messages: Sequence[ChatMessage]) -> list[Unit]:
     calling turn before it, and a calling turn whose results are incomplete
     (with the results it has).
 
-    >>> from raf import ToolCall
+    >>> from raf import ChatMessage, ToolCall
     >>> call = ChatMessage.assistant(tool_calls=[ToolCall("1", "now")])
     >>> units = message_units([ChatMessage.user("hi"), call, ChatMessage.tool("1", "noon")])
     >>> [len(unit) for unit in units]

@@ -85,7 +85,7 @@ def window_steps(
 
 def client_counter(agent: AgentLike | None) -> TokenCounter:
     """The agent's client's ``count_tokens(messages, tools)`` per message, if it has one;
-    else :func:`raf.approximate_tokens`."""
+    else :func:`raf.compression.approximate_tokens`."""
     count = getattr(getattr(agent, "chat_client", None), "count_tokens", None)
     if not callable(count):
         return approximate_tokens

@@ -190,7 +190,7 @@ class PostgresSessionStore(PostgresConnection):
     runs on asyncio and trio alike (psycopg's async driver runs on asyncio
     only). ``timeout`` (seconds, default 10; ``None``: no bound) bounds each
     call, connecting included: a server that does not answer in time is a
-    :class:`raf.SessionStoreError`, never a hang, and a write that timed out
+    :class:`raf.errors.SessionStoreError`, never a hang, and a write that timed out
     or whose caller was cancelled is rolled back, unless its commit was
     already on its way (then it is whole: never a part).
     ``max_connections`` bounds the connections (and calls at once).

@@ -231,7 +231,8 @@ class PostgresConnection:
         writing: str = "",
     ) -> T:
         """``work(connection)`` in a worker thread (in one transaction if ``write``), within
-        ``timeout``; every failure a :class:`raf.SessionStoreError` saying what ``what`` met."""
+        ``timeout``; every failure a :class:`raf.errors.SessionStoreError` saying what
+        ``what`` met."""
         if self._closed or self._limiter is None:
             state = "closed" if self._closed else "not open: use `async with` or `await open()`"
             raise SessionStoreError(f"{self.where}: the store is {state}")

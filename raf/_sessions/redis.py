@@ -252,10 +252,10 @@ class RedisSessionStore(RedisConnection):
     ``timeout`` (seconds, default 10; ``None``: no bound) bounds opening (the
     connect and the ``PING``) and every call: a server that does not answer
     in time (frozen, overloaded, a peer that accepts connections and never
-    replies) is a :class:`raf.SessionStoreError` that says so, never
+    replies) is a :class:`raf.errors.SessionStoreError` that says so, never
     a hang; a write that timed out is stored whole or not at all.
 
-    Every failure is a :class:`raf.SessionStoreError` that names the
+    Every failure is a :class:`raf.errors.SessionStoreError` that names the
     server and says what happened: a server that does not answer (on
     opening), a connection dropped during a call, a key of the session
     holding another type of value, a stored entry that is not raf's JSON.

@@ -153,7 +153,7 @@ class RedisConnection:
         await self.aclose()
 
     def client(self) -> coredis.Redis[bytes]:
-        """The open client; a :class:`raf.SessionStoreError` when the store is not open."""
+        """The open client; a :class:`raf.errors.SessionStoreError` when the store is not open."""
         if self._client is None:
             state = "closed" if self._closed else "not open: use `async with` or `await open()`"
             raise SessionStoreError(f"{self.where}: the store is {state}")

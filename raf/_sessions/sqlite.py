@@ -72,11 +72,11 @@ class SqliteSessionStore(SqliteConnection):
     ``post_timeout``). ``read_only=True`` opens an existing file for reading
     only (SQLite enforces it; the file is never created or changed); a file
     that cannot be written is also opened for reading on its own, and
-    writes then raise :class:`raf.SessionStoreError`.
+    writes then raise :class:`raf.errors.SessionStoreError`.
 
     A file that is not a SQLite database, a database raf did not create, or
     a corrupt one (checked with ``PRAGMA quick_check`` on open and on every
-    ``SQLITE_CORRUPT``) raises :class:`raf.SessionStoreError` naming
+    ``SQLITE_CORRUPT``) raises :class:`raf.errors.SessionStoreError` naming
     the file; it is never replaced. Close the store with
     ``await store.aclose()`` or ``async with``.
 

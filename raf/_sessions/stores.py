@@ -42,7 +42,7 @@ async def open_store(
     store is connected (and the server checked) before this returns; close
     any with ``await store.aclose()`` in the same task. Redis needs the extra
     ``raf-agents[redis]``, PostgreSQL ``raf-agents[postgres]``; without it
-    this is a :class:`raf.ConfigError`.
+    this is a :class:`raf.errors.ConfigError`.
     """
     if is_redis_url(db):
         return await server_store("redis", str(db)).open()
@@ -66,7 +66,7 @@ def server_store(
     ``location`` (a URL, a connection string), not yet opened; ``options`` go to it.
 
     Their modules import an optional extra (coredis, psycopg), so they load here, on
-    first use; without the extra, a :class:`raf.ConfigError` that says what to install.
+    first use; without the extra, a :class:`raf.errors.ConfigError` that says what to install.
     """
     name = {"redis": "a Redis", "postgres": "a PostgreSQL"}[kind]
     try:  # Local: coredis and psycopg are optional extras.

@@ -106,7 +106,7 @@ class Invocation:
     contributed, in registration order (``tool_sources`` names who offered
     each tool, ``instruction_sources`` each instruction, ``message_sources``
     the messages as runs of ``(provider, count)``; the ``tail_`` ones the
-    same for the tail: what :class:`raf.ContextLedger` reads to say which
+    same for the tail: what :class:`raf.observe.ContextLedger` reads to say which
     layer cost what); ``tail_instructions`` and ``tail_messages`` what they
     contributed as volatile results (the tail: after the history, before the
     request messages, never stored). ``request_hash`` is the digest the session recorded for the
@@ -209,7 +209,7 @@ def merge(
     instead (``tail_instructions``, ``tail_messages``). The request messages
     are never touched. An empty result returns
     ``invocation`` itself, so a provider with nothing to say costs no copy.
-    A field of the wrong type raises :class:`raf.ContextResultError`
+    A field of the wrong type raises :class:`raf.errors.ContextResultError`
     naming the field. ``source`` names the provider, for the error of a
     tool-name clash.
 
@@ -290,7 +290,7 @@ def checked_result(result: object) -> CheckedResult:
     """A result's ``(instructions, messages, tools, replace_messages, volatile)``, each
     type-checked.
 
-    Raises :class:`raf.ContextResultError` naming the first wrong
+    Raises :class:`raf.errors.ContextResultError` naming the first wrong
     field. ``messages`` comes back as a checked tuple.
     """
     if type(result) is not ContextResult and not isinstance(result, ContextResult):

@@ -53,7 +53,7 @@ class AgentRunOptions:
 
     ``tools`` are offered to the model in this run only, beside the agent's
     and its providers' (a served agent's client tools); a name taken already
-    is a :class:`raf.ToolConflictError`.
+    is a :class:`raf.errors.ToolConflictError`.
 
     >>> AgentRunOptions(model="gpt-4o-mini", temperature=0.0).max_tool_iterations
     10

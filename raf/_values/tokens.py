@@ -18,6 +18,7 @@ __all__ = ["approximate_tokens"]
 def approximate_tokens(message: ChatMessage) -> int:
     """A rough token count: about four characters a token, plus a little per message.
 
+    >>> from raf import ChatMessage
     >>> approximate_tokens(ChatMessage.user("x" * 40))
     14
     """

@@ -1,7 +1,7 @@
 """OpenTelemetry spans of raf runs, in the GenAI semantic conventions (extra ``raf-agents[otel]``).
 
 ``instrument(agent)`` returns a traced copy of an agent: the same client,
-instructions, tools and stacks, with an observer (:class:`raf.Observer`)
+instructions, tools and stacks, with an observer (:class:`raf.observe.Observer`)
 added whose hooks open the spans —
 
 - ``run``: ``invoke_agent {agent}`` around the run;
@@ -69,7 +69,7 @@ def instrument(
     Message content (the messages, the system instructions, tool arguments
     and results) is recorded only when ``capture_content`` is true or the
     environment variable ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
-    is ``true``. With a :class:`raf.ContextLedger` as ``ledger``, each
+    is ``true``. With a :class:`raf.observe.ContextLedger` as ``ledger``, each
     ``chat`` span also carries the call's figures (``raf.context.*``: the
     prompt's tokens, per layer, shared with the previous call, cached, the
     layer that broke the cache), and the ledger records the calls as if it

@@ -28,7 +28,7 @@ import attrs
 from raf._agent.agent import Agent
 from raf._agent.approvals import approval_token
 from raf._clients.scripted import ScriptedChatClient
-from raf._providers.history import InMemoryHistoryProvider
+from raf._providers.history import HistoryProvider
 from raf._sessions import REQUEST_HASH_LIMIT, request_hash
 from raf._sessions.base import RequestHash, Session
 from raf._values.messages import ChatMessage, PendingCall, ToolCall
@@ -271,9 +271,9 @@ async def check_concurrent_appends_lose_nothing_and_stay_together(harness: Harne
 
 
 async def check_agent_runs_persist_through_the_history_provider(harness: Harness) -> None:
-    rule = "runs with InMemoryHistoryProvider read and append the stored history"
+    rule = "runs with HistoryProvider read and append the stored history"
     model = ScriptedChatClient(["one", "two"])
-    agent = Agent(model, stack=[InMemoryHistoryProvider()])
+    agent = Agent(model, stack=[HistoryProvider()])
     session = await harness.new()
     await agent.run("first", session=session)
     await agent.run("second", session=session)

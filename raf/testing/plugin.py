@@ -13,7 +13,7 @@ with ``pytest_plugins = ["raf.testing.plugin"]``, or for one run with
   name still wins;
 - the marker ``@pytest.mark.raf_offline`` and the option ``--raf-offline``
   (every test): a connection to, or a name lookup of, any host that is not
-  loopback fails with :class:`raf.OfflineError` and fails the test, even if the
+  loopback fails with :class:`raf.errors.OfflineError` and fails the test, even if the
   code under test swallowed the error. A real model (``OpenAIChatClient``
   with no ``base_url`` on 127.0.0.1) cannot be called by accident; a test
   server on 127.0.0.1 still can.

@@ -134,7 +134,7 @@ def histories(draw: st.DrawFn, max_turns: int = 8) -> tuple[ChatMessage, ...]:
 
     Maybe a system message first, then turns of user messages, assistant
     answers and assistant tool calls each followed by one result per call
-    (:func:`raf.check_tool_pairing` finds nothing wrong with it).
+    (:func:`raf.compression.check_tool_pairing` finds nothing wrong with it).
     What a session holds after a few runs; what a compression strategy gets.
     """
     messages: list[ChatMessage] = []

@@ -22,8 +22,10 @@ from pathlib import Path
 import anyio
 
 import raf
-from raf import Agent, ApprovalError, Decision, ScriptedChatClient, ToolCall, check_tool_pairing
+from raf import Agent, Decision, ScriptedChatClient, ToolCall
 from raf._sessions.stores import open_store
+from raf.compression import check_tool_pairing
+from raf.errors import ApprovalError
 
 START_TIMEOUT = 60.0
 

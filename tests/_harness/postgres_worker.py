@@ -7,7 +7,7 @@ Run as ``python -m tests._harness.postgres_worker``.
 Opens a PostgresSessionStore, says it is ready (creates ``FOLDER/ready-WORKER``),
 waits for the start signal (the file ``FOLDER/go``), then runs its share of the
 ``TURNS`` turns (those with ``turn % WORKERS == WORKER``) all at once, each an
-``agent.run`` with an ``InMemoryHistoryProvider`` on the one shared session.
+``agent.run`` with a ``HistoryProvider`` on the one shared session.
 The request of turn T is ``"turn T"``; the echo model answers with the same text.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import anyio
 
-from raf import Agent, EchoChatClient, InMemoryHistoryProvider
+from raf import Agent, EchoChatClient, HistoryProvider
 from raf._sessions.postgres import PostgresSessionStore
 
 START_TIMEOUT = 60.0
@@ -28,7 +28,7 @@ START_TIMEOUT = 60.0
 async def main(
     dsn: str, prefix: str, session_id: str, worker: int, workers: int, turns: int, folder: Path
 ) -> None:
-    agent = Agent(EchoChatClient(), stack=[InMemoryHistoryProvider()])
+    agent = Agent(EchoChatClient(), stack=[HistoryProvider()])
     async with PostgresSessionStore(dsn, prefix=prefix) as store:
         session = await store.get(session_id)
         (folder / f"ready-{worker}").touch()

@@ -7,7 +7,7 @@ Run as ``python -m tests._harness.redis_worker``.
 Opens a RedisSessionStore, says it is ready (``INCR {PREFIX}:ready``), waits
 for the start signal (the key ``{PREFIX}:go``), then runs its share of the
 ``TURNS`` turns (those with ``turn % WORKERS == WORKER``) all at once, each an
-``agent.run`` with an ``InMemoryHistoryProvider`` on the one shared session.
+``agent.run`` with a ``HistoryProvider`` on the one shared session.
 The request of turn T is ``"turn T"``; the echo model answers with the same text.
 """
 
@@ -19,7 +19,7 @@ from functools import partial
 import anyio
 import coredis
 
-from raf import Agent, EchoChatClient, InMemoryHistoryProvider
+from raf import Agent, EchoChatClient, HistoryProvider
 from raf._sessions.redis import RedisSessionStore
 
 START_TIMEOUT = 60.0
@@ -28,7 +28,7 @@ START_TIMEOUT = 60.0
 async def main(
     url: str, prefix: str, session_id: str, worker: int, workers: int, turns: int
 ) -> None:
-    agent = Agent(EchoChatClient(), stack=[InMemoryHistoryProvider()])
+    agent = Agent(EchoChatClient(), stack=[HistoryProvider()])
     async with RedisSessionStore(url, prefix=prefix) as store, coredis.Redis.from_url(url) as admin:
         session = await store.get(session_id)
         await admin.incr(f"{prefix}:ready")

@@ -41,17 +41,8 @@ import anyio.lowlevel
 
 import raf
 import raf.serve
-from raf import (
-    AgentResponse,
-    ChatMessage,
-    ChatOptions,
-    ChatTimeoutError,
-    HistoryProvider,
-    RateLimitError,
-    ServerError,
-    ToolCall,
-    Update,
-)
+from raf import AgentResponse, ChatMessage, ChatOptions, HistoryProvider, ToolCall, Update
+from raf.errors import ChatTimeoutError, RateLimitError, ServerError
 
 
 @raf.tool

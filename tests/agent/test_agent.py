@@ -31,10 +31,10 @@ from raf import (
     RequestHash,
     ScriptedChatClient,
     ToolCall,
-    ToolConflictError,
     request_hash,
     tool,
 )
+from raf.errors import ToolConflictError
 
 pytestmark = pytest.mark.anyio
 
@@ -746,7 +746,7 @@ async def test_async_with_closes_the_client_and_the_stack_items() -> None:
 
 
 async def test_history_true_makes_a_session_remember_the_conversation() -> None:
-    from raf import HistoryProvider, InMemoryHistoryProvider
+    from raf import HistoryProvider
 
     client = ScriptedChatClient(["first", "second"])
     agent = Agent(client, history=True)
@@ -756,7 +756,6 @@ async def test_history_true_makes_a_session_remember_the_conversation() -> None:
     assert [m.content for m in await session.get_messages()] == ["one", "first", "two", "second"]
     assert [m.content for m in client.requests[1].messages] == ["one", "first", "two"]
     assert type(agent.stack[0]) is HistoryProvider
-    assert InMemoryHistoryProvider is HistoryProvider  # the first name still works
     with pytest.raises(TypeError, match=r"stack\[0\] is one already"):
         Agent(client, history=True, stack=[HistoryProvider()])
 

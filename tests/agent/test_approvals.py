@@ -13,7 +13,6 @@ import raf
 from raf import (
     Agent,
     AgentResponse,
-    ApprovalError,
     ChatMessage,
     ContextProvider,
     ContextResult,
@@ -23,8 +22,9 @@ from raf import (
     ScriptedChatClient,
     ToolCall,
     Update,
-    check_tool_pairing,
 )
+from raf.compression import check_tool_pairing
+from raf.errors import ApprovalError
 
 pytestmark = pytest.mark.anyio
 
@@ -462,7 +462,7 @@ async def test_with_compression_the_waiting_turn_stays_in_view(decide: str) -> N
         tools=[tools.delete, tools.listing],
         stack=[
             raf.HistoryProvider(inject=False),
-            raf.CompressionProvider(raf.TruncationStrategy(keep_last=2)),
+            raf.CompressionProvider(raf.compression.TruncationStrategy(keep_last=2)),
         ],
     )
     response = await agent.run("clean up", session=session)

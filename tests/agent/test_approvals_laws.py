@@ -27,7 +27,6 @@ import raf
 from raf import (
     Agent,
     AgentResponse,
-    ApprovalError,
     ChatMessage,
     ChatOptions,
     Decision,
@@ -37,8 +36,9 @@ from raf import (
     SqliteSessionStore,
     ToolCall,
     Update,
-    check_tool_pairing,
 )
+from raf.compression import check_tool_pairing
+from raf.errors import ApprovalError
 from tests._harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio

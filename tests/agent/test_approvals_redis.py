@@ -12,15 +12,8 @@ import coredis
 import pytest
 
 import raf
-from raf import (
-    ApprovalError,
-    ChatMessage,
-    Decision,
-    PendingCall,
-    RedisSessionStore,
-    SessionStoreError,
-    ToolCall,
-)
+from raf import ChatMessage, Decision, PendingCall, RedisSessionStore, ToolCall
+from raf.errors import ApprovalError, SessionStoreError
 from tests._harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -104,4 +97,4 @@ async def test_an_entry_altered_in_the_store_is_refused_and_never_runs(
         with pytest.raises(ApprovalError, match="arguments changed"):
             await agent.run(Decision(pending.token, approve=True), session=session)
         assert ran == []
-        assert raf.check_tool_pairing(await session.get_messages()) is None
+        assert raf.compression.check_tool_pairing(await session.get_messages()) is None

@@ -18,7 +18,8 @@ from typing import Any
 import anyio
 import pytest
 
-from raf import PostgresSessionStore, RedisSessionStore, SqliteSessionStore, check_tool_pairing
+from raf import PostgresSessionStore, RedisSessionStore, SqliteSessionStore
+from raf.compression import check_tool_pairing
 from tests._harness.postgres_server import PostgresServer
 from tests._harness.redis_server import RedisServer
 

@@ -21,7 +21,6 @@ from raf import (
     Agent,
     AgentResponse,
     AgentRunOptions,
-    BadRequestError,
     ChatMessage,
     ChatOptions,
     ChatRequest,
@@ -32,12 +31,11 @@ from raf import (
     InMemorySession,
     Invocation,
     OpenAIChatClient,
-    OutputRefusedError,
-    OutputValidationError,
     ScriptedChatClient,
     ToolCall,
     tool,
 )
+from raf.errors import BadRequestError, OutputRefusedError, OutputValidationError
 from raf.testing import strategies as rs
 from tests._harness.openai_server import OpenAIServer
 

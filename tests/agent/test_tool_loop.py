@@ -26,10 +26,10 @@ from raf import (
     ContextResult,
     ScriptedChatClient,
     ToolCall,
-    ToolLoopError,
     Usage,
     tool,
 )
+from raf.errors import ToolLoopError
 
 pytestmark = pytest.mark.anyio
 

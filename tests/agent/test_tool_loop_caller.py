@@ -15,9 +15,9 @@ from raf import (
     InMemorySession,
     ScriptedChatClient,
     ToolCall,
-    ToolConflictError,
     tool,
 )
+from raf.errors import ToolConflictError
 
 pytestmark = pytest.mark.anyio
 

@@ -19,13 +19,13 @@ from raf import (
     RetryMiddleware,
     ScriptedChatClient,
     Session,
-    ToolArgumentsError,
     ToolCall,
     ToolRequest,
     Update,
     check_tool_arguments,
     tool,
 )
+from raf.errors import ToolArgumentsError
 
 pytestmark = pytest.mark.anyio
 

@@ -30,14 +30,13 @@ from raf import (
     FunctionTool,
     ScriptedChatClient,
     Tool,
-    ToolArgumentsError,
     ToolCall,
     ToolRequest,
-    ToolSchemaError,
     check_tool_arguments,
     check_tool_schema,
     tool,
 )
+from raf.errors import ToolArgumentsError, ToolSchemaError
 
 pytestmark = pytest.mark.anyio
 

@@ -227,7 +227,8 @@ def test_an_empty_session_id_is_one_clear_line(
 def test_a_failed_model_call_does_not_end_the_chat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from raf import EchoChatClient, RateLimitError
+    from raf import EchoChatClient
+    from raf.errors import RateLimitError
 
     calls = {"n": 0}
     original = EchoChatClient.stream

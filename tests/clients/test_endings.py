@@ -2,7 +2,7 @@
 
 - An answer the model did not finish (chat completions' ``finish_reason`` ``length`` or
   ``content_filter``; a Responses reply ``incomplete``, or still ``in_progress``) is an
-  :class:`raf.IncompleteResponseError` carrying what was said, plain and streamed.
+  :class:`raf.errors.IncompleteResponseError` carrying what was said, plain and streamed.
 - Once the model's answer is finished (chat's ``finish_reason``, Responses'
   ``response.completed``), the answer is what the model finished with: text that comes
   after it is not added, and a dropped connection or an ``error`` after it is no error.
@@ -23,13 +23,12 @@ from raf import (
     ChatClientError,
     ChatMessage,
     ChatOptions,
-    ChatTimeoutError,
-    IncompleteResponseError,
     OpenAIChatClient,
     OpenAIResponsesClient,
     Update,
     Usage,
 )
+from raf.errors import ChatTimeoutError, IncompleteResponseError
 from tests._harness.openai_server import OpenAIServer, Reply, chunk, completion, text_stream
 from tests._harness.responses_server import Answer, ResponsesServer, events_of, response_body
 

@@ -19,28 +19,30 @@ import raf.otel
 from raf import (
     Agent,
     AgentResponse,
-    AuthenticationError,
-    BadRequestError,
     ChatClientError,
-    ChatConnectionError,
     ChatMessage,
     ChatOptions,
-    ChatProtocolError,
-    ChatTimeoutError,
     ContextProvider,
     ContextResult,
     GeminiChatClient,
     HistoryProvider,
-    IncompleteResponseError,
     InMemorySession,
-    RateLimitError,
     Reasoning,
     RedisSessionStore,
-    ServerError,
     SqliteSessionStore,
     ToolCall,
     Usage,
     tool,
+)
+from raf.errors import (
+    AuthenticationError,
+    BadRequestError,
+    ChatConnectionError,
+    ChatProtocolError,
+    ChatTimeoutError,
+    IncompleteResponseError,
+    RateLimitError,
+    ServerError,
 )
 from tests._harness.cli import run_raf
 from tests._harness.gemini_server import (

@@ -10,18 +10,13 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from raf import (
-    AgentResponse,
+from raf import AgentResponse, ChatMessage, ChatOptions, Reasoning, ToolCall, Update
+from raf.errors import (
     BadRequestError,
     ChatConnectionError,
-    ChatMessage,
-    ChatOptions,
     ChatProtocolError,
     ChatTimeoutError,
     RateLimitError,
-    Reasoning,
-    ToolCall,
-    Update,
 )
 from tests._harness.gemini_server import (
     Answer,

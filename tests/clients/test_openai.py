@@ -24,20 +24,13 @@ from raf import (
     Agent,
     AgentResponse,
     AgentRunOptions,
-    AuthenticationError,
-    BadRequestError,
     ChatClientError,
-    ChatConnectionError,
     ChatMessage,
     ChatOptions,
-    ChatProtocolError,
-    ChatTimeoutError,
     ContextResult,
     OpenAIChatClient,
     OpenAIResponsesClient,
-    RateLimitError,
     RetryMiddleware,
-    ServerError,
     StreamClosedError,
     StreamingChatClient,
     ToolCall,
@@ -47,6 +40,15 @@ from raf import (
 )
 from raf._clients._sdk import RETRY_AFTER_MAX, retry_after_seconds
 from raf._clients.openai import message_to_wire, tool_to_wire
+from raf.errors import (
+    AuthenticationError,
+    BadRequestError,
+    ChatConnectionError,
+    ChatProtocolError,
+    ChatTimeoutError,
+    RateLimitError,
+    ServerError,
+)
 from tests._harness.openai_server import (
     OpenAIServer,
     Reply,

@@ -17,7 +17,6 @@ from raf import (
     Agent,
     AgentResponse,
     AnthropicChatClient,
-    BadRequestError,
     ChatMessage,
     ChatOptions,
     FallbackMiddleware,
@@ -28,6 +27,7 @@ from raf import (
     ToolCall,
     tool,
 )
+from raf.errors import BadRequestError
 from tests._harness.anthropic_server import AnthropicServer, message_body
 from tests._harness.gemini_server import GeminiServer
 from tests._harness.gemini_server import response_body as gemini_body

@@ -23,22 +23,15 @@ from raf import (
     Agent,
     AgentResponse,
     AgentRunOptions,
-    AuthenticationError,
-    BadRequestError,
     ChatClientError,
-    ChatConnectionError,
     ChatMessage,
     ChatOptions,
-    ChatProtocolError,
-    ChatTimeoutError,
     HistoryProvider,
     LoggingMiddleware,
     OpenAIResponsesClient,
-    RateLimitError,
     Reasoning,
     RedisSessionStore,
     RetryMiddleware,
-    ServerError,
     SqliteSessionStore,
     ToolCall,
     Update,
@@ -46,6 +39,15 @@ from raf import (
     tool,
 )
 from raf._clients.responses import input_items, tool_to_wire
+from raf.errors import (
+    AuthenticationError,
+    BadRequestError,
+    ChatConnectionError,
+    ChatProtocolError,
+    ChatTimeoutError,
+    RateLimitError,
+    ServerError,
+)
 from tests._harness.openai_server import HISTORY_EDITS, edit_history
 from tests._harness.redis_server import RedisServer
 from tests._harness.responses_server import Answer, ResponsesServer, events_of, response_body

@@ -9,17 +9,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from raf import (
-    Agent,
-    AgentResponse,
-    BadRequestError,
-    OpenAIChatClient,
-    OpenAIResponsesClient,
-    OutputRefusedError,
-    OutputValidationError,
-    Update,
-    tool,
-)
+from raf import Agent, AgentResponse, OpenAIChatClient, OpenAIResponsesClient, Update, tool
+from raf.errors import BadRequestError, OutputRefusedError, OutputValidationError
 from tests._harness.openai_server import OpenAIServer, Reply, chunk, text_stream
 from tests._harness.responses_server import Answer, ResponsesServer, response_body
 

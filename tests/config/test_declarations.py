@@ -14,31 +14,19 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from raf import (
-    PROVIDER_KINDS,
     Agent,
     AgentError,
     AgentSkillsProvider,
     CompressionProvider,
-    ConfigError,
     ContextProvider,
-    ContextProviderDecl,
-    InMemoryHistoryProvider,
+    HistoryProvider,
     InMemorySession,
     KnowledgeProvider,
     LoggingMiddleware,
-    ProviderOptions,
-    RateLimitError,
     RetryMiddleware,
     ScriptedChatClient,
-    SummaryStrategy,
-    TokenBudgetStrategy,
     ToolCall,
-    TruncationStrategy,
     WorkspaceContextProvider,
-    build_provider,
-    build_providers,
-    load_provider_decls,
-    register_provider_kind,
 )
 from raf._config.declarations import (
     ENTRY_POINT_GROUP,
@@ -52,6 +40,17 @@ from raf._config.file import (
     load_config,
     parse_chat_stack_decls,
 )
+from raf.compression import SummaryStrategy, TokenBudgetStrategy, TruncationStrategy
+from raf.config import (
+    PROVIDER_KINDS,
+    ContextProviderDecl,
+    ProviderOptions,
+    build_provider,
+    build_providers,
+    load_provider_decls,
+    register_provider_kind,
+)
+from raf.errors import ConfigError, RateLimitError
 
 pytestmark = pytest.mark.anyio
 
@@ -145,7 +144,7 @@ def test_load_and_build_from_toml(config_dir: Path, monkeypatch: pytest.MonkeyPa
     assert dict(decls[4].options) == {"root": "docs", "top_k": 2}
     providers = build_providers(decls)
     history, compression, workspace, skills, knowledge, wiki = providers
-    assert isinstance(history, InMemoryHistoryProvider)
+    assert isinstance(history, HistoryProvider)
     assert history.name == "history"
     assert isinstance(compression, CompressionProvider)
     assert isinstance(compression.strategy, TokenBudgetStrategy)
@@ -445,7 +444,7 @@ def test_a_huge_or_deeply_nested_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_workspace_and_skills_take_a_tool_prefix(tmp_path: Path) -> None:
-    from raf import ContextProviderDecl, build_provider
+    from raf.config import ContextProviderDecl, build_provider
 
     (tmp_path / "ws").mkdir()
     (tmp_path / "skills").mkdir()
@@ -467,7 +466,7 @@ def test_workspace_and_skills_take_a_tool_prefix(tmp_path: Path) -> None:
 async def test_a_declared_memory_takes_persist_partial(flag: bool) -> None:
     text = f"[[providers]]\nkind = 'memory'\npersist_partial = {str(flag).lower()}\n"
     (provider,) = build_providers(parse_provider_decls(tomllib.loads(text)))
-    assert isinstance(provider, InMemoryHistoryProvider)
+    assert isinstance(provider, HistoryProvider)
     assert provider.persist_partial is flag
     session = InMemorySession()
     agent = Agent(ScriptedChatClient([["Once ", "upon"]]), stack=[provider])

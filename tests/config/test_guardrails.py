@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from raf import ConfigError, InputGuardrail, OutputGuardrail, ToolGuardrail
+from raf import InputGuardrail, OutputGuardrail, ToolGuardrail
 from raf._cli import main
 from raf._config.file import load_config
+from raf.errors import ConfigError
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -13,10 +13,11 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from raf import PROVIDER_KINDS, ConfigError, ContextProviderDecl, build_provider
 from raf._cli import main
 from raf._config.file import build_chat_middleware
 from raf._config.models import BUILTIN_PROVIDER_OPTIONS, _models, config_schema, schema_text
+from raf.config import PROVIDER_KINDS, ContextProviderDecl, build_provider
+from raf.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "raf" / "config.schema.json"
@@ -208,7 +209,7 @@ def test_import_raf_does_not_import_the_models() -> None:
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
-    # The config's names (raf.build_provider...) load the models on first use, as the
+    # The config's names (raf.config.build_provider...) load the models on first use, as the
     # other lazy names of raf load their modules.
     assert done.stdout == "False False\n"
 

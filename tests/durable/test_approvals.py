@@ -19,15 +19,14 @@ from dbos import DBOS, SetWorkflowID
 from raf import (
     Agent,
     AgentResponse,
-    ApprovalError,
     ChatMessage,
     Decision,
-    DurableError,
     ScriptedChatClient,
     SqliteSessionStore,
     ToolCall,
 )
 from raf.durable import dbos_agent
+from raf.errors import ApprovalError, DurableError
 from tests._harness.durable_approval_kit import WIPE, Run, ended, launched, wipe_agent
 
 

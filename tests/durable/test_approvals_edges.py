@@ -15,20 +15,12 @@ import pytest
 from dbos import DBOS, SetWorkflowID
 
 import raf
-from raf import (
-    Agent,
-    AgentResponse,
-    ApprovalError,
-    Decision,
-    ScriptedChatClient,
-    ServerError,
-    SqliteSessionStore,
-    ToolCall,
-)
+from raf import Agent, AgentResponse, Decision, ScriptedChatClient, SqliteSessionStore, ToolCall
 from raf._agent.approvals import claim_decided
 from raf.durable import dbos_agent
 from raf.durable._agent import answer_of
 from raf.durable._workflow import TOPIC, Delivery
+from raf.errors import ApprovalError, ServerError
 from tests._harness.durable_approval_kit import BOUND, WIPE, Run, launched, wipe_agent
 
 

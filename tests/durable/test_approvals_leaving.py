@@ -15,14 +15,8 @@ import anyio
 import pytest
 from dbos import DBOS, SetWorkflowID
 
-from raf import (
-    AgentResponse,
-    Decision,
-    DurableError,
-    ScriptedChatClient,
-    SqliteSessionStore,
-    Update,
-)
+from raf import AgentResponse, Decision, ScriptedChatClient, SqliteSessionStore, Update
+from raf.errors import DurableError
 from tests._harness.durable_approval_kit import (
     BOUND,
     WIPE,

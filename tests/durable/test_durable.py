@@ -25,16 +25,15 @@ from raf import (
     AgentResponse,
     AgentRunOptions,
     ChatMessage,
-    DurableError,
     InMemorySession,
     ProviderError,
     ScriptedChatClient,
     SqliteSessionStore,
     ToolCall,
-    ToolLoopError,
     Usage,
 )
 from raf.durable import DurableAgent, SessionRef, dbos_agent, idempotency_key
+from raf.errors import DurableError, ToolLoopError
 
 # Declared before DBOS.launch() (the module fixture), as DBOS asks of workflows.
 _QUEUED = dbos_agent(Agent(ScriptedChatClient(["from the queue"])), name="test-durable-queued")
@@ -329,7 +328,8 @@ def test_what_crosses_dbos_pickles() -> None:
 _WITHOUT_DBOS = """
 import anyio
 from dbos import DBOS
-from raf import Agent, DurableError, ScriptedChatClient
+from raf import Agent, ScriptedChatClient
+from raf.errors import DurableError
 from raf.durable import dbos_agent
 
 agent = dbos_agent(Agent(ScriptedChatClient(["x", "x"])), name="not-set-up")

@@ -16,21 +16,18 @@ import raf.otel
 from raf import (
     Agent,
     AgentResponse,
-    BadRequestError,
-    ChatConnectionError,
     ChatMessage,
     ChatOptions,
     ChatRequest,
     FallbackMiddleware,
     LoggingMiddleware,
     OpenAIChatClient,
-    RateLimitError,
     RetryMiddleware,
     ScriptedChatClient,
-    ServerError,
     Update,
     tool,
 )
+from raf.errors import BadRequestError, ChatConnectionError, RateLimitError, ServerError
 from tests._harness.openai_server import OpenAIServer, Reply, chunk, text_stream
 
 pytestmark = pytest.mark.anyio

@@ -23,15 +23,14 @@ from raf import (
     InputGuardrail,
     OutputGuardrail,
     ScriptedChatClient,
-    StageEvent,
     ToolCall,
     ToolGuardrail,
-    TraceObserver,
     Update,
     Verdict,
     pii_redactor,
     tool,
 )
+from raf.observe import StageEvent, TraceObserver
 
 pytestmark = pytest.mark.anyio
 
@@ -380,7 +379,7 @@ async def test_the_trace_shows_what_was_held_and_what_became_of_it() -> None:
 async def test_each_check_is_seen_by_the_observers_guardrail_hook() -> None:
     seen: list[tuple[str, str, str]] = []
 
-    class Watch(raf.Observer):
+    class Watch(raf.observe.Observer):
         async def guardrail(self, check: raf.GuardrailCheck, call_next: Any) -> Verdict:
             verdict: Verdict = await call_next()
             seen.append((check.context.where, check.text, verdict.action))
@@ -481,10 +480,10 @@ class Down:
     """A model that is down: each call fails with a retryable server error."""
 
     async def complete(self, messages: Any, options: ChatOptions) -> AgentResponse:
-        raise raf.ServerError("down", status_code=503)
+        raise raf.errors.ServerError("down", status_code=503)
 
     async def stream(self, messages: Any, options: ChatOptions) -> AsyncIterator[Update]:
-        raise raf.ServerError("down", status_code=503)
+        raise raf.errors.ServerError("down", status_code=503)
         yield  # pragma: no cover
 
 

@@ -22,11 +22,11 @@ from raf import (
     InMemorySession,
     LoggingMiddleware,
     OpenAIChatClient,
-    RateLimitError,
     ScriptedChatClient,
     ToolCall,
     tool,
 )
+from raf.errors import RateLimitError
 from tests._harness.openai_server import OpenAIServer, Reply, text_stream
 
 pytestmark = pytest.mark.anyio

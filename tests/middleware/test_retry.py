@@ -13,20 +13,17 @@ from structlog.testing import capture_logs
 from raf import (
     Agent,
     AgentResponse,
-    BadRequestError,
-    ChatConnectionError,
     ChatMessage,
     ChatOptions,
     ContextProvider,
     ContextResult,
-    RateLimitError,
     RetryMiddleware,
     ScriptedChatClient,
-    ServerError,
     ToolCall,
     Update,
     tool,
 )
+from raf.errors import BadRequestError, ChatConnectionError, RateLimitError, ServerError
 
 pytestmark = pytest.mark.anyio
 

@@ -1,5 +1,6 @@
-"""raf.ContextLedger: each model call's prompt by layer and region, the prefix it shares with
-the session's previous call, the layer that broke it, and the cached tokens reported."""
+"""raf.observe.ContextLedger: each model call's prompt by layer and region, the prefix it
+shares with the session's previous call, the layer that broke it, and the cached tokens
+reported."""
 
 from __future__ import annotations
 
@@ -10,18 +11,17 @@ import pytest
 from raf import (
     Agent,
     ChatMessage,
-    ContextLedger,
     ContextProvider,
     ContextResult,
     HistoryProvider,
     InMemorySession,
-    LedgerPart,
     OpenAIChatClient,
     ScriptedChatClient,
     ToolCall,
     tool,
 )
 from raf._values.tokens import approximate_prompt_tokens
+from raf.observe import ContextLedger, LedgerPart
 from tests._harness.openai_server import OpenAIServer, completion
 
 pytestmark = pytest.mark.anyio

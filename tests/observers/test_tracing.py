@@ -12,12 +12,11 @@ from raf import (
     ContextResult,
     ProviderError,
     ScriptedChatClient,
-    StageEvent,
     ToolCall,
-    TraceObserver,
     parallel,
     tool,
 )
+from raf.observe import StageEvent, TraceObserver
 
 pytestmark = pytest.mark.anyio
 

@@ -17,11 +17,10 @@ from raf import (
     ChatOptions,
     ContextProvider,
     ContextResult,
-    Observer,
     ProviderError,
-    ProviderStage,
     ScriptedChatClient,
 )
+from raf.observe import Observer, ProviderStage
 from raf.testing.journal import (
     ModelFailure,
     ModelFatal,

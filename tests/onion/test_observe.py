@@ -20,19 +20,16 @@ from raf import (
     ContextProvider,
     ContextResult,
     Invocation,
-    Observer,
     ProviderError,
-    ProviderStage,
-    RateLimitError,
     RetryMiddleware,
     ScriptedChatClient,
-    StageEvent,
     ToolCall,
     ToolRequest,
-    TraceObserver,
     parallel,
     tool,
 )
+from raf.errors import RateLimitError
+from raf.observe import Observer, ProviderStage, StageEvent, TraceObserver
 
 pytestmark = pytest.mark.anyio
 

@@ -3,6 +3,7 @@ API reference generated from the docstrings and its diagrams in place."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -33,6 +34,9 @@ def test_the_site_builds_strictly_with_its_reference_and_diagrams(tmp_path: Path
     # module's path), with its docstring.
     for name in raf.__all__:
         assert f'id="raf.{name}"' in reference or f'.{name}"' in reference, name
+    for module in ("raf.compression", "raf.config", "raf.errors", "raf.observe"):
+        for name in importlib.import_module(module).__all__:
+            assert f'id="{module}.{name}"' in reference or f'id="raf.{name}"' in reference, name
     assert "An observer that draws each run as a Mermaid sequence diagram" in reference
     assert ":class:" not in reference  # the docstrings' roles became code (and links)
     # The pictures: Mermaid blocks the theme draws.

@@ -13,21 +13,23 @@ from raf import (
     Agent,
     ChatClientError,
     ChatMessage,
-    CompressionError,
     CompressionProvider,
-    InMemoryHistoryProvider,
+    HistoryProvider,
     InMemorySession,
     ProviderError,
     ScriptedChatClient,
+    ToolCall,
+    tool,
+)
+from raf.compression import (
     SummaryStrategy,
     TokenBudgetStrategy,
-    ToolCall,
     TruncationStrategy,
     approximate_tokens,
     check_tool_pairing,
     message_units,
-    tool,
 )
+from raf.errors import CompressionError
 
 pytestmark = pytest.mark.anyio
 
@@ -206,7 +208,7 @@ async def test_compression_with_history_sends_the_newest_and_stores_everything()
     agent = Agent(
         client,
         tools=[lookup],
-        stack=[InMemoryHistoryProvider(), CompressionProvider(TruncationStrategy(3))],
+        stack=[HistoryProvider(), CompressionProvider(TruncationStrategy(3))],
     )
     session = InMemorySession()
     await agent.run("q1", session=session)
@@ -227,7 +229,7 @@ async def test_tool_group_kept_whole_in_a_run() -> None:
     agent = Agent(
         client,
         tools=[lookup],
-        stack=[InMemoryHistoryProvider(inject=False), CompressionProvider(TruncationStrategy(3))],
+        stack=[HistoryProvider(inject=False), CompressionProvider(TruncationStrategy(3))],
     )
     session = InMemorySession()
     await agent.run("q1", session=session)
@@ -242,7 +244,7 @@ async def test_summary_runs_the_model_once_and_extends_its_summary() -> None:
     agent = Agent(
         main,
         stack=[
-            InMemoryHistoryProvider(inject=False),
+            HistoryProvider(inject=False),
             CompressionProvider(SummaryStrategy(summaries, keep_last=2)),
         ],
     )
@@ -281,7 +283,7 @@ async def test_summary_failure_can_fail_the_run_before_the_model_and_store_nothi
     agent = Agent(
         main,
         stack=[
-            InMemoryHistoryProvider(inject=False),
+            HistoryProvider(inject=False),
             CompressionProvider(SummaryStrategy(summaries, keep_last=1, on_failure="raise")),
         ],
     )

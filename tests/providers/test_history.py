@@ -1,4 +1,4 @@
-"""InMemoryHistoryProvider through real Agent runs."""
+"""HistoryProvider through real Agent runs."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from raf import (
     Agent,
     ChatClientError,
     ChatMessage,
-    InMemoryHistoryProvider,
+    HistoryProvider,
     InMemorySession,
     ProviderError,
     ScriptedChatClient,
     ToolCall,
-    check_tool_pairing,
     tool,
 )
+from raf.compression import check_tool_pairing
 
 pytestmark = pytest.mark.anyio
 
@@ -47,7 +47,7 @@ class CountingSession(InMemorySession):
 
 async def test_second_run_sees_the_first_turn() -> None:
     client = ScriptedChatClient(["Hello Ada.", "Your name is Ada."])
-    agent = Agent(client, stack=[InMemoryHistoryProvider()])
+    agent = Agent(client, stack=[HistoryProvider()])
     session = InMemorySession()
     await agent.run("I am Ada.", session=session)
     response = await agent.run("What is my name?", session=session)
@@ -63,7 +63,7 @@ async def test_second_run_sees_the_first_turn() -> None:
 async def test_tool_calls_and_results_are_persisted_in_one_call() -> None:
     call = ToolCall("c1", "add", '{"a": 2, "b": 3}')
     client = ScriptedChatClient([ScriptedChatClient.tool_turn(call), "5"])
-    agent = Agent(client, tools=[add], stack=[InMemoryHistoryProvider()])
+    agent = Agent(client, tools=[add], stack=[HistoryProvider()])
     session = CountingSession()
     await agent.run("2+3?", session=session)
     assert len(session.calls) == 1
@@ -76,7 +76,7 @@ async def test_tool_calls_and_results_are_persisted_in_one_call() -> None:
 
 async def test_failed_run_persists_nothing() -> None:
     client = ScriptedChatClient([ChatClientError("model down")])
-    agent = Agent(client, stack=[InMemoryHistoryProvider()])
+    agent = Agent(client, stack=[HistoryProvider()])
     session = CountingSession()
     with pytest.raises(ChatClientError):
         await agent.run("hi", session=session)
@@ -89,7 +89,7 @@ async def test_inner_provider_failure_persists_nothing() -> None:
         async def on_invoking(self, *args: object) -> object:
             raise RuntimeError("boom")
 
-    agent = Agent(ScriptedChatClient(["never"]), stack=[InMemoryHistoryProvider(), Broken()])
+    agent = Agent(ScriptedChatClient(["never"]), stack=[HistoryProvider(), Broken()])
     session = CountingSession()
     with pytest.raises(ProviderError):
         await agent.run("hi", session=session)
@@ -104,7 +104,7 @@ async def test_cancelled_run_persists_nothing() -> None:
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
-    agent = Agent(ScriptedChatClient([hang]), stack=[InMemoryHistoryProvider()])
+    agent = Agent(ScriptedChatClient([hang]), stack=[HistoryProvider()])
     session = CountingSession()
     async with anyio.create_task_group() as group:
         group.start_soon(lambda: agent.run("hi", session=session))
@@ -117,13 +117,13 @@ async def test_history_snapshot_is_passed_through_without_copying() -> None:
     session = InMemorySession()
     await session.add_messages([ChatMessage.user(f"m{i}") for i in range(1000)])
     snapshot = await session.get_messages()
-    result = await InMemoryHistoryProvider().on_invoking(None, session, (), None)  # type: ignore[arg-type]
+    result = await HistoryProvider().on_invoking(None, session, (), None)  # type: ignore[arg-type]
     assert result.messages is snapshot
     assert type(result.messages) is tuple
 
 
 async def test_empty_session_injects_nothing_and_inject_false_keeps_persisting() -> None:
-    provider = InMemoryHistoryProvider(inject=False, name="history")
+    provider = HistoryProvider(inject=False, name="history")
     assert provider.name == "history"
     assert provider.kind == "memory"
     client = ScriptedChatClient(["one", "two"])
@@ -151,7 +151,7 @@ async def leave_after(agent: Agent, session: InMemorySession, count: int) -> Non
 async def test_an_early_close_persists_nothing_by_default() -> None:
     session = CountingSession()
     agent = Agent(
-        ScriptedChatClient([["Once ", "upon ", "a time"]]), stack=[InMemoryHistoryProvider()]
+        ScriptedChatClient([["Once ", "upon ", "a time"]]), stack=[HistoryProvider()]
     )
     await leave_after(agent, session, 2)
     assert session.calls == []
@@ -161,7 +161,7 @@ async def test_persist_partial_stores_the_request_and_what_the_consumer_saw() ->
     session = CountingSession()
     agent = Agent(
         ScriptedChatClient([["Once ", "upon ", "a time"], "next"]),
-        stack=[InMemoryHistoryProvider(persist_partial=True)],
+        stack=[HistoryProvider(persist_partial=True)],
     )
     await leave_after(agent, session, 2)
     assert session.calls == [(ChatMessage.user("tell me"), ChatMessage.assistant("Once upon "))]
@@ -184,7 +184,7 @@ async def test_persist_partial_answers_tool_calls_left_without_a_result_as_inter
     agent = Agent(
         ScriptedChatClient([ScriptedChatClient.tool_turn(first, second, text="Adding.")]),
         tools=[add],
-        stack=[InMemoryHistoryProvider(persist_partial=True)],
+        stack=[HistoryProvider(persist_partial=True)],
     )
     # text, call a, call b, result a: the consumer leaves before the result of b.
     await leave_after(agent, session, 4)
@@ -205,7 +205,7 @@ async def test_persist_partial_answers_a_turn_of_unanswered_calls_as_interrupted
     agent = Agent(
         ScriptedChatClient([ScriptedChatClient.tool_turn(call)]),
         tools=[add],
-        stack=[InMemoryHistoryProvider(persist_partial=True)],
+        stack=[HistoryProvider(persist_partial=True)],
     )
     await leave_after(agent, session, 1)
     assert session.calls == [

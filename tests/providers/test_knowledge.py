@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from raf import (
     Agent,
     ChatMessage,
-    ConfigError,
     FolderRetriever,
     InMemorySession,
     KnowledgeProvider,
@@ -28,6 +27,7 @@ from raf import (
 )
 from raf._providers import knowledge
 from raf._providers.knowledge import BM25Index, split_passages, tokenize
+from raf.errors import ConfigError
 
 pytestmark = pytest.mark.anyio
 

@@ -25,17 +25,9 @@ import raf._providers.mcp
 if importlib.util.find_spec("mcp") is None:  # found, not imported: collection stays cheap
     pytest.skip("could not find mcp", allow_module_level=True)
 
-from raf import (
-    Agent,
-    ConfigError,
-    ContextProviderDecl,
-    McpError,
-    McpToolsProvider,
-    ProviderError,
-    ScriptedChatClient,
-    ToolCall,
-    build_provider,
-)
+from raf import Agent, McpToolsProvider, ProviderError, ScriptedChatClient, ToolCall
+from raf.config import ContextProviderDecl, build_provider
+from raf.errors import ConfigError, McpError
 
 pytestmark = pytest.mark.anyio
 

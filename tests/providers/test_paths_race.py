@@ -20,7 +20,8 @@ from typing import Any
 import anyio
 import pytest
 
-from raf import AgentSkillsProvider, PathError, WorkspaceContextProvider
+from raf import AgentSkillsProvider, WorkspaceContextProvider
+from raf.errors import PathError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # each race runs for RACE_SECONDS
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from raf import Agent, AgentSkillsProvider, ConfigError, ScriptedChatClient, ToolCall
+from raf import Agent, AgentSkillsProvider, ScriptedChatClient, ToolCall
+from raf.errors import ConfigError
 from tests._harness.scripting import call_tools
 
 pytestmark = pytest.mark.anyio

@@ -19,6 +19,8 @@ from raf import (
     ScriptedChatClient,
     SqliteSessionStore,
     ToolCall,
+)
+from raf.compression import (
     TruncationStrategy,
     approximate_tokens,
     check_tool_pairing,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from raf import Agent, ConfigError, ScriptedChatClient, ToolCall, WorkspaceContextProvider
+from raf import Agent, ScriptedChatClient, ToolCall, WorkspaceContextProvider
+from raf.errors import ConfigError
 from tests._harness.scripting import call_tools
 
 pytestmark = pytest.mark.anyio

@@ -31,7 +31,8 @@ from a2a.types import (
 from a2a.utils.errors import TaskNotFoundError
 
 import raf.serve
-from raf import Agent, ConfigError, EchoChatClient
+from raf import Agent, EchoChatClient
+from raf.errors import ConfigError
 from tests._harness.serve_agent import WordModel, make_agent
 from tests._harness.tls import TLS
 from tests._harness.uvicorn_server import ServedAgent

@@ -198,9 +198,9 @@ async def test_healthz_is_a_503_when_the_store_does_not_answer(anyio_backend: st
 def test_app_rejects_what_is_not_an_agent_and_bad_limits() -> None:
     with pytest.raises(TypeError, match=r"raf\.Agent"):
         raf.serve.app("agent")  # type: ignore[arg-type]
-    with pytest.raises(raf.ConfigError, match="max_body"):
+    with pytest.raises(raf.errors.ConfigError, match="max_body"):
         raf.serve.app(make_agent(), max_body=0)
-    with pytest.raises(raf.ConfigError, match="api_keys"):
+    with pytest.raises(raf.errors.ConfigError, match="api_keys"):
         raf.serve.app(make_agent(), api_keys="one-key")
 
 

@@ -534,7 +534,7 @@ async def test_a_stateless_chat_completion_is_a_durable_run_with_no_session(
 
 
 def test_a_durable_agent_needs_a_store_that_outlives_the_process() -> None:
-    with pytest.raises(raf.ConfigError, match="durable agent needs a session store"):
+    with pytest.raises(raf.errors.ConfigError, match="durable agent needs a session store"):
         raf.serve.app(durable([]))
 
 

@@ -143,7 +143,7 @@ async def test_the_library_duplicate_check_is_linear_and_bounded(anyio_backend: 
     ]
     session = InMemorySession("s")
     agent = raf.Agent(WordModel(), name=MODEL, stack=[HistoryProvider()])
-    with pytest.raises(raf.ApprovalError, match="two decisions for one call") as caught:
+    with pytest.raises(raf.errors.ApprovalError, match="two decisions for one call") as caught:
         await agent.run(decisions, session=session)
     assert len(caught.value.tokens) == 11
     assert len(str(caught.value)) < 500

@@ -13,7 +13,8 @@ import anyio
 import pytest
 
 import raf.serve
-from raf import Agent, ConfigError, EchoChatClient
+from raf import Agent, EchoChatClient
+from raf.errors import ConfigError
 from tests._harness.serve_agent import make_agent
 from tests.serve.test_asgi import Exchange
 

@@ -27,14 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import raf
-from raf import (
-    REQUEST_HASH_LIMIT,
-    ChatMessage,
-    PostgresSessionStore,
-    Session,
-    SessionStoreError,
-    request_hash,
-)
+from raf import REQUEST_HASH_LIMIT, ChatMessage, PostgresSessionStore, Session, request_hash
+from raf.errors import SessionStoreError
 from raf.testing import check_session_store
 from raf.testing.conformance import (
     CHECKS,
@@ -616,7 +610,7 @@ async def test_processes_that_start_at_once_create_the_tables_once(database: str
 async def test_four_processes_serve_one_conversation(
     postgres_server: PostgresServer, prefix: str, anyio_backend: str, tmp_path: Path
 ) -> None:
-    """4 OS processes, each an Agent with InMemoryHistoryProvider, run 60 turns of one session."""
+    """4 OS processes, each an Agent with HistoryProvider, run 60 turns of one session."""
     workers, turns = 4, 60
     failures: list[str] = []
     url = postgres_server.url()

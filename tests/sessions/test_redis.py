@@ -34,9 +34,9 @@ from raf import (
     RedisSessionStore,
     RequestHash,
     Session,
-    SessionStoreError,
     request_hash,
 )
+from raf.errors import SessionStoreError
 from raf.testing.conformance import (
     CHECKS,
     Check,
@@ -613,7 +613,7 @@ def test_raf_run_with_redis_down_is_one_clear_line(capsys: pytest.CaptureFixture
 async def test_four_processes_serve_one_conversation(
     redis_server: RedisServer, prefix: str, anyio_backend: str
 ) -> None:
-    """4 OS processes, each an Agent with InMemoryHistoryProvider, run 50 turns of one session."""
+    """4 OS processes, each an Agent with HistoryProvider, run 50 turns of one session."""
     workers, turns = 4, 50
     session_id = "shared"
     failures: list[str] = []

@@ -10,14 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from raf import (
-    REQUEST_HASH_LIMIT,
-    ChatMessage,
-    RequestHash,
-    SessionStoreError,
-    SqliteSessionStore,
-    request_hash,
-)
+from raf import REQUEST_HASH_LIMIT, ChatMessage, RequestHash, SqliteSessionStore, request_hash
+from raf.errors import SessionStoreError
 
 pytestmark = pytest.mark.anyio
 

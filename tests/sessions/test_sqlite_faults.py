@@ -26,11 +26,11 @@ from raf import (
     AgentResponse,
     ChatMessage,
     ContextProvider,
-    InMemoryHistoryProvider,
+    HistoryProvider,
     ScriptedChatClient,
-    SessionStoreError,
     SqliteSessionStore,
 )
+from raf.errors import SessionStoreError
 
 pytestmark = pytest.mark.anyio
 
@@ -214,7 +214,7 @@ async def test_a_cancelled_run_on_a_locked_store_returns_within_post_timeout(
             await session.add_messages([ChatMessage.user("before")])
             agent = Agent(
                 ScriptedChatClient(["answer"]),
-                stack=[NotesInterruptions(), InMemoryHistoryProvider()],
+                stack=[NotesInterruptions(), HistoryProvider()],
                 chat_stack=[locker],
                 post_timeout=2,
             )
@@ -382,7 +382,8 @@ READ_ONLY_PROBE = textwrap.dedent(
     """
     import json, sys
     import anyio
-    from raf import ChatMessage, SessionStoreError, SqliteSessionStore
+    from raf import ChatMessage, SqliteSessionStore
+    from raf.errors import SessionStoreError
 
     async def main(path):
         out = {}

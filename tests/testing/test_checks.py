@@ -22,16 +22,14 @@ from raf import (
     ContextProvider,
     ContextResult,
     EchoChatClient,
-    InMemoryHistoryProvider,
+    HistoryProvider,
     KnowledgeProvider,
     Session,
     StreamClosedError,
-    SummaryStrategy,
-    TokenBudgetStrategy,
-    TruncationStrategy,
     WorkspaceContextProvider,
     parallel,
 )
+from raf.compression import SummaryStrategy, TokenBudgetStrategy, TruncationStrategy
 from raf.testing import RULES, check_provider
 
 Messages = Sequence[ChatMessage]
@@ -71,9 +69,9 @@ def knowledge_root(tmp_path: Path) -> Path:
 
 
 BUILTINS: dict[str, Callable[[Path], Callable[[], Any]]] = {
-    "history": lambda tmp: InMemoryHistoryProvider,
-    "history-no-inject": lambda tmp: lambda: InMemoryHistoryProvider(inject=False),
-    "history-persist-partial": lambda tmp: lambda: InMemoryHistoryProvider(persist_partial=True),
+    "history": lambda tmp: HistoryProvider,
+    "history-no-inject": lambda tmp: lambda: HistoryProvider(inject=False),
+    "history-persist-partial": lambda tmp: lambda: HistoryProvider(persist_partial=True),
     "compression-truncation": lambda tmp: lambda: CompressionProvider(TruncationStrategy(2)),
     "compression-token-budget": lambda tmp: lambda: CompressionProvider(TokenBudgetStrategy(30)),
     "compression-summary": lambda tmp: (
@@ -477,11 +475,11 @@ def test_a_stage_that_never_returns_fails_the_check_instead_of_hanging() -> None
 
 def test_what_is_not_a_factory_of_providers_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="factory must be callable"):
-        check_provider(InMemoryHistoryProvider())  # type: ignore[arg-type]
+        check_provider(HistoryProvider())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="must return a context provider"):
         check_provider(lambda: "history")
     with pytest.raises(TypeError, match="parallel group"):
-        check_provider(lambda: parallel(InMemoryHistoryProvider()))
+        check_provider(lambda: parallel(HistoryProvider()))
 
 
 def test_a_named_provider_is_named_with_its_class() -> None:

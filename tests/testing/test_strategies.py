@@ -19,9 +19,9 @@ from raf import (
     ScriptedChatClient,
     ToolCall,
     Update,
-    check_tool_pairing,
     merge,
 )
+from raf.compression import check_tool_pairing
 from raf.testing.journal import RecordingStack
 from raf.testing.strategies import (
     chat_messages,

@@ -7,15 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raf import (
-    AgentRunOptions,
-    ChatMessage,
-    ContextResult,
-    ContextResultError,
-    InMemorySession,
-    Invocation,
-    merge,
-)
+from raf import AgentRunOptions, ChatMessage, ContextResult, InMemorySession, Invocation, merge
+from raf.errors import ContextResultError
 from raf.testing.journal import merge_model
 from raf.testing.strategies import chat_messages, context_results, make_tool
 
