@@ -105,18 +105,8 @@ def instrument(
         server_of(client),
         ledger,
     )
-    return Agent(
-        client,
-        name=agent.name,
-        instructions=agent.instructions,
-        tools=agent.tools,
-        stack=agent.stack,
-        chat_stack=agent.chat_stack,
-        tool_stack=agent.tool_stack,
-        post_timeout=agent.post_timeout,
-        # Outermost: the other observers' work nests under raf's spans.
-        observers=[observer, *agent.observers],
-    )
+    # Outermost: the other observers' work nests under raf's spans.
+    return agent.replace(observers=[observer, *agent.observers])
 
 
 def gen_ai_provider_name(client: object) -> str:
