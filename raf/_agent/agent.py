@@ -49,7 +49,7 @@ class Agent:
     refuse, time out, retry, log). ``observers`` watch every run: their
     hooks wrap the run, each provider stage, model call and tool call (see
     :class:`raf.Observer`). The three onions are built here, once, so an
-    agent is read-only: build another one to change it.
+    agent is read-only: :meth:`replace` makes a changed copy.
 
     A session keeps whatever a history provider gives it, and nothing on
     its own: ``history=True`` puts a :class:`raf.HistoryProvider` outermost
