@@ -19,7 +19,7 @@ from raf._clients.openai import OpenAIChatClient
 from raf._clients.responses import OpenAIResponsesClient
 from raf._values.client import ChatClient
 
-__all__ = ["CLIENTS", "ClientKind", "client_kind"]
+__all__: list[str] = []
 
 
 @attrs.frozen
