@@ -14,6 +14,7 @@ from importlib.resources import files
 from typing import Any, TextIO
 
 import anyio
+import attrs
 import structlog
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
@@ -67,13 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "chat":
             return _chat_command(args)
         if args.command == "serve":
-            return _serve()(
-                args.config, host=args.host, port=args.port, db=args.db, workers=args.workers,
-                api_keys=args.api_key, grace=args.grace, api_key_files=args.api_key_file,
-                allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin,
-                mcp=args.mcp, a2a=args.a2a,
-                body_timeout=args.body_timeout, write_timeout=args.write_timeout,
-            )  # fmt: skip
+            return _serve(args)
         return anyio.run(_run_command, args)
     except (AgentError, OSError) as exc:
         _say(f"raf: {exc}")
@@ -85,15 +80,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             structlog.reset_defaults()
 
 
-def _serve() -> Callable[..., int]:
-    """``raf.serve``'s command, imported here: Starlette and uvicorn are an optional extra."""
-    try:
+def _serve(args: argparse.Namespace) -> int:
+    """``raf serve``: its options as one :class:`raf.serve.ServeOptions`, served."""
+    try:  # here: Starlette and uvicorn are an optional extra
+        from raf.serve._options import ServeOptions
         from raf.serve._server import serve
     except ImportError as exc:
         raise ConfigError(
             f"raf serve needs the serve extra: pip install 'raf-agents[serve]' ({exc})"
         ) from None
-    return serve
+    given = vars(args)  # the options given (the others are not there: their defaults hold)
+    options = {
+        field.name: given[field.name] for field in attrs.fields(ServeOptions) if field.name in given
+    }
+    return serve(
+        args.config,
+        ServeOptions(**options),
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        grace=args.grace,
+        api_key_files=args.api_key_file,
+    )
 
 
 def _exit_status(error: BaseException) -> int:

@@ -120,6 +120,8 @@ _TRACES = (
 
 
 def _serve_parser(commands: Any) -> None:
+    # The options of raf.serve.ServeOptions have its names (dest) and its defaults: an
+    # option left out is not in the namespace (SUPPRESS), so ServeOptions' default holds.
     serve = commands.add_parser(
         "serve",
         help="serve the agent over HTTP: OpenAI chat completions, AG-UI, a chat page "
@@ -130,29 +132,53 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument("--port", type=int, default=8000, help="the port to listen on")
     serve.add_argument(
         "--db",
-        default=None,
+        dest="store",
+        default=argparse.SUPPRESS,
         help="the session store: a SQLite file, redis://HOST:PORT/N or postgresql://... "
         "(default: in memory)",
     )
     serve.add_argument("--workers", type=int, default=1, help="worker processes (need --db)")
-    for flag, text in (
-        ("--api-key", "a key callers must send (repeatable; seen in the process list)"),
-        ("--api-key-file", "a file of keys, one a line (also RAF_API_KEYS=KEY1,KEY2)"),
-        ("--allowed-host", "a Host served besides localhost and --host (without keys)"),
-        ("--allowed-origin", "a browser Origin allowed besides the server's (without keys)"),
+    serve.add_argument(
+        "--api-key-file",
+        action="append",
+        default=[],
+        help="a file of keys, one a line (also RAF_API_KEYS=KEY1,KEY2)",
+    )
+    for flag, dest, text in (
+        (
+            "--api-key",
+            "api_keys",
+            "a key callers must send (repeatable; seen in the process list)",
+        ),
+        (
+            "--allowed-host",
+            "allowed_hosts",
+            "a Host served besides localhost and --host (without keys)",
+        ),
+        (
+            "--allowed-origin",
+            "allowed_origins",
+            "a browser Origin allowed besides the server's (without keys)",
+        ),
     ):
-        serve.add_argument(flag, action="append", default=[], help=text)
+        serve.add_argument(flag, dest=dest, action="append", default=argparse.SUPPRESS, help=text)
     serve.add_argument(
         "--grace", type=int, default=10, help="seconds SIGTERM leaves in-flight streams"
     )
     serve.add_argument(
-        "--mcp", action="store_true", help="also serve /mcp: the agent as an MCP server"
+        "--mcp",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="also serve /mcp: the agent as an MCP server",
     )
     serve.add_argument(
-        "--a2a", action="store_true", help="also serve the agent over A2A (extra raf-agents[a2a])"
+        "--a2a",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="also serve the agent over A2A (extra raf-agents[a2a])",
     )
     for flag, text in (
         ("--body-timeout", "seconds a request's body may take to come in (then a 408)"),
         ("--write-timeout", "seconds a client may leave a send untaken (then it is gone)"),
     ):
-        serve.add_argument(flag, type=float, default=30.0, help=text)
+        serve.add_argument(flag, type=float, default=argparse.SUPPRESS, help=text)

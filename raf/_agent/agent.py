@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from itertools import chain
@@ -47,7 +49,7 @@ class Agent:
     refuse, time out, retry, log). ``observers`` watch every run: their
     hooks wrap the run, each provider stage, model call and tool call (see
     :class:`raf.Observer`). The three onions are built here, once, so an
-    agent is read-only: build another one to change it.
+    agent is read-only: :meth:`replace` makes a changed copy.
 
     A session keeps whatever a history provider gives it, and nothing on
     its own: ``history=True`` puts a :class:`raf.HistoryProvider` outermost
@@ -79,6 +81,7 @@ class Agent:
     post_timeout: float
     #: The observers that watch every run (see :class:`raf.Observer`), outermost first.
     observers: tuple[Any, ...]
+    _history: Any  # the provider that history=True put outermost, or None
     _default_model: str | None  # the client's own model: what a run that names none uses
     _tool_index: Mapping[str, Tool]
     _keeps_history: bool
@@ -100,6 +103,73 @@ class Agent:
         history: bool = False,
         observers: Iterable[Any] = (),
     ) -> None:
+        self._build(
+            chat_client,
+            name=name,
+            instructions=instructions,
+            tools=tools,
+            stack=stack,
+            chat_stack=chat_stack,
+            tool_stack=tool_stack,
+            post_timeout=post_timeout,
+            history=history,
+            observers=observers,
+        )
+
+    def replace(self, **changes: Any) -> Agent:
+        """A copy of the agent with the constructor arguments ``changes`` changed.
+
+        Every other argument of :class:`Agent` is carried over as this agent
+        was made with it (the list is the constructor's own, so none is ever
+        left behind); an argument the constructor does not take is a
+        ``TypeError`` naming it. An agent made with ``history=True`` keeps its
+        history provider, outermost, whatever else changes, unless
+        ``history=False`` is among the changes; ``stack=`` is then the stack
+        behind it, as in the constructor.
+
+        >>> from raf import EchoChatClient
+        >>> agent = Agent(EchoChatClient(), name="a", instructions="Be brief.")
+        >>> copy = agent.replace(name="b")
+        >>> (copy.name, copy.instructions)
+        ('b', 'Be brief.')
+        """
+        unknown = [name for name in changes if name not in _arguments()]
+        if unknown:
+            raise TypeError(
+                f"Agent.replace() got argument(s) the constructor does not take: "
+                f"{', '.join(map(repr, unknown))} (it takes {', '.join(_arguments())})"
+            )
+        arguments = {name: self._argument(name) for name in _arguments()}
+        arguments.update(changes)
+        copy = object.__new__(Agent)
+        # The history provider this agent added is the copy's too: the same one, not a second.
+        copy._build(**arguments, kept_history=self._history)
+        return copy
+
+    def _argument(self, name: str) -> Any:
+        """The constructor argument ``name`` as this agent was made with it."""
+        if name == "history":
+            return self._history is not None
+        if name == "stack" and self._history is not None:
+            return self.stack[1:]  # behind the provider that history=True put outermost
+        return getattr(self, name)
+
+    def _build(
+        self,
+        chat_client: ChatClient,
+        *,
+        name: str | None,
+        instructions: str | None,
+        tools: Iterable[Tool],
+        stack: Sequence[Any],
+        chat_stack: Sequence[Any],
+        tool_stack: Sequence[Any],
+        post_timeout: float,
+        history: bool,
+        observers: Iterable[Any],
+        kept_history: Any = None,
+    ) -> None:
+        # kept_history: the provider history=True added to the agent replace() copies.
         if not callable(getattr(chat_client, "complete", None)):
             raise TypeError(f"chat_client must have an async complete() method: {chat_client!r}")
         if instructions is not None and not isinstance(instructions, str):
@@ -112,6 +182,8 @@ class Agent:
             raise TypeError(f"stack must be a list of providers and middleware, got {stack!r}")
         checked = checked_tools(tools)
         run_stack = with_history(stack) if history else tuple(stack)
+        if history and kept_history is not None:
+            run_stack = (kept_history, *run_stack[1:])
         keeps = keeps_history(run_stack)
         for tool in () if keeps else checked:
             if wants_approval(tool):
@@ -141,6 +213,7 @@ class Agent:
             tool_calls,
             post_timeout,
             watching,
+            run_stack[0] if history else None,
             default_model if isinstance(default_model, str) else None,
             index_tools(checked, (), source="the agent"),
             keeps,
@@ -405,3 +478,9 @@ class Agent:
             f"<Agent name={self.name!r} client={type(self.chat_client).__name__} "
             f"stack={len(self.stack)} chat_stack={len(self.chat_stack)}>"
         )
+
+
+@functools.cache
+def _arguments() -> tuple[str, ...]:
+    """The names of :class:`Agent`'s constructor arguments: what :meth:`Agent.replace` carries."""
+    return tuple(inspect.signature(Agent.__init__).parameters)[1:]

@@ -9,11 +9,10 @@ tool (hand-made, MCP) is checked against its own ``parameters`` with
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import json
-import threading
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, overload
 
@@ -53,10 +52,17 @@ class FunctionTool:
     _signature: Signature | None = attrs.field(
         default=None, kw_only=True, repr=False, eq=False, alias="_signature"
     )
+    #: The jsonschema validator of ``parameters``, built with the tool (``None`` for a
+    #: ``@tool`` function, which pydantic checks).
+    schema_validator: Validator | None = attrs.field(init=False, default=None, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         if self._signature is None:
-            _validator(self)  # refuse a malformed schema now, not at the first call
+            # A malformed schema is refused now, not at the first call. attrs' way to set a
+            # field of a frozen class in its own __attrs_post_init__:
+            object.__setattr__(
+                self, "schema_validator", build_validator(self.name, self.parameters)
+            )
 
     async def invoke(self, arguments: Mapping[str, Any]) -> Any:
         """Check ``arguments``, then call the function with them as keyword arguments.
@@ -189,7 +195,7 @@ def check_tool_schema(name: str, schema: object) -> None:
     ...     print(exc)
     tool 'search' has an invalid parameters schema: at properties: [] is not of type 'object'
     """
-    _build_validator(name, schema)
+    build_validator(name, schema)
 
 
 def check_tool_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
@@ -197,8 +203,8 @@ def check_tool_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
 
     Raises :class:`~raf.ToolArgumentsError` naming each misfit with its
     path, or :class:`~raf.ToolSchemaError` when the schema itself is not
-    valid. The validator is built once per tool (and per ``parameters``
-    object) and kept. This checks, it does not coerce: a ``@tool`` function
+    valid. The validator is built once per schema and kept (a
+    :class:`FunctionTool` holds its own). This checks, it does not coerce: a ``@tool`` function
     gets coercion from its own signature instead.
     """
     import referencing.exceptions
@@ -226,14 +232,6 @@ def _path_order(location: Iterable[Any]) -> tuple[tuple[int, int, str], ...]:
     return tuple((0, part, "") if isinstance(part, int) else (1, 0, str(part)) for part in location)
 
 
-_CACHE_SIZE = 1024
-#: id(tool) -> (the tool or a weak reference to it, its parameters object, the validator
-#: or what is wrong with the schema); the identity checks make a reused id harmless,
-#: the size bound (oldest out first) keeps it small.
-_validators: dict[int, tuple[object, object, Validator | str]] = {}
-_validators_lock = threading.Lock()
-
-
 # How a ToolSchemaError's problem begins when the schema cannot even be sent as JSON.
 _NOT_JSON: Final = "not JSON"
 
@@ -242,9 +240,9 @@ def check_tool_json(tool: Tool) -> None:
     """Raise :class:`~raf.ToolSchemaError` when ``tool.parameters`` cannot be sent as JSON
     (a set, a circular or too deep structure, a bytes key, NaN): a tool no client can
     offer to the model. A schema that is JSON but not a valid JSON Schema passes here:
-    it is refused when the model calls the tool. Cached per tool, as the validator is;
-    a :class:`FunctionTool` was checked when it was built."""
-    if isinstance(tool, FunctionTool):
+    it is refused when the model calls the tool. Cached by the schema, as the validator
+    is; a tool that holds its ``schema_validator`` was checked when it was built."""
+    if isinstance(tool, FunctionTool) or _held(tool) is not None:
         return
     try:
         _validator(tool)
@@ -253,36 +251,46 @@ def check_tool_json(tool: Tool) -> None:
             raise
 
 
+def _held(tool: Tool) -> Validator | None:
+    """The validator a tool holds, built with it (``FunctionTool``, an MCP server's tool)."""
+    held = getattr(tool, "schema_validator", None)
+    return held if callable(getattr(held, "iter_errors", None)) else None
+
+
 def _validator(tool: Tool) -> Validator:
-    parameters = tool.parameters
-    key = id(tool)
-    entry = _validators.get(key)
-    if entry is not None:
-        held, schema, built = entry
-        alive = held() if isinstance(held, weakref.ref) else held
-        if alive is tool and schema is parameters:
-            if isinstance(built, str):
-                raise ToolSchemaError(tool.name, built)  # a fresh one: no traceback piles up
-            return built
-    result: Validator | str
+    """The validator of ``tool.parameters``: the tool's own (:func:`_held`), else the one
+    cached for its schema (by the schema's JSON text: it depends on nothing else)."""
+    held = _held(tool)
+    if held is not None:
+        return held
+    checker = _checker(tool.parameters)
+    if isinstance(checker, str):
+        raise ToolSchemaError(tool.name, checker)  # a fresh one: no traceback piles up
+    return checker
+
+
+def _checker(schema: object) -> Validator | str:
+    """The validator of ``schema``, or what is wrong with it."""
+    if not isinstance(schema, Mapping):
+        return f"expected a JSON object, got {type(schema).__name__}"
     try:
-        result = _build_validator(tool.name, parameters)
+        text = json.dumps(schema, default=_mapping_as_dict, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"{_NOT_JSON}: {exc}"
+    return _checker_of(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _checker_of(text: str) -> Validator | str:
+    try:
+        return build_validator("", json.loads(text))
     except ToolSchemaError as exc:
-        result = exc.problem
-    try:
-        held = weakref.ref(tool)
-    except TypeError:  # not weakly referenceable: hold it (the cache is bounded)
-        held = tool
-    with _validators_lock:  # runs on several event loops in threads must not race here
-        if len(_validators) >= _CACHE_SIZE:
-            del _validators[next(iter(_validators))]
-        _validators[key] = (held, parameters, result)
-    if isinstance(result, str):
-        raise ToolSchemaError(tool.name, result)
-    return result
+        return exc.problem
 
 
-def _build_validator(name: str, schema: object) -> Validator:
+def build_validator(name: str, schema: object) -> Validator:
+    """The jsonschema validator of a tool's ``schema``; a :class:`~raf.ToolSchemaError` says
+    what is wrong with it (a tool that holds it checks its arguments with no cache)."""
     # jsonschema is imported when a tool is first checked, not with raf.
     import jsonschema
     import referencing
@@ -292,7 +300,7 @@ def _build_validator(name: str, schema: object) -> Validator:
     try:
         plain = _plain_json(schema)
     except (TypeError, ValueError, RecursionError) as exc:
-        raise ToolSchemaError(name, f"not JSON: {exc}") from None
+        raise ToolSchemaError(name, f"{_NOT_JSON}: {exc}") from None
     declared = plain.get("$schema")
     if declared is not None and not isinstance(declared, str):
         raise ToolSchemaError(name, f"at $schema: {declared!r} is not of type 'string'")

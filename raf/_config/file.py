@@ -11,16 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import attrs
 
 from raf._agent.agent import Agent
 from raf._agent.tools import Tool
-from raf._clients.anthropic import AnthropicChatClient
-from raf._clients.echo import EchoChatClient
-from raf._clients.openai import OpenAIChatClient
-from raf._clients.responses import OpenAIResponsesClient
+from raf._clients.registry import CLIENTS
 from raf._config.declarations import (
     ContextProviderDecl,
     ProviderFactory,
@@ -119,41 +116,15 @@ def _each(
     return built
 
 
-def _gemini(model: str, **keywords: Any) -> ChatClient:
-    # Imported here: its module imports google-genai (the extra raf-agents[gemini]).
-    try:
-        from raf._clients.gemini import GeminiChatClient
-    except ImportError as exc:
-        raise ValueError(
-            f'client = "gemini" needs the google-genai SDK: pip install "raf-agents[gemini]" '
-            f"({exc})"
-        ) from exc
-    return GeminiChatClient(model, **keywords)
-
-
-#: The chat client of each ``[model] client``, and the variables that hold its key (the
-#: first one set).
-_CLIENTS: Final[dict[str, Callable[..., ChatClient]]] = {
-    "openai": OpenAIChatClient,
-    "openai-responses": OpenAIResponsesClient,
-    "anthropic": AnthropicChatClient,
-    "gemini": _gemini,
-}
-_KEY_ENV: Final = {
-    "openai": ("OPENAI_API_KEY",),
-    "openai-responses": ("OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-}
-
-
 def _chat_client(model: ModelTable, path: Path) -> ChatClient:
-    if model.client == "echo":
-        return EchoChatClient()
+    """The client of ``[model]``, as the registry of chat clients builds it."""
+    client = CLIENTS[model.client]
+    if client.offline:
+        return client.build()
     kind = model.client
     if model.model is None:
         raise ConfigError(f'{path}: [model] client = "{kind}" needs model = "<model name>"')
-    names = (model.api_key_env,) if model.api_key_env is not None else _KEY_ENV[kind]
+    names = (model.api_key_env,) if model.api_key_env is not None else client.key_env
     key_env = next((name for name in names if os.environ.get(name)), " or ".join(names))
     api_key = os.environ.get(key_env)
     if not api_key:
@@ -166,10 +137,8 @@ def _chat_client(model: ModelTable, path: Path) -> ChatClient:
     if model.idle_timeout is not None:
         # A stream's bound: the silence between two chunks (its length is not bounded).
         extra["idle_timeout"] = model.idle_timeout
-    # The clients take the same keywords.
-    factory = _CLIENTS[kind]
-    try:
-        return factory(model.model, base_url=model.base_url, api_key=api_key, **extra)
+    try:  # the clients take the same keywords
+        return client.build(model.model, base_url=model.base_url, api_key=api_key, **extra)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: [model]: {exc}") from exc
 

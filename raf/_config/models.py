@@ -13,12 +13,13 @@ import difflib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 import attrs
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic import create_model as _create_model
 
+from raf._clients.registry import CLIENTS
 from raf.errors import ConfigError
 
 __all__: list[str] = []
@@ -226,6 +227,12 @@ GUARDRAIL_OPTIONS: dict[str, Any] = {
 # The tables of a config file ---------------------------------------------------------------
 
 
+if TYPE_CHECKING:
+    ClientName = str
+else:  # the names of the registry of chat clients: a new client is a line there, not here
+    ClientName = Literal[tuple(CLIENTS)]
+
+
 class AgentTable(_Closed):
     """``[agent]``: the agent's name, its instructions, its tools (import paths)."""
 
@@ -239,10 +246,7 @@ class AgentTable(_Closed):
 class ModelTable(_Closed):
     """``[model]``: the chat client and the options of each run."""
 
-    client: Annotated[
-        Literal["echo", "openai", "openai-responses", "anthropic", "gemini"],
-        Expect('"echo" or "openai" or "openai-responses" or "anthropic" or "gemini"'),
-    ] = "echo"
+    client: Annotated[ClientName, Expect(" or ".join(f'"{name}"' for name in CLIENTS))] = "echo"
     model: Text | None = None
     base_url: Text | None = None
     api_key_env: Text | None = Field(

@@ -13,7 +13,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from raf._agent.tools import check_tool_schema
+from raf._agent.tools import build_validator
 from raf._log import log as _log
 from raf._onion.compose import ContextProvider
 from raf._sessions.base import Session
@@ -57,6 +57,8 @@ class McpTool:
     parameters: Mapping[str, Any]
     remote_name: str
     provider: McpToolsProvider = attrs.field(repr=False, eq=False)
+    #: The jsonschema validator of ``parameters``, built when the server listed the tool.
+    schema_validator: Any = attrs.field(default=None, kw_only=True, repr=False, eq=False)
 
     async def invoke(self, arguments: Mapping[str, Any]) -> str:
         """Call the tool on the server; a result flagged as an error raises :class:`ToolError`."""
@@ -300,12 +302,14 @@ class McpToolsProvider(ContextProvider):
         name = self.tool_prefix + remote.name
         schema = dict(remote.input_schema or {"type": "object"})
         try:
-            check_tool_schema(name, schema)
+            validator = build_validator(name, schema)
         except ToolSchemaError as exc:
             # Refused where it is found, and only that tool: the others still work.
             _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=str(exc))
             return None
-        return McpTool(name, remote.description or "", schema, remote.name, self)
+        return McpTool(
+            name, remote.description or "", schema, remote.name, self, schema_validator=validator
+        )
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         """Run the server's tool ``name``; its content as text, or :class:`ToolError`."""

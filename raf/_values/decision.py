@@ -19,6 +19,14 @@ def _check_approve(instance: object, attribute: attrs.Attribute[Any], value: obj
         raise TypeError(f"Decision.approve must be True or False, got {value!r:.80}")
 
 
+def _check_reason(instance: Decision, attribute: attrs.Attribute[Any], value: object) -> None:
+    # Validators run once every field is set: approve is there, and checked.
+    if value is not None and type(value) is not str:
+        raise TypeError(f"Decision.reason must be a str or None, got {value!r:.80}")
+    if instance.approve and value is not None:
+        raise ValueError("Decision.reason is a refusal's reason: give it with approve=False")
+
+
 @attrs.frozen(slots=True)
 class Decision:
     """A person's answer to a :class:`raf.PendingCall`: run it, or refuse it (and why).
@@ -34,10 +42,4 @@ class Decision:
 
     token: str = attrs.field(validator=_check_token)
     approve: bool = attrs.field(kw_only=True, validator=_check_approve)
-    reason: str | None = attrs.field(default=None, kw_only=True)
-
-    def __attrs_post_init__(self) -> None:
-        if self.reason is not None and type(self.reason) is not str:
-            raise TypeError(f"Decision.reason must be a str or None, got {self.reason!r:.80}")
-        if self.approve and self.reason is not None:
-            raise ValueError("Decision.reason is a refusal's reason: give it with approve=False")
+    reason: str | None = attrs.field(default=None, kw_only=True, validator=_check_reason)

@@ -13,6 +13,8 @@ this way at all: it is refused before the request is sent.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -27,11 +29,6 @@ _DROPPED: Final = frozenset({"default", "discriminator"})
 _SCHEMA_MAPS: Final = frozenset({"properties", "$defs", "definitions"})
 _NOT_NAME: Final = re.compile(r"[^a-zA-Z0-9_-]+")
 
-# The strict form of each schema sent, by the schema object (held, so its id stays its
-# own): one run's many calls, and every run of one output type, share one schema.
-_STRICT: dict[int, tuple[Mapping[str, Any], dict[str, Any]]] = {}
-_STRICT_KEPT: Final = 256
-
 
 def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """``schema`` made strict-compatible, recursively (``$defs`` too); a new dict.
@@ -41,14 +38,21 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     {'type': 'object', 'properties': {'a': {'anyOf': [{'type': 'integer'}, {'type': 'null'}]}}, \
 'additionalProperties': False, 'required': ['a']}
     """
-    kept = _STRICT.get(id(schema))
-    if kept is not None and kept[0] is schema:
-        return kept[1]
-    strict: dict[str, Any] = _strict(schema, "#")
-    if len(_STRICT) >= _STRICT_KEPT:
-        _STRICT.pop(next(iter(_STRICT)))
-    _STRICT[id(schema)] = (schema, strict)
+    # One run's many calls, and every run of one output type, send one schema: its strict
+    # form is made once, kept by the schema's JSON text (shared: the callers only send it).
+    return _strict_of(json.dumps(schema, default=_as_dict))
+
+
+@functools.lru_cache(maxsize=256)
+def _strict_of(text: str) -> dict[str, Any]:
+    strict: dict[str, Any] = _strict(json.loads(text), "#")
     return strict
+
+
+def _as_dict(value: object) -> Any:
+    if isinstance(value, Mapping):  # a read-only mapping in a schema built in code
+        return dict(value)
+    raise TypeError(f"an output schema holds a {type(value).__name__}, not JSON: {value!r:.60}")
 
 
 def _strict(node: Any, path: str) -> Any:

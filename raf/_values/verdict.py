@@ -17,6 +17,12 @@ def _check_text(instance: Verdict, attribute: attrs.Attribute[Any], value: objec
         raise TypeError(f"Verdict.{attribute.name} must be a str, got {value!r:.80}")
 
 
+def _check_action(instance: Verdict, attribute: attrs.Attribute[Any], value: object) -> None:
+    # Not attrs.validators.in_: its error's str() is a tuple with the Attribute's repr.
+    if value not in ("allow", "block", "rewrite"):
+        raise ValueError(f"Verdict.action must be allow, block or rewrite: {value!r}")
+
+
 @attrs.frozen(slots=True)
 class Verdict:
     """What a check says of a text: let it pass, block it (and why), or put another text
@@ -30,13 +36,11 @@ class Verdict:
     '[email]'
     """
 
-    action: Literal["allow", "block", "rewrite"]
+    action: Literal["allow", "block", "rewrite"] = attrs.field(validator=_check_action)
     reason: str | None = attrs.field(default=None, validator=_check_text)
     text: str | None = attrs.field(default=None, validator=_check_text)
 
     def __attrs_post_init__(self) -> None:
-        if self.action not in ("allow", "block", "rewrite"):
-            raise ValueError(f"Verdict.action must be allow, block or rewrite: {self.action!r}")
         if (self.action == "rewrite") != (self.text is not None):
             raise ValueError("Verdict.text is the text of a rewrite, and only of a rewrite")
 

@@ -65,16 +65,8 @@ class DurableAgent:
 
     def __init__(self, agent: Agent, name: str, approval_timeout: float = APPROVAL_TIMEOUT) -> None:
         #: The agent whose pipeline each pass runs (its model and tool calls are steps).
-        self.agent = Agent(
-            agent.chat_client,
-            name=agent.name,
-            instructions=agent.instructions,
-            tools=agent.tools,
-            stack=agent.stack,
-            chat_stack=(*agent.chat_stack, model_step),
-            tool_stack=(*agent.tool_stack, tool_step),
-            post_timeout=agent.post_timeout,
-            observers=agent.observers,
+        self.agent = agent.replace(
+            chat_stack=(*agent.chat_stack, model_step), tool_stack=(*agent.tool_stack, tool_step)
         )
         #: The name this agent is registered under: a recovering worker finds it by it.
         self.durable_name = name

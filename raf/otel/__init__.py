@@ -39,6 +39,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from raf._agent.agent import Agent
+from raf._clients.registry import client_kind
 from raf._observers.ledger import ContextLedger
 from raf._observers.otel_details import Metrics, server_of
 from raf.otel._observer import AttemptObserver, SpanObserver
@@ -105,28 +106,24 @@ def instrument(
         server_of(client),
         ledger,
     )
-    return Agent(
-        client,
-        name=agent.name,
-        instructions=agent.instructions,
-        tools=agent.tools,
-        stack=agent.stack,
-        chat_stack=agent.chat_stack,
-        tool_stack=agent.tool_stack,
-        post_timeout=agent.post_timeout,
-        # Outermost: the other observers' work nests under raf's spans.
-        observers=[observer, *agent.observers],
-    )
+    # Outermost: the other observers' work nests under raf's spans.
+    return agent.replace(observers=[observer, *agent.observers])
 
 
 def gen_ai_provider_name(client: object) -> str:
     """``gen_ai.provider.name`` for a chat client.
 
-    A client's own ``provider_name`` (a ``str``; raf's clients have one:
-    ``"openai"``, ``"anthropic"``), or else its ``gen_ai_provider_name``,
-    wins; any other client is its class name without the ``ChatClient`` /
-    ``Client`` suffix, lower-cased (``EchoChatClient`` -> ``"echo"``).
+    A client of a class in the registry of chat clients is named as the
+    registry says (``"openai"``, ``"anthropic"``, ``"echo"``); any other by
+    its own ``provider_name`` (a ``str``; ``GeminiChatClient``, which the
+    registry builds through its extra's import, says ``"gcp.gemini"``), or
+    else its ``gen_ai_provider_name``; else by its class name without the
+    ``ChatClient`` / ``Client`` suffix, lower-cased (``ScriptedChatClient``
+    -> ``"scripted"``).
     """
+    kind = client_kind(client)
+    if kind is not None:
+        return kind.provider_name
     for attribute in ("provider_name", "gen_ai_provider_name"):
         declared = getattr(client, attribute, None)
         if isinstance(declared, str) and declared:

@@ -8,11 +8,14 @@ mid-stream (a closed tab, the page's Stop button, a dropped connection) is an
 *early close* of the run, never a cancellation: every entered provider gets
 :class:`raf.StreamClosedError` with the partial answer, and a history
 provider with ``persist_partial=True`` keeps it. Run it with any ASGI server
-(``uvicorn``), or ``raf serve CONFIG``. See docs/serving.md.
+(``uvicorn``), or ``raf serve CONFIG``; :class:`ServeOptions` says how it
+serves. See docs/serving.md.
 """
 
 from raf.serve._app import app
+from raf.serve._options import ServeOptions
 
-__all__ = ["app"]
+__all__ = ["ServeOptions", "app"]
 
 app.__module__ = "raf.serve"
+ServeOptions.__module__ = "raf.serve"

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from html import escape
 from importlib.resources import files
 from typing import Any
 
+import attrs
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -24,9 +25,8 @@ from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
 from raf.errors import ConfigError
 from raf.serve._agui import ag_ui
-from raf.serve._edge import BODY_TIMEOUT, WRITE_TIMEOUT, Edge
+from raf.serve._edge import Edge
 from raf.serve._http import (
-    MAX_BODY,
     HttpError,
     error_body,
     error_response,
@@ -35,6 +35,7 @@ from raf.serve._http import (
     read_json,
     request_id,
 )
+from raf.serve._options import ServeOptions
 from raf.serve._responses import responses
 from raf.serve._served import Served
 from raf.serve._sessions import Keys, check_store, unheld
@@ -52,19 +53,11 @@ __all__: list[str] = []
 
 def app(
     agent: Agent,
+    serve_options: ServeOptions | None = None,
+    /,
     *,
-    store: Any = None,
-    api_keys: Iterable[str] | None = None,
-    max_body: int = MAX_BODY,
-    cors_origins: Sequence[str] | None = None,
-    allowed_hosts: Iterable[str] | None = None,
-    allowed_origins: Iterable[str] | None = None,
     options: AgentRunOptions | None = None,
-    manage_agent: bool = False,
-    mcp: bool = False,
-    a2a: bool = False,
-    body_timeout: float = BODY_TIMEOUT,
-    write_timeout: float = WRITE_TIMEOUT,
+    **changes: Any,
 ) -> ASGIApp:
     """Serve ``agent`` as an ASGI app: the OpenAI chat completions, Responses and AG-UI
     protocols.
@@ -73,6 +66,11 @@ def app(
     ``POST /ag-ui``,
     ``GET /`` (a chat page), ``GET /v1/sessions/{id}/messages`` (a session's
     history, for the page) and ``GET /healthz``.
+
+    How it serves is a :class:`raf.serve.ServeOptions`, given whole
+    (``app(agent, ServeOptions(store="sessions.db"))``) or as its keywords
+    (``app(agent, store="sessions.db")``; with both, the keywords change the
+    options given). Its options:
 
     ``store``: where sessions live, anything with ``await store.get(id)``
     (:class:`raf.SqliteSessionStore`, :class:`raf.RedisSessionStore`,
@@ -93,8 +91,6 @@ def app(
     the server's own (or one of ``allowed_origins`` or ``cors_origins``) is
     answered: another site's page, or a DNS-rebinding one, cannot drive the
     agent. Every response has an ``X-Request-Id``, every error body that id.
-    ``options``: the options of every run (a request's ``temperature`` and
-    ``max_tokens`` go over them).
     ``manage_agent``: the lifespan also opens the agent's providers that are
     async context managers and closes its client (what ``raf serve`` does).
     ``mcp``: also serve ``/mcp``, the agent as an MCP server (extra
@@ -106,6 +102,9 @@ def app(
     wait for the client to take it; a client that stops reading is then gone,
     and its streamed turn closes early (as when it hangs up).
 
+    ``options``: the options of every run (a request's ``temperature`` and
+    ``max_tokens`` go over them).
+
     >>> from raf import Agent, EchoChatClient
     >>> served = app(Agent(EchoChatClient(), name="echo"))
     >>> type(served).__name__
@@ -114,17 +113,24 @@ def app(
     durable = sys.modules.get("raf.durable")  # an agent can be durable only once it is loaded
     if not isinstance(agent, Agent) and not (durable and isinstance(agent, durable.DurableAgent)):
         raise TypeError(f"app(agent): agent must be a raf.Agent, got {type(agent).__name__}")
-    if type(max_body) is not int or max_body < 1:
-        raise ConfigError(f"max_body must be a positive int of bytes, got {max_body!r}")
-    if store is None and durable is not None and isinstance(agent, durable.DurableAgent):
+    if serve_options is not None and not isinstance(serve_options, ServeOptions):
+        raise TypeError(
+            f"app(agent, serve_options): a raf.serve.ServeOptions, got {serve_options!r}"
+        )
+    given = serve_options or ServeOptions()
+    serving = attrs.evolve(given, **changes) if changes else given
+    if serving.store is None and durable is not None and isinstance(agent, durable.DurableAgent):
         raise ConfigError(
             "a durable agent needs a session store that another process can reopen "
             "(its run crosses DBOS): app(agent, store='sessions.db' or 'redis://...')"
         )
-    for name, seconds in (("body_timeout", body_timeout), ("write_timeout", write_timeout)):
-        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
-            raise ConfigError(f"{name} must be a positive number of seconds, got {seconds!r}")
-    served = Served(agent, store, Keys(api_keys), max_body, options or AgentRunOptions())
+    served = Served(
+        agent,
+        serving.store,
+        Keys(serving.api_keys),
+        serving.max_body,
+        options or AgentRunOptions(),
+    )
     routes = [
         served.route("/v1/chat/completions", "POST", chat_completions),
         served.route("/v1/responses", "POST", responses),
@@ -133,23 +139,22 @@ def app(
         served.route("/healthz", "GET", healthz, keyed=False),
         served.route("/", "GET", page),
         served.route("/ag-ui", "POST", ag_ui),
-        *_services(served, mcp=mcp, a2a=a2a),
+        *_services(served, mcp=serving.mcp, a2a=serving.a2a),
     ]
-    origins = [*_names(allowed_origins, "allowed_origins"), *(cors_origins or ())]
     edge = Middleware(
         Edge,
-        guarded=api_keys is None,
-        allowed_hosts=_names(allowed_hosts, "allowed_hosts"),
-        allowed_origins=origins,
-        body_timeout=body_timeout,
-        write_timeout=write_timeout,
+        guarded=serving.api_keys is None,
+        allowed_hosts=serving.allowed_hosts,
+        allowed_origins=(*serving.allowed_origins, *serving.cors_origins),
+        body_timeout=serving.body_timeout,
+        write_timeout=serving.write_timeout,
     )
     middleware = [edge]  # the outermost: every response gets the request id
-    if cors_origins:
+    if serving.cors_origins:
         middleware.append(
             Middleware(
                 CORSMiddleware,
-                allow_origins=list(cors_origins),
+                allow_origins=list(serving.cors_origins),
                 allow_methods=["GET", "POST"],
                 allow_headers=["authorization", "content-type", "x-session-id"],
             )
@@ -161,7 +166,7 @@ def app(
             HttpError: _http_error,
             HTTPException: _http_exception,
         },
-        lifespan=lambda _: served.lifespan(manage_agent),
+        lifespan=lambda _: served.lifespan(serving.manage_agent),
     )
 
 
@@ -293,12 +298,3 @@ def _services(served: Served, *, mcp: bool, a2a: bool) -> list[BaseRoute]:
             ) from None
         routes += a2a_routes(served)
     return routes
-
-
-def _names(given: Iterable[str] | None, name: str) -> list[str]:
-    if isinstance(given, str):
-        raise ConfigError(f"{name} must be a list of names, not one string")
-    names = list(given or ())
-    if not all(isinstance(n, str) and n for n in names):
-        raise ConfigError(f"{name} must be non-empty strings")
-    return names

@@ -34,15 +34,13 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from raf.serve._http import HttpError, error_response, header, note_failure
+from raf.serve._options import BODY_TIMEOUT, WRITE_TIMEOUT
 
 __all__: list[str] = []
 
 _log = structlog.get_logger("raf.serve")
 #: The hosts every served app answers to (with the address its connection came in on).
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
-#: The default seconds a request's body may take to come in, and a send to be taken.
-BODY_TIMEOUT = 30.0
-WRITE_TIMEOUT = 30.0
 
 
 class Edge:

@@ -28,9 +28,6 @@ from raf.errors import (
 
 __all__: list[str] = []
 
-#: The default limit of a request body, in bytes (4 MiB).
-MAX_BODY = 4 * 1024 * 1024
-
 
 @attrs.frozen
 class HttpError(Exception):

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 
 from raf._config.file import load_config
 from raf._sessions.stores import open_store
 from raf.errors import ConfigError
 from raf.serve._app import app
-from raf.serve._edge import BODY_TIMEOUT, WRITE_TIMEOUT
+from raf.serve._options import ServeOptions
 from raf.serve._sessions import HEALTH_ID
 
 __all__: list[str] = []
@@ -27,34 +28,28 @@ GRACE = 10
 
 def serve(
     config: Path,
+    options: ServeOptions | None = None,
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
-    db: str | None = None,
     workers: int = 1,
-    api_keys: Sequence[str] = (),
     grace: int = GRACE,
     api_key_files: Sequence[Path] = (),
-    allowed_hosts: Sequence[str] = (),
-    allowed_origins: Sequence[str] = (),
-    mcp: bool = False,
-    a2a: bool = False,
-    body_timeout: float = BODY_TIMEOUT,
-    write_timeout: float = WRITE_TIMEOUT,
 ) -> int:
     """Serve the agent of ``config`` until SIGINT or SIGTERM; returns the exit status.
 
-    A SIGTERM drains: uvicorn stops accepting, the streams under way go on
-    for up to ``grace`` seconds, then what is left is cancelled (its post
-    stages run shielded, bounded by the agent's ``post_timeout``). More than
-    one worker needs a store they share (``db``: a SQLite file or ``redis://``).
-    The keys are ``api_keys``, those of ``api_key_files`` (one a line) and of
-    ``RAF_API_KEYS`` (comma-separated): a key on the command line is seen by
-    every local user in the process list. ``host`` is served besides
-    localhost, and ``allowed_hosts``, ``allowed_origins``, ``body_timeout``,
-    ``write_timeout``, ``mcp`` and ``a2a`` (serve ``/mcp``, serve A2A) go to the app.
-    A usage mistake (a port out of range, a ``db`` that does not answer) is
-    a :class:`raf.ConfigError` here, before uvicorn starts.
+    ``options`` say how (:class:`raf.serve.ServeOptions`: the store, the keys,
+    the hosts and origins, the services, the timeouts); the rest is the
+    command's own. A SIGTERM drains: uvicorn stops accepting, the streams
+    under way go on for up to ``grace`` seconds, then what is left is
+    cancelled (its post stages run shielded, bounded by the agent's
+    ``post_timeout``). More than one worker needs a store they share (a
+    SQLite file, ``redis://`` or ``postgresql://``). The keys are the
+    options', those of ``api_key_files`` (one a line) and of ``RAF_API_KEYS``
+    (comma-separated): a key on the command line is seen by every local user
+    in the process list. ``host`` is served besides localhost. A usage
+    mistake (a port out of range, a store that does not answer) is a
+    :class:`raf.ConfigError` here, before uvicorn starts.
     """
     try:
         import uvicorn
@@ -62,27 +57,31 @@ def serve(
         raise ConfigError(
             f"raf serve needs the serve extra: pip install 'raf-agents[serve]' ({exc})"
         ) from None
+    options = options or ServeOptions()
     if grace < 1:
         raise ConfigError(f"--grace must be at least 1 second, got {grace}")
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
-    if workers > 1 and db is None:
+    if workers > 1 and options.store is None:
         raise ConfigError(
             "--workers above 1 needs --db (a SQLite file, redis://... or postgresql://...): "
             "the workers must share the sessions"
         )
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be 0 to 65535, got {port}")
-    settings = {
-        "config": str(config.resolve()), "db": db,
-        "api_keys": [*api_keys, *_keys(api_key_files)],
-        "allowed_hosts": [host, *allowed_hosts], "allowed_origins": list(allowed_origins),
-        "mcp": mcp, "a2a": a2a,
-        "body_timeout": body_timeout, "write_timeout": write_timeout,
-    }  # fmt: skip
+    if options.store is not None and not isinstance(options.store, str):
+        raise ConfigError(f"raf serve's store is a --db value (a str), got {options.store!r}")
+    keys = (*(options.api_keys or ()), *_keys(api_key_files))
+    options = attrs.evolve(
+        options,
+        api_keys=keys or None,
+        allowed_hosts=(host, *options.allowed_hosts),
+        manage_agent=True,
+    )
+    settings = {"config": str(config.resolve()), "options": attrs.asdict(options)}
     from_env(settings)  # the config is checked here, once, before any worker starts
-    if db is not None:
-        anyio.run(_check_db, db)
+    if options.store is not None:
+        anyio.run(_check_db, options.store)
     os.environ[_ENV] = json.dumps(settings)
     uvicorn.run(
         "raf.serve._server:app_from_env",
@@ -102,21 +101,9 @@ def app_from_env() -> Any:
 
 
 def from_env(settings: dict[str, Any]) -> Any:
-    """The app of ``settings`` (the config file, the store, the keys)."""
+    """The app of ``settings``: the config file and the serve options."""
     loaded = load_config(Path(settings["config"]))
-    return app(
-        loaded.agent,
-        store=settings["db"],
-        api_keys=settings["api_keys"] or None,
-        allowed_hosts=settings.get("allowed_hosts"),
-        allowed_origins=settings.get("allowed_origins"),
-        options=loaded.options,
-        manage_agent=True,
-        mcp=settings.get("mcp", False),
-        a2a=settings.get("a2a", False),
-        body_timeout=settings.get("body_timeout", BODY_TIMEOUT),
-        write_timeout=settings.get("write_timeout", WRITE_TIMEOUT),
-    )
+    return app(loaded.agent, ServeOptions(**settings["options"]), options=loaded.options)
 
 
 def _keys(files: Sequence[Path]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -13,7 +13,6 @@ from starlette.types import Scope
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
 from raf._values.messages import ChatMessage
-from raf.errors import ConfigError
 from raf.serve._http import HttpError, header
 from raf.serve._wire import new_messages
 
@@ -52,14 +51,9 @@ class MemoryStore:
 class Keys:
     """The accepted bearer keys; each caller's sessions live under a scope of its key."""
 
-    def __init__(self, keys: Iterable[str] | None) -> None:
-        if isinstance(keys, str):
-            raise ConfigError("api_keys must be a list of keys, not one string")
-        self._keys = tuple(keys) if keys is not None else None
-        if self._keys is not None and (
-            not self._keys or not all(isinstance(k, str) and k for k in self._keys)
-        ):
-            raise ConfigError("api_keys must be non-empty strings (or None for no keys)")
+    def __init__(self, keys: tuple[str, ...] | None) -> None:
+        # Checked by ServeOptions: non-empty strings, or None for no keys.
+        self._keys = keys
 
     @property
     def keyed(self) -> bool:

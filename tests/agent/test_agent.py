@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import subprocess
@@ -781,3 +782,103 @@ async def test_a_reply_with_a_lone_surrogate_does_not_break_the_conversation(
     for text in stored:
         assert text is not None
         text.encode("utf-8")  # never raises
+
+
+# Agent.replace: a changed copy ------------------------------------------------------------
+
+
+async def _pass(request: Any, call_next: Any) -> Any:
+    return await call_next(request)
+
+
+class _Watch:
+    """An observer with one hook."""
+
+    async def run(self, invocation: Any, call_next: Any) -> Any:
+        return await call_next(invocation)
+
+
+@tool
+def _add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def _every_argument() -> dict[str, Any]:
+    """A value other than the default for every argument of Agent's constructor."""
+    return {
+        "chat_client": ScriptedChatClient(["one", "two"]),
+        "name": "helper",
+        "instructions": "Be brief.",
+        "tools": (_add,),
+        "stack": (Adds("notes", ContextResult(instructions=("Notes.",))),),
+        "chat_stack": (_pass,),
+        "tool_stack": (_pass,),
+        "post_timeout": 3.0,
+        "history": True,
+        "observers": (_Watch(),),
+    }
+
+
+def test_replace_carries_every_argument_of_the_constructor() -> None:
+    given = _every_argument()
+    # A new argument of Agent fails here until this test gives it a value: then the loop
+    # below checks that replace() carries it.
+    assert list(given) == list(inspect.signature(Agent).parameters)
+    client = given.pop("chat_client")
+    agent = Agent(client, **given)
+    copy = agent.replace()
+    assert copy is not agent
+    for name, value in given.items():
+        if name == "history":  # the provider history=True added: the same one, outermost
+            assert copy.stack[0] is agent.stack[0]
+            assert type(copy.stack[0]).__name__ == "HistoryProvider"
+            continue
+        kept = copy.stack[1:] if name == "stack" else getattr(copy, name)
+        assert kept == value, name
+    assert copy.chat_client is client
+    assert copy.stack == agent.stack
+
+
+def test_replace_changes_what_it_is_given_and_nothing_else() -> None:
+    agent = Agent(ScriptedChatClient(), name="a", instructions="Be kind.", post_timeout=2.0)
+    copy = agent.replace(name="b", tools=[_add])
+    assert (copy.name, copy.tools, copy.instructions, copy.post_timeout) == (
+        "b",
+        (_add,),
+        "Be kind.",
+        2.0,
+    )
+    assert (agent.name, agent.tools) == ("a", ())  # an agent is read-only
+
+
+def test_replace_keeps_one_history_provider() -> None:
+    notes = Adds("notes", ContextResult())
+    agent = Agent(ScriptedChatClient(), history=True)
+    history = agent.stack[0]
+    # A new stack goes behind the history provider, as in the constructor: not a second one.
+    assert agent.replace(stack=[notes]).stack == (history, notes)
+    assert agent.replace(history=True).stack == (history,)
+    assert agent.replace(history=False).stack == ()
+    assert agent.replace(post_timeout=1.0).replace(stack=[notes]).stack == (history, notes)
+    # An agent without it gets a new one when asked.
+    added = Agent(ScriptedChatClient(), stack=[notes]).replace(history=True).stack
+    assert type(added[0]).__name__ == "HistoryProvider"
+    assert added[1:] == (notes,)
+
+
+def test_replace_refuses_an_argument_the_constructor_does_not_take() -> None:
+    agent = Agent(ScriptedChatClient())
+    with pytest.raises(TypeError, match="'nmae'"):
+        agent.replace(nmae="typo")
+    with pytest.raises(ValueError, match="post_timeout"):
+        agent.replace(post_timeout=0)  # checked as the constructor checks it
+
+
+async def test_a_replaced_agent_runs_its_own_pipeline() -> None:
+    agent = Agent(ScriptedChatClient(["hi", "bye"]), instructions="One.", history=True)
+    session = InMemorySession()
+    copy = agent.replace(instructions="Two.")
+    assert (await agent.run("a", session=session)).text == "hi"
+    assert (await copy.run("b", session=session)).text == "bye"  # the same client, its script
+    assert [m.content for m in await session.get_messages()] == ["a", "hi", "b", "bye"]

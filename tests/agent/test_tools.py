@@ -840,3 +840,40 @@ async def test_a_hand_made_tool_with_a_malformed_but_json_schema_still_reaches_t
     told = model.requests[1].messages[-1]
     assert (told.role, told.tool_call_id) == ("tool", "1")
     assert "schema" in (told.content or "")
+
+
+class _Handmade:
+    """A Tool of its own (not a FunctionTool): checked against its ``parameters``."""
+
+    def __init__(self, name: str, parameters: dict[str, Any]) -> None:
+        self.name = name
+        self.description = "a hand-made tool"
+        self.parameters = parameters
+
+    async def invoke(self, arguments: Any) -> Any:
+        return arguments
+
+
+def test_a_tools_arguments_are_checked_against_its_schema_as_it_is_now() -> None:
+    # The validator is kept by the schema itself (its JSON text), not by the tool's id: a
+    # schema changed in place, or another tool at a reused id, is never checked by a
+    # validator of another schema.
+    parameters: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    handmade = _Handmade("add", parameters)
+    check_tool_arguments(handmade, {"a": 1})
+    parameters["required"] = ["b"]
+    with pytest.raises(ToolArgumentsError, match="'b' is a required property"):
+        check_tool_arguments(handmade, {"a": 1})
+    for number in range(50):  # new tools, some at the ids of the ones before
+        strict = {"type": "object", "required": [f"x{number}"]}
+        with pytest.raises(ToolArgumentsError, match=f"'x{number}' is a required property"):
+            check_tool_arguments(_Handmade("t", strict), {})
+
+
+def test_a_function_tool_holds_its_own_validator() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    made = FunctionTool(lambda a: a, "echo", "Echo.", schema)
+    with pytest.raises(ToolArgumentsError):
+        check_tool_arguments(made, {})
+    with pytest.raises(ToolSchemaError, match="not JSON"):
+        FunctionTool(lambda: None, "bad", "Bad.", {"type": "object", "enum": {1, 2}})

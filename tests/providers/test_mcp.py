@@ -425,15 +425,15 @@ async def test_listing_many_tools_yields_to_the_loop_and_honours_the_timeout(
     # landed at the first check).
     args = _many_tools_server(tmp_path, 300)
     checked = 0
-    check = raf._providers.mcp.check_tool_schema
+    check = raf._providers.mcp.build_validator
 
-    def counted(name: str, schema: object) -> None:
+    def counted(name: str, schema: object) -> object:
         nonlocal checked
         checked += 1
         time.sleep(0.01)  # a slow check (a big schema): 3 s of CPU for the page
-        check(name, schema)
+        return check(name, schema)
 
-    monkeypatch.setattr(raf._providers.mcp, "check_tool_schema", counted)
+    monkeypatch.setattr(raf._providers.mcp, "build_validator", counted)
     ticks = 0
 
     async def tick() -> None:

@@ -204,6 +204,28 @@ def test_app_rejects_what_is_not_an_agent_and_bad_limits() -> None:
         raf.serve.app(make_agent(), api_keys="one-key")
 
 
+async def test_app_takes_serve_options_whole_or_as_keywords(anyio_backend: str) -> None:
+    keyed = raf.serve.ServeOptions(api_keys=["key-one"])
+    bearer = [(b"authorization", b"Bearer key-one")]
+    for app in (
+        raf.serve.app(make_agent(), keyed),
+        raf.serve.app(make_agent(), api_keys=["key-one"]),
+        raf.serve.app(make_agent(), raf.serve.ServeOptions(), api_keys=["key-one"]),
+    ):
+        assert (await Exchange()(app, "/v1/models", method="GET")).status == 401
+        assert (await Exchange()(app, "/v1/models", method="GET", headers=bearer)).status == 200
+    # The keywords change the options given.
+    opened = raf.serve.app(make_agent(), keyed, api_keys=None)
+    assert (await Exchange()(opened, "/v1/models", method="GET")).status == 200
+
+
+def test_app_refuses_an_option_serve_options_does_not_have() -> None:
+    with pytest.raises(TypeError, match="max_bodys"):
+        raf.serve.app(make_agent(), max_bodys=16)
+    with pytest.raises(TypeError, match="ServeOptions"):
+        raf.serve.app(make_agent(), {"max_body": 16})  # type: ignore[arg-type]
+
+
 def test_raf_serve_refuses_workers_without_a_shared_store(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

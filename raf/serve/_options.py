@@ -1,0 +1,96 @@
+"""ServeOptions: how an app serves its agent, one frozen value from ``raf serve`` to ``app``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from raf.errors import ConfigError
+
+__all__ = ["ServeOptions"]
+
+#: The default limit of a request body, in bytes (4 MiB).
+MAX_BODY = 4 * 1024 * 1024
+#: The default seconds a request's body may take to come in, and a send to be taken.
+BODY_TIMEOUT = 30.0
+WRITE_TIMEOUT = 30.0
+
+
+def _keys(keys: Iterable[str] | None) -> tuple[str, ...] | None:
+    if keys is None:
+        return None
+    if isinstance(keys, str):
+        raise ConfigError("api_keys must be a list of keys, not one string")
+    checked = tuple(keys)
+    if not checked or not all(isinstance(k, str) and k for k in checked):
+        raise ConfigError("api_keys must be non-empty strings (or None for no keys)")
+    return checked
+
+
+def _names(given: Iterable[str] | None, name: str) -> tuple[str, ...]:
+    if isinstance(given, str):
+        raise ConfigError(f"{name} must be a list of names, not one string")
+    checked = tuple(given or ())
+    if not all(isinstance(n, str) and n for n in checked):
+        raise ConfigError(f"{name} must be non-empty strings")
+    return checked
+
+
+def _cors_origins(given: Iterable[str] | None) -> tuple[str, ...]:
+    return _names(given, "cors_origins")
+
+
+def _allowed_hosts(given: Iterable[str] | None) -> tuple[str, ...]:
+    return _names(given, "allowed_hosts")
+
+
+def _allowed_origins(given: Iterable[str] | None) -> tuple[str, ...]:
+    return _names(given, "allowed_origins")
+
+
+def _bytes(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if type(value) is not int or value < 1:
+        raise ConfigError(f"{attribute.name} must be a positive int of bytes, got {value!r}")
+
+
+def _seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ConfigError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ServeOptions:
+    """How :func:`raf.serve.app` serves an agent: ``app(agent, ServeOptions(...))``.
+
+    ``raf serve``'s options arrive as one of these, and ``app(agent,
+    store=...)`` builds one of its keywords; each option is defined here
+    once (its default, its check). A wrong value is a :class:`raf.ConfigError`
+    naming the option.
+    """
+
+    #: Where sessions live: a store (``await store.get(id)``), or a ``--db`` value (a SQLite
+    #: path, ``redis://...``, ``postgresql://...``) the app opens for its lifespan; ``None``
+    #: keeps them in this process.
+    store: Any = None
+    #: The keys a caller must send (``Authorization: Bearer KEY``); ``None``: no key.
+    api_keys: tuple[str, ...] | None = attrs.field(default=None, converter=_keys)
+    #: The largest request body, in bytes.
+    max_body: int = attrs.field(default=MAX_BODY, validator=_bytes)
+    #: The origins a browser may call from (CORS is off without them).
+    cors_origins: tuple[str, ...] = attrs.field(default=(), converter=_cors_origins)
+    #: The ``Host`` names served without keys, besides localhost (``"*"``: any).
+    allowed_hosts: tuple[str, ...] = attrs.field(default=(), converter=_allowed_hosts)
+    #: The browser ``Origin`` allowed without keys, besides the server's own.
+    allowed_origins: tuple[str, ...] = attrs.field(default=(), converter=_allowed_origins)
+    #: The lifespan also opens the agent's providers and closes its client (``raf serve``).
+    manage_agent: bool = False
+    #: Also serve ``/mcp``: the agent as an MCP server (extra ``raf-agents[mcp]``).
+    mcp: bool = False
+    #: Also serve the agent over A2A (extra ``raf-agents[a2a]``, asyncio only).
+    a2a: bool = False
+    #: The seconds a request's body may take to come in (then a 408).
+    body_timeout: float = attrs.field(default=BODY_TIMEOUT, validator=_seconds)
+    #: The seconds a send may wait for the client to take it (then the client is gone).
+    write_timeout: float = attrs.field(default=WRITE_TIMEOUT, validator=_seconds)
