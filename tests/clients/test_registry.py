@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 import raf.otel
-from raf import ConfigError, EchoChatClient, OpenAIChatClient, ScriptedChatClient
+from raf import EchoChatClient, OpenAIChatClient, ScriptedChatClient
 from raf._clients.registry import CLIENTS, ClientKind, client_kind
 from raf._config.file import load_agent
 from raf._config.models import config_schema
+from raf.errors import ConfigError
 
 
 def _config(tmp_path: Path, name: str) -> Path:

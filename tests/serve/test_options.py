@@ -8,8 +8,8 @@ from typing import Any
 import attrs
 import pytest
 
-from raf import ConfigError
 from raf._cli_args import build_parser
+from raf.errors import ConfigError
 from raf.serve import ServeOptions
 
 
