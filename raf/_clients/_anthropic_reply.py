@@ -40,9 +40,13 @@ def call_name(model: str) -> str:
     return f"Anthropic message (model {model!r})"
 
 
-def arguments_of(tool_input: Any) -> str:
-    """A ``tool_use`` block's ``input`` as the arguments of a :class:`raf.ToolCall`."""
-    return json.dumps(tool_input, separators=(",", ":"), ensure_ascii=False)
+def arguments_of(tool_input: Any, where: str = "Anthropic message") -> str:
+    """A ``tool_use`` block's ``input`` as the arguments of a :class:`raf.ToolCall`; a
+    :class:`raf.ChatProtocolError` when it is nested too deeply to write."""
+    try:
+        return json.dumps(tool_input, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:
+        raise ChatProtocolError(f"{where}: a tool_use input is nested too deeply") from None
 
 
 def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResponse:
@@ -111,7 +115,7 @@ def _tool_use(block: dict[str, Any], where: str, at: str) -> ToolCall:
     if isinstance(tool_input, str):  # a stream's assembled JSON, whole or cut
         arguments = tool_input
     elif isinstance(tool_input, dict):
-        arguments = arguments_of(tool_input)
+        arguments = arguments_of(tool_input, where)
     else:
         raise ChatProtocolError(f"{where}: {at}.input is {json_type(tool_input)}, not an object")
     return ToolCall(_str(block, "id", where, at), _str(block, "name", where, at), arguments)
@@ -296,9 +300,13 @@ class StreamState:
             return
         text = "".join(pieces) or "{}"
         try:
-            self.blocks[index]["input"] = arguments_of(json.loads(text))
+            self.blocks[index]["input"] = arguments_of(json.loads(text), self.where)
         except ValueError:
             self.blocks[index]["input"] = text  # cut JSON: raf's tool loop refuses it
+        except RecursionError:
+            raise ChatProtocolError(
+                f"{self.where}: the tool_use input of block {index} is nested too deeply"
+            ) from None
 
     def _add_usage(self, usage: Any) -> None:
         if isinstance(usage, dict):

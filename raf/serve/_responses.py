@@ -218,7 +218,9 @@ def _response_id(session_id: str | None) -> str:
 
 def _session_of(previous: Any) -> str:
     """The session a ``previous_response_id`` names; 400 if it names none."""
-    named = previous[5:].rpartition("_")[0] if isinstance(previous, str) else ""
+    if not isinstance(previous, str):
+        raise HttpError(400, "'previous_response_id' must be a string")
+    named = previous[5:].rpartition("_")[0]
     try:
         if previous.startswith("resp_") and named:
             return base64.urlsafe_b64decode(named + "=" * (-len(named) % 4)).decode()

@@ -490,6 +490,29 @@ async def test_an_error_event_is_the_error_it_names(
     assert caught.value.retryable is retryable
 
 
+async def test_a_streamed_tool_input_nested_too_deeply_is_a_protocol_error(
+    server: AnthropicServer,
+) -> None:
+    events = events_of(message_body(calls=[("toolu_1", "add", {"a": 1})]))
+    pieces = [e for e in events if e.get("delta", {}).get("type") == "input_json_delta"]
+    for event in pieces:
+        event["delta"]["partial_json"] = ""
+    pieces[-1]["delta"]["partial_json"] = '{"a":' * 5000 + "1" + "}" * 5000
+    server.reply(Answer(events=events))
+    async with client_for(server) as model:
+        with pytest.raises(ChatProtocolError, match="nested too deeply"):
+            await call(model, streamed=True)
+
+
+def test_arguments_nested_too_deeply_to_send_are_a_bad_request() -> None:
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    call_message = ChatMessage.assistant(None, tool_calls=[ToolCall("toolu_1", "add", deep)])
+    with pytest.raises(BadRequestError, match="not a JSON object"):
+        AnthropicChatClient("m", api_key="k").request_body(
+            [ChatMessage.user("x"), call_message], ChatOptions(), stream=False
+        )
+
+
 async def test_a_reply_that_is_not_a_message_is_a_protocol_error(
     server: AnthropicServer,
 ) -> None:
