@@ -277,7 +277,9 @@ async def stream_updates(
         event: ServerSentEvent | None = None
         with anyio.CancelScope() as stop:
             try:
-                event = await anext(events, None)
+                # A keep-alive ping is no progress: a stream of nothing else is idle.
+                while (event := await anext(events, None)) is not None and event.event == "ping":
+                    pass
             except httpx2.HTTPError as exc:
                 raise error_from_http(exc, where) from exc
         if stop.cancel_called:  # past the bound, whether or not the stream went on

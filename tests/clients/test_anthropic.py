@@ -43,6 +43,7 @@ from raf import (
 )
 from tests._harness.anthropic_server import Answer, AnthropicServer, events_of, message_body
 from tests._harness.cli import run_raf
+from tests._harness.loopback_server import Exchange, Received, sse
 from tests._harness.openai_server import OpenAIServer, completion
 from tests._harness.redis_server import RedisServer
 
@@ -511,6 +512,28 @@ def test_arguments_nested_too_deeply_to_send_are_a_bad_request() -> None:
         AnthropicChatClient("m", api_key="k").request_body(
             [ChatMessage.user("x"), call_message], ChatOptions(), stream=False
         )
+
+
+class Pinging(AnthropicServer):
+    """Answers a stream with its message_start, then ping events only, for 20 s."""
+
+    def respond(self, exchange: Exchange, request: Received, answer: Answer) -> None:
+        start = events_of(message_body())[0]
+        ping = sse(json.dumps({"type": "ping"}), "ping")
+        frames = [sse(json.dumps(start), "message_start"), *[ping] * 400]
+        exchange.stream(frames, "text/event-stream", pause=0.05)
+
+
+async def test_a_stream_of_nothing_but_pings_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = Pinging()
+    server.answer()
+    try:
+        async with client_for(server, idle_timeout=0.5) as model:
+            with pytest.raises(ChatTimeoutError, match=r"idle_timeout=0\.5"):
+                await call(model, streamed=True)
+    finally:
+        server.close()
 
 
 async def test_a_reply_that_is_not_a_message_is_a_protocol_error(
