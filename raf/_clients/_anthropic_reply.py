@@ -8,6 +8,7 @@ import json
 from typing import Any, Final
 
 from raf._clients._reply import json_object, json_type, quote
+from raf._clients._sdk import MAX_QUOTED
 from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
 from raf.errors import (
     ChatClientError,
@@ -176,7 +177,8 @@ def error_from_event(event: dict[str, Any], where: str) -> ChatClientError:
     text = error.get("message") if isinstance(error, dict) else None
     error_class, status = _RETRYABLE.get(str(kind), (ChatClientError, None))
     return error_class(
-        f"{where}: the server sent an error ({kind}): {text if text else quote(repr(event))}",
+        f"{where}: the server sent an error ({kind:.80}): "
+        f"{text if text else quote(repr(event)):.{MAX_QUOTED}}",
         status_code=status,
     )
 

@@ -583,6 +583,28 @@ async def test_http_errors_map_to_rafs_tree(
         assert "overloaded_error" in str(caught.value)
 
 
+@both
+async def test_an_error_quotes_an_excerpt_of_a_huge_upstream_text(
+    server: AnthropicServer, streamed: bool
+) -> None:
+    server.fail(400, "it went wrong " + "x" * 2_000_000)
+    async with client_for(server) as model:
+        with pytest.raises(BadRequestError, match="it went wrong") as caught:
+            await call(model, streamed)
+    assert len(str(caught.value)) < 2000
+
+
+async def test_an_error_event_quotes_an_excerpt_of_a_huge_upstream_text(
+    server: AnthropicServer,
+) -> None:
+    error = {"type": "error", "error": {"type": "api_error", "message": "boom " + "x" * 2_000_000}}
+    server.reply(Answer(events=[error]))
+    async with client_for(server) as model:
+        with pytest.raises(ServerError, match="boom") as caught:
+            await call(model, streamed=True)
+    assert len(str(caught.value)) < 2000
+
+
 async def test_retry_after_is_read_in_seconds(server: AnthropicServer) -> None:
     server.reply(
         Answer(

@@ -547,6 +547,17 @@ async def test_http_errors_map_to_rafs_tree(
     assert "it went wrong" in str(caught.value)
 
 
+@both
+async def test_an_error_quotes_an_excerpt_of_a_huge_upstream_text(
+    server: GeminiServer, streamed: bool
+) -> None:
+    server.fail(400, "it went wrong " + "x" * 2_000_000)
+    async with client_for(server) as model:
+        with pytest.raises(BadRequestError, match="it went wrong") as caught:
+            await call(model, streamed)
+    assert len(str(caught.value)) < 2000
+
+
 async def test_an_invalid_key_is_an_authentication_error(server: GeminiServer) -> None:
     body = {
         "error": {
