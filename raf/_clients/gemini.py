@@ -56,7 +56,9 @@ class GeminiChatClient:
 
     ``model`` is used unless a run's ``AgentRunOptions.model`` names another.
     ``api_key`` defaults to ``GEMINI_API_KEY``, then ``GOOGLE_API_KEY``;
-    ``base_url`` to the SDK's (``GOOGLE_GEMINI_BASE_URL``, else Google's).
+    ``base_url`` to the SDK's (``GOOGLE_GEMINI_BASE_URL``, else Google's);
+    ``api_version`` the API's version in its paths (``"v1alpha"``, ``"v1"``),
+    default the SDK's (``v1beta``).
     ``max_retries`` is the SDK's own retry budget (408, 429, 5xx and dropped
     connections). ``timeout`` bounds a whole plain call (the SDK's retries
     included) and a stream until its first chunk; ``idle_timeout`` each wait on
@@ -84,6 +86,7 @@ class GeminiChatClient:
         *,
         api_key: str | None = None,
         base_url: str | None = None,
+        api_version: str | None = None,
         max_retries: int = 2,
         timeout: float | None = DEFAULT_TIMEOUT,
         idle_timeout: float | None = DEFAULT_TIMEOUT,
@@ -101,10 +104,14 @@ class GeminiChatClient:
                 raise ValueError(
                     f"{name}: {keyword} must be a number of seconds > 0 or None, got {value!r}"
                 )
-        if client is not None and (base_url is not None or api_key is not None):
+        if api_version is not None and (not isinstance(api_version, str) or not api_version):
+            raise ValueError(f"{name}: api_version must be a non-empty str, got {api_version!r}")
+        if client is not None and (
+            base_url is not None or api_key is not None or api_version is not None
+        ):
             raise ValueError(
-                f"{name}: pass base_url and api_key to the google.genai.Client you give as "
-                f"client=, not to {name}"
+                f"{name}: pass base_url, api_key and api_version to the google.genai.Client "
+                f"you give as client=, not to {name}"
             )
         self.model = model
         self.timeout = timeout
@@ -114,7 +121,7 @@ class GeminiChatClient:
         if client is None:
             key = api_key or next(filter(None, map(os.environ.get, KEY_VARIABLES)), None)
             if key is not None:
-                self.client = _new_client(key, base_url, max_retries)
+                self.client = _new_client(key, base_url, api_version, max_retries)
 
     # --- complete and stream ------------------------------------------------------------
 
@@ -300,7 +307,9 @@ async def _keep_response(response: httpx2.Response) -> None:
         opened.append(response)
 
 
-def _new_client(api_key: str, base_url: str | None, max_retries: int) -> genai.Client:
+def _new_client(
+    api_key: str, base_url: str | None, api_version: str | None, max_retries: int
+) -> genai.Client:
     # A transport of raf's own: the SDK then speaks httpx (not aiohttp, when installed),
     # whose errors raf maps, through one pool. The hook hands a stream its responses.
     # The transport, and the SDK (its httpx clients: verify; its websockets: ssl), take raf's
@@ -308,6 +317,7 @@ def _new_client(api_key: str, base_url: str | None, max_retries: int) -> genai.C
     # client, about 0.1 s of CPU).
     options = types.HttpOptions(
         base_url=base_url,
+        api_version=api_version,
         async_client_args={
             "transport": httpx2.AsyncHTTPTransport(verify=tls_context()),
             "event_hooks": {"response": [_keep_response]},

@@ -547,6 +547,17 @@ async def test_http_errors_map_to_rafs_tree(
     assert "it went wrong" in str(caught.value)
 
 
+async def test_api_version_is_the_version_in_the_paths(server: GeminiServer) -> None:
+    server.answer()
+    async with GeminiChatClient(
+        "test-model", base_url=server.root_url, api_key="k", api_version="v1alpha"
+    ) as model:
+        await model.complete([ChatMessage.user("hi")], ChatOptions())
+    assert server.requests[0].path.startswith("/v1alpha/models/test-model:generateContent")
+    with pytest.raises(ValueError, match="api_version"):
+        GeminiChatClient("m", api_key="k", api_version="")
+
+
 @both
 async def test_an_error_quotes_an_excerpt_of_a_huge_upstream_text(
     server: GeminiServer, streamed: bool
