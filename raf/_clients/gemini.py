@@ -21,6 +21,7 @@ from google import genai
 from google.genai import types
 
 from raf._agent.tools import Tool
+from raf._clients._gemini_http import BoundedTransport
 from raf._clients._gemini_reply import (
     MADE_ID,
     SDK_ERRORS,
@@ -31,7 +32,7 @@ from raf._clients._gemini_reply import (
     response_from_reply,
 )
 from raf._clients._reply import DRAIN_GRACE, Budget, quote
-from raf._clients._sdk import DEFAULT_TIMEOUT, plain, tls_context
+from raf._clients._sdk import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, plain, tls_context
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf.errors import AuthenticationError, BadRequestError, ChatClientError, ChatTimeoutError
@@ -62,8 +63,10 @@ class GeminiChatClient:
     ``max_retries`` is the SDK's own retry budget (408, 429, 5xx and dropped
     connections). ``timeout`` bounds a whole plain call (the SDK's retries
     included) and a stream until its first chunk; ``idle_timeout`` each wait on
-    a stream's next chunk. ``client`` is a ``google.genai.Client`` you built
-    (closed by you; ``api_key`` and ``base_url`` then belong to it).
+    a stream's next chunk; ``max_response_bytes`` a reply, and a whole stream, in
+    bytes once decoded (past it: a :class:`raf.ChatProtocolError`). ``client`` is a
+    ``google.genai.Client`` you built (closed by you; ``api_key``, ``base_url``,
+    ``api_version`` and the bound of its replies then belong to it).
 
     System messages before ``ChatOptions.history_end`` (or, with no history, the
     leading ones) are the ``system_instruction``; a later one (the volatile
@@ -90,6 +93,7 @@ class GeminiChatClient:
         max_retries: int = 2,
         timeout: float | None = DEFAULT_TIMEOUT,
         idle_timeout: float | None = DEFAULT_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client: genai.Client | None = None,
     ) -> None:
         name = "GeminiChatClient"
@@ -104,6 +108,10 @@ class GeminiChatClient:
                 raise ValueError(
                     f"{name}: {keyword} must be a number of seconds > 0 or None, got {value!r}"
                 )
+        if type(max_response_bytes) is not int or max_response_bytes < 1:
+            raise ValueError(
+                f"{name}: max_response_bytes must be an int >= 1, got {max_response_bytes!r}"
+            )
         if api_version is not None and (not isinstance(api_version, str) or not api_version):
             raise ValueError(f"{name}: api_version must be a non-empty str, got {api_version!r}")
         if client is not None and (
@@ -121,7 +129,9 @@ class GeminiChatClient:
         if client is None:
             key = api_key or next(filter(None, map(os.environ.get, KEY_VARIABLES)), None)
             if key is not None:
-                self.client = _new_client(key, base_url, api_version, max_retries)
+                self.client = _new_client(
+                    key, base_url, api_version, max_retries, max_response_bytes
+                )
 
     # --- complete and stream ------------------------------------------------------------
 
@@ -308,7 +318,11 @@ async def _keep_response(response: httpx2.Response) -> None:
 
 
 def _new_client(
-    api_key: str, base_url: str | None, api_version: str | None, max_retries: int
+    api_key: str,
+    base_url: str | None,
+    api_version: str | None,
+    max_retries: int,
+    max_response_bytes: int,
 ) -> genai.Client:
     # A transport of raf's own: the SDK then speaks httpx (not aiohttp, when installed),
     # whose errors raf maps, through one pool. The hook hands a stream its responses.
@@ -319,7 +333,7 @@ def _new_client(
         base_url=base_url,
         api_version=api_version,
         async_client_args={
-            "transport": httpx2.AsyncHTTPTransport(verify=tls_context()),
+            "transport": BoundedTransport(max_response_bytes),
             "event_hooks": {"response": [_keep_response]},
             "verify": tls_context(),
             "ssl": tls_context(),
