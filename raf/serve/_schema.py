@@ -106,7 +106,10 @@ def client_output(schema: Mapping[str, Any], name: str, where: str) -> OutputSpe
             400, f"{where} must be {{'type': 'object', ...}} at its root (a JSON object)"
         )
     walk = _Walk(schema, where)
-    walk.schema(schema, ())
+    try:
+        walk.schema(schema, ())
+    except RecursionError:  # 32 $refs, each to a subschema 64 deep
+        raise HttpError(400, f"{where} is nested too deeply, with its $refs followed") from None
     if walk.unevaluated and walk.patterned:
         raise HttpError(
             400, f"{where}: unevaluatedProperties beside patternProperties is not served"
