@@ -125,8 +125,12 @@ def test_checks_that_never_end_stop_off_the_event_loop_while_others_are_answered
     finished: list[str] = []
     hostile: list[httpx.Response] = []
 
+    # A long answer has a large budget of checks (20,000 and one per two characters): the
+    # hostile checks go on for seconds, in a worker thread, while the plain request comes.
+    answer = {**deep, "pad": "x" * 300_000}
+
     def send_hostile() -> None:
-        hostile.append(post(server, chat(schema, "json:" + json.dumps(deep))))
+        hostile.append(post(server, chat(schema, "json:" + json.dumps(answer))))
         finished.append("hostile")
 
     thread = threading.Thread(target=send_hostile)
