@@ -53,6 +53,9 @@ class OutputSpec:
     name: str
     wrapped: bool
     adapter: Any = attrs.field(repr=False)
+    #: Checked in a worker thread whatever the answer's length: a schema a served client
+    #: wrote (its validation is its own program, never run on the event loop).
+    in_thread: bool = attrs.field(default=False, kw_only=True)
 
     def validate(self, text: str) -> Any:
         """``text`` (JSON) as a value of the type; ``pydantic.ValidationError`` if it is not.
@@ -111,7 +114,10 @@ def output_spec(output_type: Any) -> OutputSpec:
     """The :class:`OutputSpec` of ``output_type``, built once per type.
 
     A type pydantic cannot make a schema of is a ``TypeError`` that says why.
+    An :class:`OutputSpec` is its own (a served client's schema comes as one).
     """
+    if isinstance(output_type, OutputSpec):
+        return output_type
     try:
         return _SPECS[output_type]
     except KeyError:
@@ -145,6 +151,11 @@ def _name(output_type: Any, schema: Mapping[str, Any]) -> str:
         raw = title
     else:
         raw = _type_name(output_type)
+    return output_name(raw)
+
+
+def output_name(raw: str) -> str:
+    """``raw`` as a schema's name a structured-output API takes (letters, digits, _ and -)."""
     name = _NOT_NAME.sub("_", raw).strip("_")[:64]
     return name or "output"
 
@@ -207,9 +218,10 @@ async def check_answer(spec: OutputSpec, text: str) -> Any:
     A long answer is checked in a worker thread (its JSON walk yields the GIL,
     so the event loop's other tasks go on), and one over :data:`MAX_ANSWER` is
     not checked at all: pydantic would build an error for each wrong item
-    (seconds for a million) where the model is told twenty.
+    (seconds for a million) where the model is told twenty. A spec ``in_thread``
+    is checked in a worker thread whatever the length.
     """
-    if len(text) <= _INLINE:
+    if len(text) <= _INLINE and not spec.in_thread:
         return _check(spec, text)
     return await anyio.to_thread.run_sync(_check, spec, text)
 

@@ -8,6 +8,7 @@ import json
 from typing import Any, Final
 
 from raf._clients._reply import built, json_object, json_type, quote
+from raf._clients._sdk import MAX_QUOTED
 from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
 from raf.errors import (
     ChatClientError,
@@ -40,9 +41,13 @@ def call_name(model: str) -> str:
     return f"Anthropic message (model {model!r})"
 
 
-def arguments_of(tool_input: Any) -> str:
-    """A ``tool_use`` block's ``input`` as the arguments of a :class:`raf.ToolCall`."""
-    return json.dumps(tool_input, separators=(",", ":"), ensure_ascii=False)
+def arguments_of(tool_input: Any, where: str = "Anthropic message") -> str:
+    """A ``tool_use`` block's ``input`` as the arguments of a :class:`raf.ToolCall`; a
+    :class:`raf.ChatProtocolError` when it is nested too deeply to write."""
+    try:
+        return json.dumps(tool_input, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:
+        raise ChatProtocolError(f"{where}: a tool_use input is nested too deeply") from None
 
 
 def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResponse:
@@ -110,7 +115,7 @@ def _tool_use(block: dict[str, Any], where: str, at: str) -> ToolCall:
     if isinstance(tool_input, str):  # a stream's assembled JSON, whole or cut
         arguments = tool_input
     elif isinstance(tool_input, dict):
-        arguments = arguments_of(tool_input)
+        arguments = arguments_of(tool_input, where)
     else:
         raise ChatProtocolError(f"{where}: {at}.input is {json_type(tool_input)}, not an object")
     return ToolCall(_str(block, "id", where, at), _str(block, "name", where, at), arguments)
@@ -171,7 +176,8 @@ def error_from_event(event: dict[str, Any], where: str) -> ChatClientError:
     text = error.get("message") if isinstance(error, dict) else None
     error_class, status = _RETRYABLE.get(str(kind), (ChatClientError, None))
     return error_class(
-        f"{where}: the server sent an error ({kind}): {text if text else quote(repr(event))}",
+        f"{where}: the server sent an error ({kind:.80}): "
+        f"{text if text else quote(repr(event)):.{MAX_QUOTED}}",
         status_code=status,
     )
 
@@ -295,9 +301,13 @@ class StreamState:
             return
         text = "".join(pieces) or "{}"
         try:
-            self.blocks[index]["input"] = arguments_of(json.loads(text))
+            self.blocks[index]["input"] = arguments_of(json.loads(text), self.where)
         except ValueError:
             self.blocks[index]["input"] = text  # cut JSON: raf's tool loop refuses it
+        except RecursionError:
+            raise ChatProtocolError(
+                f"{self.where}: the tool_use input of block {index} is nested too deeply"
+            ) from None
 
     def _add_usage(self, usage: Any) -> None:
         if isinstance(usage, dict):

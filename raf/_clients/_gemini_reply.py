@@ -14,7 +14,7 @@ import httpx2
 from google.genai import errors, types
 
 from raf._clients._reply import json_type
-from raf._clients._sdk import RETRY_AFTER_MAX, error_from_http, retry_after_seconds
+from raf._clients._sdk import MAX_QUOTED, RETRY_AFTER_MAX, error_from_http, retry_after_seconds
 from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
 from raf.errors import (
     AuthenticationError,
@@ -53,7 +53,7 @@ def error_from_genai(exc: Exception, where: str) -> ChatClientError:
     if isinstance(exc, errors.APIError) and isinstance(exc.code, int):
         status = exc.code
         text = f"{where} failed with HTTP {status} {exc.status or ''}".rstrip()
-        text += f": {exc.message}" if exc.message else ""
+        text += f": {exc.message:.{MAX_QUOTED}}" if exc.message else ""  # an excerpt
         headers = getattr(exc.response, "headers", None)
         retry_after = retry_after_seconds(headers) if isinstance(headers, Mapping) else None
         if retry_after is None:
@@ -73,9 +73,10 @@ def error_from_genai(exc: Exception, where: str) -> ChatClientError:
     if isinstance(exc, httpx2.HTTPError):
         return error_from_http(exc, where)
     if isinstance(exc, errors.APIError):  # an error chunk with no code
-        return ChatClientError(f"{where}: the server sent an error: {exc}")
+        return ChatClientError(f"{where}: the server sent an error: {exc!s:.{MAX_QUOTED}}")
     return ChatProtocolError(
-        f"{where}: the google-genai SDK could not read the reply: {type(exc).__name__}: {exc}"
+        f"{where}: the google-genai SDK could not read the reply: {type(exc).__name__}: "
+        f"{exc!s:.{MAX_QUOTED}}"
     )
 
 

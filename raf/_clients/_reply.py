@@ -229,6 +229,11 @@ class StreamReader(Protocol):
     def finish(self) -> list[Update]: ...
 
 
+def _is_ping(data: str) -> bool:
+    """Whether an event's data is a keep-alive ping (Anthropic's ``{"type": "ping"}``)."""
+    return len(data) < 40 and data.replace(" ", "") == '{"type":"ping"}'
+
+
 async def stream_updates(
     owner: Held,
     sdk: ModuleType,
@@ -278,7 +283,9 @@ async def stream_updates(
         data: str | None = None
         with anyio.CancelScope() as stop:
             try:
-                data = await anext(events, None)
+                # A keep-alive ping is no progress: a stream of nothing else is idle.
+                while (data := await anext(events, None)) is not None and _is_ping(data):
+                    pass
             except httpx2.HTTPError as exc:
                 raise error_from_http(exc, where) from exc
         if stop.cancel_called:  # past the bound, whether or not the stream went on

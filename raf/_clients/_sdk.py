@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from raf._values.options import ChatOptions
 
 __all__: list[str] = []
+#: The most of an upstream error's own text an error message quotes (a server's error
+#: may be megabytes long).
+MAX_QUOTED: Final = 1000
 
 
 class Held(Protocol):
@@ -311,7 +314,7 @@ def error_from_sdk(exc: Exception, where: str, sdk: ModuleType) -> ChatClientErr
         return ChatConnectionError(f"{where}: cannot reach {exc.request.url}: {exc}{cause}")
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
-        text = f"{where} failed with HTTP {status}: {exc.message}"
+        text = f"{where} failed with HTTP {status}: {exc.message:.{MAX_QUOTED}}"  # an excerpt
         retry_after = retry_after_seconds(exc.response.headers)
         kind = _BY_STATUS.get(status, ServerError if status >= 500 else BadRequestError)
         return kind(text, status_code=status, retry_after=retry_after)

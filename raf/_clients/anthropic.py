@@ -285,7 +285,7 @@ def _blocks(message: ChatMessage, index: int) -> list[dict[str, Any]]:
 def _tool_use(call_id: str, name: str, arguments: str, index: int) -> dict[str, Any]:
     try:
         tool_input = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to send
         tool_input = None
     if not isinstance(tool_input, dict):
         raise BadRequestError(

@@ -20,6 +20,7 @@ import pydantic
 from google import genai
 from google.genai import types
 
+from raf._clients._gemini_http import BoundedTransport
 from raf._clients._gemini_reply import (
     MADE_ID,
     SDK_ERRORS,
@@ -30,7 +31,7 @@ from raf._clients._gemini_reply import (
     response_from_reply,
 )
 from raf._clients._reply import DRAIN_GRACE, Budget, quote
-from raf._clients._sdk import DEFAULT_TIMEOUT, plain, tls_context
+from raf._clients._sdk import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, plain, tls_context
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.protocols import Tool
@@ -56,12 +57,16 @@ class GeminiChatClient:
 
     ``model`` is used unless a run's ``AgentRunOptions.model`` names another.
     ``api_key`` defaults to ``GEMINI_API_KEY``, then ``GOOGLE_API_KEY``;
-    ``base_url`` to the SDK's (``GOOGLE_GEMINI_BASE_URL``, else Google's).
+    ``base_url`` to the SDK's (``GOOGLE_GEMINI_BASE_URL``, else Google's);
+    ``api_version`` the API's version in its paths (``"v1alpha"``, ``"v1"``),
+    default the SDK's (``v1beta``).
     ``max_retries`` is the SDK's own retry budget (408, 429, 5xx and dropped
     connections). ``timeout`` bounds a whole plain call (the SDK's retries
     included) and a stream until its first chunk; ``idle_timeout`` each wait on
-    a stream's next chunk. ``client`` is a ``google.genai.Client`` you built
-    (closed by you; ``api_key`` and ``base_url`` then belong to it).
+    a stream's next chunk; ``max_response_bytes`` a reply, and a whole stream, in
+    bytes once decoded (past it: a :class:`raf.ChatProtocolError`). ``client`` is a
+    ``google.genai.Client`` you built (closed by you; ``api_key``, ``base_url``,
+    ``api_version`` and the bound of its replies then belong to it).
 
     System messages before ``ChatOptions.history_end`` (or, with no history, the
     leading ones) are the ``system_instruction``; a later one (the volatile
@@ -84,9 +89,11 @@ class GeminiChatClient:
         *,
         api_key: str | None = None,
         base_url: str | None = None,
+        api_version: str | None = None,
         max_retries: int = 2,
         timeout: float | None = DEFAULT_TIMEOUT,
         idle_timeout: float | None = DEFAULT_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         client: genai.Client | None = None,
     ) -> None:
         name = "GeminiChatClient"
@@ -101,10 +108,18 @@ class GeminiChatClient:
                 raise ValueError(
                     f"{name}: {keyword} must be a number of seconds > 0 or None, got {value!r}"
                 )
-        if client is not None and (base_url is not None or api_key is not None):
+        if type(max_response_bytes) is not int or max_response_bytes < 1:
             raise ValueError(
-                f"{name}: pass base_url and api_key to the google.genai.Client you give as "
-                f"client=, not to {name}"
+                f"{name}: max_response_bytes must be an int >= 1, got {max_response_bytes!r}"
+            )
+        if api_version is not None and (not isinstance(api_version, str) or not api_version):
+            raise ValueError(f"{name}: api_version must be a non-empty str, got {api_version!r}")
+        if client is not None and (
+            base_url is not None or api_key is not None or api_version is not None
+        ):
+            raise ValueError(
+                f"{name}: pass base_url, api_key and api_version to the google.genai.Client "
+                f"you give as client=, not to {name}"
             )
         self.model = model
         self.timeout = timeout
@@ -114,7 +129,9 @@ class GeminiChatClient:
         if client is None:
             key = api_key or next(filter(None, map(os.environ.get, KEY_VARIABLES)), None)
             if key is not None:
-                self.client = _new_client(key, base_url, max_retries)
+                self.client = _new_client(
+                    key, base_url, api_version, max_retries, max_response_bytes
+                )
 
     # --- complete and stream ------------------------------------------------------------
 
@@ -300,7 +317,13 @@ async def _keep_response(response: httpx2.Response) -> None:
         opened.append(response)
 
 
-def _new_client(api_key: str, base_url: str | None, max_retries: int) -> genai.Client:
+def _new_client(
+    api_key: str,
+    base_url: str | None,
+    api_version: str | None,
+    max_retries: int,
+    max_response_bytes: int,
+) -> genai.Client:
     # A transport of raf's own: the SDK then speaks httpx (not aiohttp, when installed),
     # whose errors raf maps, through one pool. The hook hands a stream its responses.
     # The transport, and the SDK (its httpx clients: verify; its websockets: ssl), take raf's
@@ -308,8 +331,9 @@ def _new_client(api_key: str, base_url: str | None, max_retries: int) -> genai.C
     # client, about 0.1 s of CPU).
     options = types.HttpOptions(
         base_url=base_url,
+        api_version=api_version,
         async_client_args={
-            "transport": httpx2.AsyncHTTPTransport(verify=tls_context()),
+            "transport": BoundedTransport(max_response_bytes),
             "event_hooks": {"response": [_keep_response]},
             "verify": tls_context(),
             "ssl": tls_context(),

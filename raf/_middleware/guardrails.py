@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from raf._middleware.fallback import FallbackMiddleware
-from raf._middleware.holdback import cut_point
+from raf._middleware.holdback import cut_point, forced
 from raf._onion.observe import observed_check
 from raf._values.context import ChatRequest, Invocation, ToolRequest
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
@@ -238,9 +238,14 @@ class _Held:
         # Cut from an offset, not by slicing what is left each time: a huge chunk is
         # cut in linear time.
         try:
-            while (cut := cut_point(held[start : start + hold_back], hold_back)) is not None:
-                window, start = held[start : start + cut], start + cut
-                await self._release(window, final=False)
+            while (
+                cut := cut_point(region := held[start : start + hold_back], hold_back)
+            ) is not None:
+                # At a forced cut the window's second half is judged again at the head of the
+                # next one: a span across the cut (up to half the window) is then judged
+                # whole before any of it is released.
+                keep = hold_back // 2 if forced(region, hold_back) else 0
+                start += await self._release(held[start : start + cut], final=False, keep=keep)
         finally:
             self.held = held[start:]
 
@@ -250,7 +255,9 @@ class _Held:
             window, self.held = self.held, ""
             await self._release(window, final=True)
 
-    async def _release(self, window: str, *, final: bool) -> None:
+    async def _release(self, window: str, *, final: bool, keep: int = 0) -> int:
+        """Judge ``window`` and release it, but its last ``keep`` characters when it is
+        allowed as it is (they stay held); how many characters of it were taken."""
         guardrail = self.guardrail
         verdict = await judge(
             guardrail.check,
@@ -264,14 +271,15 @@ class _Held:
         if verdict.action == "block":
             seen = AgentResponse((ChatMessage.assistant(self.released),) if self.released else ())
             raise GuardrailError(guardrail.name, "output", verdict.reason or "", partial=seen)
-        text = window
+        text, taken = window[: len(window) - keep], len(window) - keep
         if verdict.action == "rewrite" and verdict.text != window:
-            text, self.rewritten = verdict.text or "", True
+            text, taken, self.rewritten = verdict.text or "", len(window), True
         raw = self.raw[1] if self.raw is not None and text == window == self.raw[0] else None
         self.raw = None  # what is left of the window's chunks is a piece of one
         if text:
             self.released += text
             await self.send(Update("text", text, raw=raw))
+        return taken
 
 
 def _with_text(response: AgentResponse, text: str) -> AgentResponse:

@@ -56,6 +56,21 @@ def cut_point(held: str, hold_back: int) -> int | None:
     return _last_safe_space(region) or hold_back
 
 
+def forced(held: str, hold_back: int) -> bool:
+    """Whether :func:`cut_point` cuts ``held`` at ``hold_back`` for want of a sentence end or
+    a space it may cut at (a span across that cut is in neither window whole).
+
+    >>> forced("x" * 30, 10), forced("call 555 123 4567 now", 12), forced("ab", 10)
+    (True, False, False)
+    """
+    region = held[:hold_back]
+    return (
+        len(held) >= hold_back
+        and _SENTENCE_END.search(region) is None
+        and _last_safe_space(region) is None
+    )
+
+
 def _last_safe_space(region: str) -> int | None:
     """The start of the last word of ``region`` that follows a word, not both code-like."""
     words = list(_WORD.finditer(region))

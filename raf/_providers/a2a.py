@@ -44,7 +44,10 @@ class A2AAgentTool:
     the call is a :class:`raf.ToolError`. ``max_answer_chars`` bounds the
     answer as it streams (its text, and what the agent says of its task): past
     it, the remote task is cancelled and the call is a :class:`raf.ToolError`
-    saying so.
+    saying so. Every read is bounded before it is kept: the card at 1 MB, each
+    event (and each other reply) at 8 bytes a character of ``max_answer_chars``
+    and 64 KB more; a reply is asked for and taken uncompressed (a compressed
+    one could inflate past any bound).
 
     Each call is a task of its own, in a context of its own (the remote agent
     does not see earlier calls). The answer is the text of the task's
@@ -99,7 +102,9 @@ class A2AAgentTool:
         }
         self.timeout = timeout
         self.max_answer_chars = max_answer_chars
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = {"Accept-Encoding": "identity"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
         self._card: AgentCard | None = None
 
     def __repr__(self) -> str:
@@ -109,8 +114,13 @@ class A2AAgentTool:
         """Send ``arguments["message"]`` to the remote agent; its answer."""
         import httpx
 
+        from raf._providers._a2a_http import BoundedTransport  # needs httpx, as a2a-sdk
+
         try:
-            async with httpx.AsyncClient(headers=self._headers, timeout=self.timeout) as http:
+            bounded = BoundedTransport(self.url, 8 * self.max_answer_chars + 65536)
+            async with httpx.AsyncClient(
+                headers=self._headers, timeout=self.timeout, transport=bounded
+            ) as http:
                 with anyio.fail_after(self.timeout):  # an answer that streams for ever ends
                     return await self._exchange(http, str(arguments["message"]))
         except (ToolError, anyio.get_cancelled_exc_class()):
@@ -158,7 +168,7 @@ class A2AAgentTool:
 
     def _checked(self, card: AgentCard) -> AgentCard:
         """``card``, unless it would send the key to another server than ``url``'s."""
-        if self._headers:
+        if "Authorization" in self._headers:
             own = _origin(self.url)
             for interface in card.supported_interfaces:
                 if _origin(interface.url) != own:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import anyio
 import attrs
 import pydantic
 from ag_ui.core import (
@@ -33,6 +34,7 @@ from starlette.types import ASGIApp
 
 from raf._agent.approvals import Decision
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Role, ToolCall, Update
+from raf._values.protocols import Tool
 from raf.serve._client import client_tools
 from raf.serve._http import HttpError, read_json
 from raf.serve._served import Served
@@ -86,7 +88,9 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
         messages = await unheld(session, given)
     framing = EventFraming(run.thread_id, run.run_id)
     offered = [{"function": tool.model_dump()} for tool in run.tools or ()]
-    tools = client_tools(offered, served.agent.tools)
+    tools: tuple[Tool, ...] = ()
+    if offered:  # their schemas are checked in a worker thread, never on the event loop
+        tools = await anyio.to_thread.run_sync(client_tools, offered, served.agent.tools)
     options = attrs.evolve(served.options, tools=tools) if tools else served.options
     return TurnStream(
         served.agent,

@@ -25,6 +25,7 @@ from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
 from raf.errors import ConfigError
 from raf.serve._agui import ag_ui
+from raf.serve._client import parsed
 from raf.serve._edge import Edge
 from raf.serve._http import (
     HttpError,
@@ -172,7 +173,8 @@ def app(
 
 async def chat_completions(served: Served, request: Request) -> ASGIApp:
     """``POST /v1/chat/completions``: one turn, whole or streamed."""
-    body = parse_completion(await read_json(request, served.max_body), served.agent.tools)
+    data = await read_json(request, served.max_body)
+    body = await parsed(parse_completion, data, served.agent.tools)
     if body.model != served.model:
         raise HttpError(
             404,

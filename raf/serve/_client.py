@@ -9,16 +9,19 @@ it, and the client's next request brings the result as a ``tool`` message.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
+import anyio
 import attrs
 
-from raf._agent.tools import check_tool_arguments, check_tool_schema
+from raf._agent.output import OutputSpec
+from raf._agent.tools import check_tool_schema
 from raf._values.messages import AgentResponse, ToolCall
 from raf._values.protocols import Tool
-from raf.errors import ToolArgumentsError, ToolSchemaError
+from raf.errors import ToolSchemaError
 from raf.serve._http import HttpError
+from raf.serve._schema import check_size, client_output
 
 __all__: list[str] = []
 
@@ -26,6 +29,19 @@ _NAME: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _CHOICE_WORDS: Final = frozenset({"auto", "none", "required"})
 #: Separates the texts of two model calls of one turn, in the answer and in its stream.
 TEXT_JOIN: Final = "\n\n"
+#: The fields of a body that carry a client's JSON Schemas (tools, an output format).
+_SCHEMA_FIELDS: Final = ("tools", "response_format", "text")
+
+T = TypeVar("T")
+
+
+async def parsed(parse: Callable[..., T], body: Any, *args: Any) -> T:
+    """``parse(body, *args)``; in a worker thread when the body carries a client's JSON
+    Schemas: checking them against their metaschema is pure Python (about 1 ms a
+    property) that never runs on the event loop."""
+    if isinstance(body, dict) and any(body.get(field) for field in _SCHEMA_FIELDS):
+        return await anyio.to_thread.run_sync(parse, body, *args)
+    return parse(body, *args)
 
 
 @attrs.frozen
@@ -49,6 +65,7 @@ def client_tools(value: Any, agent_tools: Sequence[Tool], where: str = "tools") 
     if not isinstance(value, list):
         raise HttpError(400, f"'{where}' must be a list of function tools")
     taken = {tool.name for tool in agent_tools}
+    check_size(value, where)  # every tool's schema is checked: their sum is bounded
     tools: dict[str, Tool] = {}
     for index, item in enumerate(value):
         function = item.get("function") if isinstance(item, dict) else None
@@ -97,8 +114,9 @@ def tool_choice(value: Any, tools: Sequence[Tool]) -> str | None:
     return name
 
 
-def output_type(value: Any) -> Any:
-    """A request's ``response_format`` as a run's ``output_type`` (``None`` for text)."""
+def output_type(value: Any, where: str = "response_format") -> OutputSpec | None:
+    """A request's ``response_format`` as a run's ``output_type`` (``None`` for text); its
+    schema checked here (see :mod:`raf.serve._schema`), a 400 naming what is wrong."""
     if value is None:
         return None
     kind = value.get("type") if isinstance(value, dict) else None
@@ -107,35 +125,17 @@ def output_type(value: Any) -> Any:
     if kind == "json_object":
         raise HttpError(
             400,
-            "response_format json_object cannot be honoured here: the served run asks for "
+            f"{where} json_object cannot be honoured here: the served run asks for "
             "a schema; send {type: 'json_schema', json_schema: {name, schema}}",
         )
     spec = value.get("json_schema") if kind == "json_schema" else None
     schema = spec.get("schema") if isinstance(spec, dict) else None
     if not isinstance(spec, dict) or not isinstance(schema, dict):
         raise HttpError(
-            400, "'response_format' must be text or {type: 'json_schema', json_schema: {schema}}"
+            400, f"'{where}' must be text or {{type: 'json_schema', json_schema: {{schema}}}}"
         )
-    return schema_type(schema, str(spec.get("name") or "output"))
-
-
-def schema_type(schema: Mapping[str, Any], name: str) -> Any:
-    """A type whose JSON Schema is ``schema`` and whose values are checked against it."""
-    import pydantic
-
-    checker = ClientTool(name, "", schema)
-
-    def check(value: Any) -> Any:
-        try:
-            check_tool_arguments(checker, value)
-        except ToolArgumentsError as exc:  # pydantic tells the model a ValueError's text
-            raise ValueError("; ".join(exc.problems)) from None
-        return value
-
-    titled = {"title": name, **schema}
-    return Annotated[
-        dict[str, Any], pydantic.WithJsonSchema(titled), pydantic.AfterValidator(check)
-    ]
+    name = spec.get("name")
+    return client_output(schema, name if isinstance(name, str) and name else "output", where)
 
 
 def client_calls(response: AgentResponse, tools: Sequence[Tool]) -> tuple[ToolCall, ...]:

@@ -26,6 +26,7 @@ the client gone: a streamed turn closes early, as when it hangs up.
 
 from __future__ import annotations
 
+import traceback
 import uuid
 from collections.abc import Iterable
 
@@ -115,7 +116,8 @@ class Edge:
                 problem = HttpError(500, "internal error", "server_error")
                 await error_response(problem, scope)(scope, receiving, sending)
         finally:
-            _log_failure(scope, status)
+            with anyio.CancelScope(shield=True):  # the line is written, cancelled or not
+                await _log_failure(scope, status)
 
     def refusal(self, scope: Scope) -> HttpError | None:
         """Why a browser's request must not reach the agent, or ``None`` when it may."""
@@ -153,8 +155,11 @@ def host_name(host: str) -> str:
     return host.partition(":")[0]
 
 
-def _log_failure(scope: Scope, status: int) -> None:
-    """One line for a request that failed: its id, what it asked, the status and the cause."""
+async def _log_failure(scope: Scope, status: int) -> None:
+    """One line for a request that failed: its id, what it asked, the status and the cause;
+    a server error's traceback with it, without local variables (a frame's locals hold
+    what the client sent: rich rendered 9.6 MB of them for a 10 KB body), at most
+    :data:`_MAX_TRACEBACK` characters, formatted in a worker thread."""
     state = scope.get("state", {})
     cause = state.get("failure")
     if status < 400 and cause is None:
@@ -164,9 +169,30 @@ def _log_failure(scope: Scope, status: int) -> None:
         "method": scope.get("method"),
         "path": str(scope.get("path", ""))[:200],
         "status": status,
-        "cause": cause if isinstance(cause, str) else repr(cause),
     }
     if isinstance(cause, BaseException) and (status == 0 or status >= 500):
-        _log.error("raf.serve: the request failed", **fields, exc_info=cause)
+        said, trace = await anyio.to_thread.run_sync(_described, cause)
+        _log.error("raf.serve: the request failed", **fields, cause=said, exception=trace)
     else:
-        _log.warning("raf.serve: the request failed", **fields)
+        said = cause if isinstance(cause, str) else repr(cause)
+        _log.warning("raf.serve: the request failed", **fields, cause=_cut(said))
+
+
+#: The most of a cause's text, and of a traceback, one log line holds.
+_MAX_CAUSE = 1000
+_MAX_TRACEBACK = 20_000
+
+
+def _described(cause: BaseException) -> tuple[str, str]:
+    """``cause``'s repr and its traceback, chained causes included, without locals; each
+    cut to its bound (the middle of a traceback goes)."""
+    said = _cut(repr(cause))
+    trace = "".join(traceback.format_exception(cause))
+    if len(trace) > _MAX_TRACEBACK:
+        half = _MAX_TRACEBACK // 2
+        trace = f"{trace[:half]}\n... ({len(trace) - 2 * half} characters) ...\n{trace[-half:]}"
+    return said, trace
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _MAX_CAUSE else f"{text[:_MAX_CAUSE]}... ({len(text)} characters)"

@@ -23,6 +23,7 @@ from raf.errors import (
     ChatClientError,
     ChatTimeoutError,
     GuardrailError,
+    OutputValidationError,
     RateLimitError,
 )
 
@@ -186,8 +187,10 @@ def upstream_error(exc: BaseException) -> HttpError | None:
 
 
 def failure(exc: Exception) -> HttpError:
-    """What a run that raised ``exc`` answers: the model's failure, a guardrail's block
-    (400 ``guardrail_blocked``, naming the guardrail), or a 500 without internals.
+    """What a run that raised ``exc`` answers: the model's failure (an answer that does
+    not fit the output schema, retries included, is a 502 ``output_invalid``), a
+    guardrail's block (400 ``guardrail_blocked``, naming the guardrail), or a 500
+    without internals.
 
     Only the kind of failure shows; what the exception says goes to the log.
     """
@@ -199,6 +202,13 @@ def failure(exc: Exception) -> HttpError:
         what = "the request" if exc.where == "input" else "the answer"
         return HttpError(
             400, f"guardrail {exc.guardrail!r} blocked {what}", code="guardrail_blocked"
+        )
+    if isinstance(exc, OutputValidationError):  # the model's, not the server's
+        return HttpError(
+            502,
+            f"the model's answer does not fit the output schema ({exc.attempts} attempts)",
+            "upstream_error",
+            "output_invalid",
         )
     if isinstance(exc, ApprovalError) and exc.tokens:  # decisions that match no waiting call
         return HttpError(

@@ -25,7 +25,14 @@ from starlette.types import ASGIApp
 
 from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update
 from raf._values.protocols import Tool
-from raf.serve._client import TEXT_JOIN, client_calls, client_tools, tool_choice, turn_text
+from raf.serve._client import (
+    TEXT_JOIN,
+    client_calls,
+    client_tools,
+    parsed,
+    tool_choice,
+    turn_text,
+)
 from raf.serve._client import output_type as output_of
 from raf.serve._http import HttpError, failure, note_failure, read_json
 from raf.serve._served import Served
@@ -62,7 +69,8 @@ class ResponsesRequest:
 
 async def responses(served: Served, request: Request) -> ASGIApp:
     """``POST /v1/responses``: one turn, whole or streamed (Responses events)."""
-    body = parse_responses(await read_json(request, served.max_body), served.agent.tools)
+    data = await read_json(request, served.max_body)
+    body = await parsed(parse_responses, data, served.agent.tools)
     if body.model != served.model:
         raise HttpError(
             404, f"the model {body.model!r:.80} does not exist here", code="model_not_found"
@@ -114,7 +122,7 @@ def parse_responses(body: Any, agent_tools: Sequence[Tool]) -> ResponsesRequest:
     form = text.get("format") if isinstance(text, dict) else None
     if isinstance(form, dict) and form.get("type") == "json_schema":
         form = {"type": "json_schema", "json_schema": form}
-    output = output_of(form)
+    output = output_of(form, "text.format")
     if output is not None:
         overrides["output_type"] = output
     # The same checks as a chat completion's, under the chat names.
@@ -210,7 +218,9 @@ def _response_id(session_id: str | None) -> str:
 
 def _session_of(previous: Any) -> str:
     """The session a ``previous_response_id`` names; 400 if it names none."""
-    named = previous[5:].rpartition("_")[0] if isinstance(previous, str) else ""
+    if not isinstance(previous, str):
+        raise HttpError(400, "'previous_response_id' must be a string")
+    named = previous[5:].rpartition("_")[0]
     try:
         if previous.startswith("resp_") and named:
             return base64.urlsafe_b64decode(named + "=" * (-len(named) % 4)).decode()

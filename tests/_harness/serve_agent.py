@@ -21,7 +21,8 @@ What the model answers depends on the last message:
 - with ``tool_choice`` a tool's name (or ``required``: the first client tool, else
   ``shout``), a user message: a call of that tool; after a tool's result with any
   ``tool_choice``, `` (choice <tool_choice>)`` ends the answer;
-- with an output schema, a user message: ``{"answer": <the user text>}``;
+- with an output schema, a user message: ``{"answer": <the user text>}`` (one that begins
+  ``json:``: the rest of it, as it is);
 - a user message containing ``check``: ``Let me check.`` before what it says;
 - a user message ``long``: 200 words (a stream to leave in the middle);
 - a user message ``flood``: words of 1 kB, without end (a stream a client must leave);
@@ -92,7 +93,7 @@ class WordModel:
             if options.tool_choice is not None:
                 words.append(f" (choice {options.tool_choice})")
         elif last.role == "user" and options.output_schema is not None:
-            words = [json.dumps({"answer": text})]
+            words = [text[5:] if text.startswith("json:") else json.dumps({"answer": text})]
         elif text == "long":
             words = [f"w{i} " for i in range(200)]
         elif text == "flood":  # until the client leaves

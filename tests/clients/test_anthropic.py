@@ -45,6 +45,7 @@ from raf.errors import (
 )
 from tests._harness.anthropic_server import Answer, AnthropicServer, events_of, message_body
 from tests._harness.cli import run_raf
+from tests._harness.loopback_server import Exchange, Received, sse
 from tests._harness.openai_server import OpenAIServer, completion
 from tests._harness.redis_server import RedisServer
 
@@ -492,6 +493,51 @@ async def test_an_error_event_is_the_error_it_names(
     assert caught.value.retryable is retryable
 
 
+async def test_a_streamed_tool_input_nested_too_deeply_is_a_protocol_error(
+    server: AnthropicServer,
+) -> None:
+    events = events_of(message_body(calls=[("toolu_1", "add", {"a": 1})]))
+    pieces = [e for e in events if e.get("delta", {}).get("type") == "input_json_delta"]
+    for event in pieces:
+        event["delta"]["partial_json"] = ""
+    pieces[-1]["delta"]["partial_json"] = '{"a":' * 5000 + "1" + "}" * 5000
+    server.reply(Answer(events=events))
+    async with client_for(server) as model:
+        with pytest.raises(ChatProtocolError, match="nested too deeply"):
+            await call(model, streamed=True)
+
+
+def test_arguments_nested_too_deeply_to_send_are_a_bad_request() -> None:
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    call_message = ChatMessage.assistant(None, tool_calls=[ToolCall("toolu_1", "add", deep)])
+    with pytest.raises(BadRequestError, match="not a JSON object"):
+        AnthropicChatClient("m", api_key="k").request_body(
+            [ChatMessage.user("x"), call_message], ChatOptions(), stream=False
+        )
+
+
+class Pinging(AnthropicServer):
+    """Answers a stream with its message_start, then ping events only, for 20 s."""
+
+    def respond(self, exchange: Exchange, request: Received, answer: Answer) -> None:
+        start = events_of(message_body())[0]
+        ping = sse(json.dumps({"type": "ping"}), "ping")
+        frames = [sse(json.dumps(start), "message_start"), *[ping] * 400]
+        exchange.stream(frames, "text/event-stream", pause=0.05)
+
+
+async def test_a_stream_of_nothing_but_pings_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = Pinging()
+    server.answer()
+    try:
+        async with client_for(server, idle_timeout=0.5) as model:
+            with pytest.raises(ChatTimeoutError, match=r"idle_timeout=0\.5"):
+                await call(model, streamed=True)
+    finally:
+        server.close()
+
+
 async def test_a_reply_that_is_not_a_message_is_a_protocol_error(
     server: AnthropicServer,
 ) -> None:
@@ -547,6 +593,28 @@ async def test_http_errors_map_to_rafs_tree(
     assert "it went wrong" in str(caught.value)
     if status == 529:
         assert "overloaded_error" in str(caught.value)
+
+
+@both
+async def test_an_error_quotes_an_excerpt_of_a_huge_upstream_text(
+    server: AnthropicServer, streamed: bool
+) -> None:
+    server.fail(400, "it went wrong " + "x" * 2_000_000)
+    async with client_for(server) as model:
+        with pytest.raises(BadRequestError, match="it went wrong") as caught:
+            await call(model, streamed)
+    assert len(str(caught.value)) < 2000
+
+
+async def test_an_error_event_quotes_an_excerpt_of_a_huge_upstream_text(
+    server: AnthropicServer,
+) -> None:
+    error = {"type": "error", "error": {"type": "api_error", "message": "boom " + "x" * 2_000_000}}
+    server.reply(Answer(events=[error]))
+    async with client_for(server) as model:
+        with pytest.raises(ServerError, match="boom") as caught:
+            await call(model, streamed=True)
+    assert len(str(caught.value)) < 2000
 
 
 async def test_retry_after_is_read_in_seconds(server: AnthropicServer) -> None:

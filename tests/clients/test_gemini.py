@@ -6,6 +6,7 @@ it is an error that says so (the last test)."""
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import socket
 from collections.abc import Iterator, Sequence
@@ -55,6 +56,7 @@ from tests._harness.gemini_server import (
     served,
     signature,
 )
+from tests._harness.loopback_server import Exchange, Received, sse
 from tests._harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -547,6 +549,66 @@ async def test_http_errors_map_to_rafs_tree(
     assert caught.value.status_code == status
     assert caught.value.retry_after == 3.0
     assert "it went wrong" in str(caught.value)
+
+
+async def test_a_reply_that_inflates_past_the_bound_is_refused(server: GeminiServer) -> None:
+    body = json.dumps(response_body("hi")).encode()
+    bomb = gzip.compress(body[:-1] + b" " * 3_000_000 + body[-1:])  # about 3 KB on the wire
+    server.reply(Answer(raw=bomb, headers={"content-encoding": "gzip"}))
+    async with client_for(server, max_response_bytes=1_000_000) as model:
+        with pytest.raises(ChatProtocolError, match="max_response_bytes=1000000"):
+            await call(model, streamed=False)
+
+
+async def test_a_stream_past_the_bound_is_refused(server: GeminiServer) -> None:
+    chunk = chunks_of(response_body("x" * 1000), terminal=False)[0]
+    server.reply(Answer(events=[chunk] * 500))  # 500 KB, no end
+    async with client_for(server, max_response_bytes=100_000) as model:
+        with pytest.raises(ChatProtocolError, match="max_response_bytes=100000"):
+            await call(model, streamed=True)
+
+
+class Commenting(GeminiServer):
+    """Streams each chunk after an SSE comment line, as keep-alive proxies do."""
+
+    def respond(self, exchange: Exchange, request: Received, answer: Answer) -> None:
+        chunks = chunks_of(answer.body)
+        frames = [b": keep-alive\n\n" + sse(json.dumps(chunk)) for chunk in chunks]
+        exchange.stream([*frames, b": bye\n"], "text/event-stream")
+
+
+async def test_a_stream_with_sse_comments_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = Commenting()
+    server.answer(response_body("Hello there"))
+    try:
+        async with client_for(server) as model:
+            response = await call(model, streamed=True)
+    finally:
+        server.close()
+    assert response.text == "Hello there"
+
+
+async def test_api_version_is_the_version_in_the_paths(server: GeminiServer) -> None:
+    server.answer()
+    async with GeminiChatClient(
+        "test-model", base_url=server.root_url, api_key="k", api_version="v1alpha"
+    ) as model:
+        await model.complete([ChatMessage.user("hi")], ChatOptions())
+    assert server.requests[0].path.startswith("/v1alpha/models/test-model:generateContent")
+    with pytest.raises(ValueError, match="api_version"):
+        GeminiChatClient("m", api_key="k", api_version="")
+
+
+@both
+async def test_an_error_quotes_an_excerpt_of_a_huge_upstream_text(
+    server: GeminiServer, streamed: bool
+) -> None:
+    server.fail(400, "it went wrong " + "x" * 2_000_000)
+    async with client_for(server) as model:
+        with pytest.raises(BadRequestError, match="it went wrong") as caught:
+            await call(model, streamed)
+    assert len(str(caught.value)) < 2000
 
 
 async def test_an_invalid_key_is_an_authentication_error(server: GeminiServer) -> None:

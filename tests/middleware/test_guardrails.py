@@ -125,6 +125,29 @@ async def test_a_blocked_span_never_reaches_the_consumer(
     assert caught.value.where == "output"
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.text(alphabet="abc", max_size=300),
+    st.text(alphabet="abc", max_size=100),
+    st.lists(st.integers(0, 500), max_size=40),
+    st.integers(2 * len(SPAN), 80),
+)
+async def test_a_span_across_a_forced_cut_never_reaches_the_consumer(
+    head: str, tail: str, cuts: list[int], hold_back: int
+) -> None:
+    # No space and no sentence end: each window is cut at hold_back itself (issue 47).
+    text = head + SPAN + tail
+    received: list[str] = []
+    model = Paced(chunked(text, cuts), received)
+    agent = Agent(model, chat_stack=[OutputGuardrail(no_span, hold_back=hold_back)])
+    with pytest.raises(GuardrailError):
+        await streamed(agent, received)
+    seen = "".join(received)
+    assert text.startswith(seen)
+    assert len(seen) <= len(head)
+    assert max(model.lags) <= hold_back
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     st.text(alphabet="ab1 2.\n-", max_size=300),

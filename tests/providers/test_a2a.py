@@ -180,3 +180,49 @@ async def test_an_answer_past_max_answer_chars_cancels_the_task() -> None:
     assert [r.body["method"] for r in remote.requests[1:]] == ["SendStreamingMessage", "CancelTask"]
     with pytest.raises(ValueError, match="max_answer_chars must be a positive int"):
         raf.A2AAgentTool(remote.url, max_answer_chars=0)
+
+
+# asyncio only, as above: the stream is left before its end.
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_event_past_the_bound_is_refused_before_it_is_kept() -> None:
+    remote = A2AServer()
+    try:
+        huge = (event("TASK_STATE_WORKING", text="x" * 200_000),)
+        remote.reply(card(f"{remote.url}/a2a"), Reply(events=huge))
+        tool = raf.A2AAgentTool(remote.url, name="helper", max_answer_chars=1000)
+        with (
+            anyio.fail_after(20),
+            pytest.raises(raf.ToolError, match="an event is over 73536 bytes"),
+        ):
+            await tool.invoke({"message": "hi"})
+    finally:
+        remote.close()
+
+
+# asyncio only, as above: the card's reply is left before its end.
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_card_past_the_bound_is_refused() -> None:
+    remote = A2AServer()
+    try:
+        big = card(f"{remote.url}/a2a").body | {"description": "x" * 2_000_000}
+        remote.reply(Reply(body=big))
+        tool = raf.A2AAgentTool(remote.url, name="helper")
+        with anyio.fail_after(20), pytest.raises(raf.ToolError, match="its card is over"):
+            await tool.invoke({"message": "hi"})
+    finally:
+        remote.close()
+
+
+async def test_a_compressed_reply_is_refused() -> None:
+    import gzip
+
+    remote = A2AServer()
+    try:
+        data = gzip.compress(json.dumps(card(f"{remote.url}/a2a").body).encode())
+        remote.reply(Reply(raw=data, headers={"content-encoding": "gzip"}))
+        tool = raf.A2AAgentTool(remote.url, name="helper")
+        with anyio.fail_after(20), pytest.raises(raf.ToolError, match="'gzip'-encoded"):
+            await tool.invoke({"message": "hi"})
+    finally:
+        remote.close()
+    assert remote.requests[0].headers["accept-encoding"] == "identity"

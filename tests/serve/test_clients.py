@@ -420,6 +420,16 @@ def test_responses_an_unknown_previous_response_id_is_a_400(server: ServedAgent)
         sdk(server).responses.create(model=MODEL, input="hi", previous_response_id="resp_x")
 
 
+@pytest.mark.parametrize("previous", [7, ["resp_x"], {"id": "resp_x"}, True])
+def test_responses_a_previous_response_id_that_is_not_a_string_is_a_400(
+    server: ServedAgent, previous: Any
+) -> None:
+    body = {"model": MODEL, "input": "hi", "previous_response_id": previous}
+    reply = httpx.post(f"{server.url}/v1/responses", json=body, timeout=30)
+    assert reply.status_code == 400
+    assert "'previous_response_id' must be a string" in reply.json()["error"]["message"]
+
+
 def test_responses_without_store_is_stateless_and_other_fields_are_a_400(
     server: ServedAgent,
 ) -> None:

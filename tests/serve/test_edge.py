@@ -300,3 +300,38 @@ async def test_reading_unknown_sessions_keeps_nothing_in_memory(anyio_backend: s
         await http.post("/v1/chat/completions", json=chat("hi"), headers={"x-session-id": "kept"})
         listed = await http.get("/v1/sessions/kept/messages")
     assert [m["role"] for m in listed.json()["data"]] == ["user", "assistant"]
+
+
+class Keeper(ContextProvider):
+    """Fails with a short message while its frame holds what the client sent."""
+
+    async def on_invoking(self, agent: Any, session: Any, messages: Any, options: Any) -> Any:
+        sent = [m.content for m in messages]  # in the frame's locals
+        raise RuntimeError(f"a bug with {len(sent)} messages")
+
+
+async def test_a_failure_is_logged_in_one_line_with_a_traceback_without_locals(
+    anyio_backend: str,
+) -> None:
+    # With rich installed, structlog's console renderer showed each frame's locals: a 10 KB
+    # request wrote 9.6 MB of log and held the event loop 20 s (issue 47).
+    import io
+
+    written = io.StringIO()
+    structlog.configure(
+        processors=[structlog.dev.ConsoleRenderer(colors=False)],
+        logger_factory=structlog.PrintLoggerFactory(written),
+    )
+    try:
+        served = raf.serve.app(raf.Agent(WordModel(), name=MODEL, stack=[Keeper()]))
+        async with client(served) as http:
+            bug = await http.post("/v1/chat/completions", json=chat("LOCAL-" + "x" * 10_000))
+    finally:
+        structlog.reset_defaults()
+    log = written.getvalue()
+    assert bug.status_code == 500
+    assert bug.headers["x-request-id"] in log
+    assert "a bug with 1 messages" in log
+    assert "Traceback (most recent call last)" in log
+    assert "LOCAL-" not in log  # no frame's locals
+    assert len(log) < 30_000
