@@ -35,6 +35,7 @@ from raf._values.messages import (
 )
 from raf._values.options import AgentRunOptions, ChatOptions
 from raf._values.protocols import Middleware, RequestHash, Session, Tool
+from raf._values.run import Run
 from raf._values.verdict import GuardrailCheck, GuardrailContext, Verdict
 from raf.errors import (
     AgentError,
@@ -197,6 +198,7 @@ __all__ = [
     "RequestHash",
     "Retriever",
     "RetryMiddleware",
+    "Run",
     "ScriptedChatClient",
     "ServerError",
     "Session",
