@@ -98,7 +98,9 @@ class Run:
             for scope in self._scopes:
                 scope.cancel()
 
-    async def core(self, function: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+    async def core(
+        self, function: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
         """``await function(*args, **kwargs)`` as the run's core: in the cancel scope that
         :meth:`close` cancels, the cancellation coming out as :attr:`closed`."""
         if self.closed is None:
@@ -118,4 +120,3 @@ class Run:
     def __repr__(self) -> str:
         state = "closed" if self.closed is not None else "streamed" if self.streamed else "plain"
         return f"<Run {state} failures={len(self.failures)}>"
-
