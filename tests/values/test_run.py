@@ -76,7 +76,8 @@ async def test_every_layer_sees_the_run_handed_in() -> None:
     assert response.text == "hello"
     assert seen == [run]
     assert "".join(update.text or "" for update in updates) == "hello"
-    assert run.failures == [] and run.closed is None
+    assert run.failures == []
+    assert run.closed is None
 
 
 async def test_a_run_that_makes_its_own_gives_each_run_a_new_one() -> None:
@@ -90,7 +91,8 @@ async def test_a_run_that_makes_its_own_gives_each_run_a_new_one() -> None:
     agent = Agent(raf.EchoChatClient(), stack=[middleware])
     await agent.run("one")
     await agent.run("two")
-    assert len(seen) == 2 and seen[0] is not seen[1]
+    assert len(seen) == 2
+    assert seen[0] is not seen[1]
     assert not seen[0].streamed
 
 
@@ -115,8 +117,10 @@ async def test_closing_a_callback_run_from_another_task_is_an_early_close() -> N
         group.start_soon(go)
         await got_one.wait()
         run.close(AgentResponse((ChatMessage.assistant("Once "),)))
-    assert run.closed is not None and raised == [run.closed]
-    assert outer.errors == [run.closed] and inner.errors == [run.closed]
+    assert run.closed is not None
+    assert raised == [run.closed]
+    assert outer.errors == [run.closed]
+    assert inner.errors == [run.closed]
     assert run.closed.partial.text == "Once "
     # The post stage that failed is the run's own, kept to be raised (the consumer left),
     # and a note on the close.
