@@ -1,5 +1,6 @@
 """The errors of provider stages: refused when a stack is built; made, logged and
-attached when a stage fails at run time; and the one post-stage failure policy (:func:`settle`)."""
+attached when a stage fails at run time; the post-stage failure policy
+(:func:`post_failed` where a post stage fails, :func:`settle` once all have run)."""
 
 from __future__ import annotations
 
