@@ -74,6 +74,14 @@ class Line(ContextProvider):
         return ContextResult(instructions=self.line)
 
 
+class Noted(Line):
+    """A trivial provider with a post stage that does nothing (as a history provider's
+    would, before it writes): the success path of a post stage."""
+
+    async def on_invoked(self, *args: Any) -> None:
+        return None
+
+
 class Inject(ContextProvider):
     """Injects a fixed history, as a history provider with a warm cache would."""
 
@@ -112,8 +120,9 @@ def history(size: int) -> tuple[ChatMessage, ...]:
 FloorCall = Callable[[tuple[str, ...], tuple[ChatMessage, ...], tuple[ChatMessage, ...]], Any]
 
 
-def floor_onion(providers: Sequence[Any], model: FakeModel) -> FloorCall:
-    """Nested coroutines: each awaits its provider, folds the result in, awaits the next."""
+def floor_onion(providers: Sequence[Any], model: FakeModel, *, post: bool = False) -> FloorCall:
+    """Nested coroutines: each awaits its provider, folds the result in, awaits the next
+    (``post``: then awaits its post stage with the response)."""
 
     async def core(
         instructions: tuple[str, ...],
@@ -137,7 +146,11 @@ def floor_onion(providers: Sequence[Any], model: FakeModel) -> FloorCall:
                 instructions = (*instructions, result.instructions)
             if result.messages:
                 injected = (*injected, *result.messages) if injected else result.messages
-            return await call_next(instructions, injected, request)
+            if not post:
+                return await call_next(instructions, injected, request)
+            response = await call_next(instructions, injected, request)
+            await provider.on_invoked(None, None, request, response, None)
+            return response
 
         return call
 
@@ -153,10 +166,12 @@ Figures = dict[str, Samples | str]
 Scenario = Callable[[argparse.Namespace], Awaitable[Figures]]
 
 
-async def _runs(providers: Sequence[Any], args: argparse.Namespace, ops: int) -> Figures:
+async def _runs(
+    providers: Sequence[Any], args: argparse.Namespace, ops: int, *, post: bool = False
+) -> Figures:
     model = FakeModel()
     agent = raf.Agent(model, stack=providers)
-    floor = floor_onion(providers, model)
+    floor = floor_onion(providers, model, post=post)
 
     async def raf_run() -> None:
         await agent.run("hi")
@@ -173,6 +188,14 @@ async def _runs(providers: Sequence[Any], args: argparse.Namespace, ops: int) ->
 def providers_scenario(count: int) -> Scenario:
     async def scenario(args: argparse.Namespace) -> Figures:
         return await _runs([Line(i) for i in range(count)], args, ops=max(200, 4000 // (count + 1)))
+
+    return scenario
+
+
+def post_stages_scenario(count: int) -> Scenario:
+    async def scenario(args: argparse.Namespace) -> Figures:
+        providers = [Noted(i) for i in range(count)]
+        return await _runs(providers, args, ops=max(200, 4000 // (count + 1)), post=True)
 
     return scenario
 
@@ -604,6 +627,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "run/1 provider": ("us/run", providers_scenario(1)),
     "run/10 providers": ("us/run", providers_scenario(10)),
     "run/50 providers": ("us/run", providers_scenario(50)),
+    "run/50 providers with a post stage": ("us/run", post_stages_scenario(50)),
     **{f"history/{size:,} injected": ("us/run", history_scenario(size)) for size in HISTORY_SIZES},
     "history/10,000 injected + 50 providers": ("us/run", history_scenario(10_000, lines=50)),
     "turn/HistoryProvider, 10 stored": ("us/turn", history_turn_scenario(10)),
@@ -677,11 +701,26 @@ def targets(results: dict[str, dict[str, Any]]) -> list[list[str]]:
     # Issue 30's budgets are what a user notices, not microseconds: a bare run at most about
     # 25 us (MAF measured ~170 us, LangChain ~1,100, pydantic-ai ~2,200 in the same run) and
     # at most about 5 us a provider. The other rows are for reading.
+    def floor_of(name: str) -> float | None:
+        value = results.get(name, {}).get("floor")
+        return None if value is None else _median(value)
+
+    def per_layer(name: str, of: Callable[[str], float | None]) -> float | None:
+        zero, fifty = of("run/0 providers"), of(name)
+        return None if zero is None or fifty is None else (fifty - zero) / 50
+
+    def over_floor(name: str) -> float | None:
+        # A provider's cost over a bare coroutine layer's, both measured in the same run.
+        own, bare = per_layer(name, raf_of), per_layer(name, floor_of)
+        return None if own is None or bare is None else own - bare
+
     rows = []
-    zero, fifty = raf_of("run/0 providers"), raf_of("run/50 providers")
-    rows.append(check("a run with no providers", zero, 25, "us"))
-    per = None if zero is None or fifty is None else (fifty - zero) / 50
-    rows.append(check("cost per trivial provider", per, 5, "us"))
+    rows.append(check("a run with no providers", raf_of("run/0 providers"), 25, "us"))
+    rows.append(check("cost per trivial provider", per_layer("run/50 providers", raf_of), 5, "us"))
+    over = over_floor("run/50 providers")
+    rows.append(check("per provider, over a bare coroutine layer", over, 5, "us"))
+    noted = over_floor("run/50 providers with a post stage")
+    rows.append(check("per provider with a post stage, over the floor's", noted, 5, "us"))
     big = raf_of("history/10,000 injected")
     over = raf_of("history/10,000 injected + 50 providers")
     per_over = None if over is None or big is None else (over - big) / 50

@@ -42,6 +42,7 @@ from raf._values.messages import (
 )
 from raf._values.options import AgentRunOptions, ChatOptions
 from raf._values.protocols import Middleware, RequestHash, Session, Tool
+from raf._values.run import Run
 from raf._values.verdict import GuardrailCheck, GuardrailContext, Verdict
 from raf.errors import (
     AgentError,
@@ -132,6 +133,7 @@ __all__ = [
     "RequestHash",
     "Retriever",
     "RetryMiddleware",
+    "Run",
     "ScriptedChatClient",
     "Session",
     "SqliteSessionStore",

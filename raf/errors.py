@@ -128,15 +128,15 @@ class StreamClosedError(AgentError):
     agent.stream(...)`` early; every entered provider's
     ``on_invoked`` gets it as ``error``. ``partial`` is the
     :class:`raf.AgentResponse` assembled from the updates the consumer
-    received. ``post_failures`` collects the post stages that failed on the
-    way out (the innermost first), which the ``async with`` raises as after
-    a successful run; the consumer, gone, never sees the error itself.
+    received. The post stages that failed on the way out are in the run's
+    own ``invocation.run.failures`` (the innermost first), which the
+    ``async with`` raises as after a successful run; the consumer, gone,
+    never sees the error itself.
     """
 
     # ``partial`` is typed Any: the errors sit below the values and name none of them.
     def __init__(self, partial: Any) -> None:
         self.partial = partial
-        self.post_failures: list[ProviderError] = []
         received = self.partial.messages
         what = (
             "nothing"
@@ -146,6 +146,14 @@ class StreamClosedError(AgentError):
         )
         super().__init__(
             f"the consumer of the streamed run left before its end, having received {what}"
+        )
+
+    @property
+    def post_failures(self) -> Any:
+        """Moved: a run's failed post stages are ``invocation.run.failures``."""
+        raise AttributeError(
+            "StreamClosedError.post_failures was removed: the post stages that failed are "
+            "the run's own, in invocation.run.failures (raf.Run.failures)"
         )
 
 

@@ -22,7 +22,7 @@ from raf._agent.arguments import (
     with_history,
 )
 from raf._agent.output import output_spec, structured_loop
-from raf._agent.streamed import stream_model, streamed_core
+from raf._agent.streamed import stream_model
 from raf._agent.streaming import AgentStream
 from raf._agent.tool_loop import ToolStack, index_tools, invoke_tool, run_tool_loop
 from raf._onion.compose import CallNext, compose, is_provider
@@ -33,6 +33,7 @@ from raf._values.decision import Decision
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate
 from raf._values.options import AgentRunOptions, ChatOptions
 from raf._values.protocols import Session, Tool
+from raf._values.run import Run
 from raf.errors import ApprovalError
 
 __all__ = ["Agent"]
@@ -233,7 +234,7 @@ class Agent:
         *,
         session: Session | None = None,
         options: AgentRunOptions | None = None,
-        on_update: OnUpdate | None = None,
+        on_update: OnUpdate | Run | None = None,
         output_type: Any = None,
         output_retries: int | None = None,
     ) -> AgentResponse:
@@ -244,7 +245,10 @@ class Agent:
         :class:`raf.InMemorySession`. ``on_update``, an
         ``async (Update) -> None``, streams the run: every update is awaited
         in the caller's task as it comes (see :meth:`stream` for the iterator
-        form); the response is the same as without it.
+        form); the response is the same as without it. A caller that must
+        close the run early (its client left) hands in its own
+        :class:`raf.Run` instead, ``on_update=raf.Run(send)``, and calls its
+        ``close``; otherwise the run makes its own (``invocation.run``).
 
         ``output_type`` (a pydantic model, a dataclass, a ``TypedDict``, a
         plain type) asks for structured output: the final answer is
@@ -259,11 +263,10 @@ class Agent:
         request, session, options, decisions = self._arguments(
             messages, session, options, output_type, output_retries
         )
-        if on_update is not None and not callable(on_update):
-            raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
+        run = run_of(on_update)
         touched = await session.touch_request_hash(request)
         invocation = start_invocation(
-            self, session, request, options, touched.digest, touched.repeated, on_update, decisions
+            self, session, request, options, touched.digest, touched.repeated, run, decisions
         )
         return await self._run(invocation)
 
@@ -289,7 +292,7 @@ class Agent:
             messages, session, options, output_type, output_retries
         )
 
-        async def start(on_update: OnUpdate) -> Invocation:
+        async def start(run: Run) -> Invocation:
             touched = await checked_session.touch_request_hash(request)
             return start_invocation(
                 self,
@@ -298,7 +301,7 @@ class Agent:
                 checked_options,
                 touched.digest,
                 touched.repeated,
-                on_update,
+                run.start(),
                 decisions,
             )
 
@@ -444,7 +447,8 @@ class Agent:
                 tool_stack=self._tool_call,
                 approvals=approvals,
             )
-        return await streamed_core(
+        # The core of a streamed run is what the run's early close cancels.
+        return await invocation.run.core(
             loop,
             call,
             messages,
@@ -471,7 +475,10 @@ class Agent:
         # the chat middleware passed on (maybe wrapped), so they see them.
         if request.on_update is None:
             return self.chat_client.complete(request.messages, request.options)
-        return stream_model(self.chat_client, request.messages, request.options, request.on_update)
+        run = None if request.invocation is None else request.invocation.run
+        return stream_model(
+            self.chat_client, request.messages, request.options, request.on_update, run
+        )
 
     def __repr__(self) -> str:
         return (
@@ -484,3 +491,15 @@ class Agent:
 def _arguments() -> tuple[str, ...]:
     """The names of :class:`Agent`'s constructor arguments: what :meth:`Agent.replace` carries."""
     return tuple(inspect.signature(Agent.__init__).parameters)[1:]
+
+
+def run_of(on_update: OnUpdate | Run | None) -> Run:
+    """The run's own :class:`Run`: the caller's (claimed for this run), or a new one around
+    the caller's ``on_update``."""
+    if isinstance(on_update, Run):
+        return on_update.start()
+    if on_update is not None and not callable(on_update):
+        raise TypeError(
+            f"on_update must be an async function of an Update or a raf.Run, got {on_update!r}"
+        )
+    return Run(on_update).start()

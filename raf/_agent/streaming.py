@@ -7,7 +7,7 @@ its ``on_update`` chain ends at the one hand-over point
 ``send`` returns once the consumer's task took the update, and an event per
 update that the consumer sets when it asks for the next one. The consumer's
 code runs in its own task, under none of the onion's cancel scopes. Leaving
-the block early is an early close (``raf._agent.streamed.Closing``).
+the block early is an early close of the run's own :class:`raf.Run`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from raf._agent.streamed import STREAMED_RUN, Closing
+from raf._onion.errors import settle
 from raf._values.assembly import Assembly
-from raf._values.messages import AgentResponse, OnUpdate, Update
+from raf._values.messages import AgentResponse, Update
+from raf._values.run import Run
+from raf.errors import ProviderError
 
 if TYPE_CHECKING:  # these load typing_extensions: not at import time
     from anyio.abc import TaskGroup
@@ -61,18 +63,18 @@ class AgentStream:
 
     def __init__(
         self,
-        start: Callable[[OnUpdate], Awaitable[Any]],
-        run: Callable[[Any], Awaitable[AgentResponse]],
+        start: Callable[[Run], Awaitable[Any]],
+        go: Callable[[Any], Awaitable[AgentResponse]],
     ) -> None:
-        # start(on_update) makes the run's request (the request hash included); run runs it.
+        # start(run) makes the run's request (the request hash included); go runs it.
         self._start = start
-        self._run = run
+        self._go = go
         self._group: TaskGroup | None = None  # the run's task, once entered
         self._done = False  # the run is over
         self._response: AgentResponse | None = None
         self._error: BaseException | None = None  # the run's, until the consumer saw it
         self._cancelled: BaseException | None = None
-        self._closing = Closing()  # the early close
+        self._run = Run(self._send)  # the run's own object: its sink ends at the hand-over
         self._received = Assembly()  # what the consumer got: the pieces, not the updates
         self._reading = False  # an __anext__ is under way
         # The hand-over, made on entering: a zero-buffer stream of (update, asked); the run
@@ -90,7 +92,7 @@ class AgentStream:
     async def __aenter__(self) -> AgentStream:
         if self._group is not None:
             raise RuntimeError("an agent.stream(...) can be entered only once: call it again")
-        invocation = await self._start(self._send)
+        invocation = await self._start(self._run)
         self._outbox, self._inbox = anyio.create_memory_object_stream[tuple[Update, anyio.Event]](0)
         group = anyio.create_task_group()
         await group.__aenter__()
@@ -100,10 +102,9 @@ class AgentStream:
 
     async def _run_task(self, invocation: Any) -> None:
         """The run, in its own task: never raises (but for its cancellation)."""
-        STREAMED_RUN.set(self._closing)  # this task's own context: nothing to reset
         with self._outbox:  # closed when the run is over: the consumer's read then ends
             try:
-                self._response = await self._run(invocation)
+                self._response = await self._go(invocation)
             except BaseException as exc:
                 if isinstance(exc, anyio.get_cancelled_exc_class()):
                     self._cancelled = exc  # its notes (failed post stages) go to the consumer's
@@ -113,25 +114,23 @@ class AgentStream:
                 self._done = True
 
     async def _send(self, update: Update) -> None:
-        """The run's ``on_update``, the end of the chain: hand ``update`` over.
+        """The run's sink, the end of the ``on_update`` chain: hand ``update`` over.
 
         Returns once the consumer took it and asks for the next one, so the
         run is never ahead of the consumer and a consumer that leaves finds
-        the run here. After an early close, raises its ``StreamClosedError``.
+        the run here. After an early close, :meth:`raf.Run.send` raises its
+        ``StreamClosedError``.
         """
         asked = anyio.Event()
         try:
-            if self._closing.closed is None:
-                await self._outbox.send((update, asked))
-                await asked.wait()
+            await self._outbox.send((update, asked))
+            await asked.wait()
         except anyio.BrokenResourceError:
-            pass  # not taken: the consumer left (an early close, raised below)
-        if self._closing.closed is not None:
-            raise self._closing.closed
+            pass  # not taken: the consumer left (an early close, which the run raises)
 
     def _close(self) -> None:
         """An early close: stop the run's in-flight work; what comes next fails."""
-        self._closing.close(self._received.response())
+        self._run.close(self._received.response())
         # The run's core is cancelled; an update outside it (a run middleware's) is let go.
         if self._asked is not None:
             self._asked.set()
@@ -231,15 +230,14 @@ class AgentStream:
         innermost :class:`raf.ProviderError`, the others as notes on it.
         """
         error, self._error = self._error, None
-        closed = self._closing.closed
+        closed = self._run.closed
         if closed is None or error is not closed:
             return error
-        if not closed.post_failures:
-            return None
-        first, *others = closed.post_failures
-        for other in others:
-            first.add_note(f"raf: also, {other} (cause: {other.__cause__!r})")
-        return first
+        try:
+            settle(self._run.failures, None)  # the consumer left: as after a successful run
+        except ProviderError as failure:
+            return failure
+        return None
 
 
 def _note(exc: BaseException, unseen: BaseException) -> None:

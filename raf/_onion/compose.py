@@ -3,10 +3,11 @@
 A provider layer runs its pre stage, merges the result into the invocation it
 passes inward, calls the rest, and runs the post stage on the way out, however
 the rest ended (a :func:`raf.parallel` group's layer runs its members through
-the same functions). The one post-stage failure policy, :func:`run_post_stages`:
-a failed post stage does not change what the layers outside see; it is a note
-on the run's error, or, on success, goes into ``Invocation.post_failures``,
-which the outermost layer (:func:`collect_post_failures`) raises from.
+the same functions). A failed post stage does not change what the layers
+outside see (the policy is ``raf._onion.errors``'s): a note on an error, or
+kept in the run's own list, ``invocation.run.failures``, which the outermost
+layer (:func:`settle_post_failures`) raises once the run succeeded, or notes
+on the run's error.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
-import attrs
 
 from raf._onion import errors
 from raf._onion.observe import PostStage, PreStage, observed_stages
@@ -168,12 +168,11 @@ async def run_post_stages(
 ) -> None:
     """The post stages of ``entered``, last entered first, with the run's outcome.
 
-    A failure is a note on ``error``, or on success goes to ``post_failures``
-    (raised here when the invocation has none). A BaseException arriving in
-    one (a cancellation) is what the rest see, raised once they have run.
+    A failure goes by the policy (:func:`raf._onion.errors.post_failed`). A
+    BaseException arriving in one (a cancellation) is what the rest see,
+    raised once they have run.
     """
-    failures = invocation.post_failures
-    collected: list[ProviderError] = [] if failures is None else failures
+    run = invocation.run
     arrived: BaseException | None = None
     start = (invocation.agent, invocation.session, invocation.request_messages)
     for provider, on_invoked in reversed(entered):
@@ -184,28 +183,23 @@ async def run_post_stages(
         except BaseException as exc:
             arrived = exc
             continue
-        if failure is not None and seen is not None:
-            errors.note(seen, failure)
-        elif failure is not None:
-            collected.append(failure)
-    if failures is None:
-        _finish(collected, arrived)
+        if failure is not None:
+            errors.post_failed(run, failure, seen)
     if arrived is not None:
         raise arrived
 
 
-def collect_post_failures(call_next: CompleteInvocation) -> CompleteInvocation:
-    """The outermost layer of a stack with providers: each run's list of post-stage
-    failures, raised once every post stage ran (or noted on the run's error)."""
+def settle_post_failures(call_next: CompleteInvocation) -> CompleteInvocation:
+    """The outermost layer of a stack with providers: once every post stage ran, the run's
+    failed ones are raised (the run succeeded) or noted on the run's error."""
 
     async def outermost(invocation: Invocation) -> AgentResponse:
-        failures: list[ProviderError] = []
         try:
-            response = await call_next(attrs.evolve(invocation, post_failures=failures))
+            response = await call_next(invocation)
         except BaseException as error:
-            _finish(failures, error)
+            errors.settle(invocation.run.failures, error)
             raise
-        _finish(failures, None)
+        errors.settle(invocation.run.failures, None)
         return response
 
     return outermost
@@ -235,7 +229,7 @@ def compose(
     for index in range(len(stack) - 1, -1, -1):
         complete = _layer(stack[index], complete, f"stack[{index}]", post_timeout, observers)
     if any(is_provider(item) for item in stack):
-        complete = collect_post_failures(complete)
+        complete = settle_post_failures(complete)
     return complete  # type: ignore[no-any-return]
 
 
@@ -259,23 +253,29 @@ async def _post_stage(
 ) -> ProviderError | None:
     """One post stage; its failure, if it failed. Shielded and bounded by ``post_timeout``
     when the run is being cancelled or the consumer of a stream left (so a hung post stage
-    cannot keep the caller open); otherwise the caller's own deadlines apply."""
+    cannot keep the caller open); otherwise a plain await: the caller's own deadlines apply."""
     error = args[4]
     closed = isinstance(error, StreamClosedError)
-    bounded = closed or _being_cancelled(error)
-    deadline = anyio.current_time() + post_timeout if bounded else math.inf
-    with anyio.CancelScope(deadline=deadline, shield=bounded) as scope:
-        try:
-            await on_invoked(*args)
-            return None
-        except Exception as exc:
-            return errors.post_failure(provider, exc, error, f"{type(exc).__name__}: {exc}")
+    if not (closed or _being_cancelled(error)):
+        return await _attempt(provider, on_invoked, args)
+    with anyio.CancelScope(deadline=anyio.current_time() + post_timeout, shield=True) as scope:
+        return await _attempt(provider, on_invoked, args)
     if not scope.cancelled_caught:
         return None
     overrun = TimeoutError(f"post_timeout={post_timeout}s")
     when = "on the early close of the stream" if closed else "while the run was being cancelled"
     detail = f"did not finish within post_timeout={post_timeout}s {when}"
     return errors.post_failure(provider, overrun, error, detail)
+
+
+async def _attempt(
+    provider: Any, on_invoked: PostStage, args: tuple[Any, ...]
+) -> ProviderError | None:
+    try:
+        await on_invoked(*args)
+    except Exception as exc:
+        return errors.post_failure(provider, exc, args[4], f"{type(exc).__name__}: {exc}")
+    return None
 
 
 def _being_cancelled(error: BaseException | None) -> bool:
@@ -287,12 +287,3 @@ def _being_cancelled(error: BaseException | None) -> bool:
         return anyio.current_effective_deadline() == -math.inf
     except Exception:  # no async library is running: nothing can be cancelling us
         return False
-
-
-def _finish(failures: Sequence[ProviderError], error: BaseException | None) -> None:
-    """The run's post-stage failures, once all ran: notes on ``error``, or raised."""
-    if error is not None:
-        for failure in failures:
-            errors.note(error, failure)
-    elif failures:
-        errors.raise_failures(failures)

@@ -1,5 +1,6 @@
-"""The errors of provider stages: refused when a stack is built, made, logged and
-attached when a stage fails at run time (the policy of which is in ``compose``)."""
+"""The errors of provider stages: refused when a stack is built; made, logged and
+attached when a stage fails at run time; the post-stage failure policy
+(:func:`post_failed` where a post stage fails, :func:`settle` once all have run)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 from raf._log import log as _log
 from raf._values.context import Invocation, merge
-from raf.errors import ContextResultError, ProviderError, StreamClosedError
+from raf._values.run import Run
+from raf.errors import ContextResultError, ProviderError
 
 
 def provider_name(provider: object) -> str:
@@ -77,11 +79,42 @@ def post_failure(
     return failure
 
 
+# The post-stage failure policy: these two functions (the layers and agent.stream call them).
+
+
+def post_failed(run: Run, failure: ProviderError, error: BaseException | None) -> None:
+    """A post stage failed, having seen ``error`` (``None``: the run's response).
+
+    A failed post stage does not change what the layers outside see. On
+    another error it is a note on that error, at once (a run middleware that
+    handles the error sees it, and it is not raised later). On success, or
+    on the run's own early close (whose error its consumer never sees), it
+    is kept in ``run.failures`` for :func:`settle`.
+    """
+    if error is None or error is run.closed:
+        run.failures.append(failure)
+    else:
+        note(error, failure)
+
+
+def settle(failures: Sequence[ProviderError], error: BaseException | None) -> None:
+    """The kept failures of a run, once every post stage has run: notes on the run's
+    ``error``, or, without one, raised (the first, the innermost; the others notes on it).
+
+    The outermost provider layer settles ``invocation.run.failures``;
+    ``agent.stream`` settles them again with no error after an early close,
+    so its block raises them as after a successful run.
+    """
+    if error is not None:
+        for failure in failures:
+            note(error, failure)
+    elif failures:
+        raise_failures(failures)
+
+
 def note(error: BaseException, failure: ProviderError, how: str = "while this propagated") -> None:
-    """Attach ``failure`` to ``error``; an early close keeps it to raise it as after success."""
+    """Attach ``failure`` to ``error``, as a note."""
     error.add_note(f"raf: {how}, {failure} (cause: {failure.__cause__!r})")
-    if type(error) is StreamClosedError:
-        error.post_failures.append(failure)
 
 
 def raise_failures(failures: Sequence[ProviderError], how: str = "also") -> None:

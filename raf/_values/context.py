@@ -13,7 +13,8 @@ from raf._values.decision import Decision
 from raf._values.messages import ChatMessage, OnUpdate, ToolCall
 from raf._values.options import AgentRunOptions, ChatOptions
 from raf._values.protocols import Session, Tool
-from raf.errors import ContextResultError, ProviderError
+from raf._values.run import Run
+from raf.errors import ContextResultError
 
 __all__ = [
     "AgentLike",
@@ -116,12 +117,10 @@ class Invocation:
     that is not streamed; a middleware may wrap it with
     ``attrs.evolve(invocation, on_update=...)``. ``decisions`` are the
     :class:`raf.Decision` objects of a run that resumes paused tool calls
-    (its request messages are then empty). ``post_failures`` is where the
-    provider layers put the post stages that failed on a successful run:
-    the outermost layer of the run stack gives each run a fresh list and
-    raises them once every post stage has run (``None``: a layer raises its
-    own failure at once). Immutable: a layer passes an evolved copy inward
-    (see :func:`merge`).
+    (its request messages are then empty). ``run`` is the run's own
+    :class:`raf.Run`, the same object in every layer's copy: its sink and
+    early close, and the post stages that failed. Immutable: a layer passes
+    an evolved copy inward (see :func:`merge`).
     """
 
     agent: AgentLike | None
@@ -142,9 +141,7 @@ class Invocation:
     tail_message_sources: Segments = attrs.field(default=(), kw_only=True, repr=False)
     on_update: OnUpdate | None = attrs.field(default=None, kw_only=True, repr=False)
     decisions: tuple[Decision, ...] = attrs.field(default=(), kw_only=True)
-    post_failures: list[ProviderError] | None = attrs.field(
-        default=None, kw_only=True, repr=False, eq=False
-    )
+    run: Run = attrs.field(factory=Run, kw_only=True, repr=False, eq=False)
 
 
 @attrs.frozen(slots=True)
@@ -223,39 +220,51 @@ def merge(
     text, messages, tools, replace, volatile = checked_result(result)
     if not (text or messages or tools or replace):
         return invocation
-    if volatile:
-        return attrs.evolve(
-            invocation,
-            tail_instructions=(
-                (*invocation.tail_instructions, text) if text else invocation.tail_instructions
-            ),
-            tail_sources=(*invocation.tail_sources, source) if text else invocation.tail_sources,
-            tail_messages=invocation.tail_messages + messages,
-            tail_message_sources=_with_run(invocation.tail_message_sources, source, messages),
-            tools=(*invocation.tools, *tools),
-            tool_sources=(*invocation.tool_sources, *(source,) * len(tools)),
-        )
+    # Built once, every field named: attrs.evolve would look each field up by name.
+    instructions, instruction_sources = invocation.instructions, invocation.instruction_sources
+    tail_instructions, tail_sources = invocation.tail_instructions, invocation.tail_sources
     injected, sources = invocation.messages, invocation.message_sources
-    if replace:
-        injected, sources = messages, ()
-    elif messages:
-        # `+` of tuples copies each once; `(*a, *b)` builds a list and then copies that.
-        injected = tuple(injected) + messages
-    return attrs.evolve(
-        invocation,
-        instructions=(*invocation.instructions, text) if text else invocation.instructions,
-        instruction_sources=(
-            (*invocation.instruction_sources, source) if text else invocation.instruction_sources
-        ),
-        messages=injected,
-        message_sources=_with_run(sources, source, messages),
-        tools=(*invocation.tools, *tools),
-        tool_sources=(*invocation.tool_sources, *(source,) * len(tools)),
+    tail, tail_message_sources = invocation.tail_messages, invocation.tail_message_sources
+    if volatile:
+        if text:
+            tail_instructions, tail_sources = (*tail_instructions, text), (*tail_sources, source)
+        if messages:
+            tail = tail + messages
+            tail_message_sources = (*tail_message_sources, (source, len(messages)))
+    else:
+        if text:
+            instructions = (*instructions, text)
+            instruction_sources = (*instruction_sources, source)
+        if replace:
+            injected, sources = messages, ()
+        if messages:
+            # `+` of tuples copies each once; `(*a, *b)` builds a list and then copies that.
+            injected = messages if replace else tuple(injected) + messages
+            sources = (*sources, (source, len(messages)))
+    tool_sources = invocation.tool_sources
+    if tools:
+        tool_sources = (*tool_sources, *(source,) * len(tools))
+    return Invocation(
+        invocation.agent,
+        invocation.session,
+        invocation.request_messages,
+        invocation.options,
+        instructions,
+        injected,
+        (*invocation.tools, *tools) if tools else invocation.tools,
+        tail_instructions=tail_instructions,
+        tail_messages=tail,
+        request_hash=invocation.request_hash,
+        repeated=invocation.repeated,
+        tool_sources=tool_sources,
+        instruction_sources=instruction_sources,
+        message_sources=sources,
+        tail_sources=tail_sources,
+        tail_message_sources=tail_message_sources,
+        on_update=invocation.on_update,
+        decisions=invocation.decisions,
+        run=invocation.run,
     )
-
-
-def _with_run(segments: Segments, source: str, messages: Sequence[ChatMessage]) -> Segments:
-    return (*segments, (source, len(messages))) if messages else segments
 
 
 def start_invocation(
@@ -265,10 +274,11 @@ def start_invocation(
     options: AgentRunOptions,
     request_hash: str | None,
     repeated: bool,
-    on_update: OnUpdate | None,
+    run: Run,
     decisions: tuple[Decision, ...] = (),
 ) -> Invocation:
-    """A run's first invocation, nothing contributed yet."""
+    """A run's first invocation, nothing contributed yet: its ``on_update`` is the run's
+    :meth:`Run.send` when the run is streamed."""
     return Invocation(
         agent,
         session,
@@ -276,8 +286,9 @@ def start_invocation(
         options,
         request_hash=request_hash,
         repeated=repeated,
-        on_update=on_update,
+        on_update=run.send if run.sink is not None else None,
         decisions=decisions,
+        run=run,
     )
 
 

@@ -17,15 +17,15 @@ import anyio
 from dbos import DBOS
 from dbos import error as dbos_errors
 
-from raf._agent.agent import Agent
+from raf._agent.agent import Agent, run_of
 from raf._agent.approvals import Decision, claim_decided, not_pending
-from raf._agent.streamed import streamed_core
 from raf._agent.streaming import AgentStream
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
 from raf._values.context import Invocation
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
 from raf._values.options import AgentRunOptions
+from raf._values.run import Run
 from raf.durable._sessions import SessionRef
 from raf.durable._workflow import (
     AGENTS,
@@ -82,7 +82,7 @@ class DurableAgent:
         *,
         session: Session | None = None,
         options: AgentRunOptions | None = None,
-        on_update: OnUpdate | None = None,
+        on_update: OnUpdate | Run | None = None,
         output_type: Any = None,
         output_retries: int | None = None,
     ) -> AgentResponse:
@@ -95,9 +95,7 @@ class DurableAgent:
         """
         _require_asyncio()
         go = self._prepared(messages, session, options, output_type, output_retries)
-        if on_update is not None and not callable(on_update):
-            raise TypeError(f"on_update must be an async function of an Update, got {on_update!r}")
-        return await go(on_update)
+        return await go(run_of(on_update))
 
     def stream(
         self,
@@ -111,26 +109,26 @@ class DurableAgent:
         """:meth:`raf.Agent.stream` as a DBOS workflow (on asyncio; trio is a DurableError)."""
         go = self._prepared(messages, session, options, output_type, output_retries)
 
-        async def start(on_update: OnUpdate) -> Any:
+        async def start(run: Run) -> Any:
             _require_asyncio()
-            return on_update
+            return run.start()
 
         return AgentStream(start, cast("CallNext[Invocation]", go))
 
     def _prepared(
         self, messages: Any, session: Session | None, options: Any, output_type: Any, retries: Any
-    ) -> Callable[[OnUpdate | None], Awaitable[AgentResponse]]:
-        """The run of these arguments (checked now), to start with an ``on_update``."""
+    ) -> Callable[[Run], Awaitable[AgentResponse]]:
+        """The run of these arguments (checked now), to start with the caller's :class:`Run`."""
         request, checked, run_options, decisions = self.agent._arguments(
             messages, session, options, output_type, retries
         )
 
-        async def go(on_update: OnUpdate | None) -> AgentResponse:
+        async def go(run: Run) -> AgentResponse:
             try:
                 if decisions:
-                    return await self._decide(decisions, checked, run_options, on_update)
+                    return await self._decide(decisions, checked, run_options, run)
                 given = None if session is None else checked
-                return await self._run(request, given, run_options, on_update)
+                return await self._run(request, given, run_options, run)
             except dbos_errors.DBOSException as exc:
                 if any(text in str(exc) for text in _NOT_SET_UP):
                     raise DurableError(
@@ -146,7 +144,7 @@ class DurableAgent:
         decisions: tuple[Decision, ...],
         session: Session,
         options: AgentRunOptions,
-        on_update: OnUpdate | None,
+        run: Run,
     ) -> AgentResponse:
         """Decisions: to the run that waits for their calls, or (none waits) a new run.
 
@@ -171,14 +169,14 @@ class DurableAgent:
                 return answer
             # The run ended (timed out, its caller left) as they came: the calls are
             # claimed by this process, which runs them.
-        return await self._run((), session, options, on_update, decisions, claimed)
+        return await self._run((), session, options, run, decisions, claimed)
 
     async def _run(
         self,
         request: tuple[ChatMessage, ...],
         session: Session | None,
         options: AgentRunOptions,
-        on_update: OnUpdate | None,
+        run: Run,
         decisions: tuple[Decision, ...] = (),
         claimed: Claimed | None = None,
     ) -> AgentResponse:
@@ -188,16 +186,18 @@ class DurableAgent:
         the background); one started by messages follows it to its end.
         """
         ref = None if session is None else SessionRef.of(session)
-        streams = on_update is not None
+        streams = run.sink is not None
         args = (request, ref, options, self.approval_timeout, streams, decisions, claimed)
         handle = await DBOS.start_workflow_async(durable_run, self.durable_name, *args)
         run_id = handle.get_workflow_id()
         try:
-            if on_update is not None or decisions:
-                paused = await streamed_core(_follow, run_id, on_update, bool(decisions))
+            # Followed in the caller's run's core: its early close leaves the durable run.
+            if streams or decisions:
+                on_update = run.send if streams else None
+                paused = await run.core(_follow, run_id, on_update, bool(decisions))
                 if paused is not None:
                     return paused
-            return await streamed_core(handle.get_result)
+            return await run.core(handle.get_result)
         except BaseException:  # the caller leaves (a run that has ended is left as it is)
             with anyio.CancelScope(shield=True):
                 await _leave(run_id)

@@ -17,7 +17,6 @@ from dbos import DBOS
 
 from raf._agent.agent import Agent
 from raf._agent.approvals import Decision
-from raf._agent.streamed import STREAMED_RUN
 from raf._agent.tool_loop import ToolRequest
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
@@ -126,7 +125,6 @@ async def durable_run(
     """
     run_id = DBOS.workflow_id
     assert run_id is not None  # inside a workflow
-    STREAMED_RUN.set(None)  # the workflow's own task: its caller's stream is not its own
     # Always reopened from the reference: the caller may leave (and close its store)
     # while the run goes on.
     async with ref.reopened() if ref else nullcontext(InMemorySession()) as opened:

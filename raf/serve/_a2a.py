@@ -39,10 +39,10 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive
 
 from raf._agent.approvals import Decision, deny_pending
-from raf._agent.streamed import Closing
 from raf._metadata import installed_version
 from raf._values.assembly import Assembly
 from raf._values.messages import ChatMessage, PendingCall, Update
+from raf._values.run import Run
 from raf.serve._agui import decisions_of
 from raf.serve._client import TEXT_JOIN, turn_text
 from raf.serve._http import HttpError, failure, read_json
@@ -218,7 +218,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 class _Run:
     """One task's run in flight: what a cancel closes, and when it is over."""
 
-    closing: Closing
+    handle: Run  # the run's own object: its close
     sent: Assembly = attrs.field(factory=Assembly)  # the partial answer, not the updates
     done: anyio.Event = attrs.field(factory=anyio.Event)
 
@@ -255,23 +255,20 @@ class _Executor(AgentExecutor):
             await updater.failed(updater.new_agent_message([Part(text="the session store failed")]))
             return
         await updater.start_work()
-        run = self._runs[task_id] = _Run(Closing())
         answer = _Answer(updater)
 
-        async def on_update(update: Update) -> None:
-            if run.closing.closed is not None:
-                raise run.closing.closed
+        async def sink(update: Update) -> None:
             run.sent.add(update)
             await answer.update(update)
 
+        run = self._runs[task_id] = _Run(Run(sink))
         try:
-            with run.closing:
-                response = await self._served.agent.run(
-                    given, session=session, options=self._served.options, on_update=on_update
-                )
+            response = await self._served.agent.run(
+                given, session=session, options=self._served.options, on_update=run.handle
+            )
         except Exception as exc:
-            if run.closing.closed is not None:  # cancelled: the cancel writes the state
-                if exc is not run.closing.closed:  # a post stage failed on the way out
+            if run.handle.closed is not None:  # cancelled: the cancel writes the state
+                if exc is not run.handle.closed:  # a post stage failed on the way out
                     _log.warning("raf.serve: a cancelled A2A task failed", error=repr(exc))
                 return
             _log.warning("raf.serve: an A2A task failed", task=task_id, error=repr(exc))
@@ -294,7 +291,7 @@ class _Executor(AgentExecutor):
         """Close every run still going early, and wait for their post stages."""
         runs = list(self._runs.values())
         for run in runs:
-            run.closing.close(run.sent.response())
+            run.handle.close(run.sent.response())
         for run in runs:
             await run.done.wait()
 
@@ -303,7 +300,7 @@ class _Executor(AgentExecutor):
 
         run = self._runs.get(context.task_id or "")
         if run is not None:
-            run.closing.close(run.sent.response())
+            run.handle.close(run.sent.response())
             await run.done.wait()  # every entered provider had its post stage
         elif (tokens := _waiting(context.current_task)) and context.context_id:
             # Its calls wait in the session: denied, or a later decision would still run them.

@@ -28,12 +28,12 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from raf._agent.agent import Agent
-from raf._agent.streamed import Closing
 from raf._metadata import installed_version
 from raf._sessions.base import Session
 from raf._values.assembly import Assembly
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
+from raf._values.run import Run
 from raf.errors import ConfigError
 from raf.serve._client import TEXT_JOIN, turn_text
 from raf.serve._http import HttpError, failure, note_failure
@@ -212,28 +212,25 @@ async def closable_run(
     ``post_timeout``), and then the cancellation goes on. ``on_update`` failing
     (a connection that broke) closes the run early too.
     """
-    closing = Closing()
     sent = Assembly()  # the partial answer (not the updates, their chunks can be large)
     outcome: list[AgentResponse | Exception] = []
     done = anyio.Event()
 
     async def forward(update: Update) -> None:
-        if closing.closed is None:
-            sent.add(update)
-            try:
-                await on_update(update)
-            except Exception:  # the client cannot be told any more: as if it left
-                closing.close(sent.response())
-        if closing.closed is not None:
-            raise closing.closed
+        sent.add(update)
+        try:
+            await on_update(update)
+        except Exception:  # the client cannot be told any more: as if it left
+            run.close(sent.response())  # the run's send raises the close
 
-    async def run() -> None:
+    run = Run(forward)
+
+    async def go() -> None:
         with anyio.CancelScope(shield=True):
             try:
-                with closing:
-                    response = await agent.run(
-                        messages, session=session, options=options, on_update=forward
-                    )
+                response = await agent.run(
+                    messages, session=session, options=options, on_update=run
+                )
                 outcome.append(response)
             except Exception as exc:
                 outcome.append(exc)
@@ -241,11 +238,11 @@ async def closable_run(
                 done.set()
 
     async with anyio.create_task_group() as group:
-        group.start_soon(run)
+        group.start_soon(go)
         try:
             await done.wait()
         except anyio.get_cancelled_exc_class():
-            closing.close(sent.response())
+            run.close(sent.response())
             with anyio.CancelScope(shield=True):
                 await done.wait()
             raise

@@ -6,7 +6,7 @@ partial answer kept). Here the response is a plain ASGI callable instead.
 The turn is a callback-form run (``agent.run(on_update=...)``): each update
 goes to ``send`` in the request's own task, with no hand-over between tasks.
 A second task watches ``receive()`` for ``http.disconnect`` and then closes
-the run early (a :class:`raf._agent.streamed.Closing` entered around it): every
+the run early (the run's own :class:`raf.Run`, handed in as ``on_update``): every
 entered provider gets ``StreamClosedError(partial)``, not under
 cancellation, each bounded by the agent's ``post_timeout``, and
 ``persist_partial=True`` stores the partial answer.
@@ -25,11 +25,11 @@ from starlette.types import Receive, Scope, Send
 
 from raf._agent.agent import Agent
 from raf._agent.approvals import Decision
-from raf._agent.streamed import Closing
 from raf._sessions.base import Session
 from raf._values.assembly import Assembly
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
+from raf._values.run import Run
 from raf.serve._http import HttpError, error_response, failure, note_failure, request_id
 
 __all__: list[str] = []
@@ -98,12 +98,11 @@ async def stream_turn(
     started = False
     gone = False
     sent = Assembly()  # the partial answer, if the client leaves (not the updates)
-    closing = Closing()
 
     def leave() -> None:
         nonlocal gone
         gone = True
-        closing.close(sent.response())
+        run.close(sent.response())
 
     async def emit(chunks: list[bytes], *, start: bool = False) -> None:
         nonlocal started
@@ -118,31 +117,27 @@ async def stream_turn(
         except OSError:  # a server that raises on a closed connection: the client is gone
             leave()
 
-    async def on_update(update: Update) -> None:
-        if closing.closed is None:
-            sent.add(update)
-            # A pause starts the response even when the protocol has nothing to say of
-            # it (chat completions): a durable run then waits for the decision, for
-            # minutes, and a client or proxy waiting for the status would give up.
-            await emit(framing.update(update), start=update.kind == "approval")
-        if closing.closed is not None:
-            raise closing.closed  # as at the iterator form's hand-over: nothing more goes out
+    async def sink(update: Update) -> None:
+        sent.add(update)
+        # A pause starts the response even when the protocol has nothing to say of it (chat
+        # completions): a durable run then waits for the decision, for minutes, and a
+        # client or proxy waiting for the status would give up. Once the client has left,
+        # the run's send raises its close: nothing more goes out.
+        await emit(framing.update(update), start=update.kind == "approval")
 
+    run = Run(sink)
     response: AgentResponse | None = None
     error: Exception | None = None
-    with closing:
-        async with anyio.create_task_group() as group:
-            group.start_soon(_watch, receive, leave)
-            try:
-                response = await agent.run(
-                    messages, session=session, options=options, on_update=on_update
-                )
-            except Exception as exc:  # raised in the task group, it would come out wrapped
-                error = exc
-            group.cancel_scope.cancel()
+    async with anyio.create_task_group() as group:
+        group.start_soon(_watch, receive, leave)
+        try:
+            response = await agent.run(messages, session=session, options=options, on_update=run)
+        except Exception as exc:  # raised in the task group, it would come out wrapped
+            error = exc
+        group.cancel_scope.cancel()
     if gone:
-        if error is not None and error is closing.closed:
-            for failed in closing.closed.post_failures:
+        if error is not None and error is run.closed:
+            for failed in run.failures:
                 _log.warning(
                     "raf.serve: a post stage failed after the client left", error=repr(failed)
                 )

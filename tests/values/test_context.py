@@ -219,4 +219,5 @@ def test_merge_carries_every_field_a_provider_does_not_contribute(
         tail_message_sources=merged.tail_message_sources,
     )
     assert merged.on_update is _send
+    assert merged.run is begin.run  # the run's own object: one for every layer's copy
     assert (merged.request_hash, merged.repeated) == ("digest", True)

@@ -1,0 +1,122 @@
+"""Run: the one object that holds what a single run needs (its sink, its close, its failures)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, TypeVar
+
+import anyio
+import attrs
+
+from raf._values.messages import AgentResponse, OnUpdate, Update
+from raf.errors import ProviderError, StreamClosedError
+
+__all__ = ["Run"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@attrs.define(eq=False, slots=True)
+class Run:
+    """What one run needs that no layer owns (ASGI keeps it in the ``scope``): one per run.
+
+    ``agent.run(...)`` and ``agent.stream(...)`` make it, and every
+    :class:`raf.Invocation` of the run carries it as ``invocation.run``; a
+    caller that must close a streamed run early (a server whose client
+    left) makes its own and hands it in as ``on_update``::
+
+        run = raf.Run(send)             # send: the caller's own sink of updates
+        ... agent.run(text, on_update=run) ...
+        run.close(partial)              # elsewhere, when the client has gone
+
+    It holds:
+
+    - the run's sink of updates (ASGI's ``send``): :meth:`send` passes an
+      update to ``sink``, and raises :attr:`closed` once the consumer has
+      left; ``Invocation.on_update`` starts as :meth:`send`, and stays the
+      per-layer view a middleware may wrap;
+    - the run's close: :meth:`close` cancels the core of the run (its tool
+      loop, entered through :meth:`core`); the core then raises
+      :attr:`closed`, a :class:`raf.StreamClosedError` with the partial
+      answer, which every entered provider's post stage sees;
+    - :attr:`failures`, the post stages that failed in this run, innermost
+      first: the outermost provider layer raises them once the run
+      succeeded, or notes them on the run's error; after an early close,
+      ``agent.stream`` raises them from its block.
+
+    Not frozen, unlike the values around it: it is the run's own mutable
+    state (a close arrives from another task, failures arrive as the post
+    stages run), shared by every layer's copy of the invocation, so that no
+    context variable, exception attribute or global has to carry it. A
+    ``Run`` serves one run.
+    """
+
+    #: Where the run's updates go (``None``: the run is not streamed).
+    sink: OnUpdate | None = None
+    #: The post stages that failed in this run, innermost first (each a ProviderError).
+    failures: list[ProviderError] = attrs.field(factory=list, init=False)
+    #: Set by :meth:`close`: what the core, and every send after it, raise.
+    closed: StreamClosedError | None = attrs.field(default=None, init=False)
+    # The run's deferred calls (the tool calls the loop does not run itself) will be held
+    # here too: the run's own state, like the failures.
+    _scopes: list[anyio.CancelScope] = attrs.field(factory=list, init=False, repr=False)
+    _started: bool = attrs.field(default=False, init=False, repr=False)
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the run has a sink of updates."""
+        return self.sink is not None
+
+    def start(self) -> Run:
+        """Claim this object for one run; a second run with it is a ``RuntimeError``."""
+        if self._started:
+            raise RuntimeError("a raf.Run serves one run: make a new one for each run")
+        self._started = True
+        return self
+
+    async def send(self, update: Update) -> None:
+        """Pass ``update`` to the sink; after an early close, raise :attr:`closed` instead.
+
+        Also raised when the consumer left while the sink had the update:
+        nothing more of the run goes out.
+        """
+        if self.closed is None and self.sink is not None:
+            await self.sink(update)
+        if self.closed is not None:
+            raise self.closed
+
+    def close(self, partial: AgentResponse) -> None:
+        """Close the run early: its consumer left, having received ``partial``. Once only.
+
+        The core is cancelled wherever it is and raises :attr:`closed`; a
+        core not entered yet raises it at once; a run already past its core
+        is not touched (it completes, and its sends raise).
+        """
+        if self.closed is None:
+            self.closed = StreamClosedError(partial)
+            for scope in self._scopes:
+                scope.cancel()
+
+    async def core(
+        self, function: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``await function(*args, **kwargs)`` as the run's core: in the cancel scope that
+        :meth:`close` cancels, the cancellation coming out as :attr:`closed`."""
+        if self.closed is None:
+            with anyio.CancelScope() as scope:
+                self._scopes.append(scope)
+                try:
+                    result = await function(*args, **kwargs)
+                finally:
+                    self._scopes.remove(scope)
+                if self.closed is None:
+                    return result
+        # Closed before the core, or meanwhile: what the consumer got is the partial answer.
+        closed = self.closed
+        assert closed is not None
+        raise closed
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed is not None else "streamed" if self.streamed else "plain"
+        return f"<Run {state} failures={len(self.failures)}>"
