@@ -106,8 +106,6 @@ if typing.TYPE_CHECKING:
     from raf._providers.compression import approximate_tokens as approximate_tokens
     from raf._providers.compression import check_tool_pairing as check_tool_pairing
     from raf._providers.compression import message_units as message_units
-    from raf._providers.history import HistoryProvider as HistoryProvider
-    from raf._providers.history import InMemoryHistoryProvider as InMemoryHistoryProvider
     from raf._providers.knowledge import FolderRetriever as FolderRetriever
     from raf._providers.knowledge import KnowledgeProvider as KnowledgeProvider
     from raf._providers.knowledge import Passage as Passage
@@ -116,6 +114,8 @@ if typing.TYPE_CHECKING:
     from raf._providers.mcp import McpToolsProvider as McpToolsProvider
     from raf._providers.skills import AgentSkillsProvider as AgentSkillsProvider
     from raf._providers.workspace import WorkspaceContextProvider as WorkspaceContextProvider
+    from raf._sessions.history import HistoryProvider as HistoryProvider
+    from raf._sessions.history import InMemoryHistoryProvider as InMemoryHistoryProvider
     from raf._sessions.postgres import PostgresSessionStore as PostgresSessionStore
     from raf._sessions.redis import RedisSessionStore as RedisSessionStore
     from raf._sessions.sqlite import SqliteSessionStore as SqliteSessionStore
@@ -267,8 +267,8 @@ _LAZY = {
     "pii_redactor": "raf._middleware.pii",
     "FolderRetriever": "raf._providers.knowledge",
     "GeminiChatClient": "raf._clients.gemini",
-    "HistoryProvider": "raf._providers.history",
-    "InMemoryHistoryProvider": "raf._providers.history",
+    "HistoryProvider": "raf._sessions.history",
+    "InMemoryHistoryProvider": "raf._sessions.history",
     "KnowledgeProvider": "raf._providers.knowledge",
     "LoggingMiddleware": "raf._middleware.logging",
     "McpToolsProvider": "raf._providers.mcp",

@@ -24,10 +24,10 @@ import structlog
 from starlette.types import Receive, Scope, Send
 
 from raf._agent.agent import Agent
-from raf._agent.approvals import Decision
 from raf._agent.streamed import Closing
 from raf._sessions.base import Session
 from raf._values.assembly import Assembly
+from raf._values.decision import Decision
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
 from raf.serve._http import HttpError, error_response, failure, note_failure, request_id

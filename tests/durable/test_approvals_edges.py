@@ -25,7 +25,7 @@ from raf import (
     SqliteSessionStore,
     ToolCall,
 )
-from raf._agent.approvals import claim_decided
+from raf._agent.deferred import claim_decided
 from raf.durable import dbos_agent
 from raf.durable._agent import answer_of
 from raf.durable._workflow import TOPIC, Delivery
