@@ -205,3 +205,74 @@ async def test_a_served_resume_answers_after_the_tool_row(anyio_backend: str, wi
         expected = "removed remove a.txt" if approve else "The user did not approve"
         assert text.startswith(f"the tool said {expected}")
         assert ran == ["remove a.txt"]
+
+
+class Weather:
+    """A client's tool: offered to the model, run by the caller (``runs_on_client``)."""
+
+    name = "get_weather"
+    description = "The weather in a city."
+    parameters: dict[str, Any] = {  # noqa: RUF012 (a Tool's attribute, read only)
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+    }
+    runs_on_client = True
+
+    async def invoke(self, arguments: Any) -> Any:
+        raise AssertionError("a client's tool never runs here")
+
+
+class WeatherModel(RemoveModel):
+    """Asks for the weather when told ``weather``; the rest as :class:`RemoveModel`."""
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse:
+        last = messages[-1]
+        if last.role == "user" and "weather" in (last.content or ""):
+            self.calls += 1
+            call = ToolCall(f"w-{self.calls}", "get_weather", '{"city": "Paris"}')
+            return AgentResponse((ChatMessage.assistant(tool_calls=[call]),))
+        return await super().complete(messages, options)
+
+
+async def seeded(session: Session) -> Session:
+    await session.add_messages(
+        [m for i in range(8) for m in (ChatMessage.user(f"q{i}"), ChatMessage.assistant("a"))]
+    )
+    return session
+
+
+@pytest.mark.parametrize("window", list(WINDOWS))
+async def test_a_client_tools_result_reaches_the_model_whatever_the_window(
+    anyio_backend: str, window: str
+) -> None:
+    agent = Agent(WeatherModel(), stack=WINDOWS[window]())
+    options = raf.AgentRunOptions(tools=[Weather()])
+    session = await seeded(InMemorySession())
+    asked = await agent.run("the weather?", session=session, options=options)
+    (call,) = asked.tool_calls
+    assert asked.pending == ()  # the caller runs it: nothing waits for a decision
+    result = ChatMessage.tool(call.id, "rain", name=call.name)
+    answer = await agent.run([result], session=session, options=options)
+    assert answer.text == "the tool said rain"
+    assert check_tool_pairing(await session.get_messages()) is None
+
+
+@pytest.mark.parametrize("window", list(WINDOWS))
+async def test_a_new_message_refuses_what_waits_whatever_the_window(
+    anyio_backend: str, window: str
+) -> None:
+    ran: list[str] = []
+    agent = Agent(RemoveModel(), tools=[remover(ran)], stack=WINDOWS[window]())
+    session = await seeded(InMemorySession())
+    (pending,) = (await agent.run("remove a.txt", session=session)).pending
+    answer = await agent.run("never mind", session=session)
+    assert answer.text == "seen never mind"
+    assert tuple(await session.list_pending()) == ()
+    stored = await session.get_messages()
+    assert check_tool_pairing(stored) is None
+    assert "they sent a new message instead" in (stored[-3].content or "")
+    with pytest.raises(raf.ApprovalError):
+        await agent.run(Decision(pending.token, approve=True), session=session)
+    assert ran == []
