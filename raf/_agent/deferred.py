@@ -231,10 +231,9 @@ class RunDeferred:
         """Before the first model call: apply the decisions, or refuse what waits.
 
         What waits is the stored history's last turn while a call of it has
-        no result. A run with decisions, or with a client's results in its
-        request, reads it from the store; any other run looks for it in what
-        the providers injected (the windows keep it in view), with no round
-        trip. The turn (when the view lacks it) and its answers join the
+        no result: found in what the providers injected (the windows keep it
+        in view); a run with decisions, or with a client's results in its
+        request, reads it from the store when the view lacks it. The turn (when the view lacks it) and its answers join the
         model's view at the end of the history, the options' ``history_end``
         with them.
         """
@@ -242,10 +241,12 @@ class RunDeferred:
             return Opening((), messages, options)
         self._opened = True
         given = {m.tool_call_id for m in invocation.request_messages if m.role == "tool"}
-        if self.decisions or given:
+        waiting = waiting_turn(invocation.messages)  # the windows keep it in view
+        if not waiting and (self.decisions or given):
+            # Out of the providers' view (a window smaller than the turn, a provider that
+            # replaces the history): the store has it. (A durable run reads the view's, the
+            # history of its step, so a replay sees what the first pass saw.)
             waiting = await stored_waiting_turn(self.session)
-        else:
-            waiting = waiting_turn(invocation.messages)
         _, gap = unanswered_tail(waiting)
         if given:  # a call the request answers (a client tool's result) waits no more
             gap = tuple(call for call in gap if call.id not in given)

@@ -4,7 +4,7 @@ A turn whose calls are deferred (waiting for a person's decision, or for the
 client that runs them) is stored with the results of its other calls; until
 every call has its result, it is the history's last calling turn. The
 windows keep it in view, and a run that resumes reads it from the store
-itself, so no window, compression or store can hide it from the answers.
+when the view lacks it, so no window, compression or store hides it from its answers.
 """
 
 from __future__ import annotations
@@ -75,6 +75,6 @@ async def still_owed(session: Session, answers: Sequence[ChatMessage]) -> tuple[
     """
     if not answers:
         return ()
-    _, gap = unanswered_tail(await stored_waiting_turn(session))
+    _, gap = unanswered_tail(await session.get_messages())
     waiting = {call.id for call in gap}
     return tuple(answer for answer in answers if answer.tool_call_id in waiting)

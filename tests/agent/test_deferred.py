@@ -26,6 +26,8 @@ from raf import (
     ChatMessage,
     ChatOptions,
     CompressionProvider,
+    ContextProvider,
+    ContextResult,
     Decision,
     EchoChatClient,
     HistoryProvider,
@@ -276,3 +278,27 @@ async def test_a_new_message_refuses_what_waits_whatever_the_window(
     with pytest.raises(raf.ApprovalError):
         await agent.run(Decision(pending.token, approve=True), session=session)
     assert ran == []
+
+
+class Forgetful(ContextProvider):
+    """A provider of a user's that replaces the history with nothing (the waiting turn too)."""
+
+    async def on_invoking(self, *args: Any) -> ContextResult:
+        return ContextResult(replace_messages=True)
+
+
+@pytest.mark.parametrize("store", STORES)
+async def test_a_resume_reads_the_waiting_turn_from_the_store_when_the_view_lacks_it(
+    anyio_backend: str, request: pytest.FixtureRequest, tmp_path: Path, store: str
+) -> None:
+    ran: list[str] = []
+    agent = Agent(RemoveModel(), tools=[remover(ran)], stack=[HistoryProvider(), Forgetful()])
+    async with opened(store, request, tmp_path) as session:
+        await seeded(session)
+        (pending,) = (await agent.run("remove a.txt", session=session)).pending
+        answer = await agent.run(Decision(pending.token, approve=True), session=session)
+        assert answer.text == "the tool said removed remove a.txt"
+        assert ran == ["remove a.txt"]
+        stored = await session.get_messages()
+        assert check_tool_pairing(stored) is None
+        assert [m.role for m in stored[-4:]] == ["user", "assistant", "tool", "assistant"]
