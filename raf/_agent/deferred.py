@@ -233,9 +233,9 @@ class RunDeferred:
         What waits is the stored history's last turn while a call of it has
         no result: found in what the providers injected (the windows keep it
         in view); a run with decisions, or with a client's results in its
-        request, reads it from the store when the view lacks it. The turn (when the view lacks it) and its answers join the
-        model's view at the end of the history, the options' ``history_end``
-        with them.
+        request, reads it from the store when the view lacks it. The turn
+        (when the view lacks it) and its answers join the model's view at the
+        end of the history, the options' ``history_end`` with them.
         """
         if self._opened or not self.keeps:  # again in the same run: settled then
             return Opening((), messages, options)
