@@ -177,6 +177,8 @@ class RunDeferred:
     nothing can wait and a call that needs approval is an error.
     """
 
+    __slots__ = ("_answers", "_claimed", "_opened", "decisions", "keeps", "post_timeout", "session")
+
     def __init__(
         self, session: Session, decisions: Sequence[Any], post_timeout: float, *, keeps: bool
     ) -> None:
@@ -227,8 +229,9 @@ class RunDeferred:
         options: ChatOptions,
         invocation: Invocation,
         run: RunCalls,
-    ) -> Opening:
-        """Before the first model call: apply the decisions, or refuse what waits.
+    ) -> Opening | None:
+        """Before the first model call: apply the decisions, or refuse what waits
+        (``None``: nothing waits, nothing to do).
 
         What waits is the stored history's last turn while a call of it has
         no result: found in what the providers injected (the windows keep it
@@ -238,7 +241,7 @@ class RunDeferred:
         end of the history, the options' ``history_end`` with them.
         """
         if self._opened or not self.keeps:  # again in the same run: settled then
-            return Opening((), messages, options)
+            return None
         self._opened = True
         given = {m.tool_call_id for m in invocation.request_messages if m.role == "tool"}
         waiting = waiting_turn(invocation.messages)  # the windows keep it in view
@@ -256,6 +259,8 @@ class RunDeferred:
             answers, remaining, stalled = await self._resume(gap, run)
         elif gap:
             answers = await self._supersede(gap)
+        elif not waiting:
+            return None  # nothing waits: the run goes on as it is
         else:
             answers = ()
         if not waiting:

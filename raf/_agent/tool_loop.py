@@ -104,12 +104,14 @@ async def run_tool_loop(
     def run(calls: Sequence[ToolCall], done: Done | None = None) -> Awaitable[Results]:
         return run_tool_calls(calls, tools, call_tool, invocation, done)
 
+    turns = Turns([])
     opening = await deferred.open(messages, options, invocation, run)
-    await _send(on_update, opening.answers, opening.waiting)
-    if not opening.goes_on:
-        return AgentResponse(opening.answers, pending=opening.waiting)
-    messages, options = opening.messages, opening.options
-    turns = Turns(list(opening.answers))
+    if opening is not None:  # what waited in the session was resumed, or refused
+        await _send(on_update, opening.answers, opening.waiting)
+        if not opening.goes_on:
+            return AgentResponse(opening.answers, pending=opening.waiting)
+        messages, options = opening.messages, opening.options
+        turns.messages.extend(opening.answers)
     for call_number in range(1, max_tool_iterations + 1):
         response = await turns.ask(chat, messages, options)
         if options.tool_choice is not None:
