@@ -18,6 +18,7 @@ from raf._onion.compose import CallNext, ContextProvider, compose
 from raf._onion.parallel import ProviderGroup, parallel
 from raf._public import say_home as _say_home
 from raf._sessions.base import REQUEST_HASH_LIMIT
+from raf._sessions.history import HistoryProvider
 from raf._sessions.memory import InMemorySession
 from raf._values.client import ChatClient, StreamingChatClient
 from raf._values.context import (
@@ -75,7 +76,6 @@ if typing.TYPE_CHECKING:
 
     # Its module also holds the strategies, which are raf.compression's.
     from raf._providers.compression import CompressionProvider as CompressionProvider
-    from raf._providers.history import *
     from raf._providers.knowledge import *
     from raf._providers.mcp import *
     from raf._providers.skills import *
@@ -180,7 +180,6 @@ _LATE = {
     "FallbackMiddleware": "raf._middleware.fallback",
     "FolderRetriever": "raf._providers.knowledge",
     "GeminiChatClient": "raf._clients.gemini",
-    "HistoryProvider": "raf._providers.history",
     "InputGuardrail": "raf._middleware.guardrails",
     "KnowledgeProvider": "raf._providers.knowledge",
     "LoggingMiddleware": "raf._middleware.logging",

@@ -11,8 +11,8 @@ from raf._providers.compression import (
     TruncationStrategy,
     check_tool_pairing,
 )
-from raf._providers.tokens import approximate_tokens, message_units
 from raf._public import say_home as _say_home
+from raf._sessions.tokens import approximate_tokens, message_units
 
 __all__ = [
     "CompressionStrategy",

@@ -1,1 +1,1 @@
-"""The agent: the run, the tool loop, tools, approvals, structured output and streaming."""
+"""The agent: the run, the tool loop, tools, deferred calls, structured output and streaming."""

@@ -12,15 +12,15 @@ from typing import Any, cast
 import anyio
 import attrs
 
-from raf._agent.approvals import RunApprovals, wants_approval
 from raf._agent.arguments import (
     checked_tools,
     decisions_of,
-    keeps_history,
     middleware_only,
     run_arguments,
+    stack_keeps_history,
     with_history,
 )
+from raf._agent.deferred import RunDeferred, wants_approval
 from raf._agent.output import output_spec, structured_loop
 from raf._agent.streamed import stream_model
 from raf._agent.streaming import AgentStream
@@ -185,7 +185,7 @@ class Agent:
         run_stack = with_history(stack) if history else tuple(stack)
         if history and kept_history is not None:
             run_stack = (kept_history, *run_stack[1:])
-        keeps = keeps_history(run_stack)
+        keeps = stack_keeps_history(run_stack)
         for tool in () if keeps else checked:
             if wants_approval(tool):
                 raise ApprovalError(
@@ -429,37 +429,38 @@ class Agent:
         loop: Callable[..., Awaitable[AgentResponse]] = run_tool_loop
         if output is not None:
             loop = structured_loop(output, options.output_retries)
-        approvals = (
-            RunApprovals(invocation.session, invocation.decisions, self.post_timeout)
-            if self._keeps_history
-            else None
-        )
+        # The run's deferred calls (what waits, what this run claimed): made once per run
+        # and held by the run's own object; a run middleware that calls inward again (a
+        # retry) meets the same calls, already opened.
+        deferred = invocation.run.deferred
+        if deferred is None:
+            deferred = RunDeferred(
+                invocation.session,
+                invocation.decisions,
+                self.post_timeout,
+                keeps=self._keeps_history,
+            )
+            invocation.run.deferred = deferred
         on_update = invocation.on_update
         call = partial(self._chat_call, on_update, invocation)
-        if on_update is None:
-            return await loop(
-                call,
-                messages,
-                chat_options,
-                tool_index,
-                options.max_tool_iterations,
+        arguments = (call, messages, chat_options, tool_index, options.max_tool_iterations)
+        try:
+            if on_update is None:
+                return await loop(
+                    *arguments, invocation=invocation, tool_stack=self._tool_call, deferred=deferred
+                )
+            # The core of a streamed run is what the run's early close cancels.
+            return await invocation.run.core(
+                loop,
+                *arguments,
+                on_update,
                 invocation=invocation,
                 tool_stack=self._tool_call,
-                approvals=approvals,
+                deferred=deferred,
             )
-        # The core of a streamed run is what the run's early close cancels.
-        return await invocation.run.core(
-            loop,
-            call,
-            messages,
-            chat_options,
-            tool_index,
-            options.max_tool_iterations,
-            on_update,
-            invocation=invocation,
-            tool_stack=self._tool_call,
-            approvals=approvals,
-        )
+        except BaseException as exc:
+            await deferred.settle(exc)  # the calls this run claimed get their answers stored
+            raise
 
     def _chat_call(
         self,

@@ -9,11 +9,12 @@ import attrs
 
 from raf._agent.output import output_spec
 from raf._onion.compose import is_provider
+from raf._sessions.history import HistoryProvider
 from raf._sessions.memory import InMemorySession
 from raf._values.decision import Decision
 from raf._values.messages import ChatMessage, checked_messages
 from raf._values.options import AgentRunOptions
-from raf._values.protocols import Session, Tool
+from raf._values.protocols import Session, Tool, keeps_history
 
 _DEFAULT_OPTIONS = AgentRunOptions()
 
@@ -32,14 +33,6 @@ def middleware_only(items: Iterable[Any], where: str) -> tuple[Any, ...]:
     return checked
 
 
-def _history_provider() -> type[Any]:
-    # Local: the providers sit above the agent; the history provider is the one built-in
-    # the agent itself offers (history=True) and needs (approvals).
-    from raf._providers.history import HistoryProvider
-
-    return HistoryProvider
-
-
 def with_history(stack: Sequence[Any]) -> tuple[Any, ...]:
     """``stack`` with a :class:`raf.HistoryProvider` outermost (``Agent(history=True)``)."""
     for index, item in enumerate(stack):
@@ -48,17 +41,17 @@ def with_history(stack: Sequence[Any]) -> tuple[Any, ...]:
                 f"history=True adds a history provider, but stack[{index}] is one already "
                 f"({item!r}): drop one of the two"
             )
-    return (_history_provider()(), *stack)
+    return (HistoryProvider(), *stack)
 
 
-def keeps_history(stack: Sequence[Any]) -> bool:
-    """Whether a :class:`raf.HistoryProvider` is in the stack (or one of its groups)."""
-    history = _history_provider()
+def stack_keeps_history(stack: Sequence[Any]) -> bool:
+    """Whether an item of the stack (or of one of its groups) keeps the history: a
+    :class:`raf._values.protocols.HistoryKeeper`, such as :class:`raf.HistoryProvider`."""
     for item in stack:
-        if isinstance(item, history):
+        if keeps_history(item):
             return True
         members = getattr(item, "members", None)
-        if isinstance(members, tuple) and keeps_history(members):
+        if isinstance(members, tuple) and stack_keeps_history(members):
             return True
     return False
 

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import attrs
 
-from raf._agent.approvals import Opening, RunApprovals, wants_approval
+from raf._agent.deferred import RunDeferred
 from raf._agent.tools import FunctionTool, Tool, check_tool_arguments, check_tool_json
 from raf._log import log as _log
 from raf._values.context import Invocation, ToolRequest
@@ -24,7 +24,6 @@ from raf._values.messages import (
 )
 from raf._values.options import ChatOptions
 from raf.errors import (
-    ApprovalError,
     GuardrailError,
     ToolArgumentsError,
     ToolConflictError,
@@ -81,143 +80,104 @@ async def run_tool_loop(
     on_update: OnUpdate | None = None,
     *,
     invocation: Invocation,
+    deferred: RunDeferred,
     tool_stack: ToolStack | None = None,
-    approvals: RunApprovals | None = None,
 ) -> AgentResponse:
     """Call the model until it stops asking for tools: at most ``max_tool_iterations`` calls.
 
-    Returns every message the loop produced (assistant turns, tool results,
-    the final answer), the summed usage and the last raw response. In a
-    streamed run (``on_update`` set; ``chat`` then streams each call), each
-    tool message is sent as a ``"tool_result"`` update once the batch ran.
-    Each call goes through ``tool_stack`` (the composed tool stack, whose
-    core is :func:`invoke_tool`; ``None`` means that core alone).
+    Returns every message the loop produced (the answers owed to deferred
+    calls, assistant turns, tool results, the final answer), the summed
+    usage and the last raw response. In a streamed run (``on_update`` set;
+    ``chat`` then streams each call), each tool message is sent as a
+    ``"tool_result"`` update once its batch ran. Each call goes through
+    ``tool_stack`` (the composed tool stack, whose core is
+    :func:`invoke_tool`; ``None`` means that core alone).
 
-    With ``approvals`` (the agent keeps a history), the run first applies
-    its decisions (or refuses what waits, when a new turn begins): those
-    answers open the response. A model turn whose calls include some that
-    need approval runs the others, then ends the run with them ``pending``.
-
-    A tool whose ``runs_on_client`` is true is never invoked here: a model
-    turn that calls one runs the others, then ends the run with that call
-    unanswered (the caller runs it; its next request brings the result).
+    ``deferred`` (the run's :class:`RunDeferred`) first resumes what waits
+    in the session; a model turn with deferred calls (approval, a client's
+    tool) runs the others, then ends the run with them waiting.
     ``options.tool_choice`` goes with the first model call only; later calls
     are ``"auto"``, so a required tool cannot loop forever.
     """
     call_tool = invoke_tool if tool_stack is None else tool_stack
-    produced: list[ChatMessage] = []
-    usage: Usage | None = None
-    try:
-        if approvals is not None:
-            opening = await _open(approvals, messages, tools, call_tool, invocation, on_update)
-            produced.extend(opening.answers)
-            if not opening.goes_on:
-                return AgentResponse(tuple(produced), pending=opening.waiting)
-            options = _answered_history(options, len(opening.messages) - len(messages))
-            messages = opening.messages
-        for call_number in range(1, max_tool_iterations + 1):
-            response = await chat(messages, options)
-            if options.tool_choice is not None:
-                options = attrs.evolve(options, tool_choice="auto")
-            produced.extend(response.messages)
-            if response.usage is not None:
-                usage = response.usage if usage is None else usage + response.usage
-            calls = response.tool_calls
-            if not calls:
-                if (
-                    call_number == 1
-                    and type(response) is AgentResponse
-                    and len(produced) == len(response.messages)  # nothing resumed before it
-                ):
-                    return response  # one call, no tools, nothing resumed: the run's response
-                return AgentResponse(tuple(produced), usage, response.raw, model=response.model)
-            held = _held(approvals, calls, tools)
-            left = [call for call in calls if runs_on_client(tools.get(call.name))]
-            if call_number == max_tool_iterations and not (held or left):
-                raise ToolLoopError(max_tool_iterations, tuple(call.name for call in calls))
-            if held or left:
-                waiting = {call.id for call in (*held, *left)}
-                calls = tuple(call for call in calls if call.id not in waiting)
-            results = await run_tool_calls(calls, tools, call_tool, invocation) if calls else ()
-            await _send_results(on_update, results)
-            produced.extend(results)
-            if held or left:  # the others ran: the run ends, these wait for a person or caller
-                pending = approvals.pending(held) if held and approvals is not None else ()
-                await _send_pending(on_update, pending)
-                return AgentResponse(
-                    tuple(produced), usage, response.raw, pending=pending, model=response.model
-                )
-            turn = (*response.messages, *results)
-            # `+` copies a long history once; `(*messages, ...)` builds a list, then a tuple.
-            messages = messages + turn if type(messages) is tuple else (*messages, *turn)
-    except BaseException as exc:
-        if isinstance(exc, GuardrailError) and exc.partial is not None and produced:
-            # The blocked call's partial is what the consumer saw of it; the consumer saw
-            # the turns before it too, and the post stages keep what it saw.
-            exc.partial = AgentResponse((*produced, *exc.partial.messages))
-        if approvals is not None:
-            await approvals.settle(exc)  # the calls this run claimed get their answers stored
-        raise
+
+    def run(calls: Sequence[ToolCall], done: Done | None = None) -> Awaitable[Results]:
+        return run_tool_calls(calls, tools, call_tool, invocation, done)
+
+    turns = Turns([])
+    opening = await deferred.open(messages, options, invocation, run)
+    if opening is not None:  # what waited in the session was resumed, or refused
+        await _send(on_update, opening.answers, opening.waiting)
+        if not opening.goes_on:
+            return AgentResponse(opening.answers, pending=opening.waiting)
+        messages, options = opening.messages, opening.options
+        turns.messages.extend(opening.answers)
+    for call_number in range(1, max_tool_iterations + 1):
+        response = await turns.ask(chat, messages, options)
+        if options.tool_choice is not None:
+            options = attrs.evolve(options, tool_choice="auto")
+        if not response.tool_calls:
+            return turns.answer(response)
+        calls, waiting = deferred.split(response.tool_calls, tools)
+        if call_number == max_tool_iterations and not waiting:
+            raise ToolLoopError(max_tool_iterations, tuple(c.name for c in response.tool_calls))
+        results = await run(calls) if calls else ()
+        await _send(on_update, results, waiting.pending)
+        turns.messages.extend(results)
+        if waiting:  # the others ran: the run ends, these wait for a person or the caller
+            return turns.answer(response, waiting.pending)
+        turn = (*response.messages, *results)
+        # `+` copies a long history once; `(*messages, ...)` builds a list, then a tuple.
+        messages = messages + turn if type(messages) is tuple else (*messages, *turn)
     raise AssertionError("unreachable: max_tool_iterations >= 1")  # pragma: no cover
 
 
-async def _open(
-    approvals: RunApprovals,
-    messages: Sequence[ChatMessage],
-    tools: Mapping[str, Tool],
-    call_tool: ToolStack,
-    invocation: Invocation,
-    on_update: OnUpdate | None,
-) -> Opening:
-    """The run's decisions applied (or what waits refused), their answers streamed."""
-
-    async def run(calls: Sequence[ToolCall], done: Callable[[int, ChatMessage], None]) -> Any:
-        return await run_tool_calls(calls, tools, call_tool, invocation, done)
-
-    opening = await approvals.open(messages, invocation.messages, run)
-    await _send_results(on_update, opening.answers)
-    if not opening.goes_on:
-        await _send_pending(on_update, opening.waiting)
-    return opening
+#: ``done(index, message)``: told of each call's message as soon as it is there.
+Done = Callable[[int, ChatMessage], None]
+Results = tuple[ChatMessage, ...]
 
 
-def _answered_history(options: ChatOptions, added: int) -> ChatOptions:
-    """``options`` once ``added`` answers joined the end of the history (its last turn's
-    results, stored with the response): the stable prefix grows by them."""
-    if not added or options.history_end is None:
-        return options
-    return attrs.evolve(options, history_end=options.history_end + added)
+@attrs.define
+class Turns:
+    """What one tool loop produced so far, and the usage of its model calls."""
+
+    messages: list[ChatMessage]
+    usage: Usage | None = None
+
+    async def ask(
+        self, chat: ChatCall, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse:
+        """One model call; its messages and usage join the loop's."""
+        try:
+            response = await chat(messages, options)
+        except GuardrailError as exc:
+            if exc.partial is not None and self.messages:
+                # The blocked call's partial is what the consumer saw of it; the consumer saw
+                # the turns before it too, and the post stages keep what it saw.
+                exc.partial = AgentResponse((*self.messages, *exc.partial.messages))
+            raise
+        if response.usage is not None:
+            self.usage = response.usage if self.usage is None else self.usage + response.usage
+        self.messages.extend(response.messages)
+        return response
+
+    def answer(self, last: AgentResponse, pending: tuple[PendingCall, ...] = ()) -> AgentResponse:
+        """The loop's response, ending with ``last``: ``last`` itself when it is all there
+        is (one model call, no tools, nothing resumed: no copy)."""
+        if not pending and type(last) is AgentResponse and len(self.messages) == len(last.messages):
+            return last
+        return AgentResponse(
+            tuple(self.messages), self.usage, last.raw, pending=pending, model=last.model
+        )
 
 
-def _held(
-    approvals: RunApprovals | None, calls: Sequence[ToolCall], tools: Mapping[str, Tool]
-) -> list[ToolCall]:
-    """The calls of a model turn that wait for approval; an error when nothing can keep them."""
-    if approvals is not None:
-        return approvals.held(calls, tools)
-    for call in calls:
-        tool = tools.get(call.name)
-        if tool is not None and wants_approval(tool):
-            raise ApprovalError(
-                f"tool {call.name!r} needs approval, but the agent keeps no history: add a "
-                "raf.HistoryProvider to its stack (Agent(history=True)), where a paused call waits"
-            )
-    return []
-
-
-def runs_on_client(tool: object) -> bool:
-    """Whether ``tool`` is the caller's to run (a served agent's client tool), not raf's."""
-    return getattr(tool, "runs_on_client", False) is True
-
-
-async def _send_results(on_update: OnUpdate | None, results: Sequence[ChatMessage]) -> None:
+async def _send(
+    on_update: OnUpdate | None, results: Sequence[ChatMessage], pending: Sequence[PendingCall]
+) -> None:
+    """Stream tool results, then the calls that wait for approval."""
     if on_update is not None:
         for result in results:
             await on_update(Update("tool_result", message=result))
-
-
-async def _send_pending(on_update: OnUpdate | None, pending: Sequence[PendingCall]) -> None:
-    if on_update is not None:
         for call in pending:
             await on_update(Update("approval", pending=call))
 

@@ -34,11 +34,11 @@ from raf._providers.compression import (
     TokenBudgetStrategy,
     TruncationStrategy,
 )
-from raf._providers.history import HistoryProvider
 from raf._providers.knowledge import KnowledgeProvider
 from raf._providers.mcp import McpToolsProvider
 from raf._providers.skills import AgentSkillsProvider
 from raf._providers.workspace import WorkspaceContextProvider
+from raf._sessions.history import HistoryProvider
 from raf.errors import AgentError, ConfigError
 
 if TYPE_CHECKING:

@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from raf._agent.approvals import unanswered_tail
 from raf._onion.compose import ContextProvider
-from raf._providers.tokens import approximate_tokens, message_units
-from raf._providers.window import (
+from raf._sessions.base import Session
+from raf._sessions.tokens import approximate_tokens, message_units
+from raf._sessions.waiting import waiting_turn
+from raf._sessions.window import (
     TokenCounter,
     checked_counter,
     checked_step,
@@ -21,7 +22,6 @@ from raf._providers.window import (
     whole_units,
     window_steps,
 )
-from raf._sessions.base import Session
 from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage, checked_messages
 from raf._values.options import AgentRunOptions, ChatOptions
@@ -103,7 +103,7 @@ class TruncationStrategy:
     one more would exceed ``keep_last``; then the cut jumps forward by
     ``step`` messages (by default a third of ``keep_last``), so a model
     provider's prompt cache serves the calls in between. The cut is a pure
-    function of the history (see :func:`raf._providers.window.stepped_start`)
+    function of the history (see :func:`raf._sessions.window.stepped_start`)
     and drops whole units only (see :func:`message_units`): a tool call
     group is kept with all its results or not at all.
 
@@ -339,7 +339,7 @@ class CompressionProvider(ContextProvider):
         )
         # A last turn whose calls wait for approval (or lost their result) is kept out of
         # compression and put back after it, so the run can answer its calls in place.
-        waiting = _waiting_turn(history)
+        waiting = waiting_turn(history)
         if waiting:
             history = history[: -len(waiting)]
         token = _AGENT_COUNTER.set(counter)
@@ -355,14 +355,3 @@ class CompressionProvider(ContextProvider):
         if problem is not None:
             raise CompressionError(f"{self.strategy!r} returned a broken history: {problem}")
         return ContextResult(messages=(*compressed, *waiting), replace_messages=True)
-
-
-def _waiting_turn(history: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
-    """The last calling turn and its results, when one of its calls has no result yet."""
-    turn, gap = unanswered_tail(history)
-    if turn is None or not gap:
-        return ()
-    start = len(history) - 1
-    while history[start] is not turn:
-        start -= 1
-    return tuple(history[start:])

@@ -1,4 +1,4 @@
-"""The protocols: Tool, Session (and what it returns, RequestHash), Middleware.
+"""The protocols: Tool, Session (and what it returns, RequestHash), Middleware, HistoryKeeper.
 
 They live with the values so that a value can name a tool or a session
 without importing the code that makes tools or keeps sessions.
@@ -37,6 +37,24 @@ class Middleware(Protocol[Request_contra]):
 
 #: What ``Session.claim_pending`` returns: the calls it claimed, and those still pending.
 Claimed = tuple[tuple[PendingCall, ...], tuple[PendingCall, ...]]
+
+
+class HistoryKeeper(Protocol):
+    """A stack item that stores each run's turns in the session, deferred calls included.
+
+    Deferred calls need one (a waiting call is kept with its turn); the agent
+    looks for this mark on its stack items (and their groups' members), so
+    :class:`raf.HistoryProvider`, or any provider of a user's that stores the
+    same way, makes approvals possible, and the agent imports neither.
+    """
+
+    #: True: the item stores every turn (its calls that wait with ``record_pending``).
+    keeps_history: bool
+
+
+def keeps_history(item: object) -> bool:
+    """Whether ``item`` is a :class:`HistoryKeeper` (its ``keeps_history`` is ``True``)."""
+    return getattr(item, "keeps_history", False) is True
 
 
 @runtime_checkable

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import anyio
 import attrs
@@ -40,6 +40,8 @@ class Run:
       loop, entered through :meth:`core`); the core then raises
       :attr:`closed`, a :class:`raf.StreamClosedError` with the partial
       answer, which every entered provider's post stage sees;
+    - :attr:`deferred`, the run's deferred calls: those that wait for a
+      person's decision or a client's result, and those this run claimed;
     - :attr:`failures`, the post stages that failed in this run, innermost
       first: the outermost provider layer raises them once the run
       succeeded, or notes them on the run's error; after an early close,
@@ -58,8 +60,10 @@ class Run:
     failures: list[ProviderError] = attrs.field(factory=list, init=False)
     #: Set by :meth:`close`: what the core, and every send after it, raise.
     closed: StreamClosedError | None = attrs.field(default=None, init=False)
-    # The run's deferred calls (the tool calls the loop does not run itself) will be held
-    # here too: the run's own state, like the failures.
+    #: The run's deferred calls (the tool calls the loop does not run itself: what waits
+    #: for a decision or a client, what this run claimed), made by the agent's core when
+    #: it first starts; ``None`` before.
+    deferred: Any = attrs.field(default=None, init=False)
     _scopes: list[anyio.CancelScope] = attrs.field(factory=list, init=False, repr=False)
     _started: bool = attrs.field(default=False, init=False, repr=False)
 

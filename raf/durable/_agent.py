@@ -18,7 +18,7 @@ from dbos import DBOS
 from dbos import error as dbos_errors
 
 from raf._agent.agent import Agent, run_of
-from raf._agent.approvals import Decision, claim_decided, not_pending
+from raf._agent.deferred import Decision, claim_decided, not_pending
 from raf._agent.streaming import AgentStream
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session

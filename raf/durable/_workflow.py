@@ -16,7 +16,7 @@ import attrs
 from dbos import DBOS
 
 from raf._agent.agent import Agent
-from raf._agent.approvals import Decision
+from raf._agent.deferred import Decision
 from raf._agent.tool_loop import ToolRequest
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session

@@ -38,7 +38,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive
 
-from raf._agent.approvals import Decision, deny_pending
+from raf._agent.deferred import Decision, deny_pending
 from raf._metadata import installed_version
 from raf._values.assembly import Assembly
 from raf._values.messages import ChatMessage, PendingCall, Update

@@ -32,7 +32,7 @@ from ag_ui.encoder import EventEncoder
 from starlette.requests import Request
 from starlette.types import ASGIApp
 
-from raf._agent.approvals import Decision
+from raf._agent.deferred import Decision
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Role, ToolCall, Update
 from raf._values.protocols import Tool
 from raf.serve._client import client_tools

@@ -2,7 +2,7 @@
 
 A client tool is offered to the model beside the agent's own, but raf never
 runs it: its ``runs_on_client`` makes the tool loop end the turn with the
-call (see :func:`raf._agent.tool_loop.run_tool_loop`), the response carries
+call (see :func:`raf._agent.deferred.deferral`), the response carries
 it, and the client's next request brings the result as a ``tool`` message.
 """
 

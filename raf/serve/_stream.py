@@ -24,9 +24,9 @@ import structlog
 from starlette.types import Receive, Scope, Send
 
 from raf._agent.agent import Agent
-from raf._agent.approvals import Decision
 from raf._sessions.base import Session
 from raf._values.assembly import Assembly
+from raf._values.decision import Decision
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
 from raf._values.run import Run

@@ -26,11 +26,11 @@ import anyio
 import attrs
 
 from raf._agent.agent import Agent
-from raf._agent.approvals import approval_token
+from raf._agent.deferred import approval_token
 from raf._clients.scripted import ScriptedChatClient
-from raf._providers.history import HistoryProvider
 from raf._sessions import REQUEST_HASH_LIMIT, request_hash
 from raf._sessions.base import RequestHash, Session
+from raf._sessions.history import HistoryProvider
 from raf._values.messages import ChatMessage, PendingCall, ToolCall
 
 __all__ = [

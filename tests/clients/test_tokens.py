@@ -14,7 +14,7 @@ import pytest
 
 from raf import Agent, ChatMessage, OpenAIChatClient, OpenAIResponsesClient, ToolCall, tool
 from raf._clients._tokens import encoding_name, text_counter
-from raf._providers.window import client_counter
+from raf._sessions.window import client_counter
 from raf._values.tokens import approximate_prompt_tokens
 
 # Found, not imported: importing bpe-openai builds its encodings (about 0.4 s of CPU), which

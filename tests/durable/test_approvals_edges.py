@@ -16,7 +16,7 @@ from dbos import DBOS, SetWorkflowID
 
 import raf
 from raf import Agent, AgentResponse, Decision, ScriptedChatClient, SqliteSessionStore, ToolCall
-from raf._agent.approvals import claim_decided
+from raf._agent.deferred import claim_decided
 from raf.durable import dbos_agent
 from raf.durable._agent import answer_of
 from raf.durable._workflow import TOPIC, Delivery

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from raf._agent.approvals import still_owed
 from raf._onion.compose import ContextProvider
-from raf._providers.window import (
+from raf._sessions.base import Session, require_pending
+from raf._sessions.waiting import still_owed
+from raf._sessions.window import (
     TokenCounter,
     checked_counter,
     client_counter,
     read_window,
     window_steps,
 )
-from raf._sessions.base import Session, require_pending
 from raf._values.context import ContextResult
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, ToolCall
 from raf._values.options import AgentRunOptions
@@ -81,6 +81,9 @@ class HistoryProvider(ContextProvider):
     """
 
     kind = "memory"
+    #: It stores every turn, the calls that wait included: deferred calls need that
+    #: (the agent looks for this mark, the HistoryKeeper protocol, not for the class).
+    keeps_history = True
 
     def __init__(
         self,

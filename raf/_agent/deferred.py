@@ -1,11 +1,17 @@
-"""Approvals: tool calls that wait for a person's decision, kept in the session.
+"""Deferred calls: the tool calls a run does not run itself, and what waits in the session.
 
-The tool loop asks :class:`RunApprovals` three things: at the start of a run,
-:meth:`~RunApprovals.open` (apply the run's decisions, or deny the calls that
-wait when a new turn begins); for each model turn, :meth:`~RunApprovals.held`
-(which calls must wait); and when the loop ends abnormally,
-:meth:`~RunApprovals.settle` (store the answers of the calls this run
-claimed, so the stored history never keeps a call without its result).
+A call is *deferred* when its tool needs a person's approval (``approval``)
+or is the client's to run (``runs_on_client``, a served client tool):
+:func:`deferral` says which, in one place. The tool loop runs a model
+turn's other calls, then ends the run with the deferred ones waiting; the
+history keeps them in the session (the approvals as pending calls). The
+next run of the session resumes them through :class:`RunDeferred`, one per
+run: it applies the run's decisions (or the client's results, which come in
+its request), or refuses what waits when a new message comes instead, and
+puts the waiting turn and its answers in the model's view, read from the
+store itself, so the window, the compression and the store do not matter.
+When the run ends abnormally, :meth:`RunDeferred.settle` stores the answers
+of the calls it claimed, so the history never keeps a call without a result.
 """
 
 from __future__ import annotations
@@ -13,15 +19,23 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import anyio
 import attrs
 
 from raf._log import log as _log
 from raf._sessions.base import missing_pending, require_pending
+from raf._sessions.waiting import (
+    still_owed,
+    stored_waiting_turn,
+    unanswered_tail,
+    waiting_turn,
+)
+from raf._values.context import Invocation
 from raf._values.decision import Decision
 from raf._values.messages import ChatMessage, PendingCall, ToolCall
+from raf._values.options import ChatOptions
 from raf._values.protocols import Session
 from raf.errors import ApprovalError
 
@@ -65,6 +79,30 @@ def approval_token(session_id: str, call: ToolCall) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def deferral(tool: object, call: ToolCall) -> Literal["approval", "client"] | None:
+    """Why the tool loop does not run ``call`` of ``tool`` itself; ``None`` when it does.
+
+    ``"approval"``: it waits for a person (see :func:`needs_approval`; a call
+    whose arguments are not a JSON object is run, to be told so, instead).
+    ``"client"``: the caller runs it (``runs_on_client``); its next request
+    brings the result.
+    """
+    if tool is None:
+        return None
+    if wants_approval(tool) and _object_arguments(call) and needs_approval(tool, call):
+        return "approval"
+    if getattr(tool, "runs_on_client", False) is True:
+        return "client"
+    return None
+
+
+def _object_arguments(call: ToolCall) -> bool:
+    try:
+        return isinstance(call.parsed_arguments, dict)
+    except (ValueError, RecursionError):
+        return False  # the model is told its arguments are not JSON; nothing to approve
+
+
 def wants_approval(tool: object) -> bool:
     """Whether ``tool`` may ask for approval at all (a truthy ``approval``, or a callable)."""
     approval = getattr(tool, "approval", None)
@@ -94,48 +132,6 @@ def refusal(call: ToolCall, text: str, reason: str | None = None) -> ChatMessage
     return ChatMessage.tool(call.id, text, name=call.name)
 
 
-def unanswered_tail(
-    messages: Sequence[ChatMessage],
-) -> tuple[ChatMessage | None, tuple[ToolCall, ...]]:
-    """The last message of ``messages`` that is not a tool result, if it is a calling assistant
-    turn, and its calls that no tool message after it answers."""
-    answered: set[str | None] = set()
-    for message in reversed(messages):
-        if message.role == "tool":
-            answered.add(message.tool_call_id)
-            continue
-        if message.role == "assistant" and message.tool_calls:
-            return message, tuple(c for c in message.tool_calls if c.id not in answered)
-        return None, ()
-    return None, ()
-
-
-async def still_owed(session: Session, answers: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
-    """The ``answers`` whose calls the stored history still waits for, read just before storing.
-
-    Another run may have answered them meanwhile (a new message sent while
-    an approved call ran elsewhere): a second answer, after that run's turn,
-    would answer nothing, and a model refuses such a history.
-    """
-    if not answers:
-        return ()
-    _, gap = unanswered_tail(await session.get_messages())
-    waiting = {call.id for call in gap}
-    return tuple(answer for answer in answers if answer.tool_call_id in waiting)
-
-
-def answer_in_place(
-    messages: Sequence[ChatMessage], turn: ChatMessage | None, answers: Sequence[ChatMessage]
-) -> tuple[ChatMessage, ...]:
-    """``messages`` with ``answers`` right after ``turn``'s results (the model's view)."""
-    if turn is None or not answers:
-        return tuple(messages)
-    at = next(i for i in range(len(messages) - 1, -1, -1) if messages[i] is turn) + 1
-    while at < len(messages) and messages[at].role == "tool":
-        at += 1
-    return (*messages[:at], *answers, *messages[at:])
-
-
 #: Runs approved calls concurrently; calls ``done(call_index, message)`` as each ends.
 RunCalls = Callable[
     [Sequence[ToolCall], Callable[[int, ChatMessage], None]], Awaitable[tuple[ChatMessage, ...]]
@@ -144,12 +140,13 @@ RunCalls = Callable[
 
 @attrs.frozen
 class Opening:
-    """What :meth:`RunApprovals.open` found: the answers it owes, the model's view, and
-    whether the loop goes on (``waiting``: the calls still pending; ``stalled``: some
-    call of the turn has no answer here, so the model is not called)."""
+    """What :meth:`RunDeferred.open` found: the answers it owes, the model's view and its
+    options, and whether the loop goes on (``waiting``: the calls still pending;
+    ``stalled``: some call of the turn has no answer here, so the model is not called)."""
 
     answers: tuple[ChatMessage, ...]
-    messages: tuple[ChatMessage, ...]
+    messages: Sequence[ChatMessage]
+    options: ChatOptions
     waiting: tuple[PendingCall, ...] = ()
     stalled: bool = False
 
@@ -158,15 +155,39 @@ class Opening:
         return not self.waiting and not self.stalled
 
 
-class RunApprovals:
-    """The approvals of one run: its decisions, the calls it claimed and what it owes them."""
+@attrs.frozen
+class Waiting:
+    """The deferred calls of one model turn; ``pending``: those that wait for a decision."""
 
-    def __init__(self, session: Session, decisions: Sequence[Any], post_timeout: float) -> None:
+    calls: tuple[ToolCall, ...] = ()
+    pending: tuple[PendingCall, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.calls)
+
+
+_NOTHING_WAITS: Final = Waiting()
+
+
+class RunDeferred:
+    """The deferred calls of one run: its decisions, the calls it claimed and what it owes them.
+
+    Made once per run; ``keeps`` says whether the agent keeps a history (a
+    :class:`raf._values.protocols.HistoryKeeper` in its stack), without which
+    nothing can wait and a call that needs approval is an error.
+    """
+
+    __slots__ = ("_answers", "_claimed", "_opened", "decisions", "keeps", "post_timeout", "session")
+
+    def __init__(
+        self, session: Session, decisions: Sequence[Any], post_timeout: float, *, keeps: bool
+    ) -> None:
         self.session = session
         self.decisions: tuple[Decision, ...] = tuple(decisions)
         if self.decisions:
             require_pending(session, "a run with decisions claims them")
         self.post_timeout = post_timeout
+        self.keeps = keeps
         self._claimed: list[ToolCall] = []  # claimed by this run: each one is owed an answer
         self._answers: dict[str, ChatMessage] = {}  # call id -> its answer, once known
         self._opened = False  # a run's tool loop may start again (a structured-output retry)
@@ -176,25 +197,79 @@ class RunApprovals:
         session_id = self.session.id
         return tuple(PendingCall(call, approval_token(session_id, call)) for call in calls)
 
-    async def open(
-        self, messages: Sequence[ChatMessage], injected: Sequence[ChatMessage], run: RunCalls
-    ) -> Opening:
-        """Before the first model call: apply the decisions, or deny what waits.
+    def split(
+        self, calls: Sequence[ToolCall], tools: Mapping[str, Any]
+    ) -> tuple[tuple[ToolCall, ...], Waiting]:
+        """A model turn's calls: those the loop runs, and those deferred (see :func:`deferral`)."""
+        ready: list[ToolCall] = []
+        deferred: list[ToolCall] = []
+        held: list[ToolCall] = []
+        for call in calls:
+            tool = tools.get(call.name)
+            if not self.keeps and wants_approval(tool):
+                raise ApprovalError(
+                    f"tool {call.name!r} needs approval, but the agent keeps no history: add a "
+                    "raf.HistoryProvider to its stack (Agent(history=True)), where a paused "
+                    "call waits"
+                )
+            reason = deferral(tool, call)
+            if reason is None:
+                ready.append(call)
+                continue
+            deferred.append(call)
+            if reason == "approval":
+                held.append(call)
+        if not deferred:
+            return tuple(ready), _NOTHING_WAITS
+        return tuple(ready), Waiting(tuple(deferred), self.pending(held))
 
-        ``injected`` are the messages the providers injected (the history);
-        the calls of its last turn that have no result are what may wait.
+    async def open(
+        self,
+        messages: Sequence[ChatMessage],
+        options: ChatOptions,
+        invocation: Invocation,
+        run: RunCalls,
+    ) -> Opening | None:
+        """Before the first model call: apply the decisions, or refuse what waits
+        (``None``: nothing waits, nothing to do).
+
+        What waits is the stored history's last turn while a call of it has
+        no result: found in what the providers injected (the windows keep it
+        in view); a run with decisions, or with a client's results in its
+        request, reads it from the store when the view lacks it. The turn
+        (when the view lacks it) and its answers join the model's view at the
+        end of the history, the options' ``history_end`` with them.
         """
-        if self._opened:  # the loop again, in the same run: what waited was settled then
-            return Opening((), tuple(messages))
+        if self._opened or not self.keeps:  # again in the same run: settled then
+            return None
         self._opened = True
-        turn, gap = unanswered_tail(injected)
-        if gap:  # a call the request answers (a client tool's result) waits no more
-            given = {m.tool_call_id for m in messages[len(injected) :] if m.role == "tool"}
+        given = {m.tool_call_id for m in invocation.request_messages if m.role == "tool"}
+        waiting = waiting_turn(invocation.messages)  # the windows keep it in view
+        if not waiting and (self.decisions or given):
+            # Out of the providers' view (a window smaller than the turn, a provider that
+            # replaces the history): the store has it. (A durable run reads the view's, the
+            # history of its step, so a replay sees what the first pass saw.)
+            waiting = await stored_waiting_turn(self.session)
+        _, gap = unanswered_tail(waiting)
+        if given:  # a call the request answers (a client tool's result) waits no more
             gap = tuple(call for call in gap if call.id not in given)
+        remaining: tuple[PendingCall, ...] = ()
+        stalled = False
         if self.decisions:
-            return await self._resume(messages, turn, gap, run)
-        if not gap:
-            return Opening((), tuple(messages))  # nothing waits: no round trip to the store
+            answers, remaining, stalled = await self._resume(gap, run)
+        elif gap:
+            answers = await self._supersede(gap)
+        elif not waiting:
+            return None  # nothing waits: the run goes on as it is
+        else:
+            answers = ()
+        if not waiting:
+            return Opening(answers, messages, options, remaining, stalled)
+        view, options = in_view(messages, options, waiting, _visible(answers, gap))
+        return Opening(answers, view, options, remaining, stalled)
+
+    async def _supersede(self, gap: Sequence[ToolCall]) -> tuple[ChatMessage, ...]:
+        """A new message instead of decisions: what waits is refused, what was lost told."""
         # A store without approvals has nothing pending: its gap is a lost result.
         keeps = not missing_pending(self.session)
         claimed = await self.session.claim_all_pending() if keeps else ()
@@ -209,16 +284,13 @@ class RunApprovals:
                 owed.append(refusal(call, INTERRUPTED))
                 self._claimed.append(call)
                 self._answers[call.id] = owed[-1]
-        answers = tuple(owed)
-        return Opening(answers, answer_in_place(messages, turn, _visible(answers, gap)))
+        return tuple(owed)
 
     async def _resume(
-        self,
-        messages: Sequence[ChatMessage],
-        turn: ChatMessage | None,
-        gap: Sequence[ToolCall],
-        run: RunCalls,
-    ) -> Opening:
+        self, gap: Sequence[ToolCall], run: RunCalls
+    ) -> tuple[tuple[ChatMessage, ...], tuple[PendingCall, ...], bool]:
+        """The decisions applied: their answers, the calls still pending, and whether the
+        turn is stalled (a call of it neither answered here nor pending)."""
         claimed, remaining = await claim_decided(self.session, self.decisions)
         self._claimed.extend(p.call for p in claimed)
         by_token = {d.token: d for d in self.decisions}
@@ -247,28 +319,12 @@ class RunApprovals:
         waiting_ids = {p.call.id for p in remaining}
         # A call of the turn that is neither decided here nor pending may still be running in
         # another process: the model is not called until every call of the turn has its result.
-        in_view = {c.id for c in gap}
-        stalled = not in_view <= answered | waiting_ids or not answered <= in_view
-        view = answer_in_place(messages, turn, _visible(answers, gap))
-        return Opening(answers, view, tuple(remaining), stalled)
-
-    def held(self, calls: Sequence[ToolCall], tools: Mapping[str, Any]) -> list[ToolCall]:
-        """The calls of one model turn that must wait for a person."""
-        held: list[ToolCall] = []
-        for call in calls:
-            tool = tools.get(call.name)
-            if tool is None or not wants_approval(tool):
-                continue
-            try:
-                arguments = call.parsed_arguments
-            except (ValueError, RecursionError):
-                continue  # the model is told its arguments are not JSON; nothing to approve
-            if isinstance(arguments, dict) and needs_approval(tool, call):
-                held.append(call)
-        return held
+        in_gap = {c.id for c in gap}
+        stalled = not in_gap <= answered | waiting_ids or not answered <= in_gap
+        return answers, tuple(remaining), stalled
 
     async def settle(self, error: BaseException) -> None:
-        """The loop ends abnormally: store an answer for every call this run claimed.
+        """The run ends abnormally: store an answer for every call this run claimed.
 
         Shielded and bounded by ``post_timeout``: a cancelled run still
         leaves its claimed calls answered (their result if it came,
@@ -288,6 +344,43 @@ class RunApprovals:
                 f"raf: the answers of {len(owed)} claimed tool call(s) could not be stored: "
                 f"{type(exc).__name__}: {exc}"
             )
+
+
+def in_view(
+    messages: Sequence[ChatMessage],
+    options: ChatOptions,
+    waiting: Sequence[ChatMessage],
+    answers: Sequence[ChatMessage],
+) -> tuple[Sequence[ChatMessage], ChatOptions]:
+    """``messages`` with the ``waiting`` turn in view and ``answers`` after its results.
+
+    The turn is found by its calls' ids; where a window or a compression
+    left it out, it joins the end of the history with the results it has.
+    What joins the history moves ``options.history_end`` (the stable
+    prefix) past it.
+    """
+    turn = waiting[0]
+    ids = [call.id for call in turn.tool_calls]
+    at = len(messages) - 1
+    while at >= 0 and not (
+        messages[at] is turn or [call.id for call in messages[at].tool_calls] == ids
+    ):
+        at -= 1
+    if at < 0:  # out of view: the turn, its results, then the answers end the history
+        end = options.history_end
+        at = end if end is not None else int(bool(messages) and messages[0].role == "system")
+        joined = (*waiting, *answers)
+    else:
+        at += 1
+        while at < len(messages) and messages[at].role == "tool":
+            at += 1
+        joined = tuple(answers)
+    if not joined:
+        return messages, options
+    end = options.history_end
+    if end is None or at <= end:
+        options = attrs.evolve(options, history_end=(at if end is None else end) + len(joined))
+    return (*messages[:at], *joined, *messages[at:]), options
 
 
 async def claim_decided(

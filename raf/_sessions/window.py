@@ -29,8 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from raf._providers.tokens import approximate_tokens, message_units
 from raf._sessions.base import Session
+from raf._sessions.tokens import approximate_tokens, message_units
+from raf._sessions.waiting import waiting_turn
 from raf._values.messages import ChatMessage
 
 if TYPE_CHECKING:
@@ -148,7 +149,9 @@ async def read_window(
     The message window is cut first (read with the session's
     ``count_messages`` and ``get_last_messages``: raf's stores have them;
     another session is read whole), then the token window within it. With
-    neither bound, the whole history.
+    neither bound, the whole history. A last turn whose calls wait (for a
+    decision, or for the client that runs them) stays in the window with the
+    results it has: the run that answers it answers it there.
     """
     if max_messages is None and max_tokens is None:
         return await session.get_messages()
@@ -159,7 +162,10 @@ async def read_window(
     if max_tokens is not None:
         start = token_start(window, max_tokens, token_step, count_tokens)
         window = window[past_results(window, start) :]
-    return whole_units(window)
+    waiting = waiting_turn(window)
+    if not waiting:
+        return whole_units(window)
+    return (*whole_units(window[: len(window) - len(waiting)]), *waiting)
 
 
 async def _message_window(session: Session, bound: int, step: int) -> Sequence[ChatMessage]:

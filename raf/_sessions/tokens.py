@@ -1,6 +1,6 @@
 """What a history is measured and cut in: the tokens of a message, the units of a history.
 
-A window (:mod:`raf._providers.window`) and a compression strategy
+A window (:mod:`raf._sessions.window`) and a compression strategy
 (:mod:`raf._providers.compression`) both keep or drop whole units, and count
 tokens the same way.
 """
