@@ -49,7 +49,7 @@ class Agent:
     ``async (request: ToolRequest, call_next) -> ChatMessage`` (approve or
     refuse, time out, retry, log). ``observers`` watch every run: their
     hooks wrap the run, each provider stage, model call and tool call (see
-    :class:`raf.Observer`). The three onions are built here, once, so an
+    :class:`raf.observe.Observer`). The three onions are built here, once, so an
     agent is read-only: :meth:`replace` makes a changed copy.
 
     A session keeps whatever a history provider gives it, and nothing on
@@ -80,7 +80,7 @@ class Agent:
     tool_stack: tuple[Any, ...]
     #: How long each post stage of a cancelled run may take, in seconds.
     post_timeout: float
-    #: The observers that watch every run (see :class:`raf.Observer`), outermost first.
+    #: The observers that watch every run (see :class:`raf.observe.Observer`), outermost first.
     observers: tuple[Any, ...]
     _history: Any  # the provider that history=True put outermost, or None
     _default_model: str | None  # the client's own model: what a run that names none uses
@@ -254,7 +254,7 @@ class Agent:
         plain type) asks for structured output: the final answer is
         validated into ``response.output``, and one that does not validate is
         told to the model and asked again up to ``output_retries`` times
-        (default 1), then :class:`raf.OutputValidationError`. Both set the
+        (default 1), then :class:`raf.errors.OutputValidationError`. Both set the
         run's :class:`AgentRunOptions` fields of the same names.
         ``messages`` may instead be a :class:`raf.Decision`, or a sequence
         of them: the run resumes the tool calls that wait for approval in

@@ -272,7 +272,7 @@ async def validated_loop(
 
     An answer that does not validate is told to the model as a user message
     naming each problem, and the loop runs again (tool calls and all), up to
-    ``retries`` more times; then :class:`raf.OutputValidationError`. The
+    ``retries`` more times; then :class:`raf.errors.OutputValidationError`. The
     response holds every message of every attempt (the rejected answers and
     the corrections too: the model saw them, so a history must keep them) and
     the summed usage; ``output`` is the validated value.

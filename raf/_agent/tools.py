@@ -37,7 +37,7 @@ class FunctionTool:
     A ``FunctionTool`` made by ``@tool`` validates and coerces its arguments
     with pydantic from the function's signature. One built by hand with its
     own ``parameters`` has that schema checked here (a
-    :class:`~raf.ToolSchemaError` when it is not a valid JSON Schema) and
+    :class:`~raf.errors.ToolSchemaError` when it is not a valid JSON Schema) and
     its arguments checked against it, as any other tool.
     """
 
@@ -67,7 +67,7 @@ class FunctionTool:
     async def invoke(self, arguments: Mapping[str, Any]) -> Any:
         """Check ``arguments``, then call the function with them as keyword arguments.
 
-        Arguments that do not fit raise :class:`~raf.ToolArgumentsError`
+        Arguments that do not fit raise :class:`~raf.errors.ToolArgumentsError`
         before the function is called.
         """
         if self._signature is not None:
@@ -179,7 +179,7 @@ def _docstring_summary(fn: Callable[..., Any]) -> str:
 
 
 def check_tool_schema(name: str, schema: object) -> None:
-    """Raise :class:`~raf.ToolSchemaError` unless ``schema`` is a valid JSON Schema.
+    """Raise :class:`~raf.errors.ToolSchemaError` unless ``schema`` is a valid JSON Schema.
 
     ``name`` is the tool's, for the message. The schema must be JSON (a
     mapping of strings, numbers, booleans, ``None``, lists and mappings) and
@@ -201,8 +201,8 @@ def check_tool_schema(name: str, schema: object) -> None:
 def check_tool_arguments(tool: Tool, arguments: Mapping[str, Any]) -> None:
     """Check ``arguments`` against ``tool.parameters`` with jsonschema.
 
-    Raises :class:`~raf.ToolArgumentsError` naming each misfit with its
-    path, or :class:`~raf.ToolSchemaError` when the schema itself is not
+    Raises :class:`~raf.errors.ToolArgumentsError` naming each misfit with its
+    path, or :class:`~raf.errors.ToolSchemaError` when the schema itself is not
     valid. The validator is built once per schema and kept (a
     :class:`FunctionTool` holds its own). This checks, it does not coerce: a ``@tool`` function
     gets coercion from its own signature instead.
@@ -237,7 +237,7 @@ _NOT_JSON: Final = "not JSON"
 
 
 def check_tool_json(tool: Tool) -> None:
-    """Raise :class:`~raf.ToolSchemaError` when ``tool.parameters`` cannot be sent as JSON
+    """Raise :class:`~raf.errors.ToolSchemaError` when ``tool.parameters`` cannot be sent as JSON
     (a set, a circular or too deep structure, a bytes key, NaN): a tool no client can
     offer to the model. A schema that is JSON but not a valid JSON Schema passes here:
     it is refused when the model calls the tool. Cached by the schema, as the validator
@@ -289,7 +289,7 @@ def _checker_of(text: str) -> Validator | str:
 
 
 def build_validator(name: str, schema: object) -> Validator:
-    """The jsonschema validator of a tool's ``schema``; a :class:`~raf.ToolSchemaError` says
+    """The jsonschema validator of a tool's ``schema``; a :class:`~raf.errors.ToolSchemaError` says
     what is wrong with it (a tool that holds it checks its arguments with no cache)."""
     # jsonschema is imported when a tool is first checked, not with raf.
     import jsonschema

@@ -43,7 +43,7 @@ def call_name(model: str) -> str:
 
 def arguments_of(tool_input: Any, where: str = "Anthropic message") -> str:
     """A ``tool_use`` block's ``input`` as the arguments of a :class:`raf.ToolCall`; a
-    :class:`raf.ChatProtocolError` when it is nested too deeply to write."""
+    :class:`raf.errors.ChatProtocolError` when it is nested too deeply to write."""
     try:
         return json.dumps(tool_input, separators=(",", ":"), ensure_ascii=False)
     except RecursionError:
@@ -53,8 +53,8 @@ def arguments_of(tool_input: Any, where: str = "Anthropic message") -> str:
 def response_from_reply(data: bytes, content_type: str, model: str) -> AgentResponse:
     """The assistant turn of a 200 reply's body, its thinking on the message.
 
-    A reply that is not a message raf can read is a :class:`raf.ChatProtocolError`;
-    a cut one an :class:`raf.IncompleteResponseError`; a refusal a
+    A reply that is not a message raf can read is a :class:`raf.errors.ChatProtocolError`;
+    a cut one an :class:`raf.errors.IncompleteResponseError`; a refusal a
     :class:`raf.ChatClientError` (see :func:`check_stop`).
     """
     where = call_name(model)
@@ -152,7 +152,7 @@ def read_usage(usage: Any, where: str) -> Usage | None:
 
 def check_stop(reason: Any, where: str, partial: AgentResponse) -> None:
     """A cut answer (``max_tokens``, the context window, a paused turn) as an
-    :class:`raf.IncompleteResponseError` with ``partial``; a refusal as a
+    :class:`raf.errors.IncompleteResponseError` with ``partial``; a refusal as a
     :class:`raf.ChatClientError` that names it (not retryable: never an answer)."""
     if reason in _CUT:
         hint = " - raise max_tokens" if reason == "max_tokens" else ""
@@ -188,7 +188,7 @@ class StreamState:
     Text deltas go out as they come; the tool calls and the usage once
     ``message_stop`` says the message is whole (only then are the calls'
     arguments known to be complete); a stream that ends before it is a
-    :class:`raf.ChatConnectionError`.
+    :class:`raf.errors.ChatConnectionError`.
     """
 
     def __init__(self, model: str) -> None:

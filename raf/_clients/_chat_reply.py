@@ -36,9 +36,9 @@ def response_from_reply(
     """The assistant turn, usage and raw ``ChatCompletion`` of a 200 reply's body.
 
     Anything that is not a chat completion raf can read is a
-    :class:`raf.ChatProtocolError` that names the problem. A refusal is the
+    :class:`raf.errors.ChatProtocolError` that names the problem. A refusal is the
     text, or with ``refuse`` (structured output asked for) a
-    :class:`raf.OutputRefusedError`.
+    :class:`raf.errors.OutputRefusedError`.
     """
     from openai.types.chat import ChatCompletion
 
@@ -250,7 +250,7 @@ class StreamedTurn:
 
     def finish(self) -> list[Update]:
         """The updates left once the stream ended; a stream cut short is an error, and an
-        answer the model did not finish an :class:`raf.IncompleteResponseError`."""
+        answer the model did not finish an :class:`raf.errors.IncompleteResponseError`."""
         if self.finished is None:
             raise ChatConnectionError(
                 f"{self.where} ended before the model finished its answer (no finish_reason): "

@@ -4,7 +4,7 @@ comment lines dropped before the google-genai SDK reads it.
 The SDK reads a reply whole (and a stream for as long as it goes), so the
 bound must sit below it, where the bytes come in: counted once decoded (a
 gzip reply of 600 MB came back whole), a reply past ``max_response_bytes``
-is a :class:`raf.ChatProtocolError` raised through the SDK. The SDK's SSE
+is a :class:`raf.errors.ChatProtocolError` raised through the SDK. The SDK's SSE
 reader takes any line that is not ``data: ...`` for the start of an error
 object, so a comment (``: keep-alive``, which SSE allows anywhere) failed
 the stream: such lines never reach it.

@@ -49,7 +49,7 @@ def error_from_genai(exc: Exception, where: str) -> ChatClientError:
     """The :class:`raf.ChatClientError` for an error of the google-genai SDK (an
     ``APIError`` with Google's ``code``, ``status`` and ``message``) or of its HTTP
     stack; ``retry_after`` from the reply's ``Retry-After``. A 400 that says the key
-    is not valid (``API_KEY_INVALID``) is an :class:`raf.AuthenticationError`."""
+    is not valid (``API_KEY_INVALID``) is an :class:`raf.errors.AuthenticationError`."""
     if isinstance(exc, errors.APIError) and isinstance(exc.code, int):
         status = exc.code
         text = f"{where} failed with HTTP {status} {exc.status or ''}".rstrip()
@@ -237,7 +237,7 @@ def check_blocked(response: types.GenerateContentResponse, where: str) -> None:
 def check_finish(
     reason: str | None, message: str | None, where: str, partial: AgentResponse
 ) -> None:
-    """A cut answer (``MAX_TOKENS``) as an :class:`raf.IncompleteResponseError` with
+    """A cut answer (``MAX_TOKENS``) as an :class:`raf.errors.IncompleteResponseError` with
     ``partial``; any other ending but ``STOP`` (``SAFETY``, ``RECITATION``,
     ``PROHIBITED_CONTENT``, a malformed call, ...) as a non-retryable
     :class:`raf.ChatClientError` that names it: never a complete answer."""
@@ -288,7 +288,7 @@ class StreamState:
 
     Text goes out as it comes (thoughts do not); the calls, the reasoning and the usage once a
     chunk carries the ``finishReason`` (only then is the turn whole); a stream
-    that ends before one is a :class:`raf.ChatConnectionError`.
+    that ends before one is a :class:`raf.errors.ChatConnectionError`.
     """
 
     def __init__(self, where: str) -> None:

@@ -191,7 +191,7 @@ class Budget:
     Each wait runs under its bound, with no yield inside the scope, so the
     deadline never lands in the consumer's code and the time the consumer
     holds an update is not counted. Past it a wait raises
-    :class:`raf.ChatTimeoutError` with the text ``expired``.
+    :class:`raf.errors.ChatTimeoutError` with the text ``expired``.
     """
 
     __slots__ = ("expired", "idle", "left")

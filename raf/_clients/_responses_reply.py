@@ -35,9 +35,9 @@ def response_from_reply(
 ) -> AgentResponse:
     """The assistant turn of a 200 reply's body, its reasoning on the message.
 
-    A reply that is not a response raf can read is a :class:`raf.ChatProtocolError`;
+    A reply that is not a response raf can read is a :class:`raf.errors.ChatProtocolError`;
     a failed or incomplete one a :class:`raf.ChatClientError`; with ``refuse``
-    (structured output asked for), a refusal a :class:`raf.OutputRefusedError`.
+    (structured output asked for), a refusal a :class:`raf.errors.OutputRefusedError`.
     """
     where = call_name(model)
     reply = json_object(data, content_type, where, "the reply")

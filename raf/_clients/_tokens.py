@@ -5,7 +5,7 @@ or a CI runner cannot do. The ``bpe-openai`` package (extra
 ``raf-agents[tokens]``) ships ``o200k_base`` and ``cl100k_base`` inside its
 wheel and encodes as tiktoken does (the Rust ``bpe-openai`` crate of GitHub's
 ``rust-gems``), so counting never touches the network. Without it, or for a
-model whose encoding is unknown, the count is :func:`raf.approximate_tokens`'s.
+model whose encoding is unknown, the count is :func:`raf.compression.approximate_tokens`'s.
 
 The framing follows OpenAI's own recipe for chat messages (3 tokens a message,
 1 more for a name, 3 to prime the reply); a tool's declaration is counted as

@@ -54,7 +54,7 @@ class AnthropicChatClient:
     ``idle_timeout``, ``client`` (an ``anthropic.AsyncAnthropic`` you built,
     closed by you) and the errors, with their ``retryable``, are those of
     :class:`raf.OpenAIChatClient`; Anthropic's 529 ``overloaded_error`` is a
-    retryable :class:`raf.ServerError`.
+    retryable :class:`raf.errors.ServerError`.
 
     System messages before ``ChatOptions.history_end`` (or, with no history,
     the leading ones) are the ``system`` field; a later one (the volatile
@@ -116,7 +116,7 @@ class AnthropicChatClient:
         """Send one Messages API request and return the model's turn.
 
         A ``max_tokens`` stop (or the context window's, or a paused turn) is an
-        :class:`raf.IncompleteResponseError` with ``.partial``; a ``refusal``
+        :class:`raf.errors.IncompleteResponseError` with ``.partial``; a ``refusal``
         a :class:`raf.ChatClientError` that names it (not retryable).
         """
         import anthropic
@@ -135,7 +135,7 @@ class AnthropicChatClient:
 
         Text deltas as they come; the tool calls and the usage at
         ``message_stop``. A stream that ends before ``message_stop`` is a
-        :class:`raf.ChatConnectionError` (the SDK itself would take it for a
+        :class:`raf.errors.ChatConnectionError` (the SDK itself would take it for a
         whole answer); an ``error`` event the error it names (``overloaded_error``
         retryable); the endings as for :meth:`complete`.
         """

@@ -64,7 +64,7 @@ class GeminiChatClient:
     connections). ``timeout`` bounds a whole plain call (the SDK's retries
     included) and a stream until its first chunk; ``idle_timeout`` each wait on
     a stream's next chunk; ``max_response_bytes`` a reply, and a whole stream, in
-    bytes once decoded (past it: a :class:`raf.ChatProtocolError`). ``client`` is a
+    bytes once decoded (past it: a :class:`raf.errors.ChatProtocolError`). ``client`` is a
     ``google.genai.Client`` you built (closed by you; ``api_key``, ``base_url``,
     ``api_version`` and the bound of its replies then belong to it).
 
@@ -140,7 +140,7 @@ class GeminiChatClient:
     ) -> AgentResponse:
         """Send one ``generateContent`` request and return the model's turn.
 
-        A ``MAX_TOKENS`` ending is an :class:`raf.IncompleteResponseError` with
+        A ``MAX_TOKENS`` ending is an :class:`raf.errors.IncompleteResponseError` with
         ``.partial``; a blocked prompt or a safety stop (``SAFETY``,
         ``RECITATION``, ``PROHIBITED_CONTENT``, ...) a :class:`raf.ChatClientError`
         that names it (not retryable).
@@ -169,7 +169,7 @@ class GeminiChatClient:
 
         Text as it comes; the tool calls and the usage once a chunk carries the
         ``finishReason``. A stream that ends before one is a
-        :class:`raf.ChatConnectionError`; the endings as for :meth:`complete`;
+        :class:`raf.errors.ChatConnectionError`; the endings as for :meth:`complete`;
         after the ending, nothing changes the answer.
         """
         model, contents, config = self.request(messages, options)
@@ -232,7 +232,7 @@ class GeminiChatClient:
         ``options.extra`` is merged into the config last: any field of the SDK's
         ``GenerateContentConfig`` (``thinking_config``, ``safety_settings``,
         ``top_k``, ``stop_sequences``, ``http_options``, ...); another key is a
-        :class:`raf.BadRequestError` naming it.
+        :class:`raf.errors.BadRequestError` naming it.
         """
         where = "GeminiChatClient"
         model = options.model or self.model

@@ -51,18 +51,18 @@ class OpenAIChatClient:
 
     ``timeout`` bounds each whole call in seconds, the SDK's retries and the
     reading of the reply included (``None``: no bound); past it the call
-    raises :class:`raf.ChatTimeoutError`. A stream is held to ``timeout``
+    raises :class:`raf.errors.ChatTimeoutError`. A stream is held to ``timeout``
     until it starts, then to ``idle_timeout`` for each wait on the server
     (the time a consumer holds an update does not count): a healthy answer
     may stream for as long as it takes. ``max_response_bytes`` bounds the
     reply's size, or the whole stream's, once decompressed; past it the call
-    raises :class:`raf.ChatProtocolError` without reading further. The HTTP
+    raises :class:`raf.errors.ChatProtocolError` without reading further. The HTTP
     response is closed whatever ends a call or a stream, ``aclose()`` included.
 
     Failures raise :class:`raf.ChatClientError` subclasses whose ``retryable``
     says whether trying again can help; the SDK's exception is ``__cause__``.
     A reply that is not a well-formed chat completion is a
-    :class:`raf.ChatProtocolError` naming the field. Close the client with
+    :class:`raf.errors.ChatProtocolError` naming the field. Close the client with
     ``await client.aclose()`` or ``async with``::
 
         async with OpenAIChatClient("gpt-4o-mini") as model:
@@ -119,9 +119,9 @@ class OpenAIChatClient:
         assemble to equals what :meth:`complete` returns for the same answer.
 
         A stream that ends before the model's ``finish_reason``, or whose
-        connection breaks, is a :class:`raf.ChatConnectionError` (a truncated
+        connection breaks, is a :class:`raf.errors.ChatConnectionError` (a truncated
         answer is never passed off as complete); a chunk that is not a chat
-        completion chunk is a :class:`raf.ChatProtocolError`; HTTP errors map
+        completion chunk is a :class:`raf.errors.ChatProtocolError`; HTTP errors map
         as for :meth:`complete`; the bounds are the class docstring's.
         """
         import openai
@@ -195,7 +195,7 @@ class OpenAIChatClient:
         """The tokens of a prompt (``messages`` and the declarations of ``tools``) with the
         model's own encoding (``o200k_base``, ``cl100k_base``), read from the files the
         ``bpe-openai`` package ships (extra ``raf-agents[tokens]``): no network. An unknown
-        model, or no ``bpe-openai``, counts with :func:`raf.approximate_tokens`."""
+        model, or no ``bpe-openai``, counts with :func:`raf.compression.approximate_tokens`."""
         return count_prompt(self.model, messages, tools)
 
     @property

@@ -108,7 +108,7 @@ class OpenAIResponsesClient:
         ``response.failed``, ``response.incomplete`` or ``error`` event is a
         :class:`raf.ChatClientError` (not retryable); a stream that ends
         before one of them or ``response.completed`` is a
-        :class:`raf.ChatConnectionError`.
+        :class:`raf.errors.ChatConnectionError`.
         """
         import openai
 

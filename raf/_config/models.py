@@ -3,7 +3,7 @@
 Imported with the config's modules, never by ``import raf`` (which must not
 pay for pydantic). A :class:`pydantic.ValidationError` never leaves this
 module: :func:`check_options` and :func:`check_file` turn it into a one-line
-:class:`raf.ConfigError` that names where the mistake is, the field, and
+:class:`raf.errors.ConfigError` that names where the mistake is, the field, and
 what the field must be.
 """
 

@@ -111,7 +111,7 @@ def post_stage_of(provider: object) -> PostStage | None:
 
 def stages_of(provider: Any, observers: Sequence[Any]) -> tuple[PreStage, PostStage | None]:
     """The provider's pre and post stage (``None``: it has none or inherits the no-op),
-    inside the observers' ``provider_stage`` hooks (see :class:`raf.Observer`)."""
+    inside the observers' ``provider_stage`` hooks (see :class:`raf.observe.Observer`)."""
     own = post_stage_of(provider)
     return observed_stages(provider, own, observers) if observers else (provider.on_invoking, own)
 
@@ -218,7 +218,7 @@ def compose(
     stack), a :func:`raf.parallel` group, or a middleware callable. A stack
     with providers gets the outermost layer that raises the post-stage
     failures of a successful run. The ``provider_stage`` hooks of
-    ``observers`` (see :class:`raf.Observer`) wrap every provider stage.
+    ``observers`` (see :class:`raf.observe.Observer`) wrap every provider stage.
 
     >>> async def core(request):
     ...     return AgentResponse()

@@ -66,7 +66,7 @@ class ServeOptions:
 
     ``raf serve``'s options arrive as one of these, and ``app(agent,
     store=...)`` builds one of its keywords; each option is defined here
-    once (its default, its check). A wrong value is a :class:`raf.ConfigError`
+    once (its default, its check). A wrong value is a :class:`raf.errors.ConfigError`
     naming the option.
     """
 

@@ -49,7 +49,7 @@ def serve(
     (comma-separated): a key on the command line is seen by every local user
     in the process list. ``host`` is served besides localhost. A usage
     mistake (a port out of range, a store that does not answer) is a
-    :class:`raf.ConfigError` here, before uvicorn starts.
+    :class:`raf.errors.ConfigError` here, before uvicorn starts.
     """
     try:
         import uvicorn
