@@ -438,7 +438,8 @@ class ResponseFraming:
         frames = self._end_text()
         done = _envelope(self._id, self._model, "completed", self._output)
         done["usage"] = _usage(response)
-        pending = response.pending or self._pending  # a durable run's decision sends no update
+        # The run's own: a durable run's wait that was decided in the stream waits no more.
+        pending = response.pending
         if pending:
             done[PENDING] = pending_json(pending)
         return [*frames, self._event("response.completed", response=done)]

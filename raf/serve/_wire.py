@@ -380,7 +380,8 @@ class ChunkFraming:
 
     def finish(self, response: AgentResponse) -> list[bytes]:
         reason = "tool_calls" if self._calls else "stop"
-        pending = response.pending or self._pending  # a durable run's decision sends no update
+        # The run's own: a durable run's wait that was decided in the stream waits no more.
+        pending = response.pending
         last: dict[str, Any] = {PENDING: pending_json(pending)} if pending else {}
         chunks = [self._chunk([{"index": 0, "delta": last, "finish_reason": reason}])]
         if self._include_usage:
