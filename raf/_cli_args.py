@@ -82,9 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("config", type=Path, help="the agent's TOML config file")
-    run.add_argument(
-        "message", nargs="?", help="the user message (none with --approve/--deny)"
-    )
+    run.add_argument("message", nargs="?", help="the user message (none with --approve/--deny)")
     run.add_argument(
         "--approve",
         action="append",

@@ -32,9 +32,7 @@ def pending_json(pending: Sequence[PendingCall]) -> list[dict[str, str]]:
 def pending_text(pending: Sequence[PendingCall]) -> str:
     """The calls that wait in words, a line each: a client that knows nothing of
     ``raf_pending`` still shows the person what waits."""
-    return "\n".join(
-        f"Waiting for approval: {p.call.name} {p.call.arguments}" for p in pending
-    )
+    return "\n".join(f"Waiting for approval: {p.call.name} {p.call.arguments}" for p in pending)
 
 
 def decisions_in(body: Any) -> tuple[Decision, ...]:

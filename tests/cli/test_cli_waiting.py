@@ -14,7 +14,6 @@ import anyio
 import pytest
 
 from raf import PendingCall, SqliteSessionStore
-
 from tests._harness.openai_server import OpenAIServer
 from tests.cli.test_cli import Terminal, raf, terminals, write
 
@@ -93,7 +92,10 @@ def test_run_prints_what_waits_exits_4_and_approve_finishes_the_turn(
     assert lines[0] == WAITING
     token = token_of(done.stdout, "--approve")
     assert lines[1] == f"  approve: raf run {path} --session s1 --db {db} --approve {token}"
-    assert lines[2] == f"  deny:    raf run {path} --session s1 --db {db} --deny {token} [--reason TEXT]"
+    assert (
+        lines[2]
+        == f"  deny:    raf run {path} --session s1 --db {db} --deny {token} [--reason TEXT]"
+    )
     assert deleted(tmp_path) == []
     # The decision resumes the turn in the session: the call runs, the model answers.
     server.answer(content="deleted them")
@@ -125,7 +127,8 @@ def test_deny_with_a_reason_tells_the_model_and_nothing_runs(
                  "--reason", "keep them", cwd=tmp_path, env=KEY)  # fmt: skip
     assert (denied.returncode, denied.stdout) == (0, "kept them\n"), denied.stderr
     told = server.requests[-1].body["messages"][-1]["content"]
-    assert "did not approve" in told and "keep them" in told
+    assert "did not approve" in told
+    assert "keep them" in told
     assert deleted(tmp_path) == []
 
 
@@ -182,7 +185,8 @@ def test_chat_from_a_pipe_answers_each_waiting_call_inline(
     assert "reason (Enter for none): " in done.stderr
     assert "please answer y or n: " in done.stderr
     refused = server.requests[1].body["messages"][-1]["content"]
-    assert "did not approve" in refused and "not today" in refused
+    assert "did not approve" in refused
+    assert "not today" in refused
     assert deleted(tmp_path) == ["notes.txt"]
 
 

@@ -135,13 +135,13 @@ def test_a_streamed_chat_turn_lists_what_waits_in_its_last_delta_and_a_denial_st
     assert runs(deleted) == before
 
 
-def test_chat_decisions_need_a_session_and_no_new_message(sdk: Callable[..., openai.OpenAI]) -> None:
+def test_chat_decisions_need_a_session_and_no_new_message(
+    sdk: Callable[..., openai.OpenAI],
+) -> None:
     import openai
 
     with pytest.raises(openai.BadRequestError) as stateless:
-        sdk().chat.completions.create(
-            model=MODEL, messages=[], extra_body=decide("abc", True)
-        )
+        sdk().chat.completions.create(model=MODEL, messages=[], extra_body=decide("abc", True))
     assert "X-Session-Id" in stateless.value.message
     with pytest.raises(openai.BadRequestError) as beside:
         sdk("s-beside").chat.completions.create(
@@ -202,7 +202,9 @@ def test_a_streamed_response_lists_what_waits_on_its_completed_response(
     assert runs(deleted) == before + 1
 
 
-def test_text_before_the_wait_reads_the_same_whole_and_streamed(sdk: Callable[..., openai.OpenAI]) -> None:
+def test_text_before_the_wait_reads_the_same_whole_and_streamed(
+    sdk: Callable[..., openai.OpenAI],
+) -> None:
     # "check" makes the model say "Let me check." before it calls delete: text, then the wait.
     whole = sdk(f"s-{uuid.uuid4().hex}").chat.completions.create(
         model=MODEL, messages=user("check and delete")
