@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import raf
+import raf.serve
 from tests._harness.uvicorn_server import ServedAgent
+from tests.serve.test_asgi import Exchange
 
 if TYPE_CHECKING:
     import openai
@@ -218,3 +221,55 @@ def test_text_before_the_wait_reads_the_same_whole_and_streamed(
     events = sdk().responses.create(model=MODEL, input="check and delete", stream=True)
     said = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert said == whole.choices[0].message.content
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses"])
+async def test_two_waiting_calls_are_a_line_each_whole_and_streamed(
+    anyio_backend: str, route: str
+) -> None:
+    @raf.tool(approval=True)
+    def remove(path: str) -> str:
+        """Remove ``path``."""
+        return f"removed {path}"
+
+    turn = raf.ScriptedChatClient.tool_turn(
+        raf.ToolCall("c-a", "remove", '{"path": "a"}'),
+        raf.ToolCall("c-b", "remove", '{"path": "b"}'),
+    )
+    texts: list[str] = []
+    for stream in (False, True):
+        client = raf.ScriptedChatClient([turn])
+        app = raf.serve.app(raf.Agent(client, name="m", tools=[remove], history=True))
+        if route == "/v1/responses":
+            body: dict[str, Any] = {"model": "m", "input": "remove both", "stream": stream}
+        else:
+            body = {"model": "m", "messages": user("remove both"), "stream": stream}
+        headers = [(b"x-session-id", f"s-{stream}".encode())]
+        reply = await Exchange()(app, route, body, headers=headers)
+        assert reply.status == 200, reply.body
+        if not stream:
+            data = json.loads(reply.body)
+            if route == "/v1/responses":
+                texts.append(data["output"][0]["content"][0]["text"])
+                listed = data["raf_pending"]
+            else:
+                texts.append(data["choices"][0]["message"]["content"])
+                listed = data["choices"][0]["message"]["raf_pending"]
+            assert [json.loads(p["arguments"]) for p in listed] == [{"path": "a"}, {"path": "b"}]
+            continue
+        events = sse_data(reply.body.decode())
+        if route == "/v1/responses":
+            texts.append("".join(e["delta"] for e in events if "delta" in e))
+            assert len(events[-1]["response"]["raf_pending"]) == 2
+        else:
+            texts.append("".join(e["choices"][0]["delta"].get("content", "") for e in events))
+            assert len(events[-1]["choices"][0]["delta"]["raf_pending"]) == 2
+    a, b = (f'Waiting for approval: remove {{"path": "{p}"}}' for p in "ab")
+    assert texts == [f"{a}\n{b}"] * 2
+
+
+def sse_data(body: str) -> list[Any]:
+    """The JSON of each event's ``data:`` line (``[DONE]`` left out)."""
+    lines = (line for frame in body.split("\n\n") for line in frame.split("\n"))
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
