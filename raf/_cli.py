@@ -20,6 +20,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from raf._agent.agent import Agent
 from raf._cli_args import DEFAULT_DB, build_parser
+from raf._cli_waiting import UNDECIDABLE, ask_decisions, decisions_of, waiting_lines
 from raf._config.file import LoadedConfig, load_config
 from raf._observers.ledger import ContextLedger
 from raf._observers.mermaid import MermaidObserver
@@ -27,6 +28,7 @@ from raf._observers.tracing import StageEvent
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
 from raf._sessions.stores import open_store
+from raf._values.decision import Decision
 from raf._values.messages import AgentResponse, Update
 from raf.errors import (
     AgentError,
@@ -47,6 +49,9 @@ EXIT_RUN_FAILED = 1
 EXIT_USAGE = 2
 #: The model or the network failed (a ChatClientError: rate limit, timeout, connection...).
 EXIT_MODEL = 3
+#: The turn ended with tool calls that wait for a person's approval (printed, with how to
+#: decide each: ``raf run CONFIG --session ID --approve TOKEN``).
+EXIT_WAITING = 4
 #: Interrupted (Ctrl-C, SIGINT), as a shell reports it: 128 + 2.
 EXIT_INTERRUPTED = 130
 
@@ -202,11 +207,12 @@ def _from_argv(text: str) -> str:
 
 async def _run_command(args: argparse.Namespace) -> int:
     printer: _Printer = args.printer
+    decisions = decisions_of(args)  # before the config: a usage error needs no agent
     loaded = _load(args, printer)
     async with _opened(args, loaded.agent) as session:
         try:
-            await loaded.agent.run(
-                _from_argv(args.message),
+            response = await loaded.agent.run(
+                decisions or _from_argv(args.message),
                 session=session,
                 options=loaded.options,
                 on_update=printer,
@@ -214,8 +220,14 @@ async def _run_command(args: argparse.Namespace) -> int:
         finally:
             # A failed turn leaves what it printed on a line of its own, before the error.
             printer.end_line()
-        printer.finish()
-        return 0
+        if not response.pending:
+            printer.finish()
+            return EXIT_OK
+        for line in waiting_lines(response.pending, args):
+            _say(line, printer.out)
+        if args.session is None:
+            _say(UNDECIDABLE)
+        return EXIT_WAITING
 
 
 def _load(args: argparse.Namespace, printer: _Printer) -> LoadedConfig:
@@ -342,6 +354,35 @@ def _chat(
     # CONFIG > answers.txt`), the prompt goes to the terminal through stderr instead.
     prompt_on_stdout = interactive and sys.stdout.isatty()
     person = sys.stdout if prompt_on_stdout else sys.stderr
+
+    def ask(question: str) -> str:
+        if prompt_on_stdout:
+            return input(question)
+        _write(person, question)  # piped input too: the question names the call
+        return input("")
+
+    def said(turn: str | tuple[Decision, ...]) -> AgentResponse | None:
+        """One turn (or a resume) printed; ``None`` when it failed or was stopped."""
+        try:
+            response = _turn(
+                portal, loaded, session, turn, printer, thinking=thinking and interactive
+            )
+        except ChatClientError as exc:
+            # The model failed this turn (rate limit, timeout...): nothing was stored,
+            # so the conversation can go on; a broken config or provider still ends it.
+            printer.end_line()
+            _say(f"raf: this turn failed: {exc}")
+            return None
+        if isinstance(response, str):  # Ctrl-C ended it
+            printer.end_line()
+            _say(f"raf: {response}")
+            return None
+        if response.pending:  # no empty line before the questions
+            printer.end_line()
+        else:
+            printer.finish()
+        return response
+
     _say(_BANNER)
     while True:
         try:
@@ -358,21 +399,17 @@ def _chat(
                 continue
             if text == "/exit":
                 return 0
-            try:
-                response = _turn(
-                    portal, loaded, session, line, printer, thinking=thinking and interactive
-                )
-            except ChatClientError as exc:
-                # The model failed this turn (rate limit, timeout...): nothing was stored,
-                # so the conversation can go on; a broken config or provider still ends it.
-                printer.end_line()
-                _say(f"raf: this turn failed: {exc}")
-                continue
-            if isinstance(response, str):  # Ctrl-C ended it
-                printer.end_line()
-                _say(f"raf: {response}")
-                continue
-            printer.finish()
+            response = said(line)
+            # Each call that waits is asked for before the next message (a new message
+            # would refuse it); the decisions resume the turn, which may wait again.
+            while response is not None and response.pending:
+                try:
+                    decisions = ask_decisions(response.pending, ask)
+                except EOFError:  # the calls stay waiting in the session
+                    if interactive:
+                        _write(person, "\n")
+                    return EXIT_WAITING
+                response = said(decisions)
         except KeyboardInterrupt:
             # Ctrl-C at the prompt (or between turns) drops the line, as in a shell.
             _write(person, "\n")
@@ -391,12 +428,13 @@ def _turn(
     portal: BlockingPortal,
     loaded: LoadedConfig,
     session: Session,
-    line: str,
+    line: str | tuple[Decision, ...],
     printer: _Printer,
     *,
     thinking: bool,
 ) -> AgentResponse | str:
     """One turn in the loop thread, streamed to ``printer``: its response, or how Ctrl-C ended it.
+    ``line`` is the person's message, or the decisions of the calls that wait.
 
     A first Ctrl-C once the answer has begun stops it there ("answer
     stopped"): an early close, so the post stages see ``StreamClosedError``

@@ -29,7 +29,9 @@ def _epilog() -> str:
         f"{where}\n"
         "In the source: docs/cli.md, docs/declaring-providers.md for the provider kinds.\n"
         "Exit status: 0 done, 1 a provider or a tool failed the run, 2 a usage or config\n"
-        "error, 3 the model or the network failed, 130 interrupted."
+        "error, 3 the model or the network failed, 4 tool calls wait for approval (raf run\n"
+        "prints each and how to decide it: raf run CONFIG --session ID --approve TOKEN\n"
+        "| --deny TOKEN [--reason TEXT]), 130 interrupted."
     )
 
 
@@ -80,7 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("config", type=Path, help="the agent's TOML config file")
-    run.add_argument("message", help="the user message")
+    run.add_argument("message", nargs="?", help="the user message (none with --approve/--deny)")
+    run.add_argument(
+        "--approve",
+        action="append",
+        metavar="TOKEN",
+        help="run the call that waits for approval under TOKEN (repeatable; needs --session)",
+    )
+    run.add_argument(
+        "--deny",
+        action="append",
+        metavar="TOKEN",
+        help="refuse the call that waits under TOKEN (repeatable; needs --session)",
+    )
+    run.add_argument("--reason", metavar="TEXT", help="why the --deny calls are refused")
     chat = commands.add_parser(
         "chat",
         help="an interactive conversation (one session)",

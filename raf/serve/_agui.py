@@ -32,11 +32,12 @@ from ag_ui.encoder import EventEncoder
 from starlette.requests import Request
 from starlette.types import ASGIApp
 
-from raf._agent.deferred import Decision
+from raf._values.decision import Decision
 from raf._values.messages import AgentResponse, ChatMessage, PendingCall, Role, ToolCall, Update
 from raf._values.protocols import Tool
 from raf.serve._client import client_tools
 from raf.serve._http import HttpError, read_json
+from raf.serve._pending import parse_decisions
 from raf.serve._served import Served
 from raf.serve._sessions import unheld
 from raf.serve._stream import TurnStream
@@ -105,32 +106,9 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
 def decisions_of(props: Any, named: str = "forwardedProps") -> tuple[Decision, ...]:
     """``forwardedProps.decisions`` (``named`` says where the object came from) as raf
     decisions (none when absent); a bad one is a 400."""
-    if not isinstance(props, dict) or props.get("decisions") is None:
+    if not isinstance(props, dict):
         return ()
-    given = props["decisions"]
-    if not isinstance(given, list) or not given:
-        raise HttpError(400, f"{named}.decisions must be a non-empty list")
-    decisions = []
-    seen: set[Any] = set()  # a set: the duplicate check stays linear in the decisions
-    for index, item in enumerate(given):
-        where = f"{named}.decisions[{index}]"
-        if not isinstance(item, dict) or set(item) - {"token", "approve", "reason"}:
-            raise HttpError(400, f"{where} must be an object of token, approve and reason")
-        fields: dict[str, Any] = item  # Decision checks each type
-        try:
-            decisions.append(
-                Decision(fields["token"], approve=fields["approve"], reason=fields.get("reason"))
-            )
-        except KeyError as exc:
-            raise HttpError(400, f"{where}: {exc.args[0]} is missing") from None
-        except (TypeError, ValueError) as exc:
-            raise HttpError(400, f"{where}: {exc!s:.200}") from None
-        if decisions[-1].token in seen:
-            raise HttpError(
-                400, f"{where}: a second decision for the token {decisions[-1].token!r:.80}"
-            )
-        seen.add(decisions[-1].token)
-    return tuple(decisions)
+    return parse_decisions(props.get("decisions"), f"{named}.decisions")
 
 
 def _message(message: Any, index: int) -> ChatMessage:

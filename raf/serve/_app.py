@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 
 from raf._agent.agent import Agent
 from raf._sessions.base import Session, missing_pending
+from raf._values.decision import Decision
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
 from raf.errors import ConfigError
@@ -37,6 +38,7 @@ from raf.serve._http import (
     request_id,
 )
 from raf.serve._options import ServeOptions
+from raf.serve._pending import no_session, with_message
 from raf.serve._responses import responses
 from raf.serve._served import Served
 from raf.serve._sessions import Keys, check_store, unheld
@@ -184,20 +186,27 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         )
     session_id = request.headers.get("x-session-id")
     messages: Sequence[ChatMessage] = body.messages
+    if body.decisions:  # they resume the calls that wait in the session: no new message
+        if session_id is None:
+            raise no_session()
+        if new_messages(messages):
+            raise with_message()
     # A stateless request's run has no session (a fresh one of its own, kept nowhere).
     session = None
     if session_id is not None:
-        if not new_messages(messages):
+        if not body.decisions and not new_messages(messages):
             raise HttpError(400, "no new message after the last assistant message")
         session = await served.session(request, session_id)
-        messages = await unheld(session, messages)
+        if not body.decisions:
+            messages = await unheld(session, messages)
     await _check_answers(body.messages, session)
     options = body.options(served.options)
+    turn: Sequence[ChatMessage] | Sequence[Decision] = body.decisions or messages
     if body.stream:
         framing = ChunkFraming(served.model, body.include_usage, body.tools)
-        return TurnStream(served.agent, messages, session, options, framing)
+        return TurnStream(served.agent, turn, session, options, framing)
     try:
-        response = await served.agent.run(messages, session=session, options=options)
+        response = await served.agent.run(turn, session=session, options=options)
     except Exception as exc:
         note_failure(request.scope, exc)
         raise failure(exc) from None

@@ -23,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
 
-from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update
+from raf._values.decision import Decision
+from raf._values.messages import AgentResponse, ChatMessage, PendingCall, ToolCall, Update
 from raf._values.protocols import Tool
 from raf.serve._client import (
     TEXT_JOIN,
@@ -35,6 +36,14 @@ from raf.serve._client import (
 )
 from raf.serve._client import output_type as output_of
 from raf.serve._http import HttpError, failure, note_failure, read_json
+from raf.serve._pending import (
+    PENDING,
+    decisions_in,
+    no_session,
+    pending_json,
+    pending_text,
+    with_message,
+)
 from raf.serve._served import Served
 from raf.serve._sessions import unheld
 from raf.serve._stream import TurnStream
@@ -47,7 +56,7 @@ ACCEPTED = frozenset(
     {
         "model", "input", "instructions", "tools", "tool_choice", "text", "stream",
         "previous_response_id", "store", "temperature", "max_output_tokens", "user",
-        "metadata", "prompt_cache_key",
+        "metadata", "prompt_cache_key", "raf_decisions",
     }
 )  # fmt: skip
 _ROLES = frozenset({"user", "system", "developer", "assistant"})
@@ -65,6 +74,8 @@ class ResponsesRequest:
     stream: bool
     previous: str | None  # the session of previous_response_id
     store: bool
+    # raf_decisions: the calls that wait, decided (the input then adds no message)
+    decisions: tuple[Decision, ...] = ()
 
 
 async def responses(served: Served, request: Request) -> ASGIApp:
@@ -77,22 +88,28 @@ async def responses(served: Served, request: Request) -> ASGIApp:
         )
     session_id = request.headers.get("x-session-id") or body.previous
     messages: Sequence[ChatMessage] = body.messages
+    if body.decisions:  # they resume the calls that wait in the session: no new message
+        if session_id is None:
+            raise no_session()
+        if messages:
+            raise with_message()
     session = None
     if session_id is None and body.store:
         session_id = uuid.uuid4().hex
     if session_id is not None:
         session = await served.session(request, session_id)
-        if body.previous is None:
+        if body.previous is None and not body.decisions:
             messages = await unheld(session, messages)
     if body.instructions:  # after the agent's own, for this turn
         messages = (ChatMessage.system(body.instructions), *messages)
     options = attrs.evolve(served.options, **body.overrides)
     response_id = _response_id(session_id)
+    turn: Sequence[ChatMessage] | Sequence[Decision] = body.decisions or messages
     if body.stream:
         framing = ResponseFraming(response_id, served.model, body.tools)
-        return TurnStream(served.agent, messages, session, options, framing)
+        return TurnStream(served.agent, turn, session, options, framing)
     try:
-        response = await served.agent.run(messages, session=session, options=options)
+        response = await served.agent.run(turn, session=session, options=options)
     except Exception as exc:
         note_failure(request.scope, exc)
         raise failure(exc) from None
@@ -129,15 +146,18 @@ def parse_responses(body: Any, agent_tools: Sequence[Tool]) -> ResponsesRequest:
     numbers = {"temperature": body.get("temperature"), "max_tokens": body.get("max_output_tokens")}
     overrides.update(sampling({k: v for k, v in numbers.items() if v is not None}))
     previous = body.get("previous_response_id")
+    decisions = decisions_in(body)
+    given = body.get("input")
     return ResponsesRequest(
         model,
-        _input(body.get("input")),
+        () if decisions and not given else _input(given),
         instructions,
         tools,
         overrides,
         body.get("stream") is True,
         None if previous is None else _session_of(previous),
         body.get("store") is not False,
+        decisions,
     )
 
 
@@ -284,17 +304,25 @@ def _envelope(response_id: str, model: str, status: str, output: list[Any]) -> d
 def whole(
     response_id: str, model: str, response: AgentResponse, tools: Sequence[Tool]
 ) -> dict[str, Any]:
-    """A whole ``response``: the turn's text as one message item, then the client calls."""
+    """A whole ``response``: the turn's text as one message item, then the client calls;
+    the calls that wait for approval in the text, and listed as ``raf_pending``."""
     text = turn_text(response)
+    if response.pending:
+        text = TEXT_JOIN.join(t for t in (text, pending_text(response.pending)) if t)
     output = [_text_item(f"msg_{uuid.uuid4().hex}", text)] if text else []
     output += [_call_item(call) for call in client_calls(response, tools)]
-    return {**_envelope(response_id, model, "completed", output), "usage": _usage(response)}
+    whole = {**_envelope(response_id, model, "completed", output), "usage": _usage(response)}
+    if response.pending:
+        whole[PENDING] = pending_json(response.pending)
+    return whole
 
 
 class ResponseFraming:
     """A streamed turn as Responses events: ``response.created``, one message item
-    whose text is the turn's (a later model call's after a blank line), an item
-    per client call, and ``response.completed`` (or ``response.failed``)."""
+    whose text is the turn's (a later model call's after a blank line, then a
+    line per call that waits for approval), an item per client call, and
+    ``response.completed`` (its response lists the calls that wait as
+    ``raf_pending``), or ``response.failed``."""
 
     def __init__(self, response_id: str, model: str, tools: Sequence[Tool]) -> None:
         self._id = response_id
@@ -307,6 +335,7 @@ class ResponseFraming:
         self._message: str | None = None  # the id of the open message item
         self._text: list[str] = []
         self._between = False  # whether a model call ended since the last text
+        self._pending: list[PendingCall] = []  # the calls that wait for approval
 
     def _event(self, kind: str, number: int | None = None, **fields: Any) -> bytes:
         if number is None:
@@ -328,10 +357,20 @@ class ResponseFraming:
         call = update.tool_call
         if update.kind == "tool_call" and call is not None and call.name in self._client_tools:
             return self._end_text() + self._call(call)
-        if update.kind != "text" or not update.text:
+        text = update.text
+        if update.kind == "approval" and update.pending is not None:
+            first = not self._pending
+            self._pending.append(update.pending)
+            text = pending_text([update.pending])
+            if self._text and not first:  # a line each, after a blank line
+                text = "\n" + text
+            self._between = self._between or first
+        elif update.kind != "text":
+            return []
+        if not text:
             return []
         frames = [] if self._message is not None else self._open_text()
-        delta = update.text
+        delta = text
         if self._between and self._text:
             delta = TEXT_JOIN + delta
         self._between = False
@@ -399,6 +438,10 @@ class ResponseFraming:
         frames = self._end_text()
         done = _envelope(self._id, self._model, "completed", self._output)
         done["usage"] = _usage(response)
+        # The run's own: a durable run's wait that was decided in the stream waits no more.
+        pending = response.pending
+        if pending:
+            done[PENDING] = pending_json(pending)
         return [*frames, self._event("response.completed", response=done)]
 
     def failed(self, error: HttpError) -> list[bytes]:

@@ -11,7 +11,15 @@ from typing import Any
 
 import attrs
 
-from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
+from raf._values.decision import Decision
+from raf._values.messages import (
+    AgentResponse,
+    ChatMessage,
+    PendingCall,
+    ToolCall,
+    Update,
+    Usage,
+)
 from raf._values.options import AgentRunOptions
 from raf._values.protocols import Tool
 from raf.serve._client import (
@@ -23,6 +31,7 @@ from raf.serve._client import (
     turn_text,
 )
 from raf.serve._http import HttpError
+from raf.serve._pending import PENDING, decisions_in, pending_json, pending_text
 
 __all__: list[str] = []
 
@@ -39,6 +48,8 @@ class CompletionRequest:
     include_usage: bool
     # temperature, max_tokens, tools, tool_choice, output_type: over the served agent's options
     overrides: Mapping[str, Any]
+    # raf_decisions: the calls that wait, decided (the messages then add none)
+    decisions: tuple[Decision, ...] = ()
 
     def options(self, base: AgentRunOptions) -> AgentRunOptions:
         """``base`` with what this request sets."""
@@ -56,7 +67,7 @@ ACCEPTED = frozenset(
     {
         "model", "messages", "stream", "stream_options", "temperature", "max_tokens",
         "max_completion_tokens", "tools", "tool_choice", "response_format", "user",
-        "metadata", "prompt_cache_key",
+        "metadata", "prompt_cache_key", "raf_decisions",
     }
 )  # fmt: skip
 #: Fields that are fine at their neutral value (what some clients always send), else a 400.
@@ -107,12 +118,15 @@ def parse_completion(body: Any, agent_tools: Sequence[Tool] = ()) -> CompletionR
     if not isinstance(stream_options, dict):
         raise HttpError(400, "'stream_options' must be an object")
     include_usage = stream_options.get("include_usage", False) is True
+    decisions = decisions_in(body)
+    given = body.get("messages")
     return CompletionRequest(
         model,
-        parse_messages(body.get("messages")),
+        () if decisions and not given else parse_messages(given),
         bool(stream),
         include_usage,
         {**sampling(body), **_client_options(body, agent_tools)},
+        decisions,
     )
 
 
@@ -260,8 +274,14 @@ def usage_json(usage: Usage | None) -> dict[str, int]:
 
 def completion(model: str, response: AgentResponse, tools: Sequence[Tool] = ()) -> dict[str, Any]:
     """A whole ``chat.completion``: the run's answer as one assistant message, with the
-    calls of the client's ``tools`` it ended on (``finish_reason: "tool_calls"``)."""
-    message: dict[str, Any] = {"role": "assistant", "content": turn_text(response) or None}
+    calls of the client's ``tools`` it ended on (``finish_reason: "tool_calls"``), and
+    the calls that wait for approval (in the text, and as ``raf_pending``)."""
+    text = turn_text(response)
+    if response.pending:
+        text = TEXT_JOIN.join(t for t in (text, pending_text(response.pending)) if t)
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if response.pending:
+        message[PENDING] = pending_json(response.pending)
     calls = client_calls(response, tools)
     if calls:
         message["tool_calls"] = [_call_json(call) for call in calls]
@@ -300,8 +320,10 @@ class ChunkFraming:
     The agent's own tool calls and their results are its inner work, not
     the caller's: the text goes out (a later model call's text after a
     blank line, as in the whole answer), and the calls of the client's
-    tools; then a chunk with the finish reason, the usage in a last chunk
-    with empty ``choices`` when asked, and ``data: [DONE]``.
+    tools; the calls that wait for approval as text when they come; then a
+    chunk with the finish reason (its delta lists the calls that wait, as
+    ``raf_pending``), the usage in a last chunk with empty ``choices`` when
+    asked, and ``data: [DONE]``.
     """
 
     def __init__(self, model: str, include_usage: bool, tools: Sequence[Tool] = ()) -> None:
@@ -313,6 +335,7 @@ class ChunkFraming:
         self._calls = 0  # the client calls sent
         self._texted = False  # whether text went out
         self._between = False  # whether a model call ended since the last text
+        self._pending: list[PendingCall] = []  # the calls that wait for approval
 
     def _chunk(self, choices: list[dict[str, Any]], **more: Any) -> bytes:
         body = {
@@ -337,6 +360,15 @@ class ChunkFraming:
             delta: dict[str, Any] = {"tool_calls": [_call_json(call, self._calls)]}
             self._calls += 1
             return [self._chunk([{"index": 0, "delta": delta, "finish_reason": None}])]
+        if update.kind == "approval" and update.pending is not None:
+            first = not self._pending
+            self._pending.append(update.pending)
+            text = pending_text([update.pending])
+            if self._texted:  # the whole answer's words: a blank line, then a line each
+                text = (TEXT_JOIN if first else "\n") + text
+            self._texted, self._between = True, False
+            delta = {"content": text}
+            return [self._chunk([{"index": 0, "delta": delta, "finish_reason": None}])]
         if update.kind != "text" or not update.text:
             return []
         text = update.text
@@ -348,7 +380,10 @@ class ChunkFraming:
 
     def finish(self, response: AgentResponse) -> list[bytes]:
         reason = "tool_calls" if self._calls else "stop"
-        chunks = [self._chunk([{"index": 0, "delta": {}, "finish_reason": reason}])]
+        # The run's own: a durable run's wait that was decided in the stream waits no more.
+        pending = response.pending
+        last: dict[str, Any] = {PENDING: pending_json(pending)} if pending else {}
+        chunks = [self._chunk([{"index": 0, "delta": last, "finish_reason": reason}])]
         if self._include_usage:
             chunks.append(self._chunk([], usage=usage_json(response.usage)))
         return [*chunks, b"data: [DONE]\n\n"]

@@ -469,8 +469,11 @@ async def test_a_streamed_chat_completion_opens_before_its_run_waits(
         await client.post("/ag-ui", json=decision_input("t-4", decision))
         chunks = [chunk async for chunk in stream]
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        assert text == "the tool said deleted notes.txt"
+        # The stream said what waited when it began to wait; decided, it waits no more.
+        waiting = 'Waiting for approval: delete {"path": "notes.txt"}'
+        assert text == waiting + "\n\nthe tool said deleted notes.txt"
         assert chunks[-1].choices[0].finish_reason == "stop"
+        assert "raf_pending" not in (chunks[-1].choices[0].delta.model_extra or {})
         assert ran == ["notes.txt"]
 
 

@@ -1,0 +1,275 @@
+"""Calls that wait for approval on /v1/chat/completions and /v1/responses, over real HTTP.
+
+The real openai SDK talks to a uvicorn process serving the test agent, whose
+``delete`` tool waits for approval (tests/_harness/serve_agent.py): the turn
+says what waits in its text and lists it as ``raf_pending``; the next request
+decides with ``raf_decisions`` in ``extra_body``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import raf
+import raf.serve
+from tests._harness.uvicorn_server import ServedAgent
+from tests.serve.test_asgi import Exchange
+
+if TYPE_CHECKING:
+    import openai
+
+pytestmark = pytest.mark.slow
+MODEL = "word-agent"
+WAITING = 'Waiting for approval: delete {"path": "notes.txt"}'
+
+
+@pytest.fixture(scope="module")
+def deleted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A file where each run of ``delete`` adds a line."""
+    return tmp_path_factory.mktemp("pending") / "deleted.txt"
+
+
+@pytest.fixture(scope="module")
+def server(deleted: Path) -> Iterator[ServedAgent]:
+    with ServedAgent(deleted=str(deleted)) as served:
+        yield served
+
+
+def runs(deleted: Path) -> int:
+    """How many times ``delete`` ran."""
+    return len(deleted.read_text().splitlines()) if deleted.exists() else 0
+
+
+@pytest.fixture
+def sdk(server: ServedAgent) -> Iterator[Callable[..., openai.OpenAI]]:
+    """``sdk(session=None)``: an openai client of the server (closed at the test's end),
+    sending ``X-Session-Id: session`` when given."""
+    made: list[openai.OpenAI] = []
+
+    def client(session: str | None = None) -> openai.OpenAI:
+        made.append(_client(server, session))
+        return made[-1]
+
+    yield client
+    for one in made:
+        one.close()
+
+
+def _client(server: ServedAgent, session: str | None) -> openai.OpenAI:
+    import openai
+
+    headers = {} if session is None else {"X-Session-Id": session}
+    return openai.OpenAI(
+        base_url=f"{server.url}/v1", api_key="unused", max_retries=0, default_headers=headers
+    )
+
+
+def user(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}]
+
+
+def decide(token: str, approve: bool, reason: str | None = None) -> dict[str, Any]:
+    decision: dict[str, Any] = {"token": token, "approve": approve}
+    if reason is not None:
+        decision["reason"] = reason
+    return {"raf_decisions": [decision]}
+
+
+def test_a_chat_turn_says_what_waits_and_the_next_request_approves_it(
+    sdk: Callable[..., openai.OpenAI], deleted: Path
+) -> None:
+    client = sdk(f"s-{uuid.uuid4().hex}")
+    before = runs(deleted)
+    paused = client.chat.completions.create(model=MODEL, messages=user("delete my notes"))
+    message = paused.choices[0].message
+    assert message.content == WAITING
+    (pending,) = message.model_extra["raf_pending"]  # type: ignore[index]
+    assert (pending["name"], json.loads(pending["arguments"])) == ("delete", {"path": "notes.txt"})
+    assert runs(deleted) == before
+    # The conversation so far, no new message, and the decision: the call runs, the turn ends.
+    so_far = [*user("delete my notes"), {"role": "assistant", "content": message.content}]
+    done = client.chat.completions.create(
+        model=MODEL, messages=so_far, extra_body=decide(pending["token"], True)
+    )
+    assert done.choices[0].message.content == "the tool said deleted notes.txt"
+    assert done.choices[0].message.model_extra.get("raf_pending") is None
+    assert runs(deleted) == before + 1
+    # The same decision again matches no waiting call: a 409 naming the token, nothing runs.
+    import openai
+
+    with pytest.raises(openai.ConflictError) as again:
+        client.chat.completions.create(
+            model=MODEL, messages=[], extra_body=decide(pending["token"], True)
+        )
+    assert pending["token"] in again.value.message
+    assert again.value.code == "approval_mismatch"
+    assert runs(deleted) == before + 1
+
+
+def test_a_streamed_chat_turn_lists_what_waits_in_its_last_delta_and_a_denial_streams(
+    sdk: Callable[..., openai.OpenAI], deleted: Path
+) -> None:
+    client = sdk(f"s-{uuid.uuid4().hex}")
+    before = runs(deleted)
+    chunks = list(
+        client.chat.completions.create(model=MODEL, messages=user("delete it"), stream=True)
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == WAITING
+    last = chunks[-1].choices[0]
+    assert last.finish_reason == "stop"
+    (pending,) = last.delta.model_extra["raf_pending"]  # type: ignore[index]
+    assert pending["name"] == "delete"
+    denied = client.chat.completions.create(
+        model=MODEL,
+        messages=[],
+        stream=True,
+        extra_body=decide(pending["token"], False, "keep them"),
+    )
+    said = "".join(c.choices[0].delta.content or "" for c in denied if c.choices)
+    assert said.startswith("the tool said The user did not approve")
+    assert "keep them" in said
+    assert runs(deleted) == before
+
+
+def test_chat_decisions_need_a_session_and_no_new_message(
+    sdk: Callable[..., openai.OpenAI],
+) -> None:
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as stateless:
+        sdk().chat.completions.create(model=MODEL, messages=[], extra_body=decide("abc", True))
+    assert "X-Session-Id" in stateless.value.message
+    with pytest.raises(openai.BadRequestError) as beside:
+        sdk("s-beside").chat.completions.create(
+            model=MODEL, messages=user("and more"), extra_body=decide("abc", True)
+        )
+    assert "no new message" in beside.value.message
+    with pytest.raises(openai.BadRequestError) as malformed:
+        sdk("s-bad").chat.completions.create(
+            model=MODEL, messages=[], extra_body={"raf_decisions": [{"token": "abc"}]}
+        )
+    assert "raf_decisions[0]: approve is missing" in malformed.value.message
+
+
+def test_a_response_says_what_waits_and_previous_response_id_decides_it(
+    sdk: Callable[..., openai.OpenAI], deleted: Path
+) -> None:
+    client = sdk()
+    before = runs(deleted)
+    paused = client.responses.create(model=MODEL, input="delete my notes")
+    assert paused.output_text == WAITING
+    (pending,) = paused.model_extra["raf_pending"]  # type: ignore[index]
+    assert (pending["name"], json.loads(pending["arguments"])) == ("delete", {"path": "notes.txt"})
+    assert runs(deleted) == before
+    done = client.responses.create(
+        model=MODEL, previous_response_id=paused.id, extra_body=decide(pending["token"], True)
+    )
+    assert done.output_text == "the tool said deleted notes.txt"
+    assert "raf_pending" not in (done.model_extra or {})
+    assert runs(deleted) == before + 1
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as stateless:
+        client.responses.create(model=MODEL, extra_body=decide(pending["token"], True))
+    assert "previous_response_id" in stateless.value.message
+
+
+def test_a_streamed_response_lists_what_waits_on_its_completed_response(
+    sdk: Callable[..., openai.OpenAI], deleted: Path
+) -> None:
+    client = sdk()
+    before = runs(deleted)
+    events = list(client.responses.create(model=MODEL, input="delete my notes", stream=True))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == WAITING
+    completed = events[-1]
+    assert completed.type == "response.completed"
+    (pending,) = completed.response.model_extra["raf_pending"]  # type: ignore[index]
+    resumed = list(
+        client.responses.create(
+            model=MODEL,
+            previous_response_id=completed.response.id,
+            stream=True,
+            extra_body=decide(pending["token"], True),
+        )
+    )
+    said = "".join(e.delta for e in resumed if e.type == "response.output_text.delta")
+    assert said == "the tool said deleted notes.txt"
+    assert runs(deleted) == before + 1
+
+
+def test_text_before_the_wait_reads_the_same_whole_and_streamed(
+    sdk: Callable[..., openai.OpenAI],
+) -> None:
+    # "check" makes the model say "Let me check." before it calls delete: text, then the wait.
+    whole = sdk(f"s-{uuid.uuid4().hex}").chat.completions.create(
+        model=MODEL, messages=user("check and delete")
+    )
+    assert whole.choices[0].message.content == "Let me check.\n\n" + WAITING
+    chunks = sdk(f"s-{uuid.uuid4().hex}").chat.completions.create(
+        model=MODEL, messages=user("check and delete"), stream=True
+    )
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == whole.choices[0].message.content
+    events = sdk().responses.create(model=MODEL, input="check and delete", stream=True)
+    said = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert said == whole.choices[0].message.content
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses"])
+async def test_two_waiting_calls_are_a_line_each_whole_and_streamed(
+    anyio_backend: str, route: str
+) -> None:
+    @raf.tool(approval=True)
+    def remove(path: str) -> str:
+        """Remove ``path``."""
+        return f"removed {path}"
+
+    turn = raf.ScriptedChatClient.tool_turn(
+        raf.ToolCall("c-a", "remove", '{"path": "a"}'),
+        raf.ToolCall("c-b", "remove", '{"path": "b"}'),
+    )
+    texts: list[str] = []
+    for stream in (False, True):
+        client = raf.ScriptedChatClient([turn])
+        app = raf.serve.app(raf.Agent(client, name="m", tools=[remove], history=True))
+        if route == "/v1/responses":
+            body: dict[str, Any] = {"model": "m", "input": "remove both", "stream": stream}
+        else:
+            body = {"model": "m", "messages": user("remove both"), "stream": stream}
+        headers = [(b"x-session-id", f"s-{stream}".encode())]
+        reply = await Exchange()(app, route, body, headers=headers)
+        assert reply.status == 200, reply.body
+        if not stream:
+            data = json.loads(reply.body)
+            if route == "/v1/responses":
+                texts.append(data["output"][0]["content"][0]["text"])
+                listed = data["raf_pending"]
+            else:
+                texts.append(data["choices"][0]["message"]["content"])
+                listed = data["choices"][0]["message"]["raf_pending"]
+            assert [json.loads(p["arguments"]) for p in listed] == [{"path": "a"}, {"path": "b"}]
+            continue
+        events = sse_data(reply.body.decode())
+        if route == "/v1/responses":
+            texts.append("".join(e["delta"] for e in events if "delta" in e))
+            assert len(events[-1]["response"]["raf_pending"]) == 2
+        else:
+            texts.append("".join(e["choices"][0]["delta"].get("content", "") for e in events))
+            assert len(events[-1]["choices"][0]["delta"]["raf_pending"]) == 2
+    a, b = (f'Waiting for approval: remove {{"path": "{p}"}}' for p in "ab")
+    assert texts == [f"{a}\n{b}"] * 2
+
+
+def sse_data(body: str) -> list[Any]:
+    """The JSON of each event's ``data:`` line (``[DONE]`` left out)."""
+    lines = (line for frame in body.split("\n\n") for line in frame.split("\n"))
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
