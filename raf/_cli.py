@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin,
                 mcp=args.mcp, a2a=args.a2a,
                 body_timeout=args.body_timeout, write_timeout=args.write_timeout,
+                public_url=args.public_url,
             )  # fmt: skip
         return anyio.run(_run_command, args)
     except (AgentError, OSError) as exc:

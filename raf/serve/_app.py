@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from importlib.resources import files
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -65,6 +66,7 @@ def app(
     a2a: bool = False,
     body_timeout: float = BODY_TIMEOUT,
     write_timeout: float = WRITE_TIMEOUT,
+    public_url: str | None = None,
 ) -> ASGIApp:
     """Serve ``agent`` as an ASGI app: the OpenAI chat completions, Responses and AG-UI
     protocols.
@@ -105,6 +107,9 @@ def app(
     then, and the connection closed). ``write_timeout``: the seconds a send may
     wait for the client to take it; a client that stops reading is then gone,
     and its streamed turn closes early (as when it hangs up).
+    ``public_url``: the address callers reach the app at (``https://agents.example.com``,
+    a path prefix allowed), which the A2A card names; without it, the card names the
+    address the server is bound to, never a request's ``Host``.
 
     >>> from raf import Agent, EchoChatClient
     >>> served = app(Agent(EchoChatClient(), name="echo"))
@@ -124,7 +129,10 @@ def app(
     for name, seconds in (("body_timeout", body_timeout), ("write_timeout", write_timeout)):
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
             raise ConfigError(f"{name} must be a positive number of seconds, got {seconds!r}")
-    served = Served(agent, store, Keys(api_keys), max_body, options or AgentRunOptions())
+    served = Served(
+        agent, store, Keys(api_keys), max_body, options or AgentRunOptions(),
+        _public_url(public_url),
+    )  # fmt: skip
     routes = [
         served.route("/v1/chat/completions", "POST", chat_completions),
         served.route("/v1/responses", "POST", responses),
@@ -293,6 +301,25 @@ def _services(served: Served, *, mcp: bool, a2a: bool) -> list[BaseRoute]:
             ) from None
         routes += a2a_routes(served)
     return routes
+
+
+def _public_url(given: str | None) -> str | None:
+    """``public_url`` checked: an absolute http(s) URL without query or fragment, its
+    trailing slash dropped (the routes' paths are added to it)."""
+    if given is None:
+        return None
+    parts = urlsplit(given) if isinstance(given, str) else None
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+    ):
+        raise ConfigError(
+            f"public_url must be an http:// or https:// URL with a host and no query, got {given!r}"
+        )
+    return given.rstrip("/")
 
 
 def _names(given: Iterable[str] | None, name: str) -> list[str]:

@@ -28,9 +28,18 @@ class Served:
     """What every route of one app shares: the agent, the store, the keys."""
 
     def __init__(
-        self, agent: Agent, store: Any, keys: Keys, max_body: int, options: AgentRunOptions
+        self,
+        agent: Agent,
+        store: Any,
+        keys: Keys,
+        max_body: int,
+        options: AgentRunOptions,
+        public_url: str | None = None,
     ) -> None:
         self.agent = agent
+        #: The address the app is reached at from outside (``https://host/prefix``), for
+        #: what names its own URLs (the A2A card); ``None``: the address it is bound to.
+        self.public_url = public_url
         self.options = options
         self.model = agent.name or "raf-agent"
         self._db = store if isinstance(store, (str, os.PathLike)) else None

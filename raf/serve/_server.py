@@ -41,6 +41,7 @@ def serve(
     a2a: bool = False,
     body_timeout: float = BODY_TIMEOUT,
     write_timeout: float = WRITE_TIMEOUT,
+    public_url: str | None = None,
 ) -> int:
     """Serve the agent of ``config`` until SIGINT or SIGTERM; returns the exit status.
 
@@ -52,7 +53,8 @@ def serve(
     ``RAF_API_KEYS`` (comma-separated): a key on the command line is seen by
     every local user in the process list. ``host`` is served besides
     localhost, and ``allowed_hosts``, ``allowed_origins``, ``body_timeout``,
-    ``write_timeout``, ``mcp`` and ``a2a`` (serve ``/mcp``, serve A2A) go to the app.
+    ``write_timeout``, ``mcp``, ``a2a`` (serve ``/mcp``, serve A2A) and ``public_url``
+    (the address the A2A card names, else ``host`` and ``port``) go to the app.
     A usage mistake (a port out of range, a ``db`` that does not answer) is
     a :class:`raf.ConfigError` here, before uvicorn starts.
     """
@@ -79,6 +81,7 @@ def serve(
         "allowed_hosts": [host, *allowed_hosts], "allowed_origins": list(allowed_origins),
         "mcp": mcp, "a2a": a2a,
         "body_timeout": body_timeout, "write_timeout": write_timeout,
+        "public_url": public_url,
     }  # fmt: skip
     from_env(settings)  # the config is checked here, once, before any worker starts
     if db is not None:
@@ -116,6 +119,7 @@ def from_env(settings: dict[str, Any]) -> Any:
         a2a=settings.get("a2a", False),
         body_timeout=settings.get("body_timeout", BODY_TIMEOUT),
         write_timeout=settings.get("write_timeout", WRITE_TIMEOUT),
+        public_url=settings.get("public_url"),
     )
 
 

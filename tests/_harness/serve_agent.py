@@ -200,5 +200,5 @@ def create() -> Any:
         max_body=config.get("max_body", 4 * 1024 * 1024),
         mcp=config.get("mcp", False),
         a2a=config.get("a2a", False),
-        **{k: config[k] for k in ("body_timeout", "write_timeout") if k in config},
+        **{k: config[k] for k in ("body_timeout", "write_timeout", "public_url") if k in config},
     )
