@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
 
-from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update
+from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf._values.protocols import Tool
 from raf.serve._client import TEXT_JOIN, client_calls, client_tools, tool_choice, turn_text
 from raf.serve._client import output_type as output_of
@@ -31,7 +31,7 @@ from raf.serve._http import HttpError, failure, note_failure, read_json
 from raf.serve._served import Served
 from raf.serve._sessions import unheld
 from raf.serve._stream import TurnStream
-from raf.serve._wire import refused_fields, sampling, usage_json
+from raf.serve._wire import refused_fields, sampling
 
 __all__: list[str] = []
 
@@ -222,13 +222,13 @@ def _session_of(previous: Any) -> str:
 
 
 def _usage(response: AgentResponse) -> dict[str, Any]:
-    usage = usage_json(response.usage)
+    usage = response.usage or Usage()
     return {
-        "input_tokens": usage["prompt_tokens"],
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": usage["completion_tokens"],
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": usage["total_tokens"],
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_input_tokens},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.total_tokens,
     }
 
 

@@ -248,13 +248,16 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), "a number" if isinstance(value, (int, float)) else "a value")
 
 
-def usage_json(usage: Usage | None) -> dict[str, int]:
-    """raf's usage in OpenAI's words."""
+def usage_json(usage: Usage | None) -> dict[str, Any]:
+    """raf's usage in OpenAI's words: the cached part of the prompt and the reasoning part
+    of the completion in their details, as OpenAI reports them."""
     usage = usage or Usage()
     return {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
 
 

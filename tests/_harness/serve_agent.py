@@ -88,6 +88,10 @@ class WordModel:
                 yield update
                 if update.kind == "usage":
                     return
+        if last.role == "user" and text == "cached":  # a prompt the provider had cached
+            yield Update.of_text("from the cache")
+            yield Update.of_usage(raf.Usage(12, 5, cached_input_tokens=8, reasoning_tokens=2))
+            return
         if last.role == "user" and "delete" in text:
             yield Update.of_tool_call(ToolCall("call-del", "delete", '{"path": "notes.txt"}'))
             yield Update.of_usage(raf.Usage(3, 1))
