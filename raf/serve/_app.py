@@ -193,7 +193,7 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         session = await served.session(request, session_id)
         messages = await unheld(session, messages)
     await _check_answers(body.messages, session)
-    options = body.options(served.options)
+    options = body.options(served.options, served.agent.chat_client)
     if body.stream:
         framing = ChunkFraming(served.model, body.include_usage, body.tools)
         return TurnStream(served.agent, messages, session, options, framing)

@@ -15,7 +15,10 @@ from typing import Annotated, Any, Final
 import attrs
 
 from raf._agent.tools import check_tool_arguments, check_tool_schema
+from raf._clients.openai import OpenAIChatClient
+from raf._clients.responses import OpenAIResponsesClient
 from raf._values.messages import AgentResponse, ToolCall
+from raf._values.options import AgentRunOptions
 from raf._values.protocols import Tool
 from raf.errors import ToolArgumentsError, ToolSchemaError
 from raf.serve._http import HttpError
@@ -95,6 +98,37 @@ def tool_choice(value: Any, tools: Sequence[Tool]) -> str | None:
     if name not in {tool.name for tool in tools}:
         raise HttpError(400, f"'tool_choice' names {name!r:.80}, which is not an offered tool")
     return name
+
+
+def parallel_calls(value: Any) -> dict[str, Any]:
+    """A request's ``parallel_tool_calls`` as run-option overrides: ``false`` asks the model
+    for one call a turn (LangChain's ``with_structured_output`` sends it); ``true`` is what
+    a model does anyway."""
+    if value is None or value is True:
+        return {}
+    if value is not False:
+        raise HttpError(400, "'parallel_tool_calls' must be a boolean")
+    return {"extra": {"parallel_tool_calls": False}}
+
+
+def run_options(
+    base: AgentRunOptions, overrides: Mapping[str, Any], client: Any
+) -> AgentRunOptions:
+    """``base`` with what a request sets; a request's ``extra`` goes over ``base.extra``.
+
+    ``parallel_tool_calls`` reaches only a client of OpenAI's APIs (chat completions,
+    Responses), whose body has that field: Anthropic's switch lives inside its tool
+    choice and Gemini has none, and either would refuse the unknown field.
+    """
+    if not overrides:
+        return base
+    extra = dict(overrides.get("extra", {}))
+    if not isinstance(client, (OpenAIChatClient, OpenAIResponsesClient)):
+        extra.pop("parallel_tool_calls", None)
+    fields = {k: v for k, v in overrides.items() if k != "extra"}
+    if extra:
+        fields["extra"] = {**base.extra, **extra}
+    return attrs.evolve(base, **fields)
 
 
 def output_type(value: Any) -> Any:

@@ -25,7 +25,15 @@ from starlette.types import ASGIApp
 
 from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf._values.protocols import Tool
-from raf.serve._client import TEXT_JOIN, client_calls, client_tools, tool_choice, turn_text
+from raf.serve._client import (
+    TEXT_JOIN,
+    client_calls,
+    client_tools,
+    parallel_calls,
+    run_options,
+    tool_choice,
+    turn_text,
+)
 from raf.serve._client import output_type as output_of
 from raf.serve._http import HttpError, failure, note_failure, read_json
 from raf.serve._served import Served
@@ -40,7 +48,7 @@ ACCEPTED = frozenset(
     {
         "model", "input", "instructions", "tools", "tool_choice", "text", "stream",
         "previous_response_id", "store", "temperature", "max_output_tokens", "user",
-        "metadata", "prompt_cache_key",
+        "metadata", "prompt_cache_key", "parallel_tool_calls",
     }
 )  # fmt: skip
 _ROLES = frozenset({"user", "system", "developer", "assistant"})
@@ -78,7 +86,7 @@ async def responses(served: Served, request: Request) -> ASGIApp:
             messages = await unheld(session, messages)
     if body.instructions:  # after the agent's own, for this turn
         messages = (ChatMessage.system(body.instructions), *messages)
-    options = attrs.evolve(served.options, **body.overrides)
+    options = run_options(served.options, body.overrides, served.agent.chat_client)
     response_id = _response_id(session_id)
     if body.stream:
         framing = ResponseFraming(response_id, served.model, body.tools)
@@ -120,6 +128,7 @@ def parse_responses(body: Any, agent_tools: Sequence[Tool]) -> ResponsesRequest:
     # The same checks as a chat completion's, under the chat names.
     numbers = {"temperature": body.get("temperature"), "max_tokens": body.get("max_output_tokens")}
     overrides.update(sampling({k: v for k, v in numbers.items() if v is not None}))
+    overrides.update(parallel_calls(body.get("parallel_tool_calls")))
     previous = body.get("previous_response_id")
     return ResponsesRequest(
         model,

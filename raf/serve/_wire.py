@@ -19,6 +19,8 @@ from raf.serve._client import (
     client_calls,
     client_tools,
     output_type,
+    parallel_calls,
+    run_options,
     tool_choice,
     turn_text,
 )
@@ -40,9 +42,9 @@ class CompletionRequest:
     # temperature, max_tokens, tools, tool_choice, output_type: over the served agent's options
     overrides: Mapping[str, Any]
 
-    def options(self, base: AgentRunOptions) -> AgentRunOptions:
-        """``base`` with what this request sets."""
-        return attrs.evolve(base, **self.overrides) if self.overrides else base
+    def options(self, base: AgentRunOptions, client: Any = None) -> AgentRunOptions:
+        """``base`` with what this request sets (for the served agent's ``client``)."""
+        return run_options(base, self.overrides, client)
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -56,13 +58,12 @@ ACCEPTED = frozenset(
     {
         "model", "messages", "stream", "stream_options", "temperature", "max_tokens",
         "max_completion_tokens", "tools", "tool_choice", "response_format", "user",
-        "metadata", "prompt_cache_key",
+        "metadata", "prompt_cache_key", "parallel_tool_calls",
     }
 )  # fmt: skip
 #: Fields that are fine at their neutral value (what some clients always send), else a 400.
 _NEUTRAL: Mapping[str, tuple[Any, ...]] = {
     "n": (1,),
-    "parallel_tool_calls": (True,),
     "logprobs": (False,),
     "frequency_penalty": (0, 0.0),
     "presence_penalty": (0, 0.0),
@@ -126,7 +127,7 @@ def _client_options(body: Mapping[str, Any], agent_tools: Sequence[Tool]) -> dic
     output = output_type(body.get("response_format"))
     if output is not None:
         overrides["output_type"] = output
-    return overrides
+    return overrides | parallel_calls(body.get("parallel_tool_calls"))
 
 
 def sampling(body: Mapping[str, Any]) -> dict[str, Any]:

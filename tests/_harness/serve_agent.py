@@ -193,12 +193,16 @@ def create() -> Any:
             with open(deleted, "a") as log:
                 log.write(path + "\n")
 
+    agent = make_agent(
+        config.get("delay", 0.0), on_delete=on_delete, guardrails=config.get("guardrails", False)
+    )
+    if config.get("openai_url"):  # the model: a loopback OpenAI server (what raf sends it)
+        model = raf.OpenAIChatClient(
+            "test-model", base_url=config["openai_url"], api_key="sk-test", max_retries=0
+        )
+        agent = raf.Agent(model, name="word-agent")
     return raf.serve.app(
-        make_agent(
-            config.get("delay", 0.0),
-            on_delete=on_delete,
-            guardrails=config.get("guardrails", False),
-        ),
+        agent,
         store=config.get("db"),
         api_keys=config.get("keys"),
         max_body=config.get("max_body", 4 * 1024 * 1024),

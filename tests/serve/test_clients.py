@@ -480,3 +480,48 @@ def test_responses_a_named_tool_choice_calls_that_tool(server: ServedAgent) -> N
         tool_choice={"type": "function", "name": "get_weather"},
     )
     assert [item.type for item in reply.output] == ["function_call"]
+
+
+def test_parallel_tool_calls_false_reaches_the_model(server: ServedAgent) -> None:
+    # On both routes, to a model behind OpenAI's API (a loopback server: what raf sent it).
+    from tests._harness.openai_server import OpenAIServer
+
+    model = OpenAIServer()
+    try:
+        with ServedAgent(openai_url=model.base_url) as served:
+            model.answer(content="one")
+            model.answer(content="two")
+            chat = httpx.post(
+                f"{served.url}/v1/chat/completions",
+                json={"model": MODEL, "messages": user("hi"), "parallel_tool_calls": False},
+                verify=TLS,
+            )
+            responses = httpx.post(
+                f"{served.url}/v1/responses",
+                json={"model": MODEL, "input": "hi", "parallel_tool_calls": False},
+                verify=TLS,
+            )
+        assert (chat.status_code, responses.status_code) == (200, 200)
+        sent = [request.body for request in model.requests]
+    finally:
+        model.close()
+    assert [body.get("parallel_tool_calls") for body in sent] == [False, False]
+
+
+def test_parallel_tool_calls_false_is_one_call_a_turn(server: ServedAgent) -> None:
+    # The word model behind no OpenAI API: the field is not sent on, the turn goes as asked.
+    body = {
+        "model": MODEL, "messages": user("client weather"), "tools": [WEATHER],
+        "parallel_tool_calls": False,
+    }  # fmt: skip
+    reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, verify=TLS)
+    assert reply.status_code == 200
+    (call,) = reply.json()["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    bad = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={**body, "parallel_tool_calls": "no"},
+        verify=TLS,
+    )
+    assert bad.status_code == 400
+    assert "'parallel_tool_calls' must be a boolean" in bad.json()["error"]["message"]
