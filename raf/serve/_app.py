@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from raf._agent.agent import Agent
-from raf._sessions.base import Session, missing_pending
+from raf._sessions.base import missing_pending
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
 from raf.errors import ConfigError
@@ -42,10 +42,10 @@ from raf.serve._sessions import Keys, check_store, unheld
 from raf.serve._stream import TurnStream
 from raf.serve._wire import (
     ChunkFraming,
+    check_answers,
     completion,
     new_messages,
     parse_completion,
-    unanswerable,
 )
 
 __all__: list[str] = []
@@ -192,7 +192,7 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
             raise HttpError(400, "no new message after the last assistant message")
         session = await served.session(request, session_id)
         messages = await unheld(session, messages)
-    await _check_answers(body.messages, session)
+    await check_answers(body.messages, session)
     options = body.options(served.options, served.agent.chat_client)
     if body.stream:
         framing = ChunkFraming(served.model, body.include_usage, body.tools)
@@ -203,18 +203,6 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         note_failure(request.scope, exc)
         raise failure(exc) from None
     return JSONResponse(completion(served.model, response, body.tools))
-
-
-async def _check_answers(messages: Sequence[ChatMessage], session: Session | None) -> None:
-    """A 400 for a ``tool`` message that answers no call (of the body, or of the session)."""
-    orphan = unanswerable(messages)
-    if orphan is not None and session is not None:  # the call may be in the stored history
-        stored = await session.get_messages()
-        orphan = unanswerable(messages, (c.id for m in stored for c in m.tool_calls))
-    if orphan is not None:
-        raise HttpError(
-            400, f"a tool message answers no call: tool_call_id {orphan!r:.80}", code="bad_tool"
-        )
 
 
 async def models(served: Served, request: Request) -> ASGIApp:

@@ -24,10 +24,13 @@ from raf.errors import (
     ChatTimeoutError,
     GuardrailError,
     RateLimitError,
+    ToolConflictError,
 )
 
 __all__: list[str] = []
 
+#: Who a ToolConflictError says offered a run's own tools (raf._agent.agent's words).
+RUN_TOOLS = "the run's options"
 #: The default limit of a request body, in bytes (4 MiB).
 MAX_BODY = 4 * 1024 * 1024
 
@@ -202,6 +205,14 @@ def failure(exc: Exception) -> HttpError:
         what = "the request" if exc.where == "input" else "the answer"
         return HttpError(
             400, f"guardrail {exc.guardrail!r} blocked {what}", code="guardrail_blocked"
+        )
+    if isinstance(exc, ToolConflictError) and exc.second == RUN_TOOLS:
+        # The run's own tools are the client's (a served run has no others): its mistake.
+        return HttpError(
+            400,
+            f"the client's tool {exc.name!r:.80} is named like a tool the agent offers "
+            "(its own or a provider's): rename it",
+            code="tool_name_taken",
         )
     if isinstance(exc, ApprovalError) and exc.tokens:  # decisions that match no waiting call
         return HttpError(

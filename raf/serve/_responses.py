@@ -39,7 +39,7 @@ from raf.serve._http import HttpError, failure, note_failure, read_json
 from raf.serve._served import Served
 from raf.serve._sessions import unheld
 from raf.serve._stream import TurnStream
-from raf.serve._wire import refused_fields, sampling
+from raf.serve._wire import check_answers, refused_fields, sampling
 
 __all__: list[str] = []
 
@@ -84,6 +84,7 @@ async def responses(served: Served, request: Request) -> ASGIApp:
         session = await served.session(request, session_id)
         if body.previous is None:
             messages = await unheld(session, messages)
+    await check_answers(body.messages, session, "a function_call_output", "call_id")
     if body.instructions:  # after the agent's own, for this turn
         messages = (ChatMessage.system(body.instructions), *messages)
     options = run_options(served.options, body.overrides, served.agent.chat_client)

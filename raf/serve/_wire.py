@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from raf._sessions.base import Session
 from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf._values.options import AgentRunOptions
 from raf._values.protocols import Tool
@@ -169,6 +170,22 @@ def unanswerable(messages: Sequence[ChatMessage], called: Iterable[str] = ()) ->
         if message.role == "tool" and message.tool_call_id not in calls:
             return message.tool_call_id
     return None
+
+
+async def check_answers(
+    messages: Sequence[ChatMessage],
+    session: Session | None,
+    what: str = "a tool message",
+    named: str = "tool_call_id",
+) -> None:
+    """A 400 for a ``tool`` message (``what``, its call's id ``named``) that answers no
+    call, of ``messages`` or of the session's stored history."""
+    orphan = unanswerable(messages)
+    if orphan is not None and session is not None:  # the call may be in the stored history
+        stored = await session.get_messages()
+        orphan = unanswerable(messages, (c.id for m in stored for c in m.tool_calls))
+    if orphan is not None:
+        raise HttpError(400, f"{what} answers no call: {named} {orphan!r:.80}", code="bad_tool")
 
 
 def _message(item: Any, index: int) -> ChatMessage:

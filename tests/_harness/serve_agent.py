@@ -142,16 +142,33 @@ class WordModel:
             yield Update.of_usage(raf.Usage(3, 1))
 
 
+@raf.tool
+def lookup(query: str) -> str:
+    """Look ``query`` up (a provider's tool)."""
+    return f"found {query}"
+
+
+class OffersLookup:
+    """A provider that offers the tool ``lookup`` to every run."""
+
+    name = "lookup-provider"
+
+    async def on_invoking(self, *args: Any) -> raf.ContextResult:
+        return raf.ContextResult(tools=(lookup,))
+
+
 def make_agent(
     delay: float = 0.0,
     *,
     post_timeout: float = 10.0,
     on_delete: Callable[[str], None] | None = None,
     guardrails: bool = False,
+    provider_tool: bool = False,
 ) -> raf.Agent:
     """The served agent: a history that keeps partial answers, ``shout``, and ``delete``
     (which waits for approval; ``on_delete(path)`` is called each time it runs);
-    with ``guardrails``, ``no_jailbreak`` on the request and ``no_secret`` on the answer."""
+    with ``guardrails``, ``no_jailbreak`` on the request and ``no_secret`` on the answer;
+    with ``provider_tool``, a provider that offers ``lookup``."""
 
     @raf.tool(approval=True)
     def delete(path: str) -> str:
@@ -168,7 +185,11 @@ def make_agent(
         WordModel(delay),
         name="word-agent",
         tools=[shout, delete],
-        stack=[HistoryProvider(persist_partial=True), *guarded_input],
+        stack=[
+            HistoryProvider(persist_partial=True),
+            *guarded_input,
+            *([OffersLookup()] if provider_tool else []),
+        ],
         chat_stack=guarded_output,
         post_timeout=post_timeout,
     )
@@ -194,7 +215,10 @@ def create() -> Any:
                 log.write(path + "\n")
 
     agent = make_agent(
-        config.get("delay", 0.0), on_delete=on_delete, guardrails=config.get("guardrails", False)
+        config.get("delay", 0.0),
+        on_delete=on_delete,
+        guardrails=config.get("guardrails", False),
+        provider_tool=config.get("provider_tool", False),
     )
     if config.get("openai_url"):  # the model: a loopback OpenAI server (what raf sends it)
         model = raf.OpenAIChatClient(

@@ -39,7 +39,9 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[ServedAgent, ...]]:
-    with started(ServedAgent(), ServedAgent(delay=0.01)) as running:
+    with started(
+        ServedAgent(), ServedAgent(delay=0.01), ServedAgent(provider_tool=True)
+    ) as running:
         yield running
 
 
@@ -566,3 +568,57 @@ def test_a_json_object_format_is_openai_s_json_mode_for_its_model() -> None:
     }  # fmt: skip
     assert json.loads(second.json()["choices"][0]["message"]["content"]) == {"n": 2}
     assert [b["response_format"] for b in sent] == [{"type": "json_object"}] * 3
+
+
+def test_a_client_tool_named_like_a_provider_s_tool_is_a_400(
+    servers: tuple[ServedAgent, ...],
+) -> None:
+    # A provider's tools are known only once the run asks it: a 400 then, not a 500.
+    url = servers[2].url
+    tool = {**WEATHER, "function": {**WEATHER["function"], "name": "lookup"}}  # type: ignore[dict-item]
+    chat = {"model": MODEL, "messages": user("hello"), "tools": [tool]}
+    flat = {"type": "function", **tool["function"]}
+    replies = [
+        httpx.post(f"{url}/v1/chat/completions", json=chat, verify=TLS),
+        httpx.post(f"{url}/v1/chat/completions", json={**chat, "stream": True}, verify=TLS),
+        httpx.post(
+            f"{url}/v1/responses", json={"model": MODEL, "input": "hi", "tools": [flat]}, verify=TLS
+        ),
+    ]
+    for reply in replies:
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["code"] == "tool_name_taken"
+        assert "'lookup' is named like a tool the agent offers" in reply.json()["error"]["message"]
+    fine = httpx.post(f"{url}/v1/chat/completions", json={**chat, "tools": [WEATHER]}, verify=TLS)
+    assert fine.status_code == 200
+
+
+def test_responses_a_function_call_output_that_answers_no_call_is_a_400(
+    server: ServedAgent,
+) -> None:
+    item = {"type": "function_call_output", "call_id": "call-none", "output": "42"}
+    stateless = {"model": MODEL, "input": [item], "store": False}
+    stored = {"model": MODEL, "input": [item]}
+    for body in (stateless, stored):
+        reply = httpx.post(f"{server.url}/v1/responses", json=body, verify=TLS)
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["code"] == "bad_tool"
+        assert "function_call_output answers no call: call_id 'call-none'" in reply.text
+    # After a call the model made, its output goes on (by previous_response_id).
+    weather = {"type": "function", **WEATHER["function"]}  # type: ignore[dict-item]
+    called = httpx.post(
+        f"{server.url}/v1/responses",
+        json={"model": MODEL, "input": "client weather", "tools": [weather]},
+        verify=TLS,
+    ).json()
+    (call,) = [o for o in called["output"] if o["type"] == "function_call"]
+    answer = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+    went_on = httpx.post(
+        f"{server.url}/v1/responses",
+        json={
+            "model": MODEL, "input": [answer], "tools": [weather],
+            "previous_response_id": called["id"],
+        },
+        verify=TLS,
+    )  # fmt: skip
+    assert went_on.status_code == 200, went_on.text
