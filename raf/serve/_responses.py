@@ -78,10 +78,13 @@ async def responses(served: Served, request: Request) -> ASGIApp:
     session_id = request.headers.get("x-session-id") or body.previous
     messages: Sequence[ChatMessage] = body.messages
     session = None
+    # A session the client did not name (the server's, or its previous_response_id's) may
+    # never be continued: this process's own store keeps a bounded number of those.
+    unnamed = request.headers.get("x-session-id") is None
     if session_id is None and body.store:
         session_id = uuid.uuid4().hex
     if session_id is not None:
-        session = await served.session(request, session_id)
+        session = await served.session(request, session_id, unnamed=unnamed)
         if body.previous is None:
             messages = await unheld(session, messages)
     await check_answers(body.messages, session, "a function_call_output", "call_id")
