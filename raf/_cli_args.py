@@ -192,6 +192,12 @@ def _serve_parser(commands: Any) -> None:
         default=argparse.SUPPRESS,
         help="also serve the agent over A2A (extra raf-agents[a2a])",
     )
+    serve.add_argument(
+        "--public-url",
+        default=argparse.SUPPRESS,
+        help="the address callers reach the server at (https://HOST/PREFIX), which the "
+        "A2A card names (default: --host and --port)",
+    )
     for flag, text in (
         ("--body-timeout", "seconds a request's body may take to come in (then a 408)"),
         ("--write-timeout", "seconds a client may leave a send untaken (then it is gone)"),

@@ -230,6 +230,9 @@ class ToolConflictError(ToolError):
 
     def __init__(self, name: str, first: str, second: str) -> None:
         self.name = name
+        #: Who offered each tool: ``"the agent"``, ``"provider 'x'"``, ``"the run's options"``.
+        self.first = first
+        self.second = second
         super().__init__(
             f"two tools are named {name!r}: one from {first}, one from {second}; "
             "tool names must be unique within a run"

@@ -422,7 +422,11 @@ class Agent:
             self.tools + added,
             self._default_model,
             None if output is None or output is str else output_spec(output).schema,
-            history_end=len(system) + len(history) if history else None,
+            # A volatile tail ends the stable prefix too: with no history, the system
+            # prompt alone (the tail goes to the user turn, not into the system field).
+            history_end=len(system) + len(history)
+            if history or tail or invocation.tail_messages
+            else None,
             session_id=invocation.session.id,
             agent_name=self.name,
         )

@@ -68,8 +68,8 @@ class GeminiChatClient:
     ``google.genai.Client`` you built (closed by you; ``api_key``, ``base_url``,
     ``api_version`` and the bound of its replies then belong to it).
 
-    System messages before ``ChatOptions.history_end`` (or, with no history, the
-    leading ones) are the ``system_instruction``; a later one (the volatile
+    System messages before ``ChatOptions.history_end`` (or, with nothing injected,
+    the leading ones) are the ``system_instruction``; a later one (the volatile
     tail) is text at the start of the following user turn. Tool calls and
     results are ``functionCall`` and ``functionResponse`` parts. The thought
     signatures (and thoughts) of a turn are kept on its message as

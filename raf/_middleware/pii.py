@@ -5,6 +5,11 @@ What it finds: e-mail addresses; phone numbers written as phone numbers
 card numbers (13 to 19 digits with a card's first digits that pass the Luhn
 check, so an order number almost never does); IBANs in any case (their mod-97
 checksum); API keys (the prefixes of the common vendors, followed by a random-looking tail).
+
+Card and phone numbers are found as a person or a word processor writes them too: grouped
+with no-break or thin spaces, any kind of dash, fullwidth digits, zero-width characters
+between the digits. The text is folded to plain digits, spaces and hyphens once (linear
+time, same patterns), and what is found there is replaced in the text as it was written.
 """
 
 from __future__ import annotations
@@ -55,6 +60,54 @@ _PHONE = re.compile(
     )(?![\w-])(?![ .-]\d)""",
     re.VERBOSE,
 )
+
+
+# One character for one: how the same number is written with other characters.
+_FOLD_ONE: Final = {
+    **dict.fromkeys(map(ord, "\u00a0\u2007\u2009\u202f"), " "),  # no-break, figure, thin
+    **dict.fromkeys(range(0x2010, 0x2016), "-"),  # hyphens and dashes, - to ―
+    **dict.fromkeys(map(ord, "\u2212\ufe63\uff0d"), "-"),  # minus, small and fullwidth
+    **{0xFF10 + n: str(n) for n in range(10)},  # fullwidth digits
+    0xFF0B: "+",
+    0xFF08: "(",
+    0xFF09: ")",
+}
+# Characters that show nothing: dropped from the folded text.
+_ZERO_WIDTH: Final = frozenset("\u200b\u200c\u200d\u2060\ufeff")
+_UNUSUAL: Final = re.compile(
+    "[" + "".join(map(chr, _FOLD_ONE)) + "".join(sorted(_ZERO_WIDTH)) + "]"
+)
+
+
+def _fold(text: str) -> tuple[str, list[int]]:
+    """``text`` in plain digits, spaces and hyphens, and where each of its characters was."""
+    same_length = text.translate(_FOLD_ONE)
+    origin = [i for i, c in enumerate(same_length) if c not in _ZERO_WIDTH]
+    return "".join(same_length[i] for i in origin), origin
+
+
+def _sub_folded(
+    pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str], text: str
+) -> str:
+    """``pattern.sub(replace, text)``, matched on the folded text.
+
+    ``replace`` gives a placeholder or the match unchanged; a placeholder takes the place
+    of what the match covers in ``text`` (the zero-width characters inside it too).
+    """
+    if not _UNUSUAL.search(text):
+        return pattern.sub(replace, text)
+    folded, origin = _fold(text)
+    pieces: list[str] = []
+    last = 0
+    for match in pattern.finditer(folded):
+        placeholder = replace(match)
+        if placeholder == match.group():
+            continue
+        start, end = origin[match.start()], origin[match.end() - 1] + 1
+        pieces += (text[last:start], placeholder)
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def _luhn(digits: str) -> bool:
@@ -121,6 +174,9 @@ _RULES: Final[dict[str, tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]]
     "phone": (_PHONE, _phone),
 }
 
+# The numbers a word processor or a phone's keyboard writes with other characters.
+_FOLDED: Final = frozenset({"card", "phone"})
+
 
 def redact(text: str, entities: Iterable[str] = ENTITIES) -> str:
     """``text`` with each entity found replaced by its placeholder (``[email]``, ...).
@@ -132,7 +188,10 @@ def redact(text: str, entities: Iterable[str] = ENTITIES) -> str:
     """
     for entity in entities:
         pattern, replace = _RULES[entity]
-        text = pattern.sub(replace, text)
+        if entity in _FOLDED:
+            text = _sub_folded(pattern, replace, text)
+        else:
+            text = pattern.sub(replace, text)
     return text
 
 

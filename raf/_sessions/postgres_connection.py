@@ -370,6 +370,8 @@ def redacted(dsn: str) -> str:
 
     >>> redacted("postgresql://ann:secret@db:5432/app")
     'postgresql://ann:***@db:5432/app'
+    >>> redacted("postgresql://ann:se/cret@db/app")
+    'postgresql://ann:***@db/app'
     >>> redacted("host=db password='s e' dbname=app")
     'host=db password=*** dbname=app'
     """
@@ -377,4 +379,12 @@ def redacted(dsn: str) -> str:
         return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.)+)", r"\1***", dsn)
     # user:password@ as libpq reads it: up to the last @ before the first / (# and ? too).
     shown = re.sub(r"^([^:/]+://[^:/@]*:)[^/]*@", r"\1***@", dsn)
+    if shown == dsn:
+        # A password holding a / (a driver, a pooler, a person reads it up to the last @):
+        # hidden up to the last @ after a user: (more than the password, when in doubt).
+        scheme, _, rest = dsn.partition("://")
+        at = rest.rfind("@")
+        user = re.match(r"[^:/@]*:", rest)
+        if user is not None and at > user.end():
+            shown = f"{scheme}://{rest[: user.end()]}***{rest[at:]}"
     return re.sub(r"([?&]password=)[^&]*", r"\1***", shown)

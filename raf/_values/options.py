@@ -88,9 +88,10 @@ class ChatOptions:
 
     ``history_end`` is the index, in the messages the client receives, just
     past the last history message (the messages the providers injected):
-    where the volatile tail, or else the request, begins; ``None`` when
-    nothing was injected. Everything before it is the stable prefix a
-    provider can serve from its cache: a client that places cache
+    where the volatile tail, or else the request, begins (a tail without
+    history: just past the system message); ``None`` when nothing was
+    injected. Everything before it is the stable prefix a provider can serve
+    from its cache: a client that places cache
     breakpoints puts the last one before the volatile part here. The tool
     loop keeps it as it is across its calls. ``session_id`` and
     ``agent_name`` say whose call this is (the OpenAI clients derive their

@@ -5,7 +5,8 @@ and, on the same route, those of 0.3: ``message/send``, ``message/stream``,
 ``tasks/get``, ``tasks/cancel``); raf gives it an executor (:class:`_Executor`)
 that runs the agent for each message. The message's ``contextId`` is the
 session (under the caller's key); a task is one turn: ``working``, its answer
-as the chunks of one artifact, then ``completed``, ``failed``, or
+as the chunks of one artifact (replaced at the end by one text part, the whole
+answer), then ``completed``, ``failed``, or
 ``input-required`` when calls wait for a person's approval. The next message
 of that task decides them: a data part ``{"decisions": [{"token", "approve",
 "reason"}]}``, as AG-UI's ``forwardedProps.decisions``. Cancelling a task is
@@ -87,13 +88,30 @@ def a2a_routes(served: Served) -> list[BaseRoute]:
     async def card(served: Served, request: Request) -> ASGIApp:
         from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 
-        base = str(request.base_url).rstrip("/")
-        return JSONResponse(agent_card_to_dict(_card(served, base)))
+        return JSONResponse(agent_card_to_dict(_card(served, _base(served, request))))
 
     return [
         served.route(CARD_PATH, "GET", card, keyed=False),
         served.route(RPC_PATH, "POST", rpc),
     ]
+
+
+def _base(served: Served, request: Request) -> str:
+    """Where the card says the agent answers: the configured public address, else the
+    address the server is bound to as the connection came in on it (its scheme, host and
+    port). Never the request's ``Host``: any caller can write one, and a cache or a proxy
+    would hand the card naming it to the next caller."""
+    if served.public_url is not None:
+        return served.public_url
+    server = request.scope.get("server")
+    if not server:  # a Unix socket: no address to name, the path alone
+        return str(request.scope.get("root_path", "")).rstrip("/")
+    host, port = server[0], server[1]
+    host = f"[{host}]" if ":" in host else host
+    scheme = request.scope.get("scheme", "http")
+    default = {"http": 80, "https": 443}.get(scheme)
+    netloc = host if port in (None, default) else f"{host}:{port}"
+    return f"{scheme}://{netloc}" + str(request.scope.get("root_path", "")).rstrip("/")
 
 
 class _KeyedContext(DefaultServerCallContextBuilder):
@@ -311,12 +329,14 @@ class _Executor(AgentExecutor):
 
 
 class _Answer:
-    """The answer of a task as one artifact, sent in chunks as the text streams."""
+    """The answer of a task as one artifact, sent in chunks as the text streams, then
+    replaced by one text part, the chunks joined: a client reading the finished task
+    (the SDK's ``get_artifact_text``, whose parts it joins with a newline) reads the answer."""
 
     def __init__(self, updater: Any) -> None:
         self._updater = updater
         self._id = uuid.uuid4().hex
-        self._sent = False
+        self._chunks: list[str] = []
         self._between = False  # whether a model call ended since the last text
 
     async def update(self, update: Update) -> None:
@@ -325,29 +345,25 @@ class _Answer:
             self._between = True
         if update.kind != "text" or not update.text:
             return
-        text = TEXT_JOIN + update.text if self._between and self._sent else update.text
+        text = TEXT_JOIN + update.text if self._between and self._chunks else update.text
         self._between = False
-        await self._add(text)
-
-    async def _add(self, text: str) -> None:
-        from a2a.types import Part
-
-        await self._updater.add_artifact(
-            [Part(text=text)], artifact_id=self._id, name="answer", append=self._sent,
-            last_chunk=False,
-        )  # fmt: skip
-        self._sent = True
+        await self._send(text, append=bool(self._chunks), last=False)
+        self._chunks.append(text)
 
     async def end(self, text: str) -> None:
-        """The last chunk: empty after streamed ones, else the whole text (a run that
-        sent no text update, a resumed one whose updates went elsewhere)."""
+        """The last chunk: the whole answer, as one part that replaces the streamed ones
+        (the chunks joined; ``text`` for a run that sent no text update, a resumed one
+        whose updates went elsewhere)."""
+        whole = "".join(self._chunks) if self._chunks else text
+        if whole:
+            await self._send(whole, append=False, last=True)
+
+    async def _send(self, text: str, *, append: bool, last: bool) -> None:
         from a2a.types import Part
 
-        if not self._sent and not text:
-            return
         await self._updater.add_artifact(
-            [Part(text="" if self._sent else text)], artifact_id=self._id, name="answer",
-            append=self._sent, last_chunk=True,
+            [Part(text=text)], artifact_id=self._id, name="answer", append=append,
+            last_chunk=last,
         )  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from raf._agent.agent import Agent
-from raf._sessions.base import Session, missing_pending
+from raf._sessions.base import missing_pending
 from raf._values.decision import Decision
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
@@ -45,10 +45,10 @@ from raf.serve._sessions import Keys, check_store, unheld
 from raf.serve._stream import TurnStream
 from raf.serve._wire import (
     ChunkFraming,
+    check_answers,
     completion,
     new_messages,
     parse_completion,
-    unanswerable,
 )
 
 __all__: list[str] = []
@@ -104,6 +104,9 @@ def app(
     then, and the connection closed). ``write_timeout``: the seconds a send may
     wait for the client to take it; a client that stops reading is then gone,
     and its streamed turn closes early (as when it hangs up).
+    ``public_url``: the address callers reach the app at (``https://agents.example.com``,
+    a path prefix allowed), which the A2A card names; without it, the card names the
+    address the server is bound to, never a request's ``Host``.
 
     ``options``: the options of every run (a request's ``temperature`` and
     ``max_tokens`` go over them).
@@ -133,6 +136,7 @@ def app(
         Keys(serving.api_keys),
         serving.max_body,
         options or AgentRunOptions(),
+        serving.public_url,
     )
     routes = [
         served.route("/v1/chat/completions", "POST", chat_completions),
@@ -199,8 +203,8 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         session = await served.session(request, session_id)
         if not body.decisions:
             messages = await unheld(session, messages)
-    await _check_answers(body.messages, session)
-    options = body.options(served.options)
+    await check_answers(body.messages, session)
+    options = body.options(served.options, served.agent.chat_client)
     turn: Sequence[ChatMessage] | Sequence[Decision] = body.decisions or messages
     if body.stream:
         framing = ChunkFraming(served.model, body.include_usage, body.tools)
@@ -211,18 +215,6 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         note_failure(request.scope, exc)
         raise failure(exc) from None
     return JSONResponse(completion(served.model, response, body.tools))
-
-
-async def _check_answers(messages: Sequence[ChatMessage], session: Session | None) -> None:
-    """A 400 for a ``tool`` message that answers no call (of the body, or of the session)."""
-    orphan = unanswerable(messages)
-    if orphan is not None and session is not None:  # the call may be in the stored history
-        stored = await session.get_messages()
-        orphan = unanswerable(messages, (c.id for m in stored for c in m.tool_calls))
-    if orphan is not None:
-        raise HttpError(
-            400, f"a tool message answers no call: tool_call_id {orphan!r:.80}", code="bad_tool"
-        )
 
 
 async def models(served: Served, request: Request) -> ASGIApp:

@@ -17,7 +17,10 @@ import attrs
 
 from raf._agent.output import OutputSpec
 from raf._agent.tools import check_tool_schema
+from raf._clients.openai import OpenAIChatClient
+from raf._clients.responses import OpenAIResponsesClient
 from raf._values.messages import AgentResponse, ToolCall
+from raf._values.options import AgentRunOptions
 from raf._values.protocols import Tool
 from raf.errors import ToolSchemaError
 from raf.serve._http import HttpError
@@ -114,20 +117,73 @@ def tool_choice(value: Any, tools: Sequence[Tool]) -> str | None:
     return name
 
 
-def output_type(value: Any, where: str = "response_format") -> OutputSpec | None:
+@attrs.frozen
+class _JsonObject:
+    """A request's ``json_object`` format, until :func:`run_options` knows the model's API."""
+
+
+#: ``response_format: {"type": "json_object"}``: the answer is a JSON object, any object.
+JSON_OBJECT: Final = _JsonObject()
+#: Any object: raf checks the answer is one (its properties named, here none, so the answer
+#: is the object itself, not wrapped under "value"); OpenAI's JSON mode goes over it.
+_ANY_OBJECT: Final = {"type": "object", "properties": {}}
+#: How each OpenAI API asks for JSON mode (over the strict schema the client sends).
+_JSON_MODE: Final = (
+    (OpenAIChatClient, {"response_format": {"type": "json_object"}}),
+    (OpenAIResponsesClient, {"text": {"format": {"type": "json_object"}}}),
+)
+
+
+def parallel_calls(value: Any) -> dict[str, Any]:
+    """A request's ``parallel_tool_calls`` as run-option overrides: ``false`` asks the model
+    for one call a turn (LangChain's ``with_structured_output`` sends it); ``true`` is what
+    a model does anyway."""
+    if value is None or value is True:
+        return {}
+    if value is not False:
+        raise HttpError(400, "'parallel_tool_calls' must be a boolean")
+    return {"extra": {"parallel_tool_calls": False}}
+
+
+def run_options(
+    base: AgentRunOptions, overrides: Mapping[str, Any], client: Any
+) -> AgentRunOptions:
+    """``base`` with what a request sets; a request's ``extra`` goes over ``base.extra``.
+
+    A ``json_object`` format asks for any JSON object: with OpenAI's own JSON mode on
+    its APIs, by the schema of an object elsewhere; raf checks the answer is one.
+
+    ``parallel_tool_calls`` reaches only a client of OpenAI's APIs (chat completions,
+    Responses), whose body has that field: Anthropic's switch lives inside its tool
+    choice and Gemini has none, and either would refuse the unknown field.
+    """
+    if not overrides:
+        return base
+    extra = dict(overrides.get("extra", {}))
+    if not isinstance(client, (OpenAIChatClient, OpenAIResponsesClient)):
+        extra.pop("parallel_tool_calls", None)
+    fields = {k: v for k, v in overrides.items() if k != "extra"}
+    if fields.get("output_type") is JSON_OBJECT:
+        # OpenAI's APIs: their JSON mode over the schema (a strict object without named
+        # fields would be the empty object alone); other models get the schema.
+        fields["output_type"] = client_output(_ANY_OBJECT, "json_object", "response_format")
+        extra |= next((mode for kind, mode in _JSON_MODE if isinstance(client, kind)), {})
+    if extra:
+        fields["extra"] = {**base.extra, **extra}
+    return attrs.evolve(base, **fields)
+
+
+def output_type(value: Any, where: str = "response_format") -> OutputSpec | _JsonObject | None:
     """A request's ``response_format`` as a run's ``output_type`` (``None`` for text); its
-    schema checked here (see :mod:`raf.serve._schema`), a 400 naming what is wrong."""
+    schema checked here (see :mod:`raf.serve._schema`), a 400 naming what is wrong;
+    ``json_object`` is made one by :func:`run_options`, which knows the model's API."""
     if value is None:
         return None
     kind = value.get("type") if isinstance(value, dict) else None
     if kind == "text":
         return None
     if kind == "json_object":
-        raise HttpError(
-            400,
-            f"{where} json_object cannot be honoured here: the served run asks for "
-            "a schema; send {type: 'json_schema', json_schema: {name, schema}}",
-        )
+        return JSON_OBJECT  # made a run's output type by run_options, for the model's API
     spec = value.get("json_schema") if kind == "json_schema" else None
     schema = spec.get("schema") if isinstance(spec, dict) else None
     if not isinstance(spec, dict) or not isinstance(schema, dict):

@@ -25,9 +25,13 @@ from raf.errors import (
     GuardrailError,
     OutputValidationError,
     RateLimitError,
+    ToolConflictError,
 )
 
 __all__: list[str] = []
+
+#: Who a ToolConflictError says offered a run's own tools (raf._agent.agent's words).
+RUN_TOOLS = "the run's options"
 
 
 @attrs.frozen
@@ -209,6 +213,14 @@ def failure(exc: Exception) -> HttpError:
             f"the model's answer does not fit the output schema ({exc.attempts} attempts)",
             "upstream_error",
             "output_invalid",
+        )
+    if isinstance(exc, ToolConflictError) and exc.second == RUN_TOOLS:
+        # The run's own tools are the client's (a served run has no others): its mistake.
+        return HttpError(
+            400,
+            f"the client's tool {exc.name!r:.80} is named like a tool the agent offers "
+            "(its own or a provider's): rename it",
+            code="tool_name_taken",
         )
     if isinstance(exc, ApprovalError) and exc.tokens:  # decisions that match no waiting call
         return HttpError(

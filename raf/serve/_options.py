@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -60,6 +61,25 @@ def _seconds(instance: object, attribute: attrs.Attribute[float], value: float) 
         raise ConfigError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
 
 
+def _public_url(given: str | None) -> str | None:
+    """``public_url`` checked: an absolute http(s) URL without query or fragment, its
+    trailing slash dropped (the routes' paths are added to it)."""
+    if given is None:
+        return None
+    parts = urlsplit(given) if isinstance(given, str) else None
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+    ):
+        raise ConfigError(
+            f"public_url must be an http:// or https:// URL with a host and no query, got {given!r}"
+        )
+    return given.rstrip("/")
+
+
 @attrs.frozen(kw_only=True)
 class ServeOptions:
     """How :func:`raf.serve.app` serves an agent: ``app(agent, ServeOptions(...))``.
@@ -94,3 +114,6 @@ class ServeOptions:
     body_timeout: float = attrs.field(default=BODY_TIMEOUT, validator=_seconds)
     #: The seconds a send may wait for the client to take it (then the client is gone).
     write_timeout: float = attrs.field(default=WRITE_TIMEOUT, validator=_seconds)
+    #: The address callers reach the app at (``https://agents.example.com``), which the
+    #: A2A card names; ``None``: the address the connection came in on, never a ``Host``.
+    public_url: str | None = attrs.field(default=None, converter=_public_url)

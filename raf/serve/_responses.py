@@ -24,13 +24,15 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
 
 from raf._values.decision import Decision
-from raf._values.messages import AgentResponse, ChatMessage, PendingCall, ToolCall, Update
+from raf._values.messages import AgentResponse, ChatMessage, PendingCall, ToolCall, Update, Usage
 from raf._values.protocols import Tool
 from raf.serve._client import (
     TEXT_JOIN,
     client_calls,
     client_tools,
+    parallel_calls,
     parsed,
+    run_options,
     tool_choice,
     turn_text,
 )
@@ -47,7 +49,7 @@ from raf.serve._pending import (
 from raf.serve._served import Served
 from raf.serve._sessions import unheld
 from raf.serve._stream import TurnStream
-from raf.serve._wire import refused_fields, sampling, usage_json
+from raf.serve._wire import check_answers, refused_fields, sampling
 
 __all__: list[str] = []
 
@@ -57,6 +59,7 @@ ACCEPTED = frozenset(
         "model", "input", "instructions", "tools", "tool_choice", "text", "stream",
         "previous_response_id", "store", "temperature", "max_output_tokens", "user",
         "metadata", "prompt_cache_key", "raf_decisions",
+        "parallel_tool_calls",
     }
 )  # fmt: skip
 _ROLES = frozenset({"user", "system", "developer", "assistant"})
@@ -94,15 +97,19 @@ async def responses(served: Served, request: Request) -> ASGIApp:
         if messages:
             raise with_message()
     session = None
+    # A session the client did not name (the server's, or its previous_response_id's) may
+    # never be continued: this process's own store keeps a bounded number of those.
+    unnamed = request.headers.get("x-session-id") is None
     if session_id is None and body.store:
         session_id = uuid.uuid4().hex
     if session_id is not None:
-        session = await served.session(request, session_id)
+        session = await served.session(request, session_id, unnamed=unnamed)
         if body.previous is None and not body.decisions:
             messages = await unheld(session, messages)
+    await check_answers(body.messages, session, "a function_call_output", "call_id")
     if body.instructions:  # after the agent's own, for this turn
         messages = (ChatMessage.system(body.instructions), *messages)
-    options = attrs.evolve(served.options, **body.overrides)
+    options = run_options(served.options, body.overrides, served.agent.chat_client)
     response_id = _response_id(session_id)
     turn: Sequence[ChatMessage] | Sequence[Decision] = body.decisions or messages
     if body.stream:
@@ -145,6 +152,7 @@ def parse_responses(body: Any, agent_tools: Sequence[Tool]) -> ResponsesRequest:
     # The same checks as a chat completion's, under the chat names.
     numbers = {"temperature": body.get("temperature"), "max_tokens": body.get("max_output_tokens")}
     overrides.update(sampling({k: v for k, v in numbers.items() if v is not None}))
+    overrides.update(parallel_calls(body.get("parallel_tool_calls")))
     previous = body.get("previous_response_id")
     decisions = decisions_in(body)
     given = body.get("input")
@@ -252,13 +260,13 @@ def _session_of(previous: Any) -> str:
 
 
 def _usage(response: AgentResponse) -> dict[str, Any]:
-    usage = usage_json(response.usage)
+    usage = response.usage or Usage()
     return {
-        "input_tokens": usage["prompt_tokens"],
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": usage["completion_tokens"],
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": usage["total_tokens"],
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_input_tokens},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.total_tokens,
     }
 
 

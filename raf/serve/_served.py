@@ -28,9 +28,18 @@ class Served:
     """What every route of one app shares: the agent, the store, the keys."""
 
     def __init__(
-        self, agent: Agent, store: Any, keys: Keys, max_body: int, options: AgentRunOptions
+        self,
+        agent: Agent,
+        store: Any,
+        keys: Keys,
+        max_body: int,
+        options: AgentRunOptions,
+        public_url: str | None = None,
     ) -> None:
         self.agent = agent
+        #: The address the app is reached at from outside (``https://host/prefix``), for
+        #: what names its own URLs (the A2A card); ``None``: the address it is bound to.
+        self.public_url = public_url
         self.options = options
         self.model = agent.name or "raf-agent"
         self._db = store if isinstance(store, (str, os.PathLike)) else None
@@ -58,22 +67,32 @@ class Served:
                 await resources.enter_async_context(running())
             yield
 
-    async def session(self, request: Request, session_id: str, *, keep: bool = True) -> Session:
+    async def session(
+        self, request: Request, session_id: str, *, keep: bool = True, unnamed: bool = False
+    ) -> Session:
         """The stored session a request names, under the caller's key.
 
         ``keep=False`` for a request that only reads: in this process's own store
-        an unknown id then gets an empty session that is not kept.
+        an unknown id then gets an empty session that is not kept. ``unnamed``: the
+        server named it (a Responses request without one), and this process's own
+        store keeps only the last ones of those (:data:`MAX_UNNAMED`).
         """
-        return await self.session_of(request.state.key_scope, session_id, keep=keep)
+        return await self.session_of(
+            request.state.key_scope, session_id, keep=keep, unnamed=unnamed
+        )
 
-    async def session_of(self, key_scope: str, session_id: str, *, keep: bool = True) -> Session:
+    async def session_of(
+        self, key_scope: str, session_id: str, *, keep: bool = True, unnamed: bool = False
+    ) -> Session:
         """The stored session ``session_id`` under the key scope ``key_scope`` (see
         :meth:`Keys.scope`): for a protocol whose run outlives its request (A2A)."""
         if self.store is None:
             raise HttpError(503, "the session store is not open (no lifespan)", "server_error")
         stored = session_key(key_scope, session_id)
-        if not keep and isinstance(self.store, MemoryStore):
-            return self.store.find(stored)
+        if isinstance(self.store, MemoryStore):
+            if not keep:
+                return self.store.find(stored)
+            return await self.store.get(stored, unnamed=unnamed)
         session: Session = await self.store.get(stored)
         return session
 

@@ -29,16 +29,36 @@ class Store(Protocol):
     async def get(self, session_id: str) -> Session: ...
 
 
+#: The sessions the server named itself (a ``/v1/responses`` request's, for a
+#: ``previous_response_id`` that may never come) kept in memory: the least recently used go.
+MAX_UNNAMED = 1000
+
+
 class MemoryStore:
-    """Sessions kept in this process: what a served agent uses when given no store."""
+    """Sessions kept in this process: what a served agent uses when given no store.
+
+    A session a client named is kept for the life of the process; those the server
+    named itself (``unnamed``), the last :data:`MAX_UNNAMED` used.
+    """
 
     def __init__(self) -> None:
         self._sessions: dict[str, InMemorySession] = {}
+        self._unnamed: dict[str, None] = {}  # the server's own ids, least recently used first
+        self._max_unnamed = MAX_UNNAMED
 
-    async def get(self, session_id: str) -> Session:
+    async def get(self, session_id: str, *, unnamed: bool = False) -> Session:
+        """The session ``session_id``, made when new (``unnamed``: the server named it)."""
         session = self._sessions.get(session_id)
         if session is None:
             session = self._sessions[session_id] = InMemorySession(session_id)
+            if unnamed:
+                self._unnamed[session_id] = None
+        if session_id in self._unnamed:  # used again: the last to go
+            del self._unnamed[session_id]
+            self._unnamed[session_id] = None
+            while len(self._unnamed) > self._max_unnamed:
+                oldest = next(iter(self._unnamed))
+                del self._unnamed[oldest], self._sessions[oldest]
         return session
 
     def find(self, session_id: str) -> Session:

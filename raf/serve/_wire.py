@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from raf._sessions.base import Session
 from raf._values.decision import Decision
 from raf._values.messages import (
     AgentResponse,
@@ -27,6 +28,8 @@ from raf.serve._client import (
     client_calls,
     client_tools,
     output_type,
+    parallel_calls,
+    run_options,
     tool_choice,
     turn_text,
 )
@@ -51,9 +54,9 @@ class CompletionRequest:
     # raf_decisions: the calls that wait, decided (the messages then add none)
     decisions: tuple[Decision, ...] = ()
 
-    def options(self, base: AgentRunOptions) -> AgentRunOptions:
-        """``base`` with what this request sets."""
-        return attrs.evolve(base, **self.overrides) if self.overrides else base
+    def options(self, base: AgentRunOptions, client: Any = None) -> AgentRunOptions:
+        """``base`` with what this request sets (for the served agent's ``client``)."""
+        return run_options(base, self.overrides, client)
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -68,12 +71,12 @@ ACCEPTED = frozenset(
         "model", "messages", "stream", "stream_options", "temperature", "max_tokens",
         "max_completion_tokens", "tools", "tool_choice", "response_format", "user",
         "metadata", "prompt_cache_key", "raf_decisions",
+        "parallel_tool_calls",
     }
 )  # fmt: skip
 #: Fields that are fine at their neutral value (what some clients always send), else a 400.
 _NEUTRAL: Mapping[str, tuple[Any, ...]] = {
     "n": (1,),
-    "parallel_tool_calls": (True,),
     "logprobs": (False,),
     "frequency_penalty": (0, 0.0),
     "presence_penalty": (0, 0.0),
@@ -140,7 +143,7 @@ def _client_options(body: Mapping[str, Any], agent_tools: Sequence[Tool]) -> dic
     output = output_type(body.get("response_format"))
     if output is not None:
         overrides["output_type"] = output
-    return overrides
+    return overrides | parallel_calls(body.get("parallel_tool_calls"))
 
 
 def sampling(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,6 +185,22 @@ def unanswerable(messages: Sequence[ChatMessage], called: Iterable[str] = ()) ->
         if message.role == "tool" and message.tool_call_id not in calls:
             return message.tool_call_id
     return None
+
+
+async def check_answers(
+    messages: Sequence[ChatMessage],
+    session: Session | None,
+    what: str = "a tool message",
+    named: str = "tool_call_id",
+) -> None:
+    """A 400 for a ``tool`` message (``what``, its call's id ``named``) that answers no
+    call, of ``messages`` or of the session's stored history."""
+    orphan = unanswerable(messages)
+    if orphan is not None and session is not None:  # the call may be in the stored history
+        stored = await session.get_messages()
+        orphan = unanswerable(messages, (c.id for m in stored for c in m.tool_calls))
+    if orphan is not None:
+        raise HttpError(400, f"{what} answers no call: {named} {orphan!r:.80}", code="bad_tool")
 
 
 def _message(item: Any, index: int) -> ChatMessage:
@@ -262,13 +281,16 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), "a number" if isinstance(value, (int, float)) else "a value")
 
 
-def usage_json(usage: Usage | None) -> dict[str, int]:
-    """raf's usage in OpenAI's words."""
+def usage_json(usage: Usage | None) -> dict[str, Any]:
+    """raf's usage in OpenAI's words: the cached part of the prompt and the reasoning part
+    of the completion in their details, as OpenAI reports them."""
     usage = usage or Usage()
     return {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
 
 

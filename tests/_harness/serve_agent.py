@@ -80,6 +80,10 @@ class WordModel:
                 yield update
                 if update.kind == "usage":
                     return
+        if last.role == "user" and text == "cached":  # a prompt the provider had cached
+            yield Update.of_text("from the cache")
+            yield Update.of_usage(raf.Usage(12, 5, cached_input_tokens=8, reasoning_tokens=2))
+            return
         if last.role == "user" and "delete" in text:
             yield Update.of_tool_call(ToolCall("call-del", "delete", '{"path": "notes.txt"}'))
             yield Update.of_usage(raf.Usage(3, 1))
@@ -130,16 +134,33 @@ class WordModel:
             yield Update.of_usage(raf.Usage(3, 1))
 
 
+@raf.tool
+def lookup(query: str) -> str:
+    """Look ``query`` up (a provider's tool)."""
+    return f"found {query}"
+
+
+class OffersLookup:
+    """A provider that offers the tool ``lookup`` to every run."""
+
+    name = "lookup-provider"
+
+    async def on_invoking(self, *args: Any) -> raf.ContextResult:
+        return raf.ContextResult(tools=(lookup,))
+
+
 def make_agent(
     delay: float = 0.0,
     *,
     post_timeout: float = 10.0,
     on_delete: Callable[[str], None] | None = None,
     guardrails: bool = False,
+    provider_tool: bool = False,
 ) -> raf.Agent:
     """The served agent: a history that keeps partial answers, ``shout``, and ``delete``
     (which waits for approval; ``on_delete(path)`` is called each time it runs);
-    with ``guardrails``, ``no_jailbreak`` on the request and ``no_secret`` on the answer."""
+    with ``guardrails``, ``no_jailbreak`` on the request and ``no_secret`` on the answer;
+    with ``provider_tool``, a provider that offers ``lookup``."""
 
     @raf.tool(approval=True)
     def delete(path: str) -> str:
@@ -156,7 +177,11 @@ def make_agent(
         WordModel(delay),
         name="word-agent",
         tools=[shout, delete],
-        stack=[HistoryProvider(persist_partial=True), *guarded_input],
+        stack=[
+            HistoryProvider(persist_partial=True),
+            *guarded_input,
+            *([OffersLookup()] if provider_tool else []),
+        ],
         chat_stack=guarded_output,
         post_timeout=post_timeout,
     )
@@ -181,16 +206,23 @@ def create() -> Any:
             with open(deleted, "a") as log:
                 log.write(path + "\n")
 
+    agent = make_agent(
+        config.get("delay", 0.0),
+        on_delete=on_delete,
+        guardrails=config.get("guardrails", False),
+        provider_tool=config.get("provider_tool", False),
+    )
+    if config.get("openai_url"):  # the model: a loopback OpenAI server (what raf sends it)
+        model = raf.OpenAIChatClient(
+            "test-model", base_url=config["openai_url"], api_key="sk-test", max_retries=0
+        )
+        agent = raf.Agent(model, name="word-agent")
     return raf.serve.app(
-        make_agent(
-            config.get("delay", 0.0),
-            on_delete=on_delete,
-            guardrails=config.get("guardrails", False),
-        ),
+        agent,
         store=config.get("db"),
         api_keys=config.get("keys"),
         max_body=config.get("max_body", 4 * 1024 * 1024),
         mcp=config.get("mcp", False),
         a2a=config.get("a2a", False),
-        **{k: config[k] for k in ("body_timeout", "write_timeout") if k in config},
+        **{k: config[k] for k in ("body_timeout", "write_timeout", "public_url") if k in config},
     )

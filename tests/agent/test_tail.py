@@ -168,15 +168,25 @@ async def test_the_tail_is_never_stored_and_the_prefix_stays_put() -> None:
         ChatMessage.user("live state 2"),
         ChatMessage.user("second"),
     )
-    assert (earlier.options.history_end, later.options.history_end) == (None, 3)
+    # The first call has no history yet, but its tail ends the prefix all the same.
+    assert (earlier.options.history_end, later.options.history_end) == (1, 3)
 
 
 async def test_history_end_is_none_when_nothing_was_injected() -> None:
     client = ScriptedChatClient(["ok", "ok"])
-    agent = Agent(client, instructions="x", stack=[Adds("live", ContextResult("t", volatile=True))])
-    await agent.run("q")
+    await Agent(client, instructions="x").run("q")
     await Agent(client).run("q")
     assert [r.options.history_end for r in client.requests] == [None, None]
+
+
+async def test_a_tail_without_history_ends_the_prefix_after_the_system_message() -> None:
+    # The tail is injected too: the stable prefix is the system message alone, so a client
+    # that moves the tail out of its system field (Anthropic, Gemini) does so here too.
+    client = ScriptedChatClient(["ok", "ok"])
+    live = Adds("live", ContextResult("t", volatile=True))
+    await Agent(client, instructions="x", stack=[live]).run("q")
+    await Agent(client, stack=[live]).run("q")
+    assert [r.options.history_end for r in client.requests] == [1, 0]
 
 
 async def test_history_end_counts_no_system_message_when_there_is_none() -> None:

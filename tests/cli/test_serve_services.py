@@ -33,6 +33,16 @@ def test_the_flags_serve_mcp_and_a2a(tmp_path: Path) -> None:
     assert '"name":"word-agent"' in listed.text
 
 
+def test_public_url_is_the_address_the_card_names(tmp_path: Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text('[agent]\nname = "word-agent"\n[model]\nclient = "echo"\n')
+    command = [sys.executable, "-m", "raf", "serve", str(config), "--a2a"]
+    public = ["--public-url", "https://agents.example.com/team"]
+    with ServedAgent(command=[*command, *public]) as served:
+        card = httpx.get(f"{served.url}/.well-known/agent-card.json", verify=TLS).json()
+    assert card["supportedInterfaces"][0]["url"] == "https://agents.example.com/team/a2a"
+
+
 def test_without_the_flags_neither_is_served(tmp_path: Path) -> None:
     config = tmp_path / "agent.toml"
     config.write_text('[agent]\nname = "word-agent"\n[model]\nclient = "echo"\n')

@@ -297,6 +297,46 @@ async def test_the_agents_tail_goes_to_the_user_turn_and_the_breakpoints_around_
     ]
 
 
+class Ticking(ContextProvider):
+    """A volatile provider whose text changes every call."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def on_invoking(
+        self, agent: Any, session: Any, messages: Sequence[ChatMessage], options: Any
+    ) -> ContextResult:
+        self.calls += 1
+        return ContextResult(instructions=f"Now: call {self.calls}.", volatile=True)
+
+
+async def test_without_history_the_tail_stays_out_of_the_system_field(
+    server: AnthropicServer,
+) -> None:
+    # No history provider: the tail goes to the user turn all the same, so the system
+    # field (the cached prefix) is the same on every call.
+    server.answer()
+    server.answer()
+    async with Agent(client_for(server), instructions="Be brief.", stack=[Ticking()]) as agent:
+        await agent.run("first")
+        await agent.run("second")
+    first, second = (request.body for request in server.requests)
+    assert (
+        first["system"]
+        == second["system"]
+        == [{"type": "text", "text": "Be brief.", "cache_control": EPHEMERAL}]
+    )
+    assert second["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Now: call 2."},
+                {"type": "text", "text": "second", "cache_control": EPHEMERAL},
+            ],
+        }
+    ]
+
+
 async def test_breakpoints_are_at_most_four_and_none_without_cache(
     server: AnthropicServer,
 ) -> None:

@@ -281,6 +281,29 @@ async def test_the_agents_volatile_context_goes_to_the_user_turn(server: GeminiS
     }
 
 
+async def test_without_history_the_volatile_context_stays_out_of_the_system_instruction(
+    server: GeminiServer,
+) -> None:
+    class Ticking(ContextProvider):
+        calls = 0
+
+        async def on_invoking(self, *args: Any) -> ContextResult:
+            Ticking.calls += 1
+            return ContextResult(instructions=f"Now: call {Ticking.calls}.", volatile=True)
+
+    server.answer()
+    server.answer()
+    async with Agent(client_for(server), instructions="Be brief.", stack=[Ticking()]) as agent:
+        await agent.run("first")
+        await agent.run("second")
+    first, second = (request.body for request in server.requests)
+    assert first["systemInstruction"] == second["systemInstruction"]
+    assert second["systemInstruction"]["parts"] == [{"text": "Be brief."}]
+    assert second["contents"] == [
+        {"role": "user", "parts": [{"text": "Now: call 2."}, {"text": "second"}]}
+    ]
+
+
 # --- thought signatures -----------------------------------------------------------------
 
 SIGNED = {"thought": signature("t"), "add": signature("add"), "text": signature("x")}

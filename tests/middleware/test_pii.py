@@ -75,6 +75,61 @@ async def test_what_it_leaves_alone(text: str) -> None:
     assert await redacted(text) == text
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Grouped with no-break spaces (a word processor's), narrow no-break spaces (French).
+        ("visa 4111\u00a01111\u00a01111\u00a01111 ok", "visa [card] ok"),
+        ("visa 4111\u202f1111\u202f1111\u202f1111 ok", "visa [card] ok"),
+        ("call +44\u00a020\u00a07946\u00a00958 today", "call [phone] today"),
+        ("call 415\u202f555\u202f0100 today", "call [phone] today"),
+        # Every kind of dash: hyphen, non-breaking hyphen, figure, en, em dash, bar, minus.
+        *(
+            (f"mc 5555{d}5555{d}5555{d}4444 ok", "mc [card] ok")
+            for d in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
+        ),
+        *(
+            (f"call 415{d}555{d}0100 today", "call [phone] today")
+            for d in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
+        ),
+        # Fullwidth digits (a Japanese or Chinese keyboard).
+        ("card \uff14\uff11\uff11\uff11" + "\uff11" * 12 + " ok", "card [card] ok"),
+        ("tel \uff10\uff12\uff10 \uff17\uff19\uff14\uff16 \uff10\uff19\uff15\uff18", "tel [phone]"),
+        # Zero-width characters between the digits, where no one sees them.
+        *(
+            (f"visa 4111{z}1111{z}1111{z}1111 ok", "visa [card] ok")
+            for z in "\u200b\u200c\u200d\u2060\ufeff"
+        ),
+        ("visa 4\u200b1\u200b1\u200b1 1111 1111 1111", "visa [card]"),
+        ("call 415\u200b-555-\u20600100 today", "call [phone] today"),
+        # All of them at once, and the text around a number kept as it was written.
+        ("a\u00a0b 4111\u2013\u200b1111\u00a01111\uff0d1111 c\u2014d", "a\u00a0b [card] c\u2014d"),
+    ],
+)
+async def test_numbers_written_with_other_characters(text: str, expected: str) -> None:
+    assert await redacted(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "order 4111\u00a01111\u00a01111\u00a01112 shipped",  # the Luhn check still fails
+        "pages 10\u201312 and 2024\u20132025",  # ranges, not numbers
+        "zero\u200bwidth\u00a0text \uff11\uff12\uff13",
+    ],
+)
+async def test_other_characters_alone_are_no_number(text: str) -> None:
+    assert await redacted(text) == text
+
+
+def test_folding_is_linear_on_a_long_run_of_separators() -> None:
+    # No backtracking blow-up: a megabyte of digits and odd separators is one pass.
+    text = ("1\u200b\u00a0\u2013" * 250_000) + "x"
+    from raf._middleware.pii import redact
+
+    assert redact(text, ["card", "phone"]).endswith("x")
+
+
 def test_luhn_separates_cards_from_order_numbers() -> None:
     from raf._middleware.pii import _luhn
 

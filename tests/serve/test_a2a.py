@@ -16,7 +16,7 @@ import anyio
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
-from a2a.helpers import get_data_parts, new_data_part
+from a2a.helpers import get_artifact_text, get_data_parts, new_data_part
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -82,12 +82,15 @@ async def events(sender: Client, request: Any) -> list[StreamResponse]:
 
 
 def answer(events: list[StreamResponse]) -> str:
-    return "".join(
-        part.text
-        for event in events
-        if event.HasField("artifact_update")
-        for part in event.artifact_update.artifact.parts
-    )
+    """The answer as A2A builds an artifact from its updates: ``append`` adds the parts,
+    else they replace the artifact's."""
+    parts: list[str] = []
+    for event in events:
+        if event.HasField("artifact_update"):
+            update = event.artifact_update
+            parts = [*parts] if update.append else []
+            parts += [part.text for part in update.artifact.parts]
+    return "".join(parts)
 
 
 def last_state(events: list[StreamResponse]) -> str:
@@ -114,7 +117,9 @@ async def test_a_streamed_message_is_status_and_artifact_updates(server: ServedA
     assert TaskState.Name(working.status_update.status.state) == "TASK_STATE_WORKING"
     assert answer(got) == "seen 1: hello there "
     updates = [c.artifact_update for c in chunks]
-    assert [u.append for u in updates] == [False, True, True, True]
+    # The chunks as they stream, then the whole answer replacing them as one part.
+    assert [u.append for u in updates] == [False, True, True, False]
+    assert [p.text for p in updates[-1].artifact.parts] == ["seen 1: hello there "]
     assert updates[-1].last_chunk
     assert len({u.artifact.artifact_id for u in updates}) == 1
     assert TaskState.Name(last.status_update.status.state) == "TASK_STATE_COMPLETED"
@@ -127,6 +132,45 @@ async def test_the_text_of_two_model_calls_is_kept_apart(server: ServedAgent) ->
         (whole,) = await events(sender, message("check the tool", f"ctx-{uuid.uuid4().hex}"))
     assert answer(streamed) == "Let me check.\n\nthe tool said HI"
     assert "".join(p.text for a in whole.task.artifacts for p in a.parts) == answer(streamed)
+
+
+async def test_the_finished_answer_is_one_text_part(server: ServedAgent) -> None:
+    # The SDK's get_artifact_text joins the parts with a newline: one part a streamed chunk
+    # read the answer one word a line.
+    async with client(server, streaming=False) as (sender, _):
+        (only,) = await events(sender, message("long", f"ctx-{uuid.uuid4().hex}"))
+        again = await sender.get_task(GetTaskRequest(id=only.task.id))
+    async with client(server) as (sender, _):
+        streamed = await events(sender, message("long", f"ctx-{uuid.uuid4().hex}"))
+        task_id = next(e.task.id for e in streamed if e.HasField("task"))
+        after_stream = await sender.get_task(GetTaskRequest(id=task_id))
+    for task in (only.task, again, after_stream):
+        (artifact,) = task.artifacts
+        assert len(artifact.parts) == 1
+        assert get_artifact_text(artifact) == LONG
+    assert answer(streamed) == LONG
+
+
+async def test_the_card_s_url_is_never_the_request_s_host(server: ServedAgent) -> None:
+    # Any caller writes a Host; a cache in front would hand its card to the next caller.
+    url = f"{server.url}/.well-known/agent-card.json"
+    async with httpx.AsyncClient(verify=TLS) as http:
+        card = (await http.get(url, headers={"Host": "evil.example:666"})).json()
+    assert card["supportedInterfaces"][0]["url"] == f"{server.url}/a2a"
+
+
+def test_the_card_s_url_is_the_public_url() -> None:
+    with ServedAgent(a2a=True, public_url="https://agents.example.com/team/") as served:
+        card = httpx.get(f"{served.url}/.well-known/agent-card.json", verify=TLS).json()
+    assert card["supportedInterfaces"][0]["url"] == "https://agents.example.com/team/a2a"
+
+
+@pytest.mark.parametrize(
+    "bad", ["agents.example.com", "ftp://agents.example.com", "https://", "https://a.b/?x=1"]
+)
+def test_a_public_url_that_is_no_address_is_refused(bad: str) -> None:
+    with pytest.raises(ConfigError, match="public_url must be an http"):
+        raf.serve.app(Agent(EchoChatClient(), name="echo"), a2a=True, public_url=bad)
 
 
 async def test_a_sent_message_is_the_finished_task(server: ServedAgent) -> None:

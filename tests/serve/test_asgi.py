@@ -296,3 +296,45 @@ async def test_a_send_that_raises_is_an_early_close_and_a_failed_post_stage_is_l
     assert len(partial.split()) < 200
     [warning] = [e for e in logs if "post stage failed after the client left" in e["event"]]
     assert "the audit log is down" in warning["error"]
+
+
+async def test_responses_without_a_store_keep_a_bounded_number_of_unnamed_sessions(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Responses request names no session: the server makes one for a previous_response_id
+    # that may never come. In memory, the last MAX_UNNAMED are kept, the oldest dropped.
+    import httpx2 as httpx
+
+    import raf.serve._sessions
+
+    monkeypatch.setattr(raf.serve._sessions, "MAX_UNNAMED", 3)
+    app = raf.serve.app(make_agent())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+
+        async def ask(text: str, previous: str | None = None) -> dict[str, Any]:
+            body = {"model": MODEL, "input": text, "previous_response_id": previous}
+            reply = await http.post("/v1/responses", json=body)
+            assert reply.status_code == 200, reply.text
+            answer: dict[str, Any] = reply.json()
+            return answer
+
+        first = await ask("one")
+        named = await http.post(
+            "/v1/responses",
+            json={"model": MODEL, "input": "named"},
+            headers={"x-session-id": "mine"},
+        )
+        assert named.status_code == 200
+        kept = await ask("two")
+        again = await ask("three", kept["id"])  # used again: not the oldest any more
+        assert again["output"][0]["content"][0]["text"].startswith("seen 3:")
+        for n in range(2):  # one more than room: the oldest goes
+            await ask(f"more {n}")
+        still = await ask("four", again["id"])
+        assert still["output"][0]["content"][0]["text"].startswith("seen 5:")
+        went = await ask("five", first["id"])  # the oldest: dropped, its history gone
+        assert went["output"][0]["content"][0]["text"].startswith("seen 1:")
+        # A session the client named is kept: never dropped to make room.
+        history = await http.get("/v1/sessions/mine/messages")
+        assert [m["content"] for m in history.json()["data"]][:1] == ["named"]

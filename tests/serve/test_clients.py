@@ -39,7 +39,9 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[ServedAgent, ...]]:
-    with started(ServedAgent(), ServedAgent(delay=0.01)) as running:
+    with started(
+        ServedAgent(), ServedAgent(delay=0.01), ServedAgent(provider_tool=True)
+    ) as running:
         yield running
 
 
@@ -490,3 +492,143 @@ def test_responses_a_named_tool_choice_calls_that_tool(server: ServedAgent) -> N
         tool_choice={"type": "function", "name": "get_weather"},
     )
     assert [item.type for item in reply.output] == ["function_call"]
+
+
+def test_parallel_tool_calls_false_reaches_the_model(server: ServedAgent) -> None:
+    # On both routes, to a model behind OpenAI's API (a loopback server: what raf sent it).
+    from tests._harness.openai_server import OpenAIServer
+
+    model = OpenAIServer()
+    try:
+        with ServedAgent(openai_url=model.base_url) as served:
+            model.answer(content="one")
+            model.answer(content="two")
+            chat = httpx.post(
+                f"{served.url}/v1/chat/completions",
+                json={"model": MODEL, "messages": user("hi"), "parallel_tool_calls": False},
+                verify=TLS,
+            )
+            responses = httpx.post(
+                f"{served.url}/v1/responses",
+                json={"model": MODEL, "input": "hi", "parallel_tool_calls": False},
+                verify=TLS,
+            )
+        assert (chat.status_code, responses.status_code) == (200, 200)
+        sent = [request.body for request in model.requests]
+    finally:
+        model.close()
+    assert [body.get("parallel_tool_calls") for body in sent] == [False, False]
+
+
+def test_parallel_tool_calls_false_is_one_call_a_turn(server: ServedAgent) -> None:
+    # The word model behind no OpenAI API: the field is not sent on, the turn goes as asked.
+    body = {
+        "model": MODEL, "messages": user("client weather"), "tools": [WEATHER],
+        "parallel_tool_calls": False,
+    }  # fmt: skip
+    reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, verify=TLS)
+    assert reply.status_code == 200
+    (call,) = reply.json()["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    bad = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={**body, "parallel_tool_calls": "no"},
+        verify=TLS,
+    )
+    assert bad.status_code == 400
+    assert "'parallel_tool_calls' must be a boolean" in bad.json()["error"]["message"]
+
+
+def test_a_json_object_format_is_answered_with_a_json_object(server: ServedAgent) -> None:
+    client = sdk(server)
+    chat = client.chat.completions.create(
+        model=MODEL, messages=user("hello"), response_format={"type": "json_object"}
+    )
+    responded = client.responses.create(
+        model=MODEL, input="hello", text={"format": {"type": "json_object"}}
+    )
+    assert json.loads(chat.choices[0].message.content or "") == {"answer": "hello"}
+    assert json.loads(responded.output_text) == {"answer": "hello"}
+
+
+def test_a_json_object_format_is_openai_s_json_mode_for_its_model() -> None:
+    # OpenAI's strict mode refuses a free object: its own JSON mode asks for one; raf
+    # still checks the answer is an object (a list is told to the model, once more).
+    from tests._harness.openai_server import OpenAIServer
+
+    model = OpenAIServer()
+    try:
+        with ServedAgent(openai_url=model.base_url) as served:
+            model.answer(content='{"city": "Paris", "sunny": true}')
+            model.answer(content="[1, 2]")
+            model.answer(content='{"n": 2}')
+            body = {
+                "model": MODEL,
+                "messages": user("hi"),
+                "response_format": {"type": "json_object"},
+            }
+            first = httpx.post(f"{served.url}/v1/chat/completions", json=body, verify=TLS)
+            second = httpx.post(f"{served.url}/v1/chat/completions", json=body, verify=TLS)
+        sent = [request.body for request in model.requests]
+    finally:
+        model.close()
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert json.loads(first.json()["choices"][0]["message"]["content"]) == {
+        "city": "Paris", "sunny": True,
+    }  # fmt: skip
+    assert json.loads(second.json()["choices"][0]["message"]["content"]) == {"n": 2}
+    assert [b["response_format"] for b in sent] == [{"type": "json_object"}] * 3
+
+
+def test_a_client_tool_named_like_a_provider_s_tool_is_a_400(
+    servers: tuple[ServedAgent, ...],
+) -> None:
+    # A provider's tools are known only once the run asks it: a 400 then, not a 500.
+    url = servers[2].url
+    tool = {**WEATHER, "function": {**WEATHER["function"], "name": "lookup"}}  # type: ignore[dict-item]
+    chat = {"model": MODEL, "messages": user("hello"), "tools": [tool]}
+    flat = {"type": "function", **tool["function"]}
+    replies = [
+        httpx.post(f"{url}/v1/chat/completions", json=chat, verify=TLS),
+        httpx.post(f"{url}/v1/chat/completions", json={**chat, "stream": True}, verify=TLS),
+        httpx.post(
+            f"{url}/v1/responses", json={"model": MODEL, "input": "hi", "tools": [flat]}, verify=TLS
+        ),
+    ]
+    for reply in replies:
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["code"] == "tool_name_taken"
+        assert "'lookup' is named like a tool the agent offers" in reply.json()["error"]["message"]
+    fine = httpx.post(f"{url}/v1/chat/completions", json={**chat, "tools": [WEATHER]}, verify=TLS)
+    assert fine.status_code == 200
+
+
+def test_responses_a_function_call_output_that_answers_no_call_is_a_400(
+    server: ServedAgent,
+) -> None:
+    item = {"type": "function_call_output", "call_id": "call-none", "output": "42"}
+    stateless = {"model": MODEL, "input": [item], "store": False}
+    stored = {"model": MODEL, "input": [item]}
+    for body in (stateless, stored):
+        reply = httpx.post(f"{server.url}/v1/responses", json=body, verify=TLS)
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["code"] == "bad_tool"
+        assert "function_call_output answers no call: call_id 'call-none'" in reply.text
+    # After a call the model made, its output goes on (by previous_response_id).
+    weather = {"type": "function", **WEATHER["function"]}  # type: ignore[dict-item]
+    called = httpx.post(
+        f"{server.url}/v1/responses",
+        json={"model": MODEL, "input": "client weather", "tools": [weather]},
+        verify=TLS,
+    ).json()
+    (call,) = [o for o in called["output"] if o["type"] == "function_call"]
+    answer = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+    went_on = httpx.post(
+        f"{server.url}/v1/responses",
+        json={
+            "model": MODEL, "input": [answer], "tools": [weather],
+            "previous_response_id": called["id"],
+        },
+        verify=TLS,
+    )  # fmt: skip
+    assert went_on.status_code == 200, went_on.text

@@ -78,3 +78,20 @@ def test_a_streamed_answer_is_the_whole_one(chat: ChatOpenAI) -> None:
 def test_structured_output_by_json_schema(chat: ChatOpenAI) -> None:
     answer = chat.with_structured_output(Answer, method="json_schema").invoke("hello")
     assert answer == Answer(answer="hello")
+
+
+class Said(pydantic.BaseModel):
+    text: str
+
+
+def test_structured_output_by_function_calling(chat: ChatOpenAI) -> None:
+    # LangChain sends the schema as a tool, that tool as the tool choice, and
+    # parallel_tool_calls=false: one call a turn (a 400 before).
+    said = chat.with_structured_output(Said, method="function_calling").invoke("hello")
+    assert said == Said(text="hi")
+
+
+def test_structured_output_by_json_mode(chat: ChatOpenAI) -> None:
+    # response_format {"type": "json_object"}: any JSON object (a 400 before).
+    answer = chat.with_structured_output(Answer, method="json_mode").invoke("hello")
+    assert answer == Answer(answer="hello")

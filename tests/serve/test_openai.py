@@ -63,6 +63,29 @@ def test_the_sdk_gets_a_plain_answer_with_usage(server: ServedAgent) -> None:
     assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (1, 3)
 
 
+def test_the_usage_says_the_cached_and_the_reasoning_tokens(server: ServedAgent) -> None:
+    client = sdk(server)
+    whole = client.chat.completions.create(model=MODEL, messages=user("cached"))
+    streamed = list(
+        client.chat.completions.create(
+            model=MODEL, messages=user("cached"), stream=True,
+            stream_options={"include_usage": True},
+        )
+    )  # fmt: skip
+    responded = client.responses.create(model=MODEL, input="cached")
+    for usage in (whole.usage, streamed[-1].usage):
+        assert usage is not None
+        assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (12, 5, 17)
+        assert usage.prompt_tokens_details is not None
+        assert usage.prompt_tokens_details.cached_tokens == 8
+        assert usage.completion_tokens_details is not None
+        assert usage.completion_tokens_details.reasoning_tokens == 2
+    assert responded.usage is not None
+    assert (responded.usage.input_tokens, responded.usage.output_tokens) == (12, 5)
+    assert responded.usage.input_tokens_details.cached_tokens == 8
+    assert responded.usage.output_tokens_details.reasoning_tokens == 2
+
+
 def test_the_sdk_streams_chunks_then_usage_in_a_last_chunk_without_choices(
     server: ServedAgent,
 ) -> None:

@@ -709,6 +709,9 @@ def test_a_password_libpq_reads_is_in_no_repr() -> None:
         "postgresql://ann:hunter2#x@db/app",  # libpq's password: 'hunter2#x'
         "postgresql://ann:hunter2?x@db/app",
         "postgresql://ann:hun@ter2@db/app",
+        "postgresql://ann:hun/ter2@db/app",  # a / in the password: shown whole before
+        "postgresql://ann:a/b/hunter2@db:5432/app?sslmode=disable",
+        "postgres://ann:hun/ter2@db/app",
         "postgresql://db/app?user=ann&password=hunter2",
         r"host=db password=hun\ ter2 dbname=app",
     ):
