@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from raf._onion.compose import ContextProvider
 from raf._sessions.base import Session, require_pending
 from raf._sessions.waiting import still_owed
 from raf._sessions.window import (
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["HistoryProvider"]
 
 
-class HistoryProvider(ContextProvider):
+class HistoryProvider:
     """Conversation memory: what the session holds goes in, the new turn goes back.
 
     It works with every session store (in memory, SQLite, Redis): the
@@ -80,6 +79,9 @@ class HistoryProvider(ContextProvider):
     ['user', 'assistant']
     """
 
+    #: A context provider by its shape (``on_invoking`` and ``on_invoked``), not by
+    #: subclassing :class:`raf.ContextProvider`: the stores' layer knows no pipeline.
+    name: str = "HistoryProvider"
     kind = "memory"
     #: It stores every turn, the calls that wait included: deferred calls need that
     #: (the agent looks for this mark, the HistoryKeeper protocol, not for the class).
@@ -155,6 +157,9 @@ class HistoryProvider(ContextProvider):
         ):
             partial = answered(error.partial.messages)
             await session.add_messages((*request_messages, *partial))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} kind={self.kind!r}>"
 
 
 def _new_pending(response: AgentResponse) -> tuple[PendingCall, ...]:
