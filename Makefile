@@ -103,7 +103,7 @@ CORE_TESTS := tests/values tests/onion tests/agent tests/sessions/test_memory.py
 # than raf's own lower bounds (coredis 6 needs anyio 4.11), so pip resolves those freely there,
 # and trio and hypothesis with them (the newest anyio does not run on trio 0.25).
 LOWEST_EXTRAS := starlette uvicorn ag-ui-protocol dbos 'psycopg[binary]' anthropic coredis \
-	google-genai bpe-openai mcp 'a2a-sdk[http-server]'
+	google-genai bpe-openai mcp 'a2a-sdk[http-server]' google-re2
 # Only the files green at the lowest extras so far; the rest (anthropic, gemini, serve's agui and
 # others, durable, postgres) fail there and are left to issue 35's follow-up.
 EXTRAS_TESTS := tests/test_otel.py tests/test_otel_conventions.py tests/serve/test_asgi.py \
@@ -132,6 +132,7 @@ test-lowest: $(LOWEST)/.ready $(LOWEST)-extras/.ready redis-server postgresql
 	HYPOTHESIS_PROFILE=dev PYTHONDONTWRITEBYTECODE= $(LOWEST)/bin/python -m pytest -q \
 		-p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal -m "not slow" -k "not redis" \
 		--ignore tests/agent/test_approvals_redis.py --ignore tests/agent/test_approvals_restart.py \
+		--ignore tests/agent/test_deferred.py \
 		--ignore tests/middleware/test_fallback_vendors.py --ignore tests/providers/test_a2a.py \
 		$(CORE_TESTS)
 	HYPOTHESIS_PROFILE=dev PYTHONDONTWRITEBYTECODE= $(LOWEST)-extras/bin/python -m pytest -q \
