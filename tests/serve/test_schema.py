@@ -232,3 +232,17 @@ def test_a_schema_the_server_cannot_check_safely_is_a_400_naming_it(
     assert error["type"] == "invalid_request_error"
     assert error["message"].startswith(where)
     assert named in error["message"]
+
+
+# -- found by the red team -------------------------------------------------------------
+
+
+def test_a_ref_that_names_itself_is_not_followed_for_ever(server: ServedAgent) -> None:
+    # The nulls of an answer were dropped by following its schema's $refs until one was
+    # not a $ref: a worker thread spun for ever on {"A": {"$ref": "#/$defs/A"}}.
+    schema = {
+        "type": "object",
+        "$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}},
+        "properties": {"x": {"$ref": "#/$defs/A"}},
+    }
+    assert answer_of(post(server, one_answer(schema, x=None))) == {"x": None}
