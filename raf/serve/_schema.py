@@ -67,6 +67,9 @@ MAX_EXPANDED: Final = 100_000
 MIN_STEPS: Final = 20_000
 # How many $refs one $ref may lead through (each a level of the checks' recursion).
 _MAX_REFS: Final = 32
+#: The most instructions of RE2's programs for a schema's patterns, together (each
+#: compile holds the GIL about a microsecond an instruction; ``^.{0,1000}$`` is 9,002).
+MAX_PROGRAM: Final = 100_000
 #: Problems told to the model of one answer.
 _MAX_PROBLEMS: Final = 20
 
@@ -88,13 +91,15 @@ _FOREIGN: Final = ("$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursive
 def _options() -> re2.Options:
     options = re2.Options()
     options.log_errors = False  # a client's bad pattern is its 400, not a line on stderr
+    # RE2 compiles holding the GIL, in time about its program's size: '\\pL{0,400}' was
+    # 0.45 s of a frozen event loop, each. 1 MB keeps one compile to milliseconds.
+    options.max_mem = 1 << 20
     return options
 
 
 _RE2_OPTIONS: Final = _options()
 
 
-@functools.lru_cache(maxsize=1024)
 def _regex(pattern: str) -> Any:
     """``pattern`` compiled by RE2; ``re2.error`` when RE2 does not take it."""
     return re2.compile(pattern, _RE2_OPTIONS)
@@ -123,7 +128,8 @@ def client_output(schema: Mapping[str, Any], name: str, where: str) -> OutputSpe
         )
     title = schema.get("title")
     spec_name = output_name(title if isinstance(title, str) and title else name)
-    return OutputSpec(dict, schema, spec_name, False, _SchemaAdapter(schema), in_thread=True)
+    adapter = _SchemaAdapter(schema, walk.regexes)
+    return OutputSpec(dict, schema, spec_name, False, adapter, in_thread=True)
 
 
 def check_size(schema: object, where: str) -> None:
@@ -155,6 +161,8 @@ class _Walk:
         self.active: set[str] = set()  # the $refs being written out (a cycle stops there)
         self.unevaluated = False
         self.patterned = False
+        self.regexes: dict[str, Any] = {}  # each pattern, compiled once (the checks use them)
+        self.program = 0  # the size of their programs
 
     def fail(self, path: tuple[str | int, ...], problem: str) -> HttpError:
         at = path_text(path)
@@ -216,8 +224,10 @@ class _Walk:
         return size
 
     def pattern(self, pattern: str, path: tuple[str | int, ...]) -> None:
+        if pattern in self.regexes:
+            return
         try:
-            _regex(pattern)
+            self.regexes[pattern] = regex = _regex(pattern)
         except re2.error as exc:
             said = exc.args[0] if exc.args else ""
             reason = said.decode(errors="replace") if isinstance(said, bytes) else str(said)
@@ -226,6 +236,11 @@ class _Walk:
                 f"the pattern {pattern!r:.80} cannot be checked safely here ({reason:.80}; "
                 "patterns are matched by RE2: no backreferences or lookarounds)",
             ) from None
+        self.program += regex.programsize
+        if self.program > MAX_PROGRAM:
+            raise self.fail(
+                path, f"its patterns are too large to compile: over {MAX_PROGRAM} instructions"
+            )
 
 
 def _holds_schemas(key: str) -> bool:
@@ -287,8 +302,9 @@ class _SchemaAdapter:
     worker thread). One check at a time: the budget is the check's own.
     """
 
-    def __init__(self, schema: Mapping[str, Any]) -> None:
+    def __init__(self, schema: Mapping[str, Any], regexes: Mapping[str, Any]) -> None:
         self.schema = schema
+        self.regexes = regexes
         self.budget = _Budget()
         self.lock = threading.Lock()
         self.validator: Any = None
@@ -307,7 +323,7 @@ class _SchemaAdapter:
         with self.lock:
             self.budget.left = steps = steps_for(text)
             if self.validator is None:
-                self.validator = _validator(self.schema, self.budget)
+                self.validator = _validator(self.schema, self.budget, self.regexes)
             try:
                 errors = list(itertools.islice(self.validator.iter_errors(value), _MAX_PROBLEMS))
             except RecursionError:
@@ -339,7 +355,7 @@ def _invalid(pydantic: Any, found: Iterable[tuple[tuple[Any, ...], str]]) -> Exc
     return error
 
 
-def _validator(schema: Mapping[str, Any], budget: _Budget) -> Any:
+def _validator(schema: Mapping[str, Any], budget: _Budget, regexes: Mapping[str, Any]) -> Any:
     """A jsonschema validator of ``schema`` whose every keyword check is counted against
     ``budget``, whose patterns are RE2's and whose ``uniqueItems`` is linear."""
     import jsonschema
@@ -348,9 +364,13 @@ def _validator(schema: Mapping[str, Any], budget: _Budget) -> Any:
     base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     keywords: dict[str, Callable[..., Any]] = dict(base.VALIDATORS)
     keywords.update(
-        pattern=_pattern,
-        patternProperties=_charged(_pattern_properties, budget, _patterns_by_keys),
-        additionalProperties=_charged(_additional_properties, budget, _extras_by_patterns),
+        pattern=functools.partial(_pattern, regexes),
+        patternProperties=_charged(
+            functools.partial(_pattern_properties, regexes), budget, _patterns_by_keys
+        ),
+        additionalProperties=_charged(
+            functools.partial(_additional_properties, regexes), budget, _extras_by_patterns
+        ),
         uniqueItems=_unique_items,
         properties=_properties,
         enum=_Enum().check,
@@ -469,38 +489,54 @@ def _multiple_of(validator: Any, factor: Any, instance: Any, schema: Any) -> Ite
         yield ValidationError(f"{instance!r:.200} is not a multiple of {factor}")
 
 
-def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+def _compiled(regexes: Mapping[str, Any], pattern: str) -> Any:
+    """``pattern`` as the schema's check compiled it (each a pattern of the schema)."""
+    regex = regexes.get(pattern)
+    return _regex(pattern) if regex is None else regex
+
+
+def _pattern(
+    regexes: Mapping[str, Any], validator: Any, pattern: str, instance: Any, schema: Any
+) -> Iterator[Any]:
     from jsonschema import ValidationError
 
-    if validator.is_type(instance, "string") and not _regex(pattern).search(instance):
+    if validator.is_type(instance, "string") and not _compiled(regexes, pattern).search(instance):
         yield ValidationError(f"{instance!r:.200} does not match {pattern!r:.200}")
 
 
 def _pattern_properties(
-    validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any
+    regexes: Mapping[str, Any],
+    validator: Any,
+    patterns: Mapping[str, Any],
+    instance: Any,
+    schema: Any,
 ) -> Iterator[Any]:
     if not validator.is_type(instance, "object"):
         return
     for pattern, subschema in patterns.items():
-        regex = _regex(pattern)
+        regex = _compiled(regexes, pattern)
         for key, value in instance.items():
             if regex.search(key):
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
 def _additional_properties(
-    validator: Any, additional: Any, instance: Any, schema: Mapping[str, Any]
+    regexes: Mapping[str, Any],
+    validator: Any,
+    additional: Any,
+    instance: Any,
+    schema: Mapping[str, Any],
 ) -> Iterator[Any]:
     from jsonschema import ValidationError
 
     if not validator.is_type(instance, "object"):
         return
     properties = schema.get("properties", {})
-    regexes = [_regex(pattern) for pattern in schema.get("patternProperties", {})]
+    found = [_compiled(regexes, pattern) for pattern in schema.get("patternProperties", {})]
     extras = [
         key
         for key in instance
-        if key not in properties and not any(regex.search(key) for regex in regexes)
+        if key not in properties and not any(regex.search(key) for regex in found)
     ]
     if validator.is_type(additional, "object"):
         for extra in extras:

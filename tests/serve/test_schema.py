@@ -189,7 +189,16 @@ def _text(pattern: str) -> dict[str, Any]:
     return {"type": "object", "properties": {"answer": {"type": "string", "pattern": pattern}}}
 
 
+def _patterns(pattern: str, count: int) -> dict[str, Any]:
+    # Each a distinct pattern: RE2 compiles each, holding the GIL (the event loop waits).
+    properties = {f"p{i}": {"type": "string", "pattern": f"{pattern}{i}"} for i in range(count)}
+    return {"type": "object", "properties": properties}
+
+
 REFUSED = [
+    # RE2 compiled this one 6 s, holding the GIL: the server froze for each such pattern.
+    pytest.param(_text("(?:[^a]{0,1000})" * 40), "pattern too large", id="pattern-too-large"),
+    pytest.param(_patterns("[^a]{1000}", 20), "too large to compile", id="patterns-too-large"),
     pytest.param(_text("(("), "properties.answer.pattern", id="invalid-regex"),
     pytest.param(_text(r"(a)\1"), r"'(a)\\1' cannot be checked safely", id="backreference"),
     pytest.param(_text("(?=a)a"), "'(?=a)a' cannot be checked safely", id="lookahead"),
