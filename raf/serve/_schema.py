@@ -378,7 +378,9 @@ def _validator(schema: Mapping[str, Any], budget: _Budget, regexes: Mapping[str,
     )
     for name in ("dependentRequired", "dependentSchemas", "dependencies"):
         if name in keywords:  # each of their checks reads the whole map of the schema's
-            keywords[name] = _charged(keywords[name], budget, _width)
+            keywords[name] = _charged(keywords[name], budget, _keys_width)
+    for name in ("allOf", "oneOf"):  # each subschema, even {} (which counts no keyword)
+        keywords[name] = _charged(keywords[name], budget, _width)
     counted = {name: _counted(check, budget) for name, check in keywords.items()}
     cls = jsonschema.validators.extend(base, counted)  # type: ignore[no-untyped-call]
     # An empty registry: a $ref never reaches the network (each was checked to be local).
@@ -405,8 +407,7 @@ def _charged(
     reads of the schema beyond the answer's size (a schema holds 20,000 values)."""
 
     def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
-        if validator.is_type(instance, "object"):
-            budget.spend(cost(value, instance, schema))
+        budget.spend(cost(value, instance, schema))
         yield from check(validator, value, instance, schema) or ()
 
     return keyword
@@ -416,8 +417,14 @@ def _width(value: Any, instance: Any, schema: Any) -> int:
     return len(value) if isinstance(value, (dict, list)) else 0
 
 
+def _keys_width(value: Any, instance: Any, schema: Any) -> int:
+    return _width(value, instance, schema) if isinstance(instance, dict) else 0
+
+
 def _patterns_by_keys(patterns: Any, instance: Any, schema: Any) -> int:
-    return len(patterns) * len(instance) if isinstance(patterns, dict) else 0
+    if not isinstance(patterns, dict) or not isinstance(instance, dict):
+        return 0
+    return len(patterns) * len(instance)
 
 
 def _extras_by_patterns(additional: Any, instance: Any, schema: Any) -> int:

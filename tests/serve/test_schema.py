@@ -303,3 +303,12 @@ def test_a_number_the_floats_cannot_hold_is_no_server_error(
         assert answer == {"a": int(number)}
     else:  # not JSON's numbers: the model is told, and mends
         assert "Invalid JSON" in answer["answer"]
+
+
+@pytest.mark.parametrize("keyword", ["allOf", "oneOf"])
+def test_each_subschema_counts_though_it_checks_nothing(server: ServedAgent, keyword: str) -> None:
+    # {} counts no keyword: 19,000 of them were 19,000 evaluations an item, for nothing.
+    schema = _list_of({keyword: [{}] * 19_000})
+    reply = post(server, one_answer(schema, a=[1] * 2000))
+    assert reply.status_code == 502, reply.text
+    assert "(1 attempts)" in reply.json()["error"]["message"]  # the budget ends the run
