@@ -123,6 +123,12 @@ def app(
         raise TypeError(
             f"app(agent, serve_options): a raf.serve.ServeOptions, got {serve_options!r}"
         )
+    if options is not None and not isinstance(options, AgentRunOptions):
+        # A ServeOptions here was taken, and every request was a 500.
+        raise TypeError(
+            f"app(agent, options=...): a raf.AgentRunOptions (every run's), got {options!r:.80}; "
+            "how it serves is app(agent, ServeOptions(...)) or its keywords"
+        )
     given = serve_options or ServeOptions()
     serving = attrs.evolve(given, **changes) if changes else given
     if serving.store is None and durable is not None and isinstance(agent, durable.DurableAgent):

@@ -80,6 +80,23 @@ def _public_url(given: str | None) -> str | None:
     return given.rstrip("/")
 
 
+def _store(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    # Checked here, not at the first request: store=123 was a 500 on every one.
+    if value is None or (isinstance(value, str) and value.strip()):
+        return
+    if isinstance(value, str) or not callable(getattr(value, "get", None)):
+        raise ConfigError(
+            "store must be a session store (with await store.get(id)), a --db value "
+            f"(a SQLite path, redis://..., postgresql://...) or None, got {value!r:.80}"
+        )
+
+
+def _flag(instance: object, attribute: attrs.Attribute[bool], value: bool) -> None:
+    # mcp="false" was true: a served protocol turned on by a word that says off.
+    if not isinstance(value, bool):
+        raise ConfigError(f"{attribute.name} must be True or False, got {value!r:.80}")
+
+
 @attrs.frozen(kw_only=True)
 class ServeOptions:
     """How :func:`raf.serve.app` serves an agent: ``app(agent, ServeOptions(...))``.
@@ -93,7 +110,7 @@ class ServeOptions:
     #: Where sessions live: a store (``await store.get(id)``), or a ``--db`` value (a SQLite
     #: path, ``redis://...``, ``postgresql://...``) the app opens for its lifespan; ``None``
     #: keeps them in this process.
-    store: Any = None
+    store: Any = attrs.field(default=None, validator=_store)
     #: The keys a caller must send (``Authorization: Bearer KEY``); ``None``: no key.
     api_keys: tuple[str, ...] | None = attrs.field(default=None, converter=_keys)
     #: The largest request body, in bytes.
@@ -105,11 +122,11 @@ class ServeOptions:
     #: The browser ``Origin`` allowed without keys, besides the server's own.
     allowed_origins: tuple[str, ...] = attrs.field(default=(), converter=_allowed_origins)
     #: The lifespan also opens the agent's providers and closes its client (``raf serve``).
-    manage_agent: bool = False
+    manage_agent: bool = attrs.field(default=False, validator=_flag)
     #: Also serve ``/mcp``: the agent as an MCP server (extra ``raf-agents[mcp]``).
-    mcp: bool = False
+    mcp: bool = attrs.field(default=False, validator=_flag)
     #: Also serve the agent over A2A (extra ``raf-agents[a2a]``, asyncio only).
-    a2a: bool = False
+    a2a: bool = attrs.field(default=False, validator=_flag)
     #: The seconds a request's body may take to come in (then a 408).
     body_timeout: float = attrs.field(default=BODY_TIMEOUT, validator=_seconds)
     #: The seconds a send may wait for the client to take it (then the client is gone).

@@ -26,7 +26,12 @@ answer: a schema that makes one value checked again and again through
 ``allOf`` and recursion stops there, and the run ends with an
 :class:`~raf.errors.OutputValidationError`) and whose ``uniqueItems`` is one pass
 over a hash set (jsonschema compares each pair of items that do not sort:
-21 s for a 59 KB array of objects).
+21 s for a 59 KB array of objects). Each error counts a step too, and so does
+what one check reads of the schema beyond the answer (``patternProperties``,
+``dependentRequired``...); ``enum`` is a hash set's look-up, ``properties``
+reads the smaller of the schema's and the answer's keys, and ``multipleOf`` is
+exact where floats overflow. An answer's number out of a float's range (``1e400``,
+``NaN``) is not JSON here.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from fractions import Fraction
 from typing import Any, Final
 
 import re2
@@ -60,6 +67,9 @@ MAX_EXPANDED: Final = 100_000
 MIN_STEPS: Final = 20_000
 # How many $refs one $ref may lead through (each a level of the checks' recursion).
 _MAX_REFS: Final = 32
+#: The most instructions of RE2's programs for a schema's patterns, together (each
+#: compile holds the GIL about a microsecond an instruction; ``^.{0,1000}$`` is 9,002).
+MAX_PROGRAM: Final = 100_000
 #: Problems told to the model of one answer.
 _MAX_PROBLEMS: Final = 20
 
@@ -81,13 +91,15 @@ _FOREIGN: Final = ("$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursive
 def _options() -> re2.Options:
     options = re2.Options()
     options.log_errors = False  # a client's bad pattern is its 400, not a line on stderr
+    # RE2 compiles holding the GIL, in time about its program's size: '\\pL{0,400}' was
+    # 0.45 s of a frozen event loop, each. 1 MB keeps one compile to milliseconds.
+    options.max_mem = 1 << 20
     return options
 
 
 _RE2_OPTIONS: Final = _options()
 
 
-@functools.lru_cache(maxsize=1024)
 def _regex(pattern: str) -> Any:
     """``pattern`` compiled by RE2; ``re2.error`` when RE2 does not take it."""
     return re2.compile(pattern, _RE2_OPTIONS)
@@ -116,7 +128,8 @@ def client_output(schema: Mapping[str, Any], name: str, where: str) -> OutputSpe
         )
     title = schema.get("title")
     spec_name = output_name(title if isinstance(title, str) and title else name)
-    return OutputSpec(dict, schema, spec_name, False, _SchemaAdapter(schema), in_thread=True)
+    adapter = _SchemaAdapter(schema, walk.regexes)
+    return OutputSpec(dict, schema, spec_name, False, adapter, in_thread=True)
 
 
 def check_size(schema: object, where: str) -> None:
@@ -148,6 +161,8 @@ class _Walk:
         self.active: set[str] = set()  # the $refs being written out (a cycle stops there)
         self.unevaluated = False
         self.patterned = False
+        self.regexes: dict[str, Any] = {}  # each pattern, compiled once (the checks use them)
+        self.program = 0  # the size of their programs
 
     def fail(self, path: tuple[str | int, ...], problem: str) -> HttpError:
         at = path_text(path)
@@ -209,8 +224,10 @@ class _Walk:
         return size
 
     def pattern(self, pattern: str, path: tuple[str | int, ...]) -> None:
+        if pattern in self.regexes:
+            return
         try:
-            _regex(pattern)
+            self.regexes[pattern] = regex = _regex(pattern)
         except re2.error as exc:
             said = exc.args[0] if exc.args else ""
             reason = said.decode(errors="replace") if isinstance(said, bytes) else str(said)
@@ -219,6 +236,11 @@ class _Walk:
                 f"the pattern {pattern!r:.80} cannot be checked safely here ({reason:.80}; "
                 "patterns are matched by RE2: no backreferences or lookarounds)",
             ) from None
+        self.program += regex.programsize
+        if self.program > MAX_PROGRAM:
+            raise self.fail(
+                path, f"its patterns are too large to compile: over {MAX_PROGRAM} instructions"
+            )
 
 
 def _holds_schemas(key: str) -> bool:
@@ -280,8 +302,9 @@ class _SchemaAdapter:
     worker thread). One check at a time: the budget is the check's own.
     """
 
-    def __init__(self, schema: Mapping[str, Any]) -> None:
+    def __init__(self, schema: Mapping[str, Any], regexes: Mapping[str, Any]) -> None:
         self.schema = schema
+        self.regexes = regexes
         self.budget = _Budget()
         self.lock = threading.Lock()
         self.validator: Any = None
@@ -290,7 +313,7 @@ class _SchemaAdapter:
         import pydantic
 
         try:
-            value = json.loads(text)
+            value = json.loads(text, parse_constant=_not_json, parse_float=_finite)
         except RecursionError:
             raise _invalid(pydantic, [((), "the answer is nested too deeply")]) from None
         except ValueError as exc:
@@ -300,7 +323,7 @@ class _SchemaAdapter:
         with self.lock:
             self.budget.left = steps = steps_for(text)
             if self.validator is None:
-                self.validator = _validator(self.schema, self.budget)
+                self.validator = _validator(self.schema, self.budget, self.regexes)
             try:
                 errors = list(itertools.islice(self.validator.iter_errors(value), _MAX_PROBLEMS))
             except RecursionError:
@@ -332,7 +355,7 @@ def _invalid(pydantic: Any, found: Iterable[tuple[tuple[Any, ...], str]]) -> Exc
     return error
 
 
-def _validator(schema: Mapping[str, Any], budget: _Budget) -> Any:
+def _validator(schema: Mapping[str, Any], budget: _Budget, regexes: Mapping[str, Any]) -> Any:
     """A jsonschema validator of ``schema`` whose every keyword check is counted against
     ``budget``, whose patterns are RE2's and whose ``uniqueItems`` is linear."""
     import jsonschema
@@ -341,11 +364,23 @@ def _validator(schema: Mapping[str, Any], budget: _Budget) -> Any:
     base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     keywords: dict[str, Callable[..., Any]] = dict(base.VALIDATORS)
     keywords.update(
-        pattern=_pattern,
-        patternProperties=_pattern_properties,
-        additionalProperties=_additional_properties,
+        pattern=functools.partial(_pattern, regexes),
+        patternProperties=_charged(
+            functools.partial(_pattern_properties, regexes), budget, _patterns_by_keys
+        ),
+        additionalProperties=_charged(
+            functools.partial(_additional_properties, regexes), budget, _extras_by_patterns
+        ),
         uniqueItems=_unique_items,
+        properties=_properties,
+        enum=_Enum().check,
+        multipleOf=_multiple_of,
     )
+    for name in ("dependentRequired", "dependentSchemas", "dependencies"):
+        if name in keywords:  # each of their checks reads the whole map of the schema's
+            keywords[name] = _charged(keywords[name], budget, _keys_width)
+    for name in ("allOf", "oneOf"):  # each subschema, even {} (which counts no keyword)
+        keywords[name] = _charged(keywords[name], budget, _width)
     counted = {name: _counted(check, budget) for name, check in keywords.items()}
     cls = jsonschema.validators.extend(base, counted)  # type: ignore[no-untyped-call]
     # An empty registry: a $ref never reaches the network (each was checked to be local).
@@ -356,44 +391,159 @@ def _counted(check: Callable[..., Any], budget: _Budget) -> Callable[..., Iterat
     def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
         budget.spend()
         for error in check(validator, value, instance, schema) or ():
-            budget.spend(len(error.message) // 1024)  # a message quotes the instance
+            # Each error counts (anyOf keeps every error of each branch: a `required` of
+            # 9,000 names under anyOf was 9,000 errors an object, uncounted), and a long
+            # message (it quotes the instance) counts one more a KB.
+            budget.spend(1 + len(error.message) // 1024)
             yield error
 
     return keyword
 
 
-def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+def _charged(
+    check: Callable[..., Any], budget: _Budget, cost: Callable[[Any, Any, Any], int]
+) -> Callable[..., Iterator[Any]]:
+    """``check``, counting ``cost(value, instance, schema)`` more steps: what one check
+    reads of the schema beyond the answer's size (a schema holds 20,000 values)."""
+
+    def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        budget.spend(cost(value, instance, schema))
+        yield from check(validator, value, instance, schema) or ()
+
+    return keyword
+
+
+def _width(value: Any, instance: Any, schema: Any) -> int:
+    return len(value) if isinstance(value, (dict, list)) else 0
+
+
+def _keys_width(value: Any, instance: Any, schema: Any) -> int:
+    return _width(value, instance, schema) if isinstance(instance, dict) else 0
+
+
+def _patterns_by_keys(patterns: Any, instance: Any, schema: Any) -> int:
+    if not isinstance(patterns, dict) or not isinstance(instance, dict):
+        return 0
+    return len(patterns) * len(instance)
+
+
+def _extras_by_patterns(additional: Any, instance: Any, schema: Any) -> int:
+    return _patterns_by_keys(schema.get("patternProperties", {}), instance, schema)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    """A JSON number with a fraction or exponent; ``1e400`` is no number JSON Schema can
+    compare (jsonschema's ``multipleOf`` raised on its ``inf``: a 500)."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {text:.40} is out of range")
+    return number
+
+
+def _properties(
+    validator: Any, properties: Mapping[str, Any], instance: Any, schema: Any
+) -> Iterator[Any]:
+    """jsonschema's ``properties``, over the smaller of the schema's and the answer's keys:
+    a schema of 9,000 properties was 9,000 look-ups for each small object of the answer."""
+    if not validator.is_type(instance, "object"):
+        return
+    keys = [key for key in instance if key in properties]
+    if len(properties) < len(instance):
+        keys = [key for key in properties if key in instance]
+    for key in keys:
+        yield from validator.descend(instance[key], properties[key], path=key, schema_path=key)
+
+
+class _Enum:
+    """jsonschema's ``enum`` by a hash set of each list's values (built at its first check):
+    one look-up where jsonschema compared the value with each of the list's (an enum of
+    9,000 one-item arrays over 200 items: 14 s)."""
+
+    def __init__(self) -> None:
+        # The schema's lists by id(): the validator's own, and the schema outlives it.
+        self.sets: dict[int, tuple[Any, frozenset[Any]]] = {}
+
+    def check(self, validator: Any, enums: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        from jsonschema import ValidationError
+
+        known = self.sets.get(id(enums))
+        if known is None or known[0] is not enums:
+            known = self.sets[id(enums)] = (enums, frozenset(_hashable(each) for each in enums))
+        if _hashable(instance) not in known[1]:
+            yield ValidationError(f"{instance!r:.200} is not one of {enums!r:.200}")
+
+
+def _multiple_of(validator: Any, factor: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's ``multipleOf``, exact (a fraction) where floats overflow: jsonschema
+    divided a 4,000-digit integer by ``0.5`` into an ``OverflowError`` (a 500)."""
     from jsonschema import ValidationError
 
-    if validator.is_type(instance, "string") and not _regex(pattern).search(instance):
+    if not validator.is_type(instance, "number"):
+        return
+    if isinstance(factor, float) or isinstance(instance, float):
+        try:
+            quotient = instance / factor
+            failed = int(quotient) != quotient
+        except (OverflowError, ValueError):
+            failed = (Fraction(instance) / Fraction(factor)).denominator != 1
+    else:
+        failed = bool(instance % factor)
+    if failed:
+        yield ValidationError(f"{instance!r:.200} is not a multiple of {factor}")
+
+
+def _compiled(regexes: Mapping[str, Any], pattern: str) -> Any:
+    """``pattern`` as the schema's check compiled it (each a pattern of the schema)."""
+    regex = regexes.get(pattern)
+    return _regex(pattern) if regex is None else regex
+
+
+def _pattern(
+    regexes: Mapping[str, Any], validator: Any, pattern: str, instance: Any, schema: Any
+) -> Iterator[Any]:
+    from jsonschema import ValidationError
+
+    if validator.is_type(instance, "string") and not _compiled(regexes, pattern).search(instance):
         yield ValidationError(f"{instance!r:.200} does not match {pattern!r:.200}")
 
 
 def _pattern_properties(
-    validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any
+    regexes: Mapping[str, Any],
+    validator: Any,
+    patterns: Mapping[str, Any],
+    instance: Any,
+    schema: Any,
 ) -> Iterator[Any]:
     if not validator.is_type(instance, "object"):
         return
     for pattern, subschema in patterns.items():
-        regex = _regex(pattern)
+        regex = _compiled(regexes, pattern)
         for key, value in instance.items():
             if regex.search(key):
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
 def _additional_properties(
-    validator: Any, additional: Any, instance: Any, schema: Mapping[str, Any]
+    regexes: Mapping[str, Any],
+    validator: Any,
+    additional: Any,
+    instance: Any,
+    schema: Mapping[str, Any],
 ) -> Iterator[Any]:
     from jsonschema import ValidationError
 
     if not validator.is_type(instance, "object"):
         return
     properties = schema.get("properties", {})
-    regexes = [_regex(pattern) for pattern in schema.get("patternProperties", {})]
+    found = [_compiled(regexes, pattern) for pattern in schema.get("patternProperties", {})]
     extras = [
         key
         for key in instance
-        if key not in properties and not any(regex.search(key) for regex in regexes)
+        if key not in properties and not any(regex.search(key) for regex in found)
     ]
     if validator.is_type(additional, "object"):
         for extra in extras:

@@ -224,6 +224,9 @@ def test_app_refuses_an_option_serve_options_does_not_have() -> None:
         raf.serve.app(make_agent(), max_bodys=16)
     with pytest.raises(TypeError, match="ServeOptions"):
         raf.serve.app(make_agent(), {"max_body": 16})  # type: ignore[arg-type]
+    # The runs' options= is no place for a ServeOptions (every request was a 500).
+    with pytest.raises(TypeError, match=r"options=\.\.\.\): a raf\.AgentRunOptions"):
+        raf.serve.app(make_agent(), options=raf.serve.ServeOptions())  # type: ignore[arg-type]
 
 
 def test_raf_serve_refuses_workers_without_a_shared_store(

@@ -45,6 +45,11 @@ def test_lists_become_tuples_and_the_value_is_frozen() -> None:
         ({"allowed_hosts": "h.example"}, "allowed_hosts must be a list of names, not one string"),
         ({"allowed_origins": [""]}, "allowed_origins must be non-empty strings"),
         ({"cors_origins": "https://a.example"}, "cors_origins must be a list of names"),
+        ({"mcp": "false"}, "mcp must be True or False, got 'false'"),
+        ({"a2a": 1}, "a2a must be True or False, got 1"),
+        ({"manage_agent": None}, "manage_agent must be True or False, got None"),
+        ({"store": 123}, "store must be a session store (with await store.get(id))"),
+        ({"store": ""}, "store must be a session store"),
     ],
 )
 def test_a_wrong_option_is_a_config_error_naming_it(given: dict[str, Any], said: str) -> None:

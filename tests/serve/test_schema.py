@@ -189,7 +189,16 @@ def _text(pattern: str) -> dict[str, Any]:
     return {"type": "object", "properties": {"answer": {"type": "string", "pattern": pattern}}}
 
 
+def _patterns(pattern: str, count: int) -> dict[str, Any]:
+    # Each a distinct pattern: RE2 compiles each, holding the GIL (the event loop waits).
+    properties = {f"p{i}": {"type": "string", "pattern": f"{pattern}{i}"} for i in range(count)}
+    return {"type": "object", "properties": properties}
+
+
 REFUSED = [
+    # RE2 compiled this one 6 s, holding the GIL: the server froze for each such pattern.
+    pytest.param(_text("(?:[^a]{0,1000})" * 40), "pattern too large", id="pattern-too-large"),
+    pytest.param(_patterns("[^a]{1000}", 20), "too large to compile", id="patterns-too-large"),
     pytest.param(_text("(("), "properties.answer.pattern", id="invalid-regex"),
     pytest.param(_text(r"(a)\1"), r"'(a)\\1' cannot be checked safely", id="backreference"),
     pytest.param(_text("(?=a)a"), "'(?=a)a' cannot be checked safely", id="lookahead"),
@@ -232,3 +241,74 @@ def test_a_schema_the_server_cannot_check_safely_is_a_400_naming_it(
     assert error["type"] == "invalid_request_error"
     assert error["message"].startswith(where)
     assert named in error["message"]
+
+
+# -- found by the red team -------------------------------------------------------------
+
+
+def test_a_ref_that_names_itself_is_not_followed_for_ever(server: ServedAgent) -> None:
+    # The nulls of an answer were dropped by following its schema's $refs until one was
+    # not a $ref: a worker thread spun for ever on {"A": {"$ref": "#/$defs/A"}}.
+    schema = {
+        "type": "object",
+        "$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}},
+        "properties": {"x": {"$ref": "#/$defs/A"}},
+    }
+    assert answer_of(post(server, one_answer(schema, x=None))) == {"x": None}
+
+
+def _list_of(items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"a": {"type": "array", "items": items}}}
+
+
+def test_an_enum_is_one_look_up_an_item(server: ServedAgent) -> None:
+    # jsonschema compared each item with each of the enum's values: 9,000 a check.
+    schema = _list_of({"enum": [[i] for i in range(9000)]})
+    items = [[8999]] * 5000
+    assert answer_of(post(server, one_answer(schema, a=items))) == {"a": items}
+    corrected = answer_of(post(server, one_answer(schema, a=[[8999], [9000]])))
+    assert "a.1: [9000] is not one of" in corrected["answer"]  # the model is told, and mends
+
+
+def test_a_schema_of_many_properties_costs_what_the_answer_holds(server: ServedAgent) -> None:
+    # jsonschema looked each of the schema's 9,000 properties up in each small object.
+    schema = _list_of({"type": "object", "properties": {f"p{i}": {} for i in range(9000)}})
+    items = [{"p1": 1}] * 80_000
+    assert answer_of(post(server, one_answer(schema, a=items))) == {"a": items}
+
+
+def test_the_errors_of_each_branch_count_against_the_budget(server: ServedAgent) -> None:
+    # anyOf keeps every error of its branches: 9,000 missing names an object, which cost
+    # the budget nothing, so a short answer was minutes of checks.
+    names = [f"p{i}" for i in range(9000)]
+    schema = _list_of({"anyOf": [{"required": names}, {"type": "object"}]})
+    reply = post(server, one_answer(schema, a=[{}] * 2000))
+    assert reply.status_code == 502, reply.text
+    assert reply.json()["error"]["code"] == "output_invalid"
+    assert "(1 attempts)" in reply.json()["error"]["message"]  # the budget ends the run
+
+
+@pytest.mark.parametrize(
+    ("factor", "number"),
+    [(0.5, "1" + "0" * 4000), (3, "1e400"), (0.1, "NaN"), (0.1, "-Infinity")],
+    ids=["huge-integer", "out-of-range", "nan", "infinity"],
+)
+def test_a_number_the_floats_cannot_hold_is_no_server_error(
+    server: ServedAgent, factor: float, number: str
+) -> None:
+    # jsonschema's multipleOf raised OverflowError or ValueError on these: a 500.
+    schema = {"type": "object", "properties": {"a": {"multipleOf": factor}}}
+    answer = answer_of(post(server, chat(schema, 'json:{"a": ' + number + "}")))
+    if number.isdigit():  # 10^4000 is a multiple of 0.5
+        assert answer == {"a": int(number)}
+    else:  # not JSON's numbers: the model is told, and mends
+        assert "Invalid JSON" in answer["answer"]
+
+
+@pytest.mark.parametrize("keyword", ["allOf", "oneOf"])
+def test_each_subschema_counts_though_it_checks_nothing(server: ServedAgent, keyword: str) -> None:
+    # {} counts no keyword: 19,000 of them were 19,000 evaluations an item, for nothing.
+    schema = _list_of({keyword: [{}] * 19_000})
+    reply = post(server, one_answer(schema, a=[1] * 2000))
+    assert reply.status_code == 502, reply.text
+    assert "(1 attempts)" in reply.json()["error"]["message"]  # the budget ends the run
