@@ -42,6 +42,7 @@ class Run:
       answer, which every entered provider's post stage sees;
     - :attr:`deferred`, the run's deferred calls: those that wait for a
       person's decision or a client's result, and those this run claimed;
+    - :attr:`state`, what middleware keep for this run under keys of their own;
     - :attr:`failures`, the post stages that failed in this run, innermost
       first: the outermost provider layer raises them once the run
       succeeded, or notes them on the run's error; after an early close,
@@ -64,6 +65,10 @@ class Run:
     #: for a decision or a client, what this run claimed), made by the agent's core when
     #: it first starts; ``None`` before.
     deferred: Any = attrs.field(default=None, init=False)
+    #: What middleware keep for this run and no layer owns (ASGI's ``scope["state"]``),
+    #: under a key of their own (``"raf.durable.batch"``): a middleware's per-run state
+    #: travels here, never in a context variable or a module's table.
+    state: dict[str, Any] = attrs.field(factory=dict, init=False, repr=False)
     _scopes: list[anyio.CancelScope] = attrs.field(factory=list, init=False, repr=False)
     _started: bool = attrs.field(default=False, init=False, repr=False)
 

@@ -9,7 +9,6 @@ caller follows and, while it waits for decisions, each delivery it took
 from __future__ import annotations
 
 from contextlib import nullcontext
-from contextvars import ContextVar
 from typing import Any, Final, cast
 
 import attrs
@@ -21,9 +20,10 @@ from raf._agent.tool_loop import ToolRequest
 from raf._onion.compose import CallNext
 from raf._sessions.base import Claimed, Session
 from raf._sessions.memory import InMemorySession
-from raf._values.context import ChatRequest
+from raf._values.context import ChatRequest, Invocation
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
+from raf._values.run import Run
 from raf.durable._sessions import SessionRef, WrittenOnce
 from raf.errors import DurableError
 
@@ -85,7 +85,16 @@ class _Batch:
     model_calls: int = 0
 
 
-_BATCH: ContextVar[_Batch | None] = ContextVar("raf_durable_batch", default=None)
+#: Where a pass keeps its batch: the run's own state (``Run.state``), read by the steps.
+BATCH: Final = "raf.durable.batch"
+
+
+def _batch(invocation: Invocation | None) -> _Batch | None:
+    """The batch of the pass ``invocation`` belongs to (``None`` outside a durable pass)."""
+    if invocation is None:
+        return None
+    batch = invocation.run.state.get(BATCH)
+    return batch if isinstance(batch, _Batch) else None
 
 
 async def live(run_id: str) -> bool:
@@ -184,16 +193,16 @@ class _Run:
         """The agent's pipeline once, its updates published: its response and its model calls."""
         session = self.session
         batch = _Batch()
-        token = _BATCH.set(batch)
+        # The run's own object carries the batch to the steps: no context variable does.
+        run = Run(self.publish if self.streams else None)
+        run.state[BATCH] = batch
         try:
             # The pre stages are not steps: they run again on recovery, where the request hash
             # was recorded already (Invocation.repeated is true).
-            publish = self.publish if self.streams else None
             response = await self.agent.run(
-                turn, session=cast("Session", session), options=self.options, on_update=publish
+                turn, session=cast("Session", session), options=self.options, on_update=run
             )
         finally:
-            _BATCH.reset(token)
             # The runs whose calls this pass denied (a new message) stop waiting for them.
             for superseded in sorted(session.superseded):
                 if await live(superseded):
@@ -242,7 +251,7 @@ async def model_step(request: ChatRequest, call_next: CallNext[ChatRequest]) -> 
         return await call_next(request)
 
     response = await DBOS.run_step_async({"name": "raf.model", "preemptible": True}, model)
-    batch = _BATCH.get()
+    batch = _batch(request.invocation)
     if batch is not None:
         batch.steps = {call.id: DBOS.reserve_step() for call in response.tool_calls}
         batch.model_calls += 1
@@ -257,7 +266,7 @@ async def tool_step(request: ToolRequest, call_next: Any) -> ChatMessage:
 
     # Preemptible: a run its caller cancelled stops its tools, not only at the next step.
     options: Any = {"name": f"raf.tool.{request.tool.name}", "preemptible": True}
-    batch = _BATCH.get()
+    batch = _batch(request.invocation)
     reserved = None if batch is None else batch.steps.pop(request.call.id, None)
     if reserved is None:
         # Not from the last answer (a middleware made it up), or called on twice (a retry).

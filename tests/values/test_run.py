@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import raf
@@ -185,3 +186,27 @@ async def test_a_failed_post_stage_on_success_is_in_the_run_and_raised() -> None
     with pytest.raises(ProviderError) as caught:
         await agent.run("hi")
     assert seen[0].failures == [caught.value]
+
+
+async def test_a_middlewares_state_lives_on_its_run_and_no_other() -> None:
+    # A run middleware keeps per-run state in run.state; the chat middleware of the same run
+    # reads it from request.invocation; a concurrent run of the same agent has its own.
+    seen: dict[str, list[object]] = {}
+
+    async def tag(invocation: raf.Invocation, call_next: Any) -> raf.AgentResponse:
+        invocation.run.state["tag"] = invocation.request_messages[0].content
+        await anyio.lowlevel.checkpoint()  # the other run starts meanwhile
+        return await call_next(invocation)
+
+    async def read(request: raf.ChatRequest, call_next: Any) -> raf.AgentResponse:
+        assert request.invocation is not None
+        tag_ = request.invocation.run.state["tag"]
+        seen.setdefault(str(tag_), []).append(tag_)
+        return await call_next(request)
+
+    agent = raf.Agent(raf.EchoChatClient(), stack=[tag], chat_stack=[read])
+    async with anyio.create_task_group() as group:
+        for text in ("a", "b"):
+            group.start_soon(agent.run, text)
+    assert seen == {"a": ["a"], "b": ["b"]}
+    assert raf.Run().state == {}
