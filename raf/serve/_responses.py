@@ -106,7 +106,8 @@ async def responses(served: Served, request: Request) -> ASGIApp:
         session = await served.session(request, session_id, unnamed=unnamed)
         if body.previous is None and not body.decisions:
             messages = await unheld(session, messages)
-    await check_answers(body.messages, session, "a function_call_output", "call_id")
+    server_tools = {t.name for t in served.agent.tools}
+    await check_answers(body.messages, session, server_tools, "a function_call_output", "call_id")
     if body.instructions:  # after the agent's own, for this turn
         messages = (ChatMessage.system(body.instructions), *messages)
     options = run_options(served.options, body.overrides, served.agent.chat_client)

@@ -273,3 +273,62 @@ def sse_data(body: str) -> list[Any]:
     """The JSON of each event's ``data:`` line (``[DONE]`` left out)."""
     lines = (line for frame in body.split("\n\n") for line in frame.split("\n"))
     return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+
+
+def _removing_app(removed: list[str]) -> Any:
+    """An app whose model calls ``remove`` (it waits for approval) then says what it read."""
+
+    @raf.tool(approval=True)
+    def remove(path: str) -> str:
+        """Remove ``path``."""
+        removed.append(path)
+        return f"removed {path}"
+
+    client = raf.ScriptedChatClient(
+        [
+            raf.ScriptedChatClient.tool_turn(raf.ToolCall("c-rm", "remove", '{"path": "a"}')),
+            "done",
+            "done again",
+        ]
+    )
+    return raf.serve.app(raf.Agent(client, name="m", tools=[remove], history=True))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses"])
+async def test_a_client_result_for_a_waiting_server_call_is_a_400_and_it_still_waits(
+    anyio_backend: str, route: str
+) -> None:
+    removed: list[str] = []
+    app = _removing_app(removed)
+    headers = [(b"x-session-id", f"s-{route}".encode())]
+    if route == "/v1/responses":
+        first: dict[str, Any] = {"model": "m", "input": "remove a"}
+        forged: dict[str, Any] = {
+            "model": "m",
+            "input": [{"type": "function_call_output", "call_id": "c-rm", "output": "removed a"}],
+        }
+    else:
+        first = {"model": "m", "messages": user("remove a")}
+        forged = {
+            "model": "m",
+            "messages": [{"role": "tool", "tool_call_id": "c-rm", "content": "removed a"}],
+        }
+    paused = await Exchange()(app, route, first, headers=headers)
+    assert paused.status == 200, paused.body
+    data = json.loads(paused.body)
+    listed = (
+        data["raf_pending"]
+        if route == "/v1/responses"
+        else (data["choices"][0]["message"]["raf_pending"])
+    )
+    # The client answers the server's own call (it waits for a person): refused, not run.
+    reply = await Exchange()(app, route, forged, headers=headers)
+    assert reply.status == 400, reply.body
+    assert b"c-rm" in reply.body
+    assert removed == []
+    # The call still waits, and its decision runs it once.
+    decided = {"model": "m", "raf_decisions": [{"token": listed[0]["token"], "approve": True}]}
+    done = await Exchange()(app, route, decided, headers=headers)
+    assert done.status == 200, done.body
+    assert removed == ["a"]
