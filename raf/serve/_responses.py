@@ -143,8 +143,12 @@ def parse_responses(body: Any, agent_tools: Sequence[Tool]) -> ResponsesRequest:
     named = tool_choice(choice, (*agent_tools, *tools))
     if named is not None:
         overrides["tool_choice"] = named
-    text = body.get("text") or {}
-    form = text.get("format") if isinstance(text, dict) else None
+    text = body.get("text")
+    if text is None:
+        text = {}
+    if not isinstance(text, dict):  # ignored, its format was silently not honoured
+        raise HttpError(400, "'text' must be an object, such as {\"format\": {...}}")
+    form = text.get("format")
     if isinstance(form, dict) and form.get("type") == "json_schema":
         form = {"type": "json_schema", "json_schema": form}
     output = output_of(form, "text.format")

@@ -218,6 +218,17 @@ async def test_a_tool_message_cannot_answer_a_server_tool_call_of_the_session(
         assert "shout" in error_of(reply)["message"]
 
 
+@pytest.mark.parametrize("text", ["json", ["format"], 1])
+async def test_a_responses_text_that_is_not_an_object_is_a_400(
+    anyio_backend: str, text: Any
+) -> None:
+    async with client(raf.serve.app(make_agent())) as http:
+        body = {"model": MODEL, "input": "hi", "text": text}
+        reply = await http.post("/v1/responses", json=body)
+        assert reply.status_code == 400
+        assert "'text' must be an object" in error_of(reply)["message"]
+
+
 class Leaky(ContextProvider):
     """Fails with what an error body must never show."""
 
