@@ -332,3 +332,20 @@ async def test_a_client_result_for_a_waiting_server_call_is_a_400_and_it_still_w
     done = await Exchange()(app, route, decided, headers=headers)
     assert done.status == 200, done.body
     assert removed == ["a"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses"])
+async def test_decisions_for_an_agent_without_history_are_a_409_not_a_500(
+    anyio_backend: str, route: str
+) -> None:
+    # Nothing can wait where no history is kept: every token matches no waiting call.
+    client = raf.ScriptedChatClient(["never"])
+    app = raf.serve.app(raf.Agent(client, name="m"))
+    body: dict[str, Any] = {"model": "m", "raf_decisions": [{"token": "t1", "approve": True}]}
+    if route == "/v1/chat/completions":
+        body["messages"] = []
+    reply = await Exchange()(app, route, body, headers=[(b"x-session-id", b"s")])
+    assert reply.status == 409, reply.body
+    assert json.loads(reply.body)["error"]["code"] == "approval_mismatch"
+    assert client.requests == []
