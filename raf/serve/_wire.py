@@ -219,7 +219,7 @@ async def check_answers(
                 f"{what} cannot answer the server's own call: {named} {call.id!r:.80} (the "
                 f"tool {call.name!r:.80} runs on the server"
                 + (
-                    "; it waits for approval: decide it with raf_decisions)"
+                    "; it waits for a person's approval: send a decision for it)"
                     if call.id in waiting
                     else ")"
                 ),
