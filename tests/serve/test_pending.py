@@ -349,3 +349,55 @@ async def test_decisions_for_an_agent_without_history_are_a_409_not_a_500(
     assert reply.status == 409, reply.body
     assert json.loads(reply.body)["error"]["code"] == "approval_mismatch"
     assert client.requests == []
+
+
+@pytest.mark.anyio
+async def test_a_client_tools_result_leaves_the_turns_waiting_call_waiting(
+    anyio_backend: str,
+) -> None:
+    # One model turn calls a client tool and a tool that waits for approval. The client
+    # answers its tool first (as any OpenAI client does): that is no new message, and the
+    # call that waits for a person still waits, to be decided after.
+    removed: list[str] = []
+
+    @raf.tool(approval=True)
+    def remove(path: str) -> str:
+        """Remove ``path``."""
+        removed.append(path)
+        return f"removed {path}"
+
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}  # fmt: skip
+    client = raf.ScriptedChatClient(
+        [
+            raf.ScriptedChatClient.tool_turn(
+                raf.ToolCall("c-w", "get_weather", '{"city": "Paris"}'),
+                raf.ToolCall("c-rm", "remove", '{"path": "a"}'),
+            ),
+            "both done",
+        ]
+    )
+    app = raf.serve.app(raf.Agent(client, name="m", tools=[remove], history=True))
+    headers = [(b"x-session-id", b"mixed")]
+    first = {"model": "m", "messages": user("go"), "tools": [weather]}
+    paused = json.loads(
+        (await Exchange()(app, "/v1/chat/completions", first, headers=headers)).body
+    )
+    (token,) = [p["token"] for p in paused["choices"][0]["message"]["raf_pending"]]
+    result = {
+        "model": "m",
+        "messages": [{"role": "tool", "tool_call_id": "c-w", "content": "sunny"}],
+        "tools": [weather],
+    }
+    answered = await Exchange()(app, "/v1/chat/completions", result, headers=headers)
+    assert answered.status == 200, answered.body
+    still = json.loads(answered.body)["choices"][0]["message"]
+    assert [p["token"] for p in still["raf_pending"]] == [token]
+    assert len(client.requests) == 1  # the model waits for the decision
+    decided = {"model": "m", "messages": [], "raf_decisions": [{"token": token, "approve": True}]}
+    done = await Exchange()(app, "/v1/chat/completions", decided, headers=headers)
+    assert done.status == 200, done.body
+    assert json.loads(done.body)["choices"][0]["message"]["content"] == "both done"
+    assert removed == ["a"]
+    seen = [(m.role, m.tool_call_id, m.content) for m in client.requests[-1].messages[-2:]]
+    assert seen == [("tool", "c-w", "sunny"), ("tool", "c-rm", "removed a")]
