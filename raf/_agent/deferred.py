@@ -251,6 +251,7 @@ class RunDeferred:
             # history of its step, so a replay sees what the first pass saw.)
             waiting = await stored_waiting_turn(self.session)
         _, gap = unanswered_tail(waiting)
+        await self._refuse_made_up_results(given, gap)
         # The request answers the turn's client calls (their results): no new message, so
         # the turn's calls that wait for a person still wait for their decisions.
         answering = any(call.id in given for call in gap)
@@ -272,6 +273,24 @@ class RunDeferred:
             return Opening(answers, messages, options, remaining, stalled)
         view, options = in_view(messages, options, waiting, _visible(answers, gap))
         return Opening(answers, view, options, remaining, stalled)
+
+    async def _refuse_made_up_results(
+        self, given: set[str | None], gap: Sequence[ToolCall]
+    ) -> None:
+        """An :class:`ApprovalError` when the request's tool messages answer a call that
+        waits for a person: only a decision answers it (else the model would read a result
+        the caller made up, and the call, still pending, could run after it)."""
+        answered = [call for call in gap if call.id in given]
+        if not answered or missing_pending(self.session):
+            return
+        held = {p.call.id for p in await self.session.list_pending()}
+        for call in answered:
+            if call.id in held:
+                raise ApprovalError(
+                    f"session {self.session.id!r}: a tool message answers the call {call.id!r} "
+                    f"of {call.name!r}, which waits for a person's approval: only a decision "
+                    "answers it (agent.run(raf.Decision(token, approve=...), session=...))"
+                )
 
     async def _still_waiting(
         self, gap: Sequence[ToolCall]
