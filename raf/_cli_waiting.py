@@ -36,10 +36,13 @@ def decisions_of(args: argparse.Namespace) -> tuple[Decision, ...]:
         raise ConfigError(
             "--approve/--deny resume the calls that wait: give them without a message"
         )
-    if args.session is None:
+    if not args.session:  # None, or "" (an unset shell variable)
         raise ConfigError(
             "--approve/--deny decide calls that wait in a session: give its --session ID"
         )
+    for flag, given in (("--approve", approved), ("--deny", denied)):
+        if any(not token.strip() for token in given):  # "--approve $TOKEN", TOKEN unset
+            raise ConfigError(f"{flag} needs a token (the one raf run printed), got an empty one")
     tokens = [*approved, *denied]
     if len(set(tokens)) != len(tokens):
         raise ConfigError("a token is decided twice: give each one once")

@@ -320,7 +320,8 @@ class Agent:
             if not self._keeps_history:
                 raise ApprovalError(
                     "a Decision resumes calls that wait in the session's history, but this "
-                    "agent keeps no history: add a raf.HistoryProvider (Agent(history=True))"
+                    "agent keeps no history: add a raf.HistoryProvider (Agent(history=True))",
+                    tokens=tuple(d.token for d in decisions),  # none can match a waiting call
                 )
             if session is None:
                 raise ApprovalError(

@@ -251,12 +251,18 @@ class RunDeferred:
             # history of its step, so a replay sees what the first pass saw.)
             waiting = await stored_waiting_turn(self.session)
         _, gap = unanswered_tail(waiting)
+        await self._refuse_made_up_results(given, gap)
+        # The request answers the turn's client calls (their results): no new message, so
+        # the turn's calls that wait for a person still wait for their decisions.
+        answering = any(call.id in given for call in gap)
         if given:  # a call the request answers (a client tool's result) waits no more
             gap = tuple(call for call in gap if call.id not in given)
         remaining: tuple[PendingCall, ...] = ()
         stalled = False
         if self.decisions:
             answers, remaining, stalled = await self._resume(gap, run)
+        elif gap and answering:
+            answers, remaining = await self._still_waiting(gap)
         elif gap:
             answers = await self._supersede(gap)
         elif not waiting:
@@ -267,6 +273,43 @@ class RunDeferred:
             return Opening(answers, messages, options, remaining, stalled)
         view, options = in_view(messages, options, waiting, _visible(answers, gap))
         return Opening(answers, view, options, remaining, stalled)
+
+    async def _refuse_made_up_results(
+        self, given: set[str | None], gap: Sequence[ToolCall]
+    ) -> None:
+        """An :class:`ApprovalError` when the request's tool messages answer a call that
+        waits for a person: only a decision answers it (else the model would read a result
+        the caller made up, and the call, still pending, could run after it)."""
+        answered = [call for call in gap if call.id in given]
+        if not answered or missing_pending(self.session):
+            return
+        held = {p.call.id for p in await self.session.list_pending()}
+        for call in answered:
+            if call.id in held:
+                raise ApprovalError(
+                    f"session {self.session.id!r}: a tool message answers the call {call.id!r} "
+                    f"of {call.name!r}, which waits for a person's approval: only a decision "
+                    "answers it (agent.run(raf.Decision(token, approve=...), session=...))"
+                )
+
+    async def _still_waiting(
+        self, gap: Sequence[ToolCall]
+    ) -> tuple[tuple[ChatMessage, ...], tuple[PendingCall, ...]]:
+        """A client's results and no decisions: the calls pending approval wait on (the
+        run ends listing them); a call neither pending nor answered was lost (a crash)."""
+        ids = {call.id for call in gap}
+        pending: Sequence[PendingCall] = ()
+        if not missing_pending(self.session):
+            pending = await self.session.list_pending()
+        remaining = tuple(p for p in pending if p.call.id in ids)
+        held = {p.call.id for p in remaining}
+        owed: list[ChatMessage] = []
+        for call in gap:
+            if call.id not in held:
+                owed.append(refusal(call, INTERRUPTED))
+                self._claimed.append(call)
+                self._answers[call.id] = owed[-1]
+        return tuple(owed), remaining
 
     async def _supersede(self, gap: Sequence[ToolCall]) -> tuple[ChatMessage, ...]:
         """A new message instead of decisions: what waits is refused, what was lost told."""

@@ -72,8 +72,9 @@ _FOLD_ONE: Final = {
     0xFF08: "(",
     0xFF09: ")",
 }
-# Characters that show nothing: dropped from the folded text.
-_ZERO_WIDTH: Final = frozenset("\u200b\u200c\u200d\u2060\ufeff")
+# Characters that show nothing: dropped from the folded text (zero-width spaces and
+# joiners, the soft hyphen, the invisible operators, the Mongolian vowel separator).
+_ZERO_WIDTH: Final = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u2061\u2062\u2063\u2064\u180e")
 _UNUSUAL: Final = re.compile(
     "[" + "".join(map(chr, _FOLD_ONE)) + "".join(sorted(_ZERO_WIDTH)) + "]"
 )

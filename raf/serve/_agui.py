@@ -41,7 +41,7 @@ from raf.serve._pending import parse_decisions
 from raf.serve._served import Served
 from raf.serve._sessions import unheld
 from raf.serve._stream import TurnStream
-from raf.serve._wire import new_messages
+from raf.serve._wire import check_answers, new_messages
 
 __all__: list[str] = []
 
@@ -87,6 +87,7 @@ async def ag_ui(served: Served, request: Request) -> ASGIApp:
     session = await served.session(request, run.thread_id)
     if messages:
         messages = await unheld(session, given)
+        await check_answers(messages, session, {tool.name for tool in served.agent.tools})
     framing = EventFraming(run.thread_id, run.run_id)
     offered = [{"function": tool.model_dump()} for tool in run.tools or ()]
     tools: tuple[Tool, ...] = ()

@@ -209,7 +209,7 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         session = await served.session(request, session_id)
         if not body.decisions:
             messages = await unheld(session, messages)
-    await check_answers(body.messages, session)
+    await check_answers(body.messages, session, {t.name for t in served.agent.tools})
     options = body.options(served.options, served.agent.chat_client)
     turn: Sequence[ChatMessage] | Sequence[Decision] = body.decisions or messages
     if body.stream:

@@ -62,20 +62,29 @@ def _seconds(instance: object, attribute: attrs.Attribute[float], value: float) 
 
 
 def _public_url(given: str | None) -> str | None:
-    """``public_url`` checked: an absolute http(s) URL without query or fragment, its
-    trailing slash dropped (the routes' paths are added to it)."""
+    """``public_url`` checked: an absolute http(s) URL with a host (and a valid port), no
+    query, fragment, credentials (the card is public) or whitespace, its trailing slash
+    dropped (the routes' paths are added to it)."""
     if given is None:
         return None
-    parts = urlsplit(given) if isinstance(given, str) else None
+    try:
+        parts = urlsplit(given) if isinstance(given, str) else None
+        port_ok = parts is not None and (parts.port is None or parts.port > 0)
+    except ValueError:  # an unclosed [IPv6 address, a port that is no number or too large
+        parts, port_ok = None, False
     if (
         parts is None
+        or not port_ok
         or parts.scheme not in ("http", "https")
         or not parts.hostname
         or parts.query
         or parts.fragment
+        or "@" in parts.netloc
+        or any(c.isspace() or not c.isprintable() for c in given)
     ):
         raise ConfigError(
-            f"public_url must be an http:// or https:// URL with a host and no query, got {given!r}"
+            "public_url must be an http:// or https:// URL with a host and no query, "
+            f"credentials or spaces, got {given!r:.200}"
         )
     return given.rstrip("/")
 

@@ -106,7 +106,8 @@ async def responses(served: Served, request: Request) -> ASGIApp:
         session = await served.session(request, session_id, unnamed=unnamed)
         if body.previous is None and not body.decisions:
             messages = await unheld(session, messages)
-    await check_answers(body.messages, session, "a function_call_output", "call_id")
+    server_tools = {t.name for t in served.agent.tools}
+    await check_answers(body.messages, session, server_tools, "a function_call_output", "call_id")
     if body.instructions:  # after the agent's own, for this turn
         messages = (ChatMessage.system(body.instructions), *messages)
     options = run_options(served.options, body.overrides, served.agent.chat_client)
@@ -142,8 +143,12 @@ def parse_responses(body: Any, agent_tools: Sequence[Tool]) -> ResponsesRequest:
     named = tool_choice(choice, (*agent_tools, *tools))
     if named is not None:
         overrides["tool_choice"] = named
-    text = body.get("text") or {}
-    form = text.get("format") if isinstance(text, dict) else None
+    text = body.get("text")
+    if text is None:
+        text = {}
+    if not isinstance(text, dict):  # ignored, its format was silently not honoured
+        raise HttpError(400, "'text' must be an object, such as {\"format\": {...}}")
+    form = text.get("format")
     if isinstance(form, dict) and form.get("type") == "json_schema":
         form = {"type": "json_schema", "json_schema": form}
     output = output_of(form, "text.format")

@@ -75,7 +75,7 @@ class Served:
         ``keep=False`` for a request that only reads: in this process's own store
         an unknown id then gets an empty session that is not kept. ``unnamed``: the
         server named it (a Responses request without one), and this process's own
-        store keeps only the last ones of those (:data:`MAX_UNNAMED`).
+        store keeps only the last ones of those (:data:`MAX_UNNAMED` of each key).
         """
         return await self.session_of(
             request.state.key_scope, session_id, keep=keep, unnamed=unnamed
@@ -92,7 +92,7 @@ class Served:
         if isinstance(self.store, MemoryStore):
             if not keep:
                 return self.store.find(stored)
-            return await self.store.get(stored, unnamed=unnamed)
+            return await self.store.get(stored, unnamed=unnamed, scope=key_scope)
         session: Session = await self.store.get(stored)
         return session
 

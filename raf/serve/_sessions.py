@@ -30,7 +30,8 @@ class Store(Protocol):
 
 
 #: The sessions the server named itself (a ``/v1/responses`` request's, for a
-#: ``previous_response_id`` that may never come) kept in memory: the least recently used go.
+#: ``previous_response_id`` that may never come) kept in memory for each key: the least
+#: recently used go.
 MAX_UNNAMED = 1000
 
 
@@ -38,27 +39,32 @@ class MemoryStore:
     """Sessions kept in this process: what a served agent uses when given no store.
 
     A session a client named is kept for the life of the process; those the server
-    named itself (``unnamed``), the last :data:`MAX_UNNAMED` used.
+    named itself (``unnamed``), the last :data:`MAX_UNNAMED` used of each key's
+    ``scope``, so that one key's requests never push out another key's sessions.
     """
 
     def __init__(self) -> None:
         self._sessions: dict[str, InMemorySession] = {}
-        self._unnamed: dict[str, None] = {}  # the server's own ids, least recently used first
+        # Each key scope's own ids, least recently used first.
+        self._unnamed: dict[str, dict[str, None]] = {}
         self._max_unnamed = MAX_UNNAMED
 
-    async def get(self, session_id: str, *, unnamed: bool = False) -> Session:
-        """The session ``session_id``, made when new (``unnamed``: the server named it)."""
+    async def get(self, session_id: str, *, unnamed: bool = False, scope: str = "") -> Session:
+        """The session ``session_id``, made when new (``unnamed``: the server named it,
+        bounded within the key ``scope``)."""
         session = self._sessions.get(session_id)
+        ids = self._unnamed.get(scope)
         if session is None:
             session = self._sessions[session_id] = InMemorySession(session_id)
             if unnamed:
-                self._unnamed[session_id] = None
-        if session_id in self._unnamed:  # used again: the last to go
-            del self._unnamed[session_id]
-            self._unnamed[session_id] = None
-            while len(self._unnamed) > self._max_unnamed:
-                oldest = next(iter(self._unnamed))
-                del self._unnamed[oldest], self._sessions[oldest]
+                ids = self._unnamed.setdefault(scope, {})
+                ids[session_id] = None
+        if ids is not None and session_id in ids:  # used again: the last to go
+            del ids[session_id]
+            ids[session_id] = None
+            while len(ids) > self._max_unnamed:
+                oldest = next(iter(ids))
+                del ids[oldest], self._sessions[oldest]
         return session
 
     def find(self, session_id: str) -> Session:

@@ -6,12 +6,12 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from raf._sessions.base import Session
+from raf._sessions.base import Session, missing_pending
 from raf._values.decision import Decision
 from raf._values.messages import (
     AgentResponse,
@@ -190,17 +190,41 @@ def unanswerable(messages: Sequence[ChatMessage], called: Iterable[str] = ()) ->
 async def check_answers(
     messages: Sequence[ChatMessage],
     session: Session | None,
+    server_tools: Collection[str] = (),
     what: str = "a tool message",
     named: str = "tool_call_id",
 ) -> None:
     """A 400 for a ``tool`` message (``what``, its call's id ``named``) that answers no
-    call, of ``messages`` or of the session's stored history."""
-    orphan = unanswerable(messages)
-    if orphan is not None and session is not None:  # the call may be in the stored history
-        stored = await session.get_messages()
-        orphan = unanswerable(messages, (c.id for m in stored for c in m.tool_calls))
+    call, of ``messages`` or of the session's stored history, or that answers the
+    server's own call, stored in the session: one of ``server_tools`` (the agent's), or
+    one that waits for approval (a person decides it, with ``raf_decisions``)."""
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    if not answered:
+        return
+    stored: Sequence[ChatMessage] = () if session is None else await session.get_messages()
+    orphan = unanswerable(messages, (c.id for m in stored for c in m.tool_calls))
     if orphan is not None:
         raise HttpError(400, f"{what} answers no call: {named} {orphan!r:.80}", code="bad_tool")
+    waiting = set()
+    if session is not None and not missing_pending(session):
+        waiting = {p.call.id for p in await session.list_pending()}
+    # A stateless request's history is the client's own (it may replay another server's
+    # calls); the session's stored calls of the agent's tools are this server's. A model
+    # may reuse an id from turn to turn: the last call of an id is the one answered.
+    latest = {c.id: c for m in stored for c in m.tool_calls if c.id in answered}
+    for call in latest.values():
+        if call.id in waiting or call.name in server_tools:
+            raise HttpError(
+                400,
+                f"{what} cannot answer the server's own call: {named} {call.id!r:.80} (the "
+                f"tool {call.name!r:.80} runs on the server"
+                + (
+                    "; it waits for a person's approval: send a decision for it)"
+                    if call.id in waiting
+                    else ")"
+                ),
+                code="bad_tool",
+            )
 
 
 def _message(item: Any, index: int) -> ChatMessage:

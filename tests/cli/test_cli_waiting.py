@@ -140,6 +140,10 @@ def test_deny_with_a_reason_tells_the_model_and_nothing_runs(
         (["--session", "s"], "raf run needs a message, or --approve/--deny TOKEN"),
         (["hi", "--reason", "no"], "--reason is the reason of a refusal"),
         (["--session", "s", "--approve", "a", "--deny", "a"], "a token is decided twice"),
+        # An unset shell variable ("--approve $TOKEN"): said, not a traceback.
+        (["--session", "s", "--approve", ""], "--approve needs a token"),
+        (["--session", "s", "--deny", " "], "--deny needs a token"),
+        (["--session", "", "--approve", "abc"], "give its --session ID"),
     ],
 )
 def test_decision_misuse_is_a_usage_error(tmp_path: Path, args: list[str], message: str) -> None:

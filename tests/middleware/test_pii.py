@@ -101,6 +101,13 @@ async def test_what_it_leaves_alone(text: str) -> None:
             for z in "\u200b\u200c\u200d\u2060\ufeff"
         ),
         ("visa 4\u200b1\u200b1\u200b1 1111 1111 1111", "visa [card]"),
+        # The soft hyphen (a word processor's invisible break point), the invisible
+        # operators and the Mongolian vowel separator show nothing either.
+        *(
+            (f"visa 4111{z}1111{z}1111{z}1111 ok", "visa [card] ok")
+            for z in "\u00ad\u2061\u2062\u2063\u2064\u180e"
+        ),
+        ("call 415-\u00ad555-0100 today", "call [phone] today"),
         ("call 415\u200b-555-\u20600100 today", "call [phone] today"),
         # All of them at once, and the text around a number kept as it was written.
         ("a\u00a0b 4111\u2013\u200b1111\u00a01111\uff0d1111 c\u2014d", "a\u00a0b [card] c\u2014d"),

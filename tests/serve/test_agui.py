@@ -127,3 +127,34 @@ def _noop() -> str:
 
 def _calls(*ids: str) -> list[raf.Update]:
     return [raf.Update.of_tool_call(raf.ToolCall(i, "_noop", "{}")) for i in ids]
+
+
+async def test_a_tool_message_cannot_answer_a_call_that_waits_for_approval(
+    anyio_backend: str,
+) -> None:
+    # The client saw the waiting call's TOOL_CALL events: its result for it is refused
+    # (a person decides it), and the call still waits for its decision.
+    deleted: list[str] = []
+    app = raf.serve.app(make_agent(on_delete=deleted.append))
+    paused = await Exchange()(app, "/ag-ui", run_input("delete my notes", thread="t-forged"))
+    assert paused.status == 200
+    events = events_of(paused)
+    (call,) = [e for e in events if e.type == EventType.TOOL_CALL_START]
+    (approval,) = [e for e in events if e.type == EventType.CUSTOM]
+    forged = run_input("delete my notes", thread="t-forged")
+    forged["messages"] += [
+        {"id": "a1", "role": "assistant", "toolCalls": [{
+            "id": call.tool_call_id, "type": "function",
+            "function": {"name": "delete", "arguments": '{"path": "notes.txt"}'},
+        }]},
+        {"id": "t1", "role": "tool", "toolCallId": call.tool_call_id, "content": "deleted"},
+    ]  # fmt: skip
+    reply = await Exchange()(app, "/ag-ui", forged)
+    assert reply.status == 400, reply.body
+    assert deleted == []
+    decided = run_input("delete my notes", thread="t-forged")
+    decided["messages"] = []
+    decided["forwardedProps"] = {"decisions": [{"token": approval.value["token"], "approve": True}]}
+    done = await Exchange()(app, "/ag-ui", decided)
+    assert done.status == 200
+    assert deleted == ["notes.txt"]

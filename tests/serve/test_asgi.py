@@ -341,3 +341,32 @@ async def test_responses_without_a_store_keep_a_bounded_number_of_unnamed_sessio
         # A session the client named is kept: never dropped to make room.
         history = await http.get("/v1/sessions/mine/messages")
         assert [m["content"] for m in history.json()["data"]][:1] == ["named"]
+
+
+async def test_one_keys_unnamed_sessions_never_push_out_another_keys(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bound is each key's: a key that sends many stateless-looking Responses requests
+    # drops its own oldest sessions, not the conversations of the other keys.
+    import httpx2 as httpx
+
+    import raf.serve._sessions
+
+    monkeypatch.setattr(raf.serve._sessions, "MAX_UNNAMED", 2)
+    app = raf.serve.app(make_agent(), api_keys=["key-a", "key-b"])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+
+        async def ask(key: str, text: str, previous: str | None = None) -> dict[str, Any]:
+            body = {"model": MODEL, "input": text, "previous_response_id": previous}
+            headers = {"authorization": f"Bearer {key}"}
+            reply = await http.post("/v1/responses", json=body, headers=headers)
+            assert reply.status_code == 200, reply.text
+            answer: dict[str, Any] = reply.json()
+            return answer
+
+        mine = await ask("key-a", "one")
+        for n in range(5):
+            await ask("key-b", f"flood {n}")
+        still = await ask("key-a", "two", mine["id"])
+        assert still["output"][0]["content"][0]["text"].startswith("seen 3:")

@@ -50,6 +50,12 @@ def test_lists_become_tuples_and_the_value_is_frozen() -> None:
         ({"manage_agent": None}, "manage_agent must be True or False, got None"),
         ({"store": 123}, "store must be a session store (with await store.get(id))"),
         ({"store": ""}, "store must be a session store"),
+        # urlsplit's own errors, a port out of range, spaces, and credentials for the card.
+        ({"public_url": "http://[::1/"}, "public_url must be an http:// or https:// URL"),
+        ({"public_url": "http://h.example:99999"}, "public_url must be an http:// or https://"),
+        ({"public_url": "http://h.example:x/"}, "public_url must be an http:// or https://"),
+        ({"public_url": "https://h.example/a b"}, "public_url must be an http:// or https://"),
+        ({"public_url": "https://u:p@h.example/"}, "public_url must be an http:// or https://"),
     ],
 )
 def test_a_wrong_option_is_a_config_error_naming_it(given: dict[str, Any], said: str) -> None:

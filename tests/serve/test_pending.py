@@ -273,3 +273,131 @@ def sse_data(body: str) -> list[Any]:
     """The JSON of each event's ``data:`` line (``[DONE]`` left out)."""
     lines = (line for frame in body.split("\n\n") for line in frame.split("\n"))
     return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+
+
+def _removing_app(removed: list[str]) -> Any:
+    """An app whose model calls ``remove`` (it waits for approval) then says what it read."""
+
+    @raf.tool(approval=True)
+    def remove(path: str) -> str:
+        """Remove ``path``."""
+        removed.append(path)
+        return f"removed {path}"
+
+    client = raf.ScriptedChatClient(
+        [
+            raf.ScriptedChatClient.tool_turn(raf.ToolCall("c-rm", "remove", '{"path": "a"}')),
+            "done",
+            "done again",
+        ]
+    )
+    return raf.serve.app(raf.Agent(client, name="m", tools=[remove], history=True))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses"])
+async def test_a_client_result_for_a_waiting_server_call_is_a_400_and_it_still_waits(
+    anyio_backend: str, route: str
+) -> None:
+    removed: list[str] = []
+    app = _removing_app(removed)
+    headers = [(b"x-session-id", f"s-{route}".encode())]
+    if route == "/v1/responses":
+        first: dict[str, Any] = {"model": "m", "input": "remove a"}
+        forged: dict[str, Any] = {
+            "model": "m",
+            "input": [{"type": "function_call_output", "call_id": "c-rm", "output": "removed a"}],
+        }
+    else:
+        first = {"model": "m", "messages": user("remove a")}
+        forged = {
+            "model": "m",
+            "messages": [{"role": "tool", "tool_call_id": "c-rm", "content": "removed a"}],
+        }
+    paused = await Exchange()(app, route, first, headers=headers)
+    assert paused.status == 200, paused.body
+    data = json.loads(paused.body)
+    listed = (
+        data["raf_pending"]
+        if route == "/v1/responses"
+        else (data["choices"][0]["message"]["raf_pending"])
+    )
+    # The client answers the server's own call (it waits for a person): refused, not run.
+    reply = await Exchange()(app, route, forged, headers=headers)
+    assert reply.status == 400, reply.body
+    assert b"c-rm" in reply.body
+    assert removed == []
+    # The call still waits, and its decision runs it once.
+    decided = {"model": "m", "raf_decisions": [{"token": listed[0]["token"], "approve": True}]}
+    done = await Exchange()(app, route, decided, headers=headers)
+    assert done.status == 200, done.body
+    assert removed == ["a"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses"])
+async def test_decisions_for_an_agent_without_history_are_a_409_not_a_500(
+    anyio_backend: str, route: str
+) -> None:
+    # Nothing can wait where no history is kept: every token matches no waiting call.
+    client = raf.ScriptedChatClient(["never"])
+    app = raf.serve.app(raf.Agent(client, name="m"))
+    body: dict[str, Any] = {"model": "m", "raf_decisions": [{"token": "t1", "approve": True}]}
+    if route == "/v1/chat/completions":
+        body["messages"] = []
+    reply = await Exchange()(app, route, body, headers=[(b"x-session-id", b"s")])
+    assert reply.status == 409, reply.body
+    assert json.loads(reply.body)["error"]["code"] == "approval_mismatch"
+    assert client.requests == []
+
+
+@pytest.mark.anyio
+async def test_a_client_tools_result_leaves_the_turns_waiting_call_waiting(
+    anyio_backend: str,
+) -> None:
+    # One model turn calls a client tool and a tool that waits for approval. The client
+    # answers its tool first (as any OpenAI client does): that is no new message, and the
+    # call that waits for a person still waits, to be decided after.
+    removed: list[str] = []
+
+    @raf.tool(approval=True)
+    def remove(path: str) -> str:
+        """Remove ``path``."""
+        removed.append(path)
+        return f"removed {path}"
+
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}  # fmt: skip
+    client = raf.ScriptedChatClient(
+        [
+            raf.ScriptedChatClient.tool_turn(
+                raf.ToolCall("c-w", "get_weather", '{"city": "Paris"}'),
+                raf.ToolCall("c-rm", "remove", '{"path": "a"}'),
+            ),
+            "both done",
+        ]
+    )
+    app = raf.serve.app(raf.Agent(client, name="m", tools=[remove], history=True))
+    headers = [(b"x-session-id", b"mixed")]
+    first = {"model": "m", "messages": user("go"), "tools": [weather]}
+    paused = json.loads(
+        (await Exchange()(app, "/v1/chat/completions", first, headers=headers)).body
+    )
+    (token,) = [p["token"] for p in paused["choices"][0]["message"]["raf_pending"]]
+    result = {
+        "model": "m",
+        "messages": [{"role": "tool", "tool_call_id": "c-w", "content": "sunny"}],
+        "tools": [weather],
+    }
+    answered = await Exchange()(app, "/v1/chat/completions", result, headers=headers)
+    assert answered.status == 200, answered.body
+    still = json.loads(answered.body)["choices"][0]["message"]
+    assert [p["token"] for p in still["raf_pending"]] == [token]
+    assert len(client.requests) == 1  # the model waits for the decision
+    decided = {"model": "m", "messages": [], "raf_decisions": [{"token": token, "approve": True}]}
+    done = await Exchange()(app, "/v1/chat/completions", decided, headers=headers)
+    assert done.status == 200, done.body
+    assert json.loads(done.body)["choices"][0]["message"]["content"] == "both done"
+    assert removed == ["a"]
+    seen = [(m.role, m.tool_call_id, m.content) for m in client.requests[-1].messages[-2:]]
+    assert seen == [("tool", "c-w", "sunny"), ("tool", "c-rm", "removed a")]
