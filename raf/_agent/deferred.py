@@ -251,18 +251,21 @@ class RunDeferred:
             # history of its step, so a replay sees what the first pass saw.)
             waiting = await stored_waiting_turn(self.session)
         _, gap = unanswered_tail(waiting)
-        await self._refuse_made_up_results(given, gap)
         # The request answers the turn's client calls (their results): no new message, so
         # the turn's calls that wait for a person still wait for their decisions.
-        answering = any(call.id in given for call in gap)
+        answered = [call for call in gap if call.id in given]
+        pending: Sequence[PendingCall] = ()
+        if answered and not missing_pending(self.session):
+            pending = await self.session.list_pending()
+            _refuse_made_up_results(self.session.id, answered, pending)
         if given:  # a call the request answers (a client tool's result) waits no more
             gap = tuple(call for call in gap if call.id not in given)
         remaining: tuple[PendingCall, ...] = ()
         stalled = False
         if self.decisions:
             answers, remaining, stalled = await self._resume(gap, run)
-        elif gap and answering:
-            answers, remaining = await self._still_waiting(gap)
+        elif gap and answered:
+            answers, remaining = self._still_waiting(gap, pending)
         elif gap:
             answers = await self._supersede(gap)
         elif not waiting:
@@ -274,42 +277,14 @@ class RunDeferred:
         view, options = in_view(messages, options, waiting, _visible(answers, gap))
         return Opening(answers, view, options, remaining, stalled)
 
-    async def _refuse_made_up_results(
-        self, given: set[str | None], gap: Sequence[ToolCall]
-    ) -> None:
-        """An :class:`ApprovalError` when the request's tool messages answer a call that
-        waits for a person: only a decision answers it (else the model would read a result
-        the caller made up, and the call, still pending, could run after it)."""
-        answered = [call for call in gap if call.id in given]
-        if not answered or missing_pending(self.session):
-            return
-        held = {p.call.id for p in await self.session.list_pending()}
-        for call in answered:
-            if call.id in held:
-                raise ApprovalError(
-                    f"session {self.session.id!r}: a tool message answers the call {call.id!r} "
-                    f"of {call.name!r}, which waits for a person's approval: only a decision "
-                    "answers it (agent.run(raf.Decision(token, approve=...), session=...))"
-                )
-
-    async def _still_waiting(
-        self, gap: Sequence[ToolCall]
+    def _still_waiting(
+        self, gap: Sequence[ToolCall], pending: Sequence[PendingCall]
     ) -> tuple[tuple[ChatMessage, ...], tuple[PendingCall, ...]]:
         """A client's results and no decisions: the calls pending approval wait on (the
         run ends listing them); a call neither pending nor answered was lost (a crash)."""
         ids = {call.id for call in gap}
-        pending: Sequence[PendingCall] = ()
-        if not missing_pending(self.session):
-            pending = await self.session.list_pending()
         remaining = tuple(p for p in pending if p.call.id in ids)
-        held = {p.call.id for p in remaining}
-        owed: list[ChatMessage] = []
-        for call in gap:
-            if call.id not in held:
-                owed.append(refusal(call, INTERRUPTED))
-                self._claimed.append(call)
-                self._answers[call.id] = owed[-1]
-        return tuple(owed), remaining
+        return self._owe_lost(gap, {p.call.id for p in remaining}), remaining
 
     async def _supersede(self, gap: Sequence[ToolCall]) -> tuple[ChatMessage, ...]:
         """A new message instead of decisions: what waits is refused, what was lost told."""
@@ -320,10 +295,14 @@ class RunDeferred:
         self._claimed.extend(p.call for p in claimed)
         for answer in owed:
             self._answers[answer.tool_call_id or ""] = answer
-        taken = {p.call.id for p in claimed}
-        # A call without a result that was not pending: its claimer stopped (a crash).
+        return (*owed, *self._owe_lost(gap, {p.call.id for p in claimed}))
+
+    def _owe_lost(self, gap: Sequence[ToolCall], kept: set[str]) -> tuple[ChatMessage, ...]:
+        """The calls of ``gap`` not in ``kept`` have no result and wait for nobody: their
+        claimer stopped (a crash). Each is answered as interrupted, owed by this run."""
+        owed: list[ChatMessage] = []
         for call in gap:
-            if call.id not in taken:
+            if call.id not in kept:
                 owed.append(refusal(call, INTERRUPTED))
                 self._claimed.append(call)
                 self._answers[call.id] = owed[-1]
@@ -501,3 +480,19 @@ def _visible(answers: Sequence[ChatMessage], gap: Sequence[ToolCall]) -> tuple[C
     """The answers whose calls the model sees without a result (the others stay out of view)."""
     ids = {call.id for call in gap}
     return tuple(answer for answer in answers if answer.tool_call_id in ids)
+
+
+def _refuse_made_up_results(
+    session_id: str, answered: Sequence[ToolCall], pending: Sequence[PendingCall]
+) -> None:
+    """An :class:`ApprovalError` when the request's tool messages answer a call that waits
+    for a person (``answered``, of ``pending``): only a decision answers it (else the model
+    would read a result the caller made up, and the call, still pending, could run after it)."""
+    held = {p.call.id for p in pending}
+    for call in answered:
+        if call.id in held:
+            raise ApprovalError(
+                f"session {session_id!r}: a tool message answers the call {call.id!r} "
+                f"of {call.name!r}, which waits for a person's approval: only a decision "
+                "answers it (agent.run(raf.Decision(token, approve=...), session=...))"
+            )

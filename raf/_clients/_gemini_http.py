@@ -16,13 +16,11 @@ from collections.abc import AsyncIterator
 
 import httpx2
 
-from raf._clients._sdk import BoundedErrors, read_bounded, too_large
+from raf._clients._sdk import BoundedErrors, decoded_reply, read_bounded, too_large
 
 __all__: list[str] = []
 
 _WHERE = "GeminiChatClient"
-#: The headers of a reply that no longer hold once raf has decoded and re-cut its body.
-_STALE = ("content-encoding", "content-length", "transfer-encoding")
 
 
 class BoundedTransport(BoundedErrors):
@@ -40,25 +38,12 @@ class BoundedTransport(BoundedErrors):
         response = await super().handle_async_request(request)
         if response.status_code >= 400:
             return response  # read already, within the error bound
-        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _STALE]
         if response.headers.get("content-type", "").startswith("text/event-stream"):
-            return httpx2.Response(
-                response.status_code,
-                headers=headers,
-                stream=_Stream(response, self.limit),
-                request=request,
-                extensions=response.extensions,
-            )
+            return decoded_reply(response, request, stream=_Stream(response, self.limit))
         data, more = await read_bounded(response, self.limit)
         if more:
             raise too_large(_WHERE, self.limit)
-        return httpx2.Response(
-            response.status_code,
-            headers=headers,
-            content=data,
-            request=request,
-            extensions=response.extensions,
-        )
+        return decoded_reply(response, request, content=data)
 
 
 class _Stream(httpx2.AsyncByteStream):

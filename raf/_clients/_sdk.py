@@ -185,18 +185,32 @@ class BoundedErrors(httpx2.AsyncHTTPTransport):
             data, _ = await read_bounded(response, self.cap)
         except httpx2.DecodingError:
             data = b""  # a reply raf cannot decode: the SDK then names the status only
-        headers = [
-            (key, value)
-            for key, value in response.headers.multi_items()
-            if key.lower() not in ("content-encoding", "content-length", "transfer-encoding")
-        ]
-        return httpx2.Response(
-            response.status_code,
-            headers=headers,
-            content=data,
-            request=request,
-            extensions=response.extensions,
-        )
+        return decoded_reply(response, request, content=data)
+
+
+def decoded_reply(
+    response: httpx2.Response,
+    request: httpx2.Request,
+    *,
+    content: bytes | None = None,
+    stream: httpx2.AsyncByteStream | None = None,
+) -> httpx2.Response:
+    """``response`` with the body raf has read and decoded itself (``content``, or a
+    ``stream`` of decoded bytes): the headers that described the wire's body (its
+    encoding, its length, its framing) no longer hold and are left out."""
+    headers = [
+        (key, value)
+        for key, value in response.headers.multi_items()
+        if key.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    return httpx2.Response(
+        response.status_code,
+        headers=headers,
+        content=content,
+        stream=stream,
+        request=request,
+        extensions=response.extensions,
+    )
 
 
 async def send(
