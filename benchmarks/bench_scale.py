@@ -306,8 +306,11 @@ def load_scenario(kind: str, workers: int) -> Scenario:
             from raf._sessions.redis import RedisSessionStore
 
             target = args.url
+            import coredis
+
+            async with coredis.Redis.from_url(target) as redis:  # a clean server for the run
+                await redis.flushdb()
             store = await RedisSessionStore(target, prefix="load").open()
-            await store._require().flushdb()
         for number in range(LOAD_SESSIONS):
             await fill(await store.get(f"s{number}"), number * LOAD_STEP)
         await store.aclose()
