@@ -19,7 +19,7 @@ from raf._onion.parallel import ProviderGroup, parallel
 from raf._public import say_home as _say_home
 from raf._sessions.base import REQUEST_HASH_LIMIT
 from raf._sessions.history import HistoryProvider
-from raf._sessions.memory import InMemorySession
+from raf._sessions.memory import InMemorySession, InMemorySessionStore
 from raf._values.client import ChatClient, StreamingChatClient
 from raf._values.context import (
     AgentLike,
@@ -114,6 +114,7 @@ __all__ = [
     "GuardrailError",
     "HistoryProvider",
     "InMemorySession",
+    "InMemorySessionStore",
     "InputGuardrail",
     "Invocation",
     "KnowledgeProvider",

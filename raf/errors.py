@@ -12,6 +12,7 @@ The hierarchy (``except`` a branch to catch everything below it)::
     ├── CompressionError              a compression strategy could not compress
     ├── McpError                      an MCP server could not be started or spoken to
     ├── SessionStoreError             a session store cannot be opened or read
+    ├── SessionExistsError            a fork's new id already holds messages (.session_id)
     ├── DurableError                  a run cannot be durable (trio, a memory session, ...)
     ├── OfflineError                  a raf_offline test reached out (also a ConnectionRefusedError)
     ├── OutputError                   the final answer is not the structured output asked for
@@ -67,6 +68,7 @@ __all__ = [
     "ProviderError",
     "RateLimitError",
     "ServerError",
+    "SessionExistsError",
     "SessionStoreError",
     "StreamClosedError",
     "ToolArgumentsError",
@@ -306,6 +308,20 @@ class PathError(ToolError):
 
 class SessionStoreError(AgentError):
     """A session store cannot be opened or read (corrupt or foreign data)."""
+
+
+class SessionExistsError(AgentError):
+    """``store.fork(session_id, new_id)``: ``new_id`` already holds messages; nothing was
+    written (a fork never overwrites a session)."""
+
+    def __init__(self, session_id: str, held: int, where: str) -> None:
+        self.session_id = session_id
+        #: How many messages the session held.
+        self.held = held
+        super().__init__(
+            f"{where}: cannot fork into session {session_id!r}: it already holds {held} "
+            f"message{'s' if held != 1 else ''} (a fork never overwrites; choose another id)"
+        )
 
 
 class DurableError(AgentError):

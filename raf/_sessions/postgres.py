@@ -43,6 +43,7 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._sessions.fork import checked_fork, first_turns
 from raf._sessions.postgres_connection import (
     DEFAULT_TIMEOUT,
     MAX_CONNECTIONS,
@@ -50,6 +51,7 @@ from raf._sessions.postgres_connection import (
     Undo,
     redacted,
 )
+from raf._sessions.postgres_fork import write_fork
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -246,6 +248,16 @@ class PostgresSessionStore(PostgresConnection):
             lambda conn: conn.execute(self.sql["ids"].encode()).fetchall(), "list sessions", None
         )
         return [str(row[0]) for row in rows]
+
+    async def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> PostgresSession:
+        """Copy the first ``at`` turns of ``session_id`` (all without ``at``) into the new session
+        ``new_id`` and return it, as :meth:`raf.SqliteSessionStore.fork`; the check and the copy
+        are one transaction holding the new session's row lock."""
+        at = checked_fork(session_id, new_id, at)
+        target = await self.get(new_id)  # checks the id as every session's
+        copied = first_turns(await (await self.get(session_id)).get_messages(), session_id, at)
+        await write_fork(self, self.sql, new_id, copied)
+        return target
 
     def __repr__(self) -> str:
         return (

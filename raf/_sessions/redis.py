@@ -45,6 +45,7 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._sessions.fork import checked_fork, first_turns
 from raf._sessions.redis_connection import (
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
@@ -52,6 +53,7 @@ from raf._sessions.redis_connection import (
     RedisConnection,
     redacted,
 )
+from raf._sessions.redis_fork import write_fork
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -295,6 +297,16 @@ class RedisSessionStore(RedisConnection):
         checked_session_id(session_id)
         self.client()
         return RedisSession(self, session_id)
+
+    async def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> RedisSession:
+        """Copy the first ``at`` turns of ``session_id`` (all without ``at``) into the new session
+        ``new_id`` and return it, as :meth:`raf.SqliteSessionStore.fork`; the check and the copy
+        are one script on the new session's list (one key: a cluster takes it)."""
+        at = checked_fork(session_id, new_id, at)
+        copied = first_turns(await (await self.get(session_id)).get_messages(), session_id, at)
+        target = await self.get(new_id)
+        await write_fork(self, target.keys[0], new_id, copied)
+        return target
 
     def __repr__(self) -> str:
         return (

@@ -31,7 +31,9 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._sessions.fork import checked_fork, first_turns
 from raf._sessions.sqlite_connection import SqliteConnection
+from raf._sessions.sqlite_fork import write_fork
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -113,6 +115,22 @@ class SqliteSessionStore(SqliteConnection):
             lambda db: db.execute("SELECT id FROM raf_sessions ORDER BY created_at, id").fetchall()
         )
         return [row[0] for row in rows]
+
+    async def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> SqliteSession:
+        """Copy the first ``at`` turns of ``session_id`` (all without ``at``) into the new
+        session ``new_id`` and return it; calls waiting for approval are not carried.
+
+        ``at`` below 0 or past the last turn, or a session that holds no
+        messages, is a ``ValueError``; a ``new_id`` that holds messages is a
+        :class:`raf.errors.SessionExistsError`. The check and the copy are one
+        ``BEGIN IMMEDIATE`` transaction: of two forks into one id, across
+        processes, one writes and the other is refused.
+        """
+        at = checked_fork(session_id, new_id, at)
+        source = await (await self.get(session_id)).get_messages()
+        copied = first_turns(source, session_id, at)
+        await self.with_connection(lambda db: write_fork(self, db, new_id, copied))
+        return await self.get(new_id)
 
     async def __aenter__(self) -> SqliteSessionStore:
         return self
