@@ -11,7 +11,7 @@ import anyio
 from starlette.types import Scope
 
 from raf._sessions.base import Session
-from raf._sessions.memory import InMemorySession
+from raf._sessions.memory import InMemorySession, fork_into
 from raf._values.messages import ChatMessage
 from raf.serve._http import HttpError, header
 from raf.serve._wire import new_messages
@@ -66,6 +66,11 @@ class MemoryStore:
                 oldest = next(iter(ids))
                 del ids[oldest], self._sessions[oldest]
         return session
+
+    async def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> Session:
+        """The fork of a kept session (see :meth:`raf.InMemorySessionStore.fork`), kept as a
+        session a client named."""
+        return fork_into(self._sessions, session_id, new_id, at, "the served agent's sessions")
 
     def find(self, session_id: str) -> Session:
         """The session ``session_id`` if kept, else an empty one that is not (a read keeps
