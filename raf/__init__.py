@@ -72,6 +72,7 @@ if typing.TYPE_CHECKING:
     from raf._middleware.logging import *
     from raf._middleware.pii import *
     from raf._middleware.retry import *
+    from raf._observers.replay import *
     from raf._providers.a2a import *
 
     # Its module also holds the strategies, which are raf.compression's.
@@ -156,6 +157,7 @@ __all__ = [
     "merge",
     "parallel",
     "pii_redactor",
+    "replay",
     "request_hash",
     "tool",
 ]
@@ -199,6 +201,7 @@ _LATE = {
     "WikiRetriever": "raf._providers.knowledge",
     "WorkspaceContextProvider": "raf._providers.workspace",
     "pii_redactor": "raf._middleware.pii",
+    "replay": "raf._observers.replay",
 }
 
 #: The public modules reached as attributes of raf (`raf.observe.TraceObserver`),
