@@ -20,6 +20,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from raf._agent.agent import Agent
 from raf._cli_args import DEFAULT_DB, build_parser
+from raf._cli_replay import replay_command
 from raf._cli_waiting import UNDECIDABLE, ask_decisions, decisions_of, waiting_lines
 from raf._config.file import LoadedConfig, load_config
 from raf._observers.ledger import ContextLedger
@@ -74,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _chat_command(args)
         if args.command == "serve":
             return _serve(args)
+        if args.command == "replay":
+            _say(anyio.run(replay_command, args), sys.stdout)
+            return EXIT_OK
         return anyio.run(_run_command, args)
     except (AgentError, OSError) as exc:
         _say(f"raf: {exc}")

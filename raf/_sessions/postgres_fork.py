@@ -30,9 +30,7 @@ async def write_fork(
     any process waits for it, and the count it reads stays true until the
     commit. ``sql`` is the store's statements (its table prefix in them).
     """
-    encoded = [
-        json.dumps(m.to_dict(), ensure_ascii=False, separators=(",", ":")) for m in messages
-    ]
+    encoded = [json.dumps(m.to_dict(), ensure_ascii=False, separators=(",", ":")) for m in messages]
     now = time.time()
 
     def write(conn: psycopg.Connection[tuple[Any, ...]]) -> int:

@@ -36,9 +36,7 @@ async def write_fork(
 ) -> None:
     """Store ``messages`` as the history of ``new_id`` (its list ``messages_key``), unless it
     holds messages: then a :class:`raf.errors.SessionExistsError`, and nothing is written."""
-    encoded = [
-        json.dumps(m.to_dict(), ensure_ascii=False, separators=(",", ":")) for m in messages
-    ]
+    encoded = [json.dumps(m.to_dict(), ensure_ascii=False, separators=(",", ":")) for m in messages]
     client = store.client()
     try:
         with anyio.fail_after(store.timeout):

@@ -68,7 +68,7 @@ async def _arguments(request: Request, max_body: int) -> tuple[str, int | None]:
     ):
         data = await read_json(request, max_body)
     if not isinstance(data, dict):
-        raise HttpError(400, "the body must be a JSON object: {\"new_id\": ..., \"at\": ...}")
+        raise HttpError(400, 'the body must be a JSON object: {"new_id": ..., "at": ...}')
     unknown = sorted(set(data) - {"new_id", "at"})
     if unknown:
         raise HttpError(400, f"unknown field(s) {', '.join(map(repr, unknown)):.200}")

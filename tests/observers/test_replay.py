@@ -69,7 +69,8 @@ async def test_the_same_stack_replays_what_the_run_sent() -> None:
     report = await raf.replay(_agent(ScriptedChatClient()), messages)
     assert isinstance(report, ReplayReport)
     assert not report.diverged, report.divergences
-    assert report.turns == 4 and report.recorded_calls == 8
+    assert report.turns == 4
+    assert report.recorded_calls == 8
     assert [call.turn for call in report.calls] == [1, 1, 2, 2, 3, 3, 4, 4]
     # The ledger of the replay is the ledger of the run: the same prompts, call by call.
     assert [c.input_tokens for c in report.calls] == [e.input_tokens for e in original.calls]
@@ -77,7 +78,8 @@ async def test_the_same_stack_replays_what_the_run_sent() -> None:
         e.shared_prefix_tokens for e in original.calls
     ]
     assert RAN == []  # no tool ran: the recorded results answered
-    assert all(call.cost is None for call in report.calls) and report.cost is None
+    assert all(call.cost is None for call in report.calls)
+    assert report.cost is None
 
 
 async def test_a_window_keeps_less_context_and_bills_what_it_breaks() -> None:
@@ -86,7 +88,8 @@ async def test_a_window_keeps_less_context_and_bills_what_it_breaks() -> None:
     windowed = await raf.replay(
         _agent(ScriptedChatClient(), stack=[HistoryProvider(max_messages=6, step=3)]), messages
     )
-    assert len(windowed.calls) == len(whole.calls) and not windowed.diverged
+    assert len(windowed.calls) == len(whole.calls)
+    assert not windowed.diverged
     assert windowed.context_tokens < whole.context_tokens
     assert windowed.calls[-1].context_tokens < whole.calls[-1].context_tokens
     assert any(call.broken_by == "HistoryProvider (history)" for call in windowed.calls)
@@ -98,9 +101,7 @@ async def test_a_window_keeps_less_context_and_bills_what_it_breaks() -> None:
         assert 0 < report.cached_share < 1
 
 
-async def test_a_call_that_waits_for_approval_is_approved_and_answered_from_the_recording() -> (
-    None
-):
+async def test_a_call_that_waits_for_approval_is_approved_and_answered_from_the_recording() -> None:
     call = ToolCall("r1", "refund", '{"order": "7"}')
     messages = (
         ChatMessage.user("refund order 7"),
@@ -127,6 +128,7 @@ async def test_where_the_stack_leaves_the_recording_is_reported_not_raised() -> 
         ChatMessage.user("bye"),
         ChatMessage.assistant("Bye."),
     )
+
     async def no_secret(text: str, context: object) -> Verdict:
         return Verdict.block("no") if "secret" in text else Verdict.allow()
 
@@ -153,14 +155,15 @@ async def test_the_table_puts_two_stacks_side_by_side() -> None:
 
     table = side_by_side([("whole", whole), ("short", short)])
     lines = table.splitlines()
-    assert "whole: input" in lines[0] and "short: input" in lines[0]
+    assert "whole: input" in lines[0]
+    assert "short: input" in lines[0]
     assert len(lines) == 1 + len(whole.calls) + 1 + 1
     assert lines[-2].lstrip().startswith("all")
     assert "tokens counted by approximate" in lines[-1]
 
 
 async def test_replay_checks_its_arguments() -> None:
-    with pytest.raises(TypeError, match="agent must be a raf.Agent"):
+    with pytest.raises(TypeError, match=r"agent must be a raf\.Agent"):
         await raf.replay("agent", [])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"messages\[0\] must be a ChatMessage"):
         await raf.replay(_agent(ScriptedChatClient()), ["hi"])  # type: ignore[list-item]

@@ -26,13 +26,13 @@ async def http(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
     store = None if request.param == "memory" else str(tmp_path / "sessions.db")
     app = raf.serve.app(make_agent(), store=store, api_keys=["ann", "bob"])
     transport = httpx.ASGITransport(app=app)
+    # The app's lifespan opens a store given by path: run it as a server does.
     async with (
         transport,
         httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client,
+        app.router.lifespan_context(app),
     ):
-        # The app's lifespan opens a store given by path: run it as a server does.
-        async with app.router.lifespan_context(app):
-            yield client
+        yield client
 
 
 async def _say(http: httpx.AsyncClient, session: str, text: str) -> None:
@@ -59,7 +59,7 @@ async def test_a_fork_copies_the_callers_session_under_a_new_id(http: httpx.Asyn
     assert await _held(http, new_id, ANN) == await _held(http, "talk", ANN)
     named = await http.post("/v1/sessions/talk/fork", json={"new_id": "half", "at": 1}, headers=ANN)
     assert named.json() == {"id": "half"}
-    assert [text for _, text in await _held(http, "half", ANN)][0] == "one"
+    assert next(text for _, text in await _held(http, "half", ANN)) == "one"
     assert len(await _held(http, "half", ANN)) == 2
     # The fork goes on by itself: the original does not see its new turn.
     await _say(http, "half", "three")

@@ -117,7 +117,8 @@ async def test_of_two_forks_into_one_id_at_once_one_writes(store: Any) -> None:
     async with anyio.create_task_group() as group:
         group.start_soon(fork, 1)
         group.start_soon(fork, 3)
-    assert sorted(outcomes)[0] == "refused" and len(outcomes) == 2
+    assert sorted(outcomes)[0] == "refused"
+    assert len(outcomes) == 2
     written = int(next(o for o in outcomes if o.startswith("wrote")).split()[1])
     assert await _messages(store, "contested") == HISTORY[: {1: 3, 3: 9}[written]]
 
