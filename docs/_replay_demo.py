@@ -137,7 +137,9 @@ def main_() -> None:
     )
     text = page.read_text()
     page.write_text(
-        re.sub(r"<!-- replay-output -->.*?<!-- /replay-output -->", lambda _: block, text, flags=re.S)
+        re.sub(
+            r"<!-- replay-output -->.*?<!-- /replay-output -->", lambda _: block, text, flags=re.S
+        )
     )
     print(output)
 

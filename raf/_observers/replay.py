@@ -38,6 +38,7 @@ class _Recording:
     def __init__(self, messages: Sequence[ChatMessage]) -> None:
         self.results = {m.tool_call_id: m for m in messages if m.role == "tool" and m.tool_call_id}
         self.turn = 0
+        self.asked: set[str] = set()  # the calls whose recorded result the stack took
         self.answers: list[ChatMessage] = []
         self.recorded = 0  # the answers the turn in play holds
         self.made = 0  # the model calls the stack made in this turn
@@ -66,6 +67,7 @@ class _Recording:
         """The innermost tool middleware: the recorded result of the call; no tool runs."""
         found = self.results.get(request.call.id)
         if found is not None:
+            self.asked.add(request.call.id)
             return found
         self.diverge(f"no recorded result for call {request.call.id!r} ({request.call.name})")
         return request.reply("(the recording holds no result for this call)")
@@ -171,6 +173,12 @@ async def replay(agent: Agent, messages: Sequence[ChatMessage]) -> ReplayReport:
                 f"the stack ended the turn after {recording.made} model call(s); the "
                 f"recording holds {recording.recorded}"
             )
+        for message in after:
+            if message.role == "tool" and message.tool_call_id not in recording.asked:
+                recording.diverge(
+                    f"the recorded result of call {message.tool_call_id!r} ({message.name}) "
+                    "was not asked for: the stack has no such tool, or did not run it"
+                )
         calls += [ReplayCall.of(number, entry) for entry in ledger.calls[seen:]]
     counted = ledger.calls[0].counted_by if ledger.calls else "approximate"
     return ReplayReport(

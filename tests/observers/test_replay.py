@@ -18,7 +18,6 @@ from raf import (
     tool,
 )
 from raf.observe import ContextLedger, ReplayReport
-from raf.testing.strategies import chat_messages  # noqa: F401  (the kit is importable)
 
 pytestmark = pytest.mark.anyio
 
@@ -143,6 +142,21 @@ async def test_where_the_stack_leaves_the_recording_is_reported_not_raised() -> 
     assert "turn 3: the stack ended the turn after 0 model call(s); the recording holds 1" in said
     assert [call.turn for call in report.calls] == [1, 2, 2, 4]  # the replay went on
     assert "diverged at turn 3" in report.table()
+
+
+async def test_a_recorded_result_the_stack_never_asks_for_is_reported() -> None:
+    messages, _ = await _recorded(2)
+    # The same conversation through a stack without the lookup tool: the model is told
+    # the tool does not exist, and the recorded result goes unused.
+    report = await raf.replay(Agent(ScriptedChatClient(), history=True), messages)
+    said = [str(d) for d in report.divergences]
+    assert said == [
+        "turn 1: the recorded result of call 'call-0' (lookup) was not asked for: the stack "
+        "has no such tool, or did not run it",
+        "turn 2: the recorded result of call 'call-1' (lookup) was not asked for: the stack "
+        "has no such tool, or did not run it",
+    ]
+    assert len(report.calls) == 4
 
 
 async def test_the_table_puts_two_stacks_side_by_side() -> None:

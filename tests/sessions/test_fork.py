@@ -10,10 +10,13 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import raf
 from raf import ChatMessage, InMemorySessionStore, PendingCall, SqliteSessionStore, ToolCall
 from raf.errors import SessionExistsError
+from raf.testing.strategies import histories
 from tests._harness.postgres_server import PostgresServer
 from tests._harness.redis_server import RedisServer
 
@@ -147,3 +150,37 @@ async def test_calls_waiting_for_approval_are_not_carried(store: Any) -> None:
     assert (await fork.get_messages())[-1] == waiting
     assert await fork.list_pending() == ()
     assert [p.token for p in await session.list_pending()] == ["tok"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(history=histories(max_turns=10), data=st.data())
+async def test_a_fork_is_the_prefix_that_ends_where_turn_at_would_begin(
+    history: tuple[ChatMessage, ...], data: st.DataObject
+) -> None:
+    # The law, on the in-memory store: a fork at `at` is a prefix of the session holding
+    # exactly `at` user messages, and the next message of the session (if any) is a user's.
+    store = InMemorySessionStore()
+    if not history:
+        return
+    await (await store.get("s")).add_messages(history)
+    turns = sum(m.role == "user" for m in history)
+    at = data.draw(st.integers(0, turns))
+    copied = await (await store.fork("s", "f", at=at)).get_messages()
+    assert history[: len(copied)] == copied
+    assert sum(m.role == "user" for m in copied) == at
+    assert len(copied) == len(history) or history[len(copied)].role == "user"
+
+
+async def test_the_memory_store_keeps_one_session_per_id() -> None:
+    store = InMemorySessionStore()
+    first = await store.get("a")
+    assert await store.get("a") is first
+    assert await store.session_ids() == []  # a session is listed once it holds messages
+    await first.add_messages([ChatMessage.user("hi")])
+    await store.fork("a", "b")
+    assert await store.session_ids() == ["a", "b"]
+    with pytest.raises(ValueError, match="non-empty str"):
+        await store.get("")
+    async with store as same:
+        assert same is store
+    assert repr(store) == "InMemorySessionStore(sessions=2)"
