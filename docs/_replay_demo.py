@@ -104,7 +104,6 @@ def replayed(folder: Path) -> str:
     (folder / "support_tools.py").write_text(TOOLS)
     (folder / "support.toml").write_text(CONFIG)
     (folder / "window.toml").write_text(CONFIG + "max_messages = 30\n")
-    os.environ.setdefault("ACME_KEY", "not-sent")  # [model] needs it; a replay sends nothing
     argv = [
         "replay", "support.toml", "--db", "sessions.db", "--session", "ticket-4711",
         "--against", "window.toml", "--chart", "replay.svg",

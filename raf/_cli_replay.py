@@ -23,7 +23,8 @@ async def replay_command(args: argparse.Namespace) -> str:
     """What ``raf replay`` prints: the table of each config's replay of ``--session``;
     the chart is written to ``--chart`` when asked."""
     configs: list[Path] = [args.config, *([args.against] if args.against else [])]
-    agents = [load_config(path).agent for path in configs]  # a bad config: before the store
+    # A bad config is told before the store is opened; no key is needed: nothing is sent.
+    agents = [load_config(path, needs_key=False).agent for path in configs]
     messages = await _stored(args.db or str(DEFAULT_DB), args.session)
     names = _names(configs)
     reports: list[tuple[str, ReplayReport]] = []

@@ -73,3 +73,24 @@ def test_replay_of_one_config_and_its_mistakes(
     argv = ["replay", str(whole), "--db", db, "--session", "s", "--chart", str(bad)]
     assert run_raf(argv) == 2
     assert f"--chart {bad}" in capsys.readouterr().err
+
+
+def test_replay_needs_no_key_and_counts_with_the_models_encoding(
+    recorded: tuple[Path, Path, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An OpenAI config whose key is not set: raf run refuses it, raf replay sends nothing.
+    _, _, db = recorded
+    monkeypatch.delenv("RAF_TEST_UNSET_KEY", raising=False)
+    config = tmp_path / "openai.toml"
+    config.write_text(
+        "[model]\nclient = 'openai'\nmodel = 'gpt-4o-mini'\napi_key_env = 'RAF_TEST_UNSET_KEY'\n\n"
+        "[[providers]]\nkind = 'memory'\n"
+    )
+    capsys.readouterr()
+    assert run_raf(["run", str(config), "hi"]) == 2
+    assert "needs RAF_TEST_UNSET_KEY set" in capsys.readouterr().err
+    assert run_raf(["replay", str(config), "--db", db, "--session", "s"]) == 0
+    assert "tokens counted by o200k_base" in capsys.readouterr().out
