@@ -72,6 +72,7 @@ if typing.TYPE_CHECKING:
     from raf._middleware.logging import *
     from raf._middleware.pii import *
     from raf._middleware.retry import *
+    from raf._middleware.tool_outputs import *
     from raf._providers.a2a import *
 
     # Its module also holds the strategies, which are raf.compression's.
@@ -143,6 +144,7 @@ __all__ = [
     "ToolCall",
     "ToolError",
     "ToolGuardrail",
+    "ToolOutputLimit",
     "ToolRequest",
     "Update",
     "Usage",
@@ -195,6 +197,7 @@ _LATE = {
     "ScriptedChatClient": "raf._clients.scripted",
     "SqliteSessionStore": "raf._sessions.sqlite",
     "ToolGuardrail": "raf._middleware.guardrails",
+    "ToolOutputLimit": "raf._middleware.tool_outputs",
     "WikiRetriever": "raf._providers.knowledge",
     "WorkspaceContextProvider": "raf._providers.workspace",
     "pii_redactor": "raf._middleware.pii",
