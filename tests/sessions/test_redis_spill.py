@@ -1,4 +1,4 @@
-"""A Redis session keeps the tool results ToolOutputLimit spilled: the hash {prefix}:{id}:spilled."""
+"""A Redis session keeps the tool results ToolOutputLimit spilled: hash {prefix}:{id}:spilled."""
 
 from __future__ import annotations
 
@@ -26,9 +26,7 @@ def prefix() -> str:
 
 
 async def test_a_spilled_result_survives_a_restart(redis_server: RedisServer, prefix: str) -> None:
-    found = await spill_survives_restart(
-        lambda: RedisSessionStore(redis_server.url, prefix=prefix)
-    )
+    found = await spill_survives_restart(lambda: RedisSessionStore(redis_server.url, prefix=prefix))
     assert "line 3000: row 2999" in found
 
 

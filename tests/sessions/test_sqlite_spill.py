@@ -35,7 +35,10 @@ async def test_a_file_made_before_the_table_reads_as_nothing_spilled(tmp_path: P
     async with SqliteSessionStore(path) as store:
         await (await store.get("s")).add_messages([ChatMessage.user("hi")])
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT name FROM sqlite_master WHERE name = 'raf_spilled'").fetchone() is None
+        assert (
+            db.execute("SELECT name FROM sqlite_master WHERE name = 'raf_spilled'").fetchone()
+            is None
+        )
     async with SqliteSessionStore(path, read_only=True) as store:
         assert await (await store.get("s")).spilled_tool_result("c") is None
 
