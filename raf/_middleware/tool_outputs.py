@@ -151,7 +151,9 @@ class ToolOutputLimit:
         end = total - _line_start(text, total, room - head)
         marker = cut_marker(call_id, total, start, end)
         tail = f"\n{text[end:]}" if end < total else ""
-        return f"{text[:start]}\n{marker}{tail}"
+        # The marker on a line of its own (the head ends with a line break when cut at one).
+        before = "" if start == 0 or text[start - 1] == "\n" else "\n"
+        return f"{text[:start]}{before}{marker}{tail}"
 
 
 def _line_end(text: str, head: int) -> int:

@@ -223,7 +223,7 @@ def test_the_cut_is_bounded_faithful_and_the_same_every_time(
     # The marker, as docs/long-running.md writes it: the head before it and the tail after
     # it are the text without the characters it says were left out.
     found = re.search(
-        r"\n\[raf: [\d,]+ characters left out \(characters ([\d,]+) to ([\d,]+) of", cut
+        r"\[raf: [\d,]+ characters left out \(characters ([\d,]+) to ([\d,]+) of", cut
     )
     assert found is not None
     start, end = (int(figure.replace(",", "")) for figure in found.groups())
@@ -235,5 +235,6 @@ def test_the_cut_is_bounded_faithful_and_the_same_every_time(
     )
     marker = f"[raf: {end - start:,} characters left out ({said}{kept}"
     tail = "\n" + text[end:] if end < len(text) else ""
-    assert cut == f"{text[:start]}\n{marker}{tail}"
+    before = "" if start == 0 or text[start - 1] == "\n" else "\n"
+    assert cut == f"{text[:start]}{before}{marker}{tail}"
     assert keep == "head_tail" or end == len(text)
