@@ -63,12 +63,12 @@ class ReadToolResult:
             "properties": {
                 "call_id": {"type": "string", "description": "The id of the cut tool call."},
                 "offset": {
-                    "type": "integer",
+                    "type": ["integer", "null"],
                     "minimum": 0,
                     "description": "The first character to read or search (default 0).",
                 },
                 "limit": {
-                    "type": "integer",
+                    "type": ["integer", "null"],
                     "minimum": 1,
                     "description": "At most this many characters (default and most: the limit).",
                 },
@@ -104,7 +104,7 @@ async def read_result(request: ToolRequest, max_chars: int) -> ChatMessage:
     arguments = request.arguments
     check_tool_arguments(request.tool, arguments)
     call_id: str = arguments["call_id"]
-    offset: int = arguments.get("offset", 0)
+    offset: int = arguments.get("offset") or 0  # null, as a strict model sends it: the default
     most = max(1, max_chars - _HEADER)  # the answer, its header line included, fits max_chars
     limit: int = min(arguments.get("limit") or most, most)
     pattern: str | None = arguments.get("pattern")
