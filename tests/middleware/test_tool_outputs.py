@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from raf import (
     Agent,
     ChatMessage,
+    HistoryProvider,
     InMemorySession,
     ScriptedChatClient,
     ToolCall,
@@ -84,6 +85,21 @@ async def test_a_long_result_is_cut_once_and_every_later_call_sends_the_same_byt
         ["dump", "short", "read_tool_result"],
         ["dump", "short", "read_tool_result"],
         ["dump", "short", "read_tool_result"],
+    ]
+
+
+async def test_the_read_tool_is_no_longer_offered_once_the_cut_result_left_the_window() -> None:
+    client = ScriptedChatClient([turn(ToolCall("big", "dump", "{}")), "one", "two", "three"])
+    window = HistoryProvider(max_messages=4, step=2)
+    agent = Agent(client, tools=[dump], tool_stack=[ToolOutputLimit(1000)], stack=[window])
+    session = InMemorySession()
+    for text in ("first", "second", "third"):
+        await agent.run(text, session=session)
+    assert offered(client) == [
+        ["dump"],
+        ["dump", "read_tool_result"],  # the cut result is in this call
+        ["dump", "read_tool_result"],  # and in the history of the next run
+        ["dump"],  # the window dropped it
     ]
 
 
