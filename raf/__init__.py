@@ -72,6 +72,7 @@ if typing.TYPE_CHECKING:
     from raf._middleware.logging import *
     from raf._middleware.pii import *
     from raf._middleware.retry import *
+    from raf._middleware.tool_outputs import *
     from raf._observers.replay import *
     from raf._providers.a2a import *
 
@@ -145,6 +146,7 @@ __all__ = [
     "ToolCall",
     "ToolError",
     "ToolGuardrail",
+    "ToolOutputLimit",
     "ToolRequest",
     "Update",
     "Usage",
@@ -198,6 +200,7 @@ _LATE = {
     "ScriptedChatClient": "raf._clients.scripted",
     "SqliteSessionStore": "raf._sessions.sqlite",
     "ToolGuardrail": "raf._middleware.guardrails",
+    "ToolOutputLimit": "raf._middleware.tool_outputs",
     "WikiRetriever": "raf._providers.knowledge",
     "WorkspaceContextProvider": "raf._providers.workspace",
     "pii_redactor": "raf._middleware.pii",

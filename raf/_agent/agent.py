@@ -21,6 +21,7 @@ from raf._agent.arguments import (
     with_history,
 )
 from raf._agent.deferred import RunDeferred, wants_approval
+from raf._agent.offers import answered_tools, offering, with_offered
 from raf._agent.output import output_spec, structured_loop
 from raf._agent.streamed import stream_model
 from raf._agent.streaming import AgentStream
@@ -89,6 +90,7 @@ class Agent:
     _run: CallNext[Invocation]
     _chat: CallNext[ChatRequest]
     _tool_call: ToolStack
+    _offering: tuple[Any, ...]  # the tool-stack items that offer tools of their own
 
     def __init__(
         self,
@@ -195,6 +197,8 @@ class Agent:
                 )
         chats = middleware_only(chat_stack, "chat_stack")
         tool_calls = middleware_only(tool_stack, "tool_stack")
+        offerers = offering(tool_calls)
+        answered = answered_tools(offerers)
         watching = checked_observers(observers)
         default_model = getattr(chat_client, "model", None)
         # The observers' hooks are the outermost layers (model_attempt the innermost chat
@@ -216,11 +220,14 @@ class Agent:
             watching,
             run_stack[0] if history else None,
             default_model if isinstance(default_model, str) else None,
-            index_tools(checked, (), source="the agent"),
+            index_tools(
+                (*checked, *answered), ("the agent",) * len(checked), source="the tool stack"
+            ),
             keeps,
             compose(run, hooks(watching, "run")),
             compose(self._call_model, chat),
             cast("ToolStack", compose(tool_core, (*hooks(watching, "tool_call"), *tool_calls))),
+            offerers,
         )
 
     @property
@@ -474,6 +481,8 @@ class Agent:
         messages: Sequence[ChatMessage],
         options: ChatOptions,
     ) -> Awaitable[AgentResponse]:
+        if self._offering:  # e.g. read_tool_result, while a cut tool result is in view
+            options = with_offered(self._offering, messages, options)
         return self._chat(ChatRequest(messages, options, on_update, invocation=invocation))
 
     def _call_model(self, request: ChatRequest) -> Awaitable[AgentResponse]:

@@ -19,6 +19,7 @@ from raf._onion.observe import Observer
 from raf._values.context import ChatRequest, Invocation, Segments
 from raf._values.messages import AgentResponse, ChatMessage
 from raf._values.protocols import Tool
+from raf._values.spill import CutResult, parse_cut
 from raf._values.tokens import approximate_prompt_tokens
 
 __all__ = ["ContextLedger", "LedgerEntry", "LedgerPart"]
@@ -121,7 +122,7 @@ class ContextLedger(Observer):
     [('agent', 'system'), ('request', 'request')]
     """
 
-    __slots__ = ("_count_tokens", "_seen", "calls")
+    __slots__ = ("_count_tokens", "_cut", "_seen", "calls")
 
     def __init__(self, *, count_tokens: PromptCounter | None = None) -> None:
         if count_tokens is not None and not callable(count_tokens):
@@ -130,6 +131,8 @@ class ContextLedger(Observer):
         #: One entry per model call, in order.
         self.calls: list[LedgerEntry] = []
         self._seen: dict[str | None, _Seen] = {}
+        # Tool call id -> (the model call that first sent it, its tool, what its marker says).
+        self._cut: dict[str, tuple[int, str | None, CutResult]] = {}
 
     async def model_call(
         self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
@@ -145,8 +148,9 @@ class ContextLedger(Observer):
 
     def report(self) -> str:
         """The calls as a table: tokens by layer, shared with the previous call, cached as
-        the provider reported, and the part that broke the cache."""
-        return report(self.calls)
+        the provider reported, and the part that broke the cache; then the tool results
+        that were cut (``raf.ToolOutputLimit``) and whether their full text was kept."""
+        return report(self.calls) + _cut_lines(self._cut)
 
     def _record(self, request: ChatRequest, response: AgentResponse | None) -> None:
         pieces = list(_pieces(request))
@@ -162,6 +166,11 @@ class ContextLedger(Observer):
         stable_end = next((i for i, p in enumerate(pieces) if p.region in _MOVING), len(pieces))
         self._seen[session] = _Seen(keys, stable_end)
         usage = response.usage if response is not None else None
+        for message in request.messages:
+            if message.role == "tool" and message.tool_call_id not in self._cut:
+                cut = parse_cut(message.content)
+                if cut is not None and message.tool_call_id is not None:
+                    self._cut[message.tool_call_id] = (len(self.calls) + 1, message.name, cut)
         self.calls.append(
             LedgerEntry(
                 session,
@@ -355,6 +364,22 @@ def report(calls: Sequence[LedgerEntry]) -> str:
         f"tokens counted by {counted}; shared: the prefix the session's previous call sent"
     )
     return "\n".join(lines)
+
+
+def _cut_lines(cut: dict[str, tuple[int, str | None, CutResult]]) -> str:
+    """The tool results the calls sent cut, one line each (nothing when none was)."""
+    lines = []
+    for call_id, (number, tool, result) in cut.items():
+        kept = (
+            "spilled: kept with the session, read_tool_result reads it"
+            if result.call_id is not None
+            else "not kept"
+        )
+        lines.append(
+            f"  {call_id} ({tool or 'a tool'}), from call {number}: {result.total:,} characters, "
+            f"{result.left_out:,} left out; {kept}"
+        )
+    return "\ncut tool results:\n" + "\n".join(lines) if lines else ""
 
 
 def _cached_total(calls: Sequence[LedgerEntry]) -> str:

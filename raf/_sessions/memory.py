@@ -10,10 +10,12 @@ from raf._sessions.base import (
     Claimed,
     RequestHash,
     checked_batch,
+    checked_call_id,
     checked_count,
     checked_key,
     checked_pending,
     checked_session_id,
+    checked_spill,
     checked_tokens,
     request_hash,
 )
@@ -39,7 +41,7 @@ class InMemorySession:
     1
     """
 
-    __slots__ = ("_hashes", "_id", "_messages", "_once", "_pending", "_snapshot")
+    __slots__ = ("_hashes", "_id", "_messages", "_once", "_pending", "_snapshot", "_spilled")
 
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
@@ -49,6 +51,7 @@ class InMemorySession:
         self._hashes: dict[str, float] = {}
         self._pending: dict[str, PendingCall] = {}  # token -> call, in the order recorded
         self._once: set[str] = set()  # the keys add_once wrote
+        self._spilled: dict[str, str] = {}  # call id -> the full result ToolOutputLimit cut
 
     @property
     def id(self) -> str:
@@ -135,6 +138,15 @@ class InMemorySession:
         self._once.add(key)
         await self.record_pending(new, calls)
         return True
+
+    async def spill_tool_result(self, call_id: str, text: str) -> None:
+        """Keep the full result of tool call ``call_id`` (see :class:`raf.ToolOutputLimit`)."""
+        call_id, text = checked_spill(call_id, text)
+        self._spilled[call_id] = text
+
+    async def spilled_tool_result(self, call_id: str) -> str | None:
+        """The full result kept for ``call_id``, or ``None`` when none is kept."""
+        return self._spilled.get(checked_call_id(call_id))
 
     def __repr__(self) -> str:
         return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"

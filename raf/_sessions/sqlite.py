@@ -24,16 +24,19 @@ from raf._sessions.base import (
     Claimed,
     RequestHash,
     checked_batch,
+    checked_call_id,
     checked_count,
     checked_key,
     checked_pending,
     checked_session_id,
+    checked_spill,
     checked_tokens,
     request_hash,
 )
 from raf._sessions.fork import checked_fork, first_turns
 from raf._sessions.sqlite_connection import SqliteConnection
 from raf._sessions.sqlite_fork import write_fork
+from raf._sessions.sqlite_spill import read_spilled, write_spilled
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -271,6 +274,21 @@ class SqliteSession:
         """Remove and return every pending call."""
         claimed = await self._store.with_connection(lambda db: self._claim(db, None))
         return claimed[0] if claimed is not None else ()
+
+    async def spill_tool_result(self, call_id: str, text: str) -> None:
+        """Keep the full result of tool call ``call_id`` (table ``raf_spilled``)."""
+        call_id, text = checked_spill(call_id, text)
+        commit = self._store.commit
+        await self._store.with_connection(
+            lambda db: write_spilled(db, self._id, call_id, text, commit)
+        )
+
+    async def spilled_tool_result(self, call_id: str) -> str | None:
+        """The full result kept for ``call_id``, or ``None`` when none is kept."""
+        call_id, where = checked_call_id(call_id), f"session store {self._store.path}"
+        return await self._store.with_connection(
+            lambda db: read_spilled(db, self._id, call_id, where)
+        )
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request messages' hash with the time; say whether it was there."""
