@@ -83,6 +83,7 @@ if typing.TYPE_CHECKING:
     from raf._sessions.postgres import *
     from raf._sessions.redis import *
     from raf._sessions.sqlite import *
+    from raf._values.prices import *
 
 __all__ = [
     "A2AAgentTool",
@@ -126,6 +127,7 @@ __all__ = [
     "OutputGuardrail",
     "Passage",
     "PendingCall",
+    "Prices",
     "ProviderError",
     "ProviderGroup",
     "REQUEST_HASH_LIMIT",
@@ -189,6 +191,7 @@ _LATE = {
     "OutputGuardrail": "raf._middleware.guardrails",
     "Passage": "raf._providers.knowledge",
     "PostgresSessionStore": "raf._sessions.postgres",
+    "Prices": "raf._values.prices",
     "RedisSessionStore": "raf._sessions.redis",
     "Retriever": "raf._providers.knowledge",
     "RetryMiddleware": "raf._middleware.retry",
