@@ -47,12 +47,14 @@ from raf._values.run import Run
 from raf._values.verdict import GuardrailCheck, GuardrailContext, Verdict
 from raf.errors import (
     AgentError,
+    BudgetExceeded,
     ChatClientError,
     GuardrailError,
     OutputError,
     ProviderError,
     StreamClosedError,
     ToolError,
+    UsageLimitExceeded,
 )
 
 if typing.TYPE_CHECKING:
@@ -69,6 +71,7 @@ if typing.TYPE_CHECKING:
     from raf._clients.scripted import *
     from raf._middleware.fallback import *
     from raf._middleware.guardrails import *
+    from raf._middleware.limits import *
     from raf._middleware.logging import *
     from raf._middleware.pii import *
     from raf._middleware.retry import *
@@ -95,6 +98,7 @@ __all__ = [
     "AgentSkillsProvider",
     "AgentStream",
     "AnthropicChatClient",
+    "BudgetExceeded",
     "CallNext",
     "ChatClient",
     "ChatClientError",
@@ -148,6 +152,8 @@ __all__ = [
     "ToolRequest",
     "Update",
     "Usage",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "Verdict",
     "WikiRetriever",
     "WorkspaceContextProvider",
@@ -198,6 +204,7 @@ _LATE = {
     "ScriptedChatClient": "raf._clients.scripted",
     "SqliteSessionStore": "raf._sessions.sqlite",
     "ToolGuardrail": "raf._middleware.guardrails",
+    "UsageLimits": "raf._middleware.limits",
     "WikiRetriever": "raf._providers.knowledge",
     "WorkspaceContextProvider": "raf._providers.workspace",
     "pii_redactor": "raf._middleware.pii",

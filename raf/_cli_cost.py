@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 
-from raf._observers.ledger import model_of, usd
+from raf._observers.ledger import usd
 from raf._onion.observe import Observer
 from raf._values.context import ChatRequest
 from raf._values.messages import AgentResponse, Usage
-from raf._values.prices import Prices
+from raf._values.prices import Prices, model_of
 
 __all__: list[str] = []
 

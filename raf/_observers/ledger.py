@@ -20,7 +20,7 @@ from raf._observers.ledger_cost import split_bill
 from raf._onion.observe import Observer
 from raf._values.context import ChatRequest, Invocation, Segments
 from raf._values.messages import AgentResponse, ChatMessage
-from raf._values.prices import Prices
+from raf._values.prices import Prices, model_of
 from raf._values.protocols import Tool
 from raf._values.tokens import approximate_prompt_tokens
 
@@ -215,18 +215,6 @@ class ContextLedger(Observer):
             encoding = getattr(client, "token_encoding", None)
             return counter, encoding if isinstance(encoding, str) else type(client).__name__
         return approximate_prompt_tokens, "approximate"
-
-
-def model_of(request: ChatRequest, response: AgentResponse | None) -> str | None:
-    """The model a call is priced for: the one that answered (a fallback names its own),
-    else the one the call asked for, else the agent's client's."""
-    if response is not None and response.model:
-        return response.model
-    if request.options.model:
-        return request.options.model
-    agent = getattr(request.invocation, "agent", None)
-    model = getattr(getattr(agent, "chat_client", None), "model", None)
-    return model if isinstance(model, str) and model else None
 
 
 def _common_prefix(before: Sequence[Any], now: Sequence[Any]) -> int:

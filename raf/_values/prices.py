@@ -17,7 +17,8 @@ from typing import Any, Final
 
 import attrs
 
-from raf._values.messages import Usage
+from raf._values.context import ChatRequest
+from raf._values.messages import AgentResponse, Usage
 
 __all__ = ["Prices"]
 
@@ -165,23 +166,34 @@ def _rates(model: str, given: object) -> Rates:
 
 
 def _price(model: str, kind: str, value: object) -> Decimal:
+    return amount(f"Prices: {model!r} {kind!r}", value, "USD per million tokens")
+
+
+def amount(what: str, value: object, unit: str = "USD") -> Decimal:
+    """``value`` (an int, a float, a decimal string, a ``Decimal``) as a ``Decimal`` that is
+    finite and >= 0; else a ``ValueError`` that starts with ``what``."""
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
-        raise ValueError(
-            f"Prices: {model!r} {kind!r} must be a number of USD per million tokens, got {value!r}"
-        )
+        raise ValueError(f"{what} must be a number of {unit}, got {value!r}")
     try:
         # A float goes through its shortest repr: 0.15 is Decimal("0.15"), not 0.1499...
-        price = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+        number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
     except InvalidOperation:
-        raise ValueError(
-            f"Prices: {model!r} {kind!r} must be a number of USD per million tokens, got {value!r}"
-        ) from None
-    if not price.is_finite() or price < 0:
-        raise ValueError(
-            f"Prices: {model!r} {kind!r} must be a finite price >= 0 (USD per million tokens), "
-            f"got {value!r}"
-        )
-    return price
+        raise ValueError(f"{what} must be a number of {unit}, got {value!r}") from None
+    if not number.is_finite() or number < 0:
+        raise ValueError(f"{what} must be finite and >= 0 ({unit}), got {value!r}")
+    return number
+
+
+def model_of(request: ChatRequest, response: AgentResponse | None) -> str | None:
+    """The model a call is priced for: the one that answered (a fallback names its own),
+    else the one the call asked for, else the agent's client's."""
+    if response is not None and response.model:
+        return response.model
+    if request.options.model:
+        return request.options.model
+    agent = getattr(request.invocation, "agent", None)
+    model = getattr(getattr(agent, "chat_client", None), "model", None)
+    return model if isinstance(model, str) and model else None
 
 
 def _genai_rates(found: Any, input_tokens: int) -> Rates | None:

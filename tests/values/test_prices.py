@@ -85,12 +85,12 @@ def test_a_known_model_costs_what_genai_prices_says(
 @pytest.mark.parametrize(
     ("given_prices", "error", "message"),
     [
-        ({"input": -1, "output": 1}, ValueError, "'input' must be a finite price >= 0"),
+        ({"input": -1, "output": 1}, ValueError, "'input' must be finite and >= 0"),
         ({"input": "cheap", "output": 1}, ValueError, "'input' must be a number"),
         ({"input": 1, "output": None}, ValueError, "'output' must be a number"),
         ({"input": True, "output": 1}, ValueError, "'input' must be a number"),
-        ({"input": float("nan"), "output": 1}, ValueError, "finite price"),
-        ({"input": "inf", "output": 1}, ValueError, "finite price"),
+        ({"input": float("nan"), "output": 1}, ValueError, "must be finite and >= 0"),
+        ({"input": "inf", "output": 1}, ValueError, "must be finite and >= 0"),
         ({"input": 1}, ValueError, "needs an 'output' price"),
         ({"input": 1, "output": 1, "cached": 1}, ValueError, "unknown prices ['cached']"),
         ([1, 2], TypeError, "must be a mapping"),
