@@ -75,6 +75,7 @@ if typing.TYPE_CHECKING:
     from raf._middleware.logging import *
     from raf._middleware.pii import *
     from raf._middleware.retry import *
+    from raf._middleware.spend import *
     from raf._providers.a2a import *
 
     # Its module also holds the strategies, which are raf.compression's.
@@ -98,6 +99,7 @@ __all__ = [
     "AgentSkillsProvider",
     "AgentStream",
     "AnthropicChatClient",
+    "Budget",
     "BudgetExceeded",
     "CallNext",
     "ChatClient",
@@ -142,6 +144,7 @@ __all__ = [
     "Run",
     "ScriptedChatClient",
     "Session",
+    "SpendLimits",
     "SqliteSessionStore",
     "StreamClosedError",
     "StreamingChatClient",
@@ -199,9 +202,11 @@ _LATE = {
     "PostgresSessionStore": "raf._sessions.postgres",
     "Prices": "raf._values.prices",
     "RedisSessionStore": "raf._sessions.redis",
+    "Budget": "raf._middleware.spend",
     "Retriever": "raf._providers.knowledge",
     "RetryMiddleware": "raf._middleware.retry",
     "ScriptedChatClient": "raf._clients.scripted",
+    "SpendLimits": "raf._middleware.spend",
     "SqliteSessionStore": "raf._sessions.sqlite",
     "ToolGuardrail": "raf._middleware.guardrails",
     "UsageLimits": "raf._middleware.limits",

@@ -10,9 +10,11 @@ from typing import Any, Protocol
 import anyio
 from starlette.types import Scope
 
+from raf._middleware.spend import SERVED_KEY
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
-from raf._values.messages import ChatMessage
+from raf._values.messages import ChatMessage, OnUpdate
+from raf._values.run import Run
 from raf.serve._http import HttpError, header
 from raf.serve._wire import new_messages
 
@@ -172,3 +174,11 @@ async def check_store(store: Any, within: float = 2.0) -> str | None:
     except Exception as exc:
         return f"the session store failed: {type(exc).__name__}: {exc}"
     return None
+
+
+def keyed_run(scope: Scope, sink: OnUpdate | None = None) -> Run:
+    """The :class:`raf.Run` of a served request's turn, carrying the caller's key scope
+    (what a ``raf.Budget(..., scope="key")`` spends; ``""`` without keys)."""
+    run = Run(sink)
+    run.state[SERVED_KEY] = scope.get("state", {}).get("key_scope", "")
+    return run
