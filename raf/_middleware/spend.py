@@ -14,7 +14,7 @@ import attrs
 
 from raf._middleware.limits import count_input
 from raf._sessions.spend import MemorySpendCounts, SpendCounts, spend_counts
-from raf._sessions.stores import open_store
+from raf._sessions.stores import is_redis_url, open_store
 from raf._values.context import ChatRequest, Invocation
 from raf._values.messages import AgentResponse
 from raf._values.prices import Prices, amount, model_of, nanos
@@ -134,9 +134,11 @@ class SpendLimits:
 
     ``store`` is where the budgets are counted: ``None``, this process's
     memory (this object's); a session store's URL or file path
-    (``redis://...``, ``postgresql://...``, a SQLite file: opened on first
-    use, closed by :meth:`aclose`, which ``await agent.aclose()`` calls); or
-    an open :class:`raf.SqliteSessionStore`, ``RedisSessionStore`` or
+    (``postgresql://...``, a SQLite file: opened on first use, closed by
+    :meth:`aclose`, which ``await agent.aclose()`` calls; ``redis://...``:
+    opened with ``async with limits:`` or :meth:`open` before the first
+    call, in the task that closes it, as a Redis client needs); or an open
+    :class:`raf.SqliteSessionStore`, ``RedisSessionStore`` or
     ``PostgresSessionStore`` (its owner closes it). Every store counts
     atomically: of two processes that reserve a budget's last cent, one is
     refused. A model of no known price is a :class:`raf.errors.ConfigError`
@@ -193,7 +195,16 @@ class SpendLimits:
                 "SpendLimits belongs in Agent(chat_stack=[...]): it budgets model calls, and "
                 f"got a {type(request).__name__}"
             )
-        counts = self._counts or await self._open()
+        counts = self._counts
+        if counts is None:
+            if isinstance(self.store, str) and is_redis_url(self.store):
+                # A Redis client lives in the task that opened it: not in some run's task.
+                raise ConfigError(
+                    "SpendLimits: open the Redis store before the first call, in the task "
+                    "that closes it: `async with limits:` (or await limits.open() and "
+                    "limits.aclose()), or give an open raf.RedisSessionStore"
+                )
+            counts = await self.open()
         now = datetime.now(UTC)
         windows = [budget.window(now) for budget in self.budgets]
         whose = [budget.whose(request) for budget in self.budgets]
@@ -241,7 +252,10 @@ class SpendLimits:
         most = request.options.max_tokens or 0
         return nanos((counted * rates.input + most * rates.output) / 1_000_000)
 
-    async def _open(self) -> SpendCounts:
+    async def open(self) -> SpendCounts:
+        """Open the store now (a URL's: else on the first call), and return its counts."""
+        if self._counts is not None:
+            return self._counts
         assert self._opening is not None
         async with self._opening:
             if self._counts is None:
@@ -258,6 +272,13 @@ class SpendLimits:
         if opened is not None:
             self._counts = None
             await opened.aclose()
+
+    async def __aenter__(self) -> SpendLimits:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"SpendLimits({list(self.budgets)!r})"
