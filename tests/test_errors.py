@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import re
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -34,6 +35,12 @@ from raf import errors as errors
         ),
         errors.UsageLimitExceeded(
             "max_requests", "two calls", spent=Usage(3, 4), cost=Decimal("0.5"), requests=2
+        ),
+        errors.BudgetExceeded(
+            raf.Budget("0.5", "day", "key"),
+            Decimal("0.5"),
+            datetime(2026, 1, 2, tzinfo=UTC),
+            scope="k1",
         ),
     ],
     ids=lambda e: type(e).__name__,
