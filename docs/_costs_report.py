@@ -60,7 +60,9 @@ class Gpt4oMini:
     def __init__(self) -> None:
         self.previous: list[ChatMessage] = []
 
-    async def complete(self, messages: Sequence[ChatMessage], options: ChatOptions) -> AgentResponse:
+    async def complete(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> AgentResponse:
         shared = 0
         for old, new in zip(self.previous, messages, strict=False):
             if old != new:
@@ -69,7 +71,9 @@ class Gpt4oMini:
         self.previous = list(messages)
         prefix = approximate_prompt_tokens(messages[:shared], options.tools) if shared else 0
         cached = prefix // 128 * 128 if prefix >= 1024 else 0
-        usage = Usage(approximate_prompt_tokens(messages, options.tools), 60, cached_input_tokens=cached)
+        usage = Usage(
+            approximate_prompt_tokens(messages, options.tools), 60, cached_input_tokens=cached
+        )
         if messages[-1].role == "user" and "order" in (messages[-1].content or ""):
             call = ToolCall(f"c{len(messages)}", "lookup_order", '{"order": "1234"}')
             return AgentResponse((ChatMessage.assistant(tool_calls=[call]),), usage)
