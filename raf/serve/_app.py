@@ -217,7 +217,7 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         return TurnStream(served.agent, turn, session, options, framing)
     try:
         response = await served.agent.run(
-            turn, session=session, options=options, on_update=keyed_run(request.scope)
+            turn, session=session, options=options, on_update=keyed_run(request.state.key_scope)
         )
     except Exception as exc:
         note_failure(request.scope, exc)

@@ -118,7 +118,7 @@ async def responses(served: Served, request: Request) -> ASGIApp:
         return TurnStream(served.agent, turn, session, options, framing)
     try:
         response = await served.agent.run(
-            turn, session=session, options=options, on_update=keyed_run(request.scope)
+            turn, session=session, options=options, on_update=keyed_run(request.state.key_scope)
         )
     except Exception as exc:
         note_failure(request.scope, exc)

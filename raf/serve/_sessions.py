@@ -176,9 +176,9 @@ async def check_store(store: Any, within: float = 2.0) -> str | None:
     return None
 
 
-def keyed_run(scope: Scope, sink: OnUpdate | None = None) -> Run:
-    """The :class:`raf.Run` of a served request's turn, carrying the caller's key scope
-    (what a ``raf.Budget(..., scope="key")`` spends; ``""`` without keys)."""
+def keyed_run(key_scope: str, sink: OnUpdate | None = None) -> Run:
+    """The :class:`raf.Run` of a served turn, carrying the caller's key scope (see
+    :meth:`Keys.scope`): what a ``raf.Budget(..., scope="key")`` spends."""
     run = Run(sink)
-    run.state[SERVED_KEY] = scope.get("state", {}).get("key_scope", "")
+    run.state[SERVED_KEY] = key_scope
     return run

@@ -125,7 +125,7 @@ async def stream_turn(
         # the run's send raises its close: nothing more goes out.
         await emit(framing.update(update), start=update.kind == "approval")
 
-    run = keyed_run(scope, sink)
+    run = keyed_run(scope.get("state", {}).get("key_scope", ""), sink)
     response: AgentResponse | None = None
     error: Exception | None = None
     async with anyio.create_task_group() as group:
