@@ -47,12 +47,14 @@ from raf._values.run import Run
 from raf._values.verdict import GuardrailCheck, GuardrailContext, Verdict
 from raf.errors import (
     AgentError,
+    BudgetExceeded,
     ChatClientError,
     GuardrailError,
     OutputError,
     ProviderError,
     StreamClosedError,
     ToolError,
+    UsageLimitExceeded,
 )
 
 if typing.TYPE_CHECKING:
@@ -69,9 +71,11 @@ if typing.TYPE_CHECKING:
     from raf._clients.scripted import *
     from raf._middleware.fallback import *
     from raf._middleware.guardrails import *
+    from raf._middleware.limits import *
     from raf._middleware.logging import *
     from raf._middleware.pii import *
     from raf._middleware.retry import *
+    from raf._middleware.spend import *
     from raf._middleware.tool_outputs import *
     from raf._observers.replay import *
     from raf._providers.a2a import *
@@ -85,6 +89,7 @@ if typing.TYPE_CHECKING:
     from raf._sessions.postgres import *
     from raf._sessions.redis import *
     from raf._sessions.sqlite import *
+    from raf._values.prices import *
 
 __all__ = [
     "A2AAgentTool",
@@ -96,6 +101,8 @@ __all__ = [
     "AgentSkillsProvider",
     "AgentStream",
     "AnthropicChatClient",
+    "Budget",
+    "BudgetExceeded",
     "CallNext",
     "ChatClient",
     "ChatClientError",
@@ -129,6 +136,7 @@ __all__ = [
     "OutputGuardrail",
     "Passage",
     "PendingCall",
+    "Prices",
     "ProviderError",
     "ProviderGroup",
     "REQUEST_HASH_LIMIT",
@@ -139,6 +147,7 @@ __all__ = [
     "Run",
     "ScriptedChatClient",
     "Session",
+    "SpendLimits",
     "SqliteSessionStore",
     "StreamClosedError",
     "StreamingChatClient",
@@ -150,6 +159,8 @@ __all__ = [
     "ToolRequest",
     "Update",
     "Usage",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "Verdict",
     "WikiRetriever",
     "WorkspaceContextProvider",
@@ -194,13 +205,17 @@ _LATE = {
     "OutputGuardrail": "raf._middleware.guardrails",
     "Passage": "raf._providers.knowledge",
     "PostgresSessionStore": "raf._sessions.postgres",
+    "Prices": "raf._values.prices",
     "RedisSessionStore": "raf._sessions.redis",
+    "Budget": "raf._middleware.spend",
     "Retriever": "raf._providers.knowledge",
     "RetryMiddleware": "raf._middleware.retry",
     "ScriptedChatClient": "raf._clients.scripted",
+    "SpendLimits": "raf._middleware.spend",
     "SqliteSessionStore": "raf._sessions.sqlite",
     "ToolGuardrail": "raf._middleware.guardrails",
     "ToolOutputLimit": "raf._middleware.tool_outputs",
+    "UsageLimits": "raf._middleware.limits",
     "WikiRetriever": "raf._providers.knowledge",
     "WorkspaceContextProvider": "raf._providers.workspace",
     "pii_redactor": "raf._middleware.pii",

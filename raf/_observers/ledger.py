@@ -11,13 +11,16 @@ previous call of the same session.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
 
+from raf._observers.ledger_cost import split_bill
 from raf._onion.observe import Observer
 from raf._values.context import ChatRequest, Invocation, Segments
 from raf._values.messages import AgentResponse, ChatMessage
+from raf._values.prices import Prices, model_of
 from raf._values.protocols import Tool
 from raf._values.spill import CutResult, parse_cut
 from raf._values.tokens import approximate_prompt_tokens
@@ -40,12 +43,16 @@ class LedgerPart:
 
     ``layer`` is a provider's name, ``"agent"``, ``"request"`` or
     ``"tool loop"``; ``region`` one of ``"tools"``, ``"system"``,
-    ``"history"``, ``"tail"``, ``"request"``, ``"loop"``.
+    ``"history"``, ``"tail"``, ``"request"``, ``"loop"``. ``cost`` is its
+    share of the call's input bill in USD (its cached tokens at the cached
+    price, its cache writes at the write price): ``None`` when the model's
+    price is unknown or the call reported no usage.
     """
 
     layer: str
     region: Region
     tokens: int
+    cost: Decimal | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen(slots=True)
@@ -60,6 +67,9 @@ class LedgerEntry:
     this prompt extends the previous one up to that call's tail, else the
     first part whose content differs. ``reported_cached_tokens`` is what the
     provider said it served from its cache (``None``: no usage reported).
+    ``cost`` is the call's whole bill in USD (the parts' shares of its input,
+    and its output), priced for ``model``, the model that answered: ``None``
+    when its price is unknown or the call reported no usage.
     """
 
     session_id: str | None
@@ -69,6 +79,8 @@ class LedgerEntry:
     shared_prefix_tokens: int
     broken_by: LedgerPart | None
     reported_cached_tokens: int | None
+    cost: Decimal | None = attrs.field(default=None, kw_only=True)
+    model: str | None = attrs.field(default=None, kw_only=True)
 
     def tokens_of(self, layer: str) -> int:
         """The tokens ``layer`` put in this prompt, all regions together."""
@@ -107,7 +119,10 @@ class ContextLedger(Observer):
     :class:`LedgerEntry` per model call and ``ledger.report()`` is a table.
     Tokens are counted with ``count_tokens`` (``(messages, tools) -> int``)
     when given, else with the agent's client's ``count_tokens`` when it has
-    one, else :func:`raf.compression.approximate_tokens`. An agent without a ledger pays
+    one, else :func:`raf.compression.approximate_tokens`. Each call is priced
+    with ``prices`` (a :class:`raf.Prices`; default genai-prices' data) for
+    the model that answered (the response's ``model``, else the call's, else
+    the agent's client's). An agent without a ledger pays
     nothing for it: the counting happens here. A ledger keeps every entry and
     each session's last prompt: it is meant for a command, a test or a
     debugging session, not for a server's lifetime.
@@ -122,12 +137,18 @@ class ContextLedger(Observer):
     [('agent', 'system'), ('request', 'request')]
     """
 
-    __slots__ = ("_count_tokens", "_cut", "_seen", "calls")
+    __slots__ = ("_count_tokens", "_cut", "_seen", "calls", "prices")
 
-    def __init__(self, *, count_tokens: PromptCounter | None = None) -> None:
+    def __init__(
+        self, *, count_tokens: PromptCounter | None = None, prices: Prices | None = None
+    ) -> None:
         if count_tokens is not None and not callable(count_tokens):
             raise TypeError(f"count_tokens must be callable(messages, tools), got {count_tokens!r}")
+        if prices is not None and not isinstance(prices, Prices):
+            raise TypeError(f"ContextLedger: prices must be a raf.Prices, got {prices!r}")
         self._count_tokens = count_tokens
+        #: What the ledger prices each call with.
+        self.prices = Prices() if prices is None else prices
         #: One entry per model call, in order.
         self.calls: list[LedgerEntry] = []
         self._seen: dict[str | None, _Seen] = {}
@@ -160,9 +181,9 @@ class ContextLedger(Observer):
         keys = tuple(piece.key() for piece in pieces)
         shared = 0 if previous is None else _common_prefix(previous.keys, keys)
         marks, parts = _parts(pieces, count)
-        broken = None
+        broken_at = None
         if previous is not None and shared < previous.stable_end and parts:
-            broken = parts[_part_at(marks, shared)] if shared < len(pieces) else parts[-1]
+            broken_at = _part_at(marks, shared) if shared < len(pieces) else len(parts) - 1
         stable_end = next((i for i, p in enumerate(pieces) if p.region in _MOVING), len(pieces))
         self._seen[session] = _Seen(keys, stable_end)
         usage = response.usage if response is not None else None
@@ -171,6 +192,15 @@ class ContextLedger(Observer):
                 cut = parse_cut(message.content)
                 if cut is not None and message.tool_call_id is not None:
                     self._cut[message.tool_call_id] = (len(self.calls) + 1, message.name, cut)
+        model = model_of(request, response)
+        cost = None
+        rates = None if usage is None else self.prices.rates(model, usage.input_tokens)
+        if usage is not None and rates is not None:
+            cost = rates.cost(usage)
+            shares = split_bill([part.tokens for part in parts], usage, rates)
+            parts = tuple(
+                attrs.evolve(part, cost=share) for part, share in zip(parts, shares, strict=True)
+            )
         self.calls.append(
             LedgerEntry(
                 session,
@@ -178,8 +208,10 @@ class ContextLedger(Observer):
                 counted_by,
                 parts,
                 count(*_prompt(pieces[:shared])) if shared else 0,
-                broken,
+                None if broken_at is None else parts[broken_at],
                 None if usage is None else usage.cached_input_tokens,
+                cost=cost,
+                model=model,
             )
         )
 
@@ -328,7 +360,9 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             rank = _REGIONS.index(part.region)
             first[part.layer] = min(first.get(part.layer, rank), rank)
     layers = sorted(first, key=first.__getitem__)
-    head = ["call", "session", "input", *layers, "shared", "cached", "broken by"]
+    priced = any(entry.cost is not None for entry in calls)
+    money = ["cost"] if priced else []
+    head = ["call", "session", "input", *layers, "shared", "cached", "broken by", *money]
     rows = [head]
     for number, entry in enumerate(calls, 1):
         broken = entry.broken_by
@@ -341,6 +375,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
                 str(entry.shared_prefix_tokens),
                 "-" if entry.reported_cached_tokens is None else str(entry.reported_cached_tokens),
                 "-" if broken is None else f"{broken.layer} ({broken.region})",
+                *([usd(entry.cost)] if priced else []),
             ]
         )
     rows.append(
@@ -352,6 +387,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             str(sum(entry.shared_prefix_tokens for entry in calls)),
             _cached_total(calls),
             f"{sum(entry.broken_by is not None for entry in calls)} broken",
+            *([_cost_total(calls)] if priced else []),
         ]
     )
     widths = [max(len(row[column]) for row in rows) for column in range(len(head))]
@@ -363,6 +399,8 @@ def report(calls: Sequence[LedgerEntry]) -> str:
     lines.append(
         f"tokens counted by {counted}; shared: the prefix the session's previous call sent"
     )
+    if priced:
+        lines.extend(_cost_by_layer(calls, layers))
     return "\n".join(lines)
 
 
@@ -380,6 +418,38 @@ def _cut_lines(cut: dict[str, tuple[int, str | None, CutResult]]) -> str:
             f"{result.left_out:,} left out; {kept}"
         )
     return "\ncut tool results:\n" + "\n".join(lines) if lines else ""
+def usd(cost: Decimal | None) -> str:
+    """``cost`` as a person reads it: ``$0.000123`` (to the millionth), ``-`` when unknown."""
+    return "-" if cost is None else f"${cost:.6f}"
+
+
+def _cost_total(calls: Sequence[LedgerEntry]) -> str:
+    costs = [entry.cost for entry in calls if entry.cost is not None]
+    total = usd(sum(costs, Decimal(0)))
+    return total if len(costs) == len(calls) else f"{total}+"  # "+": some calls unpriced
+
+
+def _cost_by_layer(calls: Sequence[LedgerEntry], layers: Sequence[str]) -> list[str]:
+    """What each layer's input cost over every priced call, and what the output cost."""
+    priced = [entry for entry in calls if entry.cost is not None]
+    by_layer = {
+        layer: sum(
+            (p.cost or Decimal(0) for e in priced for p in e.parts if p.layer == layer),
+            Decimal(0),
+        )
+        for layer in layers
+    }
+    inputs = sum(by_layer.values(), Decimal(0))
+    output = sum((e.cost or Decimal(0) for e in priced), Decimal(0)) - inputs
+    rows = [(layer, usd(cost)) for layer, cost in by_layer.items()] + [("output", usd(output))]
+    width = max(len(name) for name, _ in rows)
+    models = ", ".join(sorted({e.model or "-" for e in priced}))
+    lines = [f"cost by layer ({len(priced)} priced calls; {models}):"]
+    lines.extend(f"  {name.ljust(width)}  {cost}" for name, cost in rows)
+    unpriced = len(calls) - len(priced)
+    if unpriced:
+        lines.append(f"  {unpriced} calls unpriced (a model of no known price, or no usage)")
+    return lines
 
 
 def _cached_total(calls: Sequence[LedgerEntry]) -> str:

@@ -10,9 +10,11 @@ from typing import Any, Protocol
 import anyio
 from starlette.types import Scope
 
+from raf._middleware.spend import SERVED_KEY
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession, fork_into
-from raf._values.messages import ChatMessage
+from raf._values.messages import ChatMessage, OnUpdate
+from raf._values.run import Run
 from raf.serve._http import HttpError, header
 from raf.serve._wire import new_messages
 
@@ -177,3 +179,11 @@ async def check_store(store: Any, within: float = 2.0) -> str | None:
     except Exception as exc:
         return f"the session store failed: {type(exc).__name__}: {exc}"
     return None
+
+
+def keyed_run(key_scope: str, sink: OnUpdate | None = None) -> Run:
+    """The :class:`raf.Run` of a served turn, carrying the caller's key scope (see
+    :meth:`Keys.scope`): what a ``raf.Budget(..., scope="key")`` spends."""
+    run = Run(sink)
+    run.state[SERVED_KEY] = key_scope
+    return run
