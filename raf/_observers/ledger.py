@@ -418,6 +418,8 @@ def _cut_lines(cut: dict[str, tuple[int, str | None, CutResult]]) -> str:
             f"{result.left_out:,} left out; {kept}"
         )
     return "\ncut tool results:\n" + "\n".join(lines) if lines else ""
+
+
 def usd(cost: Decimal | None) -> str:
     """``cost`` as a person reads it: ``$0.000123`` (to the millionth), ``-`` when unknown."""
     return "-" if cost is None else f"${cost:.6f}"

@@ -19,6 +19,7 @@ from raf._values.context import ToolRequest
 from raf._values.decision import Decision
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
+from raf._values.prices import Prices
 from raf.errors import AgentError
 
 __all__ = ["replay"]
@@ -115,7 +116,9 @@ def turns_of(
     return prefix, turns
 
 
-async def replay(agent: Agent, messages: Sequence[ChatMessage]) -> ReplayReport:
+async def replay(
+    agent: Agent, messages: Sequence[ChatMessage], *, prices: Prices | None = None
+) -> ReplayReport:
     """Run the user turns of the recorded conversation ``messages`` again through
     ``agent``'s stacks, and report what each model call would have sent and billed.
 
@@ -128,7 +131,9 @@ async def replay(agent: Agent, messages: Sequence[ChatMessage]) -> ReplayReport:
     waits for approval is approved. Nothing reaches the network (but what a
     provider of the stack calls on its own, such as a summary strategy's
     client). The agent's observers are left out; a
-    :class:`raf.observe.ContextLedger` measures every call.
+    :class:`raf.observe.ContextLedger` measures every call, and each call's
+    prompt is priced with ``prices`` (default :class:`raf.Prices`: genai-prices'
+    data) for the model of the agent's client.
 
     Where the stack does not follow the recording (it asks for more model
     calls than a turn holds: answered with an empty message; fewer; a tool
@@ -152,6 +157,9 @@ async def replay(agent: Agent, messages: Sequence[ChatMessage]) -> ReplayReport:
                 f"replay(agent, messages): messages[{index}] must be a ChatMessage, "
                 f"got {type(message).__name__}"
             )
+    if prices is not None and not isinstance(prices, Prices):
+        raise TypeError(f"replay(prices=...): must be a raf.Prices, got {prices!r:.80}")
+    priced = Prices() if prices is None else prices
     recording = _Recording(recorded)
     ledger = ContextLedger()
     replayed = agent.replace(
@@ -179,7 +187,7 @@ async def replay(agent: Agent, messages: Sequence[ChatMessage]) -> ReplayReport:
                     f"the recorded result of call {message.tool_call_id!r} ({message.name}) "
                     "was not asked for: the stack has no such tool, or did not run it"
                 )
-        calls += [ReplayCall.of(number, entry) for entry in ledger.calls[seen:]]
+        calls += [ReplayCall.of(number, entry, priced) for entry in ledger.calls[seen:]]
     counted = ledger.calls[0].counted_by if ledger.calls else "approximate"
     return ReplayReport(
         tuple(calls),

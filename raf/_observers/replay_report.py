@@ -8,7 +8,9 @@ from typing import Final
 
 import attrs
 
-from raf._observers.ledger import LedgerEntry
+from raf._observers.ledger import LedgerEntry, usd
+from raf._values.messages import Usage
+from raf._values.prices import Prices
 
 __all__ = ["ReplayCall", "ReplayDivergence", "ReplayReport"]
 
@@ -30,7 +32,10 @@ class ReplayCall:
     ``billed_units`` the fresh tokens plus a tenth of the cached ones;
     ``context_tokens`` the conversation the call kept in view (its history,
     tail, request and tool-loop turns: the prompt without its tools and
-    system message). ``cost`` is ``None``: money is not counted here.
+    system message). ``cost`` is the prompt's bill at the model's prices
+    (the cached part at the cached price; ``None`` for a model of no known
+    price): the answers are the recording's, the same whatever the stack,
+    so their output is not in it.
     """
 
     turn: int
@@ -52,9 +57,11 @@ class ReplayCall:
         return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
 
     @classmethod
-    def of(cls, turn: int, entry: LedgerEntry) -> ReplayCall:
-        """The row of the ledger's ``entry``."""
+    def of(cls, turn: int, entry: LedgerEntry, prices: Prices | None = None) -> ReplayCall:
+        """The row of the ledger's ``entry``, its prompt priced with ``prices`` (when given)."""
         broken = entry.broken_by
+        rates = None if prices is None else prices.rates(entry.model, entry.input_tokens)
+        prompt = Usage(entry.input_tokens, 0, cached_input_tokens=entry.shared_prefix_tokens)
         return cls(
             turn,
             entry.input_tokens,
@@ -62,6 +69,7 @@ class ReplayCall:
             sum(part.tokens for part in entry.parts if part.region in _CONTEXT),
             None if broken is None else f"{broken.layer} ({broken.region})",
             entry,
+            cost=None if rates is None else rates.cost(prompt),
         )
 
 
@@ -147,7 +155,7 @@ def side_by_side(reports: Sequence[tuple[str, ReplayReport]]) -> str:
     head = ["turn", "call"]
     for name, _ in reports:
         label = f"{name}: " if name else ""
-        head += [f"{label}input", "cached", "billed", "context", "broken by"]
+        head += [f"{label}input", "cached", "billed", "cost", "context", "broken by"]
     rows = [head]
     placed = [_by_place(report) for _, report in reports]
     for turn, number in sorted({place for calls in placed for place in calls}):
@@ -155,12 +163,13 @@ def side_by_side(reports: Sequence[tuple[str, ReplayReport]]) -> str:
         for calls in placed:
             call = calls.get((turn, number))
             if call is None:
-                row += ["", "", "", "", ""]
+                row += ["", "", "", "", "", ""]
                 continue
             row += [
                 f"{call.input_tokens:,}",
                 f"{call.cached_share:.0%}",
                 f"{call.billed_units:,.0f}",
+                usd(call.cost),
                 f"{call.context_tokens:,}",
                 call.broken_by or "-",
             ]
@@ -173,6 +182,7 @@ def side_by_side(reports: Sequence[tuple[str, ReplayReport]]) -> str:
             f"{report.input_tokens:,}",
             f"{report.cached_share:.0%}",
             f"{report.billed_units:,.0f}",
+            usd(report.cost),
             f"{report.context_tokens:,.0f}",
             f"{broken} broken",
         ]

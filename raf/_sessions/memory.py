@@ -186,9 +186,7 @@ class InMemorySessionStore:
         """The ids of every session that holds messages, oldest first."""
         return [key for key, session in self._sessions.items() if session._messages]
 
-    async def fork(
-        self, session_id: str, new_id: str, *, at: int | None = None
-    ) -> InMemorySession:
+    async def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> InMemorySession:
         """Copy the first ``at`` turns of ``session_id`` (all without ``at``) into the new
         session ``new_id`` and return it; calls waiting for approval are not carried.
 

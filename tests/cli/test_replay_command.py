@@ -45,8 +45,8 @@ def test_replay_prints_both_stacks_side_by_side_and_draws_the_chart(
     assert "window: input" in out[1]
     rows = [line.split() for line in out[2:8]]
     assert [row[:2] for row in rows] == [[str(n), "1"] for n in range(1, 7)]
-    # The whole history never breaks the cache; the window moves and does.
-    assert all(row[6] == "-" for row in rows)
+    # The whole history never breaks the cache (its column after cost and context); the window does.
+    assert all(row[7] == "-" for row in rows)
     assert "HistoryProvider" in out[7]
     assert out[8].split()[:2] == ["all", "6"]
     assert out[-1] == f"chart: {chart}"

@@ -3,6 +3,8 @@ from the recording; what each call sent, what a prefix cache serves, and where i
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 import raf
@@ -77,8 +79,26 @@ async def test_the_same_stack_replays_what_the_run_sent() -> None:
         e.shared_prefix_tokens for e in original.calls
     ]
     assert RAN == []  # no tool ran: the recorded results answered
+    # A scripted model has no price: no cost, rather than a made-up one.
     assert all(call.cost is None for call in report.calls)
     assert report.cost is None
+
+
+async def test_each_call_s_prompt_is_priced_the_cached_part_at_the_cached_price() -> None:
+    messages, _ = await _recorded()
+    client = ScriptedChatClient()
+    client.model = "house-model"  # type: ignore[misc]
+    prices = raf.Prices(overrides={"house-model": {"input": 2, "cached_input": 0.5, "output": 8}})
+    report = await raf.replay(_agent(client), messages, prices=prices)
+    for call in report.calls:
+        fresh = call.input_tokens - call.cached_tokens
+        assert call.cost == (Decimal(fresh) * 2 + Decimal(call.cached_tokens) * Decimal("0.5")) / (
+            10**6
+        )
+    assert report.cost == sum((call.cost or Decimal(0) for call in report.calls), Decimal(0))
+    assert "$0.000112" in report.table()
+    with pytest.raises(TypeError, match=r"must be a raf\.Prices"):
+        await raf.replay(_agent(client), messages, prices={"house-model": {}})  # type: ignore[arg-type]
 
 
 async def test_a_window_keeps_less_context_and_bills_what_it_breaks() -> None:
