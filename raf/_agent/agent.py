@@ -22,6 +22,7 @@ from raf._agent.arguments import (
 )
 from raf._agent.deferred import RunDeferred, wants_approval
 from raf._agent.output import output_spec, structured_loop
+from raf._agent.repair import repaired
 from raf._agent.streamed import stream_model
 from raf._agent.streaming import AgentStream
 from raf._agent.tool_loop import ToolStack, index_tools, invoke_tool, run_tool_loop
@@ -478,13 +479,13 @@ class Agent:
 
     def _call_model(self, request: ChatRequest) -> Awaitable[AgentResponse]:
         # The innermost point of the chat stack: the updates go to the on_update that
-        # the chat middleware passed on (maybe wrapped), so they see them.
+        # the chat middleware passed on (maybe wrapped), so they see them. The last step
+        # before the client: the transcript repaired, whatever the history holds.
+        messages = repaired(request.messages)
         if request.on_update is None:
-            return self.chat_client.complete(request.messages, request.options)
+            return self.chat_client.complete(messages, request.options)
         run = None if request.invocation is None else request.invocation.run
-        return stream_model(
-            self.chat_client, request.messages, request.options, request.on_update, run
-        )
+        return stream_model(self.chat_client, messages, request.options, request.on_update, run)
 
     def __repr__(self) -> str:
         return (
