@@ -210,12 +210,18 @@ def _parts(
     pieces: Sequence[_Piece], count: PromptCounter
 ) -> tuple[list[int], tuple[LedgerPart, ...]]:
     """The pieces in runs of one layer and region, each counted as the tokens its end adds
-    to the prompt (so the parts add up to the whole count); the runs' starting pieces."""
+    to the prompt (so the parts add up to the whole count); the runs' starting pieces.
+    Each repair is a run of its own."""
     marks: list[int] = []
     for index, piece in enumerate(pieces):
-        if not marks or (piece.layer, piece.region) != (
-            pieces[index - 1].layer,
-            pieces[index - 1].region,
+        if (
+            not marks
+            or piece.layer == "repair"
+            or (piece.layer, piece.region)
+            != (
+                pieces[index - 1].layer,
+                pieces[index - 1].region,
+            )
         ):
             marks.append(index)
     parts: list[LedgerPart] = []

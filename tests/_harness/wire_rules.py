@@ -112,7 +112,9 @@ def anthropic_problem(body: Any) -> str | None:
             answered = set()
             if following is not None and following.get("role") == "user":
                 answered = {
-                    b.get("tool_use_id") for b in _blocks(following) if b.get("type") == "tool_result"
+                    b.get("tool_use_id")
+                    for b in _blocks(following)
+                    if b.get("type") == "tool_result"
                 }
             missing = [use for use in uses if use not in answered]
             if missing:
