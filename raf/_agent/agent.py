@@ -22,7 +22,7 @@ from raf._agent.arguments import (
 )
 from raf._agent.deferred import RunDeferred, wants_approval
 from raf._agent.output import output_spec, structured_loop
-from raf._agent.repair import repaired
+from raf._agent.repair import Repairs
 from raf._agent.streamed import stream_model
 from raf._agent.streaming import AgentStream
 from raf._agent.tool_loop import ToolStack, index_tools, invoke_tool, run_tool_loop
@@ -90,6 +90,7 @@ class Agent:
     _run: CallNext[Invocation]
     _chat: CallNext[ChatRequest]
     _tool_call: ToolStack
+    _repairs: Repairs  # the transcript repair of its model calls, the last step before each
 
     def __init__(
         self,
@@ -222,6 +223,7 @@ class Agent:
             compose(run, hooks(watching, "run")),
             compose(self._call_model, chat),
             cast("ToolStack", compose(tool_core, (*hooks(watching, "tool_call"), *tool_calls))),
+            Repairs(),
         )
 
     @property
@@ -481,7 +483,7 @@ class Agent:
         # The innermost point of the chat stack: the updates go to the on_update that
         # the chat middleware passed on (maybe wrapped), so they see them. The last step
         # before the client: the transcript repaired, whatever the history holds.
-        messages = repaired(request.messages)
+        messages = self._repairs(request.messages)
         if request.on_update is None:
             return self.chat_client.complete(messages, request.options)
         run = None if request.invocation is None else request.invocation.run

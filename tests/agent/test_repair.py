@@ -32,7 +32,7 @@ from raf import (
     ToolCall,
     tool,
 )
-from raf._agent.repair import repair, repaired, split_by, whole
+from raf._agent.repair import Repairs, repair, repaired, split_by, whole
 from raf.errors import CompressionError, ProviderError, ServerError
 from tests._harness.anthropic_server import AnthropicServer
 from tests._harness.gemini_server import GeminiServer
@@ -155,6 +155,28 @@ def test_what_repair_sends_is_whole_and_keeps_every_other_message(kinds: list[st
     assert [m for m in sent if m.role != "tool"] == others
     kept = [m for m in sent if m.role == "tool" and m.content != INTERRUPTED]
     assert all(any(m is k for m in messages) for k in kept)  # results only moved, none made up
+
+
+@given(st.lists(st.lists(st.sampled_from(["user", "call 1", "result 1", "result 2"]), max_size=4)))
+def test_repairs_that_remember_the_last_whole_transcript_send_what_repair_sends(
+    steps: list[list[str]],
+) -> None:
+    # Call after call, each extending the last (as a tool loop and a session do) or not.
+    repairs = Repairs()
+    messages: tuple[ChatMessage, ...] = ()
+    for number, step in enumerate(steps):
+        added = []
+        for kind in step:
+            word, *ids = kind.split()
+            added.append(
+                ChatMessage.user("u")
+                if word == "user"
+                else result(ids[0])
+                if word == "result"
+                else calling(ids[0])
+            )
+        messages = (*messages, *added) if number % 3 else tuple(added)
+        assert repairs(messages) == repaired(messages)
 
 
 # --- in a run: nothing stored changes, the call is never run ----------------------------
