@@ -23,6 +23,7 @@ from raf._agent.arguments import (
 from raf._agent.deferred import RunDeferred, wants_approval
 from raf._agent.offers import answered_tools, offering, with_offered
 from raf._agent.output import output_spec, structured_loop
+from raf._agent.repair import Repairs
 from raf._agent.streamed import stream_model
 from raf._agent.streaming import AgentStream
 from raf._agent.tool_loop import ToolStack, index_tools, invoke_tool, run_tool_loop
@@ -91,6 +92,7 @@ class Agent:
     _chat: CallNext[ChatRequest]
     _tool_call: ToolStack
     _offering: tuple[Any, ...]  # the tool-stack items that offer tools of their own
+    _repairs: Repairs  # the transcript repair of its model calls, the last step before each
 
     def __init__(
         self,
@@ -228,6 +230,7 @@ class Agent:
             compose(self._call_model, chat),
             cast("ToolStack", compose(tool_core, (*hooks(watching, "tool_call"), *tool_calls))),
             offerers,
+            Repairs(),
         )
 
     @property
@@ -487,13 +490,13 @@ class Agent:
 
     def _call_model(self, request: ChatRequest) -> Awaitable[AgentResponse]:
         # The innermost point of the chat stack: the updates go to the on_update that
-        # the chat middleware passed on (maybe wrapped), so they see them.
+        # the chat middleware passed on (maybe wrapped), so they see them. The last step
+        # before the client: the transcript repaired, whatever the history holds.
+        messages = self._repairs(request.messages)
         if request.on_update is None:
-            return self.chat_client.complete(request.messages, request.options)
+            return self.chat_client.complete(messages, request.options)
         run = None if request.invocation is None else request.invocation.run
-        return stream_model(
-            self.chat_client, request.messages, request.options, request.on_update, run
-        )
+        return stream_model(self.chat_client, messages, request.options, request.on_update, run)
 
     def __repr__(self) -> str:
         return (

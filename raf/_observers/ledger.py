@@ -5,7 +5,8 @@ price, so a call's cost depends on how far it extends the previous one. The
 ledger cuts each prompt into the parts raf assembled (tools, system message,
 history, tail, request, the tool loop's turns, each by the layer that
 contributed it), counts their tokens, and compares the prompt with the
-previous call of the same session.
+previous call of the same session. A prompt the core repairs before sending
+(``raf._agent.repair``) is recorded as sent, each repair a part of its own.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Literal
 
 import attrs
 
+from raf._agent.repair import repair
 from raf._observers.ledger_cost import split_bill
 from raf._onion.observe import Observer
 from raf._values.context import ChatRequest, Invocation, Segments
@@ -41,9 +43,12 @@ _MOVING: frozenset[str] = frozenset({"tail", "request", "loop"})
 class LedgerPart:
     """One layer's tokens in one region of a prompt.
 
-    ``layer`` is a provider's name, ``"agent"``, ``"request"`` or
-    ``"tool loop"``; ``region`` one of ``"tools"``, ``"system"``,
-    ``"history"``, ``"tail"``, ``"request"``, ``"loop"``. ``cost`` is its
+    ``layer`` is a provider's name, ``"agent"``, ``"request"``,
+    ``"tool loop"`` or ``"repair"``; ``region`` one of ``"tools"``,
+    ``"system"``, ``"history"``, ``"tail"``, ``"request"``, ``"loop"``.
+    A ``"repair"`` part is what the core's transcript repair changed where it
+    sits: the results it made for calls that had none (their tokens), or a
+    result it left out (0 tokens: it is not sent). ``cost`` is its
     share of the call's input bill in USD (its cached tokens at the cached
     price, its cache writes at the write price): ``None`` when the model's
     price is unknown or the call reported no usage.
@@ -94,14 +99,21 @@ class _Piece:
 
     layer: str
     region: Region
-    content: Any  # a Tool, a ChatMessage, or a str of a system message
+    content: Any  # a Tool, a ChatMessage, a str of a system message, or a _LeftOut
     slot: int = -1  # the message a text belongs to; -1: a tool or a whole message
 
     def key(self) -> Any:
-        if isinstance(self.content, (ChatMessage, str)):
+        if isinstance(self.content, (ChatMessage, str, _LeftOut)):
             return self.content
         tool = self.content
         return ("tool", tool.name, tool.description, repr(tool.parameters))
+
+
+@attrs.frozen(slots=True)
+class _LeftOut:
+    """A message the repair left out: a piece of the ledger, none of the prompt."""
+
+    message: ChatMessage
 
 
 @attrs.frozen(slots=True)
@@ -174,7 +186,7 @@ class ContextLedger(Observer):
         return report(self.calls) + _cut_lines(self._cut)
 
     def _record(self, request: ChatRequest, response: AgentResponse | None) -> None:
-        pieces = list(_pieces(request))
+        pieces = _repaired(list(_pieces(request)), request.messages)
         count, counted_by = self._counter(request.invocation)
         session = request.options.session_id
         previous = self._seen.get(session)
@@ -239,12 +251,18 @@ def _parts(
     pieces: Sequence[_Piece], count: PromptCounter
 ) -> tuple[list[int], tuple[LedgerPart, ...]]:
     """The pieces in runs of one layer and region, each counted as the tokens its end adds
-    to the prompt (so the parts add up to the whole count); the runs' starting pieces."""
+    to the prompt (so the parts add up to the whole count); the runs' starting pieces.
+    Each repair is a run of its own."""
     marks: list[int] = []
     for index, piece in enumerate(pieces):
-        if not marks or (piece.layer, piece.region) != (
-            pieces[index - 1].layer,
-            pieces[index - 1].region,
+        if (
+            not marks
+            or piece.layer == "repair"
+            or (piece.layer, piece.region)
+            != (
+                pieces[index - 1].layer,
+                pieces[index - 1].region,
+            )
         ):
             marks.append(index)
     parts: list[LedgerPart] = []
@@ -280,6 +298,8 @@ def _prompt(pieces: Sequence[_Piece]) -> tuple[list[ChatMessage], list[Tool]]:
             texts = []
         if isinstance(piece.content, ChatMessage):
             messages.append(piece.content)
+        elif isinstance(piece.content, _LeftOut):
+            continue  # not sent
         elif isinstance(piece.content, str):
             texts.append(piece.content)
             slot = piece.slot
@@ -324,6 +344,42 @@ def _pieces(request: ChatRequest) -> Iterator[_Piece]:
     end = at + len(invocation.request_messages)
     yield from (_Piece("request", "request", message) for message in messages[at:end])
     yield from (_Piece("tool loop", "loop", message) for message in messages[end:])
+
+
+def _repaired(pieces: list[_Piece], messages: Sequence[ChatMessage]) -> list[_Piece]:
+    """``pieces`` of the prompt the core sends: as they are when ``messages`` need no
+    repair, else each message's pieces in its repaired place, and a ``"repair"`` piece for
+    each result the repair made (where its call is) and each message it left out (where
+    it was); see :mod:`raf._agent.repair`."""
+    fixed = repair(messages)
+    if fixed is None:
+        return pieces
+    tools = [piece for piece in pieces if piece.region == "tools"]
+    # Each message's pieces (a system message of several contributors is several).
+    of_message: list[list[_Piece]] = [[] for _ in messages]
+    at = -1
+    for piece in pieces[len(tools) :]:
+        at = piece.slot if piece.slot >= 0 else at + 1
+        of_message[at].append(piece)
+    for index, message in enumerate(messages):  # a message no region claimed: the request's
+        of_message[index] = of_message[index] or [_Piece("request", "request", message)]
+    repaired = tools
+    left = list(fixed.left_out)
+    region: Region = "history"
+    for message, source in zip(fixed.messages, fixed.sources, strict=True):
+        if source < 0:  # a result the repair made, in its call's region
+            repaired.append(_Piece("repair", region, message))
+            continue
+        while left and left[0] < source:
+            repaired.append(_left_out(of_message[left[0]][0], messages[left.pop(0)]))
+        repaired += of_message[source]
+        region = of_message[source][-1].region
+    repaired += (_left_out(of_message[index][0], messages[index]) for index in left)
+    return repaired
+
+
+def _left_out(piece: _Piece, message: ChatMessage) -> _Piece:
+    return _Piece("repair", piece.region, _LeftOut(message))
 
 
 def _texts(

@@ -14,6 +14,7 @@ import attrs
 
 from raf import ChatMessage
 from tests._harness.loopback_server import Exchange, LoopbackServer, Received, error_body, sse
+from tests._harness.wire_rules import openai_problem
 
 __all__ = [
     "HISTORY_EDITS",
@@ -193,6 +194,17 @@ class OpenAIServer(LoopbackServer[Reply]):
     def answer(self, body: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """Queue one 200 reply: ``body``, or ``completion(**kwargs)``."""
         self.reply(Reply(200, dict(body) if body is not None else completion(**kwargs)))
+
+    def refusal(self, request: Received) -> bytes | None:
+        """The 400's body when the conversation breaks the vendor's rules (see
+        :func:`tests._harness.wire_rules.openai_problem`)."""
+        found = openai_problem(request.body)
+        if found is None:
+            return None
+        message, param = found
+        refusal = error_body(message)
+        refusal["error"]["param"] = param
+        return json.dumps(refusal).encode()
 
     def respond(self, exchange: Exchange, request: Received, reply: Reply) -> None:
         """A JSON body (or ``raw`` bytes), or the ``events`` as ``data:`` lines."""
