@@ -59,6 +59,11 @@ class LedgerEntry:
     this prompt extends the previous one up to that call's tail, else the
     first part whose content differs. ``reported_cached_tokens`` is what the
     provider said it served from its cache (``None``: no usage reported).
+    ``agent_tool`` names the agent tool whose run made the call (an agent
+    called as another's tool, ``agent.as_tool()``: ``"researcher"``, or
+    ``"researcher/searcher"`` for a tool of that agent's), ``None`` for the
+    agent's own calls; the prompt of a forked one begins with parts of the
+    layer ``"parent"``: the caller's last prompt.
     """
 
     session_id: str | None
@@ -68,6 +73,7 @@ class LedgerEntry:
     shared_prefix_tokens: int
     broken_by: LedgerPart | None
     reported_cached_tokens: int | None
+    agent_tool: str | None = attrs.field(default=None, kw_only=True)
 
     def tokens_of(self, layer: str) -> int:
         """The tokens ``layer`` put in this prompt, all regions together."""
@@ -129,7 +135,9 @@ class ContextLedger(Observer):
         self._count_tokens = count_tokens
         #: One entry per model call, in order.
         self.calls: list[LedgerEntry] = []
-        self._seen: dict[str | None, _Seen] = {}
+        # By session and the calls that started the run (an agent called as a tool): a
+        # child is compared with its own previous call, a forked one first with its parent's.
+        self._seen: dict[tuple[str | None, tuple[str, ...]], _Seen] = {}
 
     async def model_call(
         self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
@@ -152,7 +160,12 @@ class ContextLedger(Observer):
         pieces = list(_pieces(request))
         count, counted_by = self._counter(request.invocation)
         session = request.options.session_id
-        previous = self._seen.get(session)
+        run = None if request.invocation is None else request.invocation.run
+        lineage = () if run is None else run.lineage
+        key = (session, tuple(call.id for call in lineage))
+        previous = self._seen.get(key)
+        if previous is None and run is not None and run.fork is not None:
+            previous = self._seen.get((session, key[1][:-1]))  # the parent's last call
         keys = tuple(piece.key() for piece in pieces)
         shared = 0 if previous is None else _common_prefix(previous.keys, keys)
         marks, parts = _parts(pieces, count)
@@ -160,7 +173,7 @@ class ContextLedger(Observer):
         if previous is not None and shared < previous.stable_end and parts:
             broken = parts[_part_at(marks, shared)] if shared < len(pieces) else parts[-1]
         stable_end = next((i for i, p in enumerate(pieces) if p.region in _MOVING), len(pieces))
-        self._seen[session] = _Seen(keys, stable_end)
+        self._seen[key] = _Seen(keys, stable_end)
         usage = response.usage if response is not None else None
         self.calls.append(
             LedgerEntry(
@@ -171,6 +184,7 @@ class ContextLedger(Observer):
                 count(*_prompt(pieces[:shared])) if shared else 0,
                 broken,
                 None if usage is None else usage.cached_input_tokens,
+                agent_tool="/".join(call.name for call in lineage) or None,
             )
         )
 
@@ -257,11 +271,26 @@ def _pieces(request: ChatRequest) -> Iterator[_Piece]:
         yield from (_Piece("agent", "tools", tool) for tool in tools)
         yield from (_Piece("request", "request", message) for message in messages)
         return
+    fork = invocation.run.fork
+    if fork is None:
+        yield from _own_pieces(invocation, tools, messages)
+        return
+    # A forked child's prompt: its parent's last prompt first, then its own.
+    parent_tools, parent_messages = len(fork.options.tools), len(fork.messages)
+    for piece in _pieces(fork):
+        yield attrs.evolve(piece, layer="parent")
+    yield from _own_pieces(invocation, tools[parent_tools:], messages[parent_messages:])
+
+
+def _own_pieces(
+    invocation: Invocation, tools: Sequence[Tool], messages: Sequence[ChatMessage]
+) -> Iterator[_Piece]:
+    """A prompt assembled by one run's agent: its tools and messages, by layer."""
     agent = invocation.agent
-    own_tools = len(agent.tools) if agent is not None else 0
-    tool_layers = ("agent",) * own_tools + invocation.tool_sources
-    for index, tool in enumerate(tools):
-        yield _Piece(tool_layers[index] if index < len(tool_layers) else "agent", "tools", tool)
+    layers = {tool.name: "agent" for tool in agent.tools} if agent is not None else {}
+    layers.update(zip((t.name for t in invocation.tools), invocation.tool_sources, strict=False))
+    for tool in tools:
+        yield _Piece(layers.get(tool.name, "agent"), "tools", tool)
     at = 0
     own = agent.instructions if agent is not None else None
     texts = ((("agent", own),) if own else ()) + tuple(
@@ -319,7 +348,9 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             rank = _REGIONS.index(part.region)
             first[part.layer] = min(first.get(part.layer, rank), rank)
     layers = sorted(first, key=first.__getitem__)
-    head = ["call", "session", "input", *layers, "shared", "cached", "broken by"]
+    tools = any(entry.agent_tool is not None for entry in calls)
+    head = ["call", "session", *(["agent tool"] if tools else []), "input", *layers]
+    head += ["shared", "cached", "broken by"]
     rows = [head]
     for number, entry in enumerate(calls, 1):
         broken = entry.broken_by
@@ -327,6 +358,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             [
                 str(number),
                 (entry.session_id or "-")[:12],
+                *([entry.agent_tool or "-"] if tools else []),
                 str(entry.input_tokens),
                 *(str(entry.tokens_of(layer)) for layer in layers),
                 str(entry.shared_prefix_tokens),
@@ -338,6 +370,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
         [
             "all",
             "",
+            *([""] if tools else []),
             str(sum(entry.input_tokens for entry in calls)),
             *(str(sum(entry.tokens_of(layer) for entry in calls)) for layer in layers),
             str(sum(entry.shared_prefix_tokens for entry in calls)),
