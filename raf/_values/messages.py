@@ -462,9 +462,7 @@ def _turn(
     return ChatMessage("assistant", content, tool_calls=tuple(calls), reasoning=reasoning)
 
 
-UpdateKind = Literal[
-    "text", "tool_call", "tool_result", "usage", "approval", "reasoning", "agent"
-]
+UpdateKind = Literal["text", "tool_call", "tool_result", "usage", "approval", "reasoning", "agent"]
 #: Each kind's field, the type it holds, and how to make one (for the error).
 _NEEDS: Final[dict[str, tuple[str, type, str]]] = {
     "text": ("text", str, "str"),
