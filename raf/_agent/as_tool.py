@@ -6,9 +6,10 @@ text. What the child needs of its caller comes from the call's
 :class:`raf.ToolRequest`: the caller's run (:class:`raf.Run`), whose sink
 the child's updates go to, tagged with the call, whose usage the child's
 model calls join, and whose last prompt a forked child starts from
-(``raf._agent.fork``). The child's model calls also pass through the
-caller's observers, so the caller's :class:`raf.observe.ContextLedger`
-records them under the tool's name.
+(``raf._agent.fork``). The child's runs also pass through the caller's
+observers that watch agent tools (``Observer.watches_agent_tools``), so the
+caller's :class:`raf.observe.ContextLedger` records them under the tool's
+name.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class AgentTool:
 
     Inside a run (the tool stack's core calls :meth:`invoke_request`), the
     child's model calls count in the caller's usage, pass through the
-    caller's observers and, streamed, reach the caller's consumer as
+    caller's observers that watch agent tools (its context ledger) and, streamed, reach the caller's consumer as
     ``"agent"`` updates tagged with the call; a cancelled or closed caller
     cancels the child, whose post stages run. What fails in the child is
     told to the calling model as the call's error, by raf's tool rules.
@@ -127,10 +128,15 @@ class AgentTool:
         return _answer(self.name, await child.run(task, session=InMemorySession(), on_update=run))
 
     def _child(self, inherited: tuple[Any, ...]) -> Any:
-        """The agent with the caller's observers after its own (each once), and the
-        middleware that counts its model calls in its callers' usage."""
+        """The agent with the caller's observers that watch agent tools after its own
+        (each once), and the middleware that counts its model calls in its callers' usage."""
         own = self.agent.observers
-        extra = tuple(o for o in inherited if not any(o is mine for mine in own))
+        extra = tuple(
+            observer
+            for observer in inherited
+            if getattr(observer, "watches_agent_tools", False) is True
+            and not any(observer is mine for mine in own)
+        )
         key = tuple(map(id, extra))
         kept = self._copies.get(key)
         if kept is not None:

@@ -129,6 +129,9 @@ class ContextLedger(Observer):
 
     __slots__ = ("_count_tokens", "_seen", "calls")
 
+    #: The calls of the agents the agent calls as tools are recorded too (``agent_tool``).
+    watches_agent_tools = True
+
     def __init__(self, *, count_tokens: PromptCounter | None = None) -> None:
         if count_tokens is not None and not callable(count_tokens):
             raise TypeError(f"count_tokens must be callable(messages, tools), got {count_tokens!r}")

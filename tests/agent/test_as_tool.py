@@ -446,3 +446,36 @@ async def test_the_ledger_shows_the_forked_childs_first_call_served_from_the_par
     assert second.broken_by is None
     assert last.broken_by is None
     assert second.shared_prefix_tokens == first.input_tokens
+
+
+async def test_an_instrumented_childs_spans_nest_in_the_callers_tool_call() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import raf.otel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    child = raf.otel.instrument(
+        Agent(ScriptedChatClient(["found"]), name="researcher"), tracer_provider=provider
+    )
+    parent = raf.otel.instrument(
+        Agent(
+            ScriptedChatClient([ask("researcher", "go"), "ok"]),
+            name="lead",
+            tools=[child.as_tool()],
+        ),
+        tracer_provider=provider,
+    )
+    await parent.run("hi")
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    tool_span, child_run = spans["execute_tool researcher"], spans["invoke_agent researcher"]
+    assert child_run.parent is not None
+    assert child_run.parent.span_id == tool_span.context.span_id
+    # raf.otel's observer is the caller's own: it drew none of the child's work as the lead's.
+    assert [name for name in spans if name.startswith("invoke_agent")] == [
+        "invoke_agent researcher",
+        "invoke_agent lead",
+    ]
