@@ -68,8 +68,9 @@ class AgentTool:
 
     Inside a run (the tool stack's core calls :meth:`invoke_request`), the
     child's model calls count in the caller's usage, pass through the
-    caller's observers that watch agent tools (its context ledger) and, streamed, reach the caller's consumer as
-    ``"agent"`` updates tagged with the call; a cancelled or closed caller
+    caller's observers that watch agent tools (its context ledger) and,
+    streamed, reach the caller's consumer as ``"agent"`` updates tagged
+    with the call; a cancelled or closed caller
     cancels the child, whose post stages run. What fails in the child is
     told to the calling model as the call's error, by raf's tool rules.
     """

@@ -60,7 +60,7 @@ class Note(ContextProvider):
         self.seen = seen
         self.label = label
 
-    async def on_invoked(  # type: ignore[override]
+    async def on_invoked(
         self,
         agent: Any,
         session: Any,
@@ -323,7 +323,8 @@ async def test_a_closed_caller_closes_the_child_whose_post_stages_run() -> None:
     assert [label for label, _ in seen] == ["child", "parent"]
     child_error, parent_error = (error for _, error in seen)
     assert isinstance(parent_error, StreamClosedError)
-    assert isinstance(child_error, (StreamClosedError, anyio.get_cancelled_exc_class()))
+    # The caller's close cancels its tool calls: the child is cancelled, as by a deadline.
+    assert isinstance(child_error, anyio.get_cancelled_exc_class())
 
 
 # Forked ------------------------------------------------------------------------------------
