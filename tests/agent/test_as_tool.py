@@ -9,6 +9,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raf import (
     Agent,
@@ -17,7 +19,9 @@ from raf import (
     ChatMessage,
     ChatOptions,
     ContextProvider,
+    ContextResult,
     HistoryProvider,
+    InMemorySession,
     ScriptedChatClient,
     ToolCall,
     Update,
@@ -480,3 +484,83 @@ async def test_an_instrumented_childs_spans_nest_in_the_callers_tool_call() -> N
         "invoke_agent researcher",
         "invoke_agent lead",
     ]
+
+
+class Rules(ContextProvider):
+    """Stable instructions, and a tool of its own."""
+
+    async def on_invoking(  # type: ignore[no-untyped-def]
+        self, agent, session, messages, options
+    ) -> ContextResult:
+        return ContextResult(instructions="Refunds within 30 days.", tools=[search])
+
+
+class Clock(ContextProvider):
+    """Volatile instructions: the tail."""
+
+    async def on_invoking(  # type: ignore[no-untyped-def]
+        self, agent, session, messages, options
+    ) -> ContextResult:
+        return ContextResult(instructions="It is noon.", volatile=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    history=st.integers(0, 4),
+    lookups=st.integers(0, 2),
+    rules=st.booleans(),
+    clock=st.booleans(),
+    child_instructions=st.sampled_from([None, "Check one thing."]),
+    child_tools=st.booleans(),
+)
+async def test_law_a_forked_childs_prompt_extends_its_callers_last_and_the_ledger_says_so(
+    history: int,
+    lookups: int,
+    rules: bool,
+    clock: bool,
+    child_instructions: str | None,
+    child_tools: bool,
+) -> None:
+    child_model = ScriptedChatClient(["checked"])
+    child = Agent(
+        child_model,
+        name="clerk",
+        instructions=child_instructions,
+        tools=[lookup] if child_tools else [],
+    )
+    steps: list[Any] = [
+        turn(ToolCall(f"l{n}", "lookup", json.dumps({"order": str(n)}))) for n in range(lookups)
+    ]
+    parent_model = ScriptedChatClient([*steps, ask("clerk", "check"), "done"])
+    ledger = ContextLedger()
+    session = InMemorySession()
+    await session.add_messages(
+        [
+            ChatMessage.user(f"q{n}") if n % 2 == 0 else ChatMessage.assistant(f"a{n}")
+            for n in range(history)
+        ]
+    )
+    stack: list[Any] = [HistoryProvider()]
+    stack += [Rules()] if rules else []
+    stack += [Clock()] if clock else []
+    parent = Agent(
+        parent_model,
+        name="lead",
+        instructions="You lead.",
+        tools=[lookup, child.as_tool(context="forked")],
+        stack=stack,
+        observers=[ledger],
+    )
+    assert (await parent.run("My order is late.", session=session)).text == "done"
+    last = parent_model.requests[-2]
+    (first,) = child_model.requests
+    n = len(last.messages)
+    assert first.messages[:n] == last.messages
+    assert first.options.tools == last.options.tools  # the child's tools are the caller's
+    assert first.messages[n:][-1] == ChatMessage.user("check")
+    entries = {entry.agent_tool: entry for entry in ledger.calls}
+    parent_entry = ledger.calls[-3]
+    child_entry = entries["clerk"]
+    assert child_entry.shared_prefix_tokens == parent_entry.input_tokens
+    assert child_entry.broken_by is None
+    assert ledger.calls[-1].broken_by is None
