@@ -491,7 +491,14 @@ class Agent:
         except BaseException as exc:
             await deferred.settle(exc)  # the calls this run claimed get their answers stored
             raise
-        return invocation.run.counted(response)  # with the usage of the agents it called
+        finally:
+            # The last model call's request holds the invocation, which holds the run: let
+            # go of it, or every run would leave a cycle for the garbage collector.
+            invocation.run.last_call = None
+        run = invocation.run
+        if run.called_usage is not None:  # the agents it called as tools: their usage too
+            response = run.counted(response)
+        return response
 
     def _chat_call(
         self,
