@@ -3,7 +3,9 @@ runs on scripted models (the wire and the ledger's cache figures: test_as_tool_w
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +24,7 @@ from raf import (
     ContextResult,
     HistoryProvider,
     InMemorySession,
+    Run,
     ScriptedChatClient,
     ToolCall,
     Update,
@@ -564,3 +567,21 @@ async def test_law_a_forked_childs_prompt_extends_its_callers_last_and_the_ledge
     assert child_entry.shared_prefix_tokens == parent_entry.input_tokens
     assert child_entry.broken_by is None
     assert ledger.calls[-1].broken_by is None
+
+
+async def test_a_run_lets_go_of_its_last_model_call_so_it_leaves_no_cycle() -> None:
+    # What a forked child starts from (run.last_call) holds the invocation, which holds the
+    # run: kept past the run, every run would be garbage only the cycle collector finds.
+    agent = Agent(ScriptedChatClient([turn(ToolCall("l1", "lookup", '{"order": "7"}')), "ok"]))
+    agent = agent.replace(tools=[lookup])
+    gc.collect()
+    gc.disable()
+    try:
+        run = Run(None)
+        gone = weakref.ref(run)
+        await agent.run("hi", on_update=run)
+        assert run.last_call is None
+        del run
+        assert gone() is None
+    finally:
+        gc.enable()
