@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from raf._clients._overflow import overflow
 from raf._clients._reply import built, json_object, json_type, quote
 from raf._clients._sdk import MAX_QUOTED
 from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
@@ -175,11 +176,9 @@ def error_from_event(event: dict[str, Any], where: str) -> ChatClientError:
     kind = error.get("type") if isinstance(error, dict) else None
     text = error.get("message") if isinstance(error, dict) else None
     error_class, status = _RETRYABLE.get(str(kind), (ChatClientError, None))
-    return error_class(
-        f"{where}: the server sent an error ({kind:.80}): "
-        f"{text if text else quote(repr(event)):.{MAX_QUOTED}}",
-        status_code=status,
-    )
+    said = f"{where}: the server sent an error ({kind:.80}): "
+    said += f"{text if text else quote(repr(event)):.{MAX_QUOTED}}"
+    return overflow(error, said, status) or error_class(said, status_code=status)
 
 
 class StreamState:

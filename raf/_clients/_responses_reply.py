@@ -9,6 +9,7 @@ from typing import Any, Final
 
 import attrs
 
+from raf._clients._overflow import overflow
 from raf._clients._reply import built, field, json_object, json_type, objects, quote, tokens
 from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
 from raf.errors import (
@@ -59,7 +60,8 @@ def _check_status(
     status = reply.get("status")
     if status == "failed" or (status is None and reply.get("error") is not None):
         code, text = _error_text(reply.get("error"))
-        raise ChatClientError(f"{where}: the response failed{code}: {text}")
+        failed = f"{where}: the response failed{code}: {text}"
+        raise overflow(reply.get("error"), failed, None) or ChatClientError(failed)
     if status == "incomplete":
         details = reply.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, dict) else None
@@ -221,7 +223,8 @@ class StreamState:
             raise ChatClientError(f"{where}: the response ended with {kind}")
         if kind == "error":
             code, text = _error_text(event)
-            raise ChatClientError(f"{where}: the server sent an error event{code}: {text}")
+            failed = f"{where}: the server sent an error event{code}: {text}"
+            raise overflow(event, failed, None) or ChatClientError(failed)
         return []  # deltas raf does not stream (reasoning summaries, refusals, ...)
 
     def _completed(self, event: dict[str, Any]) -> list[Update]:
