@@ -16,7 +16,8 @@ from google.genai import errors, types
 from raf._clients._overflow import overflow
 from raf._clients._reply import json_type
 from raf._clients._sdk import MAX_QUOTED, RETRY_AFTER_MAX, error_from_http, retry_after_seconds
-from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
+from raf._values.carried import Reasoning
+from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf.errors import (
     AuthenticationError,
     BadRequestError,

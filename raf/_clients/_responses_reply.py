@@ -11,7 +11,8 @@ import attrs
 
 from raf._clients._overflow import overflow
 from raf._clients._reply import built, field, json_object, json_type, objects, quote, tokens
-from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
+from raf._values.carried import Compaction, Reasoning
+from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf.errors import (
     ChatClientError,
     ChatConnectionError,
@@ -105,7 +106,8 @@ def _read_response(
 
     The turn's reasoning items, with their place among the text and the calls
     (``{"type": "message"}`` where the text was, ``{"type": "function_call",
-    "call_id": ...}`` for each call), are its :class:`raf.Reasoning`.
+    "call_id": ...}`` for each call), are its :class:`raf.Reasoning`; a compaction
+    item (the server compacted the conversation) its :class:`raf.Compaction`.
     """
     from openai.types.responses import Response
 
@@ -113,6 +115,7 @@ def _read_response(
     refusals: list[str] = []
     calls: list[ToolCall] = []
     order: list[dict[str, Any]] = []
+    compaction: Compaction | None = None
     for n, item in enumerate(objects(reply, "output", where)):
         kind = item.get("type")
         if kind == "message":
@@ -129,6 +132,8 @@ def _read_response(
             order.append({"type": "function_call", "call_id": calls[-1].id})
         elif kind == "reasoning":
             order.append(item)
+        elif kind == "compaction":  # what the server made of the conversation before it
+            compaction = Compaction(SOURCE, json.dumps(item, separators=(",", ":")))
         # Other items (built-in tools a run asked for through extra) stay in raw.
     text = "".join(texts) if texts else None
     if text is None and not calls and refusals:
@@ -137,7 +142,9 @@ def _read_response(
             raise OutputRefusedError(text, model=refused_by)
     thought = any(item.get("type") == "reasoning" for item in order)
     reasoning = Reasoning(SOURCE, json.dumps(order, separators=(",", ":"))) if thought else None
-    message = ChatMessage.assistant(text, tool_calls=calls, reasoning=reasoning)
+    message = ChatMessage.assistant(
+        text, tool_calls=calls, reasoning=reasoning, compaction=compaction
+    )
     return message, _usage(reply, where), built(Response, reply, where)
 
 
@@ -254,6 +261,8 @@ class StreamState:
         ]
         if message.reasoning is not None:
             updates.append(Update.of_reasoning(message.reasoning, raw=event))
+        if message.compaction is not None:
+            updates.append(Update.of_compaction(message.compaction, raw=event))
         if usage is not None:
             updates.append(Update.of_usage(usage, raw=event))
         self.done = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Self
 
@@ -21,6 +22,7 @@ from raf._clients._sdk import (
     tool_choice,
 )
 from raf._clients._tokens import count_prompt, counted_with
+from raf._values.compacted import for_wire
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.protocols import Tool
@@ -127,12 +129,16 @@ class OpenAIResponsesClient:
         """The model, the body and the SDK request options of one call, as
         :meth:`raf.OpenAIChatClient.request_body` builds them (``options.extra``
         included; an ``include`` list there is added to raf's own), with the reasoning
-        kept on the assistant messages replayed into their turns.
+        kept on the assistant messages replayed into their turns, the history sent from
+        its last compaction on (see :func:`input_items`), and, with
+        ``options.compact_threshold``, ``context_management`` asking the server to
+        compact past it.
         """
         where = "OpenAIResponsesClient"
         schema = options.output_schema
+        threshold = options.compact_threshold
         fields = {
-            "input": input_items(messages),
+            "input": input_items(for_wire(messages, SOURCE, None)[0]),
             "tools": [tool_to_wire(t) for t in options.tools] or None,
             "temperature": options.temperature,
             "max_output_tokens": options.max_tokens,
@@ -140,6 +146,9 @@ class OpenAIResponsesClient:
             "text": None if schema is None else {"format": text_format(schema)},
             "store": self.store,
             "prompt_cache_key": prompt_cache_key(options),  # extra may name another
+            "context_management": None
+            if threshold is None
+            else [{"type": "compaction", "compact_threshold": threshold}],
         }
         model = options.model or self.model
         body, request_options, extra = new_body(where, model, fields, options.extra)
@@ -205,7 +214,9 @@ def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     API has no message names, so ``name`` is not sent); an assistant's tool
     calls are ``function_call`` items and tool messages ``function_call_output``
     items, joined by ``call_id``. An assistant turn's reasoning items (its
-    ``reasoning`` of source ``"openai.responses"``) go back in their place.
+    ``reasoning`` of source ``"openai.responses"``) go back in their place, and its
+    compaction item (its ``compaction`` of that source) before them: the caller sends
+    a history that holds one from that message on (:func:`for_wire`).
 
     >>> input_items([ChatMessage.user("hi"), ChatMessage.tool("c1", "42")])
     [{'role': 'user', 'content': 'hi'},
@@ -222,7 +233,10 @@ def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
                     "output": message.content or "",
                 }
             )
-        elif role == "assistant" and (message.tool_calls or message.reasoning is not None):
+        elif role == "assistant" and (
+            message.tool_calls or message.reasoning is not None or message.compaction is not None
+        ):
+            items += compaction_item(message, index)
             # Its reasoning items (if they are this wire's) in the order the reply had,
             # today's text where the text was, and its calls.
             calls = {
@@ -234,13 +248,32 @@ def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
                 }
                 for c in message.tool_calls
             }
-            content = message.content if calls else message.content or ""
+            bare = not calls and message.reasoning is None
+            content = message.content if calls or bare else message.content or ""
             text = [] if content is None else [{"role": "assistant", "content": content}]
             kinds = ("message", "function_call", "call_id")
             items += replayed(message, index, SOURCE, kinds, text, calls)
         else:
             items.append({"role": role, "content": message.content or ""})
     return items
+
+
+def compaction_item(message: ChatMessage, index: int) -> list[dict[str, Any]]:
+    """The compaction item an assistant turn carries for this wire, as it came (none for
+    another wire's, or none at all)."""
+    compaction = message.compaction
+    if compaction is None or compaction.source != SOURCE:
+        return []
+    try:
+        item = json.loads(compaction.data)
+    except ValueError:
+        item = None
+    if not isinstance(item, dict) or item.get("type") != "compaction":
+        raise BadRequestError(
+            f"messages[{index}]: the compaction (source {SOURCE!r}) is not the JSON object "
+            f"of a compaction item: {compaction.data[:80]!r}"
+        )
+    return [item]
 
 
 def tool_to_wire(tool: Tool) -> dict[str, Any]:
