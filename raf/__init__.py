@@ -30,6 +30,7 @@ from raf._values.context import (
     ToolRequest,
     merge,
 )
+from raf._values.carried import Compaction
 from raf._values.decision import Decision
 from raf._values.messages import (
     AgentResponse,
@@ -48,6 +49,7 @@ from raf._values.verdict import GuardrailCheck, GuardrailContext, Verdict
 from raf.errors import (
     AgentError,
     ChatClientError,
+    ContextOverflowError,
     GuardrailError,
     OutputError,
     ProviderError,
@@ -67,6 +69,7 @@ if typing.TYPE_CHECKING:
     from raf._clients.openai import *
     from raf._clients.responses import *
     from raf._clients.scripted import *
+    from raf._middleware.compaction import *
     from raf._middleware.fallback import *
     from raf._middleware.guardrails import *
     from raf._middleware.logging import *
@@ -100,7 +103,10 @@ __all__ = [
     "ChatMessage",
     "ChatOptions",
     "ChatRequest",
+    "Compaction",
+    "CompactionMiddleware",
     "CompressionProvider",
+    "ContextOverflowError",
     "ContextProvider",
     "ContextProviderLike",
     "ContextResult",
@@ -175,6 +181,7 @@ _LATE = {
     "A2AAgentTool": "raf._providers.a2a",
     "AgentSkillsProvider": "raf._providers.skills",
     "AnthropicChatClient": "raf._clients.anthropic",
+    "CompactionMiddleware": "raf._middleware.compaction",
     "CompressionProvider": "raf._providers.compression",
     "EchoChatClient": "raf._clients.echo",
     "FallbackMiddleware": "raf._middleware.fallback",

@@ -32,7 +32,7 @@ The hierarchy (``except`` a branch to catch everything below it)::
         ├── IncompleteResponseError   the model did not finish its answer (.reason, .partial)
         └── BadRequestError           other HTTP 4xx
             ├── AuthenticationError   HTTP 401/403
-            └── ContextOverflowError  the prompt is longer than the model's window (.input_tokens, .max_tokens)
+            └── ContextOverflowError  the prompt is over the model's window (.input_tokens)
 
 A tool's own failure (a :class:`ToolError`, or any exception) and the
 :class:`ToolArgumentsError` / :class:`ToolSchemaError` of a call are told to

@@ -106,9 +106,7 @@ def read_content(content: Any, where: str, at: str = "content") -> ChatMessage:
     text = None if texts is None else "".join(texts)
     thought = any(block["type"] in THINKING for block in order)
     reasoning = Reasoning(SOURCE, json.dumps(order, separators=(",", ":"))) if thought else None
-    return ChatMessage.assistant(
-        text, tool_calls=calls, reasoning=reasoning, compaction=compaction
-    )
+    return ChatMessage.assistant(text, tool_calls=calls, reasoning=reasoning, compaction=compaction)
 
 
 def _compaction(block: dict[str, Any]) -> Compaction:

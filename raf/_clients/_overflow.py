@@ -59,9 +59,7 @@ def overflow(error: Any, text: str, status: int | None) -> ContextOverflowError 
     elif "prompt is too long" in message:
         match = _ANTHROPIC.search(message)
         found = (_size(match, "input"), _size(match, "max"))
-    elif error.get("status") == "INVALID_ARGUMENT" and (
-        match := _GEMINI.search(message)
-    ):
+    elif error.get("status") == "INVALID_ARGUMENT" and (match := _GEMINI.search(message)):
         found = (_size(match, "input"), _size(match, "max"))
     if found is None:
         return None

@@ -48,6 +48,20 @@ def response_from_reply(
     return AgentResponse((message,), usage, raw)
 
 
+def compaction_from_reply(data: bytes, content_type: str, model: str) -> Compaction:
+    """The compaction item of a ``/responses/compact`` reply (its output's last item), as
+    raf's :class:`raf.Compaction`; a reply without one is a ChatProtocolError."""
+    where = f"OpenAI compaction (model {model!r})"
+    reply = json_object(data, content_type, where, "the reply")
+    output = objects(reply, "output", where)
+    item = output[-1] if output else None
+    if item is None or item.get("type") != "compaction":
+        what = "no output" if item is None else f"a {str(item.get('type'))[:40]!r} item"
+        raise ChatProtocolError(f"{where}: the reply ends with {what}, not a compaction item")
+    field(item, "encrypted_content", str, where, f"output[{len(output) - 1}]")
+    return Compaction(SOURCE, json.dumps(item, separators=(",", ":")))
+
+
 # The status of a reply that is not finished yet (a background response): not an answer.
 _UNFINISHED: Final = ("in_progress", "queued")
 

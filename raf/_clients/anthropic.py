@@ -79,6 +79,8 @@ class AnthropicChatClient:
 
     #: The provider, as OpenTelemetry's ``gen_ai.provider.name`` names it.
     provider_name: Final = "anthropic"
+    #: The source of the compaction blocks its server makes (see :class:`raf.Compaction`).
+    compaction_source: Final = SOURCE
 
     def __init__(
         self,

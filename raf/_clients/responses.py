@@ -8,7 +8,13 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Self
 
 from raf._clients._reply import replayed, stream_updates
-from raf._clients._responses_reply import SOURCE, StreamState, call_name, response_from_reply
+from raf._clients._responses_reply import (
+    SOURCE,
+    StreamState,
+    call_name,
+    compaction_from_reply,
+    response_from_reply,
+)
 from raf._clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
@@ -22,6 +28,7 @@ from raf._clients._sdk import (
     tool_choice,
 )
 from raf._clients._tokens import count_prompt, counted_with
+from raf._values.carried import Compaction
 from raf._values.compacted import for_wire
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
@@ -63,6 +70,8 @@ class OpenAIResponsesClient:
 
     #: The provider, as OpenTelemetry's ``gen_ai.provider.name`` names it.
     provider_name: Final = "openai"
+    #: The source of the compaction items its server makes (see :class:`raf.Compaction`).
+    compaction_source: Final = SOURCE
 
     def __init__(
         self,
@@ -122,6 +131,25 @@ class OpenAIResponsesClient:
         async with contextlib.aclosing(updates):
             async for update in updates:
                 yield update
+
+    async def compact(self, messages: Sequence[ChatMessage], options: ChatOptions) -> Compaction:
+        """Compact the conversation on the server (``POST /responses/compact``): the
+        model, the input items and the ``prompt_cache_key`` a call of ``messages`` with
+        ``options`` sends (so the compaction reads that call's cache; the endpoint takes
+        no tools), and the compaction item of the reply (see :class:`raf.Compaction`).
+        Only the transport options of ``options.extra`` go with it (``timeout``,
+        ``extra_headers``, ``extra_query``); the errors are those of :meth:`complete`.
+        """
+        import openai
+
+        model, sent, request_options = self.request_body(messages, options)
+        keys = ("model", "input", "prompt_cache_key")
+        body = {key: sent[key] for key in keys if key in sent}
+        where = call_name(model)
+        data, content_type = await call(
+            self, openai, "/responses/compact", body, request_options, where
+        )
+        return compaction_from_reply(data, content_type, model)
 
     def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False

@@ -298,6 +298,7 @@ def test_every_error_class_is_in_raf_errors_and_the_common_ones_at_the_top() -> 
     assert at_top == {
         "AgentError",
         "ChatClientError",
+        "ContextOverflowError",
         "GuardrailError",
         "OutputError",
         "ProviderError",
