@@ -9,7 +9,7 @@ from raf._values.carried import Compaction
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 
-__all__ = ["ChatClient", "CompactingChatClient", "StreamingChatClient"]
+__all__ = ["ChatClient", "StreamingChatClient"]
 
 
 @runtime_checkable

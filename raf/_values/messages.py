@@ -15,7 +15,6 @@ from raf._values.text import check_optional_str, check_str, clean_text
 __all__ = [
     "AgentResponse",
     "ChatMessage",
-    "Compaction",
     "PendingCall",
     "Reasoning",
     "ToolCall",
