@@ -75,6 +75,9 @@ class LoopbackServer(Generic[R]):
         #: Set when a client goes away in the middle of a streamed reply.
         self.stream_aborted = threading.Event()
         self._make = make
+        #: The model's context window (tests._harness.context_window.Window): a longer
+        #: prompt is refused in the vendor's words before any scripted reply is taken.
+        self.window: Any = None
         self._replies: deque[R] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -115,6 +118,14 @@ class LoopbackServer(Generic[R]):
     def respond(self, exchange: Exchange, request: Received, reply: R) -> None:
         """Send ``reply`` to ``request``: what each protocol's server says for itself."""
         raise NotImplementedError
+
+    def refused(self, request: Received) -> tuple[int, Any] | None:
+        """The status and body the server refuses ``request`` with before any scripted
+        reply (a prompt past :attr:`window`), or ``None``."""
+        if self.window is None:
+            return None
+        refusal: tuple[int, Any] | None = self.window.refusal(request.path, request.body)
+        return refusal
 
     def _take(self, request: Received) -> R:
         """Record ``request`` and take the reply it gets."""
@@ -252,6 +263,12 @@ class Exchange(BaseHTTPRequestHandler):
         body = json.loads(raw) if raw else None
         headers = {key.lower(): value for key, value in self.headers.items()}
         request = Received(method, self.path, headers, body, raw)
+        refused = self.loopback.refused(request)
+        if refused is not None:
+            with self.loopback._lock:
+                self.loopback.requests.append(request)
+            self.send(refused[0], json.dumps(refused[1]).encode(), "application/json")
+            return
         reply = self.loopback._take(request)
         if reply.delay and self.loopback.wait(reply.delay):
             return
