@@ -17,9 +17,10 @@ __all__: list[str] = []
 #: resulted in 130000 tokens" (or "you requested 130005 tokens (125005 in the messages,
 #: ...)"); Responses: "Your input exceeds the context window of this model" (no sizes).
 _OPENAI_MAX: Final = re.compile(r"maximum context length is (?P<max>\d+)")
-_OPENAI_INPUT: Final = re.compile(
-    r"\((?P<input>\d+) in the messages|resulted in (?P<resulted>\d+) tokens"
-    r"|requested (?P<requested>\d+) tokens"
+_OPENAI_INPUT: Final = (
+    re.compile(r"\((?P<input>\d+) in the messages"),
+    re.compile(r"resulted in (?P<input>\d+) tokens"),
+    re.compile(r"requested (?P<input>\d+) tokens"),
 )
 #: Anthropic: "prompt is too long: 208310 tokens > 200000 maximum".
 _ANTHROPIC: Final = re.compile(r"prompt is too long(?:: (?P<input>\d+) tokens > (?P<max>\d+))?")
@@ -46,14 +47,18 @@ def overflow(error: Any, text: str, status: int | None) -> ContextOverflowError 
     """The :class:`raf.ContextOverflowError` of an error object a server sent (OpenAI's or
     Anthropic's ``{"type"|"code", "message"}``, Gemini's ``{"status", "message"}``), with
     ``text`` the message raf would have raised; ``None`` when it is no "too long" answer."""
+    if isinstance(error, dict) and isinstance(error.get("error"), dict):
+        error = error["error"]  # a whole body (the Anthropic SDK keeps it so)
     if not isinstance(error, dict):
         return None
     message = error.get("message")
     message = message if isinstance(message, str) else ""
     found: tuple[int | None, int | None] | None = None
     if error.get("code") == "context_length_exceeded" or "maximum context length" in message:
+        # The prompt's own size first: "requested" counts the completion's tokens too.
+        said = (pattern.search(message) for pattern in _OPENAI_INPUT)
         found = (
-            _size(_OPENAI_INPUT.search(message), "input", "resulted", "requested"),
+            next((_size(match, "input") for match in said if match), None),
             _size(_OPENAI_MAX.search(message), "max"),
         )
     elif "prompt is too long" in message:
