@@ -79,7 +79,10 @@ class Window:
             return 400, _openai_error(message, "input")
         if self.vendor == "anthropic":
             message = f"prompt is too long: {size} tokens > {self.max_tokens} maximum"
-            return 400, {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+            return 400, {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": message},
+            }
         message = (
             f"The input token count ({size}) exceeds the maximum number of tokens allowed "
             f"({self.max_tokens})."
@@ -165,32 +168,24 @@ class ResponsesCompaction:
         return answer
 
     def compacted(self, body: Any) -> dict[str, Any]:
-        """The reply to ``POST /responses/compact``: the input's user messages, then one
-        compaction item (checked as the SDK's ``CompactedResponse``)."""
+        """The reply to ``POST /responses/compact``: a compacted response whose output is
+        one compaction item (checked as the SDK's ``CompactedResponse``; its docstring
+        speaks of the user messages before the item, which its output type, assistant
+        messages only, cannot hold: the item alone it is)."""
         from openai.types.responses import CompactedResponse
 
-        users = [
-            {
-                "type": "message",
-                "id": f"msg_u{n}",
-                "role": "user",
-                "status": "completed",
-                "content": [{"type": "input_text", "text": str(item.get("content"))}],
-            }
-            for n, item in enumerate(body.get("input") or ())
-            if isinstance(item, dict) and item.get("role") == "user"
-        ]
+        size = prompt_tokens(body)
         reply = {
             "id": "resp_compact",
             "object": "response.compaction",
             "created_at": 1700000000,
-            "output": [*users, self.item(body.get("input"))],
+            "output": [self.item(body.get("input"))],
             "usage": {
-                "input_tokens": prompt_tokens(body),
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens": size,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                 "output_tokens": 40,
                 "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": prompt_tokens(body) + 40,
+                "total_tokens": size + 40,
             },
         }
         CompactedResponse.model_validate(reply)

@@ -160,7 +160,10 @@ async def test_gemini_reads_its_token_count_refusal(
         ),
         ({"message": "prompt is too long: 208310 tokens > 200000 maximum"}, (208310, 200000)),
         (
-            {"status": "INVALID_ARGUMENT", "message": "exceeds the maximum number of tokens allowed"},
+            {
+                "status": "INVALID_ARGUMENT",
+                "message": "exceeds the maximum number of tokens allowed",
+            },
             (None, None),
         ),
     ],
