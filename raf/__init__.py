@@ -20,6 +20,7 @@ from raf._public import say_home as _say_home
 from raf._sessions.base import REQUEST_HASH_LIMIT
 from raf._sessions.history import HistoryProvider
 from raf._sessions.memory import InMemorySession
+from raf._values.carried import Compaction
 from raf._values.client import ChatClient, StreamingChatClient
 from raf._values.context import (
     AgentLike,
@@ -30,7 +31,6 @@ from raf._values.context import (
     ToolRequest,
     merge,
 )
-from raf._values.carried import Compaction
 from raf._values.decision import Decision
 from raf._values.messages import (
     AgentResponse,

@@ -221,7 +221,7 @@ class AnthropicCompaction:
                 if edit.get("type") != "compact_20260112":
                     continue
                 if ANTHROPIC_BETA not in betas:
-                    return f"context_management.edits: compact_20260112 needs the {ANTHROPIC_BETA} beta"
+                    return f"context_management.edits: compact_20260112 needs {ANTHROPIC_BETA}"
                 if set(edit) - _keys(BetaCompact20260112EditParam):
                     return f"context_management.edits: unknown fields {sorted(edit)}"
                 trigger = (edit.get("trigger") or {}).get("value", 150_000)

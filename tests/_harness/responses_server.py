@@ -205,11 +205,9 @@ class ResponsesServer(LoopbackServer[Answer]):
             exchange.send(400, json.dumps(error_body(problem)).encode(), "application/json")
             return
         streamed = isinstance(request.body, dict) and request.body.get("stream") is True
-        if self.compaction is not None and answer.status == 200 and answer.body is not None:
-            if not request.path.endswith("/compact"):
-                answer = attrs.evolve(
-                    answer, body=self.compaction.answer(request.body, answer.body)
-                )
+        compacts = self.compaction is not None and not request.path.endswith("/compact")
+        if compacts and answer.status == 200 and answer.body is not None:
+            answer = attrs.evolve(answer, body=self.compaction.answer(request.body, answer.body))
         if answer.status == 200 and answer.raw is None and (answer.events is not None or streamed):
             events = answer.events if answer.events is not None else events_of(answer.body)
             count, end = _ending(answer, len(events))

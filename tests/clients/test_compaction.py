@@ -85,10 +85,12 @@ async def test_responses_compacts_past_the_threshold_and_sends_from_the_item_on(
         {"type": "compaction", "compact_threshold": 500}
     ]
     compaction = turn.compaction
-    assert isinstance(compaction, Compaction) and compaction.source == "openai.responses"
+    assert isinstance(compaction, Compaction)
+    assert compaction.source == "openai.responses"
     assert compaction.summary is None  # OpenAI's item is encrypted
     item = json.loads(compaction.data)
-    assert item["type"] == "compaction" and item["encrypted_content"] in responses.compaction.issued
+    assert item["type"] == "compaction"
+    assert item["encrypted_content"] in responses.compaction.issued
     assert turn.content == "done"
     sent = responses.requests[1].body["input"]
     # The standing prompt, the item as it came, the turn's text, the new request: what the
@@ -165,7 +167,8 @@ async def test_anthropic_compacts_past_its_trigger_and_sends_from_the_block_on(
         ]
     }
     compaction = turn.compaction
-    assert compaction is not None and compaction.source == "anthropic"
+    assert compaction is not None
+    assert compaction.source == "anthropic"
     assert compaction.summary == "Summary 1: what was said before."
     block = json.loads(compaction.data)
     assert block["encrypted_content"] in anthropic.compaction.issued

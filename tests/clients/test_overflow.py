@@ -94,13 +94,15 @@ async def test_a_prompt_past_the_window_is_a_context_overflow_then_a_short_one_w
     finally:
         await client.aclose()
     error = caught.value
-    assert isinstance(error, BadRequestError) and not error.retryable
+    assert isinstance(error, BadRequestError)
+    assert not error.retryable
     assert error.status_code == 400
     assert "longer than the model's context window" in str(error)
     if isinstance(server, ResponsesServer):  # the Responses API says no sizes
         assert (error.input_tokens, error.max_tokens) == (None, None)
     else:
-        assert error.max_tokens == WINDOW and error.input_tokens is not None
+        assert error.max_tokens == WINDOW
+        assert error.input_tokens is not None
         assert error.input_tokens > WINDOW
     assert answer.text == "ok"
     assert len(server.requests) == 2  # refused once, not retried
@@ -143,7 +145,8 @@ async def test_gemini_reads_its_token_count_refusal(
         await client.aclose()
         server.close()
     assert caught.value.max_tokens == WINDOW
-    assert caught.value.input_tokens is not None and caught.value.input_tokens > WINDOW
+    assert caught.value.input_tokens is not None
+    assert caught.value.input_tokens > WINDOW
     assert answer.text == "ok"
 
 
@@ -172,7 +175,8 @@ def test_the_sizes_are_read_from_each_wording(error: dict[str, Any], sizes: Any)
     from raf._clients._overflow import overflow
 
     found = overflow(error, "the call failed", 400)
-    assert found is not None and (found.input_tokens, found.max_tokens) == sizes
+    assert found is not None
+    assert (found.input_tokens, found.max_tokens) == sizes
 
 
 def test_other_refusals_are_no_overflow() -> None:
