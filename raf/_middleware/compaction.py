@@ -17,7 +17,7 @@ from raf._values.compacted import SUMMARY_NOTE, for_wire, standing_prompt
 from raf._values.context import ChatRequest
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.tokens import approximate_tokens
-from raf.errors import CompressionError, ContextOverflowError
+from raf.errors import ChatClientError, CompressionError, ContextOverflowError
 
 __all__ = ["CompactionMiddleware"]
 
@@ -216,8 +216,18 @@ class CompactionMiddleware:
         standing prompt, the item, and the last user turn on), else by ``fallback``."""
         messages, options = request.messages, request.options
         compact = getattr(client, "compact", None)
+        compaction: Compaction | None = None
         if native and callable(compact):
-            compaction: Compaction = await compact(messages, options)
+            try:
+                compaction = await compact(messages, options)
+            except ChatClientError as exc:
+                if self.fallback is None:
+                    raise
+                # The server cannot compact now (down, or refusing): the strategy can.
+                _log.warning(
+                    "model.compaction_failed", error_type=type(exc).__name__, error=str(exc)
+                )
+        if compaction is not None:
             lead = standing_prompt(messages)
             tail = _last_turn(messages, lead)
             if self.fallback is not None and wires != {compaction.source}:

@@ -336,6 +336,31 @@ async def test_an_overflow_compresses_with_the_fallback_where_the_server_cannot_
     assert [m["content"] for m in chat.requests[1].body["messages"]] == ["ok", "go on"]
 
 
+async def test_when_the_server_cannot_compact_the_fallback_does(responses: ResponsesServer) -> None:
+    responses.compaction = None  # /responses/compact answers what the script says
+    responses.window = Window("responses", 6_000)
+    session = await long_session()
+    middleware = CompactionMiddleware(10**6, fallback=TruncationStrategy(2))
+    agent = Agent(gpt(responses), stack=[HistoryProvider()], chat_stack=[middleware])
+    try:
+        responses.fail(500)  # the compaction request
+        responses.answer(text="fits now")
+        answer = await agent.run("go on", session=session)
+    finally:
+        await agent.aclose()
+    assert [r.path for r in responses.requests] == [
+        "/v1/responses",
+        "/v1/responses/compact",
+        "/v1/responses",
+    ]
+    assert answer.text == "fits now"
+    assert answer.messages[-1].compaction is None
+    assert responses.requests[-1].body["input"] == [
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "go on"},
+    ]
+
+
 async def test_an_overflow_with_no_way_to_compact_is_raised_with_a_note(
     chat: OpenAIServer,
 ) -> None:
