@@ -44,6 +44,8 @@ __all__ = ["OpenAIResponsesClient"]
 # Keys of the body that are the run's own, never an option's.
 _OWN_KEYS: Final = frozenset({"input", "stream", "stream_options"})
 _REASONING_INCLUDE: Final = "reasoning.encrypted_content"
+#: The fields of a compaction input item (the SDK's ``ResponseCompactionItemParamParam``).
+_COMPACTION_INPUT: Final = frozenset({"type", "encrypted_content", "id"})
 
 
 class OpenAIResponsesClient:
@@ -287,8 +289,10 @@ def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
 
 
 def compaction_item(message: ChatMessage, index: int) -> list[dict[str, Any]]:
-    """The compaction item an assistant turn carries for this wire, as it came (none for
-    another wire's, or none at all)."""
+    """The compaction item an assistant turn carries for this wire, as the input item it
+    is (``type``, ``encrypted_content``, ``id``: what came, less the output's own metadata
+    such as ``created_by``, which an input item does not have); none for another wire's,
+    or none at all."""
     compaction = message.compaction
     if compaction is None or compaction.source != SOURCE:
         return []
@@ -301,7 +305,7 @@ def compaction_item(message: ChatMessage, index: int) -> list[dict[str, Any]]:
             f"messages[{index}]: the compaction (source {SOURCE!r}) is not the JSON object "
             f"of a compaction item: {compaction.data[:80]!r}"
         )
-    return [item]
+    return [{key: value for key, value in item.items() if key in _COMPACTION_INPUT}]
 
 
 def tool_to_wire(tool: Tool) -> dict[str, Any]:

@@ -63,7 +63,7 @@ class Compaction:
     the history as stored (see :class:`raf.CompactionMiddleware` for one that fits).
 
     >>> Compaction("anthropic", '{"type": "compaction", "content": "..."}', summary="...")
-    Compaction(source='anthropic', data='{"type": "c... "content": "..."}', summary='...')
+    Compaction(source='anthropic', data='{"type": "co...tent": "..."}', summary='...')
     """
 
     source: str = attrs.field(validator=check_str)

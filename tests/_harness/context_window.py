@@ -135,7 +135,7 @@ class ResponsesCompaction:
                 return f"context_management: unknown entry {entry!r}"
         for item in body.get("input") or ():
             if isinstance(item, dict) and item.get("type") == "compaction":
-                if set(item) - _keys(ResponseCompactionItemParamParam) - {"created_by"}:
+                if set(item) - _keys(ResponseCompactionItemParamParam):
                     return f"input: a compaction item with unknown fields: {sorted(item)}"
                 if item.get("encrypted_content") not in self.issued:
                     return "The encrypted content could not be verified."
@@ -147,6 +147,7 @@ class ResponsesCompaction:
 
         number = next(self._count)
         item = {"type": "compaction", "id": f"cmp_{number}", "encrypted_content": f"enc-{number}"}
+        item["created_by"] = "compaction"  # output metadata an input item does not take
         ResponseCompactionItem.model_validate(item)
         self.issued[item["encrypted_content"]] = replaced
         return item

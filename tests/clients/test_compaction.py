@@ -88,16 +88,17 @@ async def test_responses_compacts_past_the_threshold_and_sends_from_the_item_on(
     assert isinstance(compaction, Compaction)
     assert compaction.source == "openai.responses"
     assert compaction.summary is None  # OpenAI's item is encrypted
-    item = json.loads(compaction.data)
+    item = json.loads(compaction.data)  # kept as it came, output metadata included
     assert item["type"] == "compaction"
+    assert item["created_by"] == "compaction"
     assert item["encrypted_content"] in responses.compaction.issued
     assert turn.content == "done"
     sent = responses.requests[1].body["input"]
-    # The standing prompt, the item as it came, the turn's text, the new request: what the
-    # item replaced (the long user message) is never sent again.
+    # The standing prompt, the item (as the input item it is), the turn's text, the new
+    # request: what the item replaced (the long user message) is never sent again.
     assert sent == [
         {"role": "system", "content": "Be brief."},
-        item,
+        {"type": "compaction", "id": item["id"], "encrypted_content": item["encrypted_content"]},
         {"role": "assistant", "content": "done"},
         {"role": "user", "content": "and then?"},
     ]
