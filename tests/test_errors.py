@@ -31,6 +31,9 @@ from raf import errors as errors
         errors.IncompleteResponseError(
             "cut", reason="length", partial=AgentResponse((ChatMessage.assistant("Hel"),))
         ),
+        errors.ContextOverflowError(
+            "too long", input_tokens=130_000, max_tokens=128_000, status_code=400
+        ),
     ],
     ids=lambda e: type(e).__name__,
 )
@@ -71,6 +74,7 @@ def test_the_error_tree() -> None:
         "IncompleteResponseError",
         "BadRequestError",
         "AuthenticationError",
+        "ContextOverflowError",
     }
 
 
