@@ -22,8 +22,13 @@ _OPENAI_INPUT: Final = (
     re.compile(r"resulted in (?P<input>\d+) tokens"),
     re.compile(r"requested (?P<input>\d+) tokens"),
 )
-#: Anthropic: "prompt is too long: 208310 tokens > 200000 maximum".
+#: Anthropic: "prompt is too long: 208310 tokens > 200000 maximum", or, for a prompt that
+#: leaves no room for max_tokens, "input length and `max_tokens` exceed context limit:
+#: 199759 + 8192 > 200000".
 _ANTHROPIC: Final = re.compile(r"prompt is too long(?:: (?P<input>\d+) tokens > (?P<max>\d+))?")
+_ANTHROPIC_ROOM: Final = re.compile(
+    r"exceed context limit(?:: (?P<input>\d+) \+ \d+ > (?P<max>\d+))?"
+)
 #: Gemini: "The input token count (1200293) exceeds the maximum number of tokens allowed
 #: (1048576)." (the file-upload variant drops the first clause).
 _GEMINI: Final = re.compile(
@@ -61,8 +66,8 @@ def overflow(error: Any, text: str, status: int | None) -> ContextOverflowError 
             next((_size(match, "input") for match in said if match), None),
             _size(_OPENAI_MAX.search(message), "max"),
         )
-    elif "prompt is too long" in message:
-        match = _ANTHROPIC.search(message)
+    elif "prompt is too long" in message or "exceed context limit" in message:
+        match = _ANTHROPIC.search(message) or _ANTHROPIC_ROOM.search(message)
         found = (_size(match, "input"), _size(match, "max"))
     elif error.get("status") == "INVALID_ARGUMENT" and (match := _GEMINI.search(message)):
         found = (_size(match, "input"), _size(match, "max"))

@@ -243,7 +243,9 @@ class StreamState:
             )
             raise ChatClientError(f"{where}: the response ended with {kind}")
         if kind == "error":
-            code, text = _error_text(event)
+            # The error's fields at the top (older servers) or nested in "error".
+            nested = event.get("error")
+            code, text = _error_text(nested if isinstance(nested, dict) else event)
             failed = f"{where}: the server sent an error event{code}: {text}"
             raise overflow(event, failed, None) or ChatClientError(failed)
         return []  # deltas raf does not stream (reasoning summaries, refusals, ...)

@@ -56,9 +56,10 @@ class Window:
     vendor: Vendor
     max_tokens: int
 
-    def refusal(self, path: str, body: Any) -> tuple[int, dict[str, Any]] | None:
-        """The status and body of the refusal of a prompt past the window, else ``None``
-        (a compaction request is never refused: compacting is what it is for)."""
+    def refusal(self, path: str, body: Any) -> tuple[int, Any] | None:
+        """The status and body of the refusal of a prompt past the window (a list: the
+        events of a stream), else ``None`` (a compaction request is never refused:
+        compacting is what it is for)."""
         if path.endswith("/compact"):
             return None
         size = prompt_tokens(body, self.vendor)
@@ -76,7 +77,14 @@ class Window:
                 "Your input exceeds the context window of this model. Please adjust your "
                 "input and try again."
             )
-            return 400, _openai_error(message, "input")
+            error = _openai_error(message, "input")
+            if body.get("stream") is True:
+                # Streamed, the API answers 200 and says it in an error event.
+                created = {"type": "response.created", "sequence_number": 1}
+                failed = {"type": "error", "sequence_number": 2, **error}
+                failed["error"] = {"type": "invalid_request_error", **error["error"]}
+                return 200, [created, failed]
+            return 400, error
         if self.vendor == "anthropic":
             message = f"prompt is too long: {size} tokens > {self.max_tokens} maximum"
             return 400, {

@@ -267,7 +267,12 @@ class Exchange(BaseHTTPRequestHandler):
         if refused is not None:
             with self.loopback._lock:
                 self.loopback.requests.append(request)
-            self.send(refused[0], json.dumps(refused[1]).encode(), "application/json")
+            status, said = refused
+            if isinstance(said, list):  # a stream of events that says it
+                frames = [sse(json.dumps(event), event.get("type")) for event in said]
+                self.stream(frames, "text/event-stream", status=status)
+                return
+            self.send(status, json.dumps(said).encode(), "application/json")
             return
         reply = self.loopback._take(request)
         if reply.delay and self.loopback.wait(reply.delay):

@@ -96,7 +96,9 @@ async def test_a_prompt_past_the_window_is_a_context_overflow_then_a_short_one_w
     error = caught.value
     assert isinstance(error, BadRequestError)
     assert not error.retryable
-    assert error.status_code == 400
+    # A Responses stream says it in an error event of a 200 reply: no status of its own.
+    in_stream = streamed and isinstance(server, ResponsesServer)
+    assert error.status_code == (None if in_stream else 400)
     assert "longer than the model's context window" in str(error)
     if isinstance(server, ResponsesServer):  # the Responses API says no sizes
         assert (error.input_tokens, error.max_tokens) == (None, None)
@@ -162,6 +164,26 @@ async def test_gemini_reads_its_token_count_refusal(
             (8000, 8192),
         ),
         ({"message": "prompt is too long: 208310 tokens > 200000 maximum"}, (208310, 200000)),
+        (
+            {
+                "type": "invalid_request_error",
+                "message": "input length and `max_tokens` exceed context limit: "
+                "199759 + 8192 > 200000, decrease input length or `max_tokens` and try again",
+            },
+            (199759, 200000),
+        ),
+        (  # a Responses stream's error event, the error nested
+            {
+                "type": "error",
+                "sequence_number": 2,
+                "error": {
+                    "type": "invalid_request_error",
+                    "code": "context_length_exceeded",
+                    "message": "Your input exceeds the context window of this model.",
+                },
+            },
+            (None, None),
+        ),
         (
             {
                 "status": "INVALID_ARGUMENT",
