@@ -21,6 +21,7 @@ from raf._public import say_home as _say_home
 from raf._sessions.base import REQUEST_HASH_LIMIT
 from raf._sessions.history import HistoryProvider
 from raf._sessions.memory import InMemorySession, InMemorySessionStore
+from raf._values.carried import Compaction
 from raf._values.client import ChatClient, StreamingChatClient
 from raf._values.context import (
     AgentLike,
@@ -50,6 +51,7 @@ from raf.errors import (
     AgentError,
     BudgetExceeded,
     ChatClientError,
+    ContextOverflowError,
     GuardrailError,
     OutputError,
     ProviderError,
@@ -70,6 +72,7 @@ if typing.TYPE_CHECKING:
     from raf._clients.openai import *
     from raf._clients.responses import *
     from raf._clients.scripted import *
+    from raf._middleware.compaction import *
     from raf._middleware.fallback import *
     from raf._middleware.guardrails import *
     from raf._middleware.limits import *
@@ -111,7 +114,10 @@ __all__ = [
     "ChatMessage",
     "ChatOptions",
     "ChatRequest",
+    "Compaction",
+    "CompactionMiddleware",
     "CompressionProvider",
+    "ContextOverflowError",
     "ContextProvider",
     "ContextProviderLike",
     "ContextResult",
@@ -193,6 +199,7 @@ _LATE = {
     "A2AAgentTool": "raf._providers.a2a",
     "AgentSkillsProvider": "raf._providers.skills",
     "AnthropicChatClient": "raf._clients.anthropic",
+    "CompactionMiddleware": "raf._middleware.compaction",
     "CompressionProvider": "raf._providers.compression",
     "EchoChatClient": "raf._clients.echo",
     "FallbackMiddleware": "raf._middleware.fallback",

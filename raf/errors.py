@@ -34,7 +34,8 @@ The hierarchy (``except`` a branch to catch everything below it)::
         ├── ChatProtocolError         an answer that is not in the protocol
         ├── IncompleteResponseError   the model did not finish its answer (.reason, .partial)
         └── BadRequestError           other HTTP 4xx
-            └── AuthenticationError   HTTP 401/403
+            ├── AuthenticationError   HTTP 401/403
+            └── ContextOverflowError  the prompt is over the model's window (.input_tokens)
 
 A tool's own failure (a :class:`ToolError`, or any exception) and the
 :class:`ToolArgumentsError` / :class:`ToolSchemaError` of a call are told to
@@ -59,6 +60,7 @@ __all__ = [
     "ChatTimeoutError",
     "CompressionError",
     "ConfigError",
+    "ContextOverflowError",
     "ContextResultError",
     "DurableError",
     "GuardrailError",
@@ -512,6 +514,31 @@ class BadRequestError(ChatClientError):
 
 class AuthenticationError(BadRequestError):
     """The credentials were missing or refused (HTTP 401/403)."""
+
+
+class ContextOverflowError(BadRequestError):
+    """The server refused the prompt as longer than the model's context window.
+
+    What each client makes of its server's "too long" answer: OpenAI's
+    ``context_length_exceeded`` (chat completions and Responses), Anthropic's
+    ``prompt is too long``, Gemini's ``INVALID_ARGUMENT`` on the input token count.
+    ``input_tokens`` and ``max_tokens`` are the prompt's size and the window's, in
+    the server's count, when it said them (else ``None``). Not retryable: the same
+    prompt is as long the next time; a shorter one (a new turn, or a compacted
+    history, see :class:`raf.CompactionMiddleware`) goes through.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        input_tokens: int | None = None,
+        max_tokens: int | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        self.input_tokens = input_tokens
+        self.max_tokens = max_tokens
+        super().__init__(message, status_code=status_code)
 
 
 def _short(text: str) -> str:

@@ -79,6 +79,9 @@ class LoopbackServer(Generic[R]):
         #: Set when a client goes away in the middle of a streamed reply.
         self.stream_aborted = threading.Event()
         self._make = make
+        #: The model's context window (tests._harness.context_window.Window): a longer
+        #: prompt is refused in the vendor's words before any scripted reply is taken.
+        self.window: Any = None
         self._replies: deque[R] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -134,6 +137,14 @@ class LoopbackServer(Generic[R]):
                 self.requests.append(request)
                 self.refused.append(refused)
         return refused
+
+    def window_refused(self, request: Received) -> tuple[int, Any] | None:
+        """The status and body the server refuses ``request`` with before any scripted
+        reply (a prompt past :attr:`window`), or ``None``."""
+        if self.window is None:
+            return None
+        refusal: tuple[int, Any] | None = self.window.refusal(request.path, request.body)
+        return refusal
 
     def _take(self, request: Received) -> R:
         """Record ``request`` and take the reply it gets."""
@@ -274,6 +285,17 @@ class Exchange(BaseHTTPRequestHandler):
         refused = self.loopback._refuse(request)
         if refused is not None:
             self.send(400, refused, "application/json")
+            return
+        window = self.loopback.window_refused(request)
+        if window is not None:
+            with self.loopback._lock:
+                self.loopback.requests.append(request)
+            status, said = window
+            if isinstance(said, list):  # a stream of events that says it
+                frames = [sse(json.dumps(event), event.get("type")) for event in said]
+                self.stream(frames, "text/event-stream", status=status)
+                return
+            self.send(status, json.dumps(said).encode(), "application/json")
             return
         reply = self.loopback._take(request)
         if reply.delay and self.loopback.wait(reply.delay):

@@ -299,6 +299,7 @@ def test_every_error_class_is_in_raf_errors_and_the_common_ones_at_the_top() -> 
         "AgentError",
         "BudgetExceeded",
         "ChatClientError",
+        "ContextOverflowError",
         "GuardrailError",
         "OutputError",
         "ProviderError",
