@@ -50,6 +50,7 @@ from raf._sessions.postgres_connection import (
     Undo,
     redacted,
 )
+from raf._sessions.postgres_memories import PostgresMemories
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -246,6 +247,10 @@ class PostgresSessionStore(PostgresConnection):
             lambda conn: conn.execute(self.sql["ids"].encode()).fetchall(), "list sessions", None
         )
         return [str(row[0]) for row in rows]
+
+    def memories(self) -> PostgresMemories:
+        """The long-term memories kept in this database (see :class:`raf.LongTermMemory`)."""
+        return PostgresMemories(self)
 
     def __repr__(self) -> str:
         return (

@@ -52,6 +52,7 @@ from raf._sessions.redis_connection import (
     RedisConnection,
     redacted,
 )
+from raf._sessions.redis_memories import RedisMemories
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -295,6 +296,10 @@ class RedisSessionStore(RedisConnection):
         checked_session_id(session_id)
         self.client()
         return RedisSession(self, session_id)
+
+    def memories(self) -> RedisMemories:
+        """The long-term memories kept on this server (see :class:`raf.LongTermMemory`)."""
+        return RedisMemories(self)
 
     def __repr__(self) -> str:
         return (

@@ -32,6 +32,7 @@ from raf._sessions.base import (
     request_hash,
 )
 from raf._sessions.sqlite_connection import SqliteConnection
+from raf._sessions.sqlite_memories import SqliteMemories
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -113,6 +114,10 @@ class SqliteSessionStore(SqliteConnection):
             lambda db: db.execute("SELECT id FROM raf_sessions ORDER BY created_at, id").fetchall()
         )
         return [row[0] for row in rows]
+
+    def memories(self) -> SqliteMemories:
+        """The long-term memories kept in this file (see :class:`raf.LongTermMemory`)."""
+        return SqliteMemories(self)
 
     async def __aenter__(self) -> SqliteSessionStore:
         return self

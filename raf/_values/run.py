@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 import anyio
 import attrs
@@ -12,6 +13,20 @@ from raf._values.messages import AgentResponse, OnUpdate, Update
 from raf.errors import ProviderError, StreamClosedError
 
 __all__ = ["Run"]
+
+#: The key of ``Run.state`` under which a served run keeps its caller's key scope (see
+#: :func:`key_scope`): what scopes the served caller's long-term memories to its key.
+KEY_SCOPE: Final = "raf.serve.key_scope"
+
+
+def key_scope(api_key: str) -> str:
+    """The scope of a served caller's API key: a digest, never the key itself.
+
+    >>> len(key_scope("secret"))
+    24
+    """
+    return hashlib.sha256(api_key.encode()).hexdigest()[:24]
+
 
 P = ParamSpec("P")
 T = TypeVar("T")
