@@ -49,6 +49,7 @@ from raf.serve._client import TEXT_JOIN, turn_text
 from raf.serve._http import HttpError, failure, read_json
 from raf.serve._mcp import describe
 from raf.serve._served import Served
+from raf.serve._sessions import keyed_run
 
 __all__: list[str] = []
 
@@ -279,7 +280,7 @@ class _Executor(AgentExecutor):
             run.sent.add(update)
             await answer.update(update)
 
-        run = self._runs[task_id] = _Run(Run(sink))
+        run = self._runs[task_id] = _Run(keyed_run(scope, sink))
         try:
             response = await self._served.agent.run(
                 given, session=session, options=self._served.options, on_update=run.handle

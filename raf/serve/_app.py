@@ -41,7 +41,7 @@ from raf.serve._options import ServeOptions
 from raf.serve._pending import no_session, with_message
 from raf.serve._responses import responses
 from raf.serve._served import Served
-from raf.serve._sessions import Keys, check_store, unheld
+from raf.serve._sessions import Keys, check_store, keyed_run, scope_of, unheld
 from raf.serve._stream import TurnStream
 from raf.serve._wire import (
     ChunkFraming,
@@ -216,7 +216,9 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         framing = ChunkFraming(served.model, body.include_usage, body.tools)
         return TurnStream(served.agent, turn, session, options, framing)
     try:
-        response = await served.agent.run(turn, session=session, options=options)
+        response = await served.agent.run(
+            turn, session=session, options=options, on_update=keyed_run(scope_of(request.scope))
+        )
     except Exception as exc:
         note_failure(request.scope, exc)
         raise failure(exc) from None

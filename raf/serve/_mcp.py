@@ -33,11 +33,11 @@ from raf._sessions.base import Session
 from raf._values.assembly import Assembly
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
-from raf._values.run import Run
 from raf.errors import ConfigError
 from raf.serve._client import TEXT_JOIN, turn_text
 from raf.serve._http import HttpError, failure, note_failure
 from raf.serve._served import Served
+from raf.serve._sessions import keyed_run
 
 __all__: list[str] = []
 
@@ -107,7 +107,12 @@ def mcp_route(served: Served) -> Route:
 
         try:
             response = await closable_run(
-                served.agent, [ChatMessage.user(message)], session, served.options, progress
+                served.agent,
+                [ChatMessage.user(message)],
+                session,
+                served.options,
+                progress,
+                key_scope,
             )
         except Exception as exc:
             note_failure(request.scope, exc)
@@ -202,6 +207,7 @@ async def closable_run(
     session: Session | None,
     options: AgentRunOptions,
     on_update: Callable[[Update], Awaitable[None]],
+    key_scope: str = "",
 ) -> AgentResponse:
     """``agent.run(messages, on_update=...)``, where a cancellation of the caller is an
     early close of the run, never a cancellation of it.
@@ -223,7 +229,7 @@ async def closable_run(
         except Exception:  # the client cannot be told any more: as if it left
             run.close(sent.response())  # the run's send raises the close
 
-    run = Run(forward)
+    run = keyed_run(key_scope, forward)
 
     async def go() -> None:
         with anyio.CancelScope(shield=True):

@@ -11,8 +11,8 @@ from starlette.types import Scope
 
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession
-from raf._values.messages import ChatMessage
-from raf._values.run import key_scope
+from raf._values.messages import ChatMessage, OnUpdate
+from raf._values.run import KEY_SCOPE, Run, key_scope
 from raf.serve._http import HttpError, header
 from raf.serve._wire import new_messages
 
@@ -103,6 +103,20 @@ class Keys:
             "invalid_api_key",
             {"WWW-Authenticate": "Bearer"},
         )
+
+
+def keyed_run(scope: str, sink: OnUpdate | None = None) -> Run:
+    """The :class:`raf.Run` of a served turn, carrying its caller's key ``scope`` (what
+    scopes the caller's long-term memories: :class:`raf.LongTermMemory`)."""
+    run = Run(sink)
+    if scope:
+        run.state[KEY_SCOPE] = scope
+    return run
+
+
+def scope_of(asgi_scope: Scope) -> str:
+    """The key scope a keyed route put on the request (``""``: none)."""
+    return str(asgi_scope.get("state", {}).get("key_scope", ""))
 
 
 async def unheld(session: Session, given: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
