@@ -98,7 +98,7 @@ async def test_http_errors_are_rafs_client_errors(server: OpenAIServer) -> None:
     server.fail(401, "bad key")
     server.fail(429, "slow down")
     async with embedder(server, max_retries=0) as model:
-        with pytest.raises(AuthenticationError, match="OpenAI embeddings .* HTTP 401"):
+        with pytest.raises(AuthenticationError, match=r"OpenAI embeddings .* HTTP 401"):
             await model.embed(["a"])
         with pytest.raises(RateLimitError):
             await model.embed(["a"])

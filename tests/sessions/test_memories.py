@@ -12,8 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raf import InMemoryMemories, MemoryRecord, PostgresSessionStore, RedisSessionStore
-from raf import SqliteSessionStore
+from raf import (
+    InMemoryMemories,
+    MemoryRecord,
+    PostgresSessionStore,
+    RedisSessionStore,
+    SqliteSessionStore,
+)
 from raf._sessions.memories import MemoryWrite
 from tests._harness.postgres_server import PostgresServer
 from tests._harness.redis_server import RedisServer
