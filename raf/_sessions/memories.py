@@ -18,7 +18,7 @@ import attrs
 
 from raf.errors import SessionStoreError
 
-__all__ = ["InMemoryMemories", "MemoryRecord"]
+__all__ = ["InMemoryMemories"]
 
 #: The longest namespace a store keeps, in characters.
 MAX_NAMESPACE: Final = 512

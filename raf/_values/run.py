@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, ParamSpec, TypeVar
 
@@ -25,6 +24,8 @@ def key_scope(api_key: str) -> str:
     >>> len(key_scope("secret"))
     24
     """
+    import hashlib  # here: `import raf` does not import it
+
     return hashlib.sha256(api_key.encode()).hexdigest()[:24]
 
 

@@ -14,12 +14,11 @@ from hypothesis import strategies as st
 
 from raf import (
     InMemoryMemories,
-    MemoryRecord,
     PostgresSessionStore,
     RedisSessionStore,
     SqliteSessionStore,
 )
-from raf._sessions.memories import MemoryWrite
+from raf._sessions.memories import MemoryRecord, MemoryWrite
 from tests._harness.postgres_server import PostgresServer
 from tests._harness.redis_server import RedisServer
 
