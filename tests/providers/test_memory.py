@@ -4,6 +4,7 @@ remember/forget tools, namespaces (served: a key's own), and bad input that lose
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import anyio.lowlevel
 import pytest
 from structlog.testing import capture_logs
 
+import raf
 import raf.serve
 from raf import (
     Agent,
@@ -446,3 +448,38 @@ async def test_an_embedder_whose_dimension_changes_is_a_logged_skip(server: Open
     assert "green tea" in tail_of(model.requests[1])
     assert len(await memory.list("alice")) == 1
     await embedder.aclose()
+
+
+# -- every store, through the provider -------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
+def store_of(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """What ``LongTermMemory(store)`` is given for each store: a table, a path, a URL."""
+    if request.param == "memory":
+        return InMemoryMemories()
+    if request.param == "sqlite":
+        return str(tmp_path / "memories.db")
+    if request.param == "redis":
+        return request.getfixturevalue("redis_server").url
+    return request.getfixturevalue("postgres_server").url()
+
+
+async def test_memories_outlive_the_memory_object_in_every_store(store_of: Any) -> None:
+    namespace = f"user-{uuid.uuid4().hex}"  # the servers are shared by the tests
+    extractor = ScriptedChatClient([changes(add=["The user likes figs."])])
+    async with LongTermMemory(store_of, namespace=namespace, extractor=extractor) as first:
+        await Agent(ScriptedChatClient(["ok"]), stack=[first]).run("I like figs")
+    model = ScriptedChatClient(["figs"])
+    async with LongTermMemory(store_of, namespace=namespace, extract_every=0) as second:
+        await Agent(model, stack=[second]).run("which fruit do I like?")
+        [record] = await second.list(namespace)
+        assert await second.list(f"other-{namespace}") == ()
+    assert "likes figs" in tail_of(model.requests[0])
+    assert record.text == "The user likes figs."
+
+
+def test_a_memory_cannot_join_a_parallel_group() -> None:
+    # Its stages need the run's namespace (and served key scope): only its own layer has it.
+    with pytest.raises(TypeError, match="not a context provider"):
+        raf.parallel(LongTermMemory(InMemoryMemories(), namespace="a"))
