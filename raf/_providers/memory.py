@@ -231,13 +231,27 @@ class LongTermMemory:
         )
         return found > 0
 
+    async def remember(
+        self,
+        namespace: str,
+        fact: str,
+        *,
+        session_id: str | None = None,
+        api_key: str | None = None,
+    ) -> str:
+        """Keep ``fact`` in ``namespace`` (as the ``remember`` tool does); its id, or the
+        id of the memory that already says it. A ``ValueError`` for an empty fact or one
+        over 1,000 characters."""
+        id, _ = await self._keep(self._owned(namespace, api_key), fact, session_id)
+        return id
+
     def _owned(self, namespace: str, api_key: str | None) -> str:
         scope = "" if api_key is None else key_scope(api_key)
         return _stored_namespace(_person_namespace(namespace), scope)
 
     # -- read -------------------------------------------------------------------------
 
-    async def recall(self, namespace: str, query: str) -> tuple[MemoryRecord, ...]:
+    async def _recall(self, namespace: str, query: str) -> tuple[MemoryRecord, ...]:
         """The ``top_k`` memories of the stored ``namespace`` most relevant to ``query``."""
         records = await self.table.list(namespace)
         if not records or not query.strip():
@@ -344,22 +358,30 @@ class LongTermMemory:
             await self.table.write(namespace, write)
         return write
 
-    async def remember(self, namespace: str, fact: str, session_id: str | None) -> str:
-        """Keep ``fact`` in the stored ``namespace`` (the ``remember`` tool); what to tell
-        the model."""
-        text = fact.strip()
+    async def _keep(self, stored: str, fact: str, session_id: str | None) -> tuple[str, bool]:
+        """Keep ``fact`` in the stored namespace: its id, and whether it is new (a fact
+        already kept, in other words, is not kept twice)."""
+        text = fact.strip() if isinstance(fact, str) else ""
         if not text or len(text) > extraction.MAX_FACT:
-            return f"Not kept: a memory is 1 to {extraction.MAX_FACT} characters."
-        for record in await self.table.list(namespace):
+            raise ValueError(f"a memory is 1 to {extraction.MAX_FACT} characters of text")
+        for record in await self.table.list(stored):
             if extraction.normal(record.text) == extraction.normal(text):
-                return f"Already remembered as [{record.id}]."
+                return record.id, False
         record = MemoryRecord(extraction.new_id(), text, session_id, time.time())
-        await self.table.write(namespace, MemoryWrite(add=(record,)))
-        return f"Remembered as [{record.id}]."
+        await self.table.write(stored, MemoryWrite(add=(record,)))
+        return record.id, True
 
-    async def forget(self, namespace: str, memory_id: str) -> str:
-        """Drop ``memory_id`` from the stored ``namespace`` (the ``forget`` tool)."""
-        found = await self.table.write(namespace, MemoryWrite(delete=(memory_id,)))
+    async def _remember_tool(self, stored: str, fact: str, session_id: str) -> str:
+        """The ``remember`` tool: what to tell the model."""
+        try:
+            id, new = await self._keep(stored, fact, session_id)
+        except ValueError as exc:
+            return f"Not kept: {exc}."
+        return f"Remembered as [{id}]." if new else f"Already remembered as [{id}]."
+
+    async def _forget_tool(self, stored: str, memory_id: str) -> str:
+        """The ``forget`` tool: what to tell the model."""
+        found = await self.table.write(stored, MemoryWrite(delete=(memory_id,)))
         return f"Forgot [{memory_id}]." if found else f"No memory [{memory_id}] is kept."
 
     # -- resources ----------------------------------------------------------------------
@@ -408,7 +430,7 @@ class _Stages:
         """The memories most relevant to the last user message, in the tail."""
         memory = self.memory
         query = next((m.content for m in reversed(messages) if m.role == "user" and m.content), "")
-        found = await memory.recall(self.namespace, query) if tokenize(query) else ()
+        found = await memory._recall(self.namespace, query) if tokenize(query) else ()
         tools = _tools(memory, self.namespace, session.id) if memory.tools else ()
         if not found:
             # The tools' sentence in the tail too: the system message stays the same.
@@ -433,17 +455,17 @@ class _Stages:
         turns = self.memory._due(self.namespace, session)
         if turns:
             turn = (*request_messages, *response.messages)
-            await self.memory.extract(self.namespace, agent, session, turn, turns)
+            await self.memory._extract(self.namespace, agent, session, turn, turns)
 
 
 def _tools(memory: LongTermMemory, namespace: str, session_id: str) -> tuple[Tool, ...]:
     """The ``remember`` and ``forget`` tools of one run (its namespace, its session)."""
 
     async def remember(fact: str) -> str:
-        return await memory.remember(namespace, fact, session_id)
+        return await memory._remember_tool(namespace, fact, session_id)
 
     async def forget(memory_id: str) -> str:
-        return await memory.forget(namespace, memory_id)
+        return await memory._forget_tool(namespace, memory_id)
 
     fact = _one_string("fact", "One short sentence that stands on its own.")
     memory_id = _one_string("memory_id", "The id of the memory, as shown in brackets.")

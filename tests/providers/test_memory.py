@@ -56,7 +56,7 @@ def tail_of(request: Any) -> str:
 async def remembered(table: InMemoryMemories, namespace: str, *facts: str) -> LongTermMemory:
     memory = LongTermMemory(table, namespace=namespace, extract_every=0)
     for fact in facts:
-        await memory.remember(namespace, fact, None)
+        await memory.remember(namespace, fact)
     return memory
 
 
@@ -483,3 +483,13 @@ def test_a_memory_cannot_join_a_parallel_group() -> None:
     # Its stages need the run's namespace (and served key scope): only its own layer has it.
     with pytest.raises(TypeError, match="not a context provider"):
         raf.parallel(LongTermMemory(InMemoryMemories(), namespace="a"))
+
+
+async def test_a_person_can_add_a_memory_by_hand_and_it_is_kept_once() -> None:
+    memory = LongTermMemory(InMemoryMemories(), namespace="ana", extract_every=0)
+    first = await memory.remember("ana", "The user likes figs.", session_id="form")
+    assert await memory.remember("ana", "the user likes FIGS") == first
+    assert await memory.remember("ana", "Figs.", api_key="k") != first  # another key's own
+    assert [(m.id, m.session_id) for m in await memory.list("ana")] == [(first, "form")]
+    with pytest.raises(ValueError, match="1 to 1000 characters"):
+        await memory.remember("ana", "   ")
