@@ -312,7 +312,7 @@ class LongTermMemory:
             return 0
         return turns
 
-    async def extract(
+    async def _extract(
         self,
         namespace: str,
         agent: AgentLike | None,
