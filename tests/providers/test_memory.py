@@ -28,6 +28,7 @@ from raf import (
     SqliteSessionStore,
     ToolCall,
 )
+from raf.config import ContextProviderDecl, build_provider
 from raf.observe import ContextLedger
 from tests._harness.openai_server import OpenAIServer
 
@@ -493,3 +494,13 @@ async def test_a_person_can_add_a_memory_by_hand_and_it_is_kept_once() -> None:
     assert [(m.id, m.session_id) for m in await memory.list("ana")] == [(first, "form")]
     with pytest.raises(ValueError, match="1 to 1000 characters"):
         await memory.remember("ana", "   ")
+
+
+def test_a_memory_is_declared_in_toml_like_any_provider(tmp_path: Path) -> None:
+    options = {"store": "memories.db", "namespace": "team", "top_k": 2, "tools": True}
+    decl = ContextProviderDecl("long_term_memory", "facts", options, base_dir=tmp_path)
+    memory = build_provider(decl)
+    assert (memory.kind, memory.name, memory.top_k, memory.tools) == (
+        "long_term_memory", "facts", 2, True,
+    )  # fmt: skip
+    assert memory.table.store.path == tmp_path / "memories.db"
