@@ -11,7 +11,6 @@ namespace never reads or changes another's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
@@ -175,7 +174,3 @@ class InMemoryMemories:
     def __repr__(self) -> str:
         return f"InMemoryMemories(namespaces={len(self._namespaces)})"
 
-
-def ids_of(records: Iterable[MemoryRecord]) -> set[str]:
-    """The ids of ``records``."""
-    return {record.id for record in records}
