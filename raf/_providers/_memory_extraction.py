@@ -143,12 +143,15 @@ def consolidated(
             skipped.append(f"update of unknown id {change.id!r}")
         elif not text or len(text) > MAX_FACT:
             skipped.append(f"update of {change.id!r} to an empty or too long text")
-        elif says.get(normal(text), change.id) != change.id:
-            deleted.add(change.id)  # it would repeat another memory: that one is kept
         else:
+            # What it said is no longer said by it: updated, or deleted just below.
             says = {k: v for k, v in says.items() if v != change.id}
-            says[normal(text)] = change.id
-            updates[change.id] = MemoryRecord(change.id, text, session_id, now)
+            updates.pop(change.id, None)
+            if normal(text) in says:
+                deleted.add(change.id)  # it would repeat another memory: that one is kept
+            else:
+                says[normal(text)] = change.id
+                updates[change.id] = MemoryRecord(change.id, text, session_id, now)
     added: list[MemoryRecord] = []
     for fact in answer.add:
         text = fact.strip()

@@ -54,6 +54,8 @@ Ranking = list[int]
 _RRF_K: Final = 60
 #: How many texts' vectors a LongTermMemory keeps (the least recently added go first).
 _MAX_VECTORS: Final = 10_000
+#: How many namespaces' BM25 indexes one LongTermMemory keeps.
+_MAX_INDEXES: Final = 1000
 #: How many sessions' turn counts (for ``extract_every``) one LongTermMemory keeps.
 _MAX_COUNTED: Final = 10_000
 #: How many messages of the session's history an extraction every N turns reads, per turn.
@@ -176,8 +178,10 @@ class LongTermMemory:
         self.top_k, self.extract_every = top_k, extract_every
         self.extractor, self.embedder, self.tools = extractor, embedder, tools
         self.name = name or type(self).__name__
-        # Caches of this object (never per run): text -> vector; (namespace, session) -> turns.
+        # Caches of this object (never per run): text -> vector; (namespace, session) ->
+        # turns; namespace -> its memories and their index.
         self._vectors: dict[str, tuple[float, ...]] = {}
+        self._indexes: dict[str, tuple[tuple[MemoryRecord, ...], BM25Index]] = {}
         self._turns: dict[tuple[str, str], int] = {}
 
     # -- the layer ---------------------------------------------------------------------
@@ -256,8 +260,10 @@ class LongTermMemory:
         records = await self.table.list(namespace)
         if not records or not query.strip():
             return ()
-        index = BM25Index(Passage(r.text, str(n)) for n, r in enumerate(records))
-        lexical = [int(p.source) for p in index.search(query, len(records))]
+        # The scores, not search(): a ranking of every match, without a Passage each.
+        scores = self._index(namespace, records).scores(query)
+        matched = (n for n, score in scores.items() if score > 0)
+        lexical = sorted(matched, key=lambda n: (-scores[n], n))
         semantic = await self._similar(query, records) if self.embedder is not None else None
         if semantic is None:
             return tuple(records[n] for n in lexical[: self.top_k])
@@ -267,6 +273,17 @@ class LongTermMemory:
                 fused[n] = fused.get(n, 0.0) + 1.0 / (_RRF_K + rank + 1)
         best = sorted(fused, key=lambda n: (-fused[n], n))[: self.top_k]
         return tuple(records[n] for n in best)
+
+    def _index(self, namespace: str, records: tuple[MemoryRecord, ...]) -> BM25Index:
+        """The BM25 index of ``records``, built once while the namespace's memories stay
+        the same (tokenizing is most of a read's cost)."""
+        kept = self._indexes.pop(namespace, None)
+        if kept is None or kept[0] != records:
+            kept = (records, BM25Index(Passage(r.text, str(n)) for n, r in enumerate(records)))
+        self._indexes[namespace] = kept  # the most recently used last: the oldest go first
+        while len(self._indexes) > _MAX_INDEXES:
+            del self._indexes[next(iter(self._indexes))]
+        return kept[1]
 
     async def _similar(self, query: str, records: Sequence[MemoryRecord]) -> Ranking | None:
         """The records by the cosine of their vector and the query's, best first; ``None``
