@@ -349,11 +349,16 @@ async def test_provenance_is_listed_and_a_person_can_delete_a_memory(tmp_path: P
 # -- served: a key's memories are its own --------------------------------------------------
 
 
-async def call(app: Any, key: str, text: str, *, stream: bool = False) -> int:
-    """One chat completions request with ``key``; its status."""
-    body = json.dumps(
-        {"model": "served", "stream": stream, "messages": [{"role": "user", "content": text}]}
-    ).encode()
+async def call(
+    app: Any, key: str, text: str, *, stream: bool = False, path: str = "/v1/chat/completions"
+) -> int:
+    """One chat completions (or Responses) request with ``key``; its status."""
+    turn: dict[str, Any] = {"model": "served", "stream": stream}
+    if path == "/v1/responses":
+        turn["input"] = text
+    else:
+        turn["messages"] = [{"role": "user", "content": text}]
+    body = json.dumps(turn).encode()
     sent: list[dict[str, Any]] = []
     pending = [{"type": "http.request", "body": body, "more_body": False}]
 
@@ -369,7 +374,7 @@ async def call(app: Any, key: str, text: str, *, stream: bool = False) -> int:
     headers = [(b"content-type", b"application/json"), (b"authorization", f"Bearer {key}".encode())]
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+        "scheme": "http", "path": path, "raw_path": path.encode(),
         "query_string": b"", "root_path": "", "headers": headers,
         "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000),
     }  # fmt: skip
@@ -380,16 +385,18 @@ async def call(app: Any, key: str, text: str, *, stream: bool = False) -> int:
 
 async def test_served_a_keys_memories_are_its_own() -> None:
     table = InMemoryMemories()
-    extractor = ScriptedChatClient([changes(add=["The user likes tea."]), nothing(), nothing()])
+    extractor = ScriptedChatClient([changes(add=["The user likes tea."]), *[nothing()] * 3])
     memory = LongTermMemory(table, namespace="everyone", extractor=extractor)
-    model = ScriptedChatClient(["noted", "answer", "answer"])
+    model = ScriptedChatClient(["noted", "answer", "answer", "answer"])
     agent = Agent(model, name="served", stack=[memory])
     app = raf.serve.app(agent, api_keys=["key-one", "key-two"])
     assert await call(app, "key-one", "I like tea") == 200
     assert await call(app, "key-two", "what tea do I like?", stream=True) == 200
     assert await call(app, "key-one", "what tea do I like?") == 200
+    assert await call(app, "key-two", "which tea?", path="/v1/responses") == 200
     assert tail_of(model.requests[1]) == ""  # key two never sees key one's memory
     assert "likes tea" in tail_of(model.requests[2])
+    assert tail_of(model.requests[3]) == ""
     assert [m.text for m in await memory.list("everyone", api_key="key-one")] == [
         "The user likes tea."
     ]
