@@ -19,7 +19,7 @@ from raf._onion.parallel import ProviderGroup, parallel
 from raf._public import say_home as _say_home
 from raf._sessions.base import REQUEST_HASH_LIMIT
 from raf._sessions.history import HistoryProvider
-from raf._sessions.memory import InMemorySession
+from raf._sessions.memory import InMemorySession, InMemorySessionStore
 from raf._values.client import ChatClient, StreamingChatClient
 from raf._values.context import (
     AgentLike,
@@ -47,12 +47,14 @@ from raf._values.run import Run
 from raf._values.verdict import GuardrailCheck, GuardrailContext, Verdict
 from raf.errors import (
     AgentError,
+    BudgetExceeded,
     ChatClientError,
     GuardrailError,
     OutputError,
     ProviderError,
     StreamClosedError,
     ToolError,
+    UsageLimitExceeded,
 )
 
 if typing.TYPE_CHECKING:
@@ -70,9 +72,13 @@ if typing.TYPE_CHECKING:
     from raf._clients.scripted import *
     from raf._middleware.fallback import *
     from raf._middleware.guardrails import *
+    from raf._middleware.limits import *
     from raf._middleware.logging import *
     from raf._middleware.pii import *
     from raf._middleware.retry import *
+    from raf._middleware.spend import *
+    from raf._middleware.tool_outputs import *
+    from raf._observers.replay import *
     from raf._providers.a2a import *
 
     # Its module also holds the strategies, which are raf.compression's.
@@ -86,6 +92,7 @@ if typing.TYPE_CHECKING:
     from raf._sessions.postgres import *
     from raf._sessions.redis import *
     from raf._sessions.sqlite import *
+    from raf._values.prices import *
 
 __all__ = [
     "A2AAgentTool",
@@ -97,6 +104,8 @@ __all__ = [
     "AgentSkillsProvider",
     "AgentStream",
     "AnthropicChatClient",
+    "Budget",
+    "BudgetExceeded",
     "CallNext",
     "ChatClient",
     "ChatClientError",
@@ -118,6 +127,7 @@ __all__ = [
     "HistoryProvider",
     "InMemoryMemories",
     "InMemorySession",
+    "InMemorySessionStore",
     "InputGuardrail",
     "Invocation",
     "KnowledgeProvider",
@@ -132,6 +142,7 @@ __all__ = [
     "OutputGuardrail",
     "Passage",
     "PendingCall",
+    "Prices",
     "ProviderError",
     "ProviderGroup",
     "REQUEST_HASH_LIMIT",
@@ -142,6 +153,7 @@ __all__ = [
     "Run",
     "ScriptedChatClient",
     "Session",
+    "SpendLimits",
     "SqliteSessionStore",
     "StreamClosedError",
     "StreamingChatClient",
@@ -149,9 +161,12 @@ __all__ = [
     "ToolCall",
     "ToolError",
     "ToolGuardrail",
+    "ToolOutputLimit",
     "ToolRequest",
     "Update",
     "Usage",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "Verdict",
     "WikiRetriever",
     "WorkspaceContextProvider",
@@ -161,6 +176,7 @@ __all__ = [
     "merge",
     "parallel",
     "pii_redactor",
+    "replay",
     "request_hash",
     "tool",
 ]
@@ -198,15 +214,21 @@ _LATE = {
     "OutputGuardrail": "raf._middleware.guardrails",
     "Passage": "raf._providers.knowledge",
     "PostgresSessionStore": "raf._sessions.postgres",
+    "Prices": "raf._values.prices",
     "RedisSessionStore": "raf._sessions.redis",
+    "Budget": "raf._middleware.spend",
     "Retriever": "raf._providers.knowledge",
     "RetryMiddleware": "raf._middleware.retry",
     "ScriptedChatClient": "raf._clients.scripted",
+    "SpendLimits": "raf._middleware.spend",
     "SqliteSessionStore": "raf._sessions.sqlite",
     "ToolGuardrail": "raf._middleware.guardrails",
+    "ToolOutputLimit": "raf._middleware.tool_outputs",
+    "UsageLimits": "raf._middleware.limits",
     "WikiRetriever": "raf._providers.knowledge",
     "WorkspaceContextProvider": "raf._providers.workspace",
     "pii_redactor": "raf._middleware.pii",
+    "replay": "raf._observers.replay",
 }
 
 #: The public modules reached as attributes of raf (`raf.observe.TraceObserver`),

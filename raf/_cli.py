@@ -20,6 +20,8 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from raf._agent.agent import Agent
 from raf._cli_args import DEFAULT_DB, build_parser
+from raf._cli_cost import TurnCost
+from raf._cli_replay import replay_command
 from raf._cli_waiting import UNDECIDABLE, ask_decisions, decisions_of, waiting_lines
 from raf._config.file import LoadedConfig, load_config
 from raf._observers.ledger import ContextLedger
@@ -74,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _chat_command(args)
         if args.command == "serve":
             return _serve(args)
+        if args.command == "replay":
+            _say(anyio.run(replay_command, args), sys.stdout)
+            return EXIT_OK
         return anyio.run(_run_command, args)
     except (AgentError, OSError) as exc:
         _say(f"raf: {exc}")
@@ -241,6 +246,10 @@ def _load(args: argparse.Namespace, printer: _Printer) -> LoadedConfig:
     args.ledger = ContextLedger() if args.context else None  # printed by _opened, at the end
     if args.ledger is not None:
         observers.append(args.ledger)
+    # raf chat says what each turn cost, when the model's price is known.
+    args.turn_cost = TurnCost() if getattr(args, "command", None) == "chat" else None
+    if args.turn_cost is not None:
+        observers.append(args.turn_cost)
     return load_config(
         args.config,
         emit=_trace_printer(sys.stderr, printer) if args.trace else None,
@@ -331,7 +340,12 @@ def _chat_command(args: argparse.Namespace) -> int:
     ):
         # --trace prints its own progress on stderr: no "thinking…" line in between.
         return _chat(
-            portal, loaded, session, thinking=not (args.trace or args.mermaid), printer=printer
+            portal,
+            loaded,
+            session,
+            thinking=not (args.trace or args.mermaid),
+            printer=printer,
+            cost=args.turn_cost,
         )
 
 
@@ -342,6 +356,7 @@ def _chat(
     *,
     thinking: bool = True,
     printer: _Printer | None = None,
+    cost: TurnCost | None = None,
 ) -> int:
     printer = _Printer(sys.stdout) if printer is None else printer
     # A prompt, line editing and a "thinking" line are for a person: piped input
@@ -372,6 +387,7 @@ def _chat(
             # so the conversation can go on; a broken config or provider still ends it.
             printer.end_line()
             _say(f"raf: this turn failed: {exc}")
+            spent()
             return None
         if isinstance(response, str):  # Ctrl-C ended it
             printer.end_line()
@@ -381,7 +397,13 @@ def _chat(
             printer.end_line()
         else:
             printer.finish()
+        spent()
         return response
+
+    def spent() -> None:
+        line = None if cost is None else cost.line()
+        if line is not None:  # on stderr: stdout holds the answers alone
+            _say(line, sys.stderr)
 
     _say(_BANNER)
     while True:

@@ -108,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the JSON Schema of the config file (for an editor: see docs/cli.md)",
     )
     _serve_parser(commands)
+    _replay_parser(commands)
     for command in (run, chat):
         command.add_argument("--session", help="keep history in this session of the store")
         command.add_argument(
@@ -124,6 +125,28 @@ def build_parser() -> argparse.ArgumentParser:
             help="every log event on stderr (on a terminal, only errors are shown otherwise)",
         )
     return parser
+
+
+def _replay_parser(commands: Any) -> None:
+    replay = commands.add_parser(
+        "replay",
+        help="replay a stored conversation through the config's stack (and another's): what "
+        "each model call would have sent and billed (docs/replay.md)",
+    )
+    replay.add_argument("config", type=Path, help="the agent's TOML config file")
+    replay.add_argument(
+        "--db",
+        default=None,
+        help=f"the session store: a SQLite file (default {DEFAULT_DB}), redis://... or "
+        "postgresql://...",
+    )
+    replay.add_argument("--session", required=True, help="the stored conversation to replay")
+    replay.add_argument(
+        "--against", type=Path, metavar="OTHER.toml", help="a second config, side by side"
+    )
+    replay.add_argument(
+        "--chart", type=Path, metavar="FILE.svg", help="draw each call's context and cache as SVG"
+    )
 
 
 #: The ``--trace`` flags: what each prints on stderr.

@@ -13,8 +13,11 @@ The hierarchy (``except`` a branch to catch everything below it)::
     ├── McpError                      an MCP server could not be started or spoken to
     ├── SessionStoreError             a session store cannot be opened or read
     ├── EmbeddingError                an embedder's vectors cannot be used (count, dimension)
+    ├── SessionExistsError            a fork's new id already holds messages (.session_id)
     ├── DurableError                  a run cannot be durable (trio, a memory session, ...)
     ├── OfflineError                  a raf_offline test reached out (also a ConnectionRefusedError)
+    ├── UsageLimitExceeded            a run's next model call would pass a UsageLimits limit
+    ├── BudgetExceeded                a spending budget has no room for the next call (.resets_at)
     ├── OutputError                   the final answer is not the structured output asked for
     │   ├── OutputValidationError     it does not validate, retries included (.text, .problems)
     │   └── OutputRefusedError        the model refused to answer (.refusal)
@@ -42,6 +45,7 @@ the model as that call's tool message, and the run goes on; a
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 __all__ = [
@@ -49,6 +53,7 @@ __all__ = [
     "ApprovalError",
     "AuthenticationError",
     "BadRequestError",
+    "BudgetExceeded",
     "ChatClientError",
     "ChatConnectionError",
     "ChatProtocolError",
@@ -69,6 +74,7 @@ __all__ = [
     "ProviderError",
     "RateLimitError",
     "ServerError",
+    "SessionExistsError",
     "SessionStoreError",
     "StreamClosedError",
     "ToolArgumentsError",
@@ -76,6 +82,7 @@ __all__ = [
     "ToolError",
     "ToolLoopError",
     "ToolSchemaError",
+    "UsageLimitExceeded",
 ]
 
 Stage = Literal["on_invoking", "on_invoked"]
@@ -315,6 +322,20 @@ class EmbeddingError(AgentError):
     or of a dimension other than its earlier ones (a model changed behind the same name)."""
 
 
+class SessionExistsError(AgentError):
+    """``store.fork(session_id, new_id)``: ``new_id`` already holds messages; nothing was
+    written (a fork never overwrites a session)."""
+
+    def __init__(self, session_id: str, held: int, where: str) -> None:
+        self.session_id = session_id
+        #: How many messages the session held.
+        self.held = held
+        super().__init__(
+            f"{where}: cannot fork into session {session_id!r}: it already holds {held} "
+            f"message{'s' if held != 1 else ''} (a fork never overwrites; choose another id)"
+        )
+
+
 class DurableError(AgentError):
     """A run cannot be durable: on trio, with a session no other process can reopen,
     an agent name no durable agent of this process has, or DBOS not configured."""
@@ -327,6 +348,55 @@ class OfflineError(AgentError, ConnectionRefusedError):
     made; a ``ConnectionRefusedError`` too, so the code under test fails as
     on a refused connection (the test fails even if that code swallows it).
     """
+
+
+class UsageLimitExceeded(AgentError):
+    """A run's next model call would pass a limit of :class:`raf.UsageLimits`: not sent.
+
+    ``limit`` names it (``"max_requests"``, ``"max_input_tokens"``,
+    ``"max_output_tokens"``, ``"max_total_tokens"``, ``"max_cost"``,
+    ``"max_request_input_tokens"``); ``spent`` is the run's usage so far
+    (a :class:`raf.Usage`), ``cost`` what it cost in USD (``None`` when
+    unpriced), ``requests`` its model calls so far.
+    """
+
+    def __init__(
+        self, limit: str, detail: str, *, spent: Any, cost: Any = None, requests: int = 0
+    ) -> None:
+        self.limit = limit
+        self.spent = spent
+        self.cost = cost
+        self.requests = requests
+        super().__init__(f"usage limit {limit}: {detail}; the call was not sent")
+
+
+class BudgetExceeded(AgentError):
+    """A spending budget (:class:`raf.Budget` of :class:`raf.SpendLimits`) has no room for
+    the next model call: it was not sent.
+
+    ``budget`` is the budget, ``spent`` what its window has spent and holds
+    for calls in flight (a ``Decimal``, USD), ``resets_at`` when its window
+    ends (an aware ``datetime``, UTC), ``scope`` whose budget it is (the
+    session id, the agent's name, the key...). Served, it is a 429 with
+    ``Retry-After``.
+    """
+
+    def __init__(self, budget: Any, spent: Any, resets_at: Any, *, scope: str = "") -> None:
+        self.budget = budget
+        self.spent = spent
+        self.resets_at = resets_at
+        self.scope = scope
+        usd, per = getattr(budget, "usd", "?"), getattr(budget, "per", "?")
+        super().__init__(
+            f"budget ${usd} per {per} of {scope or 'everyone'} is spent "
+            f"(${spent} spent or held); it resets at {resets_at:%Y-%m-%d %H:%M:%S} UTC"
+        )
+
+    @property
+    def retry_after(self) -> float:
+        """Seconds until the budget's window ends (what a served 429 says in Retry-After)."""
+        left: float = (self.resets_at - datetime.now(UTC)).total_seconds()
+        return max(0.0, left)
 
 
 class OutputError(AgentError):

@@ -6,6 +6,7 @@ provider stage, model call, tool call and guardrail check (see :class:`Observer`
 
 from raf._observers.ledger import ContextLedger, LedgerEntry, LedgerPart
 from raf._observers.mermaid import MermaidObserver
+from raf._observers.replay_report import ReplayCall, ReplayDivergence, ReplayReport
 from raf._observers.tracing import StageEvent, TraceObserver
 from raf._onion.observe import Observer, ProviderStage
 from raf._public import say_home as _say_home
@@ -17,6 +18,9 @@ __all__ = [
     "MermaidObserver",
     "Observer",
     "ProviderStage",
+    "ReplayCall",
+    "ReplayDivergence",
+    "ReplayReport",
     "StageEvent",
     "TraceObserver",
 ]

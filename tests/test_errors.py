@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pickle
 import re
+from datetime import UTC, datetime
+from decimal import Decimal
 
 import pytest
 
 import raf
-from raf import AgentResponse, ChatMessage
+from raf import AgentResponse, ChatMessage, Usage
 from raf import errors as errors
 
 
@@ -30,6 +32,15 @@ from raf import errors as errors
         errors.PathError("the path '../x' uses '..'"),
         errors.IncompleteResponseError(
             "cut", reason="length", partial=AgentResponse((ChatMessage.assistant("Hel"),))
+        ),
+        errors.UsageLimitExceeded(
+            "max_requests", "two calls", spent=Usage(3, 4), cost=Decimal("0.5"), requests=2
+        ),
+        errors.BudgetExceeded(
+            raf.Budget("0.5", "day", "key"),
+            Decimal("0.5"),
+            datetime(2026, 1, 2, tzinfo=UTC),
+            scope="k1",
         ),
     ],
     ids=lambda e: type(e).__name__,
@@ -75,11 +86,12 @@ def test_the_error_tree() -> None:
 
 
 def test_the_tree_is_drawn_in_the_docstring() -> None:
-    # Each drawn line is "<indent>[├└]── Name   what it is"; AgentError is the root.
+    # Each drawn line is "<indent>[├└]── Name   what it is"; AgentError is the root. A name
+    # ends in Error, or in Exceeded for a limit (the design's UsageLimitExceeded, BudgetExceeded).
     drawn = {
         match.group(2): len(match.group(1))
         for match in re.finditer(
-            r"^( *(?:[│ ]   )*(?:[├└]── )?)(\w+Error)\b", errors.__doc__ or "", re.M
+            r"^( *(?:[│ ]   )*(?:[├└]── )?)(\w+(?:Error|Exceeded))\b", errors.__doc__ or "", re.M
         )
     }
     for name in errors.__all__:

@@ -21,7 +21,9 @@ from raf._agent.arguments import (
     with_history,
 )
 from raf._agent.deferred import RunDeferred, wants_approval
+from raf._agent.offers import answered_tools, offering, with_offered
 from raf._agent.output import output_spec, structured_loop
+from raf._agent.repair import Repairs
 from raf._agent.streamed import stream_model
 from raf._agent.streaming import AgentStream
 from raf._agent.tool_loop import ToolStack, index_tools, invoke_tool, run_tool_loop
@@ -89,6 +91,8 @@ class Agent:
     _run: CallNext[Invocation]
     _chat: CallNext[ChatRequest]
     _tool_call: ToolStack
+    _offering: tuple[Any, ...]  # the tool-stack items that offer tools of their own
+    _repairs: Repairs  # the transcript repair of its model calls, the last step before each
 
     def __init__(
         self,
@@ -195,6 +199,8 @@ class Agent:
                 )
         chats = middleware_only(chat_stack, "chat_stack")
         tool_calls = middleware_only(tool_stack, "tool_stack")
+        offerers = offering(tool_calls)
+        answered = answered_tools(offerers)
         watching = checked_observers(observers)
         default_model = getattr(chat_client, "model", None)
         # The observers' hooks are the outermost layers (model_attempt the innermost chat
@@ -216,11 +222,15 @@ class Agent:
             watching,
             run_stack[0] if history else None,
             default_model if isinstance(default_model, str) else None,
-            index_tools(checked, (), source="the agent"),
+            index_tools(
+                (*checked, *answered), ("the agent",) * len(checked), source="the tool stack"
+            ),
             keeps,
             compose(run, hooks(watching, "run")),
             compose(self._call_model, chat),
             cast("ToolStack", compose(tool_core, (*hooks(watching, "tool_call"), *tool_calls))),
+            offerers,
+            Repairs(),
         )
 
     @property
@@ -474,17 +484,19 @@ class Agent:
         messages: Sequence[ChatMessage],
         options: ChatOptions,
     ) -> Awaitable[AgentResponse]:
+        if self._offering:  # e.g. read_tool_result, while a cut tool result is in view
+            options = with_offered(self._offering, messages, options)
         return self._chat(ChatRequest(messages, options, on_update, invocation=invocation))
 
     def _call_model(self, request: ChatRequest) -> Awaitable[AgentResponse]:
         # The innermost point of the chat stack: the updates go to the on_update that
-        # the chat middleware passed on (maybe wrapped), so they see them.
+        # the chat middleware passed on (maybe wrapped), so they see them. The last step
+        # before the client: the transcript repaired, whatever the history holds.
+        messages = self._repairs(request.messages)
         if request.on_update is None:
-            return self.chat_client.complete(request.messages, request.options)
+            return self.chat_client.complete(messages, request.options)
         run = None if request.invocation is None else request.invocation.run
-        return stream_model(
-            self.chat_client, request.messages, request.options, request.on_update, run
-        )
+        return stream_model(self.chat_client, messages, request.options, request.on_update, run)
 
     def __repr__(self) -> str:
         return (

@@ -411,7 +411,19 @@ def wire_contents(
             contents[-1].parts = [*(contents[-1].parts or ()), *parts]
         else:
             contents.append(types.Content(role=role, parts=parts))
+    if contents and contents[0].role == "model" and _calls_in(contents[0]):
+        # Gemini takes a turn of function calls only after a user turn (or the function
+        # responses of one): a history cut before its first user message opens with one.
+        contents.insert(0, types.Content(role="user", parts=[types.Part(text=EARLIER)]))
     return system, contents
+
+
+#: The user turn before a history that opens with the model's function calls.
+EARLIER: Final = "(The conversation before this point is not shown.)"
+
+
+def _calls_in(content: types.Content) -> bool:
+    return any(part.function_call is not None for part in content.parts or ())
 
 
 def _function_response(message: ChatMessage, index: int, names: Mapping[str, str]) -> types.Part:

@@ -65,16 +65,19 @@ def load_config(
     *,
     emit: Callable[[StageEvent], None] | None = None,
     observers: Sequence[Any] = (),
+    needs_key: bool = True,
 ) -> LoadedConfig:
     """The agent and run options a config file describes; ``emit`` traces every stage,
-    ``observers`` are given to the agent too.
+    ``observers`` are given to the agent too. ``needs_key=False``: a missing key of
+    ``[model]`` is no error (``raf replay`` never calls the model); the client gets a
+    stand-in that no server accepts.
 
     Every mistake is a :class:`ConfigError` naming the file, the table, the
     entry and the key.
     """
     data = read_config(path)
     config = check_file(data, str(path))
-    client = _chat_client(config.model, path)
+    client = _chat_client(config.model, path, needs_key)
     options = AgentRunOptions(
         temperature=config.model.temperature, max_tokens=config.model.max_tokens
     )
@@ -116,7 +119,11 @@ def _each(
     return built
 
 
-def _chat_client(model: ModelTable, path: Path) -> ChatClient:
+#: The key a client gets when its config's key is not set and none is needed (``raf replay``).
+NO_KEY = "raf-replay-sends-nothing"
+
+
+def _chat_client(model: ModelTable, path: Path, needs_key: bool = True) -> ChatClient:
     """The client of ``[model]``, as the registry of chat clients builds it."""
     client = CLIENTS[model.client]
     if client.offline:
@@ -126,7 +133,7 @@ def _chat_client(model: ModelTable, path: Path) -> ChatClient:
         raise ConfigError(f'{path}: [model] client = "{kind}" needs model = "<model name>"')
     names = (model.api_key_env,) if model.api_key_env is not None else client.key_env
     key_env = next((name for name in names if os.environ.get(name)), " or ".join(names))
-    api_key = os.environ.get(key_env)
+    api_key = os.environ.get(key_env) or (None if needs_key else NO_KEY)
     if not api_key:
         named = " (named by [model] api_key_env)" if model.api_key_env is not None else ""
         raise ConfigError(f'{path}: [model] client = "{kind}" needs {key_env} set{named}')

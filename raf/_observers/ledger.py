@@ -5,20 +5,26 @@ price, so a call's cost depends on how far it extends the previous one. The
 ledger cuts each prompt into the parts raf assembled (tools, system message,
 history, tail, request, the tool loop's turns, each by the layer that
 contributed it), counts their tokens, and compares the prompt with the
-previous call of the same session.
+previous call of the same session. A prompt the core repairs before sending
+(``raf._agent.repair``) is recorded as sent, each repair a part of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
 
+from raf._agent.repair import repair
+from raf._observers.ledger_cost import split_bill
 from raf._onion.observe import Observer
 from raf._values.context import ChatRequest, Invocation, Segments
 from raf._values.messages import AgentResponse, ChatMessage
+from raf._values.prices import Prices, model_of
 from raf._values.protocols import Tool
+from raf._values.spill import CutResult, parse_cut
 from raf._values.tokens import approximate_prompt_tokens
 
 __all__ = ["ContextLedger", "LedgerEntry", "LedgerPart"]
@@ -37,14 +43,21 @@ _MOVING: frozenset[str] = frozenset({"tail", "request", "loop"})
 class LedgerPart:
     """One layer's tokens in one region of a prompt.
 
-    ``layer`` is a provider's name, ``"agent"``, ``"request"`` or
-    ``"tool loop"``; ``region`` one of ``"tools"``, ``"system"``,
-    ``"history"``, ``"tail"``, ``"request"``, ``"loop"``.
+    ``layer`` is a provider's name, ``"agent"``, ``"request"``,
+    ``"tool loop"`` or ``"repair"``; ``region`` one of ``"tools"``,
+    ``"system"``, ``"history"``, ``"tail"``, ``"request"``, ``"loop"``.
+    A ``"repair"`` part is what the core's transcript repair changed where it
+    sits: the results it made for calls that had none (their tokens), or a
+    result it left out (0 tokens: it is not sent). ``cost`` is its
+    share of the call's input bill in USD (its cached tokens at the cached
+    price, its cache writes at the write price): ``None`` when the model's
+    price is unknown or the call reported no usage.
     """
 
     layer: str
     region: Region
     tokens: int
+    cost: Decimal | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen(slots=True)
@@ -59,6 +72,9 @@ class LedgerEntry:
     this prompt extends the previous one up to that call's tail, else the
     first part whose content differs. ``reported_cached_tokens`` is what the
     provider said it served from its cache (``None``: no usage reported).
+    ``cost`` is the call's whole bill in USD (the parts' shares of its input,
+    and its output), priced for ``model``, the model that answered: ``None``
+    when its price is unknown or the call reported no usage.
     """
 
     session_id: str | None
@@ -68,6 +84,8 @@ class LedgerEntry:
     shared_prefix_tokens: int
     broken_by: LedgerPart | None
     reported_cached_tokens: int | None
+    cost: Decimal | None = attrs.field(default=None, kw_only=True)
+    model: str | None = attrs.field(default=None, kw_only=True)
 
     def tokens_of(self, layer: str) -> int:
         """The tokens ``layer`` put in this prompt, all regions together."""
@@ -81,14 +99,21 @@ class _Piece:
 
     layer: str
     region: Region
-    content: Any  # a Tool, a ChatMessage, or a str of a system message
+    content: Any  # a Tool, a ChatMessage, a str of a system message, or a _LeftOut
     slot: int = -1  # the message a text belongs to; -1: a tool or a whole message
 
     def key(self) -> Any:
-        if isinstance(self.content, (ChatMessage, str)):
+        if isinstance(self.content, (ChatMessage, str, _LeftOut)):
             return self.content
         tool = self.content
         return ("tool", tool.name, tool.description, repr(tool.parameters))
+
+
+@attrs.frozen(slots=True)
+class _LeftOut:
+    """A message the repair left out: a piece of the ledger, none of the prompt."""
+
+    message: ChatMessage
 
 
 @attrs.frozen(slots=True)
@@ -106,7 +131,10 @@ class ContextLedger(Observer):
     :class:`LedgerEntry` per model call and ``ledger.report()`` is a table.
     Tokens are counted with ``count_tokens`` (``(messages, tools) -> int``)
     when given, else with the agent's client's ``count_tokens`` when it has
-    one, else :func:`raf.compression.approximate_tokens`. An agent without a ledger pays
+    one, else :func:`raf.compression.approximate_tokens`. Each call is priced
+    with ``prices`` (a :class:`raf.Prices`; default genai-prices' data) for
+    the model that answered (the response's ``model``, else the call's, else
+    the agent's client's). An agent without a ledger pays
     nothing for it: the counting happens here. A ledger keeps every entry and
     each session's last prompt: it is meant for a command, a test or a
     debugging session, not for a server's lifetime.
@@ -121,15 +149,23 @@ class ContextLedger(Observer):
     [('agent', 'system'), ('request', 'request')]
     """
 
-    __slots__ = ("_count_tokens", "_seen", "calls")
+    __slots__ = ("_count_tokens", "_cut", "_seen", "calls", "prices")
 
-    def __init__(self, *, count_tokens: PromptCounter | None = None) -> None:
+    def __init__(
+        self, *, count_tokens: PromptCounter | None = None, prices: Prices | None = None
+    ) -> None:
         if count_tokens is not None and not callable(count_tokens):
             raise TypeError(f"count_tokens must be callable(messages, tools), got {count_tokens!r}")
+        if prices is not None and not isinstance(prices, Prices):
+            raise TypeError(f"ContextLedger: prices must be a raf.Prices, got {prices!r}")
         self._count_tokens = count_tokens
+        #: What the ledger prices each call with.
+        self.prices = Prices() if prices is None else prices
         #: One entry per model call, in order.
         self.calls: list[LedgerEntry] = []
         self._seen: dict[str | None, _Seen] = {}
+        # Tool call id -> (the model call that first sent it, its tool, what its marker says).
+        self._cut: dict[str, tuple[int, str | None, CutResult]] = {}
 
     async def model_call(
         self, request: ChatRequest, call_next: Callable[[ChatRequest], Awaitable[AgentResponse]]
@@ -145,23 +181,38 @@ class ContextLedger(Observer):
 
     def report(self) -> str:
         """The calls as a table: tokens by layer, shared with the previous call, cached as
-        the provider reported, and the part that broke the cache."""
-        return report(self.calls)
+        the provider reported, and the part that broke the cache; then the tool results
+        that were cut (``raf.ToolOutputLimit``) and whether their full text was kept."""
+        return report(self.calls) + _cut_lines(self._cut)
 
     def _record(self, request: ChatRequest, response: AgentResponse | None) -> None:
-        pieces = list(_pieces(request))
+        pieces = _repaired(list(_pieces(request)), request.messages)
         count, counted_by = self._counter(request.invocation)
         session = request.options.session_id
         previous = self._seen.get(session)
         keys = tuple(piece.key() for piece in pieces)
         shared = 0 if previous is None else _common_prefix(previous.keys, keys)
         marks, parts = _parts(pieces, count)
-        broken = None
+        broken_at = None
         if previous is not None and shared < previous.stable_end and parts:
-            broken = parts[_part_at(marks, shared)] if shared < len(pieces) else parts[-1]
+            broken_at = _part_at(marks, shared) if shared < len(pieces) else len(parts) - 1
         stable_end = next((i for i, p in enumerate(pieces) if p.region in _MOVING), len(pieces))
         self._seen[session] = _Seen(keys, stable_end)
         usage = response.usage if response is not None else None
+        for message in request.messages:
+            if message.role == "tool" and message.tool_call_id not in self._cut:
+                cut = parse_cut(message.content)
+                if cut is not None and message.tool_call_id is not None:
+                    self._cut[message.tool_call_id] = (len(self.calls) + 1, message.name, cut)
+        model = model_of(request, response)
+        cost = None
+        rates = None if usage is None else self.prices.rates(model, usage.input_tokens)
+        if usage is not None and rates is not None:
+            cost = rates.cost(usage)
+            shares = split_bill([part.tokens for part in parts], usage, rates)
+            parts = tuple(
+                attrs.evolve(part, cost=share) for part, share in zip(parts, shares, strict=True)
+            )
         self.calls.append(
             LedgerEntry(
                 session,
@@ -169,8 +220,10 @@ class ContextLedger(Observer):
                 counted_by,
                 parts,
                 count(*_prompt(pieces[:shared])) if shared else 0,
-                broken,
+                None if broken_at is None else parts[broken_at],
                 None if usage is None else usage.cached_input_tokens,
+                cost=cost,
+                model=model,
             )
         )
 
@@ -198,12 +251,18 @@ def _parts(
     pieces: Sequence[_Piece], count: PromptCounter
 ) -> tuple[list[int], tuple[LedgerPart, ...]]:
     """The pieces in runs of one layer and region, each counted as the tokens its end adds
-    to the prompt (so the parts add up to the whole count); the runs' starting pieces."""
+    to the prompt (so the parts add up to the whole count); the runs' starting pieces.
+    Each repair is a run of its own."""
     marks: list[int] = []
     for index, piece in enumerate(pieces):
-        if not marks or (piece.layer, piece.region) != (
-            pieces[index - 1].layer,
-            pieces[index - 1].region,
+        if (
+            not marks
+            or piece.layer == "repair"
+            or (piece.layer, piece.region)
+            != (
+                pieces[index - 1].layer,
+                pieces[index - 1].region,
+            )
         ):
             marks.append(index)
     parts: list[LedgerPart] = []
@@ -239,6 +298,8 @@ def _prompt(pieces: Sequence[_Piece]) -> tuple[list[ChatMessage], list[Tool]]:
             texts = []
         if isinstance(piece.content, ChatMessage):
             messages.append(piece.content)
+        elif isinstance(piece.content, _LeftOut):
+            continue  # not sent
         elif isinstance(piece.content, str):
             texts.append(piece.content)
             slot = piece.slot
@@ -285,6 +346,42 @@ def _pieces(request: ChatRequest) -> Iterator[_Piece]:
     yield from (_Piece("tool loop", "loop", message) for message in messages[end:])
 
 
+def _repaired(pieces: list[_Piece], messages: Sequence[ChatMessage]) -> list[_Piece]:
+    """``pieces`` of the prompt the core sends: as they are when ``messages`` need no
+    repair, else each message's pieces in its repaired place, and a ``"repair"`` piece for
+    each result the repair made (where its call is) and each message it left out (where
+    it was); see :mod:`raf._agent.repair`."""
+    fixed = repair(messages)
+    if fixed is None:
+        return pieces
+    tools = [piece for piece in pieces if piece.region == "tools"]
+    # Each message's pieces (a system message of several contributors is several).
+    of_message: list[list[_Piece]] = [[] for _ in messages]
+    at = -1
+    for piece in pieces[len(tools) :]:
+        at = piece.slot if piece.slot >= 0 else at + 1
+        of_message[at].append(piece)
+    for index, message in enumerate(messages):  # a message no region claimed: the request's
+        of_message[index] = of_message[index] or [_Piece("request", "request", message)]
+    repaired = tools
+    left = list(fixed.left_out)
+    region: Region = "history"
+    for message, source in zip(fixed.messages, fixed.sources, strict=True):
+        if source < 0:  # a result the repair made, in its call's region
+            repaired.append(_Piece("repair", region, message))
+            continue
+        while left and left[0] < source:
+            repaired.append(_left_out(of_message[left[0]][0], messages[left.pop(0)]))
+        repaired += of_message[source]
+        region = of_message[source][-1].region
+    repaired += (_left_out(of_message[index][0], messages[index]) for index in left)
+    return repaired
+
+
+def _left_out(piece: _Piece, message: ChatMessage) -> _Piece:
+    return _Piece("repair", piece.region, _LeftOut(message))
+
+
 def _texts(
     texts: Sequence[tuple[str, str]], message: ChatMessage, slot: int, region: Region
 ) -> Iterator[_Piece]:
@@ -319,7 +416,9 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             rank = _REGIONS.index(part.region)
             first[part.layer] = min(first.get(part.layer, rank), rank)
     layers = sorted(first, key=first.__getitem__)
-    head = ["call", "session", "input", *layers, "shared", "cached", "broken by"]
+    priced = any(entry.cost is not None for entry in calls)
+    money = ["cost"] if priced else []
+    head = ["call", "session", "input", *layers, "shared", "cached", "broken by", *money]
     rows = [head]
     for number, entry in enumerate(calls, 1):
         broken = entry.broken_by
@@ -332,6 +431,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
                 str(entry.shared_prefix_tokens),
                 "-" if entry.reported_cached_tokens is None else str(entry.reported_cached_tokens),
                 "-" if broken is None else f"{broken.layer} ({broken.region})",
+                *([usd(entry.cost)] if priced else []),
             ]
         )
     rows.append(
@@ -343,6 +443,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             str(sum(entry.shared_prefix_tokens for entry in calls)),
             _cached_total(calls),
             f"{sum(entry.broken_by is not None for entry in calls)} broken",
+            *([_cost_total(calls)] if priced else []),
         ]
     )
     widths = [max(len(row[column]) for row in rows) for column in range(len(head))]
@@ -354,7 +455,59 @@ def report(calls: Sequence[LedgerEntry]) -> str:
     lines.append(
         f"tokens counted by {counted}; shared: the prefix the session's previous call sent"
     )
+    if priced:
+        lines.extend(_cost_by_layer(calls, layers))
     return "\n".join(lines)
+
+
+def _cut_lines(cut: dict[str, tuple[int, str | None, CutResult]]) -> str:
+    """The tool results the calls sent cut, one line each (nothing when none was)."""
+    lines = []
+    for call_id, (number, tool, result) in cut.items():
+        kept = (
+            "spilled: kept with the session, read_tool_result reads it"
+            if result.call_id is not None
+            else "not kept"
+        )
+        lines.append(
+            f"  {call_id} ({tool or 'a tool'}), from call {number}: {result.total:,} characters, "
+            f"{result.left_out:,} left out; {kept}"
+        )
+    return "\ncut tool results:\n" + "\n".join(lines) if lines else ""
+
+
+def usd(cost: Decimal | None) -> str:
+    """``cost`` as a person reads it: ``$0.000123`` (to the millionth), ``-`` when unknown."""
+    return "-" if cost is None else f"${cost:.6f}"
+
+
+def _cost_total(calls: Sequence[LedgerEntry]) -> str:
+    costs = [entry.cost for entry in calls if entry.cost is not None]
+    total = usd(sum(costs, Decimal(0)))
+    return total if len(costs) == len(calls) else f"{total}+"  # "+": some calls unpriced
+
+
+def _cost_by_layer(calls: Sequence[LedgerEntry], layers: Sequence[str]) -> list[str]:
+    """What each layer's input cost over every priced call, and what the output cost."""
+    priced = [entry for entry in calls if entry.cost is not None]
+    by_layer = {
+        layer: sum(
+            (p.cost or Decimal(0) for e in priced for p in e.parts if p.layer == layer),
+            Decimal(0),
+        )
+        for layer in layers
+    }
+    inputs = sum(by_layer.values(), Decimal(0))
+    output = sum((e.cost or Decimal(0) for e in priced), Decimal(0)) - inputs
+    rows = [(layer, usd(cost)) for layer, cost in by_layer.items()] + [("output", usd(output))]
+    width = max(len(name) for name, _ in rows)
+    models = ", ".join(sorted({e.model or "-" for e in priced}))
+    lines = [f"cost by layer ({len(priced)} priced calls; {models}):"]
+    lines.extend(f"  {name.ljust(width)}  {cost}" for name, cost in rows)
+    unpriced = len(calls) - len(priced)
+    if unpriced:
+        lines.append(f"  {unpriced} calls unpriced (a model of no known price, or no usage)")
+    return lines
 
 
 def _cached_total(calls: Sequence[LedgerEntry]) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from raf._agent.repair import split_by
 from raf._onion.compose import ContextProvider
 from raf._sessions.base import Session
 from raf._sessions.tokens import approximate_tokens, message_units
@@ -287,7 +288,9 @@ class CompressionProvider(ContextProvider):
     in full; give that one ``inject=False`` to skip an injection that would
     be replaced anyway. The session keeps the whole history; only what the
     model sees is compressed. A strategy result that splits a tool call from
-    its results is refused with :class:`raf.errors.CompressionError`.
+    its results is refused with :class:`raf.errors.CompressionError`; a
+    history broken before the strategy saw it (a crash between a call and its
+    result, an import) is no error: the core repairs what it sends.
 
     ``max_messages``, ``max_tokens``, ``count_tokens`` and ``step`` bound
     what is loaded, as :class:`raf.HistoryProvider`'s window does (in
@@ -352,6 +355,11 @@ class CompressionProvider(ContextProvider):
         except TypeError as exc:
             raise CompressionError(f"{self.strategy!r} returned {exc}") from None
         problem = check_tool_pairing(compressed)
-        if problem is not None:
-            raise CompressionError(f"{self.strategy!r} returned a broken history: {problem}")
+        # A history broken before (a crash, an import) is the core's repair's to mend; a
+        # split the strategy made itself is its error, named.
+        split = None if problem is None else split_by(history, compressed)
+        if split is not None:
+            raise CompressionError(
+                f"{self.strategy!r} returned a broken history: {problem} ({split})"
+            )
         return ContextResult(messages=(*compressed, *waiting), replace_messages=True)

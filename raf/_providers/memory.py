@@ -32,6 +32,7 @@ from raf._sessions.memories import (
     MemoryWrite,
     checked_namespace,
 )
+from raf._sessions.memory_tables import memory_table
 from raf._sessions.sqlite import SqliteSessionStore
 from raf._sessions.stores import is_postgres_url, is_redis_url, server_store
 from raf._values.context import ContextResult, Invocation
@@ -96,14 +97,16 @@ def _store_table(store: object) -> tuple[MemoryTable, Any]:
             opened = server_store("postgres", store)
         else:
             opened = SqliteSessionStore(store)
-        return opened.memories(), opened
-    if callable(getattr(store, "memories", None)):
-        return store.memories(), None  # type: ignore[attr-defined]
+        return memory_table(opened), opened  # type: ignore[return-value]
+    table = memory_table(store)
+    if table is not None:
+        return table, None
     if isinstance(store, MemoryTable):
         return store, None
     raise TypeError(
-        "LongTermMemory(store): a session store URL or path, a session store (SQLite, Redis, "
-        f"PostgreSQL) or a memory table such as raf.InMemoryMemories(), got {store!r:.80}"
+        "LongTermMemory(store): a session store URL or path, a session store (in memory, "
+        "SQLite, Redis, PostgreSQL) or a memory table such as raf.InMemoryMemories(), got "
+        f"{store!r:.80}"
     )
 
 

@@ -7,7 +7,7 @@ re-exported here for the stores.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import Final, Protocol, TypeGuard
 
 from raf._values.messages import ChatMessage, PendingCall, checked_messages, request_hash
 from raf._values.protocols import Claimed as Claimed  # re-exported for the stores
@@ -162,3 +162,41 @@ def checked_key(key: str) -> str:
     if type(key) is not str or not key:
         raise ValueError(f"an idempotency key must be a non-empty str, got {key!r}")
     return _encodable(key, "an idempotency key")
+
+
+#: The methods a session needs to keep the full results that ToolOutputLimit cut.
+SPILL_METHODS: Final = ("spill_tool_result", "spilled_tool_result")
+
+
+class SpillKeeper(Protocol):
+    """A session that keeps the full results :class:`raf.ToolOutputLimit` cut (every store
+    of raf's does): ``spill_tool_result`` keeps one under its call id (replacing one kept
+    before), ``spilled_tool_result`` returns it, or ``None`` when none is kept."""
+
+    async def spill_tool_result(self, call_id: str, text: str) -> None: ...
+
+    async def spilled_tool_result(self, call_id: str) -> str | None: ...
+
+
+def keeps_spills(session: object) -> TypeGuard[SpillKeeper]:
+    """Whether ``session`` can keep spilled tool results (it has :data:`SPILL_METHODS`)."""
+    return all(callable(getattr(session, name, None)) for name in SPILL_METHODS)
+
+
+def checked_call_id(call_id: object) -> str:
+    """A spilled result's call id, checked: a non-empty str UTF-8 can encode.
+
+    >>> checked_call_id("")
+    Traceback (most recent call last):
+    ValueError: a tool call id must be a non-empty str, got ''
+    """
+    if type(call_id) is not str or not call_id:
+        raise ValueError(f"a tool call id must be a non-empty str, got {call_id!r}")
+    return _encodable(call_id, "a tool call id")
+
+
+def checked_spill(call_id: object, text: object) -> tuple[str, str]:
+    """``spill_tool_result``'s arguments, checked: a call id and the result's text."""
+    if type(text) is not str:
+        raise TypeError(f"spill_tool_result(text) must be a str, got {type(text).__name__}")
+    return checked_call_id(call_id), _encodable(text, "a spilled tool result")

@@ -1,24 +1,30 @@
-"""InMemorySession: the default session, kept in this process."""
+"""InMemorySession, the default session, and InMemorySessionStore: sessions kept in this process."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from raf._sessions.base import (
     REQUEST_HASH_LIMIT,
     Claimed,
     RequestHash,
     checked_batch,
+    checked_call_id,
     checked_count,
     checked_key,
     checked_pending,
+    checked_session_id,
+    checked_spill,
     checked_tokens,
     request_hash,
 )
+from raf._sessions.fork import checked_fork, first_turns
 from raf._values.messages import ChatMessage, PendingCall
+from raf.errors import SessionExistsError
 
-__all__ = ["InMemorySession"]
+__all__ = ["InMemorySession", "InMemorySessionStore"]
 
 
 class InMemorySession:
@@ -36,7 +42,7 @@ class InMemorySession:
     1
     """
 
-    __slots__ = ("_hashes", "_id", "_messages", "_once", "_pending", "_snapshot")
+    __slots__ = ("_hashes", "_id", "_messages", "_once", "_pending", "_snapshot", "_spilled")
 
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
@@ -46,6 +52,7 @@ class InMemorySession:
         self._hashes: dict[str, float] = {}
         self._pending: dict[str, PendingCall] = {}  # token -> call, in the order recorded
         self._once: set[str] = set()  # the keys add_once wrote
+        self._spilled: dict[str, str] = {}  # call id -> the full result ToolOutputLimit cut
 
     @property
     def id(self) -> str:
@@ -133,5 +140,105 @@ class InMemorySession:
         await self.record_pending(new, calls)
         return True
 
+    async def spill_tool_result(self, call_id: str, text: str) -> None:
+        """Keep the full result of tool call ``call_id`` (see :class:`raf.ToolOutputLimit`)."""
+        call_id, text = checked_spill(call_id, text)
+        self._spilled[call_id] = text
+
+    async def spilled_tool_result(self, call_id: str) -> str | None:
+        """The full result kept for ``call_id``, or ``None`` when none is kept."""
+        return self._spilled.get(checked_call_id(call_id))
+
     def __repr__(self) -> str:
         return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"
+
+
+class InMemorySessionStore:
+    """Sessions kept in this process, by id: a store without a file or a server.
+
+    ``await store.get(session_id)`` returns the same :class:`InMemorySession`
+    for an id every time; ``fork`` copies a session's first turns into a new
+    one. Nothing outlives the process: for tests, notebooks and trying a stack.
+
+    >>> import anyio
+    >>> async def demo():
+    ...     store = InMemorySessionStore()
+    ...     await (await store.get("a")).add_messages([ChatMessage.user("hi")])
+    ...     fork = await store.fork("a", "b")
+    ...     return [m.content for m in await fork.get_messages()]
+    >>> anyio.run(demo)
+    ['hi']
+    """
+
+    __slots__ = ("_memories", "_sessions")
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, InMemorySession] = {}
+        self._memories: Any = None  # the long-term memories, made on first use
+
+    def memories(self) -> Any:
+        """The long-term memories kept with these sessions (see :class:`raf.LongTermMemory`)."""
+        if self._memories is None:
+            # Here: `import raf` loads this module, and need not load the memories'.
+            from raf._sessions.memories import InMemoryMemories
+
+            self._memories = InMemoryMemories()
+        return self._memories
+
+    async def get(self, session_id: str) -> InMemorySession:
+        """The session ``session_id``, made empty on first use."""
+        checked_session_id(session_id)
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._sessions[session_id] = InMemorySession(session_id)
+        return session
+
+    async def session_ids(self) -> list[str]:
+        """The ids of every session that holds messages, oldest first."""
+        return [key for key, session in self._sessions.items() if session._messages]
+
+    async def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> InMemorySession:
+        """Copy the first ``at`` turns of ``session_id`` (all without ``at``) into the new
+        session ``new_id`` and return it; calls waiting for approval are not carried.
+
+        ``at`` below 0 or past the last turn, or a session that holds no
+        messages, is a ``ValueError``; a ``new_id`` that holds messages is a
+        :class:`raf.errors.SessionExistsError`, and nothing is written. Atomic
+        within the event loop: no await between the check and the copy.
+        """
+        return fork_into(self._sessions, session_id, new_id, at, "InMemorySessionStore")
+
+    async def aclose(self) -> None:
+        """Nothing to close: for symmetry with the other stores."""
+
+    async def __aenter__(self) -> InMemorySessionStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"InMemorySessionStore(sessions={len(self._sessions)})"
+
+
+def fork_into(
+    sessions: dict[str, InMemorySession],
+    session_id: str,
+    new_id: str,
+    at: int | None,
+    where: str,
+) -> InMemorySession:
+    """The fork of ``sessions[session_id]`` as ``sessions[new_id]`` (see
+    :meth:`InMemorySessionStore.fork`); also what a served agent's own store uses."""
+    at = checked_fork(session_id, new_id, at)
+    source = sessions.get(session_id)
+    copied = first_turns(source._messages if source is not None else (), session_id, at)
+    target = sessions.get(new_id)
+    if target is not None and target._messages:
+        raise SessionExistsError(new_id, len(target._messages), where)
+    if target is None:
+        target = sessions[new_id] = InMemorySession(new_id)
+    # A list of its own: the messages are frozen, the list is what a session writes.
+    target._messages = list(copied)
+    target._snapshot = None
+    return target

@@ -11,7 +11,9 @@ Tables, created on first use (``{p}`` is the store's ``prefix``):
   digests and pending calls), ``expires_at`` (with a ``ttl``);
 - ``{p}_messages``: ``(session_id, seq)`` -> the message as raf's JSON;
 - ``{p}_requests``, ``{p}_pending``, ``{p}_once``: the request digests, the
-  tool calls that wait for approval, the keys of the writes done once.
+  tool calls that wait for approval, the keys of the writes done once;
+- ``{p}_spilled``: the full results ``raf.ToolOutputLimit`` cut (created on the
+  first, :mod:`raf._sessions.postgres_spill`).
 
 Every write is one transaction that first updates the session's row, so the
 writes of one session are serialized by its row lock, whichever process
@@ -36,13 +38,16 @@ from raf._sessions.base import (
     Claimed,
     RequestHash,
     checked_batch,
+    checked_call_id,
     checked_count,
     checked_key,
     checked_pending,
     checked_session_id,
+    checked_spill,
     checked_tokens,
     request_hash,
 )
+from raf._sessions.fork import checked_fork, first_turns
 from raf._sessions.postgres_connection import (
     DEFAULT_TIMEOUT,
     MAX_CONNECTIONS,
@@ -50,7 +55,8 @@ from raf._sessions.postgres_connection import (
     Undo,
     redacted,
 )
-from raf._sessions.postgres_memories import PostgresMemories
+from raf._sessions.postgres_fork import write_fork
+from raf._sessions.postgres_spill import read_spilled, write_spilled
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -248,9 +254,15 @@ class PostgresSessionStore(PostgresConnection):
         )
         return [str(row[0]) for row in rows]
 
-    def memories(self) -> PostgresMemories:
-        """The long-term memories kept in this database (see :class:`raf.LongTermMemory`)."""
-        return PostgresMemories(self)
+    async def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> PostgresSession:
+        """Copy the first ``at`` turns of ``session_id`` (all without ``at``) into the new session
+        ``new_id`` and return it, as :meth:`raf.SqliteSessionStore.fork`; the check and the copy
+        are one transaction holding the new session's row lock."""
+        at = checked_fork(session_id, new_id, at)
+        target = await self.get(new_id)  # checks the id as every session's
+        copied = first_turns(await (await self.get(session_id)).get_messages(), session_id, at)
+        await write_fork(self, self.sql, new_id, copied)
+        return target
 
     def __repr__(self) -> str:
         return (
@@ -517,6 +529,14 @@ class PostgresSession:
                     f"is not a stored PendingCall ({type(exc).__name__}: {exc})"
                 ) from exc
         return calls
+
+    async def spill_tool_result(self, call_id: str, text: str) -> None:
+        """Keep the full result of tool call ``call_id`` (table ``{prefix}_spilled``)."""
+        await write_spilled(self._store, self._store.sql, self._id, *checked_spill(call_id, text))
+
+    async def spilled_tool_result(self, call_id: str) -> str | None:
+        """The full result kept for ``call_id``, or ``None`` when none is kept."""
+        return await read_spilled(self._store, self._id, checked_call_id(call_id))
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request's digest with the time; say whether it was recorded before."""

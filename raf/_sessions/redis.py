@@ -14,7 +14,9 @@ session live in one cluster slot):
 - ``{prefix}:{id}:pending``: a hash, token -> the tool call that waits for
   approval as JSON (with the order it was recorded in);
 - ``{prefix}:{id}:once``: a set, the keys of the writes done once
-  (``add_once``: a replayed durable run does not store its turn twice).
+  (``add_once``: a replayed durable run does not store its turn twice);
+- ``{prefix}:{id}:spilled``: a hash, call id -> a tool result's full text
+  (``raf.ToolOutputLimit``; :mod:`raf._sessions.redis_spill`).
 
 Every write is one command or one Lua script, so it is atomic on the server:
 it appends the whole batch (or records the digest) and puts the ``ttl`` on
@@ -38,13 +40,16 @@ from raf._sessions.base import (
     Claimed,
     RequestHash,
     checked_batch,
+    checked_call_id,
     checked_count,
     checked_key,
     checked_pending,
     checked_session_id,
+    checked_spill,
     checked_tokens,
     request_hash,
 )
+from raf._sessions.fork import checked_fork, first_turns
 from raf._sessions.redis_connection import (
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
@@ -52,7 +57,8 @@ from raf._sessions.redis_connection import (
     RedisConnection,
     redacted,
 )
-from raf._sessions.redis_memories import RedisMemories
+from raf._sessions.redis_fork import write_fork
+from raf._sessions.redis_spill import read_spilled, spilled_key, write_spilled
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -93,7 +99,7 @@ return length
 """
 )
 
-# Lua: KEYS[1] the request-hash record, KEYS[2] the message list;
+# Lua: KEYS[1] the request-hash record, KEYS[2] the message list, KEYS[3] the spilled results;
 # ARGV[1] the ttl, ARGV[2] the digest, ARGV[3] the time, ARGV[4] how many digests to keep.
 # Returns 1 when the digest was already recorded (a repeated request), else 0.
 _TOUCH: Final = (
@@ -103,8 +109,7 @@ local seen = redis.call('ZSCORE', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[4]) + 1))
 if ttl > 0 then
-  redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('EXPIRE', KEYS[2], ttl)
+  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
 end
 if seen then return 1 end
 return 0
@@ -297,9 +302,15 @@ class RedisSessionStore(RedisConnection):
         self.client()
         return RedisSession(self, session_id)
 
-    def memories(self) -> RedisMemories:
-        """The long-term memories kept on this server (see :class:`raf.LongTermMemory`)."""
-        return RedisMemories(self)
+    async def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> RedisSession:
+        """Copy the first ``at`` turns of ``session_id`` (all without ``at``) into the new session
+        ``new_id`` and return it, as :meth:`raf.SqliteSessionStore.fork`; the check and the copy
+        are one script on the new session's list (one key: a cluster takes it)."""
+        at = checked_fork(session_id, new_id, at)
+        copied = first_turns(await (await self.get(session_id)).get_messages(), session_id, at)
+        target = await self.get(new_id)
+        await write_fork(self, target.keys[0], new_id, copied)
+        return target
 
     def __repr__(self) -> str:
         return (
@@ -531,6 +542,14 @@ class RedisSession:
                 ) from exc
         return decoded
 
+    async def spill_tool_result(self, call_id: str, text: str) -> None:
+        """Keep the full result of tool call ``call_id`` (the session's ``spilled`` hash)."""
+        await write_spilled(self._store, self._id, *checked_spill(call_id, text))
+
+    async def spilled_tool_result(self, call_id: str) -> str | None:
+        """The full result kept for ``call_id``, or ``None`` when none is kept."""
+        return await read_spilled(self._store, self._id, checked_call_id(call_id))
+
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request's digest with the time; say whether it was recorded before."""
         digest = request_hash(messages)
@@ -539,7 +558,8 @@ class RedisSession:
         args = [store.ttl_arg, digest, repr(time.time()), str(REQUEST_HASH_LIMIT)]
         try:
             with anyio.fail_after(store.timeout):
-                keys = (self._requests_key, self._messages_key)
+                spilled = spilled_key(store.prefix, self._id)
+                keys = (self._requests_key, self._messages_key, spilled)
                 seen = await store.run_script(client, _TOUCH, keys, args)
         except FAILURES as exc:
             store.fail(exc, "record the request hash", self._id)

@@ -24,15 +24,19 @@ from raf._sessions.base import (
     Claimed,
     RequestHash,
     checked_batch,
+    checked_call_id,
     checked_count,
     checked_key,
     checked_pending,
     checked_session_id,
+    checked_spill,
     checked_tokens,
     request_hash,
 )
+from raf._sessions.fork import checked_fork, first_turns
 from raf._sessions.sqlite_connection import SqliteConnection
-from raf._sessions.sqlite_memories import SqliteMemories
+from raf._sessions.sqlite_fork import write_fork
+from raf._sessions.sqlite_spill import read_spilled, write_spilled
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -115,9 +119,21 @@ class SqliteSessionStore(SqliteConnection):
         )
         return [row[0] for row in rows]
 
-    def memories(self) -> SqliteMemories:
-        """The long-term memories kept in this file (see :class:`raf.LongTermMemory`)."""
-        return SqliteMemories(self)
+    async def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> SqliteSession:
+        """Copy the first ``at`` turns of ``session_id`` (all without ``at``) into the new
+        session ``new_id`` and return it; calls waiting for approval are not carried.
+
+        ``at`` below 0 or past the last turn, or a session that holds no
+        messages, is a ``ValueError``; a ``new_id`` that holds messages is a
+        :class:`raf.errors.SessionExistsError`. The check and the copy are one
+        ``BEGIN IMMEDIATE`` transaction: of two forks into one id, across
+        processes, one writes and the other is refused.
+        """
+        at = checked_fork(session_id, new_id, at)
+        source = await (await self.get(session_id)).get_messages()
+        copied = first_turns(source, session_id, at)
+        await self.with_connection(lambda db: write_fork(self, db, new_id, copied))
+        return await self.get(new_id)
 
     async def __aenter__(self) -> SqliteSessionStore:
         return self
@@ -258,6 +274,21 @@ class SqliteSession:
         """Remove and return every pending call."""
         claimed = await self._store.with_connection(lambda db: self._claim(db, None))
         return claimed[0] if claimed is not None else ()
+
+    async def spill_tool_result(self, call_id: str, text: str) -> None:
+        """Keep the full result of tool call ``call_id`` (table ``raf_spilled``)."""
+        call_id, text = checked_spill(call_id, text)
+        commit = self._store.commit
+        await self._store.with_connection(
+            lambda db: write_spilled(db, self._id, call_id, text, commit)
+        )
+
+    async def spilled_tool_result(self, call_id: str) -> str | None:
+        """The full result kept for ``call_id``, or ``None`` when none is kept."""
+        call_id, where = checked_call_id(call_id), f"session store {self._store.path}"
+        return await self._store.with_connection(
+            lambda db: read_spilled(db, self._id, call_id, where)
+        )
 
     async def touch_request_hash(self, messages: Sequence[ChatMessage]) -> RequestHash:
         """Record the request messages' hash with the time; say whether it was there."""

@@ -14,8 +14,8 @@ from raf.errors import ProviderError, StreamClosedError
 __all__ = ["Run"]
 
 #: The key of ``Run.state`` under which a served run keeps its caller's key scope (see
-#: :func:`key_scope`): what scopes the served caller's long-term memories to its key.
-KEY_SCOPE: Final = "raf.serve.key_scope"
+#: :func:`key_scope`): what a key's budget spends, what scopes its long-term memories.
+KEY_SCOPE: Final = "raf.serve.key"
 
 
 def key_scope(api_key: str) -> str:

@@ -28,6 +28,7 @@ from raf.errors import ConfigError
 from raf.serve._agui import ag_ui
 from raf.serve._client import parsed
 from raf.serve._edge import Edge
+from raf.serve._fork import fork
 from raf.serve._http import (
     HttpError,
     error_body,
@@ -41,7 +42,7 @@ from raf.serve._options import ServeOptions
 from raf.serve._pending import no_session, with_message
 from raf.serve._responses import responses
 from raf.serve._served import Served
-from raf.serve._sessions import Keys, check_store, keyed_run, scope_of, unheld
+from raf.serve._sessions import Keys, check_store, keyed_run, unheld
 from raf.serve._stream import TurnStream
 from raf.serve._wire import (
     ChunkFraming,
@@ -68,7 +69,8 @@ def app(
     Routes: ``POST /v1/chat/completions``, ``POST /v1/responses``, ``GET /v1/models``,
     ``POST /ag-ui``,
     ``GET /`` (a chat page), ``GET /v1/sessions/{id}/messages`` (a session's
-    history, for the page) and ``GET /healthz``.
+    history, for the page), ``POST /v1/sessions/{id}/fork`` (a copy of a
+    session's first turns, under the caller's key) and ``GET /healthz``.
 
     How it serves is a :class:`raf.serve.ServeOptions`, given whole
     (``app(agent, ServeOptions(store="sessions.db"))``) or as its keywords
@@ -149,6 +151,7 @@ def app(
         served.route("/v1/responses", "POST", responses),
         served.route("/v1/models", "GET", models),
         served.route("/v1/sessions/{session_id}/messages", "GET", history),
+        served.route("/v1/sessions/{session_id}/fork", "POST", fork),
         served.route("/healthz", "GET", healthz, keyed=False),
         served.route("/", "GET", page),
         served.route("/ag-ui", "POST", ag_ui),
@@ -217,7 +220,7 @@ async def chat_completions(served: Served, request: Request) -> ASGIApp:
         return TurnStream(served.agent, turn, session, options, framing)
     try:
         response = await served.agent.run(
-            turn, session=session, options=options, on_update=keyed_run(scope_of(request.scope))
+            turn, session=session, options=options, on_update=keyed_run(request.state.key_scope)
         )
     except Exception as exc:
         note_failure(request.scope, exc)

@@ -20,6 +20,7 @@ from starlette.types import Scope
 
 from raf.errors import (
     ApprovalError,
+    BudgetExceeded,
     ChatClientError,
     ChatTimeoutError,
     GuardrailError,
@@ -201,6 +202,14 @@ def failure(exc: Exception) -> HttpError:
     upstream = upstream_error(exc)
     if upstream is not None:
         return upstream
+    if isinstance(exc, BudgetExceeded):  # the model was not called: try again when it resets
+        return HttpError(
+            429,
+            f"the spending budget of ${exc.budget.usd} per {exc.budget.per} is spent",
+            "rate_limit_error",
+            "budget_exceeded",
+            {"Retry-After": str(max(1, math.ceil(exc.retry_after)))},
+        )
     if isinstance(exc, GuardrailError):
         # The guardrail's name, not its reason: the check's own words may tell how it judges.
         what = "the request" if exc.where == "input" else "the answer"

@@ -112,7 +112,7 @@ def mcp_route(served: Served) -> Route:
                 session,
                 served.options,
                 progress,
-                key_scope,
+                key_scope=key_scope,
             )
         except Exception as exc:
             note_failure(request.scope, exc)
@@ -207,10 +207,12 @@ async def closable_run(
     session: Session | None,
     options: AgentRunOptions,
     on_update: Callable[[Update], Awaitable[None]],
+    *,
     key_scope: str = "",
 ) -> AgentResponse:
     """``agent.run(messages, on_update=...)``, where a cancellation of the caller is an
-    early close of the run, never a cancellation of it.
+    early close of the run, never a cancellation of it (``key_scope``: the caller's, for
+    the run's budgets).
 
     The run goes on in a shielded task; when the caller is cancelled (the client
     left, or cancelled its call), the run is closed early with what ``on_update``

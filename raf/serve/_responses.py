@@ -47,7 +47,7 @@ from raf.serve._pending import (
     with_message,
 )
 from raf.serve._served import Served
-from raf.serve._sessions import keyed_run, scope_of, unheld
+from raf.serve._sessions import keyed_run, unheld
 from raf.serve._stream import TurnStream
 from raf.serve._wire import check_answers, refused_fields, sampling
 
@@ -118,7 +118,7 @@ async def responses(served: Served, request: Request) -> ASGIApp:
         return TurnStream(served.agent, turn, session, options, framing)
     try:
         response = await served.agent.run(
-            turn, session=session, options=options, on_update=keyed_run(scope_of(request.scope))
+            turn, session=session, options=options, on_update=keyed_run(request.state.key_scope)
         )
     except Exception as exc:
         note_failure(request.scope, exc)

@@ -9,10 +9,11 @@ from typing import Any, Protocol
 import anyio
 from starlette.types import Scope
 
+from raf._middleware.spend import SERVED_KEY
 from raf._sessions.base import Session
-from raf._sessions.memory import InMemorySession
+from raf._sessions.memory import InMemorySession, fork_into
 from raf._values.messages import ChatMessage, OnUpdate
-from raf._values.run import KEY_SCOPE, Run, key_scope
+from raf._values.run import Run, key_scope
 from raf.serve._http import HttpError, header
 from raf.serve._wire import new_messages
 
@@ -67,6 +68,11 @@ class MemoryStore:
                 del ids[oldest], self._sessions[oldest]
         return session
 
+    async def fork(self, session_id: str, new_id: str, *, at: int | None = None) -> Session:
+        """The fork of a kept session (see :meth:`raf.InMemorySessionStore.fork`), kept as a
+        session a client named."""
+        return fork_into(self._sessions, session_id, new_id, at, "the served agent's sessions")
+
     def find(self, session_id: str) -> Session:
         """The session ``session_id`` if kept, else an empty one that is not (a read keeps
         nothing: a client reading unknown ids cannot fill the process)."""
@@ -103,20 +109,6 @@ class Keys:
             "invalid_api_key",
             {"WWW-Authenticate": "Bearer"},
         )
-
-
-def keyed_run(scope: str, sink: OnUpdate | None = None) -> Run:
-    """The :class:`raf.Run` of a served turn, carrying its caller's key ``scope`` (what
-    scopes the caller's long-term memories: :class:`raf.LongTermMemory`)."""
-    run = Run(sink)
-    if scope:
-        run.state[KEY_SCOPE] = scope
-    return run
-
-
-def scope_of(asgi_scope: Scope) -> str:
-    """The key scope a keyed route put on the request (``""``: none)."""
-    return str(asgi_scope.get("state", {}).get("key_scope", ""))
 
 
 async def unheld(session: Session, given: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
@@ -186,3 +178,11 @@ async def check_store(store: Any, within: float = 2.0) -> str | None:
     except Exception as exc:
         return f"the session store failed: {type(exc).__name__}: {exc}"
     return None
+
+
+def keyed_run(key_scope: str, sink: OnUpdate | None = None) -> Run:
+    """The :class:`raf.Run` of a served turn, carrying the caller's key scope (see
+    :meth:`Keys.scope`): what a ``raf.Budget(..., scope="key")`` spends."""
+    run = Run(sink)
+    run.state[SERVED_KEY] = key_scope
+    return run

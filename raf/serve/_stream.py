@@ -30,7 +30,7 @@ from raf._values.decision import Decision
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
 from raf.serve._http import HttpError, error_response, failure, note_failure, request_id
-from raf.serve._sessions import keyed_run, scope_of
+from raf.serve._sessions import keyed_run
 
 __all__: list[str] = []
 
@@ -125,7 +125,7 @@ async def stream_turn(
         # the run's send raises its close: nothing more goes out.
         await emit(framing.update(update), start=update.kind == "approval")
 
-    run = keyed_run(scope_of(scope), sink)
+    run = keyed_run(scope.get("state", {}).get("key_scope", ""), sink)
     response: AgentResponse | None = None
     error: Exception | None = None
     async with anyio.create_task_group() as group:

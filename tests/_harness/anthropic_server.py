@@ -15,6 +15,7 @@ from typing import Any
 
 from tests._harness.loopback_server import Exchange, LoopbackServer, Received, sse
 from tests._harness.responses_server import Answer, _ending
+from tests._harness.wire_rules import anthropic_problem
 
 __all__ = ["AnthropicServer", "Answer", "error_body", "events_of", "message_body"]
 
@@ -161,6 +162,12 @@ class AnthropicServer(LoopbackServer[Answer]):
         headers = {"retry-after-ms": "1"} if status in (408, 409, 429) or status >= 500 else {}
         headers |= kwargs.pop("headers", {})
         self.reply(Answer(status, error_body(message, kind), headers=headers, **kwargs))
+
+    def refusal(self, request: Received) -> bytes | None:
+        """The 400's body when the conversation breaks the vendor's rules (see
+        :func:`tests._harness.wire_rules.anthropic_problem`)."""
+        found = anthropic_problem(request.body)
+        return None if found is None else json.dumps(error_body(found)).encode()
 
     def respond(self, exchange: Exchange, request: Received, answer: Answer) -> None:
         """A 400 when ``require`` refuses the request; the events of a 200 answer to a

@@ -15,6 +15,7 @@ import attrs
 
 from raf import ChatMessage
 from tests._harness.loopback_server import Exchange, LoopbackServer, Received, error_body, sse
+from tests._harness.wire_rules import openai_problem
 
 __all__ = [
     "HISTORY_EDITS",
@@ -215,6 +216,17 @@ class OpenAIServer(LoopbackServer[Reply]):
     def embed(self, *vectors: Sequence[float], **kwargs: Any) -> None:
         """Queue one 200 reply to ``POST /v1/embeddings``: ``embeddings(*vectors)``."""
         self.reply(Reply(200, embeddings(*vectors, **kwargs)))
+
+    def refusal(self, request: Received) -> bytes | None:
+        """The 400's body when the conversation breaks the vendor's rules (see
+        :func:`tests._harness.wire_rules.openai_problem`)."""
+        found = openai_problem(request.body)
+        if found is None:
+            return None
+        message, param = found
+        refusal = error_body(message)
+        refusal["error"]["param"] = param
+        return json.dumps(refusal).encode()
 
     def respond(self, exchange: Exchange, request: Received, reply: Reply) -> None:
         """A JSON body (or ``raw`` bytes), or the ``events`` as ``data:`` lines."""

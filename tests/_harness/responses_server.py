@@ -15,6 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from tests._harness.loopback_server import Exchange, LoopbackServer, Received, error_body, sse
+from tests._harness.wire_rules import responses_problem
 
 
 @attrs.frozen
@@ -178,6 +179,16 @@ class ResponsesServer(LoopbackServer[Answer]):
     def answer(self, body: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """Queue one 200 answer: ``body``, or ``response_body(**kwargs)``."""
         self.reply(Answer(body=dict(body) if body is not None else response_body(**kwargs)))
+
+    def refusal(self, request: Received) -> bytes | None:
+        """The 400's body when the conversation breaks the vendor's rules (see
+        :func:`tests._harness.wire_rules.responses_problem`)."""
+        found = responses_problem(request.body)
+        if found is None:
+            return None
+        refusal = error_body(found)
+        refusal["error"]["param"] = "input"
+        return json.dumps(refusal).encode()
 
     def respond(self, exchange: Exchange, request: Received, answer: Answer) -> None:
         """A 400 when ``require`` refuses the request; the events of a 200 answer to a

@@ -284,3 +284,35 @@ async def test_the_chat_span_carries_the_calls_figures() -> None:
     assert second["raf.context.broken_region"] == "system"
     assert second["raf.context.shared_prefix_tokens"] == ledger.calls[1].shared_prefix_tokens
     assert second["raf.context.parts"][0] == f"agent/system={ledger.calls[1].parts[0].tokens}"
+
+
+async def test_each_repair_of_the_transcript_is_a_part_of_its_own() -> None:
+    # A history a crash broke: a call without its result, a result without its call.
+    ledger = ContextLedger()
+    session = InMemorySession()
+    await session.add_messages(
+        [
+            ChatMessage.user("where is my order?"),
+            ChatMessage.assistant(tool_calls=[ToolCall("lost", "lookup", '{"order":"1"}')]),
+            ChatMessage.tool("ghost", "a result whose call is gone"),
+            ChatMessage.user("hello?"),
+        ]
+    )
+    model = ScriptedChatClient(["Sorry."])
+    agent = Agent(model, stack=[HistoryProvider()], observers=[ledger])
+    await agent.run("still there?", session=session)
+    (entry,) = ledger.calls
+    assert regions(entry.parts) == [
+        ("HistoryProvider", "history"),
+        ("repair", "history"),  # the result made for the call that had none
+        ("repair", "history"),  # the result left out, where it was
+        ("HistoryProvider", "history"),
+        ("request", "request"),
+    ]
+    made, left_out = entry.parts[1], entry.parts[2]
+    assert made.tokens > 0
+    assert left_out.tokens == 0
+    sent = model.requests[0].messages
+    assert entry.input_tokens == approximate_prompt_tokens(sent, [])
+    assert entry.tokens_of("repair") == made.tokens
+    assert "repair" in ledger.report()

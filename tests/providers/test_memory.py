@@ -21,6 +21,7 @@ from raf import (
     ChatMessage,
     InMemoryMemories,
     InMemorySession,
+    InMemorySessionStore,
     LongTermMemory,
     OpenAIEmbedder,
     ProviderError,
@@ -343,7 +344,7 @@ async def test_provenance_is_listed_and_a_person_can_delete_a_memory(tmp_path: P
         assert await memory.list("alice") == ()
     # The file outlives the memory object: a new one (another process) reads it.
     async with SqliteSessionStore(tmp_path / "memories.db") as store:
-        assert await store.memories().list("alice") == ()
+        assert await LongTermMemory(store, namespace="alice").list("alice") == ()
 
 
 # -- served: a key's memories are its own --------------------------------------------------
@@ -461,11 +462,13 @@ async def test_an_embedder_whose_dimension_changes_is_a_logged_skip(server: Open
 # -- every store, through the provider -------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
+@pytest.fixture(params=["memory", "memory-store", "sqlite", "redis", "postgres"])
 def store_of(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     """What ``LongTermMemory(store)`` is given for each store: a table, a path, a URL."""
     if request.param == "memory":
         return InMemoryMemories()
+    if request.param == "memory-store":
+        return InMemorySessionStore()
     if request.param == "sqlite":
         return str(tmp_path / "memories.db")
     if request.param == "redis":

@@ -150,9 +150,7 @@ async def leave_after(agent: Agent, session: InMemorySession, count: int) -> Non
 
 async def test_an_early_close_persists_nothing_by_default() -> None:
     session = CountingSession()
-    agent = Agent(
-        ScriptedChatClient([["Once ", "upon ", "a time"]]), stack=[HistoryProvider()]
-    )
+    agent = Agent(ScriptedChatClient([["Once ", "upon ", "a time"]]), stack=[HistoryProvider()])
     await leave_after(agent, session, 2)
     assert session.calls == []
 

@@ -14,17 +14,19 @@ from hypothesis import strategies as st
 
 from raf import (
     InMemoryMemories,
+    InMemorySessionStore,
     PostgresSessionStore,
     RedisSessionStore,
     SqliteSessionStore,
 )
 from raf._sessions.memories import MemoryRecord, MemoryWrite
+from raf._sessions.memory_tables import memory_table
 from tests._harness.postgres_server import PostgresServer
 from tests._harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
 
-STORES = ["memory", "sqlite", "redis", "postgres"]
+STORES = ["memory", "memory-store", "sqlite", "redis", "postgres"]
 
 
 @pytest.fixture(params=STORES)
@@ -33,17 +35,19 @@ async def table(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     prefix = f"m{uuid.uuid4().hex[:10]}"
     if request.param == "memory":
         yield InMemoryMemories()
+    elif request.param == "memory-store":
+        yield memory_table(InMemorySessionStore())
     elif request.param == "sqlite":
         async with SqliteSessionStore(tmp_path / "memories.db") as store:
-            yield store.memories()
+            yield memory_table(store)
     elif request.param == "redis":
         redis: RedisServer = request.getfixturevalue("redis_server")
         async with RedisSessionStore(redis.url, prefix=prefix) as store:
-            yield store.memories()
+            yield memory_table(store)
     else:
         postgres: PostgresServer = request.getfixturevalue("postgres_server")
         async with PostgresSessionStore(postgres.url(), prefix=prefix) as store:
-            yield store.memories()
+            yield memory_table(store)
 
 
 def fact(id: str, text: str, session: str | None = "s1", at: float = 1.5) -> MemoryRecord:

@@ -1,0 +1,96 @@
+"""``raf replay CONFIG --db --session [--against] [--chart]``: a stored conversation through
+two configs' stacks, side by side, and the chart of it."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests._harness.cli import run_raf
+
+WHOLE = (
+    "[agent]\ninstructions = 'Be brief.'\n\n[model]\nclient = 'echo'\n\n"
+    "[[providers]]\nkind = 'memory'\n"
+)
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> tuple[Path, Path, str]:
+    """Two configs (the whole history; a window of 4 messages) and a SQLite file holding a
+    conversation of six turns that ``raf run`` stored with the first."""
+    whole = tmp_path / "whole.toml"
+    whole.write_text(WHOLE)
+    window = tmp_path / "window.toml"
+    window.write_text(WHOLE + "max_messages = 4\n")
+    db = str(tmp_path / "sessions.db")
+    for turn in range(6):
+        status = run_raf(["run", str(whole), f"question {turn}", "--db", db, "--session", "s"])
+        assert status == 0
+    return whole, window, db
+
+
+def test_replay_prints_both_stacks_side_by_side_and_draws_the_chart(
+    recorded: tuple[Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole, window, db = recorded
+    capsys.readouterr()
+    chart = tmp_path / "replay.svg"
+    argv = ["replay", str(whole), "--db", db, "--session", "s", "--against", str(window)]
+    assert run_raf([*argv, "--chart", str(chart)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "session 's': 12 messages, 6 turns, 6 recorded model calls"
+    assert out[1].split()[:4] == ["turn", "call", "whole:", "input"]
+    assert "window: input" in out[1]
+    rows = [line.split() for line in out[2:8]]
+    assert [row[:2] for row in rows] == [[str(n), "1"] for n in range(1, 7)]
+    # The whole history never breaks the cache (its column after cost and context); the window does.
+    assert all(row[7] == "-" for row in rows)
+    assert "HistoryProvider" in out[7]
+    assert out[8].split()[:2] == ["all", "6"]
+    assert out[-1] == f"chart: {chart}"
+    drawn = ET.parse(chart).getroot()
+    assert drawn.tag.endswith("svg")
+    titles = [el.text or "" for el in drawn.iter("{http://www.w3.org/2000/svg}title")]
+    assert len(titles) == 12
+    assert titles[0].startswith("call 1 (turn 1): ")
+
+
+def test_replay_of_one_config_and_its_mistakes(
+    recorded: tuple[Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole, _, db = recorded
+    capsys.readouterr()
+    assert run_raf(["replay", str(whole), "--db", db, "--session", "s"]) == 0
+    out = capsys.readouterr().out
+    assert "whole" not in out.splitlines()[1]
+    assert "input" in out.splitlines()[1]
+    assert run_raf(["replay", str(whole), "--db", db, "--session", "nobody"]) == 2
+    assert "--session 'nobody': the store" in capsys.readouterr().err
+    assert run_raf(["replay", str(whole), "--db", db]) == 2  # --session is required
+    bad = tmp_path / "missing" / "chart.svg"
+    argv = ["replay", str(whole), "--db", db, "--session", "s", "--chart", str(bad)]
+    assert run_raf(argv) == 2
+    assert f"--chart {bad}" in capsys.readouterr().err
+
+
+def test_replay_needs_no_key_and_counts_with_the_models_encoding(
+    recorded: tuple[Path, Path, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An OpenAI config whose key is not set: raf run refuses it, raf replay sends nothing.
+    _, _, db = recorded
+    monkeypatch.delenv("RAF_TEST_UNSET_KEY", raising=False)
+    config = tmp_path / "openai.toml"
+    config.write_text(
+        "[model]\nclient = 'openai'\nmodel = 'gpt-4o-mini'\napi_key_env = 'RAF_TEST_UNSET_KEY'\n\n"
+        "[[providers]]\nkind = 'memory'\n"
+    )
+    capsys.readouterr()
+    assert run_raf(["run", str(config), "hi"]) == 2
+    assert "needs RAF_TEST_UNSET_KEY set" in capsys.readouterr().err
+    assert run_raf(["replay", str(config), "--db", db, "--session", "s"]) == 0
+    assert "tokens counted by o200k_base" in capsys.readouterr().out

@@ -1,0 +1,63 @@
+"""A served agent with spending budgets: a key whose budget is spent gets a 429 with
+Retry-After, and the model is not called; another key's budget is its own."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import raf.serve
+from raf import (
+    Agent,
+    AgentResponse,
+    Budget,
+    ChatMessage,
+    ChatOptions,
+    Prices,
+    ScriptedChatClient,
+    SpendLimits,
+    Usage,
+)
+from tests.serve.test_asgi import Exchange
+
+pytestmark = pytest.mark.anyio
+PRICES = Prices(overrides={"house": {"input": 1000, "output": 1000}})  # $0.001 a token
+
+
+def answer(messages: Sequence[ChatMessage], options: ChatOptions) -> AgentResponse:
+    return AgentResponse((ChatMessage.assistant("ok"),), Usage(10, 0))  # $0.01
+
+
+def body(stream: bool) -> dict[str, Any]:
+    return {
+        "model": "budgeted",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": stream,
+    }
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_keys_spent_budget_is_a_429_and_the_model_is_not_called(stream: bool) -> None:
+    client = ScriptedChatClient([answer] * 4)
+    client.model = "house"  # type: ignore[attr-defined]
+    client.count_tokens = lambda messages, tools=(): 10  # type: ignore[attr-defined]
+    limits = SpendLimits(Budget("0.01", "day", "key"), prices=PRICES)
+    agent = Agent(client, name="budgeted", chat_stack=[limits])
+    app = raf.serve.app(agent, api_keys=["key-one", "key-two"])
+    one = [(b"authorization", b"Bearer key-one")]
+    two = [(b"authorization", b"Bearer key-two")]
+    path = "/v1/chat/completions"
+    assert (await Exchange()(app, path, body(stream), headers=one)).status == 200
+    refused = await Exchange()(app, path, body(stream), headers=one)
+    assert refused.status == 429
+    headers = dict(refused.messages[0]["headers"])
+    assert 1 <= int(headers[b"retry-after"]) <= 86400
+    error = json.loads(refused.body)["error"]
+    assert error["code"] == "budget_exceeded"
+    assert "spending budget of $0.01 per day is spent" in error["message"]
+    assert len(client.requests) == 1  # the refused call never reached the model
+    assert (await Exchange()(app, path, body(stream), headers=two)).status == 200
+    assert len(client.requests) == 2
