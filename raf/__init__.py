@@ -12,6 +12,7 @@ import importlib
 import typing
 
 from raf._agent.agent import Agent
+from raf._agent.as_tool import AgentTool
 from raf._agent.streaming import AgentStream
 from raf._agent.tools import FunctionTool, check_tool_arguments, check_tool_schema, tool
 from raf._onion.compose import CallNext, ContextProvider, compose
@@ -103,6 +104,7 @@ __all__ = [
     "AgentRunOptions",
     "AgentSkillsProvider",
     "AgentStream",
+    "AgentTool",
     "AnthropicChatClient",
     "Budget",
     "BudgetExceeded",

@@ -75,6 +75,11 @@ class LedgerEntry:
     ``cost`` is the call's whole bill in USD (the parts' shares of its input,
     and its output), priced for ``model``, the model that answered: ``None``
     when its price is unknown or the call reported no usage.
+    ``agent_tool`` names the agent tool whose run made the call (an agent
+    called as another's tool, ``agent.as_tool()``: ``"researcher"``, or
+    ``"researcher/searcher"`` for a tool of that agent's), ``None`` for the
+    agent's own calls; the prompt of a forked one begins with parts of the
+    layer ``"parent"``: the caller's last prompt.
     """
 
     session_id: str | None
@@ -86,6 +91,7 @@ class LedgerEntry:
     reported_cached_tokens: int | None
     cost: Decimal | None = attrs.field(default=None, kw_only=True)
     model: str | None = attrs.field(default=None, kw_only=True)
+    agent_tool: str | None = attrs.field(default=None, kw_only=True)
 
     def tokens_of(self, layer: str) -> int:
         """The tokens ``layer`` put in this prompt, all regions together."""
@@ -151,6 +157,9 @@ class ContextLedger(Observer):
 
     __slots__ = ("_count_tokens", "_cut", "_seen", "calls", "prices")
 
+    #: The calls of the agents the agent calls as tools are recorded too (``agent_tool``).
+    watches_agent_tools = True
+
     def __init__(
         self, *, count_tokens: PromptCounter | None = None, prices: Prices | None = None
     ) -> None:
@@ -163,7 +172,9 @@ class ContextLedger(Observer):
         self.prices = Prices() if prices is None else prices
         #: One entry per model call, in order.
         self.calls: list[LedgerEntry] = []
-        self._seen: dict[str | None, _Seen] = {}
+        # By session and the calls that started the run (an agent called as a tool): a
+        # child is compared with its own previous call, a forked one first with its parent's.
+        self._seen: dict[tuple[str | None, tuple[str, ...]], _Seen] = {}
         # Tool call id -> (the model call that first sent it, its tool, what its marker says).
         self._cut: dict[str, tuple[int, str | None, CutResult]] = {}
 
@@ -189,7 +200,12 @@ class ContextLedger(Observer):
         pieces = _repaired(list(_pieces(request)), request.messages)
         count, counted_by = self._counter(request.invocation)
         session = request.options.session_id
-        previous = self._seen.get(session)
+        run = None if request.invocation is None else request.invocation.run
+        lineage = () if run is None else run.lineage
+        key = (session, tuple(call.id for call in lineage))
+        previous = self._seen.get(key)
+        if previous is None and run is not None and run.fork is not None:
+            previous = self._seen.get((session, key[1][:-1]))  # the parent's last call
         keys = tuple(piece.key() for piece in pieces)
         shared = 0 if previous is None else _common_prefix(previous.keys, keys)
         marks, parts = _parts(pieces, count)
@@ -197,7 +213,7 @@ class ContextLedger(Observer):
         if previous is not None and shared < previous.stable_end and parts:
             broken_at = _part_at(marks, shared) if shared < len(pieces) else len(parts) - 1
         stable_end = next((i for i, p in enumerate(pieces) if p.region in _MOVING), len(pieces))
-        self._seen[session] = _Seen(keys, stable_end)
+        self._seen[key] = _Seen(keys, stable_end)
         usage = response.usage if response is not None else None
         for message in request.messages:
             if message.role == "tool" and message.tool_call_id not in self._cut:
@@ -224,6 +240,7 @@ class ContextLedger(Observer):
                 None if usage is None else usage.cached_input_tokens,
                 cost=cost,
                 model=model,
+                agent_tool="/".join(call.name for call in lineage) or None,
             )
         )
 
@@ -318,11 +335,26 @@ def _pieces(request: ChatRequest) -> Iterator[_Piece]:
         yield from (_Piece("agent", "tools", tool) for tool in tools)
         yield from (_Piece("request", "request", message) for message in messages)
         return
+    fork = invocation.run.fork
+    if fork is None:
+        yield from _own_pieces(invocation, tools, messages)
+        return
+    # A forked child's prompt: its parent's last prompt first, then its own.
+    parent_tools, parent_messages = len(fork.options.tools), len(fork.messages)
+    for piece in _pieces(fork):
+        yield attrs.evolve(piece, layer="parent")
+    yield from _own_pieces(invocation, tools[parent_tools:], messages[parent_messages:])
+
+
+def _own_pieces(
+    invocation: Invocation, tools: Sequence[Tool], messages: Sequence[ChatMessage]
+) -> Iterator[_Piece]:
+    """A prompt assembled by one run's agent: its tools and messages, by layer."""
     agent = invocation.agent
-    own_tools = len(agent.tools) if agent is not None else 0
-    tool_layers = ("agent",) * own_tools + invocation.tool_sources
-    for index, tool in enumerate(tools):
-        yield _Piece(tool_layers[index] if index < len(tool_layers) else "agent", "tools", tool)
+    layers = {tool.name: "agent" for tool in agent.tools} if agent is not None else {}
+    layers.update(zip((t.name for t in invocation.tools), invocation.tool_sources, strict=False))
+    for tool in tools:
+        yield _Piece(layers.get(tool.name, "agent"), "tools", tool)
     at = 0
     own = agent.instructions if agent is not None else None
     texts = ((("agent", own),) if own else ()) + tuple(
@@ -418,7 +450,9 @@ def report(calls: Sequence[LedgerEntry]) -> str:
     layers = sorted(first, key=first.__getitem__)
     priced = any(entry.cost is not None for entry in calls)
     money = ["cost"] if priced else []
-    head = ["call", "session", "input", *layers, "shared", "cached", "broken by", *money]
+    tools = any(entry.agent_tool is not None for entry in calls)
+    head = ["call", "session", *(["agent tool"] if tools else []), "input", *layers]
+    head += ["shared", "cached", "broken by", *money]
     rows = [head]
     for number, entry in enumerate(calls, 1):
         broken = entry.broken_by
@@ -426,6 +460,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             [
                 str(number),
                 (entry.session_id or "-")[:12],
+                *([entry.agent_tool or "-"] if tools else []),
                 str(entry.input_tokens),
                 *(str(entry.tokens_of(layer)) for layer in layers),
                 str(entry.shared_prefix_tokens),
@@ -438,6 +473,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
         [
             "all",
             "",
+            *([""] if tools else []),
             str(sum(entry.input_tokens for entry in calls)),
             *(str(sum(entry.tokens_of(layer) for entry in calls)) for layer in layers),
             str(sum(entry.shared_prefix_tokens for entry in calls)),

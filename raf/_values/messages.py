@@ -11,6 +11,8 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from raf._values.usage import Usage
+
 __all__ = [
     "AgentResponse",
     "ChatMessage",
@@ -339,52 +341,6 @@ def _pending(calls: Iterable[PendingCall]) -> tuple[PendingCall, ...]:
     return pending
 
 
-@attrs.frozen(slots=True, repr=False)
-class Usage:
-    """Token counts of one or more model calls; ``+`` adds them up.
-
-    ``cached_input_tokens`` is the part of ``input_tokens`` the provider read
-    from its prompt cache, ``cache_write_tokens`` the part it wrote to its
-    cache (Anthropic bills it higher), ``reasoning_tokens`` the part of
-    ``output_tokens`` a reasoning model spent thinking; each is 0 when the
-    client does not report it.
-
-    >>> Usage(10, 2, cached_input_tokens=8) + Usage(5, 1)
-    Usage(input_tokens=15, output_tokens=3, cached_input_tokens=8)
-    """
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = attrs.field(default=0, kw_only=True)
-    reasoning_tokens: int = attrs.field(default=0, kw_only=True)
-    cache_write_tokens: int = attrs.field(default=0, kw_only=True)
-
-    @property
-    def total_tokens(self) -> int:
-        """Input and output tokens together."""
-        return self.input_tokens + self.output_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
-            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
-        )
-
-    def __repr__(self) -> str:
-        # The breakdowns only when there is one: most clients report none.
-        text = f"Usage(input_tokens={self.input_tokens}, output_tokens={self.output_tokens}"
-        if self.cached_input_tokens:
-            text += f", cached_input_tokens={self.cached_input_tokens}"
-        if self.cache_write_tokens:
-            text += f", cache_write_tokens={self.cache_write_tokens}"
-        if self.reasoning_tokens:
-            text += f", reasoning_tokens={self.reasoning_tokens}"
-        return text + ")"
-
-
 @attrs.frozen(slots=True)
 class AgentResponse:
     """What a model call, or a whole run, produced.
@@ -506,7 +462,7 @@ def _turn(
     return ChatMessage("assistant", content, tool_calls=tuple(calls), reasoning=reasoning)
 
 
-UpdateKind = Literal["text", "tool_call", "tool_result", "usage", "approval", "reasoning"]
+UpdateKind = Literal["text", "tool_call", "tool_result", "usage", "approval", "reasoning", "agent"]
 #: Each kind's field, the type it holds, and how to make one (for the error).
 _NEEDS: Final[dict[str, tuple[str, type, str]]] = {
     "text": ("text", str, "str"),
@@ -515,6 +471,7 @@ _NEEDS: Final[dict[str, tuple[str, type, str]]] = {
     "usage": ("usage", Usage, "Usage"),
     "approval": ("pending", PendingCall, "PendingCall"),
     "reasoning": ("reasoning", Reasoning, "Reasoning"),
+    "agent": ("tool_call", ToolCall, "ToolCall"),  # and update=Update(...): the child's
 }
 
 
@@ -529,7 +486,10 @@ class Update:
     of a model call in ``usage``; ``"approval"`` a call that waits for a
     person's decision in ``pending`` (sent before the stream ends);
     ``"reasoning"`` the :class:`Reasoning` of the assistant turn under way in
-    ``reasoning`` (sent by a client once the turn is complete). ``raw``
+    ``reasoning`` (sent by a client once the turn is complete); ``"agent"``
+    an update of an agent this run called as a tool (``agent.as_tool()``):
+    the child's own update in ``update``, tagged with the call that runs it
+    in ``tool_call``. ``raw``
     is the client's own chunk, if any (not part of equality). Build them
     with the ``of_*`` constructors.
 
@@ -547,6 +507,7 @@ class Update:
     raw: Any = attrs.field(default=None, eq=False, repr=False)
     pending: PendingCall | None = attrs.field(default=None, kw_only=True)
     reasoning: Reasoning | None = attrs.field(default=None, kw_only=True)
+    update: Update | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         # One check per kind, in one place: a malformed update is refused where it is
@@ -564,11 +525,14 @@ class Update:
         value = getattr(self, field)
         if type(value) is not needed or getattr(value, "role", "tool") != "tool":
             raise TypeError(f"a {kind!r} Update needs {field}={made}(...), got {value!r}")
+        if kind == "agent" and type(self.update) is not Update:
+            raise TypeError(f"an 'agent' Update needs update=Update(...), got {self.update!r}")
 
     def __repr__(self) -> str:
         # Only the field the kind uses: a stream of updates reads as one line each.
         field = _NEEDS[self.kind][0]
-        return f"Update(kind={self.kind!r}, {field}={getattr(self, field)!r})"
+        child = f", update={self.update!r}" if self.kind == "agent" else ""
+        return f"Update(kind={self.kind!r}, {field}={getattr(self, field)!r}{child})"
 
     @classmethod
     def of_text(cls, text: str, *, raw: Any = None) -> Update:
@@ -589,6 +553,11 @@ class Update:
     def of_usage(cls, usage: Usage, *, raw: Any = None) -> Update:
         """The token counts of one model call."""
         return cls("usage", usage=usage, raw=raw)
+
+    @classmethod
+    def of_agent(cls, call: ToolCall, update: Update) -> Update:
+        """``update`` of the agent that ``call`` runs as a tool, tagged with the call."""
+        return cls("agent", tool_call=call, update=update)
 
     @classmethod
     def of_reasoning(cls, reasoning: Reasoning, *, raw: Any = None) -> Update:
