@@ -68,6 +68,7 @@ if typing.TYPE_CHECKING:
     from raf import observe as observe
     from raf._clients.anthropic import *
     from raf._clients.echo import *
+    from raf._clients.embeddings import *
     from raf._clients.gemini import *
     from raf._clients.openai import *
     from raf._clients.responses import *
@@ -88,8 +89,10 @@ if typing.TYPE_CHECKING:
     from raf._providers.compression import CompressionProvider as CompressionProvider
     from raf._providers.knowledge import *
     from raf._providers.mcp import *
+    from raf._providers.memory import *
     from raf._providers.skills import *
     from raf._providers.workspace import *
+    from raf._sessions.memories import *
     from raf._sessions.postgres import *
     from raf._sessions.redis import *
     from raf._sessions.sqlite import *
@@ -130,15 +133,18 @@ __all__ = [
     "GuardrailContext",
     "GuardrailError",
     "HistoryProvider",
+    "InMemoryMemories",
     "InMemorySession",
     "InMemorySessionStore",
     "InputGuardrail",
     "Invocation",
     "KnowledgeProvider",
     "LoggingMiddleware",
+    "LongTermMemory",
     "McpToolsProvider",
     "Middleware",
     "OpenAIChatClient",
+    "OpenAIEmbedder",
     "OpenAIResponsesClient",
     "OutputError",
     "OutputGuardrail",
@@ -205,11 +211,14 @@ _LATE = {
     "FallbackMiddleware": "raf._middleware.fallback",
     "FolderRetriever": "raf._providers.knowledge",
     "GeminiChatClient": "raf._clients.gemini",
+    "InMemoryMemories": "raf._sessions.memories",
     "InputGuardrail": "raf._middleware.guardrails",
     "KnowledgeProvider": "raf._providers.knowledge",
     "LoggingMiddleware": "raf._middleware.logging",
+    "LongTermMemory": "raf._providers.memory",
     "McpToolsProvider": "raf._providers.mcp",
     "OpenAIChatClient": "raf._clients.openai",
+    "OpenAIEmbedder": "raf._clients.embeddings",
     "OpenAIResponsesClient": "raf._clients.responses",
     "OutputGuardrail": "raf._middleware.guardrails",
     "Passage": "raf._providers.knowledge",

@@ -12,6 +12,7 @@ The hierarchy (``except`` a branch to catch everything below it)::
     ├── CompressionError              a compression strategy could not compress
     ├── McpError                      an MCP server could not be started or spoken to
     ├── SessionStoreError             a session store cannot be opened or read
+    ├── EmbeddingError                an embedder's vectors cannot be used (count, dimension)
     ├── SessionExistsError            a fork's new id already holds messages (.session_id)
     ├── DurableError                  a run cannot be durable (trio, a memory session, ...)
     ├── OfflineError                  a raf_offline test reached out (also a ConnectionRefusedError)
@@ -63,6 +64,7 @@ __all__ = [
     "ContextOverflowError",
     "ContextResultError",
     "DurableError",
+    "EmbeddingError",
     "GuardrailError",
     "IncompleteResponseError",
     "McpError",
@@ -315,6 +317,11 @@ class PathError(ToolError):
 
 class SessionStoreError(AgentError):
     """A session store cannot be opened or read (corrupt or foreign data)."""
+
+
+class EmbeddingError(AgentError):
+    """An embedder answered vectors that cannot be used: not one per text, not numbers,
+    or of a dimension other than its earlier ones (a model changed behind the same name)."""
 
 
 class SessionExistsError(AgentError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from raf._sessions.base import (
     REQUEST_HASH_LIMIT,
@@ -169,10 +170,20 @@ class InMemorySessionStore:
     ['hi']
     """
 
-    __slots__ = ("_sessions",)
+    __slots__ = ("_memories", "_sessions")
 
     def __init__(self) -> None:
         self._sessions: dict[str, InMemorySession] = {}
+        self._memories: Any = None  # the long-term memories, made on first use
+
+    def memories(self) -> Any:
+        """The long-term memories kept with these sessions (see :class:`raf.LongTermMemory`)."""
+        if self._memories is None:
+            # Here: `import raf` loads this module, and need not load the memories'.
+            from raf._sessions.memories import InMemoryMemories
+
+            self._memories = InMemoryMemories()
+        return self._memories
 
     async def get(self, session_id: str) -> InMemorySession:
         """The session ``session_id``, made empty on first use."""

@@ -64,3 +64,12 @@ class CompactingChatClient(ChatClient, Protocol):
     async def compact(
         self, messages: Sequence[ChatMessage], options: ChatOptions
     ) -> Compaction: ...
+class Embedder(Protocol):
+    """A text embedding model: texts in, one vector each out, in the same order.
+
+    Every vector of one embedder has the same dimension; one that does not
+    fit (a count or a dimension that changed) is a :class:`raf.errors.EmbeddingError`.
+    :class:`raf.OpenAIEmbedder` is one.
+    """
+
+    async def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]: ...

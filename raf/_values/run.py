@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 import anyio
 import attrs
@@ -13,6 +13,22 @@ from raf._values.usage import Usage
 from raf.errors import ProviderError, StreamClosedError
 
 __all__ = ["Run"]
+
+#: The key of ``Run.state`` under which a served run keeps its caller's key scope (see
+#: :func:`key_scope`): what a key's budget spends, what scopes its long-term memories.
+KEY_SCOPE: Final = "raf.serve.key"
+
+
+def key_scope(api_key: str) -> str:
+    """The scope of a served caller's API key: a digest, never the key itself.
+
+    >>> len(key_scope("secret"))
+    24
+    """
+    import hashlib  # here: `import raf` does not import it
+
+    return hashlib.sha256(api_key.encode()).hexdigest()[:24]
+
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -177,8 +177,9 @@ def test_all_is_exactly_the_sorted_public_names() -> None:
 
 def test_the_top_holds_about_sixty_names() -> None:
     # The design's figure (the names a user writes in an agent), not a target: a name
-    # added here belongs in an agent, or in one of the public modules.
-    assert 55 <= len(raf.__all__) <= 85, len(raf.__all__)
+    # added here belongs in an agent, or in one of the public modules. The long-running
+    # round's design spells sixteen more as raf.X (limits, budgets, memory, replay...).
+    assert 55 <= len(raf.__all__) <= 90, len(raf.__all__)
 
 
 @pytest.mark.parametrize("module", [m for m in PUBLIC_MODULES if m != "raf.errors"])
