@@ -174,7 +174,7 @@ PEERS_VENV := benchmarks/.peers-venv
 $(PEERS_VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(PEERS_VENV)/bin/python -m pip install -q -e . agent-framework-core langchain pydantic-ai-slim pydantic-ai-harness
+	$(PEERS_VENV)/bin/python -m pip install -q -e . agent-framework-core langchain pydantic-ai-slim pydantic-ai-harness openai-agents
 	touch $@
 
 bench-peers: $(PEERS_VENV)/.ready

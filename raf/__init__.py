@@ -73,6 +73,7 @@ if typing.TYPE_CHECKING:
     from raf._middleware.pii import *
     from raf._middleware.retry import *
     from raf._providers.a2a import *
+    from raf._providers.clearing import *
 
     # Its module also holds the strategies, which are raf.compression's.
     from raf._providers.compression import CompressionProvider as CompressionProvider
@@ -100,6 +101,7 @@ __all__ = [
     "ChatMessage",
     "ChatOptions",
     "ChatRequest",
+    "ClearToolResults",
     "CompressionProvider",
     "ContextProvider",
     "ContextProviderLike",
@@ -175,6 +177,7 @@ _LATE = {
     "A2AAgentTool": "raf._providers.a2a",
     "AgentSkillsProvider": "raf._providers.skills",
     "AnthropicChatClient": "raf._clients.anthropic",
+    "ClearToolResults": "raf._providers.clearing",
     "CompressionProvider": "raf._providers.compression",
     "EchoChatClient": "raf._clients.echo",
     "FallbackMiddleware": "raf._middleware.fallback",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from raf._sessions.base import (
     REQUEST_HASH_LIMIT,
@@ -16,6 +16,7 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._sessions.cold import LastModelCall
 from raf._values.messages import ChatMessage, PendingCall
 
 __all__ = ["InMemorySession"]
@@ -36,7 +37,7 @@ class InMemorySession:
     1
     """
 
-    __slots__ = ("_hashes", "_id", "_messages", "_once", "_pending", "_snapshot")
+    __slots__ = ("_hashes", "_id", "_last_call", "_messages", "_once", "_pending", "_snapshot")
 
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
@@ -46,6 +47,7 @@ class InMemorySession:
         self._hashes: dict[str, float] = {}
         self._pending: dict[str, PendingCall] = {}  # token -> call, in the order recorded
         self._once: set[str] = set()  # the keys add_once wrote
+        self._last_call: LastModelCall | None = None
 
     @property
     def id(self) -> str:
@@ -132,6 +134,15 @@ class InMemorySession:
         self._once.add(key)
         await self.record_pending(new, calls)
         return True
+
+    async def last_model_call(self) -> LastModelCall | None:
+        """When the session's last model call ended, and where its bounded views began."""
+        return self._last_call
+
+    async def record_model_call(self, at: float, cuts: Mapping[str, int]) -> None:
+        """Record ``at`` as the last model call's time, ``cuts`` over the kept ones."""
+        last = self._last_call
+        self._last_call = LastModelCall(at, dict(cuts)) if last is None else last.merged(at, cuts)
 
     def __repr__(self) -> str:
         return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"
