@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -43,6 +43,7 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._sessions.cold import LastModelCall
 from raf._sessions.postgres_connection import (
     DEFAULT_TIMEOUT,
     MAX_CONNECTIONS,
@@ -50,6 +51,7 @@ from raf._sessions.postgres_connection import (
     Undo,
     redacted,
 )
+from raf._sessions.postgres_last_call import ensure_table, read_last_call, write_last_call
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -229,6 +231,7 @@ class PostgresSessionStore(PostgresConnection):
         found = conn.execute("SELECT to_regclass(%s)", (f"{self.prefix}_once",)).fetchone()
         if found is None or found[0] is None:
             self.create(conn, [statement.replace("{p}", self.prefix) for statement in _SCHEMA])
+        ensure_table(self, conn)
         if self.ttl is not None:
             conn.execute(self.sql["sweep"].encode())
 
@@ -542,6 +545,14 @@ class PostgresSession:
             self._id,
         )
         return {str(digest): float(seen_at) for digest, seen_at in rows}  # type: ignore[arg-type]
+
+    async def last_model_call(self) -> LastModelCall | None:
+        """When the session's last model call ended, and where its bounded views began."""
+        return await read_last_call(self._store, self._id)
+
+    async def record_model_call(self, at: float, cuts: Mapping[str, int]) -> None:
+        """Record ``at`` as the last model call's time, ``cuts`` over the kept ones."""
+        await write_last_call(self._store, self._id, at, cuts)
 
     def _decode(self, seq: int, text: object) -> ChatMessage:
         where = f"{self._store.where}, session {self._id!r}: message {seq}"

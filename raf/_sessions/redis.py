@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -45,6 +45,7 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._sessions.cold import LastModelCall
 from raf._sessions.redis_connection import (
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
@@ -52,6 +53,7 @@ from raf._sessions.redis_connection import (
     RedisConnection,
     redacted,
 )
+from raf._sessions.redis_last_call import read_last_call, write_last_call
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -549,6 +551,14 @@ class RedisSession:
         except FAILURES as exc:
             self._store.fail(exc, "read the request hashes", self._id)
         return {_text(member): float(score) for member, score in pairs}
+
+    async def last_model_call(self) -> LastModelCall | None:
+        """When the session's last model call ended, and where its bounded views began."""
+        return await read_last_call(self._store, self._id)
+
+    async def record_model_call(self, at: float, cuts: Mapping[str, int]) -> None:
+        """Record ``at`` as the last model call's time, ``cuts`` over the kept ones."""
+        await write_last_call(self._store, self._id, at, cuts)
 
     def _decode(self, index: int, entry: bytes | str) -> ChatMessage:
         try:
