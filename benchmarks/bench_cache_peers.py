@@ -402,6 +402,87 @@ def agent_framework(recorder: Recorder, make: Callable[[], Any] | None = None) -
     return turn
 
 
+# OpenAI Agents -----------------------------------------------------------------------------
+
+
+def openai_agents(recorder: Recorder) -> Turn:
+    from agents import Agent as OAAgent
+    from agents import Model, ModelResponse, RunConfig, Runner, Usage, function_tool
+    from agents.extensions import ToolOutputTrimmer
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+
+    def to_raf(system: str | None, items: Sequence[Any]) -> list[ChatMessage]:
+        out = [ChatMessage.system(system)] if system else []
+        for item in items:
+            data = item if isinstance(item, dict) else item.model_dump(exclude_unset=True)
+            kind = data.get("type", "message")
+            if kind == "function_call":
+                call = ToolCall(data["call_id"], data["name"], data["arguments"])
+                if out and out[-1].role == "assistant" and not out[-1].content:
+                    out[-1] = ChatMessage.assistant(tool_calls=[*out[-1].tool_calls, call])
+                else:
+                    out.append(ChatMessage.assistant(tool_calls=[call]))
+            elif kind == "function_call_output":
+                output = data["output"]
+                out.append(ChatMessage.tool(data["call_id"], output if isinstance(output, str)
+                                            else json.dumps(output)))  # fmt: skip
+            elif kind == "message":
+                content = data["content"]
+                text = content if isinstance(content, str) else "".join(
+                    part.get("text", "") for part in content
+                )  # fmt: skip
+                role = data["role"]
+                out.append(ChatMessage.user(text) if role == "user" else ChatMessage.assistant(text))
+            else:
+                raise ValueError(f"an openai-agents input item of type {kind!r}")
+        return out
+
+    class Scripted(Model):  # type: ignore[misc]
+        async def get_response(
+            self, system_instructions: str | None, input: Any, *_: Any, **__: Any
+        ) -> Any:
+            items = [{"role": "user", "content": input}] if isinstance(input, str) else input
+            call = recorder.call(to_raf(system_instructions, items))
+            if call is None:
+                text = ResponseOutputText(
+                    type="output_text", text=answer_text(recorder.turn), annotations=[]
+                )
+                output: Any = ResponseOutputMessage(
+                    id="m", type="message", role="assistant", status="completed", content=[text]
+                )
+            else:
+                output = ResponseFunctionToolCall(
+                    type="function_call", call_id=call.id, name=call.name,
+                    arguments=call.arguments,
+                )  # fmt: skip
+            return ModelResponse(output=[output], usage=Usage(), response_id=None)
+
+        def stream_response(self, *_: Any, **__: Any) -> Any:
+            raise NotImplementedError("the bench does not stream")
+
+    @function_tool
+    def lookup_order(order: str) -> str:
+        """The order's status, its items and its shipping history."""
+        return order_status(order)
+
+    agent = OAAgent("support", instructions=INSTRUCTIONS, tools=[lookup_order], model=Scripted())
+    config = RunConfig(call_model_input_filter=ToolOutputTrimmer(), tracing_disabled=True)
+    history: list[Any] = []
+
+    async def turn(text: str) -> None:
+        nonlocal history
+        result = await Runner.run(
+            agent, [*history, {"role": "user", "content": text}], run_config=config
+        )
+        history = result.to_input_list()
+
+    return turn
+
+
 def _harness(name: str, **options: Any) -> Callable[[], Any]:
     def make() -> Any:
         if name == "ToolOutputLimits":
@@ -460,6 +541,7 @@ PEERS: dict[str, Callable[[Recorder], Turn]] = {
         agent_framework,
         make=_maf("SelectiveToolCallCompactionStrategy", keep_last_tool_call_groups=1),
     ),
+    "OpenAI Agents ToolOutputTrimmer()": openai_agents,
 }
 
 

@@ -18,6 +18,7 @@ import attrs
 from raf._onion.observe import Observer
 from raf._values.context import ChatRequest, Invocation, Segments
 from raf._values.messages import AgentResponse, ChatMessage
+from raf._values.placeholders import is_cleared
 from raf._values.protocols import Tool
 from raf._values.tokens import approximate_prompt_tokens
 
@@ -59,6 +60,8 @@ class LedgerEntry:
     this prompt extends the previous one up to that call's tail, else the
     first part whose content differs. ``reported_cached_tokens`` is what the
     provider said it served from its cache (``None``: no usage reported).
+    ``cleared`` names the tool results this prompt sent as a placeholder
+    (:class:`raf.ClearToolResults`): ``"tool call_id"`` each, in order.
     """
 
     session_id: str | None
@@ -68,6 +71,7 @@ class LedgerEntry:
     shared_prefix_tokens: int
     broken_by: LedgerPart | None
     reported_cached_tokens: int | None
+    cleared: tuple[str, ...] = attrs.field(default=(), kw_only=True)
 
     def tokens_of(self, layer: str) -> int:
         """The tokens ``layer`` put in this prompt, all regions together."""
@@ -171,6 +175,7 @@ class ContextLedger(Observer):
                 count(*_prompt(pieces[:shared])) if shared else 0,
                 broken,
                 None if usage is None else usage.cached_input_tokens,
+                cleared=_cleared(request.messages),
             )
         )
 
@@ -183,6 +188,16 @@ class ContextLedger(Observer):
             encoding = getattr(client, "token_encoding", None)
             return counter, encoding if isinstance(encoding, str) else type(client).__name__
         return approximate_prompt_tokens, "approximate"
+
+
+def _cleared(messages: Sequence[ChatMessage]) -> tuple[str, ...]:
+    """The results sent as a placeholder: ``"tool call_id"`` each."""
+    names = {call.id: call.name for m in messages for call in m.tool_calls}
+    return tuple(
+        f"{names.get(m.tool_call_id or '', m.name or 'a tool')} {m.tool_call_id}"
+        for m in messages
+        if is_cleared(m)
+    )
 
 
 def _common_prefix(before: Sequence[Any], now: Sequence[Any]) -> int:
@@ -319,32 +334,37 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             rank = _REGIONS.index(part.region)
             first[part.layer] = min(first.get(part.layer, rank), rank)
     layers = sorted(first, key=first.__getitem__)
+    clearing = any(entry.cleared for entry in calls)
     head = ["call", "session", "input", *layers, "shared", "cached", "broken by"]
+    if clearing:
+        head.insert(-1, "cleared")
     rows = [head]
     for number, entry in enumerate(calls, 1):
         broken = entry.broken_by
-        rows.append(
-            [
-                str(number),
-                (entry.session_id or "-")[:12],
-                str(entry.input_tokens),
-                *(str(entry.tokens_of(layer)) for layer in layers),
-                str(entry.shared_prefix_tokens),
-                "-" if entry.reported_cached_tokens is None else str(entry.reported_cached_tokens),
-                "-" if broken is None else f"{broken.layer} ({broken.region})",
-            ]
-        )
-    rows.append(
-        [
-            "all",
-            "",
-            str(sum(entry.input_tokens for entry in calls)),
-            *(str(sum(entry.tokens_of(layer) for entry in calls)) for layer in layers),
-            str(sum(entry.shared_prefix_tokens for entry in calls)),
-            _cached_total(calls),
-            f"{sum(entry.broken_by is not None for entry in calls)} broken",
+        row = [
+            str(number),
+            (entry.session_id or "-")[:12],
+            str(entry.input_tokens),
+            *(str(entry.tokens_of(layer)) for layer in layers),
+            str(entry.shared_prefix_tokens),
+            "-" if entry.reported_cached_tokens is None else str(entry.reported_cached_tokens),
+            "-" if broken is None else f"{broken.layer} ({broken.region})",
         ]
-    )
+        if clearing:
+            row.insert(-1, str(len(entry.cleared)))
+        rows.append(row)
+    total = [
+        "all",
+        "",
+        str(sum(entry.input_tokens for entry in calls)),
+        *(str(sum(entry.tokens_of(layer) for entry in calls)) for layer in layers),
+        str(sum(entry.shared_prefix_tokens for entry in calls)),
+        _cached_total(calls),
+        f"{sum(entry.broken_by is not None for entry in calls)} broken",
+    ]
+    if clearing:
+        total.insert(-1, "")
+    rows.append(total)
     widths = [max(len(row[column]) for row in rows) for column in range(len(head))]
     lines = [
         "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
@@ -354,7 +374,20 @@ def report(calls: Sequence[LedgerEntry]) -> str:
     lines.append(
         f"tokens counted by {counted}; shared: the prefix the session's previous call sent"
     )
+    lines += _batches(calls)
     return "\n".join(lines)
+
+
+def _batches(calls: Sequence[LedgerEntry]) -> list[str]:
+    """A line per call that sent more results as a placeholder than its session's last."""
+    lines: list[str] = []
+    before: dict[str | None, set[str]] = {}
+    for number, entry in enumerate(calls, 1):
+        new = [name for name in entry.cleared if name not in before.get(entry.session_id, set())]
+        before[entry.session_id] = set(entry.cleared)
+        if new:
+            lines.append(f"call {number} cleared {len(new)} tool results: {', '.join(new)}")
+    return lines
 
 
 def _cached_total(calls: Sequence[LedgerEntry]) -> str:

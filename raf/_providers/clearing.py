@@ -10,6 +10,7 @@ from raf._providers.compression import _AGENT_COUNTER
 from raf._sessions.cold import COLD_AFTER, checked_cold_after, view_start
 from raf._sessions.window import TokenCounter, checked_counter
 from raf._values.messages import ChatMessage
+from raf._values.placeholders import cleared_text
 
 __all__ = ["ClearToolResults"]
 
@@ -129,10 +130,7 @@ class ClearToolResults:
     def _placeholder(self, message: ChatMessage, names: dict[str, str | None]) -> ChatMessage:
         call_id = message.tool_call_id or ""
         name = names.get(call_id) or message.name or "a tool"
-        text = f"{CLEARED} {name}, call {call_id}, {len(message.content or '')} characters]"
-        hint = self.read_back(message)
-        if hint:
-            text = f"{text[:-1]}; {hint}]"
+        text = cleared_text(name, call_id, len(message.content or ""), self.read_back(message))
         return attrs.evolve(message, content=text)
 
     def __repr__(self) -> str:
@@ -141,14 +139,6 @@ class ClearToolResults:
             f"exclude={sorted(self.exclude)!r}, cold_after={self.cold_after!r})"
         )
 
-
-#: How every placeholder begins (``raf run --trace=context`` and the tests find them so).
-CLEARED = "[tool result cleared:"
-
-
-def is_cleared(message: ChatMessage) -> bool:
-    """Whether ``message`` is a tool result :class:`ClearToolResults` replaced."""
-    return message.role == "tool" and (message.content or "").startswith(CLEARED)
 
 
 def _tool_names(messages: Sequence[ChatMessage]) -> dict[str, str | None]:
