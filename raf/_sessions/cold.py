@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["LastModelCall"]
+__all__: list[str] = []
 
 #: The default ``cold_after``: seconds, a provider prompt cache's usual lifetime.
 COLD_AFTER = 300.0
