@@ -1,38 +1,52 @@
-"""bench_cache's conversation through the peers' best windows, beside raf's set-ups, in one run.
+"""The frontier: billed units against the context each set-up keeps, raf's and its peers'.
 
 Runs in the virtualenv ``make bench-peers`` builds (``benchmarks/.peers-venv``:
-agent-framework-core, langchain, pydantic-ai-slim and pydantic-ai-harness from
-PyPI; none is a dependency of raf). The same 120-turn support conversation as
-``bench_cache.py`` (a tool call every third turn, whose result is long), the same
-script of answers and tool calls, the same instructions and tool, through:
+agent-framework-core, langchain, pydantic-ai-slim, pydantic-ai-harness and
+openai-agents from PyPI; none is a dependency of raf). Two conversations, each in one
+run: ``bench_cache.py``'s 120-turn support conversation (a tool call every third turn,
+whose result is about 1,300 characters), and the same with large tool results (3,000 to
+12,000 characters each). The same script of answers and tool calls, the same
+instructions and tool, through raf's set-ups and the peers':
 
-- LangChain ``create_agent`` with ``SummarizationMiddleware`` (trigger at 3,000
-  tokens, keep 2,000), on a scripted chat model; the summarizer is a scripted model
-  too, and its calls are in the row (a user pays for them as well);
-- pydantic-ai with pydantic-ai-harness's ``SlidingWindowCompaction(max_messages=60,
-  keep_messages=40)``, on a ``FunctionModel``;
-- Microsoft Agent Framework with ``CompactionProvider`` running
-  ``TruncationStrategy(max_n=60, compact_to=40)`` after each run on the stored
-  history of an ``InMemoryHistoryProvider(skip_excluded=True)``.
+- LangChain ``create_agent`` with ``SummarizationMiddleware`` (trigger at 3,000 tokens,
+  keep 2,000; its scripted summarizer's calls are in the row), and with
+  ``ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=3000, keep=3)])``, with and
+  without ``clear_at_least=2000``;
+- pydantic-ai with pydantic-ai-harness's ``SlidingWindowCompaction`` (60 -> 40 messages;
+  3,000 -> 2,000 tokens), ``ClearToolResults(keep_pairs=3)`` (with and without
+  ``min_clear_tokens=2000``) and ``ToolOutputLimits()`` (its default bands, spilling to a
+  temporary folder);
+- Microsoft Agent Framework's ``CompactionProvider`` running, after each run,
+  ``TruncationStrategy`` (60 -> 40 messages; 3,000 -> 2,000 tokens by its
+  ``CharacterEstimatorTokenizer``) or ``SelectiveToolCallCompactionStrategy(1)``;
+- OpenAI Agents' ``ToolOutputTrimmer()`` (``agents.extensions``, a
+  ``call_model_input_filter``; its defaults: the last 2 turns whole, older outputs over 500
+  characters cut to a 200-character preview).
 
 Every call a peer makes is turned into raf's messages and serialized exactly as
-``bench_cache.py`` serializes raf's (the OpenAI chat completions body of raf's
-client: its tools, then its messages), so the rows differ only in what each
-framework sends. A peer package or class that is missing is said so, not faked.
+``bench_cache.py`` serializes raf's, so the rows differ only in what each framework
+sends. For each set-up: billed units (characters not served from the cache + a tenth of
+those served), reuse, the context kept (mean characters a call), billed units per kept
+character, and prefix breaks (agent calls that do not begin with the agent's previous
+call). A peer package or class that is missing is said so, not faked; raf's
+``ToolOutputLimit`` rows are a marked hole until it joins this branch.
 
-Targets (issue 31): every raf set-up that bounds the context reuses at least 80 %
-and bills no more than the best peer set-up of the same run.
+Targets (issue 42): for every peer set-up, a raf set-up of comparable context (0.8x to
+1.25x its mean characters a call) bills no more per kept character; raf's defaults lie on
+the frontier (no set-up keeps as much context for fewer units).
 
     benchmarks/.peers-venv/bin/python benchmarks/bench_cache_peers.py [--turns 120]
+        [--json FIGURES.json]   (then: python docs/_frontier_chart.py FIGURES.json)
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,12 +163,16 @@ class Row(Result):
 
 
 def row_of(
-    name: str, bodies: Sequence[str], summary_at: set[int] = frozenset(), *, summaries: bool = True
-) -> Row:  # type: ignore[assignment]
+    name: str,
+    bodies: Sequence[str],
+    summary_at: Collection[int] = frozenset(),
+    *,
+    summaries: bool = True,
+) -> Row:
     shared = cached_prefixes(bodies)
     kept = [n for n in range(len(bodies)) if summaries or n not in summary_at]
     agent = [bodies[n] for n in range(len(bodies)) if n not in summary_at]
-    breaks = sum(1 for a, b in zip(agent, agent[1:]) if not b.startswith(a))
+    breaks = sum(1 for a, b in itertools.pairwise(agent) if not b.startswith(a))
     return Row(
         name,
         len(kept),
@@ -435,8 +453,8 @@ def openai_agents(recorder: Recorder) -> Turn:
                 text = content if isinstance(content, str) else "".join(
                     part.get("text", "") for part in content
                 )  # fmt: skip
-                role = data["role"]
-                out.append(ChatMessage.user(text) if role == "user" else ChatMessage.assistant(text))
+                user = data["role"] == "user"
+                out.append(ChatMessage.user(text) if user else ChatMessage.assistant(text))
             else:
                 raise ValueError(f"an openai-agents input item of type {kind!r}")
         return out
@@ -721,7 +739,7 @@ def main() -> None:
     figures: dict[str, Any] = {}
     for large, title in (
         (False, f"prompt cache reuse, {args.turns}-turn support conversation, raf and its peers"),
-        (True, f"the same with large tool results (3,000 to 12,000 characters each)"),
+        (True, "the same with large tool results (3,000 to 12,000 characters each)"),
     ):
         LARGE["on"] = large
 

@@ -383,7 +383,8 @@ class CompressionProvider(ContextProvider):
     ) -> ContextResult:
         """The compressed history, replacing whatever was injected before."""
         counter = client_counter(agent)
-        cuts = Cuts(None, {}, keeps=False)  # the session's record is read only when a view may cut early
+        # The session's record is read only when a view may cut early.
+        cuts = Cuts(None, {}, keeps=False)
         if (self.cold_after is not None and (self.max_messages or self.max_tokens)) or getattr(
             self.strategy, "cold_after", None
         ) is not None:

@@ -552,7 +552,7 @@ class PostgresSession:
 
     async def record_model_call(self, at: float, cuts: Mapping[str, int]) -> None:
         """Record ``at`` as the last model call's time, ``cuts`` over the kept ones."""
-        await write_last_call(self._store, self._id, at, cuts)
+        await write_last_call(self._store, self._store.sql, self._id, at, cuts)
 
     def _decode(self, seq: int, text: object) -> ChatMessage:
         where = f"{self._store.where}, session {self._id!r}: message {seq}"

@@ -19,7 +19,7 @@ from raf.errors import SessionStoreError
 if TYPE_CHECKING:
     import psycopg
 
-    from raf._sessions.postgres import PostgresSessionStore
+    from raf._sessions.postgres_connection import PostgresConnection
 
 __all__: list[str] = []
 
@@ -36,14 +36,14 @@ WHERE t.session_id = %(id)s AND (s.expires_at IS NULL OR s.expires_at > now())""
 
 
 
-def ensure_table(store: PostgresSessionStore, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+def ensure_table(store: PostgresConnection, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
     """Create the table when the store's database lacks it (a store made before it)."""
     found = conn.execute("SELECT to_regclass(%s)", (f"{store.prefix}_last_calls",)).fetchone()
     if found is None or found[0] is None:
         store.create(conn, [_TABLE.replace("{p}", store.prefix)])
 
 
-async def read_last_call(store: PostgresSessionStore, session_id: str) -> LastModelCall | None:
+async def read_last_call(store: PostgresConnection, session_id: str) -> LastModelCall | None:
     """The session's record, or ``None`` when none was written (or the session expired)."""
     sql = _READ.replace("{p}", store.prefix).encode()
     row = await store.call(
@@ -64,10 +64,14 @@ async def read_last_call(store: PostgresSessionStore, session_id: str) -> LastMo
 
 
 async def write_last_call(
-    store: PostgresSessionStore, session_id: str, at: float, cuts: Mapping[str, int]
+    store: PostgresConnection,
+    sql: Mapping[str, str],
+    session_id: str,
+    at: float,
+    cuts: Mapping[str, int],
 ) -> None:
-    """Record ``at`` and ``cuts`` over the session's row (the session stored, if it was not)."""
-    sql = store.sql
+    """Record ``at`` and ``cuts`` over the session's row (the session stored, if it was not,
+    with the store's own ``sql["expired"]`` and ``sql["upsert"]``)."""
     write = _WRITE.replace("{p}", store.prefix).encode()
     record = json.dumps(dict(cuts), sort_keys=True)
 

@@ -8,10 +8,15 @@ checked here (``cold_after`` then has no effect with it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from raf.testing.conformance import Harness
+
+class Harness(Protocol):
+    """:class:`raf.testing.conformance.Harness`'s shape (that module runs this check)."""
+
+    async def new(self) -> Any: ...
+
+    async def reopen(self, session: Any) -> Any: ...
 
 __all__ = ["check_last_model_call_is_kept"]
 
