@@ -4,7 +4,6 @@
 long history the model sees; :func:`message_units` keeps a tool call with its results.
 """
 
-from raf._providers.clearing import ClearToolResults
 from raf._providers.compression import (
     CompressionStrategy,
     SummaryStrategy,
@@ -16,7 +15,6 @@ from raf._public import say_home as _say_home
 from raf._sessions.tokens import approximate_tokens, message_units
 
 __all__ = [
-    "ClearToolResults",
     "CompressionStrategy",
     "SummaryStrategy",
     "TokenBudgetStrategy",
@@ -26,5 +24,4 @@ __all__ = [
     "message_units",
 ]
 
-# ClearToolResults is raf's own (raf.ClearToolResults), re-exported here with its kin.
-_say_home(__name__, (globals()[n] for n in __all__ if n != "ClearToolResults"))
+_say_home(__name__, (globals()[name] for name in __all__))
