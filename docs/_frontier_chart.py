@@ -9,6 +9,7 @@ set-ups that no other beats (none keeps as much context for fewer units). Plain 
 writes the SVG: no plotting library.
 
     python docs/_frontier_chart.py FIGURES.json [OUT.svg]
+    python docs/_frontier_chart.py FIGURES.json --table   (the tables of the page)
 """
 
 from __future__ import annotations
@@ -122,10 +123,38 @@ def draw(figures: dict[str, Any]) -> str:
     )
 
 
+def tables(figures: dict[str, Any]) -> str:
+    """The figures as the Markdown tables of docs/context-economics.md, numbered as drawn."""
+    out: list[str] = []
+    for name in (n for n in ("support", "large") if n in figures):
+        rows = figures[name]
+        best = {p["name"] for p in frontier([{"name": n, **r} for n, r in rows.items()])}
+        out += [
+            f"**{TITLES[name][0].upper()}{TITLES[name][1:]}**",
+            "",
+            "| # | set-up | billed units | reuse | chars a call | per kept char | breaks |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for number, (setup, row) in enumerate(rows.items(), 1):
+            label = f"raf, `{setup}`" if row["raf"] else setup
+            mark = " ◆" if setup in best else ""
+            out.append(
+                f"| {number} | {label}{mark} | {row['billed'] / 1000:,.0f} k | "
+                f"{row['reuse']:.1%} | {row['mean_chars']:,.0f} | "
+                f"{row['billed'] / row['mean_chars']:.1f} | {row['breaks']} |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
 def main() -> None:
     source = Path(sys.argv[1])
+    figures = json.loads(source.read_text())
+    if sys.argv[2:] == ["--table"]:
+        print(tables(figures))
+        return
     out = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).parent / "images/frontier.svg"
-    out.write_text(draw(json.loads(source.read_text())))
+    out.write_text(draw(figures))
     print(f"wrote {out}")
 
 
