@@ -55,7 +55,7 @@ def checked_step(step: int | None, bound: int, name: str = "step") -> int:
 
     Half the bound, not less: each step re-bills the window once, so a window
     that steps less far steps more often (``benchmarks/bench_cache_peers.py``:
-    at a third, every window bills 12 to 29 % more for the context it keeps).
+    at a third, each window billed 13 to 20 % more for each character it kept).
     """
     if step is None:
         return max(1, bound // 2)
