@@ -84,6 +84,7 @@ if typing.TYPE_CHECKING:
     from raf._middleware.tool_outputs import *
     from raf._observers.replay import *
     from raf._providers.a2a import *
+    from raf._providers.clearing import *
 
     # Its module also holds the strategies, which are raf.compression's.
     from raf._providers.compression import CompressionProvider as CompressionProvider
@@ -117,6 +118,7 @@ __all__ = [
     "ChatMessage",
     "ChatOptions",
     "ChatRequest",
+    "ClearToolResults",
     "Compaction",
     "CompactionMiddleware",
     "CompressionProvider",
@@ -205,6 +207,7 @@ _LATE = {
     "A2AAgentTool": "raf._providers.a2a",
     "AgentSkillsProvider": "raf._providers.skills",
     "AnthropicChatClient": "raf._clients.anthropic",
+    "ClearToolResults": "raf._providers.clearing",
     "CompactionMiddleware": "raf._middleware.compaction",
     "CompressionProvider": "raf._providers.compression",
     "EchoChatClient": "raf._clients.echo",

@@ -22,6 +22,7 @@ from raf._observers.ledger_cost import split_bill
 from raf._onion.observe import Observer
 from raf._values.context import ChatRequest, Invocation, Segments
 from raf._values.messages import AgentResponse, ChatMessage
+from raf._values.placeholders import is_cleared
 from raf._values.prices import Prices, model_of
 from raf._values.protocols import Tool
 from raf._values.spill import CutResult, parse_cut
@@ -80,6 +81,8 @@ class LedgerEntry:
     ``"researcher/searcher"`` for a tool of that agent's), ``None`` for the
     agent's own calls; the prompt of a forked one begins with parts of the
     layer ``"parent"``: the caller's last prompt.
+    ``cleared`` names the tool results this prompt sent as a placeholder
+    (:class:`raf.ClearToolResults`): ``"tool call_id"`` each, in order.
     """
 
     session_id: str | None
@@ -92,6 +95,7 @@ class LedgerEntry:
     cost: Decimal | None = attrs.field(default=None, kw_only=True)
     model: str | None = attrs.field(default=None, kw_only=True)
     agent_tool: str | None = attrs.field(default=None, kw_only=True)
+    cleared: tuple[str, ...] = attrs.field(default=(), kw_only=True)
 
     def tokens_of(self, layer: str) -> int:
         """The tokens ``layer`` put in this prompt, all regions together."""
@@ -241,6 +245,7 @@ class ContextLedger(Observer):
                 cost=cost,
                 model=model,
                 agent_tool="/".join(call.name for call in lineage) or None,
+                cleared=_cleared(request.messages),
             )
         )
 
@@ -253,6 +258,16 @@ class ContextLedger(Observer):
             encoding = getattr(client, "token_encoding", None)
             return counter, encoding if isinstance(encoding, str) else type(client).__name__
         return approximate_prompt_tokens, "approximate"
+
+
+def _cleared(messages: Sequence[ChatMessage]) -> tuple[str, ...]:
+    """The results sent as a placeholder: ``"tool call_id"`` each."""
+    names = {call.id: call.name for m in messages for call in m.tool_calls}
+    return tuple(
+        f"{names.get(m.tool_call_id or '', m.name or 'a tool')} {m.tool_call_id}"
+        for m in messages
+        if is_cleared(m)
+    )
 
 
 def _common_prefix(before: Sequence[Any], now: Sequence[Any]) -> int:
@@ -449,10 +464,11 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             first[part.layer] = min(first.get(part.layer, rank), rank)
     layers = sorted(first, key=first.__getitem__)
     priced = any(entry.cost is not None for entry in calls)
-    money = ["cost"] if priced else []
     tools = any(entry.agent_tool is not None for entry in calls)
+    clearing = any(entry.cleared for entry in calls)
     head = ["call", "session", *(["agent tool"] if tools else []), "input", *layers]
-    head += ["shared", "cached", "broken by", *money]
+    head += ["shared", "cached", *(["cleared"] if clearing else []), "broken by"]
+    head += ["cost"] if priced else []
     rows = [head]
     for number, entry in enumerate(calls, 1):
         broken = entry.broken_by
@@ -465,6 +481,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
                 *(str(entry.tokens_of(layer)) for layer in layers),
                 str(entry.shared_prefix_tokens),
                 "-" if entry.reported_cached_tokens is None else str(entry.reported_cached_tokens),
+                *([str(len(entry.cleared))] if clearing else []),
                 "-" if broken is None else f"{broken.layer} ({broken.region})",
                 *([usd(entry.cost)] if priced else []),
             ]
@@ -478,6 +495,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             *(str(sum(entry.tokens_of(layer) for entry in calls)) for layer in layers),
             str(sum(entry.shared_prefix_tokens for entry in calls)),
             _cached_total(calls),
+            *([""] if clearing else []),
             f"{sum(entry.broken_by is not None for entry in calls)} broken",
             *([_cost_total(calls)] if priced else []),
         ]
@@ -491,6 +509,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
     lines.append(
         f"tokens counted by {counted}; shared: the prefix the session's previous call sent"
     )
+    lines += _batches(calls)
     if priced:
         lines.extend(_cost_by_layer(calls, layers))
     return "\n".join(lines)
@@ -543,6 +562,18 @@ def _cost_by_layer(calls: Sequence[LedgerEntry], layers: Sequence[str]) -> list[
     unpriced = len(calls) - len(priced)
     if unpriced:
         lines.append(f"  {unpriced} calls unpriced (a model of no known price, or no usage)")
+    return lines
+
+
+def _batches(calls: Sequence[LedgerEntry]) -> list[str]:
+    """A line per call that sent more results as a placeholder than its session's last."""
+    lines: list[str] = []
+    before: dict[str | None, set[str]] = {}
+    for number, entry in enumerate(calls, 1):
+        new = [name for name in entry.cleared if name not in before.get(entry.session_id, set())]
+        before[entry.session_id] = set(entry.cleared)
+        if new:
+            lines.append(f"call {number} cleared {len(new)} tool results: {', '.join(new)}")
     return lines
 
 

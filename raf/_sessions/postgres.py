@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -47,6 +47,7 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._sessions.cold import LastModelCall
 from raf._sessions.fork import checked_fork, first_turns
 from raf._sessions.postgres_connection import (
     DEFAULT_TIMEOUT,
@@ -56,6 +57,7 @@ from raf._sessions.postgres_connection import (
     redacted,
 )
 from raf._sessions.postgres_fork import write_fork
+from raf._sessions.postgres_last_call import ensure_table, read_last_call, write_last_call
 from raf._sessions.postgres_spill import read_spilled, write_spilled
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
@@ -236,6 +238,7 @@ class PostgresSessionStore(PostgresConnection):
         found = conn.execute("SELECT to_regclass(%s)", (f"{self.prefix}_once",)).fetchone()
         if found is None or found[0] is None:
             self.create(conn, [statement.replace("{p}", self.prefix) for statement in _SCHEMA])
+        ensure_table(self, conn)
         if self.ttl is not None:
             conn.execute(self.sql["sweep"].encode())
 
@@ -567,6 +570,14 @@ class PostgresSession:
             self._id,
         )
         return {str(digest): float(seen_at) for digest, seen_at in rows}  # type: ignore[arg-type]
+
+    async def last_model_call(self) -> LastModelCall | None:
+        """When the session's last model call ended, and where its bounded views began."""
+        return await read_last_call(self._store, self._id)
+
+    async def record_model_call(self, at: float, cuts: Mapping[str, int]) -> None:
+        """Record ``at`` as the last model call's time, ``cuts`` over the kept ones."""
+        await write_last_call(self._store, self._store.sql, self._id, at, cuts)
 
     def _decode(self, seq: int, text: object) -> ChatMessage:
         where = f"{self._store.where}, session {self._id!r}: message {seq}"

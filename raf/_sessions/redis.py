@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -49,6 +49,7 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._sessions.cold import LastModelCall
 from raf._sessions.fork import checked_fork, first_turns
 from raf._sessions.redis_connection import (
     DEFAULT_TIMEOUT,
@@ -58,6 +59,7 @@ from raf._sessions.redis_connection import (
     redacted,
 )
 from raf._sessions.redis_fork import write_fork
+from raf._sessions.redis_last_call import read_last_call, write_last_call
 from raf._sessions.redis_spill import read_spilled, spilled_key, write_spilled
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
@@ -574,6 +576,14 @@ class RedisSession:
         except FAILURES as exc:
             self._store.fail(exc, "read the request hashes", self._id)
         return {_text(member): float(score) for member, score in pairs}
+
+    async def last_model_call(self) -> LastModelCall | None:
+        """When the session's last model call ended, and where its bounded views began."""
+        return await read_last_call(self._store, self._id)
+
+    async def record_model_call(self, at: float, cuts: Mapping[str, int]) -> None:
+        """Record ``at`` as the last model call's time, ``cuts`` over the kept ones."""
+        await write_last_call(self._store, self._id, at, cuts)
 
     def _decode(self, index: int, entry: bytes | str) -> ChatMessage:
         try:

@@ -33,6 +33,7 @@ from raf._sessions.base import RequestHash, Session
 from raf._sessions.history import HistoryProvider
 from raf._values.carried import Compaction, Reasoning
 from raf._values.messages import ChatMessage, PendingCall, ToolCall
+from raf.testing.conformance_cold import check_last_model_call_is_kept
 
 __all__ = [
     "CHECKS",
@@ -544,6 +545,7 @@ CHECKS: tuple[Check, ...] = (
     check_concurrent_claims_of_one_call_give_it_once,
     check_add_once_writes_once_per_key,
     check_concurrent_add_once_writes_once,
+    check_last_model_call_is_kept,
 )
 
 

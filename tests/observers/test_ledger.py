@@ -11,6 +11,8 @@ import pytest
 from raf import (
     Agent,
     ChatMessage,
+    ClearToolResults,
+    CompressionProvider,
     ContextProvider,
     ContextResult,
     HistoryProvider,
@@ -316,3 +318,30 @@ async def test_each_repair_of_the_transcript_is_a_part_of_its_own() -> None:
     assert entry.input_tokens == approximate_prompt_tokens(sent, [])
     assert entry.tokens_of("repair") == made.tokens
     assert "repair" in ledger.report()
+async def test_cleared_tool_results_are_named_and_each_batch_is_reported() -> None:
+    @tool
+    def search(query: str) -> str:
+        """Search."""
+        return "page " * 2000
+
+    script: list[object] = []
+    for n in range(3):
+        call = ToolCall(f"c{n}", "search", '{"query": "q"}')
+        script += [ScriptedChatClient.tool_turn(call), f"answer {n}"]
+    ledger = ContextLedger()
+    strategy = ClearToolResults(keep_last=1, clear_at_least=0)
+    agent = Agent(
+        ScriptedChatClient(script),
+        tools=[search],
+        stack=[HistoryProvider(inject=False), CompressionProvider(strategy)],
+        observers=[ledger],
+    )
+    session = InMemorySession("s")
+    for n in range(3):
+        await agent.run(f"q{n}", session=session)
+    assert [entry.cleared for entry in ledger.calls] == [
+        (), (), (), (), ("search c0",), ("search c0",)
+    ]
+    report = ledger.report()
+    assert report.splitlines()[0].split()[-4:] == ["cached", "cleared", "broken", "by"]
+    assert report.splitlines()[-1] == "call 5 cleared 1 tool results: search c0"

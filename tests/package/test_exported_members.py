@@ -49,6 +49,7 @@ BEFORE = (
     "ChatProtocolError",
     "ChatRequest",
     "ChatTimeoutError",
+    "ClearToolResults",
     "CompressionError",
     "CompressionProvider",
     "CompressionStrategy",
