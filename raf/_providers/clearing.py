@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 
 import attrs
@@ -11,6 +12,7 @@ from raf._sessions.cold import COLD_AFTER, checked_cold_after, view_start
 from raf._sessions.window import TokenCounter, checked_counter
 from raf._values.messages import ChatMessage
 from raf._values.placeholders import cleared_text
+from raf._values.spill import parse_cut
 
 __all__ = ["ClearToolResults"]
 
@@ -20,9 +22,20 @@ __all__ = ["ClearToolResults"]
 ReadBack = Callable[[ChatMessage], "str | None"]
 
 
-def no_read_back(message: ChatMessage) -> str | None:
-    """No result is spilled (what :class:`ClearToolResults` says until a spill is known)."""
-    return None
+def spilled_read_back(message: ChatMessage) -> str | None:
+    """How to read back the full text of a result :class:`raf.ToolOutputLimit` cut and
+    kept with the session (its marker names the call); ``None`` for any other result.
+
+    The placeholder keeps the ``read_tool_result`` call in its text, so the agent
+    goes on offering the read tool while the placeholder is in view.
+    """
+    cut = parse_cut(message.content)
+    if cut is None or cut.call_id is None:
+        return None
+    return (
+        f"its full text ({cut.total:,} characters) is kept: "
+        f"read_tool_result(call_id={json.dumps(cut.call_id)})"
+    )
 
 
 class ClearToolResults:
@@ -70,7 +83,7 @@ class ClearToolResults:
         exclude: Iterable[str] = (),
         cold_after: float | None = COLD_AFTER,
         counter: TokenCounter | None = None,
-        read_back: ReadBack = no_read_back,
+        read_back: ReadBack = spilled_read_back,
     ) -> None:
         if type(keep_last) is not int or keep_last < 0:
             raise ValueError(

@@ -14,7 +14,9 @@ from raf import (
     CompressionProvider,
     HistoryProvider,
     InMemorySession,
+    ScriptedChatClient,
     ToolCall,
+    ToolOutputLimit,
     tool,
 )
 from raf.compression import check_tool_pairing
@@ -82,6 +84,42 @@ async def test_a_spilled_result_says_how_to_read_it_back() -> None:
         "[tool result cleared: search, call c0, 3000 characters; "
         "read it with read_tool_result(call_id='c0')]"
     )
+
+
+async def test_a_result_tool_output_limit_kept_is_cleared_with_its_read_back_call() -> None:
+    # The two together: the cut result is spilled, cleared later, and still read back.
+    @tool
+    def read_log() -> str:
+        """The build log."""
+        return "\n".join(f"step {n}: " + ("FAILED" if n == 700 else "ok") for n in range(1000))
+
+    find = '{"call_id": "log", "pattern": "FAILED"}'
+    model = ScriptedChatClient(
+        [
+            ScriptedChatClient.tool_turn(ToolCall("log", "read_log", "{}")),
+            "It is long.",
+            ScriptedChatClient.tool_turn(ToolCall("find", "read_tool_result", find)),
+            "Step 700 failed.",
+        ]
+    )
+    clearing = ClearToolResults(keep_last=0, clear_at_least=0, cold_after=None)
+    agent = Agent(
+        model,
+        tools=[read_log],
+        tool_stack=[ToolOutputLimit(400)],
+        stack=[HistoryProvider(), CompressionProvider(clearing)],
+    )
+    session = InMemorySession()
+    await agent.run("Read the log.", session=session)
+    response = await agent.run("Which step failed?", session=session)
+    sent = model.requests[2].messages
+    (placeholder,) = [m for m in sent if m.role == "tool"]
+    assert placeholder.content.startswith("[tool result cleared: read_log, call log, ")
+    assert 'read_tool_result(call_id="log")' in placeholder.content
+    # The read tool is still offered while the placeholder is in view, and it reads.
+    assert "read_tool_result" in [t.name for t in model.requests[2].options.tools]
+    found = [m for m in response.messages if m.role == "tool" and m.tool_call_id == "find"]
+    assert "line 701: step 700: FAILED" in found[0].content
 
 
 @pytest.mark.parametrize(
