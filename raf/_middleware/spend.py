@@ -66,6 +66,7 @@ class Budget:
     from the session, a tenant). A negative ``usd``, an unknown ``per`` or
     ``scope`` is a ``ValueError`` here.
 
+    >>> from datetime import UTC, datetime
     >>> Budget("5", "day").window(datetime(2026, 1, 31, 13, 5, tzinfo=UTC))[1]
     datetime.datetime(2026, 2, 1, 0, 0, tzinfo=datetime.timezone.utc)
     """

@@ -70,7 +70,7 @@ class ClearToolResults:
     >>> from raf import ChatMessage, ToolCall
     >>> call = ChatMessage.assistant(tool_calls=[ToolCall("c1", "search", "{}")])
     >>> history = [call, ChatMessage.tool("c1", "x" * 9000), ChatMessage.user("thanks")]
-    >>> cleared = anyio.run(ClearToolResults(keep_last=0).compress, history)
+    >>> cleared = anyio.run(ClearToolResults(keep_last=0, clear_at_least=0).compress, history)
     >>> cleared[1].content
     '[tool result cleared: search, call c1, 9000 characters]'
     """

@@ -137,6 +137,7 @@ class InMemoryMemories:
     """Memories kept in this process (lost when it ends): for tests and one-process agents.
 
     >>> import anyio
+    >>> from raf._sessions.memories import MemoryRecord, MemoryWrite
     >>> table = InMemoryMemories()
     >>> tea = MemoryRecord("m1", "likes tea", None, 0.0)
     >>> anyio.run(table.write, "alice", MemoryWrite(add=(tea,)))

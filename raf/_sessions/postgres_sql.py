@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["SCHEMA", "STATEMENTS"]
+__all__: list[str] = []
 
 #: The tables, created on first use (``{p}``: the store's prefix).
 SCHEMA: Final = [
