@@ -28,8 +28,10 @@ Every call a peer makes is turned into raf's messages and serialized exactly as
 sends. For each set-up: billed units (characters not served from the cache + a tenth of
 those served), reuse, the context kept (mean characters a call), billed units per kept
 character, and prefix breaks (agent calls that do not begin with the agent's previous
-call). A peer package or class that is missing is said so, not faked; raf's
-``ToolOutputLimit`` rows are a marked hole until it joins this branch.
+call). A peer package or class that is missing is said so, not faked. raf's rows include
+``ToolOutputLimit`` (``Agent(tool_stack=[...])``) alone and with ``ClearToolResults``, the
+match for the harness's ``ToolOutputLimits()``; raf's calls carry the tools raf offers
+(``read_tool_result`` once a cut result is in view), the peers' the bench's one tool.
 
 Targets (issue 42): for every peer set-up, a raf set-up of comparable context (0.8x to
 1.25x its mean characters a call) bills no more per kept character; raf's defaults lie on
@@ -69,6 +71,7 @@ from raf import (  # noqa: E402
     InMemorySession,
     OpenAIChatClient,
     ToolCall,
+    ToolOutputLimit,
     tool,
 )
 from raf.compression import TokenBudgetStrategy, TruncationStrategy  # noqa: E402
@@ -563,7 +566,6 @@ PEERS: dict[str, Callable[[Recorder], Turn]] = {
 }
 
 
-
 async def replay_peer(name: str, turns: int) -> tuple[Row, Row] | str:
     """The peer's row (its summarizer's calls included) and the row of its agent's own
     calls, or why it cannot run."""
@@ -643,9 +645,33 @@ RAF: dict[str, Callable[[], list[Any]]] = {
         lambda: Chain(ClearToolResults(1), TokenBudgetStrategy(6000))
     ),
 }
-#: HOLE: raf.ToolOutputLimit (issue 42 item 1, engineer "outputs") is not in this branch;
-#: its rows (ToolOutputLimit alone, and with ClearToolResults) join when the lead merges it.
-HOLES = ("ToolOutputLimit(max_chars=...)", "ToolOutputLimit(...) + ClearToolResults()")
+#: raf's set-ups with ToolOutputLimit (tool-stack middleware: a result cut once, when it is
+#: produced, so every later call sends the same bytes): the limit and the context stack beside
+#: it. ``ToolOutputLimit(10000, preview_chars=1000)`` is the harness's ``ToolOutputLimits()``
+#: default band (a result over 10,000 characters spilled, a 1,000-character preview kept);
+#: the others keep more of each result, or clear old ones too.
+LIMITED: dict[str, tuple[Callable[[], ToolOutputLimit], Callable[[], list[Any]]]] = {
+    "ToolOutputLimit(10000, preview_chars=1000)": (
+        lambda: ToolOutputLimit(10_000, preview_chars=1_000),
+        RAF["whole history"],
+    ),
+    # Without spilling: no read_tool_result joins the tools at the first cut (a prefix break).
+    "ToolOutputLimit(10000, preview_chars=1000, spill=False)": (
+        lambda: ToolOutputLimit(10_000, preview_chars=1_000, spill=False),
+        RAF["whole history"],
+    ),
+    "ToolOutputLimit(8000)": (lambda: ToolOutputLimit(8_000), RAF["whole history"]),
+    "ToolOutputLimit(6000)": (lambda: ToolOutputLimit(6_000), RAF["whole history"]),
+    "ToolOutputLimit(6000) + ClearToolResults()": (
+        lambda: ToolOutputLimit(6_000),
+        _compressed(ClearToolResults),
+    ),
+    "ToolOutputLimit(4000) + ClearToolResults(keep_last=0, clear_at_least=6000)": (
+        lambda: ToolOutputLimit(4_000),
+        _compressed(lambda: ClearToolResults(0, clear_at_least=6000)),
+    ),
+}
+RAF.update({name: stack for name, (_, stack) in LIMITED.items()})
 #: raf's defaults: what a user gets without choosing a step or a batch.
 DEFAULTS = ("HistoryProvider(max_messages=40)", "TokenBudgetStrategy(3000)", "ClearToolResults()")
 
@@ -658,6 +684,7 @@ async def replay_raf(name: str, turns: int) -> Row:
         instructions=INSTRUCTIONS,
         tools=[large_lookup if LARGE["on"] else bench_cache.lookup_order],
         stack=RAF[name](),
+        tool_stack=[LIMITED[name][0]()] if name in LIMITED else [],
     )
     session = InMemorySession()
     for turn in range(turns):
@@ -677,9 +704,12 @@ def frontier(ours: dict[str, Row], theirs: dict[str, Row]) -> list[tuple[str, bo
             verdicts.append((f"{name}: no raf set-up of comparable context", False))
             continue
         best = min(near, key=lambda r: r.per_kept)
+        # A peer that never breaks the prefix is at the floor for its context: raf matches it.
+        floor = " (never breaks the prefix: the floor)" if not peer.breaks else ""
         verdicts.append(
-            (f"{name}: {peer.per_kept:.1f} per kept char; raf {best.name}: "
-             f"{best.per_kept:.1f} ({best.mean_chars / peer.mean_chars:.2f}x its context)",
+            (f"{name}: {peer.per_kept:.2f} per kept char{floor}; raf {best.name}: "
+             f"{best.per_kept:.2f} ({best.mean_chars / peer.mean_chars:.2f}x its context, "
+             f"{best.breaks} breaks)",
              best.per_kept <= peer.per_kept * 1.0001)
         )  # fmt: skip
     for name in DEFAULTS:
@@ -714,8 +744,6 @@ def table(title: str, ours: dict[str, Row], theirs: dict[str, tuple[Row, Row] | 
             f"{result.billed / 1000:>10,.0f} k  {result.billed / whole:>7.2f}x"
             f"  {result.mean_chars:>10,.0f}  {result.per_kept:>8.1f}  {result.breaks:>6}"
         )
-    for hole in HOLES:
-        print(f"{'raf, ' + hole:<{width}}  HOLE: raf.ToolOutputLimit is engineer outputs' work")
     for name, row in theirs.items():
         if isinstance(row, str):
             print(f"{name:<{width}}  {row}")
