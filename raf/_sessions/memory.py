@@ -19,7 +19,7 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
-from raf._sessions.fork import checked_fork, first_turns
+from raf._sessions.fork import checked_fork, first_turns, spilled_ids
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionExistsError
 
@@ -230,4 +230,7 @@ def fork_into(
     # A list of its own: the messages are frozen, the list is what a session writes.
     target._messages = list(copied)
     target._snapshot = None
+    kept = source._spilled if source is not None else {}
+    # The full results of the copied cut ones (see raf._sessions.fork.carry_spilled).
+    target._spilled.update({i: kept[i] for i in spilled_ids(copied) if i in kept})
     return target
