@@ -18,7 +18,7 @@ from raf._sessions.stores import is_redis_url, open_store
 from raf._values.context import ChatRequest, Invocation
 from raf._values.messages import AgentResponse
 from raf._values.prices import Prices, amount, model_of, nanos
-from raf.errors import BudgetExceeded, ConfigError
+from raf.errors import BudgetExceeded, ConfigError, StreamClosedError
 
 __all__ = ["Budget", "SpendLimits"]
 
@@ -130,7 +130,8 @@ class SpendLimits:
     every post stage run. Once the call has answered, the hold becomes its
     real cost (priced with ``prices`` for the model that answered: a
     fallback's call at its own model's price); a call that failed gives its
-    hold back. Settling runs even when the run is cancelled.
+    hold back. A call cancelled in flight (a streamed reader who hangs up, a
+    timeout) keeps its hold as its cost: it was sent, and the vendor bills it.
 
     ``store`` is where the budgets are counted: ``None``, this process's
     memory (this object's); a session store's URL or file path
@@ -226,6 +227,11 @@ class SpendLimits:
             )
         try:
             response = await call_next(request)
+        except (anyio.get_cancelled_exc_class(), StreamClosedError):
+            # Cancelled in flight (a reader hung up, a timeout): the call was sent and the
+            # vendor bills it, so its hold stands; given back, a caller who hangs up every
+            # call would spend past every budget.
+            raise
         except BaseException as exc:
             try:
                 await _settle(counts, keys, -hold, ends)
@@ -287,7 +293,8 @@ class SpendLimits:
 async def _settle(
     counts: SpendCounts, keys: Sequence[str], delta: int, ends: Sequence[float]
 ) -> None:
-    """Settle a call: shielded (a cancelled run still gives its hold back), boundedly."""
+    """Settle a call: shielded (a run cancelled once its call answered still settles it),
+    boundedly."""
     if delta:
         with anyio.move_on_after(_SETTLE_TIMEOUT, shield=True):
             await counts.settle(keys, delta, ends)

@@ -145,8 +145,10 @@ async def test_a_failed_call_gives_its_hold_back() -> None:
         await agent.run("hi", session=session)
 
 
-async def test_a_cancelled_call_gives_its_hold_back() -> None:
-    limits = SpendLimits([Budget("0.01", "day")], prices=PRICES)
+async def test_a_cancelled_call_keeps_its_hold() -> None:
+    # A call cancelled in flight was sent: the vendor bills it (its input, what it wrote).
+    # Its hold stands, else a caller who hangs up every call would spend without a limit.
+    limits = SpendLimits([Budget("0.01", "day", "agent")], prices=PRICES)
     started = anyio.Event()
 
     async def slow(messages: Sequence[ChatMessage], options: ChatOptions) -> AgentResponse:
@@ -159,7 +161,24 @@ async def test_a_cancelled_call_gives_its_hold_back() -> None:
         group.start_soon(agent.run, "hi")
         await started.wait()
         group.cancel_scope.cancel()
-    assert (await agent.run("hi")).text == "ok"  # $0.01: all of it, given back
+    with pytest.raises(BudgetExceeded):  # $0.01: all of it, held by the cancelled call
+        await agent.run("hi")
+
+
+async def test_a_stream_left_early_keeps_its_calls_hold() -> None:
+    limits = SpendLimits([Budget("0.01", "day", "agent")], prices=PRICES)
+    started = anyio.Event()
+
+    async def slow(messages: Sequence[ChatMessage], options: ChatOptions) -> AgentResponse:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    agent = Agent(client(slow, answer(Usage(10, 0))), chat_stack=[limits])
+    async with agent.stream("hi"):
+        await started.wait()  # the call is in flight; the reader leaves
+    with pytest.raises(BudgetExceeded):
+        await agent.run("hi")
 
 
 async def test_calls_in_flight_hold_their_cost_so_the_budget_is_never_passed() -> None:
