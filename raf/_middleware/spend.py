@@ -53,6 +53,24 @@ def _check_scope(budget: Budget, attribute: Any, value: object) -> None:
         )
 
 
+def _check_name(budget: Budget, attribute: Any, value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(f"Budget: name must be a non-empty str or None, got {value!r}")
+    if value is None and callable(budget.scope) and _lasting_name(budget.scope) is None:
+        raise ValueError(
+            f"Budget: the scope {budget.scope!r} has no name that is the same in every process "
+            "(a lambda, a functools.partial, an object), and the counts are kept under the "
+            'budget\'s name; give it one: Budget(..., name="tenant")'
+        )
+
+
+def _lasting_name(scope: Callable[..., Any]) -> str | None:
+    """A function's qualified name (the same in every process), or ``None``: a lambda's is
+    every lambda's, and a partial or an object has only a repr with its address in it."""
+    name = getattr(scope, "__qualname__", None)
+    return name if isinstance(name, str) and "<lambda>" not in name else None
+
+
 @attrs.frozen(slots=True)
 class Budget:
     """At most ``usd`` dollars per ``per`` (``"minute"``, ``"hour"``, ``"day"``, ``"month"``,
@@ -62,8 +80,11 @@ class Budget:
     (the agent's name), ``"key"`` (the served API key: each caller its own;
     runs not served, and servers without keys, share one) or a function of
     the :class:`raf.Invocation` that returns whose budget it is (a user id
-    from the session, a tenant). A negative ``usd``, an unknown ``per`` or
-    ``scope`` is a ``ValueError`` here.
+    from the session, a tenant). The counts are kept under the scope's name
+    (a function's qualified name): ``name`` gives one, and a function scope
+    without a name that is the same in every process (a lambda, a
+    ``functools.partial``, an object) needs it. A negative ``usd``, an
+    unknown ``per`` or ``scope`` is a ``ValueError`` here.
 
     >>> Budget("5", "day").window(datetime(2026, 1, 31, 13, 5, tzinfo=UTC))[1]
     datetime.datetime(2026, 2, 1, 0, 0, tzinfo=datetime.timezone.utc)
@@ -72,6 +93,8 @@ class Budget:
     usd: Decimal = attrs.field(converter=_usd)
     per: Per = attrs.field(validator=_check_per)
     scope: Scope = attrs.field(default="session", validator=_check_scope)
+    #: The name the counts are kept under (default: the scope's own).
+    name: str | None = attrs.field(default=None, kw_only=True, validator=_check_name)
 
     def window(self, now: datetime) -> tuple[datetime, datetime]:
         """The window ``now`` falls in: its start and its end (UTC)."""
@@ -109,10 +132,12 @@ class Budget:
         return who
 
     def label(self) -> str:
-        """The scope's name in the counts' keys."""
+        """The scope's name in the counts' keys: ``name``, else the scope's own."""
+        if self.name is not None:
+            return self.name
         if isinstance(self.scope, str):
             return self.scope
-        return getattr(self.scope, "__qualname__", None) or repr(self.scope)
+        return _lasting_name(self.scope) or repr(self.scope)  # the validator made it named
 
 
 class SpendLimits:

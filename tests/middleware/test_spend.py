@@ -3,6 +3,7 @@ no room refuses the call before the model sees it, and bad budgets are refused w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -129,6 +130,32 @@ async def test_an_agents_budget_and_a_functions_scope() -> None:
         await agent.run("hi", session=InMemorySession("acme/2"))
     assert caught.value.scope == "acme"
     await agent.run("hi", session=InMemorySession("globex/1"))
+
+
+async def test_a_function_scope_is_counted_under_its_name_the_same_in_every_process() -> None:
+    # The counts' keys hold the scope's name: a named function's qualified name, or name=.
+    def tenant(invocation: Invocation | None) -> str:
+        return "acme"
+
+    assert Budget(1, "day", tenant).label().endswith("<locals>.tenant")
+    assert Budget(1, "day", functools.partial(tenant), name="tenant").label() == "tenant"
+    # Two lambdas are two budgets (named), not one counted twice.
+    by_user = Budget(5, "day", lambda invocation: "alice", name="user")
+    by_org = Budget(50, "day", lambda invocation: "acme", name="org")
+    assert len(SpendLimits([by_user, by_org], prices=PRICES).budgets) == 2
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [
+        lambda invocation: "acme",  # every lambda is '<lambda>': unrelated budgets would merge
+        functools.partial(str),  # its repr holds an address: another in every process
+        type("Tenant", (), {"__call__": lambda self, invocation: "acme"})(),
+    ],
+)
+def test_a_function_scope_without_a_lasting_name_needs_one(scope: Any) -> None:
+    with pytest.raises(ValueError, match="give it one: Budget"):
+        Budget(1, "day", scope)
 
 
 async def test_a_failed_call_gives_its_hold_back() -> None:
