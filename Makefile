@@ -174,12 +174,13 @@ PEERS_VENV := benchmarks/.peers-venv
 $(PEERS_VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(PEERS_VENV)/bin/python -m pip install -q -e . agent-framework-core langchain pydantic-ai-slim pydantic-ai-harness
+	$(PEERS_VENV)/bin/python -m pip install -q -e . agent-framework-core langchain pydantic-ai-slim pydantic-ai-harness openai-agents
 	touch $@
 
 bench-peers: $(PEERS_VENV)/.ready
 	$(PEERS_VENV)/bin/python benchmarks/bench_peers.py
-	$(PEERS_VENV)/bin/python benchmarks/bench_cache_peers.py
+	$(PEERS_VENV)/bin/python benchmarks/bench_cache_peers.py --json benchmarks/frontier.json
+	$(PEERS_VENV)/bin/python docs/_frontier_chart.py benchmarks/frontier.json
 
 # Mermaid's script for the site, from the npm registry (not kept in git): the built site
 # then draws its diagrams offline; without it, the theme takes Mermaid from its CDN.

@@ -12,6 +12,7 @@ import importlib
 import typing
 
 from raf._agent.agent import Agent
+from raf._agent.as_tool import AgentTool
 from raf._agent.streaming import AgentStream
 from raf._agent.tools import FunctionTool, check_tool_arguments, check_tool_schema, tool
 from raf._onion.compose import CallNext, ContextProvider, compose
@@ -20,6 +21,7 @@ from raf._public import say_home as _say_home
 from raf._sessions.base import REQUEST_HASH_LIMIT
 from raf._sessions.history import HistoryProvider
 from raf._sessions.memory import InMemorySession, InMemorySessionStore
+from raf._values.carried import Compaction
 from raf._values.client import ChatClient, StreamingChatClient
 from raf._values.context import (
     AgentLike,
@@ -49,6 +51,7 @@ from raf.errors import (
     AgentError,
     BudgetExceeded,
     ChatClientError,
+    ContextOverflowError,
     GuardrailError,
     OutputError,
     ProviderError,
@@ -65,10 +68,12 @@ if typing.TYPE_CHECKING:
     from raf import observe as observe
     from raf._clients.anthropic import *
     from raf._clients.echo import *
+    from raf._clients.embeddings import *
     from raf._clients.gemini import *
     from raf._clients.openai import *
     from raf._clients.responses import *
     from raf._clients.scripted import *
+    from raf._middleware.compaction import *
     from raf._middleware.fallback import *
     from raf._middleware.guardrails import *
     from raf._middleware.limits import *
@@ -79,13 +84,16 @@ if typing.TYPE_CHECKING:
     from raf._middleware.tool_outputs import *
     from raf._observers.replay import *
     from raf._providers.a2a import *
+    from raf._providers.clearing import *
 
     # Its module also holds the strategies, which are raf.compression's.
     from raf._providers.compression import CompressionProvider as CompressionProvider
     from raf._providers.knowledge import *
     from raf._providers.mcp import *
+    from raf._providers.memory import *
     from raf._providers.skills import *
     from raf._providers.workspace import *
+    from raf._sessions.memories import *
     from raf._sessions.postgres import *
     from raf._sessions.redis import *
     from raf._sessions.sqlite import *
@@ -100,6 +108,7 @@ __all__ = [
     "AgentRunOptions",
     "AgentSkillsProvider",
     "AgentStream",
+    "AgentTool",
     "AnthropicChatClient",
     "Budget",
     "BudgetExceeded",
@@ -109,7 +118,11 @@ __all__ = [
     "ChatMessage",
     "ChatOptions",
     "ChatRequest",
+    "ClearToolResults",
+    "Compaction",
+    "CompactionMiddleware",
     "CompressionProvider",
+    "ContextOverflowError",
     "ContextProvider",
     "ContextProviderLike",
     "ContextResult",
@@ -122,15 +135,18 @@ __all__ = [
     "GuardrailContext",
     "GuardrailError",
     "HistoryProvider",
+    "InMemoryMemories",
     "InMemorySession",
     "InMemorySessionStore",
     "InputGuardrail",
     "Invocation",
     "KnowledgeProvider",
     "LoggingMiddleware",
+    "LongTermMemory",
     "McpToolsProvider",
     "Middleware",
     "OpenAIChatClient",
+    "OpenAIEmbedder",
     "OpenAIResponsesClient",
     "OutputError",
     "OutputGuardrail",
@@ -191,16 +207,21 @@ _LATE = {
     "A2AAgentTool": "raf._providers.a2a",
     "AgentSkillsProvider": "raf._providers.skills",
     "AnthropicChatClient": "raf._clients.anthropic",
+    "ClearToolResults": "raf._providers.clearing",
+    "CompactionMiddleware": "raf._middleware.compaction",
     "CompressionProvider": "raf._providers.compression",
     "EchoChatClient": "raf._clients.echo",
     "FallbackMiddleware": "raf._middleware.fallback",
     "FolderRetriever": "raf._providers.knowledge",
     "GeminiChatClient": "raf._clients.gemini",
+    "InMemoryMemories": "raf._sessions.memories",
     "InputGuardrail": "raf._middleware.guardrails",
     "KnowledgeProvider": "raf._providers.knowledge",
     "LoggingMiddleware": "raf._middleware.logging",
+    "LongTermMemory": "raf._providers.memory",
     "McpToolsProvider": "raf._providers.mcp",
     "OpenAIChatClient": "raf._clients.openai",
+    "OpenAIEmbedder": "raf._clients.embeddings",
     "OpenAIResponsesClient": "raf._clients.responses",
     "OutputGuardrail": "raf._middleware.guardrails",
     "Passage": "raf._providers.knowledge",

@@ -281,7 +281,7 @@ class _Printer:
             if update.text:
                 _write(self.out, update.text)
                 self.open = self.printed = True
-        elif update.kind not in ("usage", "reasoning"):
+        elif update.kind not in ("usage", "reasoning", "compaction"):
             self.end_line()
 
     def end_line(self) -> None:

@@ -12,6 +12,7 @@ The hierarchy (``except`` a branch to catch everything below it)::
     ├── CompressionError              a compression strategy could not compress
     ├── McpError                      an MCP server could not be started or spoken to
     ├── SessionStoreError             a session store cannot be opened or read
+    ├── EmbeddingError                an embedder's vectors cannot be used (count, dimension)
     ├── SessionExistsError            a fork's new id already holds messages (.session_id)
     ├── DurableError                  a run cannot be durable (trio, a memory session, ...)
     ├── OfflineError                  a raf_offline test reached out (also a ConnectionRefusedError)
@@ -34,7 +35,8 @@ The hierarchy (``except`` a branch to catch everything below it)::
         ├── ChatProtocolError         an answer that is not in the protocol
         ├── IncompleteResponseError   the model did not finish its answer (.reason, .partial)
         └── BadRequestError           other HTTP 4xx
-            └── AuthenticationError   HTTP 401/403
+            ├── AuthenticationError   HTTP 401/403
+            └── ContextOverflowError  the prompt is over the model's window (.input_tokens)
 
 A tool's own failure (a :class:`ToolError`, or any exception) and the
 :class:`ToolArgumentsError` / :class:`ToolSchemaError` of a call are told to
@@ -59,8 +61,10 @@ __all__ = [
     "ChatTimeoutError",
     "CompressionError",
     "ConfigError",
+    "ContextOverflowError",
     "ContextResultError",
     "DurableError",
+    "EmbeddingError",
     "GuardrailError",
     "IncompleteResponseError",
     "McpError",
@@ -315,6 +319,11 @@ class SessionStoreError(AgentError):
     """A session store cannot be opened or read (corrupt or foreign data)."""
 
 
+class EmbeddingError(AgentError):
+    """An embedder answered vectors that cannot be used: not one per text, not numbers,
+    or of a dimension other than its earlier ones (a model changed behind the same name)."""
+
+
 class SessionExistsError(AgentError):
     """``store.fork(session_id, new_id)``: ``new_id`` already holds messages; nothing was
     written (a fork never overwrites a session)."""
@@ -512,6 +521,31 @@ class BadRequestError(ChatClientError):
 
 class AuthenticationError(BadRequestError):
     """The credentials were missing or refused (HTTP 401/403)."""
+
+
+class ContextOverflowError(BadRequestError):
+    """The server refused the prompt as longer than the model's context window.
+
+    What each client makes of its server's "too long" answer: OpenAI's
+    ``context_length_exceeded`` (chat completions and Responses), Anthropic's
+    ``prompt is too long``, Gemini's ``INVALID_ARGUMENT`` on the input token count.
+    ``input_tokens`` and ``max_tokens`` are the prompt's size and the window's, in
+    the server's count, when it said them (else ``None``). Not retryable: the same
+    prompt is as long the next time; a shorter one (a new turn, or a compacted
+    history, see :class:`raf.CompactionMiddleware`) goes through.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        input_tokens: int | None = None,
+        max_tokens: int | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        self.input_tokens = input_tokens
+        self.max_tokens = max_tokens
+        super().__init__(message, status_code=status_code)
 
 
 def _short(text: str) -> str:

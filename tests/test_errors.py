@@ -42,6 +42,9 @@ from raf import errors as errors
             datetime(2026, 1, 2, tzinfo=UTC),
             scope="k1",
         ),
+        errors.ContextOverflowError(
+            "too long", input_tokens=130_000, max_tokens=128_000, status_code=400
+        ),
     ],
     ids=lambda e: type(e).__name__,
 )
@@ -82,6 +85,7 @@ def test_the_error_tree() -> None:
         "IncompleteResponseError",
         "BadRequestError",
         "AuthenticationError",
+        "ContextOverflowError",
     }
 
 

@@ -20,9 +20,12 @@ from raf._agent.arguments import (
     stack_keeps_history,
     with_history,
 )
+from raf._agent.as_tool import AgentTool, agent_tool
 from raf._agent.deferred import RunDeferred, wants_approval
+from raf._agent.fork import forked_prompt
 from raf._agent.offers import answered_tools, offering, with_offered
 from raf._agent.output import output_spec, structured_loop
+from raf._agent.repair import Repairs
 from raf._agent.streamed import stream_model
 from raf._agent.streaming import AgentStream
 from raf._agent.tool_loop import ToolStack, index_tools, invoke_tool, run_tool_loop
@@ -91,6 +94,7 @@ class Agent:
     _chat: CallNext[ChatRequest]
     _tool_call: ToolStack
     _offering: tuple[Any, ...]  # the tool-stack items that offer tools of their own
+    _repairs: Repairs  # the transcript repair of its model calls, the last step before each
 
     def __init__(
         self,
@@ -228,6 +232,7 @@ class Agent:
             compose(self._call_model, chat),
             cast("ToolStack", compose(tool_core, (*hooks(watching, "tool_call"), *tool_calls))),
             offerers,
+            Repairs(),
         )
 
     @property
@@ -378,6 +383,23 @@ class Agent:
         )
         return anyio.run(run, backend=backend)
 
+    def as_tool(
+        self, *, name: str | None = None, description: str | None = None, context: str = "isolated"
+    ) -> AgentTool:
+        """This agent as a tool another agent calls: its model writes a task, this agent
+        runs it, and its answer is the call's result (see ``docs/multi-agent.md``).
+
+        ``context="isolated"``: the agent sees only the task; ``"forked"``: its
+        first prompt is the calling agent's last prompt, byte for byte (so a
+        prompt cache serves it), then the task. ``name`` defaults to the
+        agent's name; a name that is not a valid tool name or an unknown
+        ``context`` is a ``ValueError`` here. The child's usage is part of the
+        caller's, its model calls are in the caller's observers (the ledger
+        names them by the tool), and a streamed caller gets its updates as
+        ``"agent"`` updates tagged with the call.
+        """
+        return agent_tool(self, name=name, description=description, context=context)
+
     async def aclose(self) -> None:
         """Close the chat client and every stack item that has ``aclose()``, innermost first."""
         closables = [self.chat_client, *self.tool_stack, *self.chat_stack, *self.stack]
@@ -438,6 +460,11 @@ class Agent:
             session_id=invocation.session.id,
             agent_name=self.name,
         )
+        fork = invocation.run.fork
+        if fork is not None:  # an agent called as a tool, forked: the parent's prompt first
+            messages, chat_options, tool_index = forked_prompt(
+                fork, messages, chat_options, tool_index
+            )
         loop: Callable[..., Awaitable[AgentResponse]] = run_tool_loop
         if output is not None:
             loop = structured_loop(output, options.output_retries)
@@ -458,21 +485,30 @@ class Agent:
         arguments = (call, messages, chat_options, tool_index, options.max_tool_iterations)
         try:
             if on_update is None:
-                return await loop(
+                response = await loop(
                     *arguments, invocation=invocation, tool_stack=self._tool_call, deferred=deferred
                 )
-            # The core of a streamed run is what the run's early close cancels.
-            return await invocation.run.core(
-                loop,
-                *arguments,
-                on_update,
-                invocation=invocation,
-                tool_stack=self._tool_call,
-                deferred=deferred,
-            )
+            else:
+                # The core of a streamed run is what the run's early close cancels.
+                response = await invocation.run.core(
+                    loop,
+                    *arguments,
+                    on_update,
+                    invocation=invocation,
+                    tool_stack=self._tool_call,
+                    deferred=deferred,
+                )
         except BaseException as exc:
             await deferred.settle(exc)  # the calls this run claimed get their answers stored
             raise
+        finally:
+            # The last model call's request holds the invocation, which holds the run: let
+            # go of it, or every run would leave a cycle for the garbage collector.
+            invocation.run.last_call = None
+        run = invocation.run
+        if run.called_usage is not None:  # the agents it called as tools: their usage too
+            response = run.counted(response)
+        return response
 
     def _chat_call(
         self,
@@ -487,13 +523,21 @@ class Agent:
 
     def _call_model(self, request: ChatRequest) -> Awaitable[AgentResponse]:
         # The innermost point of the chat stack: the updates go to the on_update that
-        # the chat middleware passed on (maybe wrapped), so they see them.
-        if request.on_update is None:
-            return self.chat_client.complete(request.messages, request.options)
+        # the chat middleware passed on (maybe wrapped), so they see them. The last step
+        # before the client: the transcript repaired, whatever the history holds.
+        messages = self._repairs(request.messages)
         run = None if request.invocation is None else request.invocation.run
-        return stream_model(
-            self.chat_client, request.messages, request.options, request.on_update, run
-        )
+        if run is not None:
+            # As it goes to the client: what a forked agent tool starts from, byte for byte.
+            sent = (
+                request
+                if messages is request.messages
+                else attrs.evolve(request, messages=messages)
+            )
+            run.last_call = sent
+        if request.on_update is None:
+            return self.chat_client.complete(messages, request.options)
+        return stream_model(self.chat_client, messages, request.options, request.on_update, run)
 
     def __repr__(self) -> str:
         return (

@@ -296,7 +296,12 @@ async def invoke_tool(request: ToolRequest) -> ChatMessage:
     tool, arguments = request.tool, request.arguments
     if not isinstance(tool, FunctionTool):  # a FunctionTool checks its own arguments
         check_tool_arguments(tool, arguments)
-    result = await tool.invoke(arguments)
+    # A tool that needs the run it is called in (an agent as a tool) is given the request.
+    invoke_request = getattr(tool, "invoke_request", None)
+    if invoke_request is not None:
+        result = await invoke_request(request)
+    else:
+        result = await tool.invoke(arguments)
     try:
         text = _as_text(result)
     except _Unwritable:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from raf._clients._overflow import overflow
 from raf._clients._reply import built, json_object, json_type, quote
 from raf._clients._sdk import MAX_QUOTED
-from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
+from raf._values.carried import Compaction, Reasoning
+from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf.errors import (
     ChatClientError,
     ChatConnectionError,
@@ -77,12 +79,14 @@ def _raw(reply: dict[str, Any], where: str) -> Any:
 def read_content(content: Any, where: str, at: str = "content") -> ChatMessage:
     """The assistant message of a reply's ``content`` blocks. Its thinking blocks as they
     came, with their place among the text (``{"type": "text"}``) and the calls
-    (``{"type": "tool_use", "id": ...}``), are its :class:`raf.Reasoning`."""
+    (``{"type": "tool_use", "id": ...}``), are its :class:`raf.Reasoning`; a ``compaction``
+    block its :class:`raf.Compaction`."""
     if not isinstance(content, list):
         raise ChatProtocolError(f"{where}: {at} is {json_type(content)}, not a list")
     texts: list[str] | None = None
     calls: list[ToolCall] = []
     order: list[dict[str, Any]] = []
+    compaction: Compaction | None = None
     for index, block in enumerate(content):
         if not isinstance(block, dict):
             raise ChatProtocolError(f"{where}: {at}[{index}] is {json_type(block)}, not an object")
@@ -96,11 +100,21 @@ def read_content(content: Any, where: str, at: str = "content") -> ChatMessage:
             order.append({"type": "tool_use", "id": calls[-1].id})
         elif kind in THINKING:
             order.append(block)
+        elif kind == "compaction":  # the server compacted what came before this turn
+            compaction = _compaction(block)
         # Other blocks (server tools a run asked for through extra) stay in raw.
     text = None if texts is None else "".join(texts)
     thought = any(block["type"] in THINKING for block in order)
     reasoning = Reasoning(SOURCE, json.dumps(order, separators=(",", ":"))) if thought else None
-    return ChatMessage.assistant(text, tool_calls=calls, reasoning=reasoning)
+    return ChatMessage.assistant(text, tool_calls=calls, reasoning=reasoning, compaction=compaction)
+
+
+def _compaction(block: dict[str, Any]) -> Compaction:
+    """A ``compaction`` block as raf's :class:`raf.Compaction`: the block as it came, and
+    its summary (its ``content``; none when the compaction failed)."""
+    summary = block.get("content")
+    text = json.dumps(block, separators=(",", ":"), ensure_ascii=False)
+    return Compaction(SOURCE, text, summary if isinstance(summary, str) and summary else None)
 
 
 def _str(block: dict[str, Any], key: str, where: str, at: str) -> str:
@@ -175,11 +189,9 @@ def error_from_event(event: dict[str, Any], where: str) -> ChatClientError:
     kind = error.get("type") if isinstance(error, dict) else None
     text = error.get("message") if isinstance(error, dict) else None
     error_class, status = _RETRYABLE.get(str(kind), (ChatClientError, None))
-    return error_class(
-        f"{where}: the server sent an error ({kind:.80}): "
-        f"{text if text else quote(repr(event)):.{MAX_QUOTED}}",
-        status_code=status,
-    )
+    said = f"{where}: the server sent an error ({kind:.80}): "
+    said += f"{text if text else quote(repr(event)):.{MAX_QUOTED}}"
+    return overflow(error, said, status) or error_class(said, status_code=status)
 
 
 class StreamState:
@@ -277,10 +289,17 @@ class StreamState:
             "text_delta": ("text", "text"),
             "thinking_delta": ("thinking", "thinking"),
             "signature_delta": ("signature", "signature"),
+            "compaction_delta": ("content", "content"),
             "input_json_delta": ("partial_json", ""),
         }.get(str(kind), ("", ""))
         if not key:
             return []  # citations and the like: in raw
+        if kind == "compaction_delta":
+            # A summary and its opaque metadata, each as it comes (either may be null).
+            for field in ("content", "encrypted_content"):
+                if isinstance(delta.get(field), str):
+                    block[field] = str(block.get(field) or "") + delta[field]
+            return []
         piece = delta.get(key)
         if not isinstance(piece, str):
             raise ChatProtocolError(f"{self.where}: a {kind}'s {key} is {json_type(piece)}")
@@ -323,6 +342,8 @@ class StreamState:
         updates = [Update.of_tool_call(call, raw=event) for call in message.tool_calls]
         if message.reasoning is not None:
             updates.append(Update.of_reasoning(message.reasoning, raw=event))
+        if message.compaction is not None:
+            updates.append(Update.of_compaction(message.compaction, raw=event))
         if usage is not None:
             updates.append(Update.of_usage(usage, raw=event))
         return updates

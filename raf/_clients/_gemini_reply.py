@@ -13,9 +13,11 @@ from typing import Any, Final
 import httpx2
 from google.genai import errors, types
 
+from raf._clients._overflow import overflow
 from raf._clients._reply import json_type
 from raf._clients._sdk import MAX_QUOTED, RETRY_AFTER_MAX, error_from_http, retry_after_seconds
-from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
+from raf._values.carried import Reasoning
+from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf.errors import (
     AuthenticationError,
     BadRequestError,
@@ -45,11 +47,19 @@ def call_name(model: str) -> str:
     return f"Gemini generateContent (model {model!r})"
 
 
+def _error_object(details: Any) -> Any:
+    """The ``error`` object of a Google error body (``[{"error": ...}]`` on a stream)."""
+    if isinstance(details, list) and details:
+        details = details[0]
+    return details.get("error") if isinstance(details, dict) else None
+
+
 def error_from_genai(exc: Exception, where: str) -> ChatClientError:
     """The :class:`raf.ChatClientError` for an error of the google-genai SDK (an
     ``APIError`` with Google's ``code``, ``status`` and ``message``) or of its HTTP
     stack; ``retry_after`` from the reply's ``Retry-After``. A 400 that says the key
-    is not valid (``API_KEY_INVALID``) is an :class:`raf.errors.AuthenticationError`."""
+    is not valid (``API_KEY_INVALID``) is an :class:`raf.errors.AuthenticationError`, one
+    on the input token count a :class:`raf.ContextOverflowError`."""
     if isinstance(exc, errors.APIError) and isinstance(exc.code, int):
         status = exc.code
         text = f"{where} failed with HTTP {status} {exc.status or ''}".rstrip()
@@ -69,6 +79,8 @@ def error_from_genai(exc: Exception, where: str) -> ChatClientError:
             kind = AuthenticationError
         elif status < 400:
             kind = ChatClientError
+        elif (error := overflow(_error_object(exc.details), text, status)) is not None:
+            return error
         return kind(text, status_code=status, retry_after=retry_after)
     if isinstance(exc, httpx2.HTTPError):
         return error_from_http(exc, where)

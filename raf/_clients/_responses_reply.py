@@ -9,8 +9,10 @@ from typing import Any, Final
 
 import attrs
 
+from raf._clients._overflow import overflow
 from raf._clients._reply import built, field, json_object, json_type, objects, quote, tokens
-from raf._values.messages import AgentResponse, ChatMessage, Reasoning, ToolCall, Update, Usage
+from raf._values.carried import Compaction, Reasoning
+from raf._values.messages import AgentResponse, ChatMessage, ToolCall, Update, Usage
 from raf.errors import (
     ChatClientError,
     ChatConnectionError,
@@ -46,6 +48,20 @@ def response_from_reply(
     return AgentResponse((message,), usage, raw)
 
 
+def compaction_from_reply(data: bytes, content_type: str, model: str) -> Compaction:
+    """The compaction item of a ``/responses/compact`` reply (its output's last item), as
+    raf's :class:`raf.Compaction`; a reply without one is a ChatProtocolError."""
+    where = f"OpenAI compaction (model {model!r})"
+    reply = json_object(data, content_type, where, "the reply")
+    output = objects(reply, "output", where)
+    item = output[-1] if output else None
+    if item is None or item.get("type") != "compaction":
+        what = "no output" if item is None else f"a {str(item.get('type'))[:40]!r} item"
+        raise ChatProtocolError(f"{where}: the reply ends with {what}, not a compaction item")
+    field(item, "encrypted_content", str, where, f"output[{len(output) - 1}]")
+    return Compaction(SOURCE, json.dumps(item, separators=(",", ":")))
+
+
 # The status of a reply that is not finished yet (a background response): not an answer.
 _UNFINISHED: Final = ("in_progress", "queued")
 
@@ -59,7 +75,8 @@ def _check_status(
     status = reply.get("status")
     if status == "failed" or (status is None and reply.get("error") is not None):
         code, text = _error_text(reply.get("error"))
-        raise ChatClientError(f"{where}: the response failed{code}: {text}")
+        failed = f"{where}: the response failed{code}: {text}"
+        raise overflow(reply.get("error"), failed, None) or ChatClientError(failed)
     if status == "incomplete":
         details = reply.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, dict) else None
@@ -103,7 +120,8 @@ def _read_response(
 
     The turn's reasoning items, with their place among the text and the calls
     (``{"type": "message"}`` where the text was, ``{"type": "function_call",
-    "call_id": ...}`` for each call), are its :class:`raf.Reasoning`.
+    "call_id": ...}`` for each call), are its :class:`raf.Reasoning`; a compaction
+    item (the server compacted the conversation) its :class:`raf.Compaction`.
     """
     from openai.types.responses import Response
 
@@ -111,6 +129,7 @@ def _read_response(
     refusals: list[str] = []
     calls: list[ToolCall] = []
     order: list[dict[str, Any]] = []
+    compaction: Compaction | None = None
     for n, item in enumerate(objects(reply, "output", where)):
         kind = item.get("type")
         if kind == "message":
@@ -127,6 +146,8 @@ def _read_response(
             order.append({"type": "function_call", "call_id": calls[-1].id})
         elif kind == "reasoning":
             order.append(item)
+        elif kind == "compaction":  # what the server made of the conversation before it
+            compaction = Compaction(SOURCE, json.dumps(item, separators=(",", ":")))
         # Other items (built-in tools a run asked for through extra) stay in raw.
     text = "".join(texts) if texts else None
     if text is None and not calls and refusals:
@@ -135,7 +156,9 @@ def _read_response(
             raise OutputRefusedError(text, model=refused_by)
     thought = any(item.get("type") == "reasoning" for item in order)
     reasoning = Reasoning(SOURCE, json.dumps(order, separators=(",", ":"))) if thought else None
-    message = ChatMessage.assistant(text, tool_calls=calls, reasoning=reasoning)
+    message = ChatMessage.assistant(
+        text, tool_calls=calls, reasoning=reasoning, compaction=compaction
+    )
     return message, _usage(reply, where), built(Response, reply, where)
 
 
@@ -220,8 +243,11 @@ class StreamState:
             )
             raise ChatClientError(f"{where}: the response ended with {kind}")
         if kind == "error":
-            code, text = _error_text(event)
-            raise ChatClientError(f"{where}: the server sent an error event{code}: {text}")
+            # The error's fields at the top (older servers) or nested in "error".
+            nested = event.get("error")
+            code, text = _error_text(nested if isinstance(nested, dict) else event)
+            failed = f"{where}: the server sent an error event{code}: {text}"
+            raise overflow(event, failed, None) or ChatClientError(failed)
         return []  # deltas raf does not stream (reasoning summaries, refusals, ...)
 
     def _completed(self, event: dict[str, Any]) -> list[Update]:
@@ -251,6 +277,8 @@ class StreamState:
         ]
         if message.reasoning is not None:
             updates.append(Update.of_reasoning(message.reasoning, raw=event))
+        if message.compaction is not None:
+            updates.append(Update.of_compaction(message.compaction, raw=event))
         if usage is not None:
             updates.append(Update.of_usage(usage, raw=event))
         self.done = True

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypedDict
 import anyio
 import httpx2
 
+from raf._clients._overflow import overflow
 from raf._values.messages import ChatMessage
 from raf.errors import (
     AuthenticationError,
@@ -319,7 +320,8 @@ def error_from_sdk(exc: Exception, where: str, sdk: ModuleType) -> ChatClientErr
     (``openai`` or ``anthropic``: their errors have the same names).
 
     An HTTP error carries the server's ``Retry-After`` (or ``retry-after-ms``)
-    as ``retry_after`` in seconds.
+    as ``retry_after`` in seconds; a prompt the server found too long is a
+    :class:`raf.ContextOverflowError`.
     """
     if isinstance(exc, sdk.APITimeoutError):
         return ChatTimeoutError(f"{where} timed out: {exc}")
@@ -330,6 +332,9 @@ def error_from_sdk(exc: Exception, where: str, sdk: ModuleType) -> ChatClientErr
         status = exc.status_code
         text = f"{where} failed with HTTP {status}: {exc.message:.{MAX_QUOTED}}"  # an excerpt
         retry_after = retry_after_seconds(exc.response.headers)
+        too_long = overflow(exc.body, text, status) if 400 <= status < 500 else None
+        if too_long is not None:
+            return too_long
         kind = _BY_STATUS.get(status, ServerError if status >= 500 else BadRequestError)
         return kind(text, status_code=status, retry_after=retry_after)
     return ChatClientError(f"{where} failed: {type(exc).__name__}: {exc}")

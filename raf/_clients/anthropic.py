@@ -25,6 +25,7 @@ from raf._clients._sdk import (
     plain,
     sdk_client,
 )
+from raf._values.compacted import for_wire
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.protocols import Tool
@@ -78,6 +79,8 @@ class AnthropicChatClient:
 
     #: The provider, as OpenTelemetry's ``gen_ai.provider.name`` names it.
     provider_name: Final = "anthropic"
+    #: The source of the compaction blocks its server makes (see :class:`raf.Compaction`).
+    compaction_source: Final = SOURCE
 
     def __init__(
         self,
@@ -162,10 +165,14 @@ class AnthropicChatClient:
         ``options.extra`` is applied last: ``timeout``, ``extra_headers``,
         ``extra_query`` and ``extra_body`` as the SDK understands them, any
         other key (``thinking``, ``top_k``, ``stop_sequences``, ...) into the body.
+        A history that holds this wire's compaction is sent from it on; with
+        ``options.compact_threshold`` the body asks the server to compact (see
+        :func:`compacting`).
         """
         where = "AnthropicChatClient"
         schema = options.output_schema
-        system, turns, ends = wire_messages(messages, options.history_end)
+        messages, history_end = for_wire(messages, SOURCE, options.history_end)
+        system, turns, ends = wire_messages(messages, history_end)
         tools = [tool_to_wire(t) for t in options.tools]
         fields = {
             "max_tokens": options.max_tokens or self.max_tokens,
@@ -180,7 +187,7 @@ class AnthropicChatClient:
             else {"format": {"type": "json_schema", "schema": strict_schema(schema)}},
         }
         if self.cache:
-            place_breakpoints(tools, system, turns, ends, options.history_end)
+            place_breakpoints(tools, system, turns, ends, history_end)
         model = options.model or self.model
         body, request_options, extra = new_body(where, model, fields, options.extra)
         for key, value in extra.items():
@@ -190,6 +197,7 @@ class AnthropicChatClient:
                     "the messages are the run's, and stream() is how to stream"
                 )
             body[key] = value
+        compacting(body, request_options, options.compact_threshold, messages)
         if stream:
             body["stream"] = True
         return body["model"], body, request_options
@@ -277,9 +285,61 @@ def _blocks(message: ChatMessage, index: int) -> list[dict[str, Any]]:
     calls = {
         call.id: _tool_use(call.id, call.name, call.arguments, index) for call in message.tool_calls
     }
-    return replayed(
+    return _compaction_block(message, index) + replayed(
         message, index, SOURCE, ("text", "tool_use", "id"), _text(message.content), calls
     )
+
+
+def _compaction_block(message: ChatMessage, index: int) -> list[dict[str, Any]]:
+    """The compaction block an assistant turn carries for this wire, first in its content,
+    as it came (none for another wire's, or none at all)."""
+    compaction = message.compaction
+    if compaction is None or compaction.source != SOURCE:
+        return []
+    try:
+        block = json.loads(compaction.data)
+    except ValueError:
+        block = None
+    if not isinstance(block, dict) or block.get("type") != "compaction":
+        raise BadRequestError(
+            f"messages[{index}]: the compaction (source {SOURCE!r}) is not the JSON object "
+            f"of a compaction block: {compaction.data[:80]!r}"
+        )
+    return [block]
+
+
+#: Anthropic's server-side compaction: its edit, the beta that turns it on, and the
+#: smallest trigger the server takes (input tokens).
+COMPACT_EDIT: Final = "compact_20260112"
+COMPACT_BETA: Final = "compact-2026-01-12"
+MIN_COMPACT_TRIGGER: Final = 50_000
+
+
+def compacting(
+    body: dict[str, Any],
+    request_options: RequestOptions,
+    threshold: int | None,
+    messages: Sequence[ChatMessage],
+) -> None:
+    """Ask the server to compact past ``threshold`` input tokens (the ``compact_20260112``
+    edit, its trigger at least Anthropic's minimum of 50,000), and turn on the beta that
+    a compaction needs, also when the messages only send back one of this wire's
+    (then with the edit at its default trigger, unless ``context_management`` was given).
+    A ``context_management`` in ``options.extra`` is the caller's, kept as it is."""
+    ours = any(m.compaction is not None and m.compaction.source == SOURCE for m in messages)
+    if threshold is None and not ours:
+        return
+    if "context_management" not in body:
+        edit: dict[str, Any] = {"type": COMPACT_EDIT}
+        if threshold is not None:
+            trigger = max(threshold, MIN_COMPACT_TRIGGER)
+            edit["trigger"] = {"type": "input_tokens", "value": trigger}
+        body["context_management"] = {"edits": [edit]}
+    headers = request_options.setdefault("headers", {})
+    named = next((key for key in headers if key.lower() == "anthropic-beta"), "anthropic-beta")
+    betas = [b.strip() for b in str(headers.get(named) or "").split(",") if b.strip()]
+    if COMPACT_BETA not in betas:
+        headers[named] = ",".join([*betas, COMPACT_BETA])
 
 
 def _tool_use(call_id: str, name: str, arguments: str, index: int) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from raf._clients._gemini_reply import (
 )
 from raf._clients._reply import DRAIN_GRACE, Budget, quote
 from raf._clients._sdk import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, plain, tls_context
+from raf._values.compacted import for_wire
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.protocols import Tool
@@ -238,7 +239,8 @@ class GeminiChatClient:
         model = options.model or self.model
         if not isinstance(model, str) or not model:
             raise BadRequestError(f"{where}: model must be a non-empty str, got {model!r}")
-        system, contents = wire_contents(messages, options.history_end)
+        # No compaction of its own: another wire's summary stands in for what it replaced.
+        system, contents = wire_contents(*for_wire(messages, SOURCE, options.history_end))
         fields: dict[str, Any] = {
             "system_instruction": types.Content(parts=system) if system else None,
             "temperature": options.temperature,
@@ -411,7 +413,19 @@ def wire_contents(
             contents[-1].parts = [*(contents[-1].parts or ()), *parts]
         else:
             contents.append(types.Content(role=role, parts=parts))
+    if contents and contents[0].role == "model" and _calls_in(contents[0]):
+        # Gemini takes a turn of function calls only after a user turn (or the function
+        # responses of one): a history cut before its first user message opens with one.
+        contents.insert(0, types.Content(role="user", parts=[types.Part(text=EARLIER)]))
     return system, contents
+
+
+#: The user turn before a history that opens with the model's function calls.
+EARLIER: Final = "(The conversation before this point is not shown.)"
+
+
+def _calls_in(content: types.Content) -> bool:
+    return any(part.function_call is not None for part in content.parts or ())
 
 
 def _function_response(message: ChatMessage, index: int, names: Mapping[str, str]) -> types.Part:

@@ -22,6 +22,7 @@ from raf._clients._sdk import (
     tool_choice,
 )
 from raf._clients._tokens import count_prompt, counted_with
+from raf._values.compacted import for_wire
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.protocols import Tool
@@ -152,8 +153,10 @@ class OpenAIChatClient:
         """
         where = "OpenAIChatClient"
         schema = options.output_schema
+        # No compaction of its own: another wire's summary stands in for what it replaced.
+        sent = for_wire(messages, "openai.chat", None)[0]
         fields = {
-            "messages": [message_to_wire(m, i) for i, m in enumerate(messages)],
+            "messages": [message_to_wire(m, i) for i, m in enumerate(sent)],
             "tools": [tool_to_wire(t) for t in options.tools] or None,
             "temperature": options.temperature,
             "max_tokens": options.max_tokens,

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Self
 
 from raf._clients._reply import replayed, stream_updates
-from raf._clients._responses_reply import SOURCE, StreamState, call_name, response_from_reply
+from raf._clients._responses_reply import (
+    SOURCE,
+    StreamState,
+    call_name,
+    compaction_from_reply,
+    response_from_reply,
+)
 from raf._clients._sdk import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_TIMEOUT,
@@ -21,6 +28,8 @@ from raf._clients._sdk import (
     tool_choice,
 )
 from raf._clients._tokens import count_prompt, counted_with
+from raf._values.carried import Compaction
+from raf._values.compacted import for_wire
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.protocols import Tool
@@ -35,6 +44,8 @@ __all__ = ["OpenAIResponsesClient"]
 # Keys of the body that are the run's own, never an option's.
 _OWN_KEYS: Final = frozenset({"input", "stream", "stream_options"})
 _REASONING_INCLUDE: Final = "reasoning.encrypted_content"
+#: The fields of a compaction input item (the SDK's ``ResponseCompactionItemParamParam``).
+_COMPACTION_INPUT: Final = frozenset({"type", "encrypted_content", "id"})
 
 
 class OpenAIResponsesClient:
@@ -61,6 +72,8 @@ class OpenAIResponsesClient:
 
     #: The provider, as OpenTelemetry's ``gen_ai.provider.name`` names it.
     provider_name: Final = "openai"
+    #: The source of the compaction items its server makes (see :class:`raf.Compaction`).
+    compaction_source: Final = SOURCE
 
     def __init__(
         self,
@@ -121,18 +134,41 @@ class OpenAIResponsesClient:
             async for update in updates:
                 yield update
 
+    async def compact(self, messages: Sequence[ChatMessage], options: ChatOptions) -> Compaction:
+        """Compact the conversation on the server (``POST /responses/compact``): the
+        model, the input items and the ``prompt_cache_key`` a call of ``messages`` with
+        ``options`` sends (so the compaction reads that call's cache; the endpoint takes
+        no tools), and the compaction item of the reply (see :class:`raf.Compaction`).
+        Only the transport options of ``options.extra`` go with it (``timeout``,
+        ``extra_headers``, ``extra_query``); the errors are those of :meth:`complete`.
+        """
+        import openai
+
+        model, sent, request_options = self.request_body(messages, options)
+        keys = ("model", "input", "prompt_cache_key")
+        body = {key: sent[key] for key in keys if key in sent}
+        where = call_name(model)
+        data, content_type = await call(
+            self, openai, "/responses/compact", body, request_options, where
+        )
+        return compaction_from_reply(data, content_type, model)
+
     def request_body(
         self, messages: Sequence[ChatMessage], options: ChatOptions, *, stream: bool = False
     ) -> tuple[str, dict[str, Any], RequestOptions]:
         """The model, the body and the SDK request options of one call, as
         :meth:`raf.OpenAIChatClient.request_body` builds them (``options.extra``
         included; an ``include`` list there is added to raf's own), with the reasoning
-        kept on the assistant messages replayed into their turns.
+        kept on the assistant messages replayed into their turns, the history sent from
+        its last compaction on (see :func:`input_items`), and, with
+        ``options.compact_threshold``, ``context_management`` asking the server to
+        compact past it.
         """
         where = "OpenAIResponsesClient"
         schema = options.output_schema
+        threshold = options.compact_threshold
         fields = {
-            "input": input_items(messages),
+            "input": input_items(for_wire(messages, SOURCE, None)[0]),
             "tools": [tool_to_wire(t) for t in options.tools] or None,
             "temperature": options.temperature,
             "max_output_tokens": options.max_tokens,
@@ -140,6 +176,9 @@ class OpenAIResponsesClient:
             "text": None if schema is None else {"format": text_format(schema)},
             "store": self.store,
             "prompt_cache_key": prompt_cache_key(options),  # extra may name another
+            "context_management": None
+            if threshold is None
+            else [{"type": "compaction", "compact_threshold": threshold}],
         }
         model = options.model or self.model
         body, request_options, extra = new_body(where, model, fields, options.extra)
@@ -205,7 +244,9 @@ def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     API has no message names, so ``name`` is not sent); an assistant's tool
     calls are ``function_call`` items and tool messages ``function_call_output``
     items, joined by ``call_id``. An assistant turn's reasoning items (its
-    ``reasoning`` of source ``"openai.responses"``) go back in their place.
+    ``reasoning`` of source ``"openai.responses"``) go back in their place, and its
+    compaction item (its ``compaction`` of that source) before them: the caller sends
+    a history that holds one from that message on (:func:`for_wire`).
 
     >>> input_items([ChatMessage.user("hi"), ChatMessage.tool("c1", "42")])
     [{'role': 'user', 'content': 'hi'},
@@ -222,7 +263,10 @@ def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
                     "output": message.content or "",
                 }
             )
-        elif role == "assistant" and (message.tool_calls or message.reasoning is not None):
+        elif role == "assistant" and (
+            message.tool_calls or message.reasoning is not None or message.compaction is not None
+        ):
+            items += compaction_item(message, index)
             # Its reasoning items (if they are this wire's) in the order the reply had,
             # today's text where the text was, and its calls.
             calls = {
@@ -234,13 +278,34 @@ def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
                 }
                 for c in message.tool_calls
             }
-            content = message.content if calls else message.content or ""
+            bare = not calls and message.reasoning is None
+            content = message.content if calls or bare else message.content or ""
             text = [] if content is None else [{"role": "assistant", "content": content}]
             kinds = ("message", "function_call", "call_id")
             items += replayed(message, index, SOURCE, kinds, text, calls)
         else:
             items.append({"role": role, "content": message.content or ""})
     return items
+
+
+def compaction_item(message: ChatMessage, index: int) -> list[dict[str, Any]]:
+    """The compaction item an assistant turn carries for this wire, as the input item it
+    is (``type``, ``encrypted_content``, ``id``: what came, less the output's own metadata
+    such as ``created_by``, which an input item does not have); none for another wire's,
+    or none at all."""
+    compaction = message.compaction
+    if compaction is None or compaction.source != SOURCE:
+        return []
+    try:
+        item = json.loads(compaction.data)
+    except ValueError:
+        item = None
+    if not isinstance(item, dict) or item.get("type") != "compaction":
+        raise BadRequestError(
+            f"messages[{index}]: the compaction (source {SOURCE!r}) is not the JSON object "
+            f"of a compaction item: {compaction.data[:80]!r}"
+        )
+    return [{key: value for key, value in item.items() if key in _COMPACTION_INPUT}]
 
 
 def tool_to_wire(tool: Tool) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import attrs
 from raf._config.models import (
     CompressionOptions,
     KnowledgeOptions,
+    LongTermMemoryOptions,
     McpOptions,
     MemoryOptions,
     SkillsOptions,
@@ -36,9 +37,11 @@ from raf._providers.compression import (
 )
 from raf._providers.knowledge import KnowledgeProvider
 from raf._providers.mcp import McpToolsProvider
+from raf._providers.memory import LongTermMemory
 from raf._providers.skills import AgentSkillsProvider
 from raf._providers.workspace import WorkspaceContextProvider
 from raf._sessions.history import HistoryProvider
+from raf._sessions.stores import is_postgres_url, is_redis_url
 from raf.errors import AgentError, ConfigError
 
 if TYPE_CHECKING:
@@ -236,6 +239,20 @@ def _mcp(o: ProviderOptions) -> Any:
     )
 
 
+def _long_term_memory(o: ProviderOptions) -> Any:
+    options = o.parse(LongTermMemoryOptions)
+    url = is_redis_url(options.store) or is_postgres_url(options.store)
+    return LongTermMemory(
+        options.store if url else o.resolve(options.store),
+        namespace=options.namespace,
+        top_k=options.top_k,
+        extract_every=options.extract_every,
+        extractor=o.chat_client,
+        tools=options.tools,
+        name=o.name,
+    )
+
+
 #: The built-in kinds; :func:`register_provider_kind` adds to it.
 PROVIDER_KINDS: dict[str, ProviderFactory] = {
     "memory": _memory,
@@ -245,6 +262,7 @@ PROVIDER_KINDS: dict[str, ProviderFactory] = {
     "knowledge": _knowledge,
     "wiki": _wiki,
     "mcp": _mcp,
+    "long_term_memory": _long_term_memory,
 }
 
 

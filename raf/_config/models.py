@@ -154,6 +154,21 @@ class KnowledgeOptions(_Closed):
     volatile: Flag = True
 
 
+class LongTermMemoryOptions(_Closed):
+    """``kind = "long_term_memory"``: facts kept across sessions (:class:`raf.LongTermMemory`)."""
+
+    store: PathText = Field(
+        description="a SQLite file (a relative path starts at the config's folder), "
+        "or a redis:// or postgresql:// URL"
+    )
+    namespace: Text = Field(description="whose memories (served, each key has its own)")
+    top_k: Count = 5
+    extract_every: Annotated[int, Field(strict=True, ge=0), Expect("an integer >= 0")] = Field(
+        default=1, description="extract memories every N turns of a session; 0: never"
+    )
+    tools: Flag = Field(default=False, description="offer the model remember and forget")
+
+
 class McpOptions(_Closed):
     """``kind = "mcp"``: the tools of an MCP server started as a command."""
 
@@ -213,6 +228,7 @@ BUILTIN_PROVIDER_OPTIONS: dict[str, Any] = {
     "knowledge": KnowledgeOptions,
     "wiki": KnowledgeOptions,
     "mcp": McpOptions,
+    "long_term_memory": LongTermMemoryOptions,
 }
 #: The options type of each built-in ``[[chat_stack]]`` kind.
 BUILTIN_CHAT_STACK_OPTIONS: dict[str, Any] = {"retry": RetryOptions, "logging": LoggingOptions}

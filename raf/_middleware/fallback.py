@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from raf._agent.repair import repaired
 from raf._agent.streamed import Onward, stream_model
 from raf._log import log as _log
 from raf._values.client import ChatClient
@@ -45,8 +46,9 @@ class FallbackMiddleware:
     ``chat_stack``) to retry the primary before falling back, and the
     clients' own retries off. The fallback clients are called directly:
     the chat middleware after this one and the ``model_attempt`` hooks of
-    observers see only the primary's calls. ``await agent.aclose()``
-    closes the fallback clients too.
+    observers see only the primary's calls; each gets the transcript
+    repaired as the agent's own client does (see ``docs/long-running.md``,
+    "Repair"). ``await agent.aclose()`` closes the fallback clients too.
 
     >>> from raf import Agent, EchoChatClient, ScriptedChatClient
     >>> agent = Agent(ScriptedChatClient(), chat_stack=[FallbackMiddleware(EchoChatClient())])
@@ -122,13 +124,12 @@ class FallbackMiddleware:
             )
             failures.append(f"model {failed_model!r} failed: {type(error).__name__}: {error}")
             options = attrs.evolve(request.options, model=model)
+            messages = repaired(request.messages)  # as the agent's core sends its own client's
             try:
                 if request.on_update is None:
-                    response = await client.complete(request.messages, options)
+                    response = await client.complete(messages, options)
                 else:
-                    response = await stream_model(
-                        client, request.messages, options, request.on_update
-                    )
+                    response = await stream_model(client, messages, options, request.on_update)
             except Exception as exc:
                 if sent() or not self.should_fall_back(exc):
                     _notes(exc, failures)

@@ -18,6 +18,7 @@ from raf._sessions.stores import is_redis_url, open_store
 from raf._values.context import ChatRequest, Invocation
 from raf._values.messages import AgentResponse
 from raf._values.prices import Prices, amount, model_of, nanos
+from raf._values.run import KEY_SCOPE
 from raf.errors import BudgetExceeded, ConfigError, StreamClosedError
 
 __all__ = ["Budget", "SpendLimits"]
@@ -30,7 +31,7 @@ Scope = Literal["session", "agent", "key"] | Callable[[Invocation | None], str]
 _PERS: Final = ("minute", "hour", "day", "month")
 _SCOPES: Final = ("session", "agent", "key")
 #: Where a served route puts the caller's key scope for the run (``Run.state``).
-SERVED_KEY: Final = "raf.serve.key"
+SERVED_KEY: Final = KEY_SCOPE  # one key for every reader of the served key scope
 #: How long settling a call may take once its caller is cancelled (it runs shielded).
 _SETTLE_TIMEOUT: Final = 10.0
 _NANO: Final = Decimal(1_000_000_000)

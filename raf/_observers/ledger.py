@@ -5,7 +5,8 @@ price, so a call's cost depends on how far it extends the previous one. The
 ledger cuts each prompt into the parts raf assembled (tools, system message,
 history, tail, request, the tool loop's turns, each by the layer that
 contributed it), counts their tokens, and compares the prompt with the
-previous call of the same session.
+previous call of the same session. A prompt the core repairs before sending
+(``raf._agent.repair``) is recorded as sent, each repair a part of its own.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Any, Literal
 
 import attrs
 
+from raf._agent.repair import repair
 from raf._observers.ledger_cost import split_bill
 from raf._onion.observe import Observer
 from raf._values.context import ChatRequest, Invocation, Segments
 from raf._values.messages import AgentResponse, ChatMessage
+from raf._values.placeholders import is_cleared
 from raf._values.prices import Prices, model_of
 from raf._values.protocols import Tool
 from raf._values.spill import CutResult, parse_cut
@@ -41,9 +44,12 @@ _MOVING: frozenset[str] = frozenset({"tail", "request", "loop"})
 class LedgerPart:
     """One layer's tokens in one region of a prompt.
 
-    ``layer`` is a provider's name, ``"agent"``, ``"request"`` or
-    ``"tool loop"``; ``region`` one of ``"tools"``, ``"system"``,
-    ``"history"``, ``"tail"``, ``"request"``, ``"loop"``. ``cost`` is its
+    ``layer`` is a provider's name, ``"agent"``, ``"request"``,
+    ``"tool loop"`` or ``"repair"``; ``region`` one of ``"tools"``,
+    ``"system"``, ``"history"``, ``"tail"``, ``"request"``, ``"loop"``.
+    A ``"repair"`` part is what the core's transcript repair changed where it
+    sits: the results it made for calls that had none (their tokens), or a
+    result it left out (0 tokens: it is not sent). ``cost`` is its
     share of the call's input bill in USD (its cached tokens at the cached
     price, its cache writes at the write price): ``None`` when the model's
     price is unknown or the call reported no usage.
@@ -70,6 +76,13 @@ class LedgerEntry:
     ``cost`` is the call's whole bill in USD (the parts' shares of its input,
     and its output), priced for ``model``, the model that answered: ``None``
     when its price is unknown or the call reported no usage.
+    ``agent_tool`` names the agent tool whose run made the call (an agent
+    called as another's tool, ``agent.as_tool()``: ``"researcher"``, or
+    ``"researcher/searcher"`` for a tool of that agent's), ``None`` for the
+    agent's own calls; the prompt of a forked one begins with parts of the
+    layer ``"parent"``: the caller's last prompt.
+    ``cleared`` names the tool results this prompt sent as a placeholder
+    (:class:`raf.ClearToolResults`): ``"tool call_id"`` each, in order.
     """
 
     session_id: str | None
@@ -81,6 +94,8 @@ class LedgerEntry:
     reported_cached_tokens: int | None
     cost: Decimal | None = attrs.field(default=None, kw_only=True)
     model: str | None = attrs.field(default=None, kw_only=True)
+    agent_tool: str | None = attrs.field(default=None, kw_only=True)
+    cleared: tuple[str, ...] = attrs.field(default=(), kw_only=True)
 
     def tokens_of(self, layer: str) -> int:
         """The tokens ``layer`` put in this prompt, all regions together."""
@@ -94,14 +109,21 @@ class _Piece:
 
     layer: str
     region: Region
-    content: Any  # a Tool, a ChatMessage, or a str of a system message
+    content: Any  # a Tool, a ChatMessage, a str of a system message, or a _LeftOut
     slot: int = -1  # the message a text belongs to; -1: a tool or a whole message
 
     def key(self) -> Any:
-        if isinstance(self.content, (ChatMessage, str)):
+        if isinstance(self.content, (ChatMessage, str, _LeftOut)):
             return self.content
         tool = self.content
         return ("tool", tool.name, tool.description, repr(tool.parameters))
+
+
+@attrs.frozen(slots=True)
+class _LeftOut:
+    """A message the repair left out: a piece of the ledger, none of the prompt."""
+
+    message: ChatMessage
 
 
 @attrs.frozen(slots=True)
@@ -139,6 +161,9 @@ class ContextLedger(Observer):
 
     __slots__ = ("_count_tokens", "_cut", "_seen", "calls", "prices")
 
+    #: The calls of the agents the agent calls as tools are recorded too (``agent_tool``).
+    watches_agent_tools = True
+
     def __init__(
         self, *, count_tokens: PromptCounter | None = None, prices: Prices | None = None
     ) -> None:
@@ -151,7 +176,9 @@ class ContextLedger(Observer):
         self.prices = Prices() if prices is None else prices
         #: One entry per model call, in order.
         self.calls: list[LedgerEntry] = []
-        self._seen: dict[str | None, _Seen] = {}
+        # By session and the calls that started the run (an agent called as a tool): a
+        # child is compared with its own previous call, a forked one first with its parent's.
+        self._seen: dict[tuple[str | None, tuple[str, ...]], _Seen] = {}
         # Tool call id -> (the model call that first sent it, its tool, what its marker says).
         self._cut: dict[str, tuple[int, str | None, CutResult]] = {}
 
@@ -174,10 +201,15 @@ class ContextLedger(Observer):
         return report(self.calls) + _cut_lines(self._cut)
 
     def _record(self, request: ChatRequest, response: AgentResponse | None) -> None:
-        pieces = list(_pieces(request))
+        pieces = _repaired(list(_pieces(request)), request.messages)
         count, counted_by = self._counter(request.invocation)
         session = request.options.session_id
-        previous = self._seen.get(session)
+        run = None if request.invocation is None else request.invocation.run
+        lineage = () if run is None else run.lineage
+        key = (session, tuple(call.id for call in lineage))
+        previous = self._seen.get(key)
+        if previous is None and run is not None and run.fork is not None:
+            previous = self._seen.get((session, key[1][:-1]))  # the parent's last call
         keys = tuple(piece.key() for piece in pieces)
         shared = 0 if previous is None else _common_prefix(previous.keys, keys)
         marks, parts = _parts(pieces, count)
@@ -185,7 +217,7 @@ class ContextLedger(Observer):
         if previous is not None and shared < previous.stable_end and parts:
             broken_at = _part_at(marks, shared) if shared < len(pieces) else len(parts) - 1
         stable_end = next((i for i, p in enumerate(pieces) if p.region in _MOVING), len(pieces))
-        self._seen[session] = _Seen(keys, stable_end)
+        self._seen[key] = _Seen(keys, stable_end)
         usage = response.usage if response is not None else None
         for message in request.messages:
             if message.role == "tool" and message.tool_call_id not in self._cut:
@@ -212,6 +244,8 @@ class ContextLedger(Observer):
                 None if usage is None else usage.cached_input_tokens,
                 cost=cost,
                 model=model,
+                agent_tool="/".join(call.name for call in lineage) or None,
+                cleared=_cleared(request.messages),
             )
         )
 
@@ -224,6 +258,16 @@ class ContextLedger(Observer):
             encoding = getattr(client, "token_encoding", None)
             return counter, encoding if isinstance(encoding, str) else type(client).__name__
         return approximate_prompt_tokens, "approximate"
+
+
+def _cleared(messages: Sequence[ChatMessage]) -> tuple[str, ...]:
+    """The results sent as a placeholder: ``"tool call_id"`` each."""
+    names = {call.id: call.name for m in messages for call in m.tool_calls}
+    return tuple(
+        f"{names.get(m.tool_call_id or '', m.name or 'a tool')} {m.tool_call_id}"
+        for m in messages
+        if is_cleared(m)
+    )
 
 
 def _common_prefix(before: Sequence[Any], now: Sequence[Any]) -> int:
@@ -239,12 +283,18 @@ def _parts(
     pieces: Sequence[_Piece], count: PromptCounter
 ) -> tuple[list[int], tuple[LedgerPart, ...]]:
     """The pieces in runs of one layer and region, each counted as the tokens its end adds
-    to the prompt (so the parts add up to the whole count); the runs' starting pieces."""
+    to the prompt (so the parts add up to the whole count); the runs' starting pieces.
+    Each repair is a run of its own."""
     marks: list[int] = []
     for index, piece in enumerate(pieces):
-        if not marks or (piece.layer, piece.region) != (
-            pieces[index - 1].layer,
-            pieces[index - 1].region,
+        if (
+            not marks
+            or piece.layer == "repair"
+            or (piece.layer, piece.region)
+            != (
+                pieces[index - 1].layer,
+                pieces[index - 1].region,
+            )
         ):
             marks.append(index)
     parts: list[LedgerPart] = []
@@ -280,6 +330,8 @@ def _prompt(pieces: Sequence[_Piece]) -> tuple[list[ChatMessage], list[Tool]]:
             texts = []
         if isinstance(piece.content, ChatMessage):
             messages.append(piece.content)
+        elif isinstance(piece.content, _LeftOut):
+            continue  # not sent
         elif isinstance(piece.content, str):
             texts.append(piece.content)
             slot = piece.slot
@@ -298,11 +350,26 @@ def _pieces(request: ChatRequest) -> Iterator[_Piece]:
         yield from (_Piece("agent", "tools", tool) for tool in tools)
         yield from (_Piece("request", "request", message) for message in messages)
         return
+    fork = invocation.run.fork
+    if fork is None:
+        yield from _own_pieces(invocation, tools, messages)
+        return
+    # A forked child's prompt: its parent's last prompt first, then its own.
+    parent_tools, parent_messages = len(fork.options.tools), len(fork.messages)
+    for piece in _pieces(fork):
+        yield attrs.evolve(piece, layer="parent")
+    yield from _own_pieces(invocation, tools[parent_tools:], messages[parent_messages:])
+
+
+def _own_pieces(
+    invocation: Invocation, tools: Sequence[Tool], messages: Sequence[ChatMessage]
+) -> Iterator[_Piece]:
+    """A prompt assembled by one run's agent: its tools and messages, by layer."""
     agent = invocation.agent
-    own_tools = len(agent.tools) if agent is not None else 0
-    tool_layers = ("agent",) * own_tools + invocation.tool_sources
-    for index, tool in enumerate(tools):
-        yield _Piece(tool_layers[index] if index < len(tool_layers) else "agent", "tools", tool)
+    layers = {tool.name: "agent" for tool in agent.tools} if agent is not None else {}
+    layers.update(zip((t.name for t in invocation.tools), invocation.tool_sources, strict=False))
+    for tool in tools:
+        yield _Piece(layers.get(tool.name, "agent"), "tools", tool)
     at = 0
     own = agent.instructions if agent is not None else None
     texts = ((("agent", own),) if own else ()) + tuple(
@@ -324,6 +391,42 @@ def _pieces(request: ChatRequest) -> Iterator[_Piece]:
     end = at + len(invocation.request_messages)
     yield from (_Piece("request", "request", message) for message in messages[at:end])
     yield from (_Piece("tool loop", "loop", message) for message in messages[end:])
+
+
+def _repaired(pieces: list[_Piece], messages: Sequence[ChatMessage]) -> list[_Piece]:
+    """``pieces`` of the prompt the core sends: as they are when ``messages`` need no
+    repair, else each message's pieces in its repaired place, and a ``"repair"`` piece for
+    each result the repair made (where its call is) and each message it left out (where
+    it was); see :mod:`raf._agent.repair`."""
+    fixed = repair(messages)
+    if fixed is None:
+        return pieces
+    tools = [piece for piece in pieces if piece.region == "tools"]
+    # Each message's pieces (a system message of several contributors is several).
+    of_message: list[list[_Piece]] = [[] for _ in messages]
+    at = -1
+    for piece in pieces[len(tools) :]:
+        at = piece.slot if piece.slot >= 0 else at + 1
+        of_message[at].append(piece)
+    for index, message in enumerate(messages):  # a message no region claimed: the request's
+        of_message[index] = of_message[index] or [_Piece("request", "request", message)]
+    repaired = tools
+    left = list(fixed.left_out)
+    region: Region = "history"
+    for message, source in zip(fixed.messages, fixed.sources, strict=True):
+        if source < 0:  # a result the repair made, in its call's region
+            repaired.append(_Piece("repair", region, message))
+            continue
+        while left and left[0] < source:
+            repaired.append(_left_out(of_message[left[0]][0], messages[left.pop(0)]))
+        repaired += of_message[source]
+        region = of_message[source][-1].region
+    repaired += (_left_out(of_message[index][0], messages[index]) for index in left)
+    return repaired
+
+
+def _left_out(piece: _Piece, message: ChatMessage) -> _Piece:
+    return _Piece("repair", piece.region, _LeftOut(message))
 
 
 def _texts(
@@ -361,8 +464,11 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             first[part.layer] = min(first.get(part.layer, rank), rank)
     layers = sorted(first, key=first.__getitem__)
     priced = any(entry.cost is not None for entry in calls)
-    money = ["cost"] if priced else []
-    head = ["call", "session", "input", *layers, "shared", "cached", "broken by", *money]
+    tools = any(entry.agent_tool is not None for entry in calls)
+    clearing = any(entry.cleared for entry in calls)
+    head = ["call", "session", *(["agent tool"] if tools else []), "input", *layers]
+    head += ["shared", "cached", *(["cleared"] if clearing else []), "broken by"]
+    head += ["cost"] if priced else []
     rows = [head]
     for number, entry in enumerate(calls, 1):
         broken = entry.broken_by
@@ -370,10 +476,12 @@ def report(calls: Sequence[LedgerEntry]) -> str:
             [
                 str(number),
                 (entry.session_id or "-")[:12],
+                *([entry.agent_tool or "-"] if tools else []),
                 str(entry.input_tokens),
                 *(str(entry.tokens_of(layer)) for layer in layers),
                 str(entry.shared_prefix_tokens),
                 "-" if entry.reported_cached_tokens is None else str(entry.reported_cached_tokens),
+                *([str(len(entry.cleared))] if clearing else []),
                 "-" if broken is None else f"{broken.layer} ({broken.region})",
                 *([usd(entry.cost)] if priced else []),
             ]
@@ -382,10 +490,12 @@ def report(calls: Sequence[LedgerEntry]) -> str:
         [
             "all",
             "",
+            *([""] if tools else []),
             str(sum(entry.input_tokens for entry in calls)),
             *(str(sum(entry.tokens_of(layer) for entry in calls)) for layer in layers),
             str(sum(entry.shared_prefix_tokens for entry in calls)),
             _cached_total(calls),
+            *([""] if clearing else []),
             f"{sum(entry.broken_by is not None for entry in calls)} broken",
             *([_cost_total(calls)] if priced else []),
         ]
@@ -399,6 +509,7 @@ def report(calls: Sequence[LedgerEntry]) -> str:
     lines.append(
         f"tokens counted by {counted}; shared: the prefix the session's previous call sent"
     )
+    lines += _batches(calls)
     if priced:
         lines.extend(_cost_by_layer(calls, layers))
     return "\n".join(lines)
@@ -451,6 +562,18 @@ def _cost_by_layer(calls: Sequence[LedgerEntry], layers: Sequence[str]) -> list[
     unpriced = len(calls) - len(priced)
     if unpriced:
         lines.append(f"  {unpriced} calls unpriced (a model of no known price, or no usage)")
+    return lines
+
+
+def _batches(calls: Sequence[LedgerEntry]) -> list[str]:
+    """A line per call that sent more results as a placeholder than its session's last."""
+    lines: list[str] = []
+    before: dict[str | None, set[str]] = {}
+    for number, entry in enumerate(calls, 1):
+        new = [name for name in entry.cleared if name not in before.get(entry.session_id, set())]
+        before[entry.session_id] = set(entry.cleared)
+        if new:
+            lines.append(f"call {number} cleared {len(new)} tool results: {', '.join(new)}")
     return lines
 
 

@@ -86,8 +86,10 @@ class ContextProvider:
 
 @runtime_checkable
 class GroupLike(Protocol):
-    """A :func:`raf.parallel` group: it builds its own layer from this module's parts
-    (named by what it does, as ``raf._onion.parallel`` imports this module)."""
+    """A stack item that builds its own layer from this module's parts: a
+    :func:`raf.parallel` group, or a :class:`raf.LongTermMemory`, whose stages need the
+    run's namespace first (named by what it does, as ``raf._onion.parallel`` imports
+    this module)."""
 
     def build_layer(
         self, call_next: CompleteInvocation, *, where: str, post_timeout: float, observers: Any

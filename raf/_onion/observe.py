@@ -98,6 +98,11 @@ class Observer:
     #: Whether ``provider_stage`` also wraps the post stages that providers inherit from
     #: :class:`raf.ContextProvider`: they do nothing, and raf skips them for the others.
     inherited_post_stages: ClassVar[bool] = False
+    #: Whether the observer also watches the runs of the agents its agent calls as tools
+    #: (``agent.as_tool()``): its hooks then wrap those runs too (the context ledger does).
+    #: Off by default: an observer made for one agent (raf.otel's) would name the child's
+    #: work as its own; an instrumented child draws its own spans, nested in the caller's.
+    watches_agent_tools: ClassVar[bool] = False
 
     async def run(
         self, invocation: Invocation, call_next: Callable[[Invocation], Awaitable[AgentResponse]]

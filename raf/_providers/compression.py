@@ -6,8 +6,18 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from raf._agent.repair import split_by
 from raf._onion.compose import ContextProvider
 from raf._sessions.base import Session
+from raf._sessions.cold import (
+    COLD_AFTER,
+    CUTS,
+    Cuts,
+    checked_cold_after,
+    keep_cuts,
+    read_cuts,
+    view_start,
+)
 from raf._sessions.tokens import approximate_tokens, message_units
 from raf._sessions.waiting import waiting_turn
 from raf._sessions.window import (
@@ -15,6 +25,7 @@ from raf._sessions.window import (
     checked_counter,
     checked_step,
     client_counter,
+    low_start,
     past_results,
     read_window,
     stepped_start,
@@ -23,7 +34,7 @@ from raf._sessions.window import (
     window_steps,
 )
 from raf._values.context import ContextResult
-from raf._values.messages import ChatMessage, checked_messages
+from raf._values.messages import AgentResponse, ChatMessage, checked_messages
 from raf._values.options import AgentRunOptions, ChatOptions
 from raf.errors import CompressionError
 
@@ -101,11 +112,17 @@ class TruncationStrategy:
 
     The first kept message stays where it is while the history grows, until
     one more would exceed ``keep_last``; then the cut jumps forward by
-    ``step`` messages (by default a third of ``keep_last``), so a model
+    ``step`` messages (by default half of ``keep_last``), so a model
     provider's prompt cache serves the calls in between. The cut is a pure
     function of the history (see :func:`raf._sessions.window.stepped_start`)
     and drops whole units only (see :func:`message_units`): a tool call
     group is kept with all its results or not at all.
+
+    ``cold_after`` (seconds; ``None`` never): under a
+    :class:`CompressionProvider`, when the session's last model call is
+    older than that (the provider's cache has expired, so the next call is
+    billed in full anyway), the cut due next is made now: the history is cut
+    to ``keep_last - step`` messages. ``0`` treats every call as cold.
 
     >>> import anyio
     >>> from raf import ChatMessage
@@ -116,22 +133,36 @@ class TruncationStrategy:
     ['3', '4']
     """
 
-    def __init__(self, keep_last: int, *, step: int | None = None) -> None:
+    def __init__(
+        self, keep_last: int, *, step: int | None = None, cold_after: float | None = COLD_AFTER
+    ) -> None:
         _check_positive("keep_last", keep_last)
         self.keep_last = keep_last
         self.step = checked_step(step, keep_last)
+        self.cold_after = checked_cold_after(cold_after)
 
     async def compress(self, messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
         """The whole units from the stepped cut on: at most ``keep_last`` messages."""
-        return whole_units(messages[_message_cut(messages, self.keep_last, self.step) :])
+        cut = _message_cut(messages, self.keep_last, self.step, self.cold_after)
+        return whole_units(messages[cut:])
 
     def __repr__(self) -> str:
         return f"TruncationStrategy(keep_last={self.keep_last}, step={self.step})"
 
 
-def _message_cut(messages: Sequence[ChatMessage], bound: int, step: int) -> int:
+def _message_cut(
+    messages: Sequence[ChatMessage], bound: int, step: int, cold_after: float | None
+) -> int:
     """Where a message window over ``messages`` starts, moved past tool results."""
-    return past_results(messages, stepped_start(len(messages), bound, step))
+    total = len(messages)
+    start = view_start(
+        "cut",
+        stepped_start(total, bound, step),
+        low_start(total, bound, step),
+        cold_after=cold_after,
+        limit=total,
+    )
+    return past_results(messages, start)
 
 
 class TokenBudgetStrategy:
@@ -142,10 +173,11 @@ class TokenBudgetStrategy:
     one (under :class:`CompressionProvider`), else with
     :func:`approximate_tokens`, a rough estimate. The cut stays put while
     the kept messages fit and jumps forward by ``step`` tokens (by default
-    a third of ``max_tokens``) when they would not, as
+    half of ``max_tokens``) when they would not, as
     :class:`TruncationStrategy`'s does by messages; it counts every message
     it is given, so give :class:`CompressionProvider` a ``max_messages`` to
-    bound that over a long history. Whole units only.
+    bound that over a long history. Whole units only. ``cold_after`` as
+    :class:`TruncationStrategy`'s: a cold call cuts to ``max_tokens - step``.
     """
 
     def __init__(
@@ -154,16 +186,22 @@ class TokenBudgetStrategy:
         counter: TokenCounter | None = None,
         *,
         step: int | None = None,
+        cold_after: float | None = COLD_AFTER,
     ) -> None:
         _check_positive("max_tokens", max_tokens)
         self.max_tokens = max_tokens
         self.counter = checked_counter(counter, "counter")
         self.step = checked_step(step, max_tokens)
+        self.cold_after = checked_cold_after(cold_after)
 
     async def compress(self, messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
         """The whole units from the stepped cut on: at most ``max_tokens`` tokens."""
         counter = self.counter or _AGENT_COUNTER.get()
-        start = token_start(messages, self.max_tokens, self.step, counter)
+
+        def cut(stepped: int, due_next: int, limit: int) -> int:
+            return view_start("cut", stepped, due_next, cold_after=self.cold_after, limit=limit)
+
+        start = token_start(messages, self.max_tokens, self.step, counter, cut)
         return whole_units(messages[past_results(messages, start) :])
 
     def __repr__(self) -> str:
@@ -196,7 +234,9 @@ class SummaryStrategy:
     (the default) returns just the kept messages, as
     :class:`TruncationStrategy` would; ``on_failure="raise"`` raises
     :class:`raf.errors.CompressionError`, which fails the run before the
-    model is called. A broken history is never returned.
+    model is called. A broken history is never returned. ``cold_after`` as
+    :class:`TruncationStrategy`'s: a cold call summarises now what the next
+    step would.
     """
 
     def __init__(
@@ -208,8 +248,10 @@ class SummaryStrategy:
         on_failure: Literal["truncate", "raise"] = "truncate",
         options: ChatOptions | None = None,
         step: int | None = None,
+        cold_after: float | None = COLD_AFTER,
     ) -> None:
         _check_positive("keep_last", keep_last)
+        self.cold_after = checked_cold_after(cold_after)
         if not callable(getattr(chat_client, "complete", None)):
             raise TypeError(f"chat_client must have an async complete() method: {chat_client!r}")
         if on_failure not in ("truncate", "raise"):
@@ -226,7 +268,7 @@ class SummaryStrategy:
 
     async def compress(self, messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
         """A summary of the older messages, then the newest ``keep_last``."""
-        start = _message_cut(messages, self.keep_last, self.step)
+        start = _message_cut(messages, self.keep_last, self.step, self.cold_after)
         kept = whole_units(messages[start:])
         older = whole_units(messages[:start])
         if not older:
@@ -287,13 +329,24 @@ class CompressionProvider(ContextProvider):
     in full; give that one ``inject=False`` to skip an injection that would
     be replaced anyway. The session keeps the whole history; only what the
     model sees is compressed. A strategy result that splits a tool call from
-    its results is refused with :class:`raf.errors.CompressionError`.
+    its results is refused with :class:`raf.errors.CompressionError`; a
+    history broken before the strategy saw it (a crash between a call and its
+    result, an import) is no error: the core repairs what it sends.
 
     ``max_messages``, ``max_tokens``, ``count_tokens`` and ``step`` bound
     what is loaded, as :class:`raf.HistoryProvider`'s window does (in
     steps): only the newest messages are read from the store and
     compressed. A :class:`TokenBudgetStrategy` given no counter counts with
     the agent's client, as the window does.
+
+    ``cold_after`` (seconds, default 300; ``None`` never; ``0`` always):
+    when the session's last model call is older than that, the provider's
+    prompt cache has expired, so this window makes now the cut it would make
+    next (to ``bound - step``); the strategy's own ``cold_after`` decides for
+    the strategy. The time of the last call, and where each of its views
+    started (a view moved early stays there on the warm calls that follow),
+    are kept with the session (``last_model_call()``,
+    ``record_model_call()``: every raf store has them).
     """
 
     kind = "compression"
@@ -307,6 +360,7 @@ class CompressionProvider(ContextProvider):
         count_tokens: TokenCounter | None = None,
         step: int | None = None,
         name: str | None = None,
+        cold_after: float | None = COLD_AFTER,
     ) -> None:
         if not callable(getattr(strategy, "compress", None)):
             raise TypeError(
@@ -319,6 +373,9 @@ class CompressionProvider(ContextProvider):
         self.count_tokens = checked_counter(count_tokens, "count_tokens")
         self.max_messages = max_messages
         self.max_tokens = max_tokens
+        self.cold_after = checked_cold_after(cold_after)
+        #: session id -> the cuts its running turn took, kept with it in on_invoked.
+        self._cuts: dict[str, Cuts] = {}
 
     async def on_invoking(
         self,
@@ -329,6 +386,12 @@ class CompressionProvider(ContextProvider):
     ) -> ContextResult:
         """The compressed history, replacing whatever was injected before."""
         counter = client_counter(agent)
+        # The session's record is read only when a view may cut early.
+        cuts = Cuts(None, {}, keeps=False)
+        if (self.cold_after is not None and (self.max_messages or self.max_tokens)) or getattr(
+            self.strategy, "cold_after", None
+        ) is not None:
+            cuts = await read_cuts(session, f"{self.name}/")
         history = await read_window(
             session,
             self.max_messages,
@@ -336,22 +399,45 @@ class CompressionProvider(ContextProvider):
             self.count_tokens or counter,
             message_step=self.message_step,
             token_step=self.token_step,
+            cuts=cuts,
+            cold_after=self.cold_after,
         )
         # A last turn whose calls wait for approval (or lost their result) is kept out of
         # compression and put back after it, so the run can answer its calls in place.
         waiting = waiting_turn(history)
         if waiting:
             history = history[: -len(waiting)]
-        token = _AGENT_COUNTER.set(counter)
+        token, cut_token = _AGENT_COUNTER.set(counter), CUTS.set(cuts)
         try:
             compressed = await self.strategy.compress(history)
         finally:
+            CUTS.reset(cut_token)
             _AGENT_COUNTER.reset(token)
+        if cuts.keeps:
+            self._cuts[session.id] = cuts
         try:
             compressed = checked_messages(compressed, "compress() result")
         except TypeError as exc:
             raise CompressionError(f"{self.strategy!r} returned {exc}") from None
         problem = check_tool_pairing(compressed)
-        if problem is not None:
-            raise CompressionError(f"{self.strategy!r} returned a broken history: {problem}")
+        # A history broken before (a crash, an import) is the core's repair's to mend; a
+        # split the strategy made itself is its error, named.
+        split = None if problem is None else split_by(history, compressed)
+        if split is not None:
+            raise CompressionError(
+                f"{self.strategy!r} returned a broken history: {problem} ({split})"
+            )
         return ContextResult(messages=(*compressed, *waiting), replace_messages=True)
+
+    async def on_invoked(
+        self,
+        agent: AgentLike | None,
+        session: Session,
+        request_messages: Sequence[ChatMessage],
+        response: AgentResponse | None,
+        error: BaseException | None,
+    ) -> None:
+        """Keep with the session the time of its last model call and where the views began."""
+        cuts = self._cuts.pop(session.id, None)
+        if response is not None:
+            await keep_cuts(session, cuts)

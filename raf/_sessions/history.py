@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from raf._sessions.base import Session, require_pending
+from raf._sessions.cold import COLD_AFTER, Cuts, checked_cold_after, keep_cuts, read_cuts
 from raf._sessions.waiting import still_owed
 from raf._sessions.window import (
     TokenCounter,
@@ -50,8 +51,8 @@ class HistoryProvider:
     ``count_tokens(messages, tools)`` when it has one, else
     :func:`raf.compression.approximate_tokens`). The window's first message stays where
     it is from turn to turn while the window fits; when it would not, the
-    start jumps forward by ``step`` (in the bound's unit; by default a third
-    of the bound), so the model provider's prompt cache still serves the
+    start jumps forward by ``step`` (in the bound's unit; by default half
+    the bound), so the model provider's prompt cache still serves the
     calls in between (see ``docs/scale.md``). The start is a pure function
     of the stored history: every worker computes the same window. A message
     window is read from the store's count and tail alone, so a turn costs
@@ -59,6 +60,13 @@ class HistoryProvider:
     counts from the message window's start (or the first message, without
     ``max_messages``). It never splits an assistant turn's tool calls from
     their results. The session keeps everything.
+
+    ``cold_after`` (seconds, default 300; ``None`` never; ``0`` always):
+    when the session's last model call is older than that, the provider's
+    prompt cache has expired and the next call is billed in full anyway, so
+    the window makes now the cut it would make next (to ``bound - step``).
+    The time of the last call and where the window began are kept with the
+    session (every raf store), so a window moved early stays there.
 
     ``inject=False`` keeps the post stage but injects nothing; use it when a
     :class:`raf.CompressionProvider` decides what the model sees.
@@ -97,9 +105,13 @@ class HistoryProvider:
         count_tokens: TokenCounter | None = None,
         step: int | None = None,
         name: str | None = None,
+        cold_after: float | None = COLD_AFTER,
     ) -> None:
         if name is not None:
             self.name = name
+        self.cold_after = checked_cold_after(cold_after)
+        #: session id -> the cuts its running turn's window took, kept in on_invoked.
+        self._cuts: dict[str, Cuts] = {}
         self.inject = inject
         self.persist_partial = persist_partial
         self.message_step, self.token_step = window_steps(max_messages, max_tokens, step)
@@ -117,6 +129,9 @@ class HistoryProvider:
         """The stored history, as injected messages."""
         if not self.inject:
             return ContextResult()
+        cuts = None
+        if self.cold_after is not None and (self.max_messages or self.max_tokens):
+            cuts = await read_cuts(session, f"{self.name}/")
         history = await read_window(
             session,
             self.max_messages,
@@ -124,7 +139,11 @@ class HistoryProvider:
             self.count_tokens or client_counter(agent),
             message_step=self.message_step,
             token_step=self.token_step,
+            cuts=cuts,
+            cold_after=self.cold_after,
         )
+        if cuts is not None and cuts.keeps:
+            self._cuts[session.id] = cuts
         if not history:
             return ContextResult()
         return ContextResult(messages=history)
@@ -137,7 +156,9 @@ class HistoryProvider:
         response: AgentResponse | None,
         error: BaseException | None,
     ) -> None:
-        """On success, append the request and every response message in one call."""
+        """On success, append the request and every response message in one call (and,
+        with a window, the time of the last model call and where the window began)."""
+        cuts = self._cuts.pop(session.id, None)
         if response is not None and error is None:
             messages = response.messages
             lead = 0  # the answers to the previous turn's calls come before the request
@@ -151,6 +172,7 @@ class HistoryProvider:
                 await session.record_pending(batch, new)
             else:
                 await session.add_messages(batch)
+            await keep_cuts(session, cuts)
         elif self.persist_partial and (
             type(error) is StreamClosedError
             or (isinstance(error, GuardrailError) and error.partial is not None)

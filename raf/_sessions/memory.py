@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from raf._sessions.base import (
     REQUEST_HASH_LIMIT,
@@ -19,6 +20,7 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._sessions.cold import LastModelCall
 from raf._sessions.fork import checked_fork, first_turns, spilled_ids
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionExistsError
@@ -41,7 +43,16 @@ class InMemorySession:
     1
     """
 
-    __slots__ = ("_hashes", "_id", "_messages", "_once", "_pending", "_snapshot", "_spilled")
+    __slots__ = (
+        "_hashes",
+        "_id",
+        "_last_call",
+        "_messages",
+        "_once",
+        "_pending",
+        "_snapshot",
+        "_spilled",
+    )
 
     def __init__(self, id: str | None = None) -> None:
         self._id = id  # drawn on first use: uuid4 costs a quarter of a bare run
@@ -52,6 +63,7 @@ class InMemorySession:
         self._pending: dict[str, PendingCall] = {}  # token -> call, in the order recorded
         self._once: set[str] = set()  # the keys add_once wrote
         self._spilled: dict[str, str] = {}  # call id -> the full result ToolOutputLimit cut
+        self._last_call: LastModelCall | None = None
 
     @property
     def id(self) -> str:
@@ -147,6 +159,14 @@ class InMemorySession:
     async def spilled_tool_result(self, call_id: str) -> str | None:
         """The full result kept for ``call_id``, or ``None`` when none is kept."""
         return self._spilled.get(checked_call_id(call_id))
+    async def last_model_call(self) -> LastModelCall | None:
+        """When the session's last model call ended, and where its bounded views began."""
+        return self._last_call
+
+    async def record_model_call(self, at: float, cuts: Mapping[str, int]) -> None:
+        """Record ``at`` as the last model call's time, ``cuts`` over the kept ones."""
+        last = self._last_call
+        self._last_call = LastModelCall(at, dict(cuts)) if last is None else last.merged(at, cuts)
 
     def __repr__(self) -> str:
         return f"InMemorySession(id={self.id!r}, messages={len(self._messages)})"
@@ -169,10 +189,20 @@ class InMemorySessionStore:
     ['hi']
     """
 
-    __slots__ = ("_sessions",)
+    __slots__ = ("_memories", "_sessions")
 
     def __init__(self) -> None:
         self._sessions: dict[str, InMemorySession] = {}
+        self._memories: Any = None  # the long-term memories, made on first use
+
+    def memories(self) -> Any:
+        """The long-term memories kept with these sessions (see :class:`raf.LongTermMemory`)."""
+        if self._memories is None:
+            # Here: `import raf` loads this module, and need not load the memories'.
+            from raf._sessions.memories import InMemoryMemories
+
+            self._memories = InMemoryMemories()
+        return self._memories
 
     async def get(self, session_id: str) -> InMemorySession:
         """The session ``session_id``, made empty on first use."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -47,6 +47,7 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._sessions.cold import LastModelCall
 from raf._sessions.fork import carry_spilled, checked_fork, first_turns
 from raf._sessions.postgres_connection import (
     DEFAULT_TIMEOUT,
@@ -56,7 +57,9 @@ from raf._sessions.postgres_connection import (
     redacted,
 )
 from raf._sessions.postgres_fork import write_fork
+from raf._sessions.postgres_last_call import ensure_table, read_last_call, write_last_call
 from raf._sessions.postgres_spill import read_spilled, write_spilled
+from raf._sessions.postgres_sql import SCHEMA, STATEMENTS
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
 
@@ -67,105 +70,6 @@ CACHE_MESSAGES: Final = 200_000
 #: Seconds between two sweeps of the expired sessions (made by a write, with a ttl).
 SWEEP_EVERY: Final = 60.0
 _ALL: Final = 1 << 62  # "every message": more than any session holds
-
-_SCHEMA: Final = [
-    """CREATE TABLE IF NOT EXISTS {p}_sessions (
-        id text PRIMARY KEY,
-        gen bigint GENERATED ALWAYS AS IDENTITY,
-        length bigint NOT NULL,
-        writes bigint NOT NULL,
-        created_at double precision NOT NULL,
-        expires_at timestamptz)""",
-    "CREATE INDEX IF NOT EXISTS {p}_sessions_expiry ON {p}_sessions (expires_at) "
-    "WHERE expires_at IS NOT NULL",
-    """CREATE TABLE IF NOT EXISTS {p}_messages (
-        session_id text NOT NULL REFERENCES {p}_sessions (id) ON DELETE CASCADE,
-        seq bigint NOT NULL,
-        message text NOT NULL,
-        PRIMARY KEY (session_id, seq))""",
-    """CREATE TABLE IF NOT EXISTS {p}_requests (
-        session_id text NOT NULL REFERENCES {p}_sessions (id) ON DELETE CASCADE,
-        hash text NOT NULL,
-        seen_at double precision NOT NULL,
-        turn bigint NOT NULL,
-        PRIMARY KEY (session_id, hash))""",
-    """CREATE TABLE IF NOT EXISTS {p}_pending (
-        session_id text NOT NULL REFERENCES {p}_sessions (id) ON DELETE CASCADE,
-        token text NOT NULL,
-        turn bigint NOT NULL,
-        idx bigint NOT NULL,
-        call text NOT NULL,
-        PRIMARY KEY (session_id, token))""",
-    """CREATE TABLE IF NOT EXISTS {p}_once (
-        session_id text NOT NULL REFERENCES {p}_sessions (id) ON DELETE CASCADE,
-        key text NOT NULL,
-        PRIMARY KEY (session_id, key))""",
-]
-
-_LIVE: Final = "(s.expires_at IS NULL OR s.expires_at > now())"
-
-# The session's row, created or updated (locked until the transaction ends): it numbers the
-# batch and puts the expiry again. ttl None keeps the expiry another store put.
-_UPSERT: Final = """
-INSERT INTO {p}_sessions AS s (id, length, writes, created_at, expires_at)
-VALUES (%(id)s, %(n)s, 1, %(now)s, now() + %(ttl)s * interval '1 second')
-ON CONFLICT (id) DO UPDATE SET
-    length = s.length + EXCLUDED.length,
-    writes = s.writes + 1,
-    expires_at = coalesce(EXCLUDED.expires_at, s.expires_at)
-RETURNING s.gen, s.length, s.writes"""
-_EXPIRED: Final = "DELETE FROM {p}_sessions WHERE id = %(id)s AND expires_at <= now()"
-_SWEEP: Final = (
-    "DELETE FROM {p}_sessions WHERE id IN (SELECT id FROM {p}_sessions "
-    "WHERE expires_at <= now() LIMIT 1000)"
-)
-_APPEND: Final = """
-INSERT INTO {p}_messages (session_id, seq, message)
-SELECT %(id)s, %(first)s + t.n - 1, t.message
-FROM unnest(%(messages)s::text[]) WITH ORDINALITY AS t(message, n)"""
-_RECORD: Final = """
-INSERT INTO {p}_pending (session_id, token, turn, idx, call)
-SELECT %(id)s, t.token, %(turn)s, t.n, t.call
-FROM unnest(%(tokens)s::text[], %(calls)s::text[]) WITH ORDINALITY AS t(token, call, n)
-ON CONFLICT (session_id, token) DO UPDATE SET
-    turn = EXCLUDED.turn, idx = EXCLUDED.idx, call = EXCLUDED.call"""
-# The messages after %(after)s (when the reader's generation is still the session's: else
-# from the first), and within the newest %(keep)s; with the session's length and generation.
-_READ: Final = f"""
-SELECT s.gen, s.length, m.seq, m.message
-FROM {{p}}_sessions AS s
-LEFT JOIN {{p}}_messages AS m ON m.session_id = s.id
-    AND m.seq > (CASE WHEN s.gen = %(gen)s THEN %(after)s ELSE 0 END)
-    AND m.seq > s.length - %(keep)s
-WHERE s.id = %(id)s AND {_LIVE}
-ORDER BY m.seq"""
-_LENGTH: Final = f"SELECT s.length FROM {{p}}_sessions AS s WHERE s.id = %(id)s AND {_LIVE}"
-_LOCK: Final = f"""
-UPDATE {{p}}_sessions AS s SET expires_at = coalesce(now() + %(ttl)s * interval '1 second',
-    s.expires_at)
-WHERE s.id = %(id)s AND {_LIVE}
-RETURNING s.id"""
-_PENDING: Final = f"""
-SELECT p.token, p.call FROM {{p}}_pending AS p JOIN {{p}}_sessions AS s ON s.id = p.session_id
-WHERE p.session_id = %(id)s AND {_LIVE}
-ORDER BY p.turn, p.idx"""
-_CLAIM: Final = "DELETE FROM {p}_pending WHERE session_id = %(id)s AND token = ANY(%(tokens)s)"
-_SEEN: Final = "SELECT 1 FROM {p}_requests WHERE session_id = %(id)s AND hash = %(hash)s"
-_TOUCH: Final = """
-INSERT INTO {p}_requests (session_id, hash, seen_at, turn)
-VALUES (%(id)s, %(hash)s, %(seen_at)s, %(turn)s)
-ON CONFLICT (session_id, hash) DO UPDATE SET seen_at = EXCLUDED.seen_at, turn = EXCLUDED.turn"""
-_TRIM: Final = """
-DELETE FROM {p}_requests WHERE session_id = %(id)s AND turn < (
-    SELECT min(turn) FROM (SELECT turn FROM {p}_requests WHERE session_id = %(id)s
-    ORDER BY turn DESC LIMIT %(limit)s) AS kept)"""
-_HASHES: Final = f"""
-SELECT r.hash, r.seen_at FROM {{p}}_requests AS r JOIN {{p}}_sessions AS s ON s.id = r.session_id
-WHERE r.session_id = %(id)s AND {_LIVE}
-ORDER BY r.turn"""
-_ONCE: Final = """
-INSERT INTO {p}_once (session_id, key) VALUES (%(id)s, %(key)s) ON CONFLICT DO NOTHING"""
-_IDS: Final = f"SELECT s.id FROM {{p}}_sessions AS s WHERE {_LIVE} ORDER BY s.created_at, s.id"
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -229,13 +133,14 @@ class PostgresSessionStore(PostgresConnection):
         self._cache: dict[str, _Cached] = {}
         self._cached_count = 0
         self._swept = time.monotonic()
-        self.sql = {name: text.replace("{p}", prefix) for name, text in _SQL.items()}
+        self.sql = {name: text.replace("{p}", prefix) for name, text in STATEMENTS.items()}
 
     def on_open(self, conn: Conn) -> None:
         """Create the tables when missing; sweep the sessions that expired."""
         found = conn.execute("SELECT to_regclass(%s)", (f"{self.prefix}_once",)).fetchone()
         if found is None or found[0] is None:
-            self.create(conn, [statement.replace("{p}", self.prefix) for statement in _SCHEMA])
+            self.create(conn, [statement.replace("{p}", self.prefix) for statement in SCHEMA])
+        ensure_table(self, conn)
         if self.ttl is not None:
             conn.execute(self.sql["sweep"].encode())
 
@@ -291,26 +196,6 @@ class PostgresSessionStore(PostgresConnection):
             return True
         self._swept = time.monotonic()
         return False
-
-
-_SQL: Final = {
-    "upsert": _UPSERT,
-    "expired": _EXPIRED,
-    "sweep": _SWEEP,
-    "append": _APPEND,
-    "record": _RECORD,
-    "read": _READ,
-    "length": _LENGTH,
-    "lock": _LOCK,
-    "pending": _PENDING,
-    "claim": _CLAIM,
-    "seen": _SEEN,
-    "touch": _TOUCH,
-    "trim": _TRIM,
-    "hashes": _HASHES,
-    "once": _ONCE,
-    "ids": _IDS,
-}
 
 
 class PostgresSession:
@@ -569,6 +454,14 @@ class PostgresSession:
             self._id,
         )
         return {str(digest): float(seen_at) for digest, seen_at in rows}  # type: ignore[arg-type]
+
+    async def last_model_call(self) -> LastModelCall | None:
+        """When the session's last model call ended, and where its bounded views began."""
+        return await read_last_call(self._store, self._id)
+
+    async def record_model_call(self, at: float, cuts: Mapping[str, int]) -> None:
+        """Record ``at`` as the last model call's time, ``cuts`` over the kept ones."""
+        await write_last_call(self._store, self._store.sql, self._id, at, cuts)
 
     def _decode(self, seq: int, text: object) -> ChatMessage:
         where = f"{self._store.where}, session {self._id!r}: message {seq}"

@@ -15,7 +15,7 @@ import os
 import sqlite3
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final
 
@@ -33,9 +33,11 @@ from raf._sessions.base import (
     checked_tokens,
     request_hash,
 )
+from raf._sessions.cold import LastModelCall
 from raf._sessions.fork import carry_spilled, checked_fork, first_turns
 from raf._sessions.sqlite_connection import SqliteConnection
 from raf._sessions.sqlite_fork import write_fork
+from raf._sessions.sqlite_last_call import read_last_call, write_last_call
 from raf._sessions.sqlite_spill import read_spilled, write_spilled
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionStoreError
@@ -343,6 +345,21 @@ class SqliteSession:
                 )
             recorded[digest] = float(seen_at)
         return recorded
+
+    async def last_model_call(self) -> LastModelCall | None:
+        """When the session's last model call ended, and where its bounded views began."""
+        path = str(self._store.path)
+        return await self._store.with_connection(lambda db: read_last_call(db, self._id, path))
+
+    async def record_model_call(self, at: float, cuts: Mapping[str, int]) -> None:
+        """Record ``at`` as the last model call's time, ``cuts`` over the kept ones."""
+        path = str(self._store.path)
+
+        def write(db: sqlite3.Connection) -> None:
+            write_last_call(db, self._id, at, cuts, path)
+            self._store.commit(db)
+
+        await self._store.with_connection(write)
 
     def _ensure_row(self, db: sqlite3.Connection) -> None:
         # A session is stored with its first write, so that reading needs no write access.

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from raf._sessions.base import Session
+from raf._sessions.cold import Cuts
 from raf._sessions.tokens import approximate_tokens, message_units
 from raf._sessions.waiting import waiting_turn
 from raf._values.messages import ChatMessage
@@ -50,9 +51,14 @@ def checked_bound(name: str, value: int | None) -> None:
 
 
 def checked_step(step: int | None, bound: int, name: str = "step") -> int:
-    """``step`` checked against its ``bound`` (a clear ``ValueError``); by default a third."""
+    """``step`` checked against its ``bound`` (a clear ``ValueError``); by default half.
+
+    Half the bound, not less: each step re-bills the window once, so a window
+    that steps less far steps more often (``benchmarks/bench_cache_peers.py``:
+    at a third, each window billed 13 to 20 % more for each character it kept).
+    """
     if step is None:
-        return max(1, bound // 3)
+        return max(1, bound // 2)
     if type(step) is not int or not 1 <= step <= bound:
         raise ValueError(f"{name} must be an int from 1 to the bound ({bound}), got {step!r}")
     return step
@@ -71,7 +77,7 @@ def window_steps(
     """Check a window's bounds and ``step``; the message step and the token step.
 
     ``step`` is in its bound's unit, so it cannot be given with both bounds
-    (each then steps by a third of itself).
+    (each then steps by half of itself).
     """
     checked_bound("max_messages", max_messages)
     checked_bound("max_tokens", max_tokens)
@@ -104,6 +110,20 @@ def stepped_start(total: int, bound: int, step: int) -> int:
     return -((bound - total) // step) * step  # ceil((total - bound) / step) * step
 
 
+def low_start(total: int, bound: int, step: int) -> int:
+    """Where the window starts after its next cut: at most ``bound - step`` (its low mark).
+
+    >>> [low_start(n, 6, 2) for n in range(3, 9)]
+    [0, 0, 2, 2, 4, 4]
+    """
+    return min(total, stepped_start(total, bound - step, step))
+
+
+#: ``cut(stepped, due_next, limit) -> start``: a view's start, given its stepped start and
+#: the start of its next cut (see :meth:`raf._sessions.cold.Cuts.start`).
+Cut = Callable[[int, int, int], int]
+
+
 def past_results(messages: Sequence[ChatMessage], start: int) -> int:
     """``start`` moved past the tool results there: they belong to a turn before it."""
     while start < len(messages) and messages[start].role == "tool":
@@ -111,15 +131,39 @@ def past_results(messages: Sequence[ChatMessage], start: int) -> int:
     return start
 
 
-def token_start(messages: Sequence[ChatMessage], bound: int, step: int, count: TokenCounter) -> int:
-    """The index where the token window of ``messages`` starts (before :func:`past_results`)."""
+def token_start(
+    messages: Sequence[ChatMessage],
+    bound: int,
+    step: int,
+    count: TokenCounter,
+    cut: Cut | None = None,
+) -> int:
+    """The index where the token window of ``messages`` starts (before :func:`past_results`);
+    ``cut`` moves it (a floor kept with the session, a cold call)."""
     costs = [count(message) for message in messages]
-    offset = stepped_start(sum(costs), bound, step)
+    total = sum(costs)
+    index = _index_at(costs, stepped_start(total, bound, step))
+    if cut is None:
+        return index
+    return cut(index, _index_at(costs, low_start(total, bound, step)), len(messages))
+
+
+def _index_at(costs: Sequence[int], offset: int) -> int:
+    """The first message at or after ``offset`` tokens."""
     index, spent = 0, 0
-    while spent < offset:
+    while spent < offset and index < len(costs):
         spent += costs[index]
         index += 1
     return index
+
+
+def view_cut(cuts: Cuts | None, key: str, cold_after: float | None, offset: int) -> Cut | None:
+    """The :data:`Cut` of the view ``key`` whose messages start at ``offset`` (stored)."""
+    if cuts is None:
+        return None
+    return lambda stepped, due_next, limit: cuts.start(
+        key, stepped, due_next, cold_after=cold_after, limit=limit, offset=offset
+    )
 
 
 def whole_units(tail: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
@@ -143,6 +187,8 @@ async def read_window(
     *,
     message_step: int = 1,
     token_step: int = 1,
+    cuts: Cuts | None = None,
+    cold_after: float | None = None,
 ) -> tuple[ChatMessage, ...]:
     """The window of ``session``: at most ``max_messages``, at most ``max_tokens``.
 
@@ -152,29 +198,51 @@ async def read_window(
     neither bound, the whole history. A last turn whose calls wait (for a
     decision, or for the client that runs them) stays in the window with the
     results it has: the run that answers it answers it there.
+
+    ``cuts`` (see :mod:`raf._sessions.cold`) keeps each start at or after its
+    floor, and moves it to its next cut when the call is cold by
+    ``cold_after``; ``cuts.offset`` is then where the window starts in the
+    stored history.
     """
     if max_messages is None and max_tokens is None:
         return await session.get_messages()
     if max_messages is None:
         window: Sequence[ChatMessage] = await session.get_messages()
+        offset = 0
     else:
-        window = await _message_window(session, max_messages, message_step)
+        window, offset = await _message_window(
+            session, max_messages, message_step, view_cut(cuts, "messages", cold_after, 0)
+        )
     if max_tokens is not None:
-        start = token_start(window, max_tokens, token_step, count_tokens)
-        window = window[past_results(window, start) :]
+        cut = view_cut(cuts, "tokens", cold_after, offset)
+        start = past_results(window, token_start(window, max_tokens, token_step, count_tokens, cut))
+        window, offset = window[start:], offset + start
+    if cuts is not None:
+        cuts.offset = offset
     waiting = waiting_turn(window)
     if not waiting:
         return whole_units(window)
     return (*whole_units(window[: len(window) - len(waiting)]), *waiting)
 
 
-async def _message_window(session: Session, bound: int, step: int) -> Sequence[ChatMessage]:
+async def _message_window(
+    session: Session, bound: int, step: int, cut: Cut | None
+) -> tuple[Sequence[ChatMessage], int]:
+    """The message window, and where it starts in the stored history."""
     count = getattr(session, "count_messages", None)
     last = getattr(session, "get_last_messages", None)
     if count is None or last is None:
         history = await session.get_messages()
-        start = stepped_start(len(history), bound, step)
-        return history[past_results(history, start) :]
+        start = _moved(cut, len(history), bound, step)
+        start = past_results(history, start)
+        return history[start:], start
     total: int = await count()
-    tail: Sequence[ChatMessage] = await last(total - stepped_start(total, bound, step))
-    return tail[past_results(tail, 0) :]
+    start = _moved(cut, total, bound, step)
+    tail: Sequence[ChatMessage] = await last(total - start)
+    skip = past_results(tail, 0)
+    return tail[skip:], start + skip
+
+
+def _moved(cut: Cut | None, total: int, bound: int, step: int) -> int:
+    start = stepped_start(total, bound, step)
+    return start if cut is None else cut(start, low_start(total, bound, step), total)

@@ -36,6 +36,8 @@ class Assembly:
         if update.kind == "text":
             self._text.append(update.text)
             return
+        if update.kind == "agent":
+            return  # a child's (an agent called as a tool): none of this run's answer
         self._flush()
         self._kept.append(update if update.raw is None else attrs.evolve(update, raw=None))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, runtime_checkable
 
+from raf._values.carried import Compaction
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 
@@ -44,3 +45,31 @@ class StreamingChatClient(ChatClient, Protocol):
     ) -> AsyncIterator[Update]:
         """The model's turn, update by update."""
         ...
+
+
+@runtime_checkable
+class CompactingChatClient(ChatClient, Protocol):
+    """A chat client whose server compacts a conversation itself, on demand.
+
+    ``compaction_source`` is the :attr:`raf.Compaction.source` of its items; a
+    client that has it asks its server to compact past
+    ``ChatOptions.compact_threshold``. ``compact`` compacts ``messages`` now, as a
+    call of them with ``options`` would send them (so it reads that call's cache),
+    and returns the server's item (:class:`raf.OpenAIResponsesClient`:
+    ``POST /responses/compact``).
+    """
+
+    compaction_source: str
+
+    async def compact(
+        self, messages: Sequence[ChatMessage], options: ChatOptions
+    ) -> Compaction: ...
+class Embedder(Protocol):
+    """A text embedding model: texts in, one vector each out, in the same order.
+
+    Every vector of one embedder has the same dimension; one that does not
+    fit (a count or a dimension that changed) is a :class:`raf.errors.EmbeddingError`.
+    :class:`raf.OpenAIEmbedder` is one.
+    """
+
+    async def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]: ...

@@ -4,12 +4,14 @@ Update); the ChatClient protocol of what reads and writes them is in ``client``.
 from __future__ import annotations
 
 import json
-import re
-import reprlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
+
+from raf._values.carried import Compaction, Reasoning
+from raf._values.text import check_optional_str, check_str, clean_text
+from raf._values.usage import Usage
 
 __all__ = [
     "AgentResponse",
@@ -26,44 +28,9 @@ Role = Literal["system", "user", "assistant", "tool"]
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 
 
-# Python strings can hold lone surrogates (from "\ud800" in JSON, or surrogateescape'd
-# argv), which no UTF-8 encoder accepts: one such reply would break every later turn.
-_SURROGATES: Final = re.compile("[\ud800-\udfff]")
-
-
-def clean_text(value: Any) -> Any:
-    r"""``value`` with each lone surrogate replaced by U+FFFD; non-strings unchanged.
-
-    The one rule for text entering raf: every string field of a
-    :class:`ChatMessage` and :class:`ToolCall` goes through it, so whatever
-    a client, a session or the command line hands over can be encoded.
-
-    >>> clean_text("bad \udcff byte")
-    'bad \ufffd byte'
-    """
-    if type(value) is str and not value.isascii() and _SURROGATES.search(value):
-        return _SURROGATES.sub("\ufffd", value)
-    return value
-
-
 def _check_role(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in ROLES:
         raise ValueError(f"ChatMessage.role must be one of {sorted(ROLES)}, got {value!r}")
-
-
-def _check_optional_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and type(value) is not str:
-        raise TypeError(
-            f"{type(instance).__name__}.{attribute.name} must be a str or None, "
-            f"got {type(value).__name__}"
-        )
-
-
-def _check_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if type(value) is not str:
-        raise TypeError(
-            f"{type(instance).__name__}.{attribute.name} must be a str, got {type(value).__name__}"
-        )
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -90,9 +57,9 @@ class ToolCall:
     {'a': 1}
     """
 
-    id: str = attrs.field(converter=clean_text, validator=_check_str)
-    name: str = attrs.field(converter=clean_text, validator=_check_str)
-    arguments: str = attrs.field(default="{}", converter=clean_text, validator=_check_str)
+    id: str = attrs.field(converter=clean_text, validator=check_str)
+    name: str = attrs.field(converter=clean_text, validator=check_str)
+    arguments: str = attrs.field(default="{}", converter=clean_text, validator=check_str)
 
     @property
     def parsed_arguments(self) -> Any:
@@ -133,7 +100,7 @@ class PendingCall:
     """
 
     call: ToolCall = attrs.field()
-    token: str = attrs.field(validator=_check_str)
+    token: str = attrs.field(validator=check_str)
     run_id: str | None = attrs.field(default=None, kw_only=True, eq=False)
 
     @call.validator
@@ -164,40 +131,17 @@ def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return calls
 
 
-@attrs.frozen(slots=True)
-class Reasoning:
-    """A model's reasoning that came with an assistant turn, kept to be sent back unchanged.
+def _checks(kind: type) -> Any:
+    """The validator of a field that holds a ``kind`` or ``None``."""
 
-    Thinking models (Anthropic thinking blocks with their signatures, OpenAI Responses
-    reasoning items, Gemini thought signatures) need their reasoning back in the later
-    calls of a tool loop. The client that read the turn puts it here, on the assistant
-    message, so it lives wherever the message lives (history, session store, another
-    process). ``source`` names its wire (``"anthropic"``, ``"openai.responses"``,
-    ``"gemini"``); a client replays its own source's only. ``data`` is that wire's own
-    JSON text, opaque to raf (a repr shows its start only).
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is not None and type(value) is not kind:
+            raise TypeError(
+                f"ChatMessage.{attribute.name} must be a {kind.__name__} or None, "
+                f"got {type(value).__name__}"
+            )
 
-    >>> Reasoning("anthropic", '[{"type": "thinking", "signature": "s"}]')
-    Reasoning(source='anthropic', data='[{"type": "t...ature": "s"}]')
-    """
-
-    source: str = attrs.field(validator=_check_str)
-    data: str = attrs.field(converter=clean_text, validator=_check_str, repr=reprlib.repr)
-
-    def to_dict(self) -> dict[str, str]:
-        """A plain-JSON form."""
-        return {"source": self.source, "data": self.data}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Reasoning:
-        """The inverse of :meth:`to_dict`."""
-        return cls(data["source"], data["data"])
-
-
-def _check_reasoning(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and type(value) is not Reasoning:
-        raise TypeError(
-            f"ChatMessage.reasoning must be a Reasoning or None, got {type(value).__name__}"
-        )
+    return check
 
 
 @attrs.frozen(slots=True)
@@ -212,21 +156,26 @@ class ChatMessage:
 
     role: Role = attrs.field(validator=_check_role)
     content: str | None = attrs.field(
-        default=None, converter=clean_text, validator=_check_optional_str
+        default=None, converter=clean_text, validator=check_optional_str
     )
     name: str | None = attrs.field(
-        default=None, converter=clean_text, validator=_check_optional_str, kw_only=True
+        default=None, converter=clean_text, validator=check_optional_str, kw_only=True
     )
     tool_calls: tuple[ToolCall, ...] = attrs.field(
         default=(), converter=_to_tool_calls, kw_only=True
     )
     tool_call_id: str | None = attrs.field(
-        default=None, converter=clean_text, validator=_check_optional_str, kw_only=True
+        default=None, converter=clean_text, validator=check_optional_str, kw_only=True
     )
     #: The reasoning that came with an assistant turn (see :class:`Reasoning`); left out of
     #: the repr, as it is large and opaque.
     reasoning: Reasoning | None = attrs.field(
-        default=None, validator=_check_reasoning, kw_only=True, repr=False
+        default=None, validator=_checks(Reasoning), kw_only=True, repr=False
+    )
+    #: The server's compaction that came with an assistant turn (see :class:`Compaction`);
+    #: left out of the repr, as it is large and opaque.
+    compaction: Compaction | None = attrs.field(
+        default=None, validator=_checks(Compaction), kw_only=True, repr=False
     )
 
     @classmethod
@@ -246,9 +195,17 @@ class ChatMessage:
         *,
         tool_calls: Iterable[ToolCall] = (),
         reasoning: Reasoning | None = None,
+        compaction: Compaction | None = None,
     ) -> ChatMessage:
-        """A model turn: text, tool calls, or both (and the reasoning that came with it)."""
-        return cls("assistant", text, tool_calls=tuple(tool_calls), reasoning=reasoning)
+        """A model turn: text, tool calls, or both (and the reasoning and compaction that
+        came with it)."""
+        return cls(
+            "assistant",
+            text,
+            tool_calls=tuple(tool_calls),
+            reasoning=reasoning,
+            compaction=compaction,
+        )
 
     @classmethod
     def tool(cls, call_id: str, content: str, *, name: str | None = None) -> ChatMessage:
@@ -266,6 +223,8 @@ class ChatMessage:
             data["tool_call_id"] = self.tool_call_id
         if self.reasoning is not None:
             data["reasoning"] = self.reasoning.to_dict()
+        if self.compaction is not None:
+            data["compaction"] = self.compaction.to_dict()
         return data
 
     @classmethod
@@ -280,6 +239,7 @@ class ChatMessage:
             tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls", ())),
             tool_call_id=data.get("tool_call_id"),
             reasoning=Reasoning.from_dict(data["reasoning"]) if "reasoning" in data else None,
+            compaction=Compaction.from_dict(data["compaction"]) if "compaction" in data else None,
         )
 
 
@@ -339,52 +299,6 @@ def _pending(calls: Iterable[PendingCall]) -> tuple[PendingCall, ...]:
     return pending
 
 
-@attrs.frozen(slots=True, repr=False)
-class Usage:
-    """Token counts of one or more model calls; ``+`` adds them up.
-
-    ``cached_input_tokens`` is the part of ``input_tokens`` the provider read
-    from its prompt cache, ``cache_write_tokens`` the part it wrote to its
-    cache (Anthropic bills it higher), ``reasoning_tokens`` the part of
-    ``output_tokens`` a reasoning model spent thinking; each is 0 when the
-    client does not report it.
-
-    >>> Usage(10, 2, cached_input_tokens=8) + Usage(5, 1)
-    Usage(input_tokens=15, output_tokens=3, cached_input_tokens=8)
-    """
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = attrs.field(default=0, kw_only=True)
-    reasoning_tokens: int = attrs.field(default=0, kw_only=True)
-    cache_write_tokens: int = attrs.field(default=0, kw_only=True)
-
-    @property
-    def total_tokens(self) -> int:
-        """Input and output tokens together."""
-        return self.input_tokens + self.output_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
-            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
-        )
-
-    def __repr__(self) -> str:
-        # The breakdowns only when there is one: most clients report none.
-        text = f"Usage(input_tokens={self.input_tokens}, output_tokens={self.output_tokens}"
-        if self.cached_input_tokens:
-            text += f", cached_input_tokens={self.cached_input_tokens}"
-        if self.cache_write_tokens:
-            text += f", cache_write_tokens={self.cache_write_tokens}"
-        if self.reasoning_tokens:
-            text += f", reasoning_tokens={self.reasoning_tokens}"
-        return text + ")"
-
-
 @attrs.frozen(slots=True)
 class AgentResponse:
     """What a model call, or a whole run, produced.
@@ -429,7 +343,7 @@ class AgentResponse:
     def from_updates(cls, updates: Iterable[Update]) -> AgentResponse:
         """The response that a stream of updates amounts to.
 
-        Text deltas, tool calls and reasoning make up an assistant turn (``content``
+        Text deltas, tool calls, reasoning and compaction make up an assistant turn (``content``
         is ``None`` when the turn had no text update); a ``"tool_result"``
         update closes the turn and adds its tool message; usages are summed
         (``None`` when there was none). ``raw`` is ``None``: the chunks stay on
@@ -443,6 +357,7 @@ class AgentResponse:
         text: list[str] | None = None
         calls: list[ToolCall] = []
         reasoning: Reasoning | None = None
+        compaction: Compaction | None = None
         usage: Usage | None = None
         pending: list[PendingCall] = []
         for update in updates:
@@ -455,26 +370,28 @@ class AgentResponse:
             elif kind == "tool_call":
                 calls.append(update.tool_call)  # type: ignore[arg-type]
             elif kind == "tool_result":
-                if text is not None or calls or reasoning is not None:
-                    messages.append(_turn(text, calls, reasoning))
-                    text, calls, reasoning = None, [], None
+                if text is not None or calls or reasoning or compaction:
+                    messages.append(_turn(text, calls, reasoning, compaction))
+                    text, calls, reasoning, compaction = None, [], None, None
                 messages.append(update.message)  # type: ignore[arg-type]
             elif kind == "reasoning":
                 reasoning = update.reasoning
+            elif kind == "compaction":
+                compaction = update.compaction
             elif kind == "usage":
                 assert update.usage is not None
                 usage = update.usage if usage is None else usage + update.usage
             elif kind == "approval":
                 pending.append(update.pending)  # type: ignore[arg-type]
-        if text is not None or calls or reasoning is not None:
-            messages.append(_turn(text, calls, reasoning))
+        if text is not None or calls or reasoning or compaction:
+            messages.append(_turn(text, calls, reasoning, compaction))
         return cls(tuple(messages), usage, pending=tuple(pending))
 
     def to_updates(self) -> tuple[Update, ...]:
         """The updates a stream of this response sends: the inverse of :meth:`from_updates`.
 
         Each assistant turn is its text (one update, when it has text), its
-        tool calls and its reasoning (if any); each tool message a
+        tool calls, its reasoning and its compaction (if any); each tool message a
         ``"tool_result"``; the usage last.
         Other messages (user, system) have no update. raf streams the answer
         of a client without ``stream`` this way.
@@ -491,6 +408,8 @@ class AgentResponse:
                 updates.extend(Update("tool_call", tool_call=call) for call in message.tool_calls)
                 if message.reasoning is not None:
                     updates.append(Update("reasoning", reasoning=message.reasoning))
+                if message.compaction is not None:
+                    updates.append(Update("compaction", compaction=message.compaction))
             elif message.role == "tool":
                 updates.append(Update("tool_result", message=message))
         if self.usage is not None:
@@ -500,13 +419,20 @@ class AgentResponse:
 
 
 def _turn(
-    text: list[str] | None, calls: Sequence[ToolCall], reasoning: Reasoning | None
+    text: list[str] | None,
+    calls: Sequence[ToolCall],
+    reasoning: Reasoning | None,
+    compaction: Compaction | None,
 ) -> ChatMessage:
     content = None if text is None else "".join(text)
-    return ChatMessage("assistant", content, tool_calls=tuple(calls), reasoning=reasoning)
+    return ChatMessage(
+        "assistant", content, tool_calls=tuple(calls), reasoning=reasoning, compaction=compaction
+    )
 
 
-UpdateKind = Literal["text", "tool_call", "tool_result", "usage", "approval", "reasoning"]
+UpdateKind = Literal[
+    "text", "tool_call", "tool_result", "usage", "approval", "reasoning", "compaction", "agent"
+]
 #: Each kind's field, the type it holds, and how to make one (for the error).
 _NEEDS: Final[dict[str, tuple[str, type, str]]] = {
     "text": ("text", str, "str"),
@@ -515,6 +441,8 @@ _NEEDS: Final[dict[str, tuple[str, type, str]]] = {
     "usage": ("usage", Usage, "Usage"),
     "approval": ("pending", PendingCall, "PendingCall"),
     "reasoning": ("reasoning", Reasoning, "Reasoning"),
+    "compaction": ("compaction", Compaction, "Compaction"),
+    "agent": ("tool_call", ToolCall, "ToolCall"),  # and update=Update(...): the child's
 }
 
 
@@ -529,7 +457,12 @@ class Update:
     of a model call in ``usage``; ``"approval"`` a call that waits for a
     person's decision in ``pending`` (sent before the stream ends);
     ``"reasoning"`` the :class:`Reasoning` of the assistant turn under way in
-    ``reasoning`` (sent by a client once the turn is complete). ``raw``
+    ``reasoning`` (sent by a client once the turn is complete); ``"compaction"``
+    the server's :class:`Compaction` of the conversation that came with that turn,
+    in ``compaction``; ``"agent"``
+    an update of an agent this run called as a tool (``agent.as_tool()``):
+    the child's own update in ``update``, tagged with the call that runs it
+    in ``tool_call``. ``raw``
     is the client's own chunk, if any (not part of equality). Build them
     with the ``of_*`` constructors.
 
@@ -547,6 +480,8 @@ class Update:
     raw: Any = attrs.field(default=None, eq=False, repr=False)
     pending: PendingCall | None = attrs.field(default=None, kw_only=True)
     reasoning: Reasoning | None = attrs.field(default=None, kw_only=True)
+    compaction: Compaction | None = attrs.field(default=None, kw_only=True)
+    update: Update | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         # One check per kind, in one place: a malformed update is refused where it is
@@ -564,11 +499,14 @@ class Update:
         value = getattr(self, field)
         if type(value) is not needed or getattr(value, "role", "tool") != "tool":
             raise TypeError(f"a {kind!r} Update needs {field}={made}(...), got {value!r}")
+        if kind == "agent" and type(self.update) is not Update:
+            raise TypeError(f"an 'agent' Update needs update=Update(...), got {self.update!r}")
 
     def __repr__(self) -> str:
         # Only the field the kind uses: a stream of updates reads as one line each.
         field = _NEEDS[self.kind][0]
-        return f"Update(kind={self.kind!r}, {field}={getattr(self, field)!r})"
+        child = f", update={self.update!r}" if self.kind == "agent" else ""
+        return f"Update(kind={self.kind!r}, {field}={getattr(self, field)!r}{child})"
 
     @classmethod
     def of_text(cls, text: str, *, raw: Any = None) -> Update:
@@ -591,9 +529,19 @@ class Update:
         return cls("usage", usage=usage, raw=raw)
 
     @classmethod
+    def of_agent(cls, call: ToolCall, update: Update) -> Update:
+        """``update`` of the agent that ``call`` runs as a tool, tagged with the call."""
+        return cls("agent", tool_call=call, update=update)
+
+    @classmethod
     def of_reasoning(cls, reasoning: Reasoning, *, raw: Any = None) -> Update:
         """The reasoning of the assistant turn under way, kept on its message."""
         return cls("reasoning", reasoning=reasoning, raw=raw)
+
+    @classmethod
+    def of_compaction(cls, compaction: Compaction, *, raw: Any = None) -> Update:
+        """The server's compaction that came with the turn under way, kept on its message."""
+        return cls("compaction", compaction=compaction, raw=raw)
 
 
 #: Where a streamed run sends its updates: ``async (Update) -> None`` (ASGI's ``send``).

@@ -97,6 +97,11 @@ class ChatOptions:
     ``agent_name`` say whose call this is (the OpenAI clients derive their
     ``prompt_cache_key`` from them); all three are ``None`` for a call made
     outside a run.
+
+    ``compact_threshold`` asks a client whose server compacts a conversation
+    itself (:class:`raf.OpenAIResponsesClient`, :class:`raf.AnthropicChatClient`)
+    to have it compacted once the prompt passes that many tokens (see
+    :class:`raf.CompactionMiddleware`, which sets it); other clients ignore it.
     """
 
     model: str | None = None
@@ -109,6 +114,7 @@ class ChatOptions:
     history_end: int | None = attrs.field(default=None, kw_only=True)
     session_id: str | None = attrs.field(default=None, kw_only=True)
     agent_name: str | None = attrs.field(default=None, kw_only=True)
+    compact_threshold: int | None = attrs.field(default=None, kw_only=True)
 
     @classmethod
     def from_run(

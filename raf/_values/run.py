@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 import anyio
 import attrs
 
-from raf._values.messages import AgentResponse, OnUpdate, Update
+from raf._values.messages import AgentResponse, OnUpdate, ToolCall, Update
+from raf._values.usage import Usage
 from raf.errors import ProviderError, StreamClosedError
 
 __all__ = ["Run"]
+
+#: The key of ``Run.state`` under which a served run keeps its caller's key scope (see
+#: :func:`key_scope`): what a key's budget spends, what scopes its long-term memories.
+KEY_SCOPE: Final = "raf.serve.key"
+
+
+def key_scope(api_key: str) -> str:
+    """The scope of a served caller's API key: a digest, never the key itself.
+
+    >>> len(key_scope("secret"))
+    24
+    """
+    import hashlib  # here: `import raf` does not import it
+
+    return hashlib.sha256(api_key.encode()).hexdigest()[:24]
+
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -46,7 +63,12 @@ class Run:
     - :attr:`failures`, the post stages that failed in this run, innermost
       first: the outermost provider layer raises them once the run
       succeeded, or notes them on the run's error; after an early close,
-      ``agent.stream`` raises them from its block.
+      ``agent.stream`` raises them from its block;
+    - for an agent called as another's tool (``agent.as_tool()``), whose run
+      it is: :attr:`parent` and :attr:`call`, :attr:`fork` when the child
+      starts from the parent's prompt; and for every run, what a child
+      needs of it: :attr:`last_call`, and :attr:`called_usage`, the usage
+      of its children, which joins the run's own in its response.
 
     Not frozen, unlike the values around it: it is the run's own mutable
     state (a close arrives from another task, failures arrive as the post
@@ -69,6 +91,19 @@ class Run:
     #: under a key of their own (``"raf.durable.batch"``): a middleware's per-run state
     #: travels here, never in a context variable or a module's table.
     state: dict[str, Any] = attrs.field(factory=dict, init=False, repr=False)
+    #: The run whose tool call started this one (an agent called as a tool), else ``None``.
+    parent: Run | None = attrs.field(default=None, kw_only=True, repr=False)
+    #: The parent's tool call that started this run, else ``None``.
+    call: ToolCall | None = attrs.field(default=None, kw_only=True)
+    #: A forked run's start: the parent's last model call (a :class:`raf.ChatRequest`),
+    #: whose tools and messages every prompt of this run begins with, byte for byte.
+    fork: Any = attrs.field(default=None, kw_only=True, repr=False)
+    #: The run's last model call as it went to the chat client (a :class:`raf.ChatRequest`),
+    #: set by the agent: what a forked child starts from.
+    last_call: Any = attrs.field(default=None, init=False, repr=False)
+    #: The usage of the model calls of the runs this run's tools started, not yet in a
+    #: response (see :meth:`counted`).
+    called_usage: Usage | None = attrs.field(default=None, init=False, repr=False)
     _scopes: list[anyio.CancelScope] = attrs.field(factory=list, init=False, repr=False)
     _started: bool = attrs.field(default=False, init=False, repr=False)
 
@@ -94,6 +129,33 @@ class Run:
             await self.sink(update)
         if self.closed is not None:
             raise self.closed
+
+    @property
+    def lineage(self) -> tuple[ToolCall, ...]:
+        """The tool calls that started this run and its ancestors, outermost first."""
+        calls: list[ToolCall] = []
+        run: Run | None = self
+        while run is not None and run.call is not None:
+            calls.append(run.call)
+            run = run.parent
+        return tuple(reversed(calls))
+
+    def spend(self, usage: Usage) -> None:
+        """Count ``usage``, of one model call of this run, in every ancestor's
+        :attr:`called_usage` (a run counts its own calls itself)."""
+        run = self.parent
+        while run is not None:
+            run.called_usage = usage if run.called_usage is None else run.called_usage + usage
+            run = run.parent
+
+    def counted(self, response: AgentResponse) -> AgentResponse:
+        """``response`` with :attr:`called_usage` added to its usage (then reset: a run
+        middleware that calls inward again counts each child once)."""
+        spent, self.called_usage = self.called_usage, None
+        if spent is None:
+            return response
+        usage = spent if response.usage is None else response.usage + spent
+        return attrs.evolve(response, usage=usage)
 
     def close(self, partial: AgentResponse) -> None:
         """Close the run early: its consumer left, having received ``partial``. Once only.

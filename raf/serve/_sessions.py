@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -14,7 +13,7 @@ from raf._middleware.spend import SERVED_KEY
 from raf._sessions.base import Session
 from raf._sessions.memory import InMemorySession, fork_into
 from raf._values.messages import ChatMessage, OnUpdate
-from raf._values.run import Run
+from raf._values.run import Run, key_scope
 from raf.serve._http import HttpError, header
 from raf.serve._wire import new_messages
 
@@ -102,7 +101,7 @@ class Keys:
         if kind.lower() == "bearer" and key:
             for known in self._keys:
                 if hmac.compare_digest(known.encode(), key.strip().encode()):
-                    return hashlib.sha256(known.encode()).hexdigest()[:24]
+                    return key_scope(known)
         raise HttpError(
             401,
             "a valid key is needed: send 'Authorization: Bearer KEY'",

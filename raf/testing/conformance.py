@@ -31,7 +31,9 @@ from raf._clients.scripted import ScriptedChatClient
 from raf._sessions import REQUEST_HASH_LIMIT, request_hash
 from raf._sessions.base import RequestHash, Session
 from raf._sessions.history import HistoryProvider
+from raf._values.carried import Compaction, Reasoning
 from raf._values.messages import ChatMessage, PendingCall, ToolCall
+from raf.testing.conformance_cold import check_last_model_call_is_kept
 
 __all__ = [
     "CHECKS",
@@ -74,16 +76,21 @@ class FactoryHarness:
 
 
 def conversation() -> list[ChatMessage]:
-    """Every role and field: names, tool calls, tool results, None and empty content, unicode."""
+    """Every role and field: names, tool calls, tool results, None and empty content, unicode,
+    a turn's reasoning and a server's compaction."""
     call_a = ToolCall("call_a", "lookup", '{"q": "caf\u00e9", "n": 2}')
     call_b = ToolCall("call_b", "now", "{}")
+    thought = Reasoning("anthropic", '[{"type":"thinking","thinking":"hm","signature":"s"}]')
+    compacted = Compaction(
+        "anthropic", '{"type":"compaction","content":"was: caf\u00e9"}', "caf\u00e9"
+    )
     return [
         ChatMessage.system("You are terse."),
         ChatMessage.user("Bonjour \u2014 \u00e7a va? \U0001f600", name="ann"),
-        ChatMessage.assistant(None, tool_calls=[call_a, call_b]),
+        ChatMessage.assistant(None, tool_calls=[call_a, call_b], reasoning=thought),
         ChatMessage.tool("call_a", '{"hits": ["x"]}', name="lookup"),
         ChatMessage.tool("call_b", ""),
-        ChatMessage.assistant('line one\nline two\t"quoted" \\ back'),
+        ChatMessage.assistant('line one\nline two\t"quoted" \\ back', compaction=compacted),
         ChatMessage.user(""),
     ]
 
@@ -299,6 +306,12 @@ def _independent_digest(messages: Sequence[ChatMessage]) -> str:
             ]
         if m.tool_call_id is not None:
             row["tool_call_id"] = m.tool_call_id
+        if m.reasoning is not None:
+            row["reasoning"] = {"source": m.reasoning.source, "data": m.reasoning.data}
+        if m.compaction is not None:
+            row["compaction"] = {"source": m.compaction.source, "data": m.compaction.data}
+            if m.compaction.summary is not None:
+                row["compaction"]["summary"] = m.compaction.summary
         rows.append(row)
     canonical = json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
@@ -532,6 +545,7 @@ CHECKS: tuple[Check, ...] = (
     check_concurrent_claims_of_one_call_give_it_once,
     check_add_once_writes_once_per_key,
     check_concurrent_add_once_writes_once,
+    check_last_model_call_is_kept,
 )
 
 

@@ -13,8 +13,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import attrs
+
+from tests._harness.context_window import summary_block_events
 from tests._harness.loopback_server import Exchange, LoopbackServer, Received, sse
 from tests._harness.responses_server import Answer, _ending
+from tests._harness.wire_rules import anthropic_problem
 
 __all__ = ["AnthropicServer", "Answer", "error_body", "events_of", "message_body"]
 
@@ -108,6 +112,8 @@ def events_of(body: Mapping[str, Any], *, terminal: bool = True) -> list[dict[st
 
 def _block_events(index: int, block: Mapping[str, Any]) -> list[dict[str, Any]]:
     kind = block["type"]
+    if kind == "compaction":
+        return summary_block_events(index, block)
     started: dict[str, Any] = dict(block)
     deltas: list[dict[str, Any]] = []
     if kind == "text":
@@ -145,6 +151,17 @@ class AnthropicServer(LoopbackServer[Answer]):
 
     def __init__(self) -> None:
         super().__init__(Answer)
+        #: The server's own compaction (tests._harness.context_window.AnthropicCompaction),
+        #: when a test turns it on.
+        self.compaction: Any = None
+
+    def window_refused(self, request: Received) -> tuple[int, Any] | None:
+        """A prompt past the window; with compaction on, what the API refuses of it."""
+        if self.compaction is not None and isinstance(request.body, dict):
+            problem = self.compaction.problem(request.body, request.headers)
+            if problem is not None:
+                return 400, error_body(problem)
+        return super().window_refused(request)
 
     @property
     def root_url(self) -> str:
@@ -162,6 +179,12 @@ class AnthropicServer(LoopbackServer[Answer]):
         headers |= kwargs.pop("headers", {})
         self.reply(Answer(status, error_body(message, kind), headers=headers, **kwargs))
 
+    def refusal(self, request: Received) -> bytes | None:
+        """The 400's body when the conversation breaks the vendor's rules (see
+        :func:`tests._harness.wire_rules.anthropic_problem`)."""
+        found = anthropic_problem(request.body)
+        return None if found is None else json.dumps(error_body(found)).encode()
+
     def respond(self, exchange: Exchange, request: Received, answer: Answer) -> None:
         """A 400 when ``require`` refuses the request; the events of a 200 answer to a
         request for a stream (or of one that has ``events``); else a JSON body."""
@@ -170,6 +193,8 @@ class AnthropicServer(LoopbackServer[Answer]):
             exchange.send(400, json.dumps(error_body(problem)).encode(), "application/json")
             return
         streamed = isinstance(request.body, dict) and request.body.get("stream") is True
+        if self.compaction is not None and answer.status == 200 and answer.body is not None:
+            answer = attrs.evolve(answer, body=self.compaction.answer(request.body, answer.body))
         if answer.status == 200 and answer.raw is None and (answer.events is not None or streamed):
             events = answer.events if answer.events is not None else events_of(answer.body)
             count, end = _ending(answer, len(events))

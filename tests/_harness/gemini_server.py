@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 from raf import AgentResponse, ChatMessage, ChatOptions
 from tests._harness.loopback_server import Exchange, LoopbackServer, Received, sse
 from tests._harness.responses_server import Answer, _ending
+from tests._harness.wire_rules import gemini_problem
 
 __all__ = ["Answer", "GeminiServer", "chunks_of", "error_body", "response_body", "signature"]
 
@@ -176,6 +177,12 @@ class GeminiServer(LoopbackServer[Answer]):
         """Queue one error reply in Google's shape (``kind``: its status word)."""
         kind = kwargs.pop("kind", None)
         self.reply(Answer(status, error_body(status, message, kind), **kwargs))
+
+    def refusal(self, request: Received) -> bytes | None:
+        """The 400's body when the conversation breaks the vendor's rules (see
+        :func:`tests._harness.wire_rules.gemini_problem`)."""
+        found = gemini_problem(request.body)
+        return None if found is None else json.dumps(error_body(400, found)).encode()
 
     def respond(self, exchange: Exchange, request: Received, answer: Answer) -> None:
         """A 400 when ``require`` refuses the request; the chunks of a 200 answer to

@@ -72,9 +72,16 @@ class LoopbackServer(Generic[R]):
 
     def __init__(self, make: Callable[..., R]) -> None:
         self.requests: list[Received] = []
+        #: The bodies of the 400s sent for conversations that break the vendor's rules.
+        self.refused: list[bytes] = []
+        #: Whether conversations are checked against the vendor's rules (see ``refusal``).
+        self.checks = True
         #: Set when a client goes away in the middle of a streamed reply.
         self.stream_aborted = threading.Event()
         self._make = make
+        #: The model's context window (tests._harness.context_window.Window): a longer
+        #: prompt is refused in the vendor's words before any scripted reply is taken.
+        self.window: Any = None
         self._replies: deque[R] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -115,6 +122,29 @@ class LoopbackServer(Generic[R]):
     def respond(self, exchange: Exchange, request: Received, reply: R) -> None:
         """Send ``reply`` to ``request``: what each protocol's server says for itself."""
         raise NotImplementedError
+
+    def refusal(self, request: Received) -> bytes | None:
+        """The body of the 400 the vendor's server answers ``request`` with, when the
+        conversation breaks its rules (see :mod:`tests._harness.wire_rules`); ``None``
+        lets the next scripted reply answer it. Set :attr:`checks` false to send any."""
+        return None
+
+    def _refuse(self, request: Received) -> bytes | None:
+        """Record ``request`` and the refusal it gets, if it gets one (no reply is taken)."""
+        refused = self.refusal(request) if self.checks else None
+        if refused is not None:
+            with self._lock:
+                self.requests.append(request)
+                self.refused.append(refused)
+        return refused
+
+    def window_refused(self, request: Received) -> tuple[int, Any] | None:
+        """The status and body the server refuses ``request`` with before any scripted
+        reply (a prompt past :attr:`window`), or ``None``."""
+        if self.window is None:
+            return None
+        refusal: tuple[int, Any] | None = self.window.refusal(request.path, request.body)
+        return refusal
 
     def _take(self, request: Received) -> R:
         """Record ``request`` and take the reply it gets."""
@@ -252,6 +282,21 @@ class Exchange(BaseHTTPRequestHandler):
         body = json.loads(raw) if raw else None
         headers = {key.lower(): value for key, value in self.headers.items()}
         request = Received(method, self.path, headers, body, raw)
+        refused = self.loopback._refuse(request)
+        if refused is not None:
+            self.send(400, refused, "application/json")
+            return
+        window = self.loopback.window_refused(request)
+        if window is not None:
+            with self.loopback._lock:
+                self.loopback.requests.append(request)
+            status, said = window
+            if isinstance(said, list):  # a stream of events that says it
+                frames = [sse(json.dumps(event), event.get("type")) for event in said]
+                self.stream(frames, "text/event-stream", status=status)
+                return
+            self.send(status, json.dumps(said).encode(), "application/json")
+            return
         reply = self.loopback._take(request)
         if reply.delay and self.loopback.wait(reply.delay):
             return

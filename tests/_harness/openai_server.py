@@ -1,4 +1,5 @@
-"""A scripted HTTP server on 127.0.0.1 that speaks the OpenAI chat completions protocol.
+"""A scripted HTTP server on 127.0.0.1 that speaks the OpenAI chat completions protocol
+(and its embeddings: ``POST /v1/embeddings``, see :func:`embeddings`).
 
 Tests queue replies with :meth:`OpenAIServer.reply` (or the helpers) and read
 what the real SDK sent from :attr:`OpenAIServer.requests`.
@@ -14,6 +15,7 @@ import attrs
 
 from raf import ChatMessage
 from tests._harness.loopback_server import Exchange, LoopbackServer, Received, error_body, sse
+from tests._harness.wire_rules import openai_problem
 
 __all__ = [
     "HISTORY_EDITS",
@@ -22,6 +24,7 @@ __all__ = [
     "Reply",
     "chunk",
     "completion",
+    "embeddings",
     "edit_history",
     "error_body",
     "text_stream",
@@ -115,6 +118,22 @@ def completion(
     return body
 
 
+def embeddings(
+    *vectors: Sequence[float], model: str = "test-embedding", order: Sequence[int] | None = None
+) -> dict[str, Any]:
+    """A ``create embeddings`` body: one ``embedding`` object per vector, ``index`` its
+    place among the inputs (listed in ``order`` when given: a server may list them so)."""
+    places = list(range(len(vectors))) if order is None else list(order)
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": n, "embedding": list(vectors[n])} for n in places
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": 3 * len(vectors), "total_tokens": 3 * len(vectors)},
+    }
+
+
 def chunk(
     content: str | None = None,
     *,
@@ -193,6 +212,21 @@ class OpenAIServer(LoopbackServer[Reply]):
     def answer(self, body: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """Queue one 200 reply: ``body``, or ``completion(**kwargs)``."""
         self.reply(Reply(200, dict(body) if body is not None else completion(**kwargs)))
+
+    def embed(self, *vectors: Sequence[float], **kwargs: Any) -> None:
+        """Queue one 200 reply to ``POST /v1/embeddings``: ``embeddings(*vectors)``."""
+        self.reply(Reply(200, embeddings(*vectors, **kwargs)))
+
+    def refusal(self, request: Received) -> bytes | None:
+        """The 400's body when the conversation breaks the vendor's rules (see
+        :func:`tests._harness.wire_rules.openai_problem`)."""
+        found = openai_problem(request.body)
+        if found is None:
+            return None
+        message, param = found
+        refusal = error_body(message)
+        refusal["error"]["param"] = param
+        return json.dumps(refusal).encode()
 
     def respond(self, exchange: Exchange, request: Received, reply: Reply) -> None:
         """A JSON body (or ``raw`` bytes), or the ``events`` as ``data:`` lines."""

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from tests._harness.loopback_server import Exchange, LoopbackServer, Received, error_body, sse
+from tests._harness.wire_rules import responses_problem
 
 
 @attrs.frozen
@@ -174,10 +175,38 @@ class ResponsesServer(LoopbackServer[Answer]):
 
     def __init__(self) -> None:
         super().__init__(Answer)
+        #: The server's own compaction (tests._harness.context_window.ResponsesCompaction),
+        #: when a test turns it on: it answers /responses/compact itself.
+        self.compaction: Any = None
 
     def answer(self, body: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         """Queue one 200 answer: ``body``, or ``response_body(**kwargs)``."""
         self.reply(Answer(body=dict(body) if body is not None else response_body(**kwargs)))
+
+    def refusal(self, request: Received) -> bytes | None:
+        """The 400's body when the conversation breaks the vendor's rules (see
+        :func:`tests._harness.wire_rules.responses_problem`)."""
+        found = responses_problem(request.body)
+        if found is None:
+            return None
+        refusal = error_body(found)
+        refusal["error"]["param"] = "input"
+        return json.dumps(refusal).encode()
+
+    def window_refused(self, request: Received) -> tuple[int, Any] | None:
+        """A prompt past the window; with compaction on, what the API refuses of it."""
+        if self.compaction is not None and isinstance(request.body, dict):
+            problem = self.compaction.problem(request.body)
+            if problem is not None:
+                return 400, error_body(problem)
+        return super().window_refused(request)
+
+    def _take(self, request: Received) -> Answer:
+        if self.compaction is not None and request.path.endswith("/responses/compact"):
+            with self._lock:
+                self.requests.append(request)
+            return Answer(body=self.compaction.compacted(request.body))
+        return super()._take(request)
 
     def respond(self, exchange: Exchange, request: Received, answer: Answer) -> None:
         """A 400 when ``require`` refuses the request; the events of a 200 answer to a
@@ -187,6 +216,9 @@ class ResponsesServer(LoopbackServer[Answer]):
             exchange.send(400, json.dumps(error_body(problem)).encode(), "application/json")
             return
         streamed = isinstance(request.body, dict) and request.body.get("stream") is True
+        compacts = self.compaction is not None and not request.path.endswith("/compact")
+        if compacts and answer.status == 200 and answer.body is not None:
+            answer = attrs.evolve(answer, body=self.compaction.answer(request.body, answer.body))
         if answer.status == 200 and answer.raw is None and (answer.events is not None or streamed):
             events = answer.events if answer.events is not None else events_of(answer.body)
             count, end = _ending(answer, len(events))

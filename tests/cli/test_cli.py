@@ -619,7 +619,8 @@ def test_installed_packages_offer_kinds_through_entry_points(tmp_path: Path) -> 
     assert "trace: Motto [motto] on_invoking" in done.stderr
     path = write(tmp_path, "[[providers]]\nkind = 'mottto'\n")
     err = assert_one_clear_line(raf("run", str(path), "hi", pythonpath=(tmp_path / "site",)))
-    assert "known kinds: broken, compression, knowledge, mcp, memory, motto, skills, wiki" in err
+    known = "broken, compression, knowledge, long_term_memory, mcp, memory, motto, skills, wiki"
+    assert f"known kinds: {known}" in err
     path = write(tmp_path, "[[providers]]\nkind = 'broken'\n")
     err = assert_one_clear_line(raf("run", str(path), "hi", pythonpath=(tmp_path / "site",)))
     assert "providers[0]: provider kind 'broken': its entry point 'house_kinds:missing'" in err

@@ -425,6 +425,8 @@ async def test_bodies_over_a_changing_conversation_are_the_sdks(
     server: ResponsesServer, steps: list[str], pool: list[ChatMessage]
 ) -> None:
     messages: list[ChatMessage] = [ChatMessage.system("rules"), *pool]
+    # The body's form is pinned here (a history cut anywhere), not what the API accepts.
+    server.checks = False
     async with client_for(server) as model:
         for n, step in enumerate(steps):
             if step.startswith("call"):

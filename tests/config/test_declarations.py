@@ -126,6 +126,7 @@ def test_every_builtin_kind_is_registered() -> None:
         "knowledge",
         "wiki",
         "mcp",
+        "long_term_memory",
     }
 
 
@@ -181,7 +182,8 @@ def test_unknown_kind_lists_the_known_ones() -> None:
     assert isinstance(caught.value, ConfigError)
     message = str(caught.value)
     assert "unknown provider kind 'memroy'" in message
-    assert "compression, knowledge, mcp, memory, skills, wiki, workspace" in message
+    known = "compression, knowledge, long_term_memory, mcp, memory, skills, wiki, workspace"
+    assert known in message
 
 
 @pytest.mark.parametrize(
@@ -360,16 +362,14 @@ def test_kinds_from_installed_packages(tmp_path: Path, monkeypatch: pytest.Monke
     )
     with pytest.raises(ConfigError) as caught:
         build_provider(ContextProviderDecl("tzclock"))
-    assert "known kinds: compression, knowledge, mcp, memory, skills, wiki, workspace (" in str(
-        caught.value
-    )
+    known = "compression, knowledge, long_term_memory, mcp, memory, skills, wiki, workspace"
+    assert f"known kinds: {known} (" in str(caught.value)
     monkeypatch.syspath_prepend(str(site))
     assert build_provider(ContextProviderDecl("tzclock", "tz")).name == "tz"
     with pytest.raises(ConfigError) as caught:
         build_provider(ContextProviderDecl("nope"))
-    assert "known kinds: bad, compression, knowledge, mcp, memory, skills, tzclock, wiki" in str(
-        caught.value
-    )
+    known = "bad, compression, knowledge, long_term_memory, mcp, memory, skills, tzclock, wiki"
+    assert f"known kinds: {known}" in str(caught.value)
     with pytest.raises(ConfigError, match="its entry point 'tz_kinds:nothing'"):
         build_provider(ContextProviderDecl("bad"))
     # A kind of the registry wins over one of the same name from a package.

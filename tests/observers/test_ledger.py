@@ -11,6 +11,8 @@ import pytest
 from raf import (
     Agent,
     ChatMessage,
+    ClearToolResults,
+    CompressionProvider,
     ContextProvider,
     ContextResult,
     HistoryProvider,
@@ -284,3 +286,62 @@ async def test_the_chat_span_carries_the_calls_figures() -> None:
     assert second["raf.context.broken_region"] == "system"
     assert second["raf.context.shared_prefix_tokens"] == ledger.calls[1].shared_prefix_tokens
     assert second["raf.context.parts"][0] == f"agent/system={ledger.calls[1].parts[0].tokens}"
+
+
+async def test_each_repair_of_the_transcript_is_a_part_of_its_own() -> None:
+    # A history a crash broke: a call without its result, a result without its call.
+    ledger = ContextLedger()
+    session = InMemorySession()
+    await session.add_messages(
+        [
+            ChatMessage.user("where is my order?"),
+            ChatMessage.assistant(tool_calls=[ToolCall("lost", "lookup", '{"order":"1"}')]),
+            ChatMessage.tool("ghost", "a result whose call is gone"),
+            ChatMessage.user("hello?"),
+        ]
+    )
+    model = ScriptedChatClient(["Sorry."])
+    agent = Agent(model, stack=[HistoryProvider()], observers=[ledger])
+    await agent.run("still there?", session=session)
+    (entry,) = ledger.calls
+    assert regions(entry.parts) == [
+        ("HistoryProvider", "history"),
+        ("repair", "history"),  # the result made for the call that had none
+        ("repair", "history"),  # the result left out, where it was
+        ("HistoryProvider", "history"),
+        ("request", "request"),
+    ]
+    made, left_out = entry.parts[1], entry.parts[2]
+    assert made.tokens > 0
+    assert left_out.tokens == 0
+    sent = model.requests[0].messages
+    assert entry.input_tokens == approximate_prompt_tokens(sent, [])
+    assert entry.tokens_of("repair") == made.tokens
+    assert "repair" in ledger.report()
+async def test_cleared_tool_results_are_named_and_each_batch_is_reported() -> None:
+    @tool
+    def search(query: str) -> str:
+        """Search."""
+        return "page " * 2000
+
+    script: list[object] = []
+    for n in range(3):
+        call = ToolCall(f"c{n}", "search", '{"query": "q"}')
+        script += [ScriptedChatClient.tool_turn(call), f"answer {n}"]
+    ledger = ContextLedger()
+    strategy = ClearToolResults(keep_last=1, clear_at_least=0)
+    agent = Agent(
+        ScriptedChatClient(script),
+        tools=[search],
+        stack=[HistoryProvider(inject=False), CompressionProvider(strategy)],
+        observers=[ledger],
+    )
+    session = InMemorySession("s")
+    for n in range(3):
+        await agent.run(f"q{n}", session=session)
+    assert [entry.cleared for entry in ledger.calls] == [
+        (), (), (), (), ("search c0",), ("search c0",)
+    ]
+    report = ledger.report()
+    assert report.splitlines()[0].split()[-4:] == ["cached", "cleared", "broken", "by"]
+    assert report.splitlines()[-1] == "call 5 cleared 1 tool results: search c0"

@@ -49,6 +49,7 @@ BEFORE = (
     "ChatProtocolError",
     "ChatRequest",
     "ChatTimeoutError",
+    "ClearToolResults",
     "CompressionError",
     "CompressionProvider",
     "CompressionStrategy",
@@ -177,8 +178,9 @@ def test_all_is_exactly_the_sorted_public_names() -> None:
 
 def test_the_top_holds_about_sixty_names() -> None:
     # The design's figure (the names a user writes in an agent), not a target: a name
-    # added here belongs in an agent, or in one of the public modules.
-    assert 55 <= len(raf.__all__) <= 85, len(raf.__all__)
+    # added here belongs in an agent, or in one of the public modules. The long-running
+    # round's design spells sixteen more as raf.X (limits, budgets, memory, replay...).
+    assert 55 <= len(raf.__all__) <= 90, len(raf.__all__)
 
 
 @pytest.mark.parametrize("module", [m for m in PUBLIC_MODULES if m != "raf.errors"])
@@ -299,6 +301,7 @@ def test_every_error_class_is_in_raf_errors_and_the_common_ones_at_the_top() -> 
         "AgentError",
         "BudgetExceeded",
         "ChatClientError",
+        "ContextOverflowError",
         "GuardrailError",
         "OutputError",
         "ProviderError",

@@ -194,7 +194,8 @@ async def test_tables_under_the_prefix_hold_raf_json(
         "SELECT tablename FROM pg_tables WHERE tablename LIKE %s ORDER BY 1", (f"{prefix}_%",)
     ).fetchall()
     assert [name for (name,) in tables] == [
-        f"{prefix}_{table}" for table in ("messages", "once", "pending", "requests", "sessions")
+        f"{prefix}_{table}"
+        for table in ("last_calls", "messages", "once", "pending", "requests", "sessions")
     ]
     assert await store.session_ids() == ["alice"]
 

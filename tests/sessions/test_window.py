@@ -94,8 +94,11 @@ async def test_max_tokens_keeps_the_newest_that_fit() -> None:
     assert await injected(one_each, session) == tuple(chat(10)[-3:])
     cost = approximate_tokens(chat(10)[-1])
     assert len(await injected(HistoryProvider(max_tokens=2 * cost, step=1), session)) == 2
-    # By default the start moves by a third of the bound: it sits further on, ahead of time.
-    assert len(await injected(HistoryProvider(max_tokens=2 * cost), session)) == 1
+    # A step of a third of the bound: the start sits further on, ahead of time.
+    third = HistoryProvider(max_tokens=2 * cost, step=2 * cost // 3)
+    assert len(await injected(third, session)) == 1
+    # By default the start moves by half the bound (it steps less often).
+    assert len(await injected(HistoryProvider(max_tokens=2 * cost), session)) == 2
 
 
 async def test_a_budget_alone_counts_from_the_first_message() -> None:
