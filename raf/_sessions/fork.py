@@ -92,9 +92,10 @@ def spilled_ids(messages: Sequence[ChatMessage]) -> tuple[str, ...]:
 
 
 async def carry_spilled(source: object, target: object, messages: Sequence[ChatMessage]) -> None:
-    """Keep with ``target`` (a fork just written) the full results ``source`` keeps for the cut
-    results in ``messages``, the turns it copied: its model reads them back as ``source``'s
-    could. Written after the fork, never before: a refused fork touches no other session."""
+    """Keep with ``target`` (a fork just written, a forked child agent's session) the full
+    results ``source`` keeps for the cut results in ``messages`` (what it copied): its model
+    reads them back as ``source``'s could. A store's fork writes them after the fork, never
+    before: a refused fork touches no other session."""
     if not (keeps_spills(source) and keeps_spills(target)):
         return
     for call_id in spilled_ids(messages):
