@@ -159,6 +159,7 @@ class InMemorySession:
     async def spilled_tool_result(self, call_id: str) -> str | None:
         """The full result kept for ``call_id``, or ``None`` when none is kept."""
         return self._spilled.get(checked_call_id(call_id))
+
     async def last_model_call(self) -> LastModelCall | None:
         """When the session's last model call ended, and where its bounded views began."""
         return self._last_call
