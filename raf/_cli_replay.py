@@ -6,13 +6,15 @@ import argparse
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import anyio
+
 from raf._agent.agent import Agent
 from raf._cli_args import DEFAULT_DB
 from raf._config.file import load_config
 from raf._observers.replay import replay
 from raf._observers.replay_chart import replay_chart
 from raf._observers.replay_report import ReplayReport, side_by_side
-from raf._sessions.stores import open_store
+from raf._sessions.stores import is_postgres_url, is_redis_url, open_store
 from raf._values.messages import ChatMessage
 from raf.errors import ConfigError
 
@@ -48,7 +50,10 @@ async def replay_command(args: argparse.Namespace) -> str:
 
 async def _stored(db: str, session_id: str) -> tuple[ChatMessage, ...]:
     """The messages of ``session_id`` in the store ``db``; a session that holds none is a
-    :class:`raf.errors.ConfigError` (a mistyped id or store)."""
+    :class:`raf.errors.ConfigError` (a mistyped id or store). A SQLite file that is not there
+    is one too: this command only reads, and opening it would make an empty one."""
+    if not (is_redis_url(db) or is_postgres_url(db) or await anyio.Path(db).exists()):
+        raise ConfigError(f"--db {db}: no such session store file")
     store = await open_store(db)
     try:
         messages = tuple(await (await store.get(session_id)).get_messages())

@@ -21,6 +21,7 @@ from typing import Any, Final, Literal, Protocol
 
 import attrs
 
+from raf._sessions.fork import carry_spilled
 from raf._sessions.memory import InMemorySession
 from raf._values.context import ChatRequest, ToolRequest
 from raf._values.messages import AgentResponse, OnUpdate, ToolCall, Update
@@ -126,7 +127,10 @@ class AgentTool:
             fork=fork,
         )
         child = self._child(getattr(caller.agent, "observers", ()))
-        return _answer(self.name, await child.run(task, session=InMemorySession(), on_update=run))
+        session = InMemorySession()
+        if fork is not None:  # the cut results in the prompt it forks are read back from here
+            await carry_spilled(caller.session, session, fork.messages)
+        return _answer(self.name, await child.run(task, session=session, on_update=run))
 
     def _child(self, inherited: tuple[Any, ...]) -> Any:
         """The agent with the caller's observers that watch agent tools after its own

@@ -29,6 +29,7 @@ class _Spent:
     requests: int = 0
     usage: Usage = attrs.field(factory=Usage)
     cost: Decimal | None = Decimal(0)  # None once a call could not be priced
+    unpriced: str | None = None  # the model of that call
 
 
 class UsageLimits:
@@ -115,8 +116,10 @@ class UsageLimits:
         usage = response.usage or Usage()
         spent.usage += usage
         if spent.cost is not None:
-            cost = self.prices.cost(usage, model_of(request, response))
+            model = model_of(request, response)
+            cost = self.prices.cost(usage, model)
             spent.cost = None if cost is None else spent.cost + cost
+            spent.unpriced = model if cost is None else None
         return response
 
     def _spent(self, request: ChatRequest) -> _Spent:
@@ -169,7 +172,13 @@ class UsageLimits:
         if self.max_cost is not None:
             model = model_of(request, None)
             rates = self.prices.rates(model, counted)
-            if rates is None or spent.cost is None:
+            if spent.cost is None:  # a model that answered (a server's own name for it)
+                raise ConfigError(
+                    f"UsageLimits: max_cost needs the price of model {spent.unpriced!r}, which "
+                    "answered a call of the run; give it with raf.Prices(overrides={model: "
+                    '{"input": ..., "output": ...}})'
+                )
+            if rates is None:
                 raise ConfigError(
                     f"UsageLimits: max_cost needs the price of model {model!r}; give it with "
                     'raf.Prices(overrides={model: {"input": ..., "output": ...}})'

@@ -19,7 +19,7 @@ from raf._values.context import ChatRequest, Invocation
 from raf._values.messages import AgentResponse
 from raf._values.prices import Prices, amount, model_of, nanos
 from raf._values.run import KEY_SCOPE
-from raf.errors import BudgetExceeded, ConfigError
+from raf.errors import BudgetExceeded, ConfigError, StreamClosedError
 
 __all__ = ["Budget", "SpendLimits"]
 
@@ -54,6 +54,24 @@ def _check_scope(budget: Budget, attribute: Any, value: object) -> None:
         )
 
 
+def _check_name(budget: Budget, attribute: Any, value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(f"Budget: name must be a non-empty str or None, got {value!r}")
+    if value is None and callable(budget.scope) and _lasting_name(budget.scope) is None:
+        raise ValueError(
+            f"Budget: the scope {budget.scope!r} has no name that is the same in every process "
+            "(a lambda, a functools.partial, an object), and the counts are kept under the "
+            'budget\'s name; give it one: Budget(..., name="tenant")'
+        )
+
+
+def _lasting_name(scope: Callable[..., Any]) -> str | None:
+    """A function's qualified name (the same in every process), or ``None``: a lambda's is
+    every lambda's, and a partial or an object has only a repr with its address in it."""
+    name = getattr(scope, "__qualname__", None)
+    return name if isinstance(name, str) and "<lambda>" not in name else None
+
+
 @attrs.frozen(slots=True)
 class Budget:
     """At most ``usd`` dollars per ``per`` (``"minute"``, ``"hour"``, ``"day"``, ``"month"``,
@@ -63,8 +81,11 @@ class Budget:
     (the agent's name), ``"key"`` (the served API key: each caller its own;
     runs not served, and servers without keys, share one) or a function of
     the :class:`raf.Invocation` that returns whose budget it is (a user id
-    from the session, a tenant). A negative ``usd``, an unknown ``per`` or
-    ``scope`` is a ``ValueError`` here.
+    from the session, a tenant). The counts are kept under the scope's name
+    (a function's qualified name): ``name`` gives one, and a function scope
+    without a name that is the same in every process (a lambda, a
+    ``functools.partial``, an object) needs it. A negative ``usd``, an
+    unknown ``per`` or ``scope`` is a ``ValueError`` here.
 
     >>> from datetime import UTC, datetime
     >>> Budget("5", "day").window(datetime(2026, 1, 31, 13, 5, tzinfo=UTC))[1]
@@ -74,6 +95,8 @@ class Budget:
     usd: Decimal = attrs.field(converter=_usd)
     per: Per = attrs.field(validator=_check_per)
     scope: Scope = attrs.field(default="session", validator=_check_scope)
+    #: The name the counts are kept under (default: the scope's own).
+    name: str | None = attrs.field(default=None, kw_only=True, validator=_check_name)
 
     def window(self, now: datetime) -> tuple[datetime, datetime]:
         """The window ``now`` falls in: its start and its end (UTC)."""
@@ -111,10 +134,12 @@ class Budget:
         return who
 
     def label(self) -> str:
-        """The scope's name in the counts' keys."""
+        """The scope's name in the counts' keys: ``name``, else the scope's own."""
+        if self.name is not None:
+            return self.name
         if isinstance(self.scope, str):
             return self.scope
-        return getattr(self.scope, "__qualname__", None) or repr(self.scope)
+        return _lasting_name(self.scope) or repr(self.scope)  # the validator made it named
 
 
 class SpendLimits:
@@ -132,7 +157,8 @@ class SpendLimits:
     every post stage run. Once the call has answered, the hold becomes its
     real cost (priced with ``prices`` for the model that answered: a
     fallback's call at its own model's price); a call that failed gives its
-    hold back. Settling runs even when the run is cancelled.
+    hold back. A call cancelled in flight (a streamed reader who hangs up, a
+    timeout) keeps its hold as its cost: it was sent, and the vendor bills it.
 
     ``store`` is where the budgets are counted: ``None``, this process's
     memory (this object's); a session store's URL or file path
@@ -228,6 +254,11 @@ class SpendLimits:
             )
         try:
             response = await call_next(request)
+        except (anyio.get_cancelled_exc_class(), StreamClosedError):
+            # Cancelled in flight (a reader hung up, a timeout): the call was sent and the
+            # vendor bills it, so its hold stands; given back, a caller who hangs up every
+            # call would spend past every budget.
+            raise
         except BaseException as exc:
             try:
                 await _settle(counts, keys, -hold, ends)
@@ -289,7 +320,8 @@ class SpendLimits:
 async def _settle(
     counts: SpendCounts, keys: Sequence[str], delta: int, ends: Sequence[float]
 ) -> None:
-    """Settle a call: shielded (a cancelled run still gives its hold back), boundedly."""
+    """Settle a call: shielded (a run cancelled once its call answered still settles it),
+    boundedly."""
     if delta:
         with anyio.move_on_after(_SETTLE_TIMEOUT, shield=True):
             await counts.settle(keys, delta, ends)

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from raf._agent.agent import Agent
+from raf._agent.offers import answered_tools, offering
 from raf._observers.ledger import ContextLedger
 from raf._observers.replay_report import ReplayCall, ReplayDivergence, ReplayReport
 from raf._sessions.memory import InMemorySession
@@ -37,16 +38,32 @@ class _Recording:
     tool result by its call's id, and where the stack did not follow."""
 
     def __init__(self, messages: Sequence[ChatMessage]) -> None:
-        self.results = {m.tool_call_id: m for m in messages if m.role == "tool" and m.tool_call_id}
+        self.messages = tuple(messages)
+        # Call id -> where its result is: the turn in play's own first (an id may come again in
+        # a later turn: some servers number the calls of each answer), else anywhere.
+        self.results = _results(self.messages, 0, len(self.messages))
+        self.turn_results: dict[str, int] = {}
         self.turn = 0
-        self.asked: set[str] = set()  # the calls whose recorded result the stack took
+        self.asked: set[int] = set()  # where the results the stack took are
         self.answers: list[ChatMessage] = []
         self.recorded = 0  # the answers the turn in play holds
         self.made = 0  # the model calls the stack made in this turn
         self.divergences: list[ReplayDivergence] = []
 
-    def start(self, turn: int, answers: Sequence[ChatMessage]) -> None:
-        self.turn, self.answers, self.recorded, self.made = turn, list(answers), len(answers), 0
+    def start(self, turn: int, first: int, end: int) -> None:
+        """Turn ``turn`` is in play: its messages after its user message are ``first`` to
+        ``end`` of the recording."""
+        answers = [m for m in self.messages[first:end] if m.role == "assistant"]
+        self.turn, self.answers, self.recorded, self.made = turn, answers, len(answers), 0
+        self.turn_results = _results(self.messages, first, end)
+
+    def recorded_result(self, call_id: str) -> ChatMessage | None:
+        """The recorded result of ``call_id`` (the turn in play's first), taken."""
+        where = self.turn_results.get(call_id, self.results.get(call_id))
+        if where is None:
+            return None
+        self.asked.add(where)
+        return self.messages[where]
 
     def diverge(self, reason: str, call: int | None = None) -> None:
         self.divergences.append(ReplayDivergence(self.turn, call, reason))
@@ -66,12 +83,37 @@ class _Recording:
         self, request: ToolRequest, call_next: Callable[[ToolRequest], Awaitable[ChatMessage]]
     ) -> ChatMessage:
         """The innermost tool middleware: the recorded result of the call; no tool runs."""
-        found = self.results.get(request.call.id)
+        found = self.recorded_result(request.call.id)
         if found is not None:
-            self.asked.add(request.call.id)
             return found
         self.diverge(f"no recorded result for call {request.call.id!r} ({request.call.name})")
         return request.reply("(the recording holds no result for this call)")
+
+    def answered(
+        self, names: frozenset[str]
+    ) -> Callable[[ToolRequest, Callable[[ToolRequest], Awaitable[ChatMessage]]], Any]:
+        """A tool middleware, just outside the stack's first that answers tools itself (the
+        ``read_tool_result`` of :class:`raf.ToolOutputLimit`): a recorded call of one of
+        ``names`` gets its recorded result (what it read is kept with the recorded session,
+        not in the recording)."""
+
+        async def from_recording(
+            request: ToolRequest, call_next: Callable[[ToolRequest], Awaitable[ChatMessage]]
+        ) -> ChatMessage:
+            found = self.recorded_result(request.call.id) if request.call.name in names else None
+            return found if found is not None else await call_next(request)
+
+        return from_recording
+
+
+def _results(messages: Sequence[ChatMessage], first: int, end: int) -> dict[str, int]:
+    """Where each tool result of ``messages[first:end]`` is, by its call's id (the first)."""
+    found: dict[str, int] = {}
+    for index in range(first, end):
+        message = messages[index]
+        if message.role == "tool" and message.tool_call_id:
+            found.setdefault(message.tool_call_id, index)
+    return found
 
 
 class _RecordedClient:
@@ -164,16 +206,18 @@ async def replay(
     ledger = ContextLedger()
     replayed = agent.replace(
         chat_client=_RecordedClient(recording, agent.chat_client),
-        tool_stack=(*agent.tool_stack, recording.tool_result),
+        tool_stack=(*_answered_from(recording, agent.tool_stack), recording.tool_result),
         observers=(ledger,),
     )
     prefix, turns = turns_of(recorded)
+    starts = [index for index, message in enumerate(recorded) if message.role == "user"]
     session = InMemorySession(REPLAY_SESSION)
     if prefix:
         await session.add_messages(prefix)
     calls: list[ReplayCall] = []
     for number, (asked, after) in enumerate(turns, 1):
-        recording.start(number, [m for m in after if m.role == "assistant"])
+        first = starts[number - 1] + 1
+        recording.start(number, first, first + len(after))
         seen = len(ledger.calls)
         await _run_turn(replayed, asked, session, recording)
         if recording.answers:
@@ -181,8 +225,8 @@ async def replay(
                 f"the stack ended the turn after {recording.made} model call(s); the "
                 f"recording holds {recording.recorded}"
             )
-        for message in after:
-            if message.role == "tool" and message.tool_call_id not in recording.asked:
+        for index, message in enumerate(after, first):
+            if message.role == "tool" and index not in recording.asked:
                 recording.diverge(
                     f"the recorded result of call {message.tool_call_id!r} ({message.name}) "
                     "was not asked for: the stack has no such tool, or did not run it"
@@ -196,6 +240,16 @@ async def replay(
         tuple(recording.divergences),
         counted,
     )
+
+
+def _answered_from(recording: _Recording, stack: Sequence[Any]) -> list[Any]:
+    """``stack`` with the recording answering, in front of its first item that answers tools
+    itself, the recorded calls of those tools."""
+    names = frozenset(tool.name for tool in answered_tools(offering(stack)))
+    found = [index for index, item in enumerate(stack) if getattr(item, "answers", ())]
+    if not names or not found:
+        return list(stack)
+    return [*stack[: found[0]], recording.answered(names), *stack[found[0] :]]
 
 
 async def _run_turn(

@@ -3,15 +3,18 @@
 A turn is a user message and everything after it up to the next user message;
 what comes before the first user message (a system message a program stored)
 goes with every fork. Stores only ever append, so the first turns of a session
-read once stay what they were while the fork is written.
+read once stay what they were while the fork is written. The full results
+:class:`raf.ToolOutputLimit` spilled for the copied turns go with the fork, so
+its model reads them back as the original's could.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from raf._sessions.base import checked_session_id
+from raf._sessions.base import checked_session_id, keeps_spills
 from raf._values.messages import ChatMessage
+from raf._values.spill import parse_cut
 
 __all__: list[str] = []
 
@@ -70,3 +73,32 @@ def first_turns(
         )
     end = starts[at] if at < len(starts) else len(messages)
     return tuple(messages[:end])
+
+
+def spilled_ids(messages: Sequence[ChatMessage]) -> tuple[str, ...]:
+    """The call ids whose full results the cut tool results in ``messages`` point at, each once.
+
+    >>> from raf._values.spill import cut_marker
+    >>> cut = ChatMessage.tool("c1", "ab" + cut_marker("c1", 9, 2, 9))
+    >>> spilled_ids([cut, ChatMessage.user("x")])
+    ('c1',)
+    """
+    found: dict[str, None] = {}
+    for message in messages:
+        cut = parse_cut(message.content) if message.role == "tool" else None
+        if cut is not None and cut.call_id is not None:
+            found[cut.call_id] = None
+    return tuple(found)
+
+
+async def carry_spilled(source: object, target: object, messages: Sequence[ChatMessage]) -> None:
+    """Keep with ``target`` (a fork just written, a forked child agent's session) the full
+    results ``source`` keeps for the cut results in ``messages`` (what it copied): its model
+    reads them back as ``source``'s could. A store's fork writes them after the fork, never
+    before: a refused fork touches no other session."""
+    if not (keeps_spills(source) and keeps_spills(target)):
+        return
+    for call_id in spilled_ids(messages):
+        text = await source.spilled_tool_result(call_id)
+        if text is not None:
+            await target.spill_tool_result(call_id, text)

@@ -21,7 +21,7 @@ from raf._sessions.base import (
     request_hash,
 )
 from raf._sessions.cold import LastModelCall
-from raf._sessions.fork import checked_fork, first_turns
+from raf._sessions.fork import checked_fork, first_turns, spilled_ids
 from raf._values.messages import ChatMessage, PendingCall
 from raf.errors import SessionExistsError
 
@@ -159,6 +159,7 @@ class InMemorySession:
     async def spilled_tool_result(self, call_id: str) -> str | None:
         """The full result kept for ``call_id``, or ``None`` when none is kept."""
         return self._spilled.get(checked_call_id(call_id))
+
     async def last_model_call(self) -> LastModelCall | None:
         """When the session's last model call ended, and where its bounded views began."""
         return self._last_call
@@ -260,4 +261,7 @@ def fork_into(
     # A list of its own: the messages are frozen, the list is what a session writes.
     target._messages = list(copied)
     target._snapshot = None
+    kept = source._spilled if source is not None else {}
+    # The full results of the copied cut ones (see raf._sessions.fork.carry_spilled).
+    target._spilled.update({i: kept[i] for i in spilled_ids(copied) if i in kept})
     return target

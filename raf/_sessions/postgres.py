@@ -48,7 +48,7 @@ from raf._sessions.base import (
     request_hash,
 )
 from raf._sessions.cold import LastModelCall
-from raf._sessions.fork import checked_fork, first_turns
+from raf._sessions.fork import carry_spilled, checked_fork, first_turns
 from raf._sessions.postgres_connection import (
     DEFAULT_TIMEOUT,
     MAX_CONNECTIONS,
@@ -165,8 +165,10 @@ class PostgresSessionStore(PostgresConnection):
         are one transaction holding the new session's row lock."""
         at = checked_fork(session_id, new_id, at)
         target = await self.get(new_id)  # checks the id as every session's
-        copied = first_turns(await (await self.get(session_id)).get_messages(), session_id, at)
+        original = await self.get(session_id)
+        copied = first_turns(await original.get_messages(), session_id, at)
         await write_fork(self, self.sql, new_id, copied)
+        await carry_spilled(original, target, copied)
         return target
 
     def __repr__(self) -> str:

@@ -51,7 +51,7 @@ from raf._sessions.base import (
     request_hash,
 )
 from raf._sessions.cold import LastModelCall
-from raf._sessions.fork import checked_fork, first_turns
+from raf._sessions.fork import carry_spilled, checked_fork, first_turns
 from raf._sessions.redis_connection import (
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
@@ -153,6 +153,7 @@ class RedisSessionStore(RedisConnection):
         copied = first_turns(await (await self.get(session_id)).get_messages(), session_id, at)
         target = await self.get(new_id)
         await write_fork(self, target.keys[0], new_id, copied)
+        await carry_spilled(await self.get(session_id), target, copied)  # no round trip to get
         return target
 
     def __repr__(self) -> str:

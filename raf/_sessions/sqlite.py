@@ -34,7 +34,7 @@ from raf._sessions.base import (
     request_hash,
 )
 from raf._sessions.cold import LastModelCall
-from raf._sessions.fork import checked_fork, first_turns
+from raf._sessions.fork import carry_spilled, checked_fork, first_turns
 from raf._sessions.sqlite_connection import SqliteConnection
 from raf._sessions.sqlite_fork import write_fork
 from raf._sessions.sqlite_last_call import read_last_call, write_last_call
@@ -132,10 +132,12 @@ class SqliteSessionStore(SqliteConnection):
         processes, one writes and the other is refused.
         """
         at = checked_fork(session_id, new_id, at)
-        source = await (await self.get(session_id)).get_messages()
-        copied = first_turns(source, session_id, at)
+        original = await self.get(session_id)
+        copied = first_turns(await original.get_messages(), session_id, at)
         await self.with_connection(lambda db: write_fork(self, db, new_id, copied))
-        return await self.get(new_id)
+        target = await self.get(new_id)
+        await carry_spilled(original, target, copied)
+        return target
 
     async def __aenter__(self) -> SqliteSessionStore:
         return self

@@ -25,6 +25,9 @@ __all__ = ["Prices"]
 #: The kinds of price a model has, as ``Prices(overrides=...)`` names them.
 KINDS: Final = ("input", "cached_input", "cache_write", "output")
 _MILLION: Final = Decimal(1_000_000)
+#: The most any amount may be (a quadrillion dollars): past what money counts, and far within
+#: what a Decimal computes with.
+_MOST: Final = Decimal(10) ** 15
 #: genai-prices' names of the same kinds (a kind it lacks costs what input costs).
 _GENAI: Final = {
     "input": "input_mtok",
@@ -181,6 +184,8 @@ def amount(what: str, value: object, unit: str = "USD") -> Decimal:
         raise ValueError(f"{what} must be a number of {unit}, got {value!r}") from None
     if not number.is_finite() or number < 0:
         raise ValueError(f"{what} must be finite and >= 0 ({unit}), got {value!r}")
+    if number > _MOST:  # Decimal holds 1e99999999999, and overflows computing with it
+        raise ValueError(f"{what} must be at most 1E+15 ({unit}: a quadrillion), got {value!r}")
     return number
 
 

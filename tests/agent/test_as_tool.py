@@ -27,12 +27,14 @@ from raf import (
     Run,
     ScriptedChatClient,
     ToolCall,
+    ToolOutputLimit,
     Update,
     Usage,
     tool,
 )
 from raf.errors import StreamClosedError, ToolError
 from raf.observe import ContextLedger
+from tests._harness.spilling import dump
 
 pytestmark = pytest.mark.anyio
 
@@ -585,3 +587,32 @@ async def test_a_run_lets_go_of_its_last_model_call_so_it_leaves_no_cycle() -> N
         assert gone() is None
     finally:
         gc.enable()
+
+
+async def test_a_forked_child_reads_back_a_result_its_caller_cut_and_kept() -> None:
+    # The caller's prompt holds a result ToolOutputLimit cut (its marker names call_big);
+    # the forked child, which sees that prompt, reads the full text back as the caller could.
+    turn = ScriptedChatClient.tool_turn
+    read = json.dumps({"call_id": "call_big", "pattern": "^row 2999$"})
+    seen: list[str | None] = []
+
+    async def capture(request: Any, call_next: Any) -> Any:
+        result = await call_next(request)
+        seen.append(result.content)
+        return result
+
+    child = Agent(
+        ScriptedChatClient([turn(ToolCall("r1", "read_tool_result", read)), "row 2999 it is"]),
+        name="helper",
+        tool_stack=[capture, ToolOutputLimit(1000)],
+    )
+    helper = child.as_tool(context="forked")
+    ask = ToolCall("h1", helper.name, json.dumps({"task": "find the last row"}))
+    parent = Agent(
+        ScriptedChatClient([turn(ToolCall("call_big", "dump", "{}")), turn(ask), "done"]),
+        tools=[dump, helper],
+        tool_stack=[ToolOutputLimit(1000)],
+    )
+    await parent.run("go", session=InMemorySession("p"))
+    assert seen[0] is not None
+    assert "line 3000: row 2999" in seen[0]

@@ -94,3 +94,14 @@ def test_replay_needs_no_key_and_counts_with_the_models_encoding(
     assert "needs RAF_TEST_UNSET_KEY set" in capsys.readouterr().err
     assert run_raf(["replay", str(config), "--db", db, "--session", "s"]) == 0
     assert "tokens counted by o200k_base" in capsys.readouterr().out
+
+
+def test_replay_of_a_store_file_that_is_not_there_is_told_and_makes_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "whole.toml"
+    config.write_text(WHOLE)
+    missing = tmp_path / "typo" / "sessions.db"
+    assert run_raf(["replay", str(config), "--db", str(missing), "--session", "s"]) == 2
+    assert f"--db {missing}: no such session store file" in capsys.readouterr().err
+    assert not missing.parent.exists()  # a command that only reads writes nothing

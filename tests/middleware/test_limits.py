@@ -195,6 +195,24 @@ async def test_max_cost_on_a_model_of_no_known_price_is_a_clear_error() -> None:
         await agent.run("hi")
 
 
+async def test_an_answer_from_a_model_of_no_known_price_is_named_in_the_error() -> None:
+    # The call asked for "house" (priced); the server answered as "house:latest" (not):
+    # the error names the model that answered, not the one the caller did price.
+    def renamed(messages: Sequence[ChatMessage], options: ChatOptions) -> AgentResponse:
+        call = ToolCall(f"c{len(messages)}", "look")
+        return AgentResponse(
+            (ChatMessage.assistant(None, tool_calls=[call]),), Usage(1, 1), model="house:latest"
+        )
+
+    agent = Agent(
+        client(renamed, answer(Usage(1, 1))),
+        tools=[look],
+        chat_stack=[UsageLimits(max_cost=1, prices=PRICES)],
+    )
+    with pytest.raises(ConfigError, match="price of model 'house:latest', which answered"):
+        await agent.run("hi")
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

@@ -3,6 +3,7 @@ no room refuses the call before the model sees it, and bad budgets are refused w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -131,6 +132,32 @@ async def test_an_agents_budget_and_a_functions_scope() -> None:
     await agent.run("hi", session=InMemorySession("globex/1"))
 
 
+async def test_a_function_scope_is_counted_under_its_name_the_same_in_every_process() -> None:
+    # The counts' keys hold the scope's name: a named function's qualified name, or name=.
+    def tenant(invocation: Invocation | None) -> str:
+        return "acme"
+
+    assert Budget(1, "day", tenant).label().endswith("<locals>.tenant")
+    assert Budget(1, "day", functools.partial(tenant), name="tenant").label() == "tenant"
+    # Two lambdas are two budgets (named), not one counted twice.
+    by_user = Budget(5, "day", lambda invocation: "alice", name="user")
+    by_org = Budget(50, "day", lambda invocation: "acme", name="org")
+    assert len(SpendLimits([by_user, by_org], prices=PRICES).budgets) == 2
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [
+        lambda invocation: "acme",  # every lambda is '<lambda>': unrelated budgets would merge
+        functools.partial(str),  # its repr holds an address: another in every process
+        type("Tenant", (), {"__call__": lambda self, invocation: "acme"})(),
+    ],
+)
+def test_a_function_scope_without_a_lasting_name_needs_one(scope: Any) -> None:
+    with pytest.raises(ValueError, match="give it one: Budget"):
+        Budget(1, "day", scope)
+
+
 async def test_a_failed_call_gives_its_hold_back() -> None:
     limits = SpendLimits([Budget("0.02", "day")], prices=PRICES)
     model = client(
@@ -145,8 +172,10 @@ async def test_a_failed_call_gives_its_hold_back() -> None:
         await agent.run("hi", session=session)
 
 
-async def test_a_cancelled_call_gives_its_hold_back() -> None:
-    limits = SpendLimits([Budget("0.01", "day")], prices=PRICES)
+async def test_a_cancelled_call_keeps_its_hold() -> None:
+    # A call cancelled in flight was sent: the vendor bills it (its input, what it wrote).
+    # Its hold stands, else a caller who hangs up every call would spend without a limit.
+    limits = SpendLimits([Budget("0.01", "day", "agent")], prices=PRICES)
     started = anyio.Event()
 
     async def slow(messages: Sequence[ChatMessage], options: ChatOptions) -> AgentResponse:
@@ -159,7 +188,24 @@ async def test_a_cancelled_call_gives_its_hold_back() -> None:
         group.start_soon(agent.run, "hi")
         await started.wait()
         group.cancel_scope.cancel()
-    assert (await agent.run("hi")).text == "ok"  # $0.01: all of it, given back
+    with pytest.raises(BudgetExceeded):  # $0.01: all of it, held by the cancelled call
+        await agent.run("hi")
+
+
+async def test_a_stream_left_early_keeps_its_calls_hold() -> None:
+    limits = SpendLimits([Budget("0.01", "day", "agent")], prices=PRICES)
+    started = anyio.Event()
+
+    async def slow(messages: Sequence[ChatMessage], options: ChatOptions) -> AgentResponse:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    agent = Agent(client(slow, answer(Usage(10, 0))), chat_stack=[limits])
+    async with agent.stream("hi"):
+        await started.wait()  # the call is in flight; the reader leaves
+    with pytest.raises(BudgetExceeded):
+        await agent.run("hi")
 
 
 async def test_calls_in_flight_hold_their_cost_so_the_budget_is_never_passed() -> None:

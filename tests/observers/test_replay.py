@@ -87,7 +87,7 @@ async def test_the_same_stack_replays_what_the_run_sent() -> None:
 async def test_each_call_s_prompt_is_priced_the_cached_part_at_the_cached_price() -> None:
     messages, _ = await _recorded()
     client = ScriptedChatClient()
-    client.model = "house-model"  # type: ignore[misc]
+    client.model = "house-model"  # type: ignore[attr-defined]
     prices = raf.Prices(overrides={"house-model": {"input": 2, "cached_input": 0.5, "output": 8}})
     report = await raf.replay(_agent(client), messages, prices=prices)
     for call in report.calls:
@@ -203,3 +203,54 @@ async def test_replay_checks_its_arguments() -> None:
         await raf.replay(_agent(ScriptedChatClient()), ["hi"])  # type: ignore[list-item]
     empty = await raf.replay(_agent(ScriptedChatClient()), [])
     assert (empty.calls, empty.turns, empty.billed_units, empty.cached_share) == ((), 0, 0, 0.0)
+
+
+async def test_a_call_id_used_again_in_a_later_turn_gets_its_own_turns_result() -> None:
+    # Some servers number calls per answer ("call_0" every turn): each turn's own result.
+    def turn(order: str) -> tuple[ChatMessage, ...]:
+        call = ToolCall("call_0", "lookup", f'{{"order": "{order}"}}')
+        return (
+            ChatMessage.user(f"where is {order}?"),
+            ChatMessage.assistant(None, tool_calls=(call,)),
+            ChatMessage.tool("call_0", f"order {order}: recorded", name="lookup"),
+            ChatMessage.assistant(f"{order} shipped"),
+        )
+
+    given: list[str | None] = []
+
+    async def seen(request: object, call_next: object) -> ChatMessage:
+        result: ChatMessage = await call_next(request)  # type: ignore[operator]
+        given.append(result.content)
+        return result
+
+    agent = Agent(ScriptedChatClient(), tools=[lookup], tool_stack=[seen], history=True)
+    report = await raf.replay(agent, (*turn("1"), *turn("2")))
+    assert given == ["order 1: recorded", "order 2: recorded"]
+    assert not report.diverged, report.divergences
+
+
+async def test_a_recorded_read_of_a_cut_result_is_answered_from_the_recording() -> None:
+    # The run's ToolOutputLimit cut a result, and the model read it back: the replay's model
+    # gets the recorded read (the full result is not in the recording), no divergence.
+    full = "\n".join(f"row {n}" for n in range(400))
+    limit = raf.ToolOutputLimit(1000)
+    read = ToolCall("r1", "read_tool_result", '{"call_id": "c1", "pattern": "^row 399$"}')
+    messages = (
+        ChatMessage.user("dump it"),
+        ChatMessage.assistant(None, tool_calls=(ToolCall("c1", "lookup", '{"order": "1"}'),)),
+        ChatMessage.tool("c1", limit.cut(full, "c1"), name="lookup"),
+        ChatMessage.assistant(None, tool_calls=(read,)),
+        ChatMessage.tool("r1", "[1 line matches]\nline 400: row 399", name="read_tool_result"),
+        ChatMessage.assistant("The last row is 399."),
+    )
+    given: list[str | None] = []
+
+    async def seen(request: object, call_next: object) -> ChatMessage:
+        result: ChatMessage = await call_next(request)  # type: ignore[operator]
+        given.append(result.content)
+        return result
+
+    agent = Agent(ScriptedChatClient(), tools=[lookup], tool_stack=[seen, limit], history=True)
+    report = await raf.replay(agent, messages)
+    assert not report.diverged, report.divergences
+    assert given[-1] == "[1 line matches]\nline 400: row 399"

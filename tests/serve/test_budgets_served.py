@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import pytest
 
 import raf.serve
@@ -61,3 +62,41 @@ async def test_a_keys_spent_budget_is_a_429_and_the_model_is_not_called(stream: 
     assert len(client.requests) == 1  # the refused call never reached the model
     assert (await Exchange()(app, path, body(stream), headers=two)).status == 200
     assert len(client.requests) == 2
+
+
+class Stalls:
+    """A model whose first call streams the start of an answer, then nothing more: in flight
+    until its caller leaves."""
+
+    model = "house"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count_tokens(self, messages: Sequence[ChatMessage], tools: Sequence[Any] = ()) -> int:
+        return 10
+
+    async def complete(self, messages: Sequence[ChatMessage], options: ChatOptions) -> Any:
+        raise AssertionError("streamed only")
+
+    async def stream(self, messages: Sequence[ChatMessage], options: ChatOptions) -> Any:
+        self.calls += 1
+        response = AgentResponse((ChatMessage.assistant("the start of a long answer"),))
+        for update in response.to_updates():
+            yield update
+        if self.calls == 1:  # the first call only: a later one answers (a test never hangs)
+            await anyio.sleep_forever()
+
+
+async def test_a_client_that_hangs_up_mid_answer_still_spends_its_calls_hold() -> None:
+    # Given back, a key that hangs up every call would spend past its budget for ever.
+    model = Stalls()
+    limits = SpendLimits(Budget("0.01", "day", "key"), prices=PRICES)
+    app = raf.serve.app(Agent(model, name="budgeted", chat_stack=[limits]), api_keys=["k"])
+    key = [(b"authorization", b"Bearer k")]
+    left = await Exchange(leave_after=1)(app, "/v1/chat/completions", body(True), headers=key)
+    assert left.status == 200
+    assert model.calls == 1
+    refused = await Exchange()(app, "/v1/chat/completions", body(True), headers=key)
+    assert refused.status == 429
+    assert model.calls == 1

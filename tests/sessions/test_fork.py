@@ -3,6 +3,7 @@ first turns copied, nothing shared, nothing overwritten, no approval carried."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from raf.errors import SessionExistsError
 from raf.testing.strategies import histories
 from tests._harness.postgres_server import PostgresServer
 from tests._harness.redis_server import RedisServer
+from tests._harness.spilling import LOG, dump
 
 pytestmark = pytest.mark.anyio
 
@@ -184,3 +186,45 @@ async def test_the_memory_store_keeps_one_session_per_id() -> None:
     async with store as same:
         assert same is store
     assert repr(store) == "InMemorySessionStore(sessions=2)"
+
+
+async def _spill_in(store: Any, session_id: str) -> None:
+    """A turn whose tool result ToolOutputLimit cut and spilled (``call_big``), then a last
+    plain turn: two turns."""
+    client = raf.ScriptedChatClient(
+        [raf.ScriptedChatClient.tool_turn(ToolCall("call_big", "dump", "{}")), "seen", "ok"]
+    )
+    agent = raf.Agent(client, tools=[dump], tool_stack=[raf.ToolOutputLimit(1000)], history=True)
+    session = await store.get(session_id)
+    await agent.run("dump the log", session=session)
+    await agent.run("thanks", session=session)
+    assert await session.spilled_tool_result("call_big") == LOG
+
+
+async def test_a_fork_carries_the_spilled_results_of_the_turns_it_copies(store: Any) -> None:
+    await _spill_in(store, "a")
+    fork = await store.fork("a", "b")
+    assert await fork.spilled_tool_result("call_big") == LOG
+    # The model of the fork reads the cut result back, as it could in the original.
+    arguments = json.dumps({"call_id": "call_big", "pattern": "^row 2999$"})
+    client = raf.ScriptedChatClient(
+        [raf.ScriptedChatClient.tool_turn(ToolCall("r1", "read_tool_result", arguments)), "found"]
+    )
+    agent = raf.Agent(client, tools=[dump], tool_stack=[raf.ToolOutputLimit(1000)], history=True)
+    response = await agent.run("find the last row", session=fork)
+    read = next(m.content or "" for m in response.messages if m.role == "tool")
+    assert "line 3000: row 2999" in read
+    # A fork before the cut turn carries nothing of it; the original keeps its own.
+    before = await store.fork("a", "c", at=0)
+    assert await before.spilled_tool_result("call_big") is None
+    assert await (await store.get("a")).spilled_tool_result("call_big") == LOG
+
+
+async def test_a_refused_fork_leaves_the_spilled_results_of_new_id_alone(store: Any) -> None:
+    await _spill_in(store, "a")
+    taken = await store.get("taken")
+    await taken.add_messages([ChatMessage.user("mine")])
+    await taken.spill_tool_result("call_big", "my own")
+    with pytest.raises(SessionExistsError):
+        await store.fork("a", "taken")
+    assert await taken.spilled_tool_result("call_big") == "my own"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raf import Prices, Usage
+from raf import Budget, Prices, Usage, UsageLimits
 
 pytestmark = pytest.mark.anyio
 
@@ -91,6 +91,8 @@ def test_a_known_model_costs_what_genai_prices_says(
         ({"input": True, "output": 1}, ValueError, "'input' must be a number"),
         ({"input": float("nan"), "output": 1}, ValueError, "must be finite and >= 0"),
         ({"input": "inf", "output": 1}, ValueError, "must be finite and >= 0"),
+        # A number Decimal holds but cannot compute with: it overflowed at the first call.
+        ({"input": "1e99999999999", "output": 1}, ValueError, "at most 1E+15"),
         ({"input": 1}, ValueError, "needs an 'output' price"),
         ({"input": 1, "output": 1, "cached": 1}, ValueError, "unknown prices ['cached']"),
         ([1, 2], TypeError, "must be a mapping"),
@@ -109,3 +111,10 @@ def test_overrides_must_be_a_mapping_of_names() -> None:
         Prices(overrides=[("m", {})])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="a model name must be a non-empty str"):
         Prices(overrides={"": {"input": 1, "output": 1}})
+
+
+def test_a_budget_or_a_limit_past_what_money_counts_is_refused_when_built() -> None:
+    with pytest.raises(ValueError, match="Budget: usd must be at most 1E"):
+        Budget("1e99999999999", "day")
+    with pytest.raises(ValueError, match="UsageLimits: max_cost must be at most 1E"):
+        UsageLimits(max_cost="1e16")
