@@ -25,7 +25,7 @@ from raf._sessions.fork import carry_spilled
 from raf._sessions.memory import InMemorySession
 from raf._values.context import ChatRequest, ToolRequest
 from raf._values.messages import AgentResponse, OnUpdate, ToolCall, Update
-from raf._values.run import Run
+from raf._values.run import KEY_SCOPE, Run
 from raf.errors import ToolArgumentsError, ToolError
 
 __all__ = ["AgentTool"]
@@ -126,6 +126,8 @@ class AgentTool:
             call=request.call,
             fork=fork,
         )
+        if KEY_SCOPE in parent.state:  # a served caller's key scopes its child's memories too
+            run.state[KEY_SCOPE] = parent.state[KEY_SCOPE]
         child = self._child(getattr(caller.agent, "observers", ()))
         session = InMemorySession()
         if fork is not None:  # the cut results in the prompt it forks are read back from here

@@ -405,6 +405,28 @@ async def test_served_a_keys_memories_are_its_own() -> None:
     assert await memory.list("everyone") == ()  # nor does a run outside the server
 
 
+async def test_served_an_agent_tools_memories_are_the_callers_keys() -> None:
+    # The child of agent.as_tool() runs in a Run of its own: the caller's key scope goes
+    # with it, or its memories would be one namespace every key shares.
+    table = InMemoryMemories()
+    extractor = ScriptedChatClient([changes(add=["The user likes tea."])])
+    memory = LongTermMemory(table, namespace="everyone", extractor=extractor)
+    child = Agent(ScriptedChatClient(["noted"]), name="helper", stack=[memory])
+    ask = ToolCall("c1", "helper", json.dumps({"task": "I like tea"}))
+    parent = Agent(
+        ScriptedChatClient([ScriptedChatClient.tool_turn(ask), "done"]),
+        name="served",
+        tools=[child.as_tool()],
+    )
+    app = raf.serve.app(parent, api_keys=["key-one", "key-two"])
+    assert await call(app, "key-one", "I like tea") == 200
+    assert [m.text for m in await memory.list("everyone", api_key="key-one")] == [
+        "The user likes tea."
+    ]
+    assert await memory.list("everyone", api_key="key-two") == ()
+    assert await memory.list("everyone") == ()
+
+
 # -- hybrid search with an embedder --------------------------------------------------------
 
 
