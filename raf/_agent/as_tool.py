@@ -5,8 +5,9 @@ run of its own nested in the caller's tool call, and answers with its final
 text. What the child needs of its caller comes from the call's
 :class:`raf.ToolRequest`: the caller's run (:class:`raf.Run`), whose sink
 the child's updates go to, tagged with the call, whose usage the child's
-model calls join, and whose last prompt a forked child starts from
-(``raf._agent.fork``). The child's runs also pass through the caller's
+model calls join, whose last prompt a forked child starts from
+(``raf._agent.fork``), and whose served key scope (``KEY_SCOPE``) scopes the child's
+memories and budgets too. The child's runs also pass through the caller's
 observers that watch agent tools (``Observer.watches_agent_tools``), so the
 caller's :class:`raf.observe.ContextLedger` records them under the tool's
 name.
