@@ -25,7 +25,7 @@ from raf._sessions.base import Claimed, Session
 from raf._values.context import Invocation
 from raf._values.messages import AgentResponse, ChatMessage, OnUpdate, Update
 from raf._values.options import AgentRunOptions
-from raf._values.run import Run
+from raf._values.run import KEY_SCOPE, Run
 from raf.durable._sessions import SessionRef
 from raf.durable._workflow import (
     AGENTS,
@@ -187,7 +187,10 @@ class DurableAgent:
         """
         ref = None if session is None else SessionRef.of(session)
         streams = run.sink is not None
-        args = (request, ref, options, self.approval_timeout, streams, decisions, claimed)
+        # The served caller's key scope crosses into the workflow (its passes run in a Run of
+        # their own): a key's memories and budgets stay its own in a durable run too.
+        scope = run.state.get(KEY_SCOPE, "")
+        args = (request, ref, options, self.approval_timeout, streams, decisions, claimed, scope)
         handle = await DBOS.start_workflow_async(durable_run, self.durable_name, *args)
         run_id = handle.get_workflow_id()
         try:

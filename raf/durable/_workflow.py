@@ -23,7 +23,7 @@ from raf._sessions.memory import InMemorySession
 from raf._values.context import ChatRequest, Invocation
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import AgentRunOptions
-from raf._values.run import Run
+from raf._values.run import KEY_SCOPE, Run
 from raf.durable._sessions import SessionRef, WrittenOnce
 from raf.errors import DurableError
 
@@ -123,6 +123,7 @@ async def durable_run(
     streams: bool,
     decisions: tuple[Decision, ...] = (),
     claimed: Claimed | None = None,
+    key_scope: str = "",
 ) -> AgentResponse:
     """The workflow of one durable run: a pass of the pipeline, then the wait for decisions.
 
@@ -130,7 +131,8 @@ async def durable_run(
     no session: it does not wait). ``decisions`` resume calls that wait
     (``claimed``: the calls they claimed already). ``streams``: its caller
     follows the updates (a caller of decisions follows the stream, to its
-    first answer, in any case).
+    first answer, in any case). ``key_scope``: the served caller's key scope, put
+    on each pass's run (last, with a default: a workflow recorded before it recovers).
     """
     run_id = DBOS.workflow_id
     assert run_id is not None  # inside a workflow
@@ -138,7 +140,14 @@ async def durable_run(
     # while the run goes on.
     async with ref.reopened() if ref else nullcontext(InMemorySession()) as opened:
         session = WrittenOnce(opened, run_id, claimed)
-        run = _Run(_agent(agent_name), session, options, streams, approval_timeout if ref else 0)
+        run = _Run(
+            _agent(agent_name),
+            session,
+            options,
+            streams,
+            approval_timeout if ref else 0,
+            key_scope=key_scope,
+        )
         response, _ = await run.once(decisions or request)
         parts = [response]
         if response.pending and run.approval_timeout:
@@ -159,6 +168,8 @@ class _Run:
     options: AgentRunOptions
     streams: bool
     approval_timeout: float
+    #: The served caller's key scope (``""``: none), on each pass's run.
+    key_scope: str = attrs.field(default="", kw_only=True)
     #: The pass's "approval" updates, held until it has stored its pending calls (so a
     #: decision sent on seeing one finds its call).
     held: list[Update] = attrs.Factory(list)
@@ -196,6 +207,8 @@ class _Run:
         # The run's own object carries the batch to the steps: no context variable does.
         run = Run(self.publish if self.streams else None)
         run.state[BATCH] = batch
+        if self.key_scope:
+            run.state[KEY_SCOPE] = self.key_scope
         try:
             # The pre stages are not steps: they run again on recovery, where the request hash
             # was recorded already (Invocation.repeated is true).

@@ -32,6 +32,7 @@ from raf import (
     ToolCall,
     Usage,
 )
+from raf._values.run import KEY_SCOPE
 from raf.durable import DurableAgent, SessionRef, dbos_agent, idempotency_key
 from raf.errors import DurableError, ToolLoopError
 
@@ -257,6 +258,24 @@ async def test_streaming_to_the_caller_is_as_for_a_plain_agent(tmp_path: Path) -
     agent, _, _ = _agent(_two_adds())
     assert (await agent.run("add", on_update=on_update)).text == "3 and 7"
     assert seen == kinds
+
+
+@pytest.mark.anyio
+async def test_the_served_callers_key_scope_reaches_the_workflows_run() -> None:
+    # A served caller's key scope (what keeps a key's memories and budgets its own) is on
+    # the run of each pass of the workflow, as on a plain agent's run.
+    seen: list[object] = []
+
+    async def watch(request: Any, call_next: Any) -> AgentResponse:
+        seen.append(request.invocation.run.state.get(KEY_SCOPE))
+        return await call_next(request)  # type: ignore[no-any-return]
+
+    durable, _, _ = _agent(["hi", "hi"], chat_stack=[watch])
+    run = raf.Run(None)
+    run.state[KEY_SCOPE] = "key-1"
+    assert (await durable.run("hello", on_update=run)).text == "hi"
+    assert (await durable.run("hello")).text == "hi"
+    assert seen == ["key-1", None]
 
 
 @pytest.mark.anyio
