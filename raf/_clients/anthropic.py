@@ -25,7 +25,7 @@ from raf._clients._sdk import (
     plain,
     sdk_client,
 )
-from raf._values.compacted import for_wire
+from raf._values.compacted import for_wire, own_compaction
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.protocols import Tool
@@ -293,19 +293,8 @@ def _blocks(message: ChatMessage, index: int) -> list[dict[str, Any]]:
 def _compaction_block(message: ChatMessage, index: int) -> list[dict[str, Any]]:
     """The compaction block an assistant turn carries for this wire, first in its content,
     as it came (none for another wire's, or none at all)."""
-    compaction = message.compaction
-    if compaction is None or compaction.source != SOURCE:
-        return []
-    try:
-        block = json.loads(compaction.data)
-    except ValueError:
-        block = None
-    if not isinstance(block, dict) or block.get("type") != "compaction":
-        raise BadRequestError(
-            f"messages[{index}]: the compaction (source {SOURCE!r}) is not the JSON object "
-            f"of a compaction block: {compaction.data[:80]!r}"
-        )
-    return [block]
+    block = own_compaction(message, index, SOURCE, "compaction block")
+    return [] if block is None else [block]
 
 
 #: Anthropic's server-side compaction: its edit, the beta that turns it on, and the

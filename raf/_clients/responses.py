@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Self
 
@@ -29,7 +28,7 @@ from raf._clients._sdk import (
 )
 from raf._clients._tokens import count_prompt, counted_with
 from raf._values.carried import Compaction
-from raf._values.compacted import for_wire
+from raf._values.compacted import for_wire, own_compaction
 from raf._values.messages import AgentResponse, ChatMessage, Update
 from raf._values.options import ChatOptions
 from raf._values.protocols import Tool
@@ -293,18 +292,9 @@ def compaction_item(message: ChatMessage, index: int) -> list[dict[str, Any]]:
     is (``type``, ``encrypted_content``, ``id``: what came, less the output's own metadata
     such as ``created_by``, which an input item does not have); none for another wire's,
     or none at all."""
-    compaction = message.compaction
-    if compaction is None or compaction.source != SOURCE:
+    item = own_compaction(message, index, SOURCE, "compaction item")
+    if item is None:
         return []
-    try:
-        item = json.loads(compaction.data)
-    except ValueError:
-        item = None
-    if not isinstance(item, dict) or item.get("type") != "compaction":
-        raise BadRequestError(
-            f"messages[{index}]: the compaction (source {SOURCE!r}) is not the JSON object "
-            f"of a compaction item: {compaction.data[:80]!r}"
-        )
     return [{key: value for key, value in item.items() if key in _COMPACTION_INPUT}]
 
 

@@ -3,17 +3,41 @@ or another wire's summary in place of what that one replaced; never a foreign it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
 from raf._values.messages import ChatMessage
+from raf.errors import BadRequestError
 
 __all__: list[str] = []
 
 #: How a summary stands in for what a compaction replaced (as SummaryStrategy's note).
 SUMMARY_NOTE: Final = "Summary of the earlier conversation: "
+
+
+def own_compaction(
+    message: ChatMessage, index: int, source: str, what: str
+) -> dict[str, Any] | None:
+    """The JSON object of the compaction ``message`` carries for the wire ``source``
+    (``None`` for another wire's, or none at all); a
+    :class:`~raf.errors.BadRequestError` naming ``messages[index]`` when its data is not
+    that wire's ``what`` ("compaction block", "compaction item")."""
+    compaction = message.compaction
+    if compaction is None or compaction.source != source:
+        return None
+    try:
+        found = json.loads(compaction.data)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict) or found.get("type") != "compaction":
+        raise BadRequestError(
+            f"messages[{index}]: the compaction (source {source!r}) is not the JSON object "
+            f"of a {what}: {compaction.data[:80]!r}"
+        )
+    return found
 
 
 def standing_prompt(messages: Sequence[ChatMessage]) -> int:
