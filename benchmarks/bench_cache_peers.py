@@ -601,17 +601,24 @@ def _compressed(strategy: Callable[[], Any]) -> Callable[[], list[Any]]:
     return lambda: [HistoryProvider(inject=False), CompressionProvider(strategy())]
 
 
-#: raf's set-ups on this bench: its defaults, raf before (a step of a third), and the shapes
-#: nearest each peer's.
+#: raf's set-ups on this bench: its defaults (a window steps by four fifths of its bound),
+#: raf before (a step of half the bound, and before that of a third), and the shapes nearest
+#: each peer's.
 RAF: dict[str, Callable[[], list[Any]]] = {
     "whole history": lambda: [HistoryProvider()],
     "HistoryProvider(max_messages=40)": lambda: [HistoryProvider(max_messages=40)],
+    "HistoryProvider(max_messages=40, step=20)": lambda: [
+        HistoryProvider(max_messages=40, step=20)
+    ],
     "HistoryProvider(max_messages=40, step=13)": lambda: [
         HistoryProvider(max_messages=40, step=13)
     ],
     "TruncationStrategy(60)": _compressed(lambda: TruncationStrategy(60)),
     "TokenBudgetStrategy(2000)": _compressed(lambda: TokenBudgetStrategy(2000)),
     "TokenBudgetStrategy(3000)": _compressed(lambda: TokenBudgetStrategy(3000)),
+    "TokenBudgetStrategy(3000, step=1500)": _compressed(
+        lambda: TokenBudgetStrategy(3000, step=1500)
+    ),
     "TokenBudgetStrategy(3000, step=1000)": _compressed(
         lambda: TokenBudgetStrategy(3000, step=1000)
     ),

@@ -112,7 +112,7 @@ class TruncationStrategy:
 
     The first kept message stays where it is while the history grows, until
     one more would exceed ``keep_last``; then the cut jumps forward by
-    ``step`` messages (by default half of ``keep_last``), so a model
+    ``step`` messages (by default four fifths of ``keep_last``), so a model
     provider's prompt cache serves the calls in between. The cut is a pure
     function of the history (see :func:`raf._sessions.window.stepped_start`)
     and drops whole units only (see :func:`message_units`): a tool call
@@ -173,7 +173,7 @@ class TokenBudgetStrategy:
     one (under :class:`CompressionProvider`), else with
     :func:`approximate_tokens`, a rough estimate. The cut stays put while
     the kept messages fit and jumps forward by ``step`` tokens (by default
-    half of ``max_tokens``) when they would not, as
+    four fifths of ``max_tokens``) when they would not, as
     :class:`TruncationStrategy`'s does by messages; it counts every message
     it is given, so give :class:`CompressionProvider` a ``max_messages`` to
     bound that over a long history. Whole units only. ``cold_after`` as

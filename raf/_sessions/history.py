@@ -51,8 +51,8 @@ class HistoryProvider:
     ``count_tokens(messages, tools)`` when it has one, else
     :func:`raf.compression.approximate_tokens`). The window's first message stays where
     it is from turn to turn while the window fits; when it would not, the
-    start jumps forward by ``step`` (in the bound's unit; by default half
-    the bound), so the model provider's prompt cache still serves the
+    start jumps forward by ``step`` (in the bound's unit; by default four
+    fifths of the bound), so the model provider's prompt cache still serves the
     calls in between (see ``docs/scale.md``). The start is a pure function
     of the stored history: every worker computes the same window. A message
     window is read from the store's count and tail alone, so a turn costs

@@ -208,7 +208,7 @@ async def test_compression_with_history_sends_the_newest_and_stores_everything()
     agent = Agent(
         client,
         tools=[lookup],
-        stack=[HistoryProvider(), CompressionProvider(TruncationStrategy(3))],
+        stack=[HistoryProvider(), CompressionProvider(TruncationStrategy(3, step=1))],
     )
     session = InMemorySession()
     await agent.run("q1", session=session)
@@ -229,7 +229,7 @@ async def test_tool_group_kept_whole_in_a_run() -> None:
     agent = Agent(
         client,
         tools=[lookup],
-        stack=[HistoryProvider(inject=False), CompressionProvider(TruncationStrategy(3))],
+        stack=[HistoryProvider(inject=False), CompressionProvider(TruncationStrategy(3, step=1))],
     )
     session = InMemorySession()
     await agent.run("q1", session=session)

@@ -82,23 +82,26 @@ async def test_a_window_never_splits_a_tool_call_from_its_results() -> None:
     session = InMemorySession()
     await session.add_messages(history)
     # The newest 2 would start with the call's result: the cut moves past the whole unit.
-    assert await injected(HistoryProvider(max_messages=2), session) == (history[3],)
-    assert await injected(HistoryProvider(max_messages=3), session) == tuple(history[1:])
-    assert await injected(HistoryProvider(max_messages=4), session) == tuple(history)
+    assert await injected(HistoryProvider(max_messages=2, step=1), session) == (history[3],)
+    assert await injected(HistoryProvider(max_messages=3, step=1), session) == tuple(history[1:])
+    assert await injected(HistoryProvider(max_messages=4, step=1), session) == tuple(history)
 
 
 async def test_max_tokens_keeps_the_newest_that_fit() -> None:
     session = InMemorySession()
     await session.add_messages(chat(10))
-    one_each = HistoryProvider(max_tokens=3, count_tokens=lambda message: 1)
+    one_each = HistoryProvider(max_tokens=3, count_tokens=lambda message: 1, step=1)
     assert await injected(one_each, session) == tuple(chat(10)[-3:])
     cost = approximate_tokens(chat(10)[-1])
     assert len(await injected(HistoryProvider(max_tokens=2 * cost, step=1), session)) == 2
     # A step of a third of the bound: the start sits further on, ahead of time.
     third = HistoryProvider(max_tokens=2 * cost, step=2 * cost // 3)
     assert len(await injected(third, session)) == 1
-    # By default the start moves by half the bound (it steps less often).
-    assert len(await injected(HistoryProvider(max_tokens=2 * cost), session)) == 2
+    # By default the start moves by four fifths of the bound (it steps least often).
+    by_default = HistoryProvider(max_tokens=10, count_tokens=lambda message: 1)
+    assert await injected(by_default, session) == tuple(chat(10)[-10:])
+    await session.add_messages(chat(1))  # one more: the start moves by 8, not 5
+    assert len(await injected(by_default, session)) == 3
 
 
 async def test_a_budget_alone_counts_from_the_first_message() -> None:
@@ -112,7 +115,7 @@ async def test_a_budget_alone_counts_from_the_first_message() -> None:
 
 async def test_a_session_without_get_last_messages_is_read_whole_and_cut() -> None:
     session = PlainSession(chat(10))
-    assert await injected(HistoryProvider(max_messages=3), session) == tuple(chat(10)[-3:])
+    assert await injected(HistoryProvider(max_messages=3, step=1), session) == tuple(chat(10)[-3:])
 
 
 async def test_sqlite_reads_only_the_window(tmp_path: Path) -> None:
