@@ -47,7 +47,8 @@ def test_replay_prints_both_stacks_side_by_side_and_draws_the_chart(
     assert [row[:2] for row in rows] == [[str(n), "1"] for n in range(1, 7)]
     # The whole history never breaks the cache (its column after cost and context); the window does.
     assert all(row[7] == "-" for row in rows)
-    assert "HistoryProvider" in out[7]
+    # A window of 4 steps by 3 (four fifths, at least 1): it moves at turns 4 and 5 only.
+    assert ["HistoryProvider" in line for line in out[2:8]] == [False] * 3 + [True] * 2 + [False]
     assert out[8].split()[:2] == ["all", "6"]
     assert out[-1] == f"chart: {chart}"
     drawn = ET.parse(chart).getroot()
