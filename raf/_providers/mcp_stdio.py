@@ -4,9 +4,9 @@ raf's own small client, under :class:`raf.McpToolsProvider`. The ``mcp`` SDK's
 client checks each whole message against the protocol's pydantic models on the
 event loop, with no await in between (a page of 20,000 tools, 3.7 MB, stalled
 every other task for a second) and no hook to avoid it. Here a line is read in
-chunks (each chunk searched once for its newline), parsed with :func:`json.loads`
-and handed over as plain data: what a page holds is checked by its reader, tool
-by tool, yielding between them.
+chunks (each chunk searched once for its newline), parsed by :mod:`json` in
+steps (:mod:`raf._providers.json_steps`) and handed over as plain data: what a
+page holds is checked by its reader, tool by tool, yielding between them.
 
 The transport is the one the specification names for stdio: one JSON-RPC
 message per line, the server's stderr left to the caller (``errlog``), and a
@@ -32,6 +32,7 @@ import anyio.lowlevel
 import attrs
 
 from raf._log import log as _log
+from raf._providers.json_steps import loads_in_steps
 
 __all__: list[str] = []
 
@@ -204,10 +205,9 @@ class StdioConnection:
                     if len(line) + end - start > self._max_message_bytes:
                         break
                     line += chunk[start:end]
-                    self._dispatch(bytes(line))
+                    await self._dispatch(bytes(line))
                     line.clear()
                     start = end + 1
-                    await anyio.lowlevel.checkpoint()
                 else:
                     line += memoryview(chunk)[start:]
                     if len(line) <= self._max_message_bytes:
@@ -218,6 +218,7 @@ class StdioConnection:
                 )
                 # The rest of that message is unread: the server cannot go on, so stop it now.
                 _signal(self.process, hard=True)
+                await _exited(self.process, _EXIT_GRACE)  # reaped (on trio, by asking)
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             await _exited(self.process, _EXIT_CODE_WAIT)
             why = _closed(self.process, "its stdout")
@@ -233,12 +234,13 @@ class StdioConnection:
         for waiter in self._waiters.values():
             waiter.done.set()
 
-    def _dispatch(self, line: bytes) -> None:
+    async def _dispatch(self, line: bytes) -> None:
         """One line of the server's stdout: an answer, a request to answer, or a notification."""
+        await anyio.lowlevel.checkpoint()
         if not line.strip():
             return
         try:
-            message = json.loads(line)
+            message = await loads_in_steps(line.decode())
         except (ValueError, RecursionError) as exc:
             # Not a message (a server that prints to stdout): skipped, as no request is its.
             _log.warning("mcp.bad_line", reason=str(exc), line=_quote(line[:200]))
