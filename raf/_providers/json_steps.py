@@ -36,11 +36,12 @@ _SCAN_STRING: Final[Callable[[str, int], tuple[str, int]]] = json.decoder.scanst
 _WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
 
 
-async def loads_in_steps(text: str) -> Any:
-    """The value of the JSON ``text``, as :func:`json.loads` gives it, parsed in steps."""
-    if len(text) <= STEP_CHARS:
+async def loads_in_steps(text: str, *, step_chars: int = STEP_CHARS) -> Any:
+    """The value of the JSON ``text``, as :func:`json.loads` gives it, parsed in steps of
+    about ``step_chars`` characters (a text no longer than that: in one)."""
+    if len(text) <= step_chars:
         return json.loads(text)
-    parser = _Parser(text)
+    parser = _Parser(text, step_chars)
     value, end = await parser.value(parser.skip(0), 0)
     if parser.skip(end) != len(text):
         raise json.JSONDecodeError("Extra data", text, parser.skip(end))
@@ -48,8 +49,9 @@ async def loads_in_steps(text: str) -> Any:
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, step_chars: int) -> None:
         self.text = text
+        self.step_chars = step_chars
         self.paused_at = 0
 
     def skip(self, index: int) -> int:
@@ -72,7 +74,7 @@ class _Parser:
             value, end = _SCAN(self.text, index)
         except StopIteration as stop:
             raise json.JSONDecodeError("Expecting value", self.text, stop.value) from None
-        if end - self.paused_at >= STEP_CHARS:
+        if end - self.paused_at >= self.step_chars:
             self.paused_at = end
             await anyio.lowlevel.checkpoint()
         return value, end
