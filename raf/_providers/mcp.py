@@ -224,6 +224,7 @@ class McpToolsProvider(ContextProvider):
     async def _list_pages(self, found: list[McpTool]) -> None:
         async with self._use() as connection:
             cursor: str | None = None
+            seen: set[str] = set()
             while True:
                 page = await connection.request(
                     "tools/list", None if cursor is None else {"cursor": cursor}
@@ -245,6 +246,9 @@ class McpToolsProvider(ContextProvider):
                 following = page.get("nextCursor")
                 if not isinstance(following, str) or not following:
                     break
+                if following in seen:  # pages in a circle would be listed for ever
+                    raise ServerFault(f"it answered the cursor {following[:100]!r} a second time")
+                seen.add(following)
                 cursor = following
 
     def _tool(self, remote: object) -> McpTool | None:

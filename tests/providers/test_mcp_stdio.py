@@ -75,7 +75,8 @@ RAW_SERVER = textwrap.dedent(
                 sys.stdout.flush()
                 time.sleep(600)
             tools = [dict(ADD, name=f"add{n}") for n in range(COUNT)]
-            send({"jsonrpc": "2.0", "id": ident, "result": {"tools": tools}})
+            page = {"tools": tools, "nextCursor": "again"} if MODE == "circle" else {"tools": tools}
+            send({"jsonrpc": "2.0", "id": ident, "result": page})
         elif method == "tools/call":
             if MODE == "dies":
                 os._exit(5)
@@ -224,6 +225,17 @@ async def test_an_unknown_protocol_version_is_a_clear_mcp_error(tmp_path: Path) 
     assert message.startswith("old: the MCP server")
     assert "did not start: it answered with protocol version '1999-01-01'" in message
     assert "2025-11-25" in message  # what raf speaks
+
+
+async def test_pages_in_a_circle_are_an_mcp_error_not_an_endless_listing(
+    tmp_path: Path,
+) -> None:
+    raw = Raw(tmp_path, "circle", count=0)
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, raw.args, timeout=None) as mcp:
+            with pytest.raises(McpError, match="it answered the cursor 'again' a second time"):
+                await mcp.tools()
+    assert raw.lines("method ").count("tools/list") == 2
 
 
 async def test_a_long_error_from_the_server_is_cut(tmp_path: Path) -> None:
