@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import reprlib
 import signal
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -68,6 +69,10 @@ _INHERITED_ENV: Final = (
 #: The server's time to exit by itself once its stdin is closed, then after SIGTERM,
 #: then after SIGKILL (the last only for a process that cannot be killed).
 _EXIT_GRACE: Final = 2.0
+#: The longest a message may take to be written to the server's stdin (it reads nothing).
+_WRITE_BOUND: Final = 10.0
+#: The most requests of the server's (pings) answered at once: a flood waits its turn.
+_MAX_ANSWERING: Final = 16
 #: How long a reader waits, after the server closed its stdout, to learn its exit code.
 _EXIT_CODE_WAIT: Final = 1.0
 _EXIT_POLL: Final = 0.01
@@ -118,6 +123,7 @@ class StdioConnection:
         self._ids = itertools.count(1)
         self._waiters: dict[int, _Waiter] = {}
         self._writing = anyio.Lock()
+        self._answering = anyio.Semaphore(_MAX_ANSWERING)
         #: Why the connection ended (a clause), once it has.
         self._ended: str | None = None
 
@@ -177,14 +183,22 @@ class StdioConnection:
         await self._send(message)
 
     async def _send(self, message: Mapping[str, Any]) -> None:
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        # ASCII: a lone surrogate (json.loads makes one of "\\ud800") cannot be encoded otherwise.
+        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
         stdin = self.process.stdin
         assert stdin is not None  # opened with a pipe
         async with self._writing:
-            try:
-                await stdin.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                raise ServerFault(self._ended or _closed(self.process, "its stdin")) from exc
+            # A message cut off by a caller's cancellation would garble every later one: it is
+            # written whole, or, when the server reads nothing for a while, the connection ends.
+            with anyio.CancelScope(shield=True) as scope:
+                scope.deadline = anyio.current_time() + _WRITE_BOUND
+                try:
+                    await stdin.send(data)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                    raise ServerFault(self._ended or _closed(self.process, "its stdin")) from exc
+            if scope.cancelled_caught:
+                self._end(f"it read nothing of its stdin for {_WRITE_BOUND:g}s")
+                raise ServerFault(self._ended or "")
 
     async def _send_quietly(self, message: Mapping[str, Any]) -> None:
         with suppress(ServerFault):
@@ -243,7 +257,9 @@ class StdioConnection:
             message = await loads_in_steps(line.decode())
         except (ValueError, RecursionError) as exc:
             # Not a message (a server that prints to stdout): skipped, as no request is its.
-            _log.warning("mcp.bad_line", reason=str(exc), line=_quote(line[:200]))
+            _log.warning(
+                "mcp.bad_line", reason=str(exc), line=_quote(line[:200].decode(errors="replace"))
+            )
             return
         for one in message if isinstance(message, list) else [message]:
             if isinstance(one, dict):
@@ -254,10 +270,15 @@ class StdioConnection:
         if isinstance(method, str):
             if ident is None:
                 if method == "notifications/message":
-                    _log.debug("mcp.server_log", params=message.get("params"))
+                    _log.debug("mcp.server_log", params=_quote(message.get("params")))
                 return
-            # Answered from a task of its own, so the reader never waits on the server's stdin.
-            self._group.start_soon(self._answer, ident, method)
+            if self._answering.value:
+                # Answered from a task of its own, so the reader never waits on the server's stdin;
+                # a server that sends more at once than it reads the answers of is answered less.
+                self._answering.acquire_nowait()
+                self._group.start_soon(self._answer, ident, method)
+            else:
+                _log.warning("mcp.request_unanswered", method=_quote(method))
             return
         waiter = self._waiters.get(ident) if type(ident) is int else None
         if waiter is not None and not waiter.done.is_set():
@@ -269,8 +290,14 @@ class StdioConnection:
         if method == "ping":
             reply["result"] = {}
         else:
-            reply["error"] = {"code": -32601, "message": f"raf's client does not offer {method}"}
-        await self._send_quietly(reply)
+            reply["error"] = {
+                "code": -32601,
+                "message": f"raf's client does not offer {_quote(method)}",
+            }
+        try:
+            await self._send_quietly(reply)
+        finally:
+            self._answering.release()
 
 
 @asynccontextmanager
@@ -297,7 +324,7 @@ async def open_stdio(
         start_new_session=sys.platform != "win32",
     )
     failure: Exception | None = None
-    try:
+    try:  # from here on, the server is stopped whatever happens
         async with anyio.create_task_group() as group:
             connection = StdioConnection(process, group, max_message_bytes=max_message_bytes)
             group.start_soon(connection.read)
@@ -312,6 +339,8 @@ async def open_stdio(
                 group.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
+            if process.returncode is None:  # the task group was never entered
+                await _stop(process)
             await _close(process)
     if failure is not None:
         raise failure
@@ -395,6 +424,11 @@ def _closed(process: anyio.abc.Process, pipe: str) -> str:
 
 
 def _quote(value: object) -> str:
-    """A value of the server's, bounded, for a message."""
-    text = repr(value)
-    return text if len(text) <= 200 else text[:200] + "..."
+    """A value of the server's, for a message: bounded, and costing as little (a list of a
+    million items is not written out to be cut)."""
+    return _REPR.repr(value)
+
+
+_REPR: Final = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 200
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = 20

@@ -21,7 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import raf._providers.mcp
-from raf import Agent, McpToolsProvider, ProviderError, ScriptedChatClient, ToolCall
+from raf import Agent, McpToolsProvider, ProviderError, ScriptedChatClient, ToolCall, ToolError
 from raf.config import ContextProviderDecl, build_provider
 from raf.errors import ConfigError, McpError
 
@@ -457,3 +457,13 @@ async def test_listing_many_tools_yields_to_the_loop_and_honours_the_timeout(
     # The deadline landed between two checks (after the first one is enough): without a
     # checkpoint it could land only after all 303 of them.
     assert 0 < checked < 300
+
+
+async def test_arguments_with_a_lone_surrogate_reach_the_server(
+    tiny: tuple[list[str], Path],
+) -> None:
+    # json.loads makes a lone surrogate of the model's "\ud800"; written as UTF-8 it would fail.
+    args, _ = tiny
+    async with McpToolsProvider(sys.executable, args) as mcp:
+        with pytest.raises(ToolError, match="cannot do that: \ud800"):
+            await mcp.call_tool("fail", {"reason": "\ud800"})
