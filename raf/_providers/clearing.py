@@ -157,7 +157,6 @@ class ClearToolResults:
         )
 
 
-
 def _tool_names(messages: Sequence[ChatMessage]) -> dict[str, str | None]:
     """call id -> the name of the tool it called."""
     return {call.id: call.name for m in messages for call in m.tool_calls}

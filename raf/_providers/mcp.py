@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -16,11 +17,12 @@ import attrs
 from raf._agent.tools import build_validator
 from raf._log import log as _log
 from raf._onion.compose import ContextProvider
+from raf._providers.mcp_stdio import MAX_MESSAGE_BYTES, ServerFault, StdioConnection, open_stdio
 from raf._sessions.base import Session
 from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage
 from raf._values.options import AgentRunOptions
-from raf.errors import ConfigError, McpError, ToolError, ToolSchemaError
+from raf.errors import McpError, ToolError, ToolSchemaError
 
 if TYPE_CHECKING:
     from raf._values.context import AgentLike
@@ -30,18 +32,6 @@ __all__ = ["McpToolsProvider"]
 #: The most tools a server may list: a model cannot use thousands anyway, and each
 #: costs a schema check (about 0.75 ms).
 DEFAULT_MAX_TOOLS: Final = 1000
-
-_MISSING = (
-    "McpToolsProvider needs the optional 'mcp' package; install it with: "
-    "pip install 'raf-agents[mcp]'"
-)
-
-
-def _require_mcp() -> None:
-    try:
-        import mcp  # noqa: F401
-    except ImportError as exc:
-        raise ConfigError(_MISSING) from exc
 
 
 @attrs.frozen(slots=True)
@@ -70,8 +60,8 @@ class McpToolsProvider(ContextProvider):
 
     The server's tools are listed on first use and offered to the model on
     every run (``tool_prefix`` is put in front of each name, to keep them
-    apart from other tools). Needs the optional ``mcp`` package
-    (``pip install 'raf-agents[mcp]'``).
+    apart from other tools). raf speaks the protocol itself (JSON-RPC over
+    the server's stdin and stdout): no package is needed for it.
 
     Two ways to run it:
 
@@ -84,8 +74,9 @@ class McpToolsProvider(ContextProvider):
 
     ``timeout`` bounds starting the server, listing its tools (every page
     and every schema check together) and each tool call. A server that
-    lists more than ``max_tools`` tools is an :class:`raf.errors.McpError`; a tool
-    whose schema the MCP SDK or raf refuses is left out (warning
+    lists more than ``max_tools`` tools, or sends one message (a line) of
+    more than ``max_message_bytes``, is an :class:`raf.errors.McpError`; a
+    malformed tool, or one whose schema raf refuses, is left out (warning
     ``mcp.tool_skipped``), and the others are offered.
     """
 
@@ -103,10 +94,12 @@ class McpToolsProvider(ContextProvider):
         errlog: TextIO | None = None,
         name: str | None = None,
         max_tools: int = DEFAULT_MAX_TOOLS,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
-        _require_mcp()
         if type(max_tools) is not int or max_tools < 1:
             raise ValueError(f"max_tools must be an int >= 1, got {max_tools!r}")
+        if type(max_message_bytes) is not int or max_message_bytes < 1:
+            raise ValueError(f"max_message_bytes must be an int >= 1, got {max_message_bytes!r}")
         if not isinstance(command, str) or not command:
             raise ValueError(f"command must be a non-empty str, got {command!r}")
         if isinstance(args, str) or not all(isinstance(a, str) for a in args):
@@ -120,9 +113,10 @@ class McpToolsProvider(ContextProvider):
         self.tool_prefix = tool_prefix
         self.timeout = timeout
         self.max_tools = max_tools
+        self.max_message_bytes = max_message_bytes
         self.errlog = errlog
         self._tools: tuple[McpTool, ...] | None = None
-        self._session: Any = None
+        self._connection: StdioConnection | None = None
         self._exit_stack: AsyncExitStack | None = None
         self._lock = anyio.Lock()
 
@@ -131,7 +125,7 @@ class McpToolsProvider(ContextProvider):
             raise RuntimeError(f"{self.name}: the MCP connection is already open")
         stack = AsyncExitStack()
         try:
-            self._session = await stack.enter_async_context(self._connect())
+            self._connection = await stack.enter_async_context(self._connect())
         except BaseException:
             await stack.aclose()
             raise
@@ -144,47 +138,37 @@ class McpToolsProvider(ContextProvider):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        stack, self._exit_stack, self._session = self._exit_stack, None, None
+        stack, self._exit_stack, self._connection = self._exit_stack, None, None
         if stack is not None:
             await stack.aclose()
 
     @asynccontextmanager
-    async def _connect(self) -> AsyncIterator[Any]:
-        from mcp import ClientSession, StdioServerParameters
-        from mcp.client.stdio import stdio_client
-
-        parameters = StdioServerParameters(
-            command=self.command,
-            args=list(self.args),
-            env=self.env,
-            cwd=os.fspath(self.cwd) if self.cwd is not None else None,
-        )
+    async def _connect(self) -> AsyncIterator[StdioConnection]:
         started = False
         try:
-            async with (
-                stdio_client(parameters, errlog=self.errlog or sys.stderr) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                with self._deadline():
-                    await session.initialize()
+            async with open_stdio(
+                self.command,
+                self.args,
+                env=self.env,
+                cwd=self.cwd,
+                errlog=self.errlog or sys.stderr,
+                max_message_bytes=self.max_message_bytes,
+            ) as connection:
                 started = True
-                yield session
+                try:
+                    with self._deadline():
+                        await connection.initialize()
+                except (ServerFault, TimeoutError) as exc:
+                    why = self._why(exc, "answer the initialize request")
+                    raise McpError(
+                        f"{self.name}: the MCP server {self.command!r} did not start: {why}"
+                    ) from exc
+                yield connection
         except OSError as exc:
             if started:
                 raise
             raise McpError(
                 f"{self.name}: cannot start the MCP server {self.command!r}: {exc.strerror or exc}"
-            ) from exc
-        except Exception as exc:
-            # The SDK's task groups wrap a server that exits or never answers in exception
-            # groups; errors of the work done once it started are reported by that work.
-            if started or isinstance(exc, McpError):
-                raise
-            why = self._why(exc, "answer the initialize request")
-            if not isinstance(_leaf(exc), TimeoutError):
-                why += " (did it exit? its stderr shows why)"
-            raise McpError(
-                f"{self.name}: the MCP server {self.command!r} did not start: {why}"
             ) from exc
 
     def _deadline(self) -> AbstractContextManager[Any]:
@@ -192,18 +176,19 @@ class McpToolsProvider(ContextProvider):
         return anyio.fail_after(self.timeout) if self.timeout is not None else nullcontext()
 
     def _why(self, error: BaseException, what: str) -> str:
-        if isinstance(_leaf(error), TimeoutError):
+        """What went wrong, as a clause about the server."""
+        if isinstance(error, TimeoutError):
             return f"it did not {what} within timeout={self.timeout}s"
-        return _innermost(error)
+        return str(error)  # a ServerFault's clause ("it exited with code 3 ...")
 
     @asynccontextmanager
-    async def _use(self) -> AsyncIterator[Any]:
-        """The open session, or a connection just for this use."""
-        if self._session is not None:
-            yield self._session
+    async def _use(self) -> AsyncIterator[StdioConnection]:
+        """The open connection, or one just for this use."""
+        if self._connection is not None:
+            yield self._connection
             return
-        async with self._connect() as session:
-            yield session
+        async with self._connect() as connection:
+            yield connection
 
     async def tools(self) -> tuple[McpTool, ...]:
         """The server's tools (listed once, then kept)."""
@@ -221,13 +206,15 @@ class McpToolsProvider(ContextProvider):
 
     async def _list_tools(self) -> tuple[McpTool, ...]:
         found: list[McpTool] = []
-        opened = self._session is not None
+        opened = self._connection is not None
         try:
             with self._deadline():  # start-up (when not open) and every page, together
                 await self._list_pages(found)
-        except (McpError, ToolError):
-            raise
-        except Exception as exc:
+        except ServerFault as exc:
+            raise McpError(
+                f"{self.name}: listing the tools of {self.command!r} failed: {exc}"
+            ) from exc
+        except TimeoutError as exc:
             raise McpError(
                 f"{self.name}: listing the tools of {self.command!r} failed: "
                 + self._why(exc, "list its tools" if opened else "start and list its tools")
@@ -235,12 +222,16 @@ class McpToolsProvider(ContextProvider):
         return tuple(found)
 
     async def _list_pages(self, found: list[McpTool]) -> None:
-        from mcp.types import PaginatedRequestParams
-
-        async with self._use() as session:
-            params: PaginatedRequestParams | None = None
+        async with self._use() as connection:
+            cursor: str | None = None
+            seen: set[str] = set()
             while True:
-                tools, cursor = await self._list_page(session, params)
+                page = await connection.request(
+                    "tools/list", None if cursor is None else {"cursor": cursor}
+                )
+                tools = page.get("tools")
+                if not isinstance(tools, list):
+                    raise ServerFault("it answered tools/list without a list of tools")
                 if len(found) + len(tools) > self.max_tools:
                     raise McpError(
                         f"{self.name}: the MCP server {self.command!r} lists more than "
@@ -252,78 +243,48 @@ class McpToolsProvider(ContextProvider):
                     tool = self._tool(remote)
                     if tool is not None:
                         found.append(tool)
-                if not cursor:
+                following = page.get("nextCursor")
+                if not isinstance(following, str) or not following:
                     break
-                params = PaginatedRequestParams(cursor=cursor)
+                if following in seen:  # pages in a circle would be listed for ever
+                    raise ServerFault(f"it answered the cursor {following[:100]!r} a second time")
+                seen.add(following)
+                cursor = following
 
-    async def _list_page(self, session: Any, params: Any) -> tuple[list[Any], str | None]:
-        """One page of ``tools/list``: the SDK's tools, or, when the SDK refuses the page
-        for one bad tool, each raw tool as it is (checked one by one in :meth:`_tool`)."""
-        import pydantic
-
-        try:
-            result = await session.list_tools(params=params)
-        except pydantic.ValidationError:
-            # The SDK checks the whole page against the protocol's schema, in every path
-            # of its public API: ask again through its dispatcher, the raw reply.
-            send_raw = getattr(getattr(session, "_dispatcher", None), "send_raw_request", None)
-            if send_raw is None:
-                raise
-            data = None if params is None else params.model_dump(by_alias=True, exclude_none=True)
-            raw = await send_raw("tools/list", data, {})
-            tools = raw.get("tools") if isinstance(raw, dict) else None
-            if not isinstance(tools, list):
-                raise
-            cursor = raw.get("nextCursor")
-            return tools, cursor if isinstance(cursor, str) else None
-        return list(result.tools), result.next_cursor
-
-    def _tool(self, remote: Any) -> McpTool | None:
-        """``remote`` (an SDK tool, or a raw one the SDK refused) as a raf tool; ``None``,
-        with a warning, when the SDK or raf refuses its schema."""
-        import pydantic
-        from mcp.types import Tool as SdkTool
-
-        if not isinstance(remote, SdkTool):
-            try:
-                remote = SdkTool.model_validate(remote)
-            except pydantic.ValidationError as exc:
-                named = remote.get("name") if isinstance(remote, dict) else None
-                name = self.tool_prefix + (named if isinstance(named, str) else repr(named))
-                problem = exc.errors()[0]
-                where = ".".join(str(part) for part in problem["loc"])
-                _log.warning(
-                    "mcp.tool_skipped",
-                    provider=self.name,
-                    tool=name,
-                    reason=f"the MCP SDK refused it: at {where}: {problem['msg']}",
-                )
-                return None
-        name = self.tool_prefix + remote.name
-        schema = dict(remote.input_schema or {"type": "object"})
+    def _tool(self, remote: object) -> McpTool | None:
+        """One tool of a ``tools/list`` page as a raf tool; ``None``, with a warning, when
+        it is malformed or raf refuses its schema (only that tool: the others still work)."""
+        named = remote.get("name") if isinstance(remote, dict) else None
+        name = self.tool_prefix + (named if isinstance(named, str) else repr(named))
+        problem = _tool_problem(remote)
+        if problem is not None:
+            _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=problem)
+            return None
+        assert isinstance(remote, dict)  # what _tool_problem checked
+        assert isinstance(named, str)
+        schema: dict[str, Any] = remote["inputSchema"]
         try:
             validator = build_validator(name, schema)
         except ToolSchemaError as exc:
-            # Refused where it is found, and only that tool: the others still work.
             _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=str(exc))
             return None
-        return McpTool(
-            name, remote.description or "", schema, remote.name, self, schema_validator=validator
-        )
+        description = remote.get("description")
+        return McpTool(name, description or "", schema, named, self, schema_validator=validator)
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         """Run the server's tool ``name``; its content as text, or :class:`ToolError`."""
         try:
-            async with self._use() as session:
-                result = await session.call_tool(
-                    name, dict(arguments), read_timeout_seconds=self.timeout
-                )
-        except McpError:
-            raise
-        except Exception as exc:
-            raise McpError(f"the MCP server failed to run {name!r}: {_innermost(exc)}") from exc
+            async with self._use() as connection:
+                with self._deadline():
+                    result = await connection.request(
+                        "tools/call", {"name": name, "arguments": dict(arguments)}
+                    )
+        except (ServerFault, TimeoutError) as exc:
+            raise McpError(
+                f"the MCP server failed to run {name!r}: {self._why(exc, 'answer')}"
+            ) from exc
         text = _result_text(result)
-        if result.is_error:
+        if result.get("isError") is True:
             raise ToolError(text or f"the MCP tool {name!r} failed without a message")
         return text
 
@@ -339,36 +300,55 @@ class McpToolsProvider(ContextProvider):
         return ContextResult(tools=tools) if tools else ContextResult()
 
 
-def _leaf(error: BaseException) -> BaseException:
-    """The first leaf of nested exception groups (the SDK wraps errors)."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
-    return error
+def _tool_problem(remote: object) -> str | None:
+    """What makes a listed tool unusable (before its schema is checked), or ``None``."""
+    if not isinstance(remote, dict):
+        return f"a tool must be an object, got {type(remote).__name__}"
+    name = remote.get("name")
+    if not isinstance(name, str) or not name:
+        return f"its name must be a non-empty string, got {_short(name)}"
+    if not isinstance(remote.get("inputSchema"), dict):
+        return f"its inputSchema must be an object, got {_short(remote.get('inputSchema'))}"
+    description = remote.get("description")
+    if description is not None and not isinstance(description, str):
+        return f"its description must be a string, got {_short(description)}"
+    return None
 
 
-def _innermost(error: BaseException) -> str:
-    """The type and message of the first leaf of nested exception groups."""
-    error = _leaf(error)
-    return f"{type(error).__name__}: {error}"
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
-def _result_text(result: Any) -> str:
-    """The content blocks of a tool result as text; other media are named, not inlined."""
-    import json
-
+def _result_text(result: Mapping[str, Any]) -> str:
+    """The content blocks of a ``tools/call`` result as text; other media are named, not
+    inlined; with no content, its structured content as JSON."""
     parts: list[str] = []
-    for block in result.content:
-        kind = getattr(block, "type", "")
+    content = result.get("content")
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
         if kind == "text":
-            parts.append(block.text)
+            parts.append(_text(block.get("text")))
         elif kind == "resource":
-            resource = block.resource
-            text = getattr(resource, "text", None)
-            parts.append(text if text is not None else f"[resource {resource.uri}]")
+            resource = block.get("resource")
+            resource = resource if isinstance(resource, dict) else {}
+            text = resource.get("text")
+            parts.append(
+                text if isinstance(text, str) else f"[resource {_text(resource.get('uri'))}]"
+            )
         elif kind == "resource_link":
-            parts.append(f"[resource link {block.uri}]")
+            parts.append(f"[resource link {_text(block.get('uri'))}]")
         else:
-            parts.append(f"[{kind or 'content'}: {getattr(block, 'mime_type', '')}]".strip())
-    if not parts and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content, ensure_ascii=False, default=str))
+            kind = kind if isinstance(kind, str) and kind else "content"
+            parts.append(f"[{kind}: {_text(block.get('mimeType'))}]".replace(": ]", "]"))
+    structured = result.get("structuredContent")
+    if not parts and structured is not None:
+        parts.append(json.dumps(structured, ensure_ascii=False, default=str))
     return "\n".join(parts)
+
+
+def _text(value: object) -> str:
+    """A text field of a block: what it holds, or nothing when it is not a string."""
+    return value if isinstance(value, str) else ""

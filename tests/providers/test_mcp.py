@@ -2,12 +2,12 @@
 
 Most tests use a tiny MCP server written here with the standard library
 (newline-delimited JSON-RPC over stdio, as the protocol specifies): it
-starts in milliseconds. One test uses the ``mcp`` SDK's own server.
+starts in milliseconds. Some use the ``mcp`` SDK's own server (here and in
+``test_mcp_stdio.py``, with the protocol's edges).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import textwrap
@@ -21,11 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import raf._providers.mcp
-
-if importlib.util.find_spec("mcp") is None:  # found, not imported: collection stays cheap
-    pytest.skip("could not find mcp", allow_module_level=True)
-
-from raf import Agent, McpToolsProvider, ProviderError, ScriptedChatClient, ToolCall
+from raf import Agent, McpToolsProvider, ProviderError, ScriptedChatClient, ToolCall, ToolError
 from raf.config import ContextProviderDecl, build_provider
 from raf.errors import ConfigError, McpError
 
@@ -201,6 +197,7 @@ async def test_a_server_that_cannot_start_fails_the_run_clearly(tmp_path: Path) 
 
 @pytest.mark.slow
 async def test_the_sdk_server_works_too(tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
     script = tmp_path / "sdk_server.py"
     script.write_text(SDK_SERVER)
     client = ScriptedChatClient(
@@ -223,10 +220,17 @@ def test_declared_from_data(tiny: tuple[list[str], Path]) -> None:
         build_provider(ContextProviderDecl("mcp", options={"command": "x", "args": "a b"}))
 
 
-def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_mcp_package_is_not_needed(
+    tiny: tuple[list[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # raf speaks the protocol itself: before, building the provider without the mcp package
+    # was a ConfigError that asked for it.
     monkeypatch.setitem(sys.modules, "mcp", None)
-    with pytest.raises(ConfigError, match=r"pip install 'raf-agents\[mcp\]'"):
-        McpToolsProvider("server")
+    monkeypatch.setitem(sys.modules, "mcp_types", None)
+    args, _ = tiny
+    async with McpToolsProvider(sys.executable, args) as mcp:
+        assert len(await mcp.tools()) == 4
+        assert await mcp.call_tool("add", {"a": 1, "b": 2}) == "3"
 
 
 # -- servers that never answer or exit at once: a McpError within ``timeout`` -------------------
@@ -453,3 +457,13 @@ async def test_listing_many_tools_yields_to_the_loop_and_honours_the_timeout(
     # The deadline landed between two checks (after the first one is enough): without a
     # checkpoint it could land only after all 303 of them.
     assert 0 < checked < 300
+
+
+async def test_arguments_with_a_lone_surrogate_reach_the_server(
+    tiny: tuple[list[str], Path],
+) -> None:
+    # json.loads makes a lone surrogate of the model's "\ud800"; written as UTF-8 it would fail.
+    args, _ = tiny
+    async with McpToolsProvider(sys.executable, args) as mcp:
+        with pytest.raises(ToolError, match="cannot do that: \ud800"):
+            await mcp.call_tool("fail", {"reason": "\ud800"})

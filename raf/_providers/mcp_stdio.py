@@ -1,0 +1,434 @@
+"""MCP's JSON-RPC spoken to a child process over its stdin and stdout.
+
+raf's own small client, under :class:`raf.McpToolsProvider`. The ``mcp`` SDK's
+client checks each whole message against the protocol's pydantic models on the
+event loop, with no await in between (a page of 20,000 tools, 3.7 MB, stalled
+every other task for a second) and no hook to avoid it. Here a line is read in
+chunks (each chunk searched once for its newline), parsed by :mod:`json` in
+steps (:mod:`raf._providers.json_steps`) and handed over as plain data: what a
+page holds is checked by its reader, tool by tool, yielding between them.
+
+The transport is the one the specification names for stdio: one JSON-RPC
+message per line, the server's stderr left to the caller (``errlog``), and a
+shutdown that closes the server's stdin, waits, then terminates and kills its
+process group. Nothing here outlives :func:`open_stdio`, also when the caller is
+cancelled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import reprlib
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import Any, Final, TextIO
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import attrs
+
+from raf._log import log as _log
+from raf._providers.json_steps import loads_in_steps
+
+__all__: list[str] = []
+
+#: The protocol revision raf asks for: the newest one reached by the ``initialize`` handshake.
+PROTOCOL_VERSION: Final = "2025-11-25"
+#: The revisions a server may answer with: tools are listed and called the same way in all.
+KNOWN_PROTOCOL_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", PROTOCOL_VERSION)
+#: The longest line (one message) a server may send: a bound on what one reply can cost.
+MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
+#: A server's error message is quoted up to this many characters.
+MAX_ERROR_CHARS: Final = 2000
+
+#: What the server inherits of this process's environment (``env`` is added to it),
+#: as the ``mcp`` SDK does: a server gets no secrets it was not given.
+_INHERITED_ENV: Final = (
+    (
+        "APPDATA",
+        "HOMEDRIVE",
+        "HOMEPATH",
+        "LOCALAPPDATA",
+        "PATH",
+        "PATHEXT",
+        "PROCESSOR_ARCHITECTURE",
+        "SYSTEMDRIVE",
+        "SYSTEMROOT",
+        "TEMP",
+        "USERNAME",
+        "USERPROFILE",
+    )
+    if sys.platform == "win32"
+    else ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+)
+#: The server's time to exit by itself once its stdin is closed, then after SIGTERM,
+#: then after SIGKILL (the last only for a process that cannot be killed).
+_EXIT_GRACE: Final = 2.0
+#: The longest a message may take to be written to the server's stdin (it reads nothing).
+_WRITE_BOUND: Final = 10.0
+#: The most requests of the server's (pings) answered at once: a flood waits its turn.
+_MAX_ANSWERING: Final = 16
+#: How long a reader waits, after the server closed its stdout, to learn its exit code.
+_EXIT_CODE_WAIT: Final = 1.0
+_EXIT_POLL: Final = 0.01
+_CLIENT_INFO: Final = {"name": "raf", "version": "1"}
+
+
+def server_environment(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment of a server process: the safe part of this one, then ``env``."""
+    inherited = {
+        key: value
+        for key in _INHERITED_ENV
+        if (value := os.environ.get(key)) is not None and not value.startswith("()")
+    }
+    return inherited | dict(env or {})
+
+
+class ServerFault(Exception):
+    """What the server did wrong, as a clause about it (``it exited with code 3 ...``);
+    the connection's user says what it was doing and raises :class:`McpError`."""
+
+
+@attrs.define(slots=True)
+class _Waiter:
+    """A request waiting for its answer (or for the connection to end)."""
+
+    done: anyio.Event = attrs.field(factory=anyio.Event)
+    message: dict[str, Any] | None = None
+
+
+class StdioConnection:
+    """One MCP server process and the requests waiting for its answers.
+
+    Made by :func:`open_stdio`. What goes wrong on the server's side is a
+    :class:`ServerFault`.
+    """
+
+    def __init__(
+        self,
+        process: anyio.abc.Process,
+        group: anyio.abc.TaskGroup,
+        *,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
+        self.process = process
+        self.protocol_version: str | None = None
+        self._group = group
+        self._max_message_bytes = max_message_bytes
+        self._ids = itertools.count(1)
+        self._waiters: dict[int, _Waiter] = {}
+        self._writing = anyio.Lock()
+        self._answering = anyio.Semaphore(_MAX_ANSWERING)
+        #: Why the connection ended (a clause), once it has.
+        self._ended: str | None = None
+
+    async def initialize(self) -> None:
+        """The ``initialize`` handshake, then ``notifications/initialized``."""
+        result = await self.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": _CLIENT_INFO,
+            },
+        )
+        version = result.get("protocolVersion")
+        if version not in KNOWN_PROTOCOL_VERSIONS:
+            raise ServerFault(
+                f"it answered with protocol version {_quote(version)}, which raf does not speak "
+                f"(raf speaks {', '.join(KNOWN_PROTOCOL_VERSIONS)})"
+            )
+        self.protocol_version = version
+        await self.notify("notifications/initialized")
+
+    async def request(self, method: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Send ``method`` and wait for its result (a JSON object); an error answer,
+        a result that is not an object, or the end of the connection is :class:`ServerFault`."""
+        if self._ended is not None:
+            raise ServerFault(self._ended)
+        ident = next(self._ids)
+        waiter = self._waiters[ident] = _Waiter()
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
+        if params is not None:
+            message["params"] = dict(params)
+        try:
+            await self._send(message)
+            await waiter.done.wait()
+        except anyio.get_cancelled_exc_class():
+            if method != "initialize" and self._ended is None:
+                # The caller gave up (a timeout): tell the server, so it can stop the work.
+                with anyio.move_on_after(_EXIT_GRACE, shield=True):
+                    await self._send_quietly(
+                        {
+                            "jsonrpc": "2.0",
+                            "method": "notifications/cancelled",
+                            "params": {"requestId": ident, "reason": "the caller gave up"},
+                        }
+                    )
+            raise
+        finally:
+            del self._waiters[ident]
+        return _result(waiter.message, self._ended)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        """Send the notification ``method``."""
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = dict(params)
+        await self._send(message)
+
+    async def _send(self, message: Mapping[str, Any]) -> None:
+        # ASCII: a lone surrogate (json.loads makes one of "\\ud800") cannot be encoded otherwise.
+        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        stdin = self.process.stdin
+        assert stdin is not None  # opened with a pipe
+        async with self._writing:
+            # A message cut off by a caller's cancellation would garble every later one: it is
+            # written whole, or, when the server reads nothing for a while, the connection ends.
+            with anyio.CancelScope(shield=True) as scope:
+                scope.deadline = anyio.current_time() + _WRITE_BOUND
+                try:
+                    await stdin.send(data)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                    raise ServerFault(self._ended or _closed(self.process, "its stdin")) from exc
+            if scope.cancelled_caught:
+                self._end(f"it read nothing of its stdin for {_WRITE_BOUND:g}s")
+                raise ServerFault(self._ended or "")
+
+    async def _send_quietly(self, message: Mapping[str, Any]) -> None:
+        with suppress(ServerFault):
+            await self._send(message)
+
+    async def read(self) -> None:
+        """Read the server's stdout until it ends, then fail every waiting request."""
+        stdout = self.process.stdout
+        assert stdout is not None  # opened with a pipe
+        line = bytearray()
+        why: str | None = None
+        try:
+            while why is None:
+                chunk = await stdout.receive()
+                start = 0
+                # Only the new chunk is searched: a long line costs its length, once.
+                while (end := chunk.find(b"\n", start)) >= 0:
+                    if len(line) + end - start > self._max_message_bytes:
+                        break
+                    line += chunk[start:end]
+                    await self._dispatch(bytes(line))
+                    line.clear()
+                    start = end + 1
+                else:
+                    line += memoryview(chunk)[start:]
+                    if len(line) <= self._max_message_bytes:
+                        continue
+                why = (
+                    f"it sent a message of more than {self._max_message_bytes:,} bytes "
+                    "(the bound of one message); it was stopped"
+                )
+                # The rest of that message is unread: the server cannot go on, so stop it now.
+                _signal(self.process, hard=True)
+                await _exited(self.process, _EXIT_GRACE)  # reaped (on trio, by asking)
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await _exited(self.process, _EXIT_CODE_WAIT)
+            why = _closed(self.process, "its stdout")
+        except Exception as exc:  # a bug here must not cancel the caller's task (the group's)
+            _log.exception("mcp.read_failed")
+            why = f"reading its output failed: {type(exc).__name__}: {exc}"
+        finally:
+            self._end(why or "the connection was closed")
+
+    def _end(self, why: str) -> None:
+        if self._ended is None:
+            self._ended = why
+        for waiter in self._waiters.values():
+            waiter.done.set()
+
+    async def _dispatch(self, line: bytes) -> None:
+        """One line of the server's stdout: an answer, a request to answer, or a notification."""
+        await anyio.lowlevel.checkpoint()
+        if not line.strip():
+            return
+        try:
+            message = await loads_in_steps(line.decode())
+        except (ValueError, RecursionError) as exc:
+            # Not a message (a server that prints to stdout): skipped, as no request is its.
+            _log.warning(
+                "mcp.bad_line", reason=str(exc), line=_quote(line[:200].decode(errors="replace"))
+            )
+            return
+        for one in message if isinstance(message, list) else [message]:
+            if isinstance(one, dict):
+                self._handle(one)
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        method, ident = message.get("method"), message.get("id")
+        if isinstance(method, str):
+            if ident is None:
+                if method == "notifications/message":
+                    _log.debug("mcp.server_log", params=_quote(message.get("params")))
+                return
+            if self._answering.value:
+                # Answered from a task of its own, so the reader never waits on the server's stdin;
+                # a server that sends more at once than it reads the answers of is answered less.
+                self._answering.acquire_nowait()
+                self._group.start_soon(self._answer, ident, method)
+            else:
+                _log.warning("mcp.request_unanswered", method=_quote(method))
+            return
+        waiter = self._waiters.get(ident) if type(ident) is int else None
+        if waiter is not None and not waiter.done.is_set():
+            waiter.message = message
+            waiter.done.set()
+
+    async def _answer(self, ident: object, method: str) -> None:
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": ident}
+        if method == "ping":
+            reply["result"] = {}
+        else:
+            reply["error"] = {
+                "code": -32601,
+                "message": f"raf's client does not offer {_quote(method)}",
+            }
+        try:
+            await self._send_quietly(reply)
+        finally:
+            self._answering.release()
+
+
+@asynccontextmanager
+async def open_stdio(
+    command: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None,
+    cwd: str | os.PathLike[str] | None,
+    errlog: TextIO,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+) -> AsyncIterator[StdioConnection]:
+    """Start ``command args...`` and yield its connection (not yet initialized); on the
+    way out the server is stopped, also when the caller is cancelled.
+
+    Starting it may raise :class:`OSError` (no such command, ...).
+    """
+    process = await anyio.open_process(
+        [command, *args],
+        env=server_environment(env),
+        cwd=cwd,
+        stderr=errlog,
+        # Its own process group: a server's children (npx's node, ...) are stopped with it.
+        start_new_session=sys.platform != "win32",
+    )
+    failure: Exception | None = None
+    try:  # from here on, the server is stopped whatever happens
+        async with anyio.create_task_group() as group:
+            connection = StdioConnection(process, group, max_message_bytes=max_message_bytes)
+            group.start_soon(connection.read)
+            try:
+                yield connection
+            except Exception as exc:
+                # Raised as it is below, not inside the task group's exception group.
+                failure = exc
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await _stop(process)
+                group.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:  # the task group was never entered
+                await _stop(process)
+            await _close(process)
+    if failure is not None:
+        raise failure
+
+
+async def _stop(process: anyio.abc.Process) -> None:
+    """Close the server's stdin, give it time to exit, then terminate it, then kill it
+    (the order of the specification's stdio shutdown)."""
+    if process.stdin is not None:
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await process.stdin.aclose()
+    for hard in (False, True):
+        if await _exited(process, _EXIT_GRACE):
+            break
+        _signal(process, hard=hard)
+    else:
+        if not await _exited(process, _EXIT_GRACE):
+            _log.warning("mcp.server_not_stopped", pid=process.pid)
+            return
+    # Children it left behind (its group outlives it) are stopped too.
+    _signal(process, hard=False)
+
+
+async def _exited(process: anyio.abc.Process, within: float) -> bool:
+    """Whether the server exited within ``within`` seconds; its return code is polled, as
+    asyncio's ``wait()`` also waits for pipes that a child of the server may hold open."""
+    with anyio.move_on_after(within):
+        while process.returncode is None:  # noqa: ASYNC110 (no event to wait for)
+            await anyio.sleep(_EXIT_POLL)
+    return process.returncode is not None
+
+
+def _signal(process: anyio.abc.Process, *, hard: bool) -> None:
+    """SIGTERM (or SIGKILL) to the server's process group; on Windows, the process alone."""
+    with suppress(ProcessLookupError, PermissionError):
+        if sys.platform == "win32":
+            process.kill() if hard else process.terminate()
+        else:
+            os.killpg(process.pid, signal.SIGKILL if hard else signal.SIGTERM)
+
+
+async def _close(process: anyio.abc.Process) -> None:
+    """Release the pipes of a stopped server (a child of it may still hold them open)."""
+    for stream in (process.stdin, process.stdout):
+        if stream is not None:
+            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                await stream.aclose()
+    # asyncio keeps the subprocess transport open until every pipe end is closed; a child
+    # of the server holding one would leave it open (and warning at exit). No public way.
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with suppress(PermissionError):
+            close()
+
+
+def _result(message: dict[str, Any] | None, ended: str | None) -> dict[str, Any]:
+    """The result of an answer; its error, a malformed one, or no answer is :class:`ServerFault`."""
+    if message is None:
+        raise ServerFault(ended or "the connection was closed")
+    error = message.get("error")
+    if error is not None:
+        if not isinstance(error, dict):
+            raise ServerFault(f"it answered with a malformed error: {_quote(error)}")
+        text = error.get("message")
+        text = text if isinstance(text, str) else _quote(text)
+        if len(text) > MAX_ERROR_CHARS:
+            text = text[:MAX_ERROR_CHARS] + f"... ({len(text) - MAX_ERROR_CHARS:,} more characters)"
+        raise ServerFault(f"it answered with error {_quote(error.get('code'))}: {text}")
+    result = message.get("result")
+    if not isinstance(result, dict):
+        raise ServerFault(f"it answered with a result that is not an object: {_quote(result)}")
+    return result
+
+
+def _closed(process: anyio.abc.Process, pipe: str) -> str:
+    code = process.returncode
+    if code is None:
+        return f"it closed {pipe} (did it exit? its stderr shows why)"
+    return f"it exited with code {code} (its stderr shows why)"
+
+
+def _quote(value: object) -> str:
+    """A value of the server's, for a message: bounded, and costing as little (a list of a
+    million items is not written out to be cut)."""
+    return _REPR.repr(value)
+
+
+_REPR: Final = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 200
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = 20

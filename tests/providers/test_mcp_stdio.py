@@ -1,0 +1,331 @@
+"""raf's own stdio MCP client (under McpToolsProvider), at the protocol's edges.
+
+The main behaviour is checked against the ``mcp`` SDK's server in
+``test_mcp.py`` and at the end of this file. The edges (a server that pings
+the client, dies mid-call, sends an endless line, speaks an unknown protocol
+version, ignores SIGTERM) need a server that misbehaves on purpose: a small
+raw JSON-RPC server written here with the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from raf import McpToolsProvider, ToolError, check_tool_schema
+from raf.errors import McpError
+
+pytestmark = pytest.mark.anyio
+
+RAW_SERVER = textwrap.dedent(
+    """
+    import json, os, signal, subprocess, sys, time
+
+    MODE, LOG, COUNT = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ADD = {"name": "add", "description": "Add two integers.",
+           "inputSchema": {"type": "object", "required": ["a", "b"],
+                           "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}
+
+    def note(text):
+        with open(LOG, "a") as log:
+            log.write(text + "\\n")
+
+    def send(message):
+        sys.stdout.write(json.dumps(message) + "\\n")
+        sys.stdout.flush()
+
+    note(f"pid {os.getpid()}")
+    if MODE == "stubborn":  # ignores SIGTERM and has a child that holds stdout open
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        note(f"pid {child.pid}")
+    lines = iter(sys.stdin.readline, "")
+    for line in lines:
+        message = json.loads(line)
+        method, ident = message.get("method"), message.get("id")
+        params = message.get("params") or {}
+        note(f"method {method}")
+        if ident is None:
+            continue
+        if method == "initialize":
+            version = "1999-01-01" if MODE == "unknown version" else params["protocolVersion"]
+            send({"jsonrpc": "2.0", "id": ident,
+                  "result": {"protocolVersion": version, "capabilities": {"tools": {}},
+                             "serverInfo": {"name": "raw", "version": "1"}}})
+        elif method == "tools/list":
+            if MODE == "asks":  # a log line, a ping and a request the client does not offer
+                send({"jsonrpc": "2.0", "method": "notifications/message",
+                      "params": {"level": "info", "data": "listing"}})
+                send({"jsonrpc": "2.0", "id": "p1", "method": "ping"})
+                send({"jsonrpc": "2.0", "id": 7, "method": "sampling/createMessage",
+                      "params": {}})
+                for _ in range(2):
+                    note("answer " + next(lines).strip())
+            if MODE == "endless line":
+                sys.stdout.write("[" + "1," * COUNT)
+                sys.stdout.flush()
+                time.sleep(600)
+            tools = [dict(ADD, name=f"add{n}") for n in range(COUNT)]
+            page = {"tools": tools, "nextCursor": "again"} if MODE == "circle" else {"tools": tools}
+            send({"jsonrpc": "2.0", "id": ident, "result": page})
+        elif method == "tools/call":
+            if MODE == "dies":
+                os._exit(5)
+            elif MODE == "long error":
+                send({"jsonrpc": "2.0", "id": ident,
+                      "error": {"code": -32000, "message": "no " * 50_000}})
+            elif MODE != "stubborn":  # a stubborn server never answers
+                arguments = params["arguments"]
+                send({"jsonrpc": "2.0", "id": ident,
+                      "result": {"content": [
+                          {"type": "text", "text": str(arguments["a"] + arguments["b"])}]}})
+        else:
+            send({"jsonrpc": "2.0", "id": ident,
+                  "error": {"code": -32601, "message": f"no method {method}"}})
+    if MODE == "stubborn":
+        time.sleep(600)  # and does not exit when its stdin closes
+    """
+)
+
+BOUND = 30  # generous: proves "does not hang", not a speed
+
+
+@pytest.fixture
+def errlog(tmp_path: Path) -> Iterator[TextIO]:
+    with open(tmp_path / "server-stderr.log", "w") as log:
+        yield log
+
+
+class Raw:
+    """The raw server in one ``mode``, and what it wrote to its log."""
+
+    def __init__(self, tmp_path: Path, mode: str, count: int = 1) -> None:
+        script = tmp_path / "raw_server.py"
+        script.write_text(RAW_SERVER)
+        self.log = tmp_path / f"raw-{mode.replace(' ', '-')}.log"
+        self.log.touch()
+        self.args = [str(script), mode, str(self.log), str(count)]
+
+    def lines(self, prefix: str) -> list[str]:
+        return [
+            line.removeprefix(prefix)
+            for line in self.log.read_text().splitlines()
+            if line.startswith(prefix)
+        ]
+
+    def pids(self) -> list[int]:
+        return [int(pid) for pid in self.lines("pid ")]
+
+
+async def gone(pid: int) -> bool:
+    for _ in range(200):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        await anyio.sleep(0.05)
+    return False
+
+
+@pytest.mark.slow
+async def test_a_large_page_is_listed_in_steps_the_loop_running_between_them(
+    tmp_path: Path,
+) -> None:
+    # How long the loop is held cannot be asserted (tests never time); what the listing builds
+    # between two turns of the loop can: the SDK's client built the whole page (all 3,000 tools
+    # as pydantic models, some 110,000 memory blocks) in one go; raf builds a step of it.
+    raw = Raw(tmp_path, "plain", count=3_000)
+    check_tool_schema("warm", {"type": "object"})  # jsonschema imported before the count
+    most = turns = 0
+    listed = False
+
+    async def ticker() -> None:
+        nonlocal most, turns
+        before = sys.getallocatedblocks()
+        while not listed:
+            await anyio.lowlevel.checkpoint()
+            now = sys.getallocatedblocks()
+            most, before, turns = max(most, now - before), now, turns + 1
+
+    async with McpToolsProvider(sys.executable, raw.args, max_tools=5_000) as mcp:
+        with anyio.fail_after(BOUND * 4):
+            async with anyio.create_task_group() as group:
+                group.start_soon(ticker)
+                tools = await mcp.tools()
+                listed = True
+    assert len(tools) == 3_000
+    assert turns > 3_000  # the loop turned at least once per tool
+    assert most < 30_000, f"{most:,} memory blocks built between two turns of the loop"
+
+
+async def test_the_servers_ping_is_answered_and_other_requests_are_refused(
+    tmp_path: Path,
+) -> None:
+    raw = Raw(tmp_path, "asks")
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, raw.args) as mcp:
+            assert [tool.name for tool in await mcp.tools()] == ["add0"]
+    answers = {answer["id"]: answer for answer in map(json.loads, raw.lines("answer "))}
+    assert answers["p1"] == {"jsonrpc": "2.0", "id": "p1", "result": {}}
+    assert answers[7]["error"]["code"] == -32601  # method not found: raf offers no sampling
+    assert raw.lines("method ")[:2] == ["initialize", "notifications/initialized"]
+
+
+async def test_a_server_that_dies_mid_call_is_an_mcp_error_and_is_gone(
+    tmp_path: Path, errlog: TextIO
+) -> None:
+    raw = Raw(tmp_path, "dies")
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, raw.args, errlog=errlog) as mcp:
+            await mcp.tools()
+            with pytest.raises(McpError, match=r"failed to run 'add': it exited with code 5"):
+                await mcp.call_tool("add", {"a": 1, "b": 2})
+            with pytest.raises(McpError, match=r"it exited with code 5"):
+                await mcp.call_tool("add", {"a": 1, "b": 2})  # the connection stays ended
+    assert await gone(raw.pids()[0])
+
+
+@pytest.mark.parametrize("mode", ["plain", "endless line"])
+async def test_a_message_over_max_message_bytes_is_an_mcp_error_and_stops_the_server(
+    tmp_path: Path, errlog: TextIO, mode: str
+) -> None:
+    raw = Raw(tmp_path, mode, count=5_000)  # a page of some 900 KB, or a line that never ends
+    provider = McpToolsProvider(
+        sys.executable,
+        raw.args,
+        errlog=errlog,
+        max_message_bytes=10_000,
+        name="big",
+        max_tools=10_000,
+    )
+    with anyio.fail_after(BOUND):
+        async with provider:
+            with pytest.raises(McpError) as caught:
+                await provider.tools()
+            assert await gone(raw.pids()[0])  # stopped at once, not when the block ends
+    assert str(caught.value).startswith("big: listing the tools of")
+    assert "a message of more than 10,000 bytes" in str(caught.value)
+
+
+async def test_an_unknown_protocol_version_is_a_clear_mcp_error(tmp_path: Path) -> None:
+    raw = Raw(tmp_path, "unknown version")
+    with anyio.fail_after(BOUND), pytest.raises(McpError) as caught:
+        async with McpToolsProvider(sys.executable, raw.args, name="old"):
+            pass
+    message = str(caught.value)
+    assert message.startswith("old: the MCP server")
+    assert "did not start: it answered with protocol version '1999-01-01'" in message
+    assert "2025-11-25" in message  # what raf speaks
+
+
+async def test_pages_in_a_circle_are_an_mcp_error_not_an_endless_listing(
+    tmp_path: Path,
+) -> None:
+    raw = Raw(tmp_path, "circle", count=0)
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, raw.args, timeout=None) as mcp:
+            with pytest.raises(McpError, match="it answered the cursor 'again' a second time"):
+                await mcp.tools()
+    assert raw.lines("method ").count("tools/list") == 2
+
+
+async def test_a_long_error_from_the_server_is_cut(tmp_path: Path) -> None:
+    raw = Raw(tmp_path, "long error")
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, raw.args) as mcp:
+            with pytest.raises(McpError) as caught:
+                await mcp.call_tool("add", {"a": 1, "b": 2})
+    message = str(caught.value)
+    assert message.startswith("the MCP server failed to run 'add': it answered with error -32000")
+    assert len(message) < 2_200
+    assert message.endswith("(148,000 more characters)")
+
+
+async def test_a_call_does_not_list_the_tools_again(tmp_path: Path) -> None:
+    # The SDK's client listed every tool before a call whose tool it had not listed itself
+    # (each call of an unopened provider): a server of thousands of tools, listed per call.
+    raw = Raw(tmp_path, "plain")
+    provider = McpToolsProvider(sys.executable, raw.args)
+    with anyio.fail_after(BOUND):
+        assert await provider.call_tool("add", {"a": 2, "b": 3}) == "5"
+    assert raw.lines("method ") == ["initialize", "notifications/initialized", "tools/call"]
+
+
+@pytest.mark.slow
+async def test_a_server_that_ignores_sigterm_is_killed_with_its_children(
+    tmp_path: Path, errlog: TextIO
+) -> None:
+    raw = Raw(tmp_path, "stubborn")
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, raw.args, timeout=0.5, errlog=errlog) as mcp:
+            await mcp.tools()
+            with pytest.raises(McpError, match=r"did not answer within timeout=0\.5s"):
+                await mcp.call_tool("add", {"a": 1, "b": 2})
+        server, child = raw.pids()
+        assert await gone(server)
+        assert await gone(child)  # it held the server's stdout open: no hang, and stopped too
+    assert "notifications/cancelled" in raw.lines("method ")  # the server was told
+
+
+async def test_a_cancelled_caller_leaves_no_server_behind(tmp_path: Path) -> None:
+    raw = Raw(tmp_path, "plain")
+    with anyio.fail_after(BOUND):
+        with anyio.CancelScope() as scope:
+            async with McpToolsProvider(sys.executable, raw.args) as mcp:
+                await mcp.tools()
+                scope.cancel()
+                await anyio.sleep_forever()
+        assert await gone(raw.pids()[0])
+
+
+# -- the mcp SDK's own server ----------------------------------------------------------------
+
+SDK_SERVER = textwrap.dedent(
+    '''
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    server = MCPServer("sdk")
+
+    @server.tool()
+    def weather(city: str) -> dict[str, object]:
+        """The weather in a city."""
+        return {"city": city, "degrees": 21}
+
+    @server.tool()
+    def refuse(reason: str) -> str:
+        """Always refuses."""
+        raise ToolError(f"refused: {reason}")
+
+    server.run("stdio")
+    '''
+)
+
+
+@pytest.mark.slow
+async def test_the_sdk_server_structured_results_errors_and_unknown_tools(
+    tmp_path: Path, errlog: TextIO
+) -> None:
+    pytest.importorskip("mcp")
+    script = tmp_path / "sdk_server.py"
+    script.write_text(SDK_SERVER)
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, [str(script)], errlog=errlog) as mcp:
+            tools = {tool.name: tool for tool in await mcp.tools()}
+            weather = await tools["weather"].invoke({"city": "Oslo"})
+            with pytest.raises(ToolError, match="refused: no"):
+                await tools["refuse"].invoke({"reason": "no"})
+            with pytest.raises(ToolError, match="Unknown tool: nope"):
+                await mcp.call_tool("nope", {})
+    assert tools["weather"].description == "The weather in a city."
+    assert tools["weather"].parameters["required"] == ["city"]
+    assert json.loads(weather) == {"city": "Oslo", "degrees": 21}
