@@ -150,6 +150,7 @@ bench: $(VENV)/.test redis-server postgresql
 	$(PY) benchmarks/bench_cache.py
 	$(PY) benchmarks/bench_anthropic_cache.py
 	$(PY) benchmarks/bench_guardrails.py
+	$(PY) benchmarks/bench_mcp.py
 
 # What a durable run adds per step (SQLite and Postgres), and the load test: four workers,
 # 100 runs, two workers killed.
