@@ -12,6 +12,7 @@ from typing import Any, Final, Literal
 import anyio
 import attrs
 
+from raf._log import log as _log
 from raf._middleware.limits import count_input
 from raf._sessions.spend import MemorySpendCounts, SpendCounts, spend_counts
 from raf._sessions.stores import is_redis_url, open_store
@@ -159,6 +160,8 @@ class SpendLimits:
     fallback's call at its own model's price); a call that failed gives its
     hold back. A call cancelled in flight (a streamed reader who hangs up, a
     timeout) keeps its hold as its cost: it was sent, and the vendor bills it.
+    A store that fails to settle an answered call does not cost its answer:
+    the hold stays as its cost and the error is logged (``spend.settle_failed``).
 
     ``store`` is where the budgets are counted: ``None``, this process's
     memory (this object's); a session store's URL or file path
@@ -268,7 +271,18 @@ class SpendLimits:
         usage = response.usage
         cost = None if usage is None else self.prices.cost(usage, model_of(request, response))
         if cost is not None and nanos(cost) != hold:  # unpriced: the hold stands for it
-            await _settle(counts, keys, nanos(cost) - hold, ends)
+            try:
+                await _settle(counts, keys, nanos(cost) - hold, ends)
+            except Exception as exc:
+                # The call was answered and is billed: its answer is the caller's. Its hold
+                # stays counted as its cost, and the log says what was not.
+                _log.error(
+                    "spend.settle_failed",
+                    budgets=list(keys),
+                    held=str(Decimal(hold) / _NANO),
+                    cost=str(cost),
+                    error=f"{type(exc).__name__}: {exc}",
+                )
         return response
 
     def _hold(self, request: ChatRequest) -> int:

@@ -4,6 +4,7 @@ no room refuses the call before the model sees it, and bad budgets are refused w
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -13,6 +14,7 @@ import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from raf import (
     Agent,
@@ -29,6 +31,7 @@ from raf import (
     Prices,
     ScriptedChatClient,
     SpendLimits,
+    SqliteSessionStore,
     Usage,
 )
 from raf.errors import ConfigError, RateLimitError
@@ -295,3 +298,31 @@ def test_windows_follow_each_other_and_hold_their_moment(moment: datetime) -> No
         assert start <= now < end
         assert budget.window(end)[0] == end
         assert budget.window(end - timedelta(microseconds=1)) == (start, end)
+
+
+async def test_an_answered_call_is_returned_when_its_store_cannot_settle(tmp_path: Any) -> None:
+    # The call was answered, and the vendor bills it: a store that fails to settle it (here a
+    # trigger in the real SQLite file refuses every update) must not lose the paid answer.
+    path = tmp_path / "spend.db"
+
+    def refuse_updates(messages: Sequence[ChatMessage], options: ChatOptions) -> AgentResponse:
+        with sqlite3.connect(path) as db:
+            db.execute(
+                "CREATE TRIGGER refuse BEFORE UPDATE ON raf_spend "
+                "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+            )
+        return AgentResponse((ChatMessage.assistant("paid for"),), Usage(10, 5))
+
+    async with SqliteSessionStore(path) as store:
+        limits = SpendLimits([Budget("1", "day")], store=store, prices=PRICES)
+        agent = Agent(client(refuse_updates), chat_stack=[limits])
+        with capture_logs() as events:
+            response = await agent.run("hi", session=InMemorySession("s"))
+    assert response.text == "paid for"
+    [failed] = [event for event in events if event["event"] == "spend.settle_failed"]
+    assert failed["log_level"] == "error"
+    assert (failed["held"], failed["cost"]) == ("0.01", "0.06")
+    assert "disk full" in failed["error"]
+    # The hold ($0.01 of input) stands as the call's cost, and the log says what was not settled.
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT spent FROM raf_spend").fetchall() == [(10_000_000,)]
