@@ -21,7 +21,7 @@ from raf._sessions.base import keeps_spills
 from raf._values.context import ToolRequest
 from raf._values.messages import ChatMessage
 from raf._values.protocols import Session, Tool
-from raf._values.spill import cut_marker, mentions_spill
+from raf._values.spill import cut_marker, mentions_spill, spill_key
 
 __all__ = ["ToolOutputLimit"]
 
@@ -133,9 +133,10 @@ class ToolOutputLimit:
         text = message.content
         if text is None or len(text) <= self.max_chars:
             return message
-        call_id = message.tool_call_id or request.call.id
-        kept = self.spill and await _spill(request.invocation.session, call_id, text)
-        return attrs.evolve(message, content=self.cut(text, call_id if kept else None))
+        # An id too long for the marker's room is named by a short key of its own.
+        key = spill_key(message.tool_call_id or request.call.id)
+        kept = self.spill and await _spill(request.invocation.session, key, text)
+        return attrs.evolve(message, content=self.cut(text, key if kept else None))
 
     def cut(self, text: str, call_id: str | None) -> str:
         """``text`` cut to at most ``max_chars``, its marker naming ``call_id`` (``None``: the

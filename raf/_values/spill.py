@@ -11,6 +11,7 @@ clears results read it here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Final
@@ -45,6 +46,26 @@ class CutResult:
     def left_out(self) -> int:
         """How many characters were left out."""
         return self.end - self.start
+
+
+#: The longest call id a marker names, as JSON (with its quotes): a longer one is named
+#: by :func:`spill_key`, so that the marker fits any ``ToolOutputLimit``'s room.
+MAX_NAMED_ID: Final = 66
+
+
+def spill_key(call_id: str) -> str:
+    """The key a cut result is kept under and its marker names: the call's id, or, for an
+    id longer than 64 characters as JSON, a short digest of it (the same every time).
+
+    >>> spill_key("call_1")
+    'call_1'
+    >>> spill_key("x" * 100)
+    'raf-spill-09ecb6ebc8bcefc733f6f2ec'
+    """
+    if len(json.dumps(call_id)) <= MAX_NAMED_ID:
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"raf-spill-{digest[:24]}"
 
 
 def cut_marker(call_id: str | None, total: int, start: int, end: int) -> str:

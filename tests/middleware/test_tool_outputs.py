@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from raf import (
@@ -86,6 +86,23 @@ async def test_a_long_result_is_cut_once_and_every_later_call_sends_the_same_byt
         ["dump", "short", "read_tool_result"],
         ["dump", "short", "read_tool_result"],
     ]
+
+
+async def test_a_call_id_too_long_for_the_marker_is_named_by_a_short_key_it_reads_back() -> None:
+    # An id of 300 characters (or one of unicode, which JSON escapes) would make the marker alone
+    # longer than a small max_chars: the result is kept under a short key the marker names.
+    long_id = "call-" + "é" * 295
+    client = ScriptedChatClient(
+        [turn(ToolCall(long_id, "dump", "{}")), "ok", turn(ToolCall("r", "read_tool_result", "{}"))]
+    )
+    session = InMemorySession()
+    response = await agent_for(client, ToolOutputLimit(400)).run("go", session=session)
+    (cut,) = tool_texts(response.messages)
+    assert len(cut) <= 400
+    key = re.search(r'read_tool_result\(call_id="([^"]+)"', cut)
+    assert key is not None
+    assert len(key.group(1)) <= 64
+    assert await session.spilled_tool_result(key.group(1)) == LONG
 
 
 async def test_the_read_tool_is_no_longer_offered_once_the_cut_result_left_the_window() -> None:
@@ -226,11 +243,20 @@ async def test_a_streamed_run_streams_the_cut_text() -> None:
     max_chars=st.integers(min_value=250, max_value=2500),
     keep=st.sampled_from(["head_tail", "head"]),
     call_id=st.one_of(st.none(), st.text(min_size=1, max_size=40)),
+    preview=st.one_of(st.none(), st.floats(0, 1)),
 )
 def test_the_cut_is_bounded_faithful_and_the_same_every_time(
-    text: str, max_chars: int, keep: str, call_id: str | None
+    text: str, max_chars: int, keep: str, call_id: str | None, preview: float | None
 ) -> None:
-    limit = ToolOutputLimit(max_chars, keep=keep)  # type: ignore[arg-type]
+    # The marker names a key of at most 64 characters of JSON (the middleware names a longer id
+    # by a short key of its own: see the test above).
+    assume(call_id is None or len(json.dumps(call_id)) <= 66)
+    preview_chars = None if preview is None else int(preview * max_chars)
+    try:
+        limit = ToolOutputLimit(max_chars, keep=keep, preview_chars=preview_chars)  # type: ignore[arg-type]
+    except ValueError:
+        assume(False)
+        raise
     cut = limit.cut(text, call_id)
     assert cut == limit.cut(text, call_id)
     if len(text) <= max_chars:
