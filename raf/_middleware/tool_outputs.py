@@ -10,6 +10,7 @@ kept with the session (``spill=True``), and the agent offers the model
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Literal
 
@@ -133,10 +134,9 @@ class ToolOutputLimit:
         text = message.content
         if text is None or len(text) <= self.max_chars:
             return message
-        # An id too long for the marker's room is named by a short key of its own.
-        key = spill_key(message.tool_call_id or request.call.id)
-        kept = self.spill and await _spill(request.invocation.session, key, text)
-        return attrs.evolve(message, content=self.cut(text, key if kept else None))
+        call_id = message.tool_call_id or request.call.id
+        key = await _spill(request.invocation.session, call_id, text) if self.spill else None
+        return attrs.evolve(message, content=self.cut(text, key))
 
     def cut(self, text: str, call_id: str | None) -> str:
         """``text`` cut to at most ``max_chars``, its marker naming ``call_id`` (``None``: the
@@ -171,15 +171,25 @@ def _line_start(text: str, total: int, tail: int) -> int:
     return total - cut - 1 if cut >= 0 else tail
 
 
-async def _spill(session: Session, call_id: str, text: str) -> bool:
-    """Keep ``text`` with the session; whether it is kept (a failure is logged, and the
-    model gets the cut text, which says so)."""
+async def _spill(session: Session, call_id: str, text: str) -> str | None:
+    """Keep ``text`` with the session; the key it is kept under, which its marker names, or
+    ``None`` when it is not kept (a failure is logged, and the model gets the cut text, which
+    says so)."""
     if not keeps_spills(session):
         _log.warning("tool_output.not_kept", session=type(session).__name__, call_id=call_id)
-        return False
+        return None
     try:
-        await session.spill_tool_result(call_id, text)
+        # An id too long for the marker's room is named by a short key of its own.
+        key = spill_key(call_id)
+        for again in itertools.count(2):
+            kept = await session.spilled_tool_result(key)
+            if kept is None or kept == text:
+                break
+            # The id of an earlier result (servers that number each answer's calls from
+            # zero): a key of its own, so the earlier marker still reads its own result.
+            key = spill_key(f"{call_id}#{again}")
+        await session.spill_tool_result(key, text)
     except Exception as exc:
         _log.warning("tool_output.spill_failed", call_id=call_id, error=str(exc))
-        return False
-    return True
+        return None
+    return key

@@ -105,6 +105,33 @@ async def test_a_call_id_too_long_for_the_marker_is_named_by_a_short_key_it_read
     assert await session.spilled_tool_result(key.group(1)) == LONG
 
 
+async def test_a_call_id_used_again_keeps_each_result_apart() -> None:
+    # Servers that number each answer's calls from zero send "call_0" turn after turn: the
+    # second cut result must not take the place of the first, which its marker still names.
+    logs = iter(["first log\n" + LONG, "second log\n" + LONG])
+
+    @tool
+    def log() -> str:
+        """A long log."""
+        return next(logs)
+
+    client = ScriptedChatClient(
+        [turn(ToolCall("call_0", "log", "{}")), "one", turn(ToolCall("call_0", "log", "{}")), "two"]
+    )
+    session = InMemorySession()
+    agent = Agent(client, tools=[log], tool_stack=[ToolOutputLimit(2000)], history=True)
+    await agent.run("first", session=session)
+    await agent.run("second", session=session)
+    cuts = tool_texts(await session.get_messages())
+    keys = [re.findall(r'read_tool_result\(call_id="([^"]+)"', cut)[0] for cut in cuts]
+    assert keys[0] == "call_0"
+    assert keys[1] != "call_0"
+    assert [(await session.spilled_tool_result(key) or "")[:10] for key in keys] == [
+        "first log\n",
+        "second log",
+    ]
+
+
 async def test_the_read_tool_is_no_longer_offered_once_the_cut_result_left_the_window() -> None:
     client = ScriptedChatClient([turn(ToolCall("big", "dump", "{}")), "one", "two", "three"])
     window = HistoryProvider(max_messages=4, step=2)
