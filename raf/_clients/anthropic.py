@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Self
 
@@ -241,6 +243,7 @@ def wire_messages(
     system: list[dict[str, Any]] = []
     wire: list[dict[str, Any]] = []
     ends: list[tuple[int, int] | None] = []
+    renamed = tool_use_ids(messages)
     leading = True
     for index, message in enumerate(messages):
         checked(message, index)
@@ -252,7 +255,7 @@ def wire_messages(
             ends.append(None)
             continue
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message, index)
+        blocks = _blocks(message, index, renamed)
         if not blocks:
             ends.append(None)
             continue
@@ -268,23 +271,27 @@ def _text(text: str | None) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}] if text else []
 
 
-def _blocks(message: ChatMessage, index: int) -> list[dict[str, Any]]:
+def _blocks(
+    message: ChatMessage, index: int, renamed: Mapping[tuple[int, int], str]
+) -> list[dict[str, Any]]:
     """The content blocks of one message (a system message here is a tail's: text); an
     assistant turn's thinking blocks (its ``reasoning`` of source ``"anthropic"``) go back
-    unchanged in their place, while the turn has the calls they came with."""
+    unchanged in their place, while the turn has the calls they came with. ``renamed``
+    holds the ids sent in place of the history's (see :func:`tool_use_ids`)."""
     if message.role == "tool":
         return [
             {
                 "type": "tool_result",
-                "tool_use_id": message.tool_call_id,
+                "tool_use_id": renamed.get((index, 0), message.tool_call_id),
                 "content": message.content or "",
             }
         ]
     if message.role != "assistant":
         return _text(message.content)
-    calls = {
-        call.id: _tool_use(call.id, call.name, call.arguments, index) for call in message.tool_calls
-    }
+    calls = {}
+    for number, made in enumerate(message.tool_calls):
+        sent = renamed.get((index, number), made.id)
+        calls[sent] = _tool_use(sent, made.name, made.arguments, index)
     return _compaction_block(message, index) + replayed(
         message, index, SOURCE, ("text", "tool_use", "id"), _text(message.content), calls
     )
@@ -329,6 +336,53 @@ def compacting(
     betas = [b.strip() for b in str(headers.get(named) or "").split(",") if b.strip()]
     if COMPACT_BETA not in betas:
         headers[named] = ",".join([*betas, COMPACT_BETA])
+
+
+#: What Anthropic takes as a ``tool_use`` id, and the characters it does not.
+_TOOL_USE_ID: Final = re.compile(r"[a-zA-Z0-9_-]+")
+_NOT_TOOL_USE_ID: Final = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def tool_use_ids(messages: Sequence[ChatMessage]) -> dict[tuple[int, int], str]:
+    """The ids sent in place of the history's, by ``(message, call)`` (a result: call 0);
+    none when every id is one Anthropic takes.
+
+    Anthropic takes a ``tool_use`` id of ``[a-zA-Z0-9_-]`` only, once in a request. A
+    history made with other models holds others (``functions.add:0``; ``call_0`` in
+    every turn, from servers that number each answer's calls from zero), so such an id
+    is sent with the characters it refuses as ``_`` and, once taken, a ``_2``, ``_3``
+    suffix; a result goes with the earliest call of its id still waiting for one. Each
+    id depends only on the history before it, so a longer history sends the same prefix.
+
+    >>> from raf import ToolCall
+    >>> calls = [ChatMessage.assistant(tool_calls=[ToolCall(i, "f")]) for i in ("a:0", "a_0")]
+    >>> tool_use_ids(calls)
+    {(0, 0): 'a_0', (1, 0): 'a_0_2'}
+    """
+    ids = [made.id for message in messages for made in message.tool_calls]
+    if len(set(ids)) == len(ids) and all(_TOOL_USE_ID.fullmatch(made) for made in ids):
+        return {}  # the common case: nothing renamed
+    renamed: dict[tuple[int, int], str] = {}
+    taken: set[str] = set()
+    waiting: dict[str, list[str]] = {}  # a history id -> the ids sent for it, not yet answered
+    for index, message in enumerate(messages):
+        for number, made in enumerate(message.tool_calls):
+            base = _NOT_TOOL_USE_ID.sub("_", made.id) or "call"
+            sent = base
+            for again in itertools.count(2):
+                if sent not in taken:
+                    break
+                sent = f"{base}_{again}"
+            taken.add(sent)
+            waiting.setdefault(made.id, []).append(sent)
+            if sent != made.id:
+                renamed[(index, number)] = sent
+        if message.role == "tool" and message.tool_call_id is not None:
+            pending = waiting.get(message.tool_call_id)
+            sent = pending.pop(0) if pending else _NOT_TOOL_USE_ID.sub("_", message.tool_call_id)
+            if sent != message.tool_call_id:
+                renamed[(index, 0)] = sent
+    return renamed
 
 
 def _tool_use(call_id: str, name: str, arguments: str, index: int) -> dict[str, Any]:

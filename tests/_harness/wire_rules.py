@@ -15,7 +15,10 @@ servers send, as reported word for word in public issue threads):
   assistant, a function call, or more reasoning), never by input.
 - Anthropic Messages: each ``tool_use`` block of an assistant turn has its
   ``tool_result`` in the next turn, a user turn, and a ``tool_result``
-  answers a ``tool_use`` of the turn before.
+  answers a ``tool_use`` of the turn before; a ``tool_use`` id matches
+  ``^[a-zA-Z0-9_-]+$`` and is unique in the request (what a history made
+  with another vendor's ids, such as ``functions.search:0`` or a ``call_0``
+  in every turn, runs into).
 - Gemini: a turn of function calls comes right after a user turn or a
   turn of function responses; the next turn holds as many function
   responses as it has calls (by id when they have ids), and a turn of
@@ -24,10 +27,13 @@ servers send, as reported word for word in public issue threads):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["anthropic_problem", "gemini_problem", "openai_problem", "responses_problem"]
+
+_TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]+")
 
 
 def openai_problem(body: Any) -> tuple[str, str] | None:
@@ -105,7 +111,18 @@ def _output_item(item: Mapping[str, Any]) -> bool:
 def anthropic_problem(body: Any) -> str | None:
     """The Messages API server's refusal of ``body``'s ``messages``."""
     messages = _list(body, "messages")
+    seen: set[object] = set()
     for index, message in enumerate(messages):
+        for number, block in enumerate(_blocks(message)):
+            if block.get("type") != "tool_use":
+                continue
+            where = f"messages.{index}.content.{number}"
+            ident = block.get("id")
+            if not isinstance(ident, str) or not _TOOL_USE_ID.fullmatch(ident):
+                return f"{where}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+            if ident in seen:
+                return f"{where}: `tool_use` ids must be unique"
+            seen.add(ident)
         uses = [b.get("id") for b in _blocks(message) if b.get("type") == "tool_use"]
         if uses:
             following = messages[index + 1] if index + 1 < len(messages) else None

@@ -193,6 +193,46 @@ async def test_tool_loop_with_parallel_calls_puts_results_in_one_user_turn(
     ]
 
 
+async def test_a_history_with_another_vendors_call_ids_is_sent_with_ids_anthropic_takes(
+    server: AnthropicServer,
+) -> None:
+    # Made with other models (a fallback, a switch): ids Anthropic refuses ("functions.add:0"),
+    # and "call_0" in every turn (servers that number each answer's calls from zero).
+    def turn(call_id: str, a: int) -> list[ChatMessage]:
+        return [
+            ChatMessage.user(f"add {a}"),
+            ChatMessage.assistant(tool_calls=[ToolCall(call_id, "add", f'{{"a": {a}, "b": 1}}')]),
+            ChatMessage.tool(call_id, str(a + 1)),
+            ChatMessage.assistant(f"{a + 1}"),
+        ]
+
+    history = [*turn("call_0", 1), *turn("call_0", 2), *turn("functions.add:0", 3)]
+    server.answer(text="done")
+    server.answer(text="done")
+    async with client_for(server, cache=False) as model:
+        await model.complete([*history, ChatMessage.user("and?")], ChatOptions(tools=(add,)))
+        answered = [ChatMessage.user("and?"), ChatMessage.assistant("done")]
+        again = [*history, *answered, *turn("call_0", 4)]
+        await model.complete(again, ChatOptions(tools=(add,)))
+    first, second = (exchange.body for exchange in server.requests)
+    uses = [
+        block["id"]
+        for message in first["messages"]
+        for block in message["content"]
+        if block["type"] == "tool_use"
+    ]
+    results = [
+        block["tool_use_id"]
+        for message in first["messages"]
+        for block in message["content"]
+        if block["type"] == "tool_result"
+    ]
+    assert uses == ["call_0", "call_0_2", "functions_add_0"]
+    assert results == uses
+    # The ids are a function of the history up to each call: a longer history sends the same.
+    assert second["messages"][: len(first["messages"])] == first["messages"]
+
+
 @pytest.mark.parametrize(
     ("choice", "wire"),
     [
