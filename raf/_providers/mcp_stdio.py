@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import reprlib
 import signal
@@ -149,6 +150,24 @@ class StdioConnection:
     async def request(self, method: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Send ``method`` and wait for its result (a JSON object); an error answer,
         a result that is not an object, or the end of the connection is :class:`ServerFault`."""
+        try:
+            return await self._request(method, params)
+        except ServerFault:
+            await _cancelled_if_so()
+            raise
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        """Send the notification ``method``."""
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = dict(params)
+        try:
+            await self._send(message)
+        except ServerFault:
+            await _cancelled_if_so()
+            raise
+
+    async def _request(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
         if self._ended is not None:
             raise ServerFault(self._ended)
         ident = next(self._ids)
@@ -174,13 +193,6 @@ class StdioConnection:
         finally:
             del self._waiters[ident]
         return _result(waiter.message, self._ended)
-
-    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
-        """Send the notification ``method``."""
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = dict(params)
-        await self._send(message)
 
     async def _send(self, message: Mapping[str, Any]) -> None:
         # ASCII: a lone surrogate (json.loads makes one of "\\ud800") cannot be encoded otherwise.
@@ -362,6 +374,14 @@ async def _stop(process: anyio.abc.Process) -> None:
             return
     # Children it left behind (its group outlives it) are stopped too.
     _signal(process, hard=False)
+
+
+async def _cancelled_if_so() -> None:
+    """Wait for the caller's cancellation when its scope is cancelled. That scope holds the
+    connection's reader too: the reader, cancelled first, may end the connection before the
+    caller's own cancellation lands (asyncio), which is then no fault of the server's."""
+    if anyio.current_effective_deadline() == -math.inf:
+        await anyio.sleep_forever()
 
 
 async def _exited(process: anyio.abc.Process, within: float) -> bool:

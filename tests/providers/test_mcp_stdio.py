@@ -287,6 +287,24 @@ async def test_a_cancelled_caller_leaves_no_server_behind(tmp_path: Path) -> Non
         assert await gone(raw.pids()[0])
 
 
+async def test_a_call_in_a_cancelled_scope_is_cancelled_not_an_mcp_error(
+    tmp_path: Path,
+) -> None:
+    # The caller's scope holds the connection, so the reader is cancelled with the caller. A
+    # caller that went on (shielded, or not yet reached by its cancellation: on asyncio the
+    # reader's end could land first) called into the ended connection and got
+    # McpError("... the connection was closed") out of a scope that was only cancelled.
+    raw = Raw(tmp_path, "plain")
+    with anyio.fail_after(BOUND):
+        with anyio.CancelScope() as scope:
+            async with McpToolsProvider(sys.executable, raw.args) as mcp:
+                with anyio.CancelScope(shield=True):
+                    scope.cancel()
+                    await anyio.wait_all_tasks_blocked()  # the reader has ended
+                await mcp.call_tool("add", {"a": 1, "b": 2})
+        assert scope.cancelled_caught
+
+
 # -- the mcp SDK's own server ----------------------------------------------------------------
 
 SDK_SERVER = textwrap.dedent(
