@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import attrs
 
 from raf._agent.tools import build_validator
@@ -32,6 +33,10 @@ __all__ = ["McpToolsProvider"]
 #: The most tools a server may list: a model cannot use thousands anyway, and each
 #: costs a schema check (about 0.75 ms).
 DEFAULT_MAX_TOOLS: Final = 1000
+
+#: A listed tool's schema longer than this (as JSON) is checked in a worker thread; most are
+#: shorter, and checked inline (a thread costs more than their check).
+CHECK_INLINE_CHARS: Final = 4096
 
 
 @attrs.frozen(slots=True)
@@ -240,7 +245,7 @@ class McpToolsProvider(ContextProvider):
                 for remote in tools:
                     # The checks are CPU work: yield, so the loop runs and the deadline lands.
                     await anyio.lowlevel.checkpoint()
-                    tool = self._tool(remote)
+                    tool = await self._tool(remote)
                     if tool is not None:
                         found.append(tool)
                 following = page.get("nextCursor")
@@ -251,7 +256,7 @@ class McpToolsProvider(ContextProvider):
                 seen.add(following)
                 cursor = following
 
-    def _tool(self, remote: object) -> McpTool | None:
+    async def _tool(self, remote: object) -> McpTool | None:
         """One tool of a ``tools/list`` page as a raf tool; ``None``, with a warning, when
         it is malformed or raf refuses its schema (only that tool: the others still work)."""
         named = remote.get("name") if isinstance(remote, dict) else None
@@ -264,7 +269,7 @@ class McpToolsProvider(ContextProvider):
         assert isinstance(named, str)
         schema: dict[str, Any] = remote["inputSchema"]
         try:
-            validator = build_validator(name, schema)
+            validator = await _checked(name, schema)
         except ToolSchemaError as exc:
             _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=str(exc))
             return None
@@ -298,6 +303,16 @@ class McpToolsProvider(ContextProvider):
         """The server's tools."""
         tools = await self.tools()
         return ContextResult(tools=tools) if tools else ContextResult()
+
+
+async def _checked(name: str, schema: dict[str, Any]) -> Any:
+    """The validator of a listed tool's schema (:func:`build_validator`); a big schema is
+    checked in a worker thread, the loop running meanwhile: jsonschema's check, pure Python,
+    costs up to some 85 µs per item of a hostile schema (a list of 20,000 wrong types: 1.7 s),
+    and a deadline cannot land inside it."""
+    if len(json.dumps(schema)) <= CHECK_INLINE_CHARS:
+        return build_validator(name, schema)
+    return await anyio.to_thread.run_sync(build_validator, name, schema, abandon_on_cancel=True)
 
 
 def _tool_problem(remote: object) -> str | None:

@@ -20,6 +20,7 @@ from typing import TextIO
 import anyio
 import anyio.lowlevel
 import pytest
+from structlog.testing import capture_logs
 
 from raf import McpToolsProvider, ToolError, check_tool_schema
 from raf.errors import McpError
@@ -75,6 +76,9 @@ RAW_SERVER = textwrap.dedent(
                 sys.stdout.flush()
                 time.sleep(600)
             tools = [dict(ADD, name=f"add{n}") for n in range(COUNT)]
+            if MODE == "costly schema":  # valid JSON, a schema jsonschema checks slowly
+                tools = [dict(ADD, name="costly", inputSchema={
+                    "type": "object", "properties": {"a": {"type": [1] * COUNT}}}), ADD]
             page = {"tools": tools, "nextCursor": "again"} if MODE == "circle" else {"tools": tools}
             send({"jsonrpc": "2.0", "id": ident, "result": page})
         elif method == "tools/call":
@@ -165,6 +169,36 @@ async def test_a_large_page_is_listed_in_steps_the_loop_running_between_them(
     assert len(tools) == 3_000
     assert turns > 3_000  # the loop turned at least once per tool
     assert most < 30_000, f"{most:,} memory blocks built between two turns of the loop"
+
+
+@pytest.mark.slow
+async def test_a_schema_costly_to_check_does_not_hold_the_loop(tmp_path: Path) -> None:
+    # jsonschema checked this schema (a list of 20,000 wrong types, 120 KB) for some 1.7 s, on
+    # the event loop, and a list ten times longer for minutes: every other task waited, and
+    # ``timeout`` could not land. How long cannot be asserted; that the loop turned while the
+    # check ran can: the whole listing turned it some 650 times (its reads and steps); a big
+    # schema checked in a worker thread lets it turn thousands of times meanwhile.
+    raw = Raw(tmp_path, "costly schema", count=20_000)
+    check_tool_schema("warm", {"type": "object"})
+    turns = 0
+    listed = False
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not listed and turns < 5_000:  # then it stops spinning: the thread runs freely
+            await anyio.lowlevel.checkpoint()
+            turns += 1
+
+    with capture_logs() as events, anyio.fail_after(BOUND * 4):
+        async with McpToolsProvider(sys.executable, raw.args) as mcp:
+            async with anyio.create_task_group() as group:
+                group.start_soon(ticker)
+                tools = await mcp.tools()
+                listed = True
+    assert [tool.name for tool in tools] == ["add"]
+    assert turns == 5_000, f"the loop turned {turns} times while the tools were listed"
+    (skipped,) = [e for e in events if e["event"] == "mcp.tool_skipped"]
+    assert skipped["tool"] == "costly"
 
 
 async def test_the_servers_ping_is_answered_and_other_requests_are_refused(
