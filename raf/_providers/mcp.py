@@ -18,7 +18,13 @@ import attrs
 from raf._agent.tools import build_validator
 from raf._log import log as _log
 from raf._onion.compose import ContextProvider
-from raf._providers.mcp_stdio import MAX_MESSAGE_BYTES, ServerFault, StdioConnection, open_stdio
+from raf._providers.mcp_stdio import (
+    MAX_MESSAGE_BYTES,
+    ServerFault,
+    StdioConnection,
+    open_stdio,
+    quote,
+)
 from raf._sessions.base import Session
 from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage
@@ -34,6 +40,9 @@ __all__ = ["McpToolsProvider"]
 #: costs a schema check (about 0.75 ms).
 DEFAULT_MAX_TOOLS: Final = 1000
 
+#: The longest tool name the protocol allows (model APIs take 64 to 128 characters): a
+#: longer one is skipped, as no model could be offered it.
+MAX_NAME_CHARS: Final = 128
 #: A listed tool's schema longer than this (as JSON) is checked in a worker thread; most are
 #: shorter, and checked inline (a thread costs more than their check).
 CHECK_INLINE_CHARS: Final = 4096
@@ -260,10 +269,10 @@ class McpToolsProvider(ContextProvider):
         """One tool of a ``tools/list`` page as a raf tool; ``None``, with a warning, when
         it is malformed or raf refuses its schema (only that tool: the others still work)."""
         named = remote.get("name") if isinstance(remote, dict) else None
-        name = self.tool_prefix + (named if isinstance(named, str) else repr(named))
+        name = self.tool_prefix + (named if isinstance(named, str) else quote(named))
         problem = _tool_problem(remote)
         if problem is not None:
-            _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=problem)
+            _log.warning("mcp.tool_skipped", provider=self.name, tool=_cut(name), reason=problem)
             return None
         assert isinstance(remote, dict)  # what _tool_problem checked
         assert isinstance(named, str)
@@ -271,7 +280,8 @@ class McpToolsProvider(ContextProvider):
         try:
             validator = await _checked(name, schema)
         except ToolSchemaError as exc:
-            _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=str(exc))
+            # jsonschema's message quotes the schema's value (a list of 2,000 items, whole).
+            _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=_cut(str(exc)))
             return None
         description = remote.get("description")
         return McpTool(name, description or "", schema, named, self, schema_validator=validator)
@@ -321,18 +331,20 @@ def _tool_problem(remote: object) -> str | None:
         return f"a tool must be an object, got {type(remote).__name__}"
     name = remote.get("name")
     if not isinstance(name, str) or not name:
-        return f"its name must be a non-empty string, got {_short(name)}"
+        return f"its name must be a non-empty string, got {quote(name)}"
+    if len(name) > MAX_NAME_CHARS:
+        return f"its name is longer than {MAX_NAME_CHARS} characters ({len(name):,})"
     if not isinstance(remote.get("inputSchema"), dict):
-        return f"its inputSchema must be an object, got {_short(remote.get('inputSchema'))}"
+        return f"its inputSchema must be an object, got {quote(remote.get('inputSchema'))}"
     description = remote.get("description")
     if description is not None and not isinstance(description, str):
-        return f"its description must be a string, got {_short(description)}"
+        return f"its description must be a string, got {quote(description)}"
     return None
 
 
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:80] + "..."
+def _cut(text: str, most: int = 500) -> str:
+    """``text`` for a warning, cut after ``most`` characters."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text) - most:,} more characters)"
 
 
 def _result_text(result: Mapping[str, Any]) -> str:

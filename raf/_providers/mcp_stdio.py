@@ -141,7 +141,7 @@ class StdioConnection:
         version = result.get("protocolVersion")
         if version not in KNOWN_PROTOCOL_VERSIONS:
             raise ServerFault(
-                f"it answered with protocol version {_quote(version)}, which raf does not speak "
+                f"it answered with protocol version {quote(version)}, which raf does not speak "
                 f"(raf speaks {', '.join(KNOWN_PROTOCOL_VERSIONS)})"
             )
         self.protocol_version = version
@@ -270,7 +270,7 @@ class StdioConnection:
         except (ValueError, RecursionError) as exc:
             # Not a message (a server that prints to stdout): skipped, as no request is its.
             _log.warning(
-                "mcp.bad_line", reason=str(exc), line=_quote(line[:200].decode(errors="replace"))
+                "mcp.bad_line", reason=str(exc), line=quote(line[:200].decode(errors="replace"))
             )
             return
         for one in message if isinstance(message, list) else [message]:
@@ -282,7 +282,7 @@ class StdioConnection:
         if isinstance(method, str):
             if ident is None:
                 if method == "notifications/message":
-                    _log.debug("mcp.server_log", params=_quote(message.get("params")))
+                    _log.debug("mcp.server_log", params=quote(message.get("params")))
                 return
             if self._answering.value:
                 # Answered from a task of its own, so the reader never waits on the server's stdin;
@@ -290,7 +290,7 @@ class StdioConnection:
                 self._answering.acquire_nowait()
                 self._group.start_soon(self._answer, ident, method)
             else:
-                _log.warning("mcp.request_unanswered", method=_quote(method))
+                _log.warning("mcp.request_unanswered", method=quote(method))
             return
         waiter = self._waiters.get(ident) if type(ident) is int else None
         if waiter is not None and not waiter.done.is_set():
@@ -304,7 +304,7 @@ class StdioConnection:
         else:
             reply["error"] = {
                 "code": -32601,
-                "message": f"raf's client does not offer {_quote(method)}",
+                "message": f"raf's client does not offer {quote(method)}",
             }
         try:
             await self._send_quietly(reply)
@@ -424,15 +424,15 @@ def _result(message: dict[str, Any] | None, ended: str | None) -> dict[str, Any]
     error = message.get("error")
     if error is not None:
         if not isinstance(error, dict):
-            raise ServerFault(f"it answered with a malformed error: {_quote(error)}")
+            raise ServerFault(f"it answered with a malformed error: {quote(error)}")
         text = error.get("message")
-        text = text if isinstance(text, str) else _quote(text)
+        text = text if isinstance(text, str) else quote(text)
         if len(text) > MAX_ERROR_CHARS:
             text = text[:MAX_ERROR_CHARS] + f"... ({len(text) - MAX_ERROR_CHARS:,} more characters)"
-        raise ServerFault(f"it answered with error {_quote(error.get('code'))}: {text}")
+        raise ServerFault(f"it answered with error {quote(error.get('code'))}: {text}")
     result = message.get("result")
     if not isinstance(result, dict):
-        raise ServerFault(f"it answered with a result that is not an object: {_quote(result)}")
+        raise ServerFault(f"it answered with a result that is not an object: {quote(result)}")
     return result
 
 
@@ -443,7 +443,7 @@ def _closed(process: anyio.abc.Process, pipe: str) -> str:
     return f"it exited with code {code} (its stderr shows why)"
 
 
-def _quote(value: object) -> str:
+def quote(value: object) -> str:
     """A value of the server's, for a message: bounded, and costing as little (a list of a
     million items is not written out to be cut)."""
     return _REPR.repr(value)

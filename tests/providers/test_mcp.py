@@ -402,6 +402,36 @@ async def test_a_tool_the_sdk_rejects_is_skipped_and_the_others_are_listed(
     assert [e["tool"] for e in skipped] == ["m_picture"]
 
 
+async def test_a_hostile_tool_is_skipped_with_a_bounded_warning(tmp_path: Path) -> None:
+    # The warnings quoted a server's values whole: a name that is a list of 200,000 numbers
+    # (written out whole: 1.3 MB, the loop held), a name of 200,000 characters, the whole
+    # inputSchema list, jsonschema's message quoting a 2,000-item list. A name longer than
+    # the 128 characters the protocol allows is skipped too: no model API takes it.
+    script = tmp_path / "hostile_tools_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            "OTHERS = [",
+            "OTHERS = [\n"
+            '    {"name": list(range(200_000)), "inputSchema": {"type": "object"}},\n'
+            '    {"name": "n" * 200_000, "inputSchema": {"type": "object"}},\n'
+            '    {"name": "listy", "inputSchema": list(range(200_000))},\n'
+            '    {"name": "typed", "inputSchema": {"type": "object", "properties": {'
+            '"a": {"type": [1] * 2_000}}}},\n',
+        )
+    )
+    with capture_logs() as events, anyio.fail_after(BOUND):
+        async with McpToolsProvider(
+            sys.executable, [str(script), str(tmp_path / "log.txt")], name="hostile"
+        ) as mcp:
+            names = [tool.name for tool in await mcp.tools()]
+    assert names == ["add", "fail", "picture", "crash"]
+    skipped = [e for e in events if e["event"] == "mcp.tool_skipped"]
+    assert len(skipped) == 4
+    assert all(len(repr(event)) < 1_500 for event in skipped), [len(repr(e)) for e in skipped]
+    assert "longer than 128 characters" in skipped[1]["reason"]
+    assert [e["tool"] for e in skipped][2:] == ["listy", "typed"]
+
+
 def _many_tools_server(tmp_path: Path, count: int) -> list[str]:
     script = tmp_path / "many_tools_server.py"
     script.write_text(

@@ -190,11 +190,13 @@ async def test_a_schema_costly_to_check_does_not_hold_the_loop(tmp_path: Path) -
             turns += 1
 
     with capture_logs() as events, anyio.fail_after(BOUND * 4):
-        async with McpToolsProvider(sys.executable, raw.args) as mcp:
-            async with anyio.create_task_group() as group:
-                group.start_soon(ticker)
-                tools = await mcp.tools()
-                listed = True
+        async with (
+            McpToolsProvider(sys.executable, raw.args) as mcp,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(ticker)
+            tools = await mcp.tools()
+            listed = True
     assert [tool.name for tool in tools] == ["add"]
     assert turns == 5_000, f"the loop turned {turns} times while the tools were listed"
     (skipped,) = [e for e in events if e["event"] == "mcp.tool_skipped"]
