@@ -239,6 +239,7 @@ class McpToolsProvider(ContextProvider):
         async with self._use() as connection:
             cursor: str | None = None
             seen: set[str] = set()
+            names: set[str] = set()
             while True:
                 page = await connection.request(
                     "tools/list", None if cursor is None else {"cursor": cursor}
@@ -254,9 +255,10 @@ class McpToolsProvider(ContextProvider):
                 for remote in tools:
                     # The checks are CPU work: yield, so the loop runs and the deadline lands.
                     await anyio.lowlevel.checkpoint()
-                    tool = await self._tool(remote)
+                    tool = await self._tool(remote, names)
                     if tool is not None:
                         found.append(tool)
+                        names.add(tool.name)
                 following = page.get("nextCursor")
                 if not isinstance(following, str) or not following:
                     break
@@ -265,12 +267,16 @@ class McpToolsProvider(ContextProvider):
                 seen.add(following)
                 cursor = following
 
-    async def _tool(self, remote: object) -> McpTool | None:
+    async def _tool(self, remote: object, taken: set[str]) -> McpTool | None:
         """One tool of a ``tools/list`` page as a raf tool; ``None``, with a warning, when
-        it is malformed or raf refuses its schema (only that tool: the others still work)."""
+        it is malformed, raf refuses its schema or its name is ``taken`` by a tool listed
+        before it (only that tool: the others still work)."""
         named = remote.get("name") if isinstance(remote, dict) else None
         name = self.tool_prefix + (named if isinstance(named, str) else quote(named))
         problem = _tool_problem(remote)
+        if problem is None and name in taken:
+            # Two tools of one name fail every run (ToolConflictError): the first is kept.
+            problem = "a tool of this name was listed before it"
         if problem is not None:
             _log.warning("mcp.tool_skipped", provider=self.name, tool=_cut(name), reason=problem)
             return None

@@ -432,6 +432,27 @@ async def test_a_hostile_tool_is_skipped_with_a_bounded_warning(tmp_path: Path) 
     assert [e["tool"] for e in skipped][2:] == ["listy", "typed"]
 
 
+async def test_a_tool_listed_twice_is_offered_once(tmp_path: Path) -> None:
+    # Both were offered, and every run failed: ToolConflictError, "two tools are named 'add'".
+    script = tmp_path / "twice_server.py"
+    script.write_text(TINY_SERVER.replace("OTHERS = [", "OTHERS = [dict(ADD, description='2'),"))
+    client = ScriptedChatClient(
+        [ScriptedChatClient.tool_turn(ToolCall("1", "add", '{"a": 2, "b": 3}')), "done"]
+    )
+    with capture_logs() as events, anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, [str(script), str(tmp_path / "log")]) as mcp:
+            response = await Agent(client, stack=[mcp]).run("go")
+    offered = client.requests[0].options.tools
+    assert [(t.name, t.description) for t in offered][:2] == [
+        ("add", "Add two integers."),
+        ("fail", "Always fails."),
+    ]
+    assert [m.content for m in response.messages if m.role == "tool"] == ["5"]
+    (skipped,) = [e for e in events if e["event"] == "mcp.tool_skipped"]
+    assert skipped["tool"] == "add"
+    assert skipped["reason"] == "a tool of this name was listed before it"
+
+
 def _many_tools_server(tmp_path: Path, count: int) -> list[str]:
     script = tmp_path / "many_tools_server.py"
     script.write_text(
