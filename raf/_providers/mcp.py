@@ -118,6 +118,9 @@ class McpToolsProvider(ContextProvider):
             raise ValueError(f"command must be a non-empty str, got {command!r}")
         if isinstance(args, str) or not all(isinstance(a, str) for a in args):
             raise ValueError(f"args must be a list of str, got {args!r}")
+        for key, value in (env or {}).items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ValueError(f"env must map str to str, got {key!r}: {value!r}")
         if name is not None:
             self.name = name
         self.command = command
@@ -181,8 +184,11 @@ class McpToolsProvider(ContextProvider):
         except OSError as exc:
             if started:
                 raise
+            why = exc.strerror or str(exc)
+            if exc.filename is not None and str(exc.filename) != self.command:
+                why += f": {str(exc.filename)!r}"  # not the command's: its cwd, ...
             raise McpError(
-                f"{self.name}: cannot start the MCP server {self.command!r}: {exc.strerror or exc}"
+                f"{self.name}: cannot start the MCP server {self.command!r}: {why}"
             ) from exc
 
     def _deadline(self) -> AbstractContextManager[Any]:
@@ -302,7 +308,8 @@ class McpToolsProvider(ContextProvider):
                     )
         except (ServerFault, TimeoutError) as exc:
             raise McpError(
-                f"the MCP server failed to run {name!r}: {self._why(exc, 'answer')}"
+                f"{self.name}: the MCP server {self.command!r} failed to run {quote(name)}: "
+                + self._why(exc, "answer")
             ) from exc
         text = await _result_text(result)
         if result.get("isError") is True:

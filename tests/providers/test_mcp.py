@@ -195,6 +195,26 @@ async def test_a_server_that_cannot_start_fails_the_run_clearly(tmp_path: Path) 
     assert "no-such-server" in str(caught.value.__cause__)
 
 
+async def test_a_missing_cwd_is_named_in_the_error(tiny: tuple[list[str], Path]) -> None:
+    # It said "cannot start the MCP server '.../python': No such file or directory", of a
+    # command that exists: the missing directory was not named.
+    args, _ = tiny
+    missing = str(Path(args[0]).parent / "missing")
+    provider = McpToolsProvider(sys.executable, args, cwd=missing, name="lost")
+    with anyio.fail_after(BOUND), pytest.raises(McpError) as caught:
+        await provider.tools()
+    assert str(caught.value) == (
+        f"lost: cannot start the MCP server {sys.executable!r}: "
+        f"No such file or directory: {missing!r}"
+    )
+
+
+def test_an_env_that_is_not_of_strings_is_refused_where_it_is_given() -> None:
+    # It was a TypeError ("expected str, bytes or os.PathLike object, not int") at first use.
+    with pytest.raises(ValueError, match=r"env must map str to str, got 'PORT': 8080"):
+        McpToolsProvider("server", env={"PORT": 8080})  # type: ignore[dict-item]
+
+
 @pytest.mark.slow
 async def test_the_sdk_server_works_too(tmp_path: Path) -> None:
     pytest.importorskip("mcp")

@@ -344,11 +344,15 @@ async def test_pages_in_a_circle_are_an_mcp_error_not_an_endless_listing(
 async def test_a_long_error_from_the_server_is_cut(tmp_path: Path) -> None:
     raw = Raw(tmp_path, "long error")
     with anyio.fail_after(BOUND):
-        async with McpToolsProvider(sys.executable, raw.args) as mcp:
+        async with McpToolsProvider(sys.executable, raw.args, name="long") as mcp:
             with pytest.raises(McpError) as caught:
                 await mcp.call_tool("add", {"a": 1, "b": 2})
     message = str(caught.value)
-    assert message.startswith("the MCP server failed to run 'add': it answered with error -32000")
+    # Which provider and which server, as the other MCP errors say (a call's did not).
+    assert message.startswith(
+        f"long: the MCP server {sys.executable!r} failed to run 'add': "
+        "it answered with error -32000"
+    )
     assert len(message) < 2_200
     assert message.endswith("(148,000 more characters)")
 
