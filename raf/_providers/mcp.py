@@ -307,8 +307,9 @@ class McpToolsProvider(ContextProvider):
                         "tools/call", {"name": name, "arguments": dict(arguments)}
                     )
         except (ServerFault, TimeoutError) as exc:
+            # The model reads this: the provider is named, not the command (a local path).
             raise McpError(
-                f"{self.name}: the MCP server {self.command!r} failed to run {quote(name)}: "
+                f"{self.name}: the MCP server failed to run {quote(name)}: "
                 + self._why(exc, "answer")
             ) from exc
         text = await _result_text(result)

@@ -202,6 +202,8 @@ class StdioConnection:
         stdin = self.process.stdin
         assert stdin is not None  # opened with a pipe
         async with self._writing:
+            if self._ended is not None:  # (asyncio warns of each write to a closed pipe)
+                raise ServerFault(self._ended)
             # A message cut off by a caller's cancellation would garble every later one: it is
             # written whole, or, when the server reads nothing for a while, the connection ends.
             with anyio.CancelScope(shield=True) as scope:
@@ -354,6 +356,8 @@ async def open_stdio(
                 # Raised as it is below, not inside the task group's exception group.
                 failure = exc
             finally:
+                # Nothing more is written to it (the pings still read are not answered).
+                connection._end("the connection was closed")
                 with anyio.CancelScope(shield=True):
                     await _stop(process)
                 group.cancel_scope.cancel()

@@ -182,7 +182,10 @@ async def test_a_crashing_server_is_a_tool_error_not_a_hang(tiny: tuple[list[str
     )
     response = await Agent(client, stack=[McpToolsProvider(sys.executable, args)]).run("go")
     content = response.messages[1].content or ""
-    assert content.startswith("Error: tool 'crash' failed: McpError: the MCP server failed")
+    assert content.startswith(
+        "Error: tool 'crash' failed: McpError: McpToolsProvider: the MCP server failed"
+    )
+    assert sys.executable not in content  # the model is not shown a local path
     assert response.text == "sorry"
 
 

@@ -76,11 +76,16 @@ RAW_SERVER = textwrap.dedent(
                 sys.stdout.write(json.dumps(
                     [{"jsonrpc": "2.0", "id": f"b{n}", "method": "ping"} for n in range(COUNT)]
                 ) + "\\n")
+            if MODE == "ping flood":  # COUNT pings, one a line, then the page
+                sys.stdout.write("".join(json.dumps({"jsonrpc": "2.0", "id": f"p{n}",
+                                                     "method": "ping"}) + "\\n"
+                                         for n in range(COUNT)))
             if MODE == "endless line":
                 sys.stdout.write("[" + "1," * COUNT)
                 sys.stdout.flush()
                 time.sleep(600)
-            tools = [dict(ADD, name=f"add{n}") for n in range(1 if MODE == "batch" else COUNT)]
+            tools = [dict(ADD, name=f"add{n}")
+                     for n in range(1 if MODE in ("batch", "ping flood") else COUNT)]
             if MODE == "costly schema":  # valid JSON, a schema jsonschema checks slowly
                 tools = [dict(ADD, name="costly", inputSchema={
                     "type": "object", "properties": {"a": {"type": [1] * COUNT}}}), ADD]
@@ -283,6 +288,18 @@ async def test_a_result_of_many_blocks_does_not_hold_the_loop(tmp_path: Path) ->
     assert most < 4_000_000, f"{most:,} bytes built between two turns of the loop"
 
 
+async def test_no_answer_is_written_to_a_server_being_stopped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Pings still read while the server was being stopped were answered into its closed
+    # stdin: asyncio warned "pipe closed by peer or os.write(pipe, data) raised exception."
+    raw = Raw(tmp_path, "ping flood", count=5_000)
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, raw.args) as mcp:
+            await mcp.tools()
+    assert not [r for r in caplog.records if "pipe closed" in r.getMessage()]
+
+
 async def test_a_server_that_dies_mid_call_is_an_mcp_error_and_is_gone(
     tmp_path: Path, errlog: TextIO
 ) -> None:
@@ -348,11 +365,9 @@ async def test_a_long_error_from_the_server_is_cut(tmp_path: Path) -> None:
             with pytest.raises(McpError) as caught:
                 await mcp.call_tool("add", {"a": 1, "b": 2})
     message = str(caught.value)
-    # Which provider and which server, as the other MCP errors say (a call's did not).
-    assert message.startswith(
-        f"long: the MCP server {sys.executable!r} failed to run 'add': "
-        "it answered with error -32000"
-    )
+    # Which provider, as the other MCP errors say (a call's did not); not the command, as
+    # the model reads it.
+    assert message.startswith("long: the MCP server failed to run 'add': it answered with error")
     assert len(message) < 2_200
     assert message.endswith("(148,000 more characters)")
 
