@@ -118,6 +118,10 @@ class McpToolsProvider(ContextProvider):
             raise ValueError(f"command must be a non-empty str, got {command!r}")
         if isinstance(args, str) or not all(isinstance(a, str) for a in args):
             raise ValueError(f"args must be a list of str, got {args!r}")
+        if timeout is not None and (
+            not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout > 0
+        ):
+            raise ValueError(f"timeout must be a number > 0 or None, got {timeout!r}")
         for key, value in (env or {}).items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise ValueError(f"env must map str to str, got {key!r}: {value!r}")

@@ -17,12 +17,14 @@ cancelled.
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import json
 import math
 import os
 import reprlib
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -337,11 +339,12 @@ async def open_stdio(
 
     Starting it may raise :class:`OSError` (no such command, ...).
     """
+    copied = not _has_file(errlog)  # a StringIO, pytest's capsys: its stderr is copied into it
     process = await anyio.open_process(
         [command, *args],
         env=server_environment(env),
         cwd=cwd,
-        stderr=errlog,
+        stderr=subprocess.PIPE if copied else errlog,
         # Its own process group: a server's children (npx's node, ...) are stopped with it.
         start_new_session=sys.platform != "win32",
     )
@@ -350,6 +353,8 @@ async def open_stdio(
         async with anyio.create_task_group() as group:
             connection = StdioConnection(process, group, max_message_bytes=max_message_bytes)
             group.start_soon(connection.read)
+            if copied:
+                group.start_soon(_copy, process.stderr, errlog)
             try:
                 yield connection
             except Exception as exc:
@@ -388,6 +393,26 @@ async def _stop(process: anyio.abc.Process) -> None:
     _signal(process, hard=False)
 
 
+def _has_file(stream: TextIO) -> bool:
+    """Whether ``stream`` has a file descriptor behind it (a child process can write to it)."""
+    try:
+        stream.fileno()
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both
+        return False
+    return True
+
+
+async def _copy(source: anyio.abc.ByteReceiveStream | None, errlog: TextIO) -> None:
+    """Copy the server's stderr into ``errlog``, as it comes, until it ends."""
+    assert source is not None  # opened with a pipe
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        while True:
+            text = decoder.decode(await source.receive())
+            with suppress(OSError, ValueError):  # a closed errlog: read on, or the server blocks
+                errlog.write(text)
+
+
 async def _cancelled_if_so() -> None:
     """Wait for the caller's cancellation when its scope is cancelled. That scope holds the
     connection's reader too: the reader, cancelled first, may end the connection before the
@@ -416,7 +441,7 @@ def _signal(process: anyio.abc.Process, *, hard: bool) -> None:
 
 async def _close(process: anyio.abc.Process) -> None:
     """Release the pipes of a stopped server (a child of it may still hold them open)."""
-    for stream in (process.stdin, process.stdout):
+    for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
             with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 await stream.aclose()

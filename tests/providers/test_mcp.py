@@ -8,6 +8,7 @@ starts in milliseconds. Some use the ``mcp`` SDK's own server (here and in
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import textwrap
@@ -210,6 +211,35 @@ async def test_a_missing_cwd_is_named_in_the_error(tiny: tuple[list[str], Path])
         f"lost: cannot start the MCP server {sys.executable!r}: "
         f"No such file or directory: {missing!r}"
     )
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1.0, 0, "5", True])
+def test_a_timeout_that_is_not_a_positive_number_is_refused_where_it_is_given(
+    timeout: object,
+) -> None:
+    # NaN was a ValueError from anyio at first use, "5" a TypeError, -1 an McpError saying
+    # the server "did not start within timeout=-1s".
+    with pytest.raises(ValueError, match=r"timeout must be a number > 0 or None, got "):
+        McpToolsProvider("server", timeout=timeout)  # type: ignore[arg-type]
+
+
+async def test_errlog_may_be_a_stream_with_no_file_behind_it(tmp_path: Path) -> None:
+    # A StringIO (pytest's capsys, a notebook's stream) was "cannot start the MCP server
+    # '...python': fileno": the server's stderr needs a file; it is copied into it now.
+    script = tmp_path / "noisy_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            "for line in sys.stdin:",
+            "print('the server says h\\u00e9llo', file=sys.stderr)\nfor line in sys.stdin:",
+        )
+    )
+    errlog = io.StringIO()
+    with anyio.fail_after(BOUND):
+        provider = McpToolsProvider(
+            sys.executable, [str(script), str(tmp_path / "log")], errlog=errlog
+        )
+        assert (await provider.tools())[0].name == "add"
+    assert errlog.getvalue() == "the server says h\u00e9llo\n"
 
 
 def test_an_env_that_is_not_of_strings_is_refused_where_it_is_given() -> None:
