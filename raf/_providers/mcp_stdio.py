@@ -127,8 +127,9 @@ class StdioConnection:
         self._waiters: dict[int, _Waiter] = {}
         self._writing = anyio.Lock()
         self._answering = anyio.Semaphore(_MAX_ANSWERING)
-        #: How many of the server's requests were left unanswered (a flood's warnings thin out).
-        self._unanswered = 0
+        #: How many of the server's requests were left unanswered, and how many of its lines
+        #: were not JSON: a flood's warnings thin out.
+        self._unanswered = self._bad_lines = 0
         #: Why the connection ended (a clause), once it has.
         self._ended: str | None = None
 
@@ -275,9 +276,14 @@ class StdioConnection:
             message = await loads_in_steps(line.decode())
         except (ValueError, RecursionError) as exc:
             # Not a message (a server that prints to stdout): skipped, as no request is its.
-            _log.warning(
-                "mcp.bad_line", reason=str(exc), line=quote(line[:200].decode(errors="replace"))
-            )
+            self._bad_lines += 1
+            if _thinned(self._bad_lines):
+                _log.warning(
+                    "mcp.bad_line",
+                    reason=str(exc),
+                    line=quote(line[:200].decode(errors="replace")),
+                    bad_lines=self._bad_lines,
+                )
             return
         for one in message if isinstance(message, list) else [message]:
             if isinstance(one, dict):
@@ -299,7 +305,7 @@ class StdioConnection:
                 self._group.start_soon(self._answer, ident, method)
             else:
                 self._unanswered += 1
-                if self._unanswered & (self._unanswered - 1) == 0:  # the 1st, 2nd, 4th, ...
+                if _thinned(self._unanswered):
                     _log.warning(
                         "mcp.request_unanswered", method=quote(method), unanswered=self._unanswered
                     )
@@ -391,6 +397,11 @@ async def _stop(process: anyio.abc.Process) -> None:
             return
     # Children it left behind (its group outlives it) are stopped too.
     _signal(process, hard=False)
+
+
+def _thinned(count: int) -> bool:
+    """Whether the ``count``-th of a kind of warning is logged: the 1st, 2nd, 4th, 8th..."""
+    return count & (count - 1) == 0
 
 
 def _has_file(stream: TextIO) -> bool:

@@ -80,12 +80,14 @@ RAW_SERVER = textwrap.dedent(
                 sys.stdout.write("".join(json.dumps({"jsonrpc": "2.0", "id": f"p{n}",
                                                      "method": "ping"}) + "\\n"
                                          for n in range(COUNT)))
+            if MODE == "chatty":  # COUNT lines that are not JSON (a server that prints), one a line
+                sys.stdout.write("".join(f"debug: listing {n}\\n" for n in range(COUNT)))
             if MODE == "endless line":
                 sys.stdout.write("[" + "1," * COUNT)
                 sys.stdout.flush()
                 time.sleep(600)
             tools = [dict(ADD, name=f"add{n}")
-                     for n in range(1 if MODE in ("batch", "ping flood") else COUNT)]
+                     for n in range(1 if MODE in ("batch", "ping flood", "chatty") else COUNT)]
             if MODE == "costly schema":  # valid JSON, a schema jsonschema checks slowly
                 tools = [dict(ADD, name="costly", inputSchema={
                     "type": "object", "properties": {"a": {"type": [1] * COUNT}}}), ADD]
@@ -298,6 +300,17 @@ async def test_no_answer_is_written_to_a_server_being_stopped(
         async with McpToolsProvider(sys.executable, raw.args) as mcp:
             await mcp.tools()
     assert not [r for r in caplog.records if "pipe closed" in r.getMessage()]
+
+
+async def test_a_server_that_prints_to_stdout_does_not_flood_the_log(tmp_path: Path) -> None:
+    # Each line that is not JSON was skipped with a warning of its own: 10,000 of them.
+    raw = Raw(tmp_path, "chatty", count=10_000)
+    with capture_logs() as events, anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, raw.args) as mcp:
+            assert [tool.name for tool in await mcp.tools()] == ["add0"]
+    bad = [e for e in events if e["event"] == "mcp.bad_line"]
+    assert 1 <= len(bad) <= 14  # the 1st, 2nd, 4th, 8th, ... of them
+    assert bad[0]["line"] == "'debug: listing 0'"
 
 
 async def test_a_server_that_dies_mid_call_is_an_mcp_error_and_is_gone(
