@@ -144,13 +144,15 @@ class McpToolsProvider(ContextProvider):
     async def __aenter__(self) -> McpToolsProvider:
         if self._exit_stack is not None:
             raise RuntimeError(f"{self.name}: the MCP connection is already open")
-        stack = AsyncExitStack()
+        # Taken at once: another task entering meanwhile is refused (two connections, each
+        # left from the other's task, corrupted both tasks' cancel scopes).
+        stack = self._exit_stack = AsyncExitStack()
         try:
             self._connection = await stack.enter_async_context(self._connect())
         except BaseException:
+            self._exit_stack = None
             await stack.aclose()
             raise
-        self._exit_stack = stack
         return self
 
     async def __aexit__(

@@ -242,6 +242,30 @@ async def test_errlog_may_be_a_stream_with_no_file_behind_it(tmp_path: Path) -> 
     assert errlog.getvalue() == "the server says h\u00e9llo\n"
 
 
+async def test_a_second_task_entering_at_once_is_refused_clearly(
+    tiny: tuple[list[str], Path],
+) -> None:
+    # Both entered (each started a server; the second's replaced the first's), and leaving
+    # corrupted the cancel scopes: a raw RuntimeError from anyio, trio's "corrupted" report.
+    args, log = tiny
+    mcp = McpToolsProvider(sys.executable, args, name="shared")
+    outcomes: list[str] = []
+
+    async def use() -> None:
+        try:
+            async with mcp:
+                outcomes.append(await mcp.call_tool("add", {"a": 1, "b": 2}))
+        except RuntimeError as exc:
+            outcomes.append(str(exc))
+
+    with anyio.fail_after(BOUND):
+        async with anyio.create_task_group() as group:
+            group.start_soon(use)
+            group.start_soon(use)
+    assert sorted(outcomes) == ["3", "shared: the MCP connection is already open"]
+    assert started(log) == 1
+
+
 def test_an_env_that_is_not_of_strings_is_refused_where_it_is_given() -> None:
     # It was a TypeError ("expected str, bytes or os.PathLike object, not int") at first use.
     with pytest.raises(ValueError, match=r"env must map str to str, got 'PORT': 8080"):
