@@ -340,7 +340,11 @@ async def _checked(name: str, schema: dict[str, Any]) -> Any:
     checked in a worker thread, the loop running meanwhile: jsonschema's check, pure Python,
     costs up to some 85 µs per item of a hostile schema (a list of 20,000 wrong types: 1.7 s),
     and a deadline cannot land inside it."""
-    if len(json.dumps(schema)) <= CHECK_INLINE_CHARS:
+    try:
+        small = len(json.dumps(schema)) <= CHECK_INLINE_CHARS
+    except RecursionError:  # too deep for this stack (a run inside many layers): a thread's
+        small = False
+    if small:
         return build_validator(name, schema)
     return await anyio.to_thread.run_sync(build_validator, name, schema, abandon_on_cancel=True)
 

@@ -530,6 +530,33 @@ async def test_a_tool_listed_twice_is_offered_once(tmp_path: Path) -> None:
     assert skipped["reason"] == "a tool of this name was listed before it"
 
 
+async def test_a_deep_schema_listed_from_a_deep_stack_is_no_raw_recursion_error(
+    tmp_path: Path,
+) -> None:
+    # The size of a schema (to check a big one in a thread) was measured by writing it as
+    # JSON, where the listing runs: from a deep stack (a run inside many layers), a schema
+    # nested 940 deep raised a raw RecursionError out of the listing.
+    script = tmp_path / "deep_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            "OTHERS = [",
+            'OTHERS = [{"name": "deep", "inputSchema": {"type": "object", '
+            '"default": json.loads("[" * 940 + "]" * 940)}},',
+        )
+    )
+
+    async def deep(depth: int) -> tuple[str, ...]:
+        if depth:
+            return await deep(depth - 1)
+        provider = McpToolsProvider(sys.executable, [str(script), str(tmp_path / "log")])
+        return tuple(tool.name for tool in await provider.tools())
+
+    with anyio.fail_after(BOUND):
+        names = await deep(100)
+    assert names[0] == "add"
+    assert names[-3:] == ("fail", "picture", "crash")
+
+
 def _many_tools_server(tmp_path: Path, count: int) -> list[str]:
     script = tmp_path / "many_tools_server.py"
     script.write_text(
