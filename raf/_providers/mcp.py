@@ -318,7 +318,13 @@ class McpToolsProvider(ContextProvider):
                 f"{self.name}: the MCP server failed to run {quote(name)}: "
                 + self._why(exc, "answer")
             ) from exc
-        text = await _result_text(result)
+        try:
+            text = await _result_text(result)
+        except RecursionError:  # structured content as deep as the stack has room for
+            raise McpError(
+                f"{self.name}: the MCP server answered {quote(name)} "
+                "with a result nested too deeply to read"
+            ) from None
         if result.get("isError") is True:
             raise ToolError(text or f"the MCP tool {name!r} failed without a message")
         return text

@@ -557,6 +557,35 @@ async def test_a_deep_schema_listed_from_a_deep_stack_is_no_raw_recursion_error(
     assert names[-3:] == ("fail", "picture", "crash")
 
 
+async def test_a_result_too_deep_to_write_is_an_mcp_error(tmp_path: Path) -> None:
+    # Structured content nested 940 deep, written as JSON from a deep stack, was a raw
+    # RecursionError out of call_tool.
+    script = tmp_path / "deep_result_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            '        elif name == "crash":',
+            '        elif name == "deep":\n'
+            '            result = {"content": [], '
+            '"structuredContent": json.loads("[" * 940 + "]" * 940)}\n'
+            '        elif name == "crash":',
+        )
+    )
+
+    async def deep(depth: int, mcp: McpToolsProvider) -> str:
+        return await deep(depth - 1, mcp) if depth else await mcp.call_tool("deep", {})
+
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(
+            sys.executable, [str(script), str(tmp_path / "log")], name="deep"
+        ) as mcp:
+            with pytest.raises(McpError) as caught:
+                await deep(100, mcp)
+            assert await mcp.call_tool("add", {"a": 1, "b": 2}) == "3"
+    assert str(caught.value) == (
+        "deep: the MCP server answered 'deep' with a result nested too deeply to read"
+    )
+
+
 def _many_tools_server(tmp_path: Path, count: int) -> list[str]:
     script = tmp_path / "many_tools_server.py"
     script.write_text(
