@@ -535,13 +535,13 @@ async def test_a_deep_schema_listed_from_a_deep_stack_is_no_raw_recursion_error(
 ) -> None:
     # The size of a schema (to check a big one in a thread) was measured by writing it as
     # JSON, where the listing runs: from a deep stack (a run inside many layers), a schema
-    # nested 940 deep raised a raw RecursionError out of the listing.
+    # nested 800 deep raised a raw RecursionError out of the listing.
     script = tmp_path / "deep_server.py"
     script.write_text(
         TINY_SERVER.replace(
             "OTHERS = [",
             'OTHERS = [{"name": "deep", "inputSchema": {"type": "object", '
-            '"default": json.loads("[" * 940 + "]" * 940)}},',
+            '"default": json.loads("[" * 800 + "]" * 800)}},',
         )
     )
 
@@ -552,13 +552,13 @@ async def test_a_deep_schema_listed_from_a_deep_stack_is_no_raw_recursion_error(
         return tuple(tool.name for tool in await provider.tools())
 
     with anyio.fail_after(BOUND):
-        names = await deep(100)
+        names = await deep(300)
     assert names[0] == "add"
     assert names[-3:] == ("fail", "picture", "crash")
 
 
 async def test_a_result_too_deep_to_write_is_an_mcp_error(tmp_path: Path) -> None:
-    # Structured content nested 940 deep, written as JSON from a deep stack, was a raw
+    # Structured content nested 800 deep, written as JSON from a deep stack, was a raw
     # RecursionError out of call_tool.
     script = tmp_path / "deep_result_server.py"
     script.write_text(
@@ -566,7 +566,7 @@ async def test_a_result_too_deep_to_write_is_an_mcp_error(tmp_path: Path) -> Non
             '        elif name == "crash":',
             '        elif name == "deep":\n'
             '            result = {"content": [], '
-            '"structuredContent": json.loads("[" * 940 + "]" * 940)}\n'
+            '"structuredContent": json.loads("[" * 800 + "]" * 800)}\n'
             '        elif name == "crash":',
         )
     )
@@ -579,7 +579,7 @@ async def test_a_result_too_deep_to_write_is_an_mcp_error(tmp_path: Path) -> Non
             sys.executable, [str(script), str(tmp_path / "log")], name="deep"
         ) as mcp:
             with pytest.raises(McpError) as caught:
-                await deep(100, mcp)
+                await deep(300, mcp)
             assert await mcp.call_tool("add", {"a": 1, "b": 2}) == "3"
     assert str(caught.value) == (
         "deep: the MCP server answered 'deep' with a result nested too deeply to read"
