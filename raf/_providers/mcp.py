@@ -12,12 +12,19 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import attrs
 
 from raf._agent.tools import build_validator
 from raf._log import log as _log
 from raf._onion.compose import ContextProvider
-from raf._providers.mcp_stdio import MAX_MESSAGE_BYTES, ServerFault, StdioConnection, open_stdio
+from raf._providers.mcp_stdio import (
+    MAX_MESSAGE_BYTES,
+    ServerFault,
+    StdioConnection,
+    open_stdio,
+    quote,
+)
 from raf._sessions.base import Session
 from raf._values.context import ContextResult
 from raf._values.messages import ChatMessage
@@ -32,6 +39,13 @@ __all__ = ["McpToolsProvider"]
 #: The most tools a server may list: a model cannot use thousands anyway, and each
 #: costs a schema check (about 0.75 ms).
 DEFAULT_MAX_TOOLS: Final = 1000
+
+#: The longest tool name the protocol allows (model APIs take 64 to 128 characters): a
+#: longer one is skipped, as no model could be offered it.
+MAX_NAME_CHARS: Final = 128
+#: A listed tool's schema longer than this (as JSON) is checked in a worker thread; most are
+#: shorter, and checked inline (a thread costs more than their check).
+CHECK_INLINE_CHARS: Final = 4096
 
 
 @attrs.frozen(slots=True)
@@ -104,6 +118,13 @@ class McpToolsProvider(ContextProvider):
             raise ValueError(f"command must be a non-empty str, got {command!r}")
         if isinstance(args, str) or not all(isinstance(a, str) for a in args):
             raise ValueError(f"args must be a list of str, got {args!r}")
+        if timeout is not None and (
+            not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout > 0
+        ):
+            raise ValueError(f"timeout must be a number > 0 or None, got {timeout!r}")
+        for key, value in (env or {}).items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ValueError(f"env must map str to str, got {key!r}: {value!r}")
         if name is not None:
             self.name = name
         self.command = command
@@ -123,13 +144,15 @@ class McpToolsProvider(ContextProvider):
     async def __aenter__(self) -> McpToolsProvider:
         if self._exit_stack is not None:
             raise RuntimeError(f"{self.name}: the MCP connection is already open")
-        stack = AsyncExitStack()
+        # Taken at once: another task entering meanwhile is refused (two connections, each
+        # left from the other's task, corrupted both tasks' cancel scopes).
+        stack = self._exit_stack = AsyncExitStack()
         try:
             self._connection = await stack.enter_async_context(self._connect())
         except BaseException:
+            self._exit_stack = None
             await stack.aclose()
             raise
-        self._exit_stack = stack
         return self
 
     async def __aexit__(
@@ -167,8 +190,11 @@ class McpToolsProvider(ContextProvider):
         except OSError as exc:
             if started:
                 raise
+            why = exc.strerror or str(exc)
+            if exc.filename is not None and str(exc.filename) != self.command:
+                why += f": {str(exc.filename)!r}"  # not the command's: its cwd, ...
             raise McpError(
-                f"{self.name}: cannot start the MCP server {self.command!r}: {exc.strerror or exc}"
+                f"{self.name}: cannot start the MCP server {self.command!r}: {why}"
             ) from exc
 
     def _deadline(self) -> AbstractContextManager[Any]:
@@ -225,6 +251,7 @@ class McpToolsProvider(ContextProvider):
         async with self._use() as connection:
             cursor: str | None = None
             seen: set[str] = set()
+            names: set[str] = set()
             while True:
                 page = await connection.request(
                     "tools/list", None if cursor is None else {"cursor": cursor}
@@ -240,9 +267,10 @@ class McpToolsProvider(ContextProvider):
                 for remote in tools:
                     # The checks are CPU work: yield, so the loop runs and the deadline lands.
                     await anyio.lowlevel.checkpoint()
-                    tool = self._tool(remote)
+                    tool = await self._tool(remote, names)
                     if tool is not None:
                         found.append(tool)
+                        names.add(tool.name)
                 following = page.get("nextCursor")
                 if not isinstance(following, str) or not following:
                     break
@@ -251,22 +279,27 @@ class McpToolsProvider(ContextProvider):
                 seen.add(following)
                 cursor = following
 
-    def _tool(self, remote: object) -> McpTool | None:
+    async def _tool(self, remote: object, taken: set[str]) -> McpTool | None:
         """One tool of a ``tools/list`` page as a raf tool; ``None``, with a warning, when
-        it is malformed or raf refuses its schema (only that tool: the others still work)."""
+        it is malformed, raf refuses its schema or its name is ``taken`` by a tool listed
+        before it (only that tool: the others still work)."""
         named = remote.get("name") if isinstance(remote, dict) else None
-        name = self.tool_prefix + (named if isinstance(named, str) else repr(named))
+        name = self.tool_prefix + (named if isinstance(named, str) else quote(named))
         problem = _tool_problem(remote)
+        if problem is None and name in taken:
+            # Two tools of one name fail every run (ToolConflictError): the first is kept.
+            problem = "a tool of this name was listed before it"
         if problem is not None:
-            _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=problem)
+            _log.warning("mcp.tool_skipped", provider=self.name, tool=_cut(name), reason=problem)
             return None
         assert isinstance(remote, dict)  # what _tool_problem checked
         assert isinstance(named, str)
         schema: dict[str, Any] = remote["inputSchema"]
         try:
-            validator = build_validator(name, schema)
+            validator = await _checked(name, schema)
         except ToolSchemaError as exc:
-            _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=str(exc))
+            # jsonschema's message quotes the schema's value (a list of 2,000 items, whole).
+            _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=_cut(str(exc)))
             return None
         description = remote.get("description")
         return McpTool(name, description or "", schema, named, self, schema_validator=validator)
@@ -280,10 +313,18 @@ class McpToolsProvider(ContextProvider):
                         "tools/call", {"name": name, "arguments": dict(arguments)}
                     )
         except (ServerFault, TimeoutError) as exc:
+            # The model reads this: the provider is named, not the command (a local path).
             raise McpError(
-                f"the MCP server failed to run {name!r}: {self._why(exc, 'answer')}"
+                f"{self.name}: the MCP server failed to run {quote(name)}: "
+                + self._why(exc, "answer")
             ) from exc
-        text = _result_text(result)
+        try:
+            text = await _result_text(result)
+        except RecursionError:  # structured content as deep as the stack has room for
+            raise McpError(
+                f"{self.name}: the MCP server answered {quote(name)} "
+                "with a result nested too deeply to read"
+            ) from None
         if result.get("isError") is True:
             raise ToolError(text or f"the MCP tool {name!r} failed without a message")
         return text
@@ -300,32 +341,51 @@ class McpToolsProvider(ContextProvider):
         return ContextResult(tools=tools) if tools else ContextResult()
 
 
+async def _checked(name: str, schema: dict[str, Any]) -> Any:
+    """The validator of a listed tool's schema (:func:`build_validator`); a big schema is
+    checked in a worker thread, the loop running meanwhile: jsonschema's check, pure Python,
+    costs up to some 85 µs per item of a hostile schema (a list of 20,000 wrong types: 1.7 s),
+    and a deadline cannot land inside it."""
+    try:
+        small = len(json.dumps(schema)) <= CHECK_INLINE_CHARS
+    except RecursionError:  # too deep for this stack (a run inside many layers): a thread's
+        small = False
+    if small:
+        return build_validator(name, schema)
+    return await anyio.to_thread.run_sync(build_validator, name, schema, abandon_on_cancel=True)
+
+
 def _tool_problem(remote: object) -> str | None:
     """What makes a listed tool unusable (before its schema is checked), or ``None``."""
     if not isinstance(remote, dict):
         return f"a tool must be an object, got {type(remote).__name__}"
     name = remote.get("name")
     if not isinstance(name, str) or not name:
-        return f"its name must be a non-empty string, got {_short(name)}"
+        return f"its name must be a non-empty string, got {quote(name)}"
+    if len(name) > MAX_NAME_CHARS:
+        return f"its name is longer than {MAX_NAME_CHARS} characters ({len(name):,})"
     if not isinstance(remote.get("inputSchema"), dict):
-        return f"its inputSchema must be an object, got {_short(remote.get('inputSchema'))}"
+        return f"its inputSchema must be an object, got {quote(remote.get('inputSchema'))}"
     description = remote.get("description")
     if description is not None and not isinstance(description, str):
-        return f"its description must be a string, got {_short(description)}"
+        return f"its description must be a string, got {quote(description)}"
     return None
 
 
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:80] + "..."
+def _cut(text: str, most: int = 500) -> str:
+    """``text`` for a warning, cut after ``most`` characters."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text) - most:,} more characters)"
 
 
-def _result_text(result: Mapping[str, Any]) -> str:
+async def _result_text(result: Mapping[str, Any]) -> str:
     """The content blocks of a ``tools/call`` result as text; other media are named, not
-    inlined; with no content, its structured content as JSON."""
+    inlined; with no content, its structured content as JSON. The blocks are read in
+    steps, the loop running between them (a million held it 0.5 s)."""
     parts: list[str] = []
     content = result.get("content")
-    for block in content if isinstance(content, list) else ():
+    for index, block in enumerate(content if isinstance(content, list) else ()):
+        if index % _BLOCKS_PER_STEP == _BLOCKS_PER_STEP - 1:
+            await anyio.lowlevel.checkpoint()
         if not isinstance(block, dict):
             continue
         kind = block.get("type")
@@ -347,6 +407,10 @@ def _result_text(result: Mapping[str, Any]) -> str:
     if not parts and structured is not None:
         parts.append(json.dumps(structured, ensure_ascii=False, default=str))
     return "\n".join(parts)
+
+
+#: A result's content blocks read per step.
+_BLOCKS_PER_STEP: Final = 256
 
 
 def _text(value: object) -> str:

@@ -17,11 +17,14 @@ cancelled.
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import json
+import math
 import os
 import reprlib
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -124,6 +127,9 @@ class StdioConnection:
         self._waiters: dict[int, _Waiter] = {}
         self._writing = anyio.Lock()
         self._answering = anyio.Semaphore(_MAX_ANSWERING)
+        #: How many of the server's requests were left unanswered, and how many of its lines
+        #: were not JSON: a flood's warnings thin out.
+        self._unanswered = self._bad_lines = 0
         #: Why the connection ended (a clause), once it has.
         self._ended: str | None = None
 
@@ -140,7 +146,7 @@ class StdioConnection:
         version = result.get("protocolVersion")
         if version not in KNOWN_PROTOCOL_VERSIONS:
             raise ServerFault(
-                f"it answered with protocol version {_quote(version)}, which raf does not speak "
+                f"it answered with protocol version {quote(version)}, which raf does not speak "
                 f"(raf speaks {', '.join(KNOWN_PROTOCOL_VERSIONS)})"
             )
         self.protocol_version = version
@@ -149,6 +155,24 @@ class StdioConnection:
     async def request(self, method: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Send ``method`` and wait for its result (a JSON object); an error answer,
         a result that is not an object, or the end of the connection is :class:`ServerFault`."""
+        try:
+            return await self._request(method, params)
+        except ServerFault:
+            await _cancelled_if_so()
+            raise
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        """Send the notification ``method``."""
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = dict(params)
+        try:
+            await self._send(message)
+        except ServerFault:
+            await _cancelled_if_so()
+            raise
+
+    async def _request(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
         if self._ended is not None:
             raise ServerFault(self._ended)
         ident = next(self._ids)
@@ -175,19 +199,14 @@ class StdioConnection:
             del self._waiters[ident]
         return _result(waiter.message, self._ended)
 
-    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
-        """Send the notification ``method``."""
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = dict(params)
-        await self._send(message)
-
     async def _send(self, message: Mapping[str, Any]) -> None:
         # ASCII: a lone surrogate (json.loads makes one of "\\ud800") cannot be encoded otherwise.
         data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
         stdin = self.process.stdin
         assert stdin is not None  # opened with a pipe
         async with self._writing:
+            if self._ended is not None:  # (asyncio warns of each write to a closed pipe)
+                raise ServerFault(self._ended)
             # A message cut off by a caller's cancellation would garble every later one: it is
             # written whole, or, when the server reads nothing for a while, the connection ends.
             with anyio.CancelScope(shield=True) as scope:
@@ -257,20 +276,29 @@ class StdioConnection:
             message = await loads_in_steps(line.decode())
         except (ValueError, RecursionError) as exc:
             # Not a message (a server that prints to stdout): skipped, as no request is its.
-            _log.warning(
-                "mcp.bad_line", reason=str(exc), line=_quote(line[:200].decode(errors="replace"))
-            )
+            self._bad_lines += 1
+            if _thinned(self._bad_lines):
+                _log.warning(
+                    "mcp.bad_line",
+                    reason=str(exc),
+                    line=quote(line[:200].decode(errors="replace")),
+                    bad_lines=self._bad_lines,
+                )
             return
-        for one in message if isinstance(message, list) else [message]:
+        for index, one in enumerate(message if isinstance(message, list) else [message]):
             if isinstance(one, dict):
                 self._handle(one)
+            # A pause after each message of a batch (20,000 held the loop 0.4 s); what is
+            # not a message costs little, and pauses less often.
+            if message is not one and (isinstance(one, dict) or index % 4096 == 4095):
+                await anyio.lowlevel.checkpoint()
 
     def _handle(self, message: dict[str, Any]) -> None:
         method, ident = message.get("method"), message.get("id")
         if isinstance(method, str):
             if ident is None:
                 if method == "notifications/message":
-                    _log.debug("mcp.server_log", params=_quote(message.get("params")))
+                    _log.debug("mcp.server_log", params=quote(message.get("params")))
                 return
             if self._answering.value:
                 # Answered from a task of its own, so the reader never waits on the server's stdin;
@@ -278,7 +306,11 @@ class StdioConnection:
                 self._answering.acquire_nowait()
                 self._group.start_soon(self._answer, ident, method)
             else:
-                _log.warning("mcp.request_unanswered", method=_quote(method))
+                self._unanswered += 1
+                if _thinned(self._unanswered):
+                    _log.warning(
+                        "mcp.request_unanswered", method=quote(method), unanswered=self._unanswered
+                    )
             return
         waiter = self._waiters.get(ident) if type(ident) is int else None
         if waiter is not None and not waiter.done.is_set():
@@ -292,7 +324,7 @@ class StdioConnection:
         else:
             reply["error"] = {
                 "code": -32601,
-                "message": f"raf's client does not offer {_quote(method)}",
+                "message": f"raf's client does not offer {quote(method)}",
             }
         try:
             await self._send_quietly(reply)
@@ -315,11 +347,12 @@ async def open_stdio(
 
     Starting it may raise :class:`OSError` (no such command, ...).
     """
+    copied = not _has_file(errlog)  # a StringIO, pytest's capsys: its stderr is copied into it
     process = await anyio.open_process(
         [command, *args],
         env=server_environment(env),
         cwd=cwd,
-        stderr=errlog,
+        stderr=subprocess.PIPE if copied else errlog,
         # Its own process group: a server's children (npx's node, ...) are stopped with it.
         start_new_session=sys.platform != "win32",
     )
@@ -328,12 +361,16 @@ async def open_stdio(
         async with anyio.create_task_group() as group:
             connection = StdioConnection(process, group, max_message_bytes=max_message_bytes)
             group.start_soon(connection.read)
+            if copied:
+                group.start_soon(_copy, process.stderr, errlog)
             try:
                 yield connection
             except Exception as exc:
                 # Raised as it is below, not inside the task group's exception group.
                 failure = exc
             finally:
+                # Nothing more is written to it (the pings still read are not answered).
+                connection._end("the connection was closed")
                 with anyio.CancelScope(shield=True):
                     await _stop(process)
                 group.cancel_scope.cancel()
@@ -364,6 +401,39 @@ async def _stop(process: anyio.abc.Process) -> None:
     _signal(process, hard=False)
 
 
+def _thinned(count: int) -> bool:
+    """Whether the ``count``-th of a kind of warning is logged: the 1st, 2nd, 4th, 8th..."""
+    return count & (count - 1) == 0
+
+
+def _has_file(stream: TextIO) -> bool:
+    """Whether ``stream`` has a file descriptor behind it (a child process can write to it)."""
+    try:
+        stream.fileno()
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both
+        return False
+    return True
+
+
+async def _copy(source: anyio.abc.ByteReceiveStream | None, errlog: TextIO) -> None:
+    """Copy the server's stderr into ``errlog``, as it comes, until it ends."""
+    assert source is not None  # opened with a pipe
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        while True:
+            text = decoder.decode(await source.receive())
+            with suppress(OSError, ValueError):  # a closed errlog: read on, or the server blocks
+                errlog.write(text)
+
+
+async def _cancelled_if_so() -> None:
+    """Wait for the caller's cancellation when its scope is cancelled. That scope holds the
+    connection's reader too: the reader, cancelled first, may end the connection before the
+    caller's own cancellation lands (asyncio), which is then no fault of the server's."""
+    if anyio.current_effective_deadline() == -math.inf:
+        await anyio.sleep_forever()
+
+
 async def _exited(process: anyio.abc.Process, within: float) -> bool:
     """Whether the server exited within ``within`` seconds; its return code is polled, as
     asyncio's ``wait()`` also waits for pipes that a child of the server may hold open."""
@@ -384,7 +454,7 @@ def _signal(process: anyio.abc.Process, *, hard: bool) -> None:
 
 async def _close(process: anyio.abc.Process) -> None:
     """Release the pipes of a stopped server (a child of it may still hold them open)."""
-    for stream in (process.stdin, process.stdout):
+    for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
             with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 await stream.aclose()
@@ -404,15 +474,15 @@ def _result(message: dict[str, Any] | None, ended: str | None) -> dict[str, Any]
     error = message.get("error")
     if error is not None:
         if not isinstance(error, dict):
-            raise ServerFault(f"it answered with a malformed error: {_quote(error)}")
+            raise ServerFault(f"it answered with a malformed error: {quote(error)}")
         text = error.get("message")
-        text = text if isinstance(text, str) else _quote(text)
+        text = text if isinstance(text, str) else quote(text)
         if len(text) > MAX_ERROR_CHARS:
             text = text[:MAX_ERROR_CHARS] + f"... ({len(text) - MAX_ERROR_CHARS:,} more characters)"
-        raise ServerFault(f"it answered with error {_quote(error.get('code'))}: {text}")
+        raise ServerFault(f"it answered with error {quote(error.get('code'))}: {text}")
     result = message.get("result")
     if not isinstance(result, dict):
-        raise ServerFault(f"it answered with a result that is not an object: {_quote(result)}")
+        raise ServerFault(f"it answered with a result that is not an object: {quote(result)}")
     return result
 
 
@@ -423,7 +493,7 @@ def _closed(process: anyio.abc.Process, pipe: str) -> str:
     return f"it exited with code {code} (its stderr shows why)"
 
 
-def _quote(value: object) -> str:
+def quote(value: object) -> str:
     """A value of the server's, for a message: bounded, and costing as little (a list of a
     million items is not written out to be cut)."""
     return _REPR.repr(value)

@@ -8,6 +8,7 @@ starts in milliseconds. Some use the ``mcp`` SDK's own server (here and in
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import textwrap
@@ -182,7 +183,10 @@ async def test_a_crashing_server_is_a_tool_error_not_a_hang(tiny: tuple[list[str
     )
     response = await Agent(client, stack=[McpToolsProvider(sys.executable, args)]).run("go")
     content = response.messages[1].content or ""
-    assert content.startswith("Error: tool 'crash' failed: McpError: the MCP server failed")
+    assert content.startswith(
+        "Error: tool 'crash' failed: McpError: McpToolsProvider: the MCP server failed"
+    )
+    assert sys.executable not in content  # the model is not shown a local path
     assert response.text == "sorry"
 
 
@@ -193,6 +197,79 @@ async def test_a_server_that_cannot_start_fails_the_run_clearly(tmp_path: Path) 
     assert caught.value.provider == "ghost"
     assert isinstance(caught.value.__cause__, McpError)
     assert "no-such-server" in str(caught.value.__cause__)
+
+
+async def test_a_missing_cwd_is_named_in_the_error(tiny: tuple[list[str], Path]) -> None:
+    # It said "cannot start the MCP server '.../python': No such file or directory", of a
+    # command that exists: the missing directory was not named.
+    args, _ = tiny
+    missing = str(Path(args[0]).parent / "missing")
+    provider = McpToolsProvider(sys.executable, args, cwd=missing, name="lost")
+    with anyio.fail_after(BOUND), pytest.raises(McpError) as caught:
+        await provider.tools()
+    assert str(caught.value) == (
+        f"lost: cannot start the MCP server {sys.executable!r}: "
+        f"No such file or directory: {missing!r}"
+    )
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1.0, 0, "5", True])
+def test_a_timeout_that_is_not_a_positive_number_is_refused_where_it_is_given(
+    timeout: object,
+) -> None:
+    # NaN was a ValueError from anyio at first use, "5" a TypeError, -1 an McpError saying
+    # the server "did not start within timeout=-1s".
+    with pytest.raises(ValueError, match=r"timeout must be a number > 0 or None, got "):
+        McpToolsProvider("server", timeout=timeout)  # type: ignore[arg-type]
+
+
+async def test_errlog_may_be_a_stream_with_no_file_behind_it(tmp_path: Path) -> None:
+    # A StringIO (pytest's capsys, a notebook's stream) was "cannot start the MCP server
+    # '...python': fileno": the server's stderr needs a file; it is copied into it now.
+    script = tmp_path / "noisy_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            "for line in sys.stdin:",
+            "print('the server says h\\u00e9llo', file=sys.stderr)\nfor line in sys.stdin:",
+        )
+    )
+    errlog = io.StringIO()
+    with anyio.fail_after(BOUND):
+        provider = McpToolsProvider(
+            sys.executable, [str(script), str(tmp_path / "log")], errlog=errlog
+        )
+        assert (await provider.tools())[0].name == "add"
+    assert errlog.getvalue() == "the server says h\u00e9llo\n"
+
+
+async def test_a_second_task_entering_at_once_is_refused_clearly(
+    tiny: tuple[list[str], Path],
+) -> None:
+    # Both entered (each started a server; the second's replaced the first's), and leaving
+    # corrupted the cancel scopes: a raw RuntimeError from anyio, trio's "corrupted" report.
+    args, log = tiny
+    mcp = McpToolsProvider(sys.executable, args, name="shared")
+    outcomes: list[str] = []
+
+    async def use() -> None:
+        try:
+            async with mcp:
+                outcomes.append(await mcp.call_tool("add", {"a": 1, "b": 2}))
+        except RuntimeError as exc:
+            outcomes.append(str(exc))
+
+    with anyio.fail_after(BOUND):
+        async with anyio.create_task_group() as group:
+            group.start_soon(use)
+            group.start_soon(use)
+    assert sorted(outcomes) == ["3", "shared: the MCP connection is already open"]
+    assert started(log) == 1
+
+
+def test_an_env_that_is_not_of_strings_is_refused_where_it_is_given() -> None:
+    # It was a TypeError ("expected str, bytes or os.PathLike object, not int") at first use.
+    with pytest.raises(ValueError, match=r"env must map str to str, got 'PORT': 8080"):
+        McpToolsProvider("server", env={"PORT": 8080})  # type: ignore[dict-item]
 
 
 @pytest.mark.slow
@@ -400,6 +477,113 @@ async def test_a_tool_the_sdk_rejects_is_skipped_and_the_others_are_listed(
     assert names == ["m_add", "m_fail", "m_crash"]
     skipped = [e for e in events if e["event"] == "mcp.tool_skipped"]
     assert [e["tool"] for e in skipped] == ["m_picture"]
+
+
+async def test_a_hostile_tool_is_skipped_with_a_bounded_warning(tmp_path: Path) -> None:
+    # The warnings quoted a server's values whole: a name that is a list of 200,000 numbers
+    # (written out whole: 1.3 MB, the loop held), a name of 200,000 characters, the whole
+    # inputSchema list, jsonschema's message quoting a 2,000-item list. A name longer than
+    # the 128 characters the protocol allows is skipped too: no model API takes it.
+    script = tmp_path / "hostile_tools_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            "OTHERS = [",
+            "OTHERS = [\n"
+            '    {"name": list(range(200_000)), "inputSchema": {"type": "object"}},\n'
+            '    {"name": "n" * 200_000, "inputSchema": {"type": "object"}},\n'
+            '    {"name": "listy", "inputSchema": list(range(200_000))},\n'
+            '    {"name": "typed", "inputSchema": {"type": "object", "properties": {'
+            '"a": {"type": [1] * 2_000}}}},\n',
+        )
+    )
+    with capture_logs() as events, anyio.fail_after(BOUND):
+        async with McpToolsProvider(
+            sys.executable, [str(script), str(tmp_path / "log.txt")], name="hostile"
+        ) as mcp:
+            names = [tool.name for tool in await mcp.tools()]
+    assert names == ["add", "fail", "picture", "crash"]
+    skipped = [e for e in events if e["event"] == "mcp.tool_skipped"]
+    assert len(skipped) == 4
+    assert all(len(repr(event)) < 1_500 for event in skipped), [len(repr(e)) for e in skipped]
+    assert "longer than 128 characters" in skipped[1]["reason"]
+    assert [e["tool"] for e in skipped][2:] == ["listy", "typed"]
+
+
+async def test_a_tool_listed_twice_is_offered_once(tmp_path: Path) -> None:
+    # Both were offered, and every run failed: ToolConflictError, "two tools are named 'add'".
+    script = tmp_path / "twice_server.py"
+    script.write_text(TINY_SERVER.replace("OTHERS = [", "OTHERS = [dict(ADD, description='2'),"))
+    client = ScriptedChatClient(
+        [ScriptedChatClient.tool_turn(ToolCall("1", "add", '{"a": 2, "b": 3}')), "done"]
+    )
+    with capture_logs() as events, anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, [str(script), str(tmp_path / "log")]) as mcp:
+            response = await Agent(client, stack=[mcp]).run("go")
+    offered = client.requests[0].options.tools
+    assert [(t.name, t.description) for t in offered][:2] == [
+        ("add", "Add two integers."),
+        ("fail", "Always fails."),
+    ]
+    assert [m.content for m in response.messages if m.role == "tool"] == ["5"]
+    (skipped,) = [e for e in events if e["event"] == "mcp.tool_skipped"]
+    assert skipped["tool"] == "add"
+    assert skipped["reason"] == "a tool of this name was listed before it"
+
+
+async def test_a_deep_schema_listed_from_a_deep_stack_is_no_raw_recursion_error(
+    tmp_path: Path,
+) -> None:
+    # The size of a schema (to check a big one in a thread) was measured by writing it as
+    # JSON, where the listing runs: from a deep stack (a run inside many layers), a schema
+    # nested 800 deep raised a raw RecursionError out of the listing.
+    script = tmp_path / "deep_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            "OTHERS = [",
+            'OTHERS = [{"name": "deep", "inputSchema": {"type": "object", '
+            '"default": json.loads("[" * 800 + "]" * 800)}},',
+        )
+    )
+
+    async def deep(depth: int) -> tuple[str, ...]:
+        if depth:
+            return await deep(depth - 1)
+        provider = McpToolsProvider(sys.executable, [str(script), str(tmp_path / "log")])
+        return tuple(tool.name for tool in await provider.tools())
+
+    with anyio.fail_after(BOUND):
+        names = await deep(300)
+    assert names[0] == "add"
+    assert names[-3:] == ("fail", "picture", "crash")
+
+
+async def test_a_result_too_deep_to_write_is_an_mcp_error(tmp_path: Path) -> None:
+    # Structured content nested 800 deep, written as JSON from a deep stack, was a raw
+    # RecursionError out of call_tool.
+    script = tmp_path / "deep_result_server.py"
+    script.write_text(
+        TINY_SERVER.replace(
+            '        elif name == "crash":',
+            '        elif name == "deep":\n'
+            '            result = {"content": [], '
+            '"structuredContent": json.loads("[" * 800 + "]" * 800)}\n'
+            '        elif name == "crash":',
+        )
+    )
+
+    async def deep(depth: int, mcp: McpToolsProvider) -> str:
+        return await deep(depth - 1, mcp) if depth else await mcp.call_tool("deep", {})
+
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(
+            sys.executable, [str(script), str(tmp_path / "log")], name="deep"
+        ) as mcp:
+            with pytest.raises(McpError) as caught:
+                await deep(300, mcp)
+            assert await mcp.call_tool("add", {"a": 1, "b": 2}) == "3"
+    assert str(caught.value) == (
+        "deep: the MCP server answered 'deep' with a result nested too deeply to read"
+    )
 
 
 def _many_tools_server(tmp_path: Path, count: int) -> list[str]:

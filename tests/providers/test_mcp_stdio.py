@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import textwrap
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -20,6 +21,7 @@ from typing import TextIO
 import anyio
 import anyio.lowlevel
 import pytest
+from structlog.testing import capture_logs
 
 from raf import McpToolsProvider, ToolError, check_tool_schema
 from raf.errors import McpError
@@ -54,7 +56,7 @@ RAW_SERVER = textwrap.dedent(
         method, ident = message.get("method"), message.get("id")
         params = message.get("params") or {}
         note(f"method {method}")
-        if ident is None:
+        if ident is None or method is None:  # a notification, or an answer to its ping
             continue
         if method == "initialize":
             version = "1999-01-01" if MODE == "unknown version" else params["protocolVersion"]
@@ -70,16 +72,32 @@ RAW_SERVER = textwrap.dedent(
                       "params": {}})
                 for _ in range(2):
                     note("answer " + next(lines).strip())
+            if MODE == "batch":  # a JSON-RPC batch of COUNT pings, in one line
+                sys.stdout.write(json.dumps(
+                    [{"jsonrpc": "2.0", "id": f"b{n}", "method": "ping"} for n in range(COUNT)]
+                ) + "\\n")
+            if MODE == "ping flood":  # COUNT pings, one a line, then the page
+                sys.stdout.write("".join(json.dumps({"jsonrpc": "2.0", "id": f"p{n}",
+                                                     "method": "ping"}) + "\\n"
+                                         for n in range(COUNT)))
+            if MODE == "chatty":  # COUNT lines that are not JSON (a server that prints), one a line
+                sys.stdout.write("".join(f"debug: listing {n}\\n" for n in range(COUNT)))
             if MODE == "endless line":
                 sys.stdout.write("[" + "1," * COUNT)
                 sys.stdout.flush()
                 time.sleep(600)
-            tools = [dict(ADD, name=f"add{n}") for n in range(COUNT)]
+            tools = [dict(ADD, name=f"add{n}")
+                     for n in range(1 if MODE in ("batch", "ping flood", "chatty") else COUNT)]
+            if MODE == "costly schema":  # valid JSON, a schema jsonschema checks slowly
+                tools = [dict(ADD, name="costly", inputSchema={
+                    "type": "object", "properties": {"a": {"type": [1] * COUNT}}}), ADD]
             page = {"tools": tools, "nextCursor": "again"} if MODE == "circle" else {"tools": tools}
             send({"jsonrpc": "2.0", "id": ident, "result": page})
         elif method == "tools/call":
             if MODE == "dies":
                 os._exit(5)
+            elif MODE == "many blocks":  # COUNT content blocks of no known type
+                send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{}] * COUNT}})
             elif MODE == "long error":
                 send({"jsonrpc": "2.0", "id": ident,
                       "error": {"code": -32000, "message": "no " * 50_000}})
@@ -167,6 +185,38 @@ async def test_a_large_page_is_listed_in_steps_the_loop_running_between_them(
     assert most < 30_000, f"{most:,} memory blocks built between two turns of the loop"
 
 
+@pytest.mark.slow
+async def test_a_schema_costly_to_check_does_not_hold_the_loop(tmp_path: Path) -> None:
+    # jsonschema checked this schema (a list of 20,000 wrong types, 120 KB) for some 1.7 s, on
+    # the event loop, and a list ten times longer for minutes: every other task waited, and
+    # ``timeout`` could not land. How long cannot be asserted; that the loop turned while the
+    # check ran can: the whole listing turned it some 650 times (its reads and steps); a big
+    # schema checked in a worker thread lets it turn thousands of times meanwhile.
+    raw = Raw(tmp_path, "costly schema", count=20_000)
+    check_tool_schema("warm", {"type": "object"})
+    turns = 0
+    listed = False
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not listed and turns < 5_000:  # then it stops spinning: the thread runs freely
+            await anyio.lowlevel.checkpoint()
+            turns += 1
+
+    with capture_logs() as events, anyio.fail_after(BOUND * 4):
+        async with (
+            McpToolsProvider(sys.executable, raw.args) as mcp,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(ticker)
+            tools = await mcp.tools()
+            listed = True
+    assert [tool.name for tool in tools] == ["add"]
+    assert turns == 5_000, f"the loop turned {turns} times while the tools were listed"
+    (skipped,) = [e for e in events if e["event"] == "mcp.tool_skipped"]
+    assert skipped["tool"] == "costly"
+
+
 async def test_the_servers_ping_is_answered_and_other_requests_are_refused(
     tmp_path: Path,
 ) -> None:
@@ -178,6 +228,89 @@ async def test_the_servers_ping_is_answered_and_other_requests_are_refused(
     assert answers["p1"] == {"jsonrpc": "2.0", "id": "p1", "result": {}}
     assert answers[7]["error"]["code"] == -32601  # method not found: raf offers no sampling
     assert raw.lines("method ")[:2] == ["initialize", "notifications/initialized"]
+
+
+async def test_a_batch_of_requests_does_not_hold_the_loop_or_flood_the_log(
+    tmp_path: Path,
+) -> None:
+    # A batch (one line) of 20,000 pings was handled with no pause (the loop held 0.4 s; 4.4 s
+    # for 200,000) and logged a warning for each ping past the 16 answered at once.
+    raw = Raw(tmp_path, "batch", count=20_000)
+    turns = 0
+    listed = False
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not listed and turns < 5_000:
+            await anyio.lowlevel.checkpoint()
+            turns += 1
+
+    with capture_logs() as events, anyio.fail_after(BOUND):
+        async with (
+            McpToolsProvider(sys.executable, raw.args) as mcp,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(ticker)
+            tools = await mcp.tools()
+            listed = True
+    assert [tool.name for tool in tools] == ["add0"]
+    assert turns == 5_000, f"the loop turned {turns} times while the batch was handled"
+    unanswered = [e for e in events if e["event"] == "mcp.request_unanswered"]
+    assert 1 <= len(unanswered) <= 15  # the 1st, 2nd, 4th, 8th, ... of those not answered
+
+
+@pytest.mark.slow
+async def test_a_result_of_many_blocks_does_not_hold_the_loop(tmp_path: Path) -> None:
+    # A result's content blocks were read with no pause: 0.5 s for a million. How long cannot
+    # be asserted; how much was built between two turns of the loop can (each block of these
+    # is named, "[content]": 7.6 MB for 100,000 in one go, 1-1.4 MB a step now).
+    raw = Raw(tmp_path, "many blocks", count=100_000)
+    most = 0
+    called = False
+
+    async def ticker() -> None:
+        nonlocal most
+        while not called:
+            tracemalloc.reset_peak()
+            before = tracemalloc.get_traced_memory()[0]
+            await anyio.lowlevel.checkpoint()
+            most = max(most, tracemalloc.get_traced_memory()[1] - before)
+
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, raw.args) as mcp:
+            tracemalloc.start()
+            try:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(ticker)
+                    text = await mcp.call_tool("add", {})
+                    called = True
+            finally:
+                tracemalloc.stop()
+    assert text == "\n".join(["[content]"] * 100_000)
+    assert most < 4_000_000, f"{most:,} bytes built between two turns of the loop"
+
+
+async def test_no_answer_is_written_to_a_server_being_stopped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Pings still read while the server was being stopped were answered into its closed
+    # stdin: asyncio warned "pipe closed by peer or os.write(pipe, data) raised exception."
+    raw = Raw(tmp_path, "ping flood", count=5_000)
+    with anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, raw.args) as mcp:
+            await mcp.tools()
+    assert not [r for r in caplog.records if "pipe closed" in r.getMessage()]
+
+
+async def test_a_server_that_prints_to_stdout_does_not_flood_the_log(tmp_path: Path) -> None:
+    # Each line that is not JSON was skipped with a warning of its own: 10,000 of them.
+    raw = Raw(tmp_path, "chatty", count=10_000)
+    with capture_logs() as events, anyio.fail_after(BOUND):
+        async with McpToolsProvider(sys.executable, raw.args) as mcp:
+            assert [tool.name for tool in await mcp.tools()] == ["add0"]
+    bad = [e for e in events if e["event"] == "mcp.bad_line"]
+    assert 1 <= len(bad) <= 14  # the 1st, 2nd, 4th, 8th, ... of them
+    assert bad[0]["line"] == "'debug: listing 0'"
 
 
 async def test_a_server_that_dies_mid_call_is_an_mcp_error_and_is_gone(
@@ -241,11 +374,13 @@ async def test_pages_in_a_circle_are_an_mcp_error_not_an_endless_listing(
 async def test_a_long_error_from_the_server_is_cut(tmp_path: Path) -> None:
     raw = Raw(tmp_path, "long error")
     with anyio.fail_after(BOUND):
-        async with McpToolsProvider(sys.executable, raw.args) as mcp:
+        async with McpToolsProvider(sys.executable, raw.args, name="long") as mcp:
             with pytest.raises(McpError) as caught:
                 await mcp.call_tool("add", {"a": 1, "b": 2})
     message = str(caught.value)
-    assert message.startswith("the MCP server failed to run 'add': it answered with error -32000")
+    # Which provider, as the other MCP errors say (a call's did not); not the command, as
+    # the model reads it.
+    assert message.startswith("long: the MCP server failed to run 'add': it answered with error")
     assert len(message) < 2_200
     assert message.endswith("(148,000 more characters)")
 
@@ -285,6 +420,24 @@ async def test_a_cancelled_caller_leaves_no_server_behind(tmp_path: Path) -> Non
                 scope.cancel()
                 await anyio.sleep_forever()
         assert await gone(raw.pids()[0])
+
+
+async def test_a_call_in_a_cancelled_scope_is_cancelled_not_an_mcp_error(
+    tmp_path: Path,
+) -> None:
+    # The caller's scope holds the connection, so the reader is cancelled with the caller. A
+    # caller that went on (shielded, or not yet reached by its cancellation: on asyncio the
+    # reader's end could land first) called into the ended connection and got
+    # McpError("... the connection was closed") out of a scope that was only cancelled.
+    raw = Raw(tmp_path, "plain")
+    with anyio.fail_after(BOUND):
+        with anyio.CancelScope() as scope:
+            async with McpToolsProvider(sys.executable, raw.args) as mcp:
+                with anyio.CancelScope(shield=True):
+                    scope.cancel()
+                    await anyio.wait_all_tasks_blocked()  # the reader has ended
+                await mcp.call_tool("add", {"a": 1, "b": 2})
+        assert scope.cancelled_caught
 
 
 # -- the mcp SDK's own server ----------------------------------------------------------------
