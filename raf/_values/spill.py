@@ -11,7 +11,6 @@ clears results read it here.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from typing import Final
@@ -64,6 +63,8 @@ def spill_key(call_id: str) -> str:
     """
     if len(json.dumps(call_id)) <= MAX_NAMED_ID:
         return call_id
+    import hashlib  # here: `import raf` does not import it
+
     digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
     return f"raf-spill-{digest[:24]}"
 
