@@ -82,7 +82,7 @@ def test_the_schema_leaves_a_kind_of_your_own_its_options() -> None:
         (
             "[[providers]]\nkind = 'memory'\ninjct = true",
             "providers[0]: provider kind 'memory': unknown option(s) 'injct' "
-            "(known options: inject, max_messages, max_tokens, persist_partial)",
+            "(known options: cold_after, inject, max_messages, max_tokens, persist_partial, step)",
         ),
         (
             "[[providers]]\nkind = 'memory'\nname = 'history'\ninject = 'yes'",
@@ -99,12 +99,14 @@ def test_the_schema_leaves_a_kind_of_your_own_its_options() -> None:
         ),
         (
             "[[providers]]\nkind = 'compression'\nstrategy = 3",
-            "option 'strategy' must be one of 'truncation', 'token_budget', 'summary', got 3",
+            "option 'strategy' must be one of 'truncation', 'token_budget', 'summary', "
+            "'clear_tool_results', got 3",
         ),
         (
             "[[providers]]\nkind = 'compression'\nstrategy = 'token_budget'\nmax_tokens = 9\n"
             "keep_last = 2",
-            "unknown option(s) 'keep_last' (known options: max_messages, max_tokens, strategy)",
+            "unknown option(s) 'keep_last' (known options: cold_after, max_messages, max_tokens, "
+            "step, strategy)",
         ),
         (
             "[[chat_stack]]\nkind = 'retry'\nwait_max = 'long'",
