@@ -69,7 +69,9 @@ PathText = Annotated[
 #: Seconds after the session's last model call from which its cache counts as expired;
 #: ``false``: never (TOML has no null). ``inf`` means never too, as in Python.
 ColdAfter = Annotated[
-    Union[Literal[False], Annotated[float, Field(strict=True, ge=0)]],  # noqa: UP007
+    # Left to right: 0 is a number of seconds, not false (0 == False to Literal[False]).
+    Union[Annotated[float, Field(strict=True, ge=0)], Literal[False]],  # noqa: UP007
+    Field(union_mode="left_to_right"),
     Expect("a number of seconds >= 0, or false (never cut early)"),
 ]
 #: An amount of US dollars: a number, or a decimal string that keeps every digit.
