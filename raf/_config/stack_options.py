@@ -24,17 +24,7 @@ from raf._middleware.compaction import CompactionMiddleware
 from raf._middleware.spend import Budget
 from raf._middleware.tool_outputs import ToolOutputLimit
 
-__all__ = [
-    "BUILTIN_CHAT_STACK_OPTIONS",
-    "BUILTIN_TOOL_STACK_OPTIONS",
-    "BudgetOptions",
-    "CompactionOptions",
-    "LoggingOptions",
-    "RetryOptions",
-    "SpendLimitsOptions",
-    "ToolOutputLimitOptions",
-    "UsageLimitsOptions",
-]
+__all__: list[str] = []
 
 
 class RetryOptions(Closed):

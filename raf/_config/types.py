@@ -14,25 +14,7 @@ from typing import Annotated, Any, Literal, Union
 import attrs
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-__all__ = [
-    "AnyText",
-    "ColdAfter",
-    "Count",
-    "Expect",
-    "Flag",
-    "Money",
-    "NonNegative",
-    "NonNegativeCount",
-    "PathText",
-    "Positive",
-    "Text",
-    "TextList",
-    "TextTable",
-    "Closed",
-    "class_default",
-    "cold_after",
-    "given",
-]
+__all__: list[str] = []
 
 
 @attrs.frozen
