@@ -425,6 +425,8 @@ def _unknown_top_level(source: str, key: str, value: Any) -> ConfigError:
         shown = f"key {key!r}"
     close = difflib.get_close_matches(key, list(_TOP_LEVEL), n=1)
     hint = f"; did you mean {_TOP_LEVEL[close[0]]}?" if close else ""
+    if key in AgentTable.model_fields:  # [tools] is [agent] tools, not [[tool_stack]]
+        hint = f"; did you mean [agent] {key}?"
     allowed = ", ".join(_TOP_LEVEL.values())
     return ConfigError(f"{source}: unknown top-level {shown}{hint} (allowed: {allowed})")
 

@@ -135,7 +135,8 @@ def test_the_tool_stack_goes_first_then_the_tool_guardrails(tmp_path: Path) -> N
     (tmp_path / "house_tools.py").write_text(HOUSE_TOOLS)
     stack = load_config(write(tmp_path, TOOL_STACK)).agent.tool_stack
     assert stack[0] == ToolOutputLimit(6000)  # outermost: what is kept is what the rest made
-    assert callable(stack[1]) and not isinstance(stack[1], ToolOutputLimit)
+    assert callable(stack[1])
+    assert not isinstance(stack[1], ToolOutputLimit)
     assert isinstance(stack[2], ToolGuardrail)
 
 
