@@ -190,3 +190,19 @@ def test_a_declared_tool_output_limit_and_clearing_run_and_replay(
     assert out[0] == "session 's': 6 messages, 2 turns, 3 recorded model calls"
     inputs = [int(line.split()[2].replace(",", "")) for line in out[2:5]]
     assert inputs[2] < inputs[1] / 2  # the cleared result: turn 2 sends a fraction of it
+
+
+def test_a_replay_spends_nothing_from_the_configs_budgets(
+    recorded: tuple[Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole, _, db = recorded
+    budgeted = tmp_path / "budgeted.toml"
+    budgeted.write_text(
+        whole.read_text() + "\n[[chat_stack]]\nkind = 'spend_limits'\nstore = 'spend.db'\n"
+        "budgets = [{usd = 1, per = 'day'}]\n"
+    )
+    capsys.readouterr()
+    assert run_raf(["replay", str(budgeted), "--db", db, "--session", "s"]) == 0
+    out = capsys.readouterr().out
+    assert "diverged" not in out
+    assert not (tmp_path / "spend.db").exists()
