@@ -195,7 +195,8 @@ def build_strategy(options: Any, chat_client: Any, where: str) -> Any:
         )
     if chat_client is None:
         raise ConfigError(
-            f"{where}: strategy 'summary' needs a chat client; pass chat_client= to build_provider"
+            f"{where}: strategy 'summary' needs a chat client to write its summaries; "
+            "pass chat_client="
         )
     return SummaryStrategy(
         chat_client,
