@@ -301,16 +301,18 @@ class _Printer:
 async def _opened(args: argparse.Namespace, agent: Agent) -> AsyncIterator[Session]:
     """The session, and the resources of the providers and the client, for one command.
 
-    Providers and clients that hold resources (an MCP server, an HTTP pool)
-    are opened once for the whole command, and closed on the way out.
+    Providers, chat middleware and clients that hold resources (an MCP server, a
+    SpendLimits' store, an HTTP pool) are opened once for the whole command, and
+    closed on the way out.
     """
     async with AsyncExitStack() as resources:
         ledger = getattr(args, "ledger", None)
         if ledger is not None:  # --trace=context: the ledger's table, once all is closed
             resources.callback(lambda: _say(ledger.report()))
-        for provider in agent.providers:
-            if hasattr(provider, "__aenter__"):
-                await resources.enter_async_context(provider)
+        # A chat stack's too: SpendLimits opens its store (a Redis one must be, first).
+        for item in (*agent.providers, *agent.chat_stack):
+            if hasattr(item, "__aenter__"):
+                await resources.enter_async_context(item)
         if hasattr(agent.chat_client, "aclose"):
             resources.push_async_callback(agent.chat_client.aclose)
         yield await resources.enter_async_context(_open_session(args))

@@ -11,6 +11,7 @@ import anyio
 from raf._agent.agent import Agent
 from raf._cli_args import DEFAULT_DB
 from raf._config.file import load_config
+from raf._middleware.spend import SpendLimits
 from raf._observers.replay import replay
 from raf._observers.replay_chart import replay_chart
 from raf._observers.replay_report import ReplayReport, side_by_side
@@ -65,7 +66,14 @@ async def _stored(db: str, session_id: str) -> tuple[ChatMessage, ...]:
 
 
 async def _replayed(agent: Agent, messages: tuple[ChatMessage, ...]) -> ReplayReport:
-    """The replay, with the providers that hold resources (an MCP server) opened around it."""
+    """The replay, with the providers that hold resources (an MCP server) opened around it.
+
+    A replay spends nothing: the config's :class:`raf.SpendLimits` are left out (they
+    would count the replayed calls in their store, against the real budgets).
+    """
+    if any(isinstance(item, SpendLimits) for item in agent.chat_stack):
+        kept = [item for item in agent.chat_stack if not isinstance(item, SpendLimits)]
+        agent = agent.replace(chat_stack=kept)
     async with AsyncExitStack() as resources:
         for provider in agent.providers:
             if hasattr(provider, "__aenter__"):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import attrs
 
 from raf._config.models import (
+    ClearToolResultsOptions,
     CompressionOptions,
     KnowledgeOptions,
     LongTermMemoryOptions,
@@ -28,6 +29,8 @@ from raf._config.models import (
     check_options,
     unknown_options_error,
 )
+from raf._config.types import given
+from raf._providers.clearing import ClearToolResults
 from raf._providers.compression import (
     DEFAULT_SUMMARY_PROMPT,
     CompressionProvider,
@@ -167,29 +170,41 @@ def _memory(o: ProviderOptions) -> Any:
         max_messages=options.max_messages,
         max_tokens=options.max_tokens,
         name=o.name,
+        **given(options, "step", "cold_after"),
     )
 
 
 def _compression(o: ProviderOptions) -> Any:
     options = o.parse(CompressionOptions)
-    strategy: Any
-    if isinstance(options, TruncationOptions):
-        strategy = TruncationStrategy(options.keep_last)
-    elif isinstance(options, TokenBudgetOptions):
-        strategy = TokenBudgetStrategy(options.max_tokens)
-    else:
-        if o.chat_client is None:
-            raise ConfigError(
-                "provider kind 'compression': strategy 'summary' needs a chat client; "
-                "pass chat_client= to build_provider"
-            )
-        strategy = SummaryStrategy(
-            o.chat_client,
-            options.keep_last,
-            DEFAULT_SUMMARY_PROMPT if options.prompt is None else options.prompt,
-            on_failure=options.on_failure,
-        )
+    strategy = build_strategy(options, o.chat_client, o.where)
     return CompressionProvider(strategy, max_messages=options.max_messages, name=o.name)
+
+
+def build_strategy(options: Any, chat_client: Any, where: str) -> Any:
+    """The compression strategy of checked ``options`` (one of :data:`CompressionOptions`);
+    only the options the file sets are given, the rest keep the class's defaults.
+    ``where`` starts an error's line."""
+    window = given(options, "step", "cold_after")
+    if isinstance(options, TruncationOptions):
+        return TruncationStrategy(options.keep_last, **window)
+    if isinstance(options, TokenBudgetOptions):
+        return TokenBudgetStrategy(options.max_tokens, **window)
+    if isinstance(options, ClearToolResultsOptions):
+        return ClearToolResults(
+            **given(options, "keep_last", "clear_at_least", "exclude", "cold_after")
+        )
+    if chat_client is None:
+        raise ConfigError(
+            f"{where}: strategy 'summary' needs a chat client to write its summaries; "
+            "pass chat_client="
+        )
+    return SummaryStrategy(
+        chat_client,
+        options.keep_last,
+        DEFAULT_SUMMARY_PROMPT if options.prompt is None else options.prompt,
+        on_failure=options.on_failure,
+        **window,
+    )
 
 
 def _skills(o: ProviderOptions) -> Any:

@@ -1,9 +1,10 @@
-"""The config file of the ``raf`` command: the agent, its model, providers, chat stack, guardrails.
+"""The config file of the ``raf`` command: the agent, its model, providers, stacks, guardrails.
 
 A file is read once (:func:`raf._config.declarations.read_config`), checked whole against
 :class:`raf._config.models.ConfigFile` (unknown tables and keys, values of the
 wrong type: one line each), then built: the chat client, the run options, the
-providers, the chat stack's middleware, the guardrails, the tools and the agent.
+providers, the chat stack's and the tool stack's middleware, the guardrails, the tools
+and the agent.
 """
 
 from __future__ import annotations
@@ -25,21 +26,37 @@ from raf._config.declarations import (
     _built,
     _parse_decls,
     build_provider,
+    build_strategy,
     import_object,
     read_config,
 )
 from raf._config.guardrails import build_guardrail
 from raf._config.models import (
-    LoggingOptions,
+    CompressionOptions,
     ModelTable,
-    RetryOptions,
     check_file,
+    check_options,
     option_error,
 )
+from raf._config.stack_options import (
+    BudgetOptions,
+    CompactionOptions,
+    LoggingOptions,
+    RetryOptions,
+    SpendLimitsOptions,
+    ToolOutputLimitOptions,
+    UsageLimitsOptions,
+)
+from raf._config.types import given
+from raf._middleware.compaction import CompactionMiddleware
 from raf._middleware.guardrails import InputGuardrail, OutputGuardrail, ToolGuardrail
+from raf._middleware.limits import UsageLimits
 from raf._middleware.logging import LoggingMiddleware
 from raf._middleware.retry import RetryMiddleware
+from raf._middleware.spend import Budget, SpendLimits
+from raf._middleware.tool_outputs import ToolOutputLimit
 from raf._observers.tracing import StageEvent, TraceObserver
+from raf._sessions.stores import is_postgres_url, is_redis_url
 from raf._values.client import ChatClient
 from raf._values.options import AgentRunOptions
 from raf.errors import AgentError, ConfigError
@@ -82,12 +99,18 @@ def load_config(
         temperature=config.model.temperature, max_tokens=config.model.max_tokens
     )
     providers = _each(data, "providers", path, lambda d: build_provider(d, chat_client=client))
-    chat_stack = _each(data, "chat_stack", path, build_chat_middleware)
+    chat_stack = _each(
+        data, "chat_stack", path, lambda d: build_chat_middleware(d, chat_client=client)
+    )
+    tool_stack = _each(data, "tool_stack", path, build_tool_middleware)
     # Input guardrails first in the stack: every provider sees the request as rewritten.
     # Output guardrails innermost in the chat stack: retry and logging see what is released.
+    # Tool guardrails after the declared tool stack: a ToolOutputLimit (outermost) keeps
+    # what they made of a result.
     guardrails = _each(data, "guardrails", path, build_guardrail)
     stack = [*_of(guardrails, InputGuardrail), *providers]
     chat_stack = [*chat_stack, *_of(guardrails, OutputGuardrail)]
+    tool_stack = [*tool_stack, *_of(guardrails, ToolGuardrail)]
     tools = _tools(config.agent.tools, path)
     observers = [*([] if emit is None else [TraceObserver(emit)]), *observers]
     try:
@@ -98,7 +121,7 @@ def load_config(
             tools=tools,
             stack=stack,
             chat_stack=chat_stack,
-            tool_stack=_of(guardrails, ToolGuardrail),
+            tool_stack=tool_stack,
             observers=observers,
         )
     except (TypeError, ValueError, AgentError) as exc:
@@ -198,8 +221,51 @@ def _logging(o: ProviderOptions) -> Any:
     return LoggingMiddleware()
 
 
+def _compaction(o: ProviderOptions) -> Any:
+    options = o.parse(CompactionOptions)
+    fallback = None
+    if options.fallback is not None:
+        where = f"{o.where}: option 'fallback'"
+        strategy = check_options(CompressionOptions, options.fallback, where)
+        if strategy.max_messages is not None:
+            raise ConfigError(
+                f"{where}: max_messages bounds what a compression provider loads; a "
+                "fallback is given the call's messages: leave it out"
+            )
+        fallback = build_strategy(strategy, o.chat_client, where)
+    return CompactionMiddleware(
+        options.threshold_tokens, fallback=fallback, **given(options, "native")
+    )
+
+
+def _usage_limits(o: ProviderOptions) -> Any:
+    options = o.parse(UsageLimitsOptions)
+    return UsageLimits(**given(options, *UsageLimitsOptions.model_fields))
+
+
+def _spend_limits(o: ProviderOptions) -> Any:
+    # Each budget checked on its own first: an error names the budget and its option.
+    tables = o.decl.options.get("budgets")
+    if isinstance(tables, list):
+        for index, table in enumerate(tables):
+            if isinstance(table, Mapping):
+                check_options(BudgetOptions, table, f"{o.where}: budgets[{index}]")
+    options = o.parse(SpendLimitsOptions)
+    budgets = [Budget(b.usd, b.per, b.scope, name=b.name) for b in options.budgets]
+    store: str | Path | None = options.store
+    if store is not None and not (is_redis_url(store) or is_postgres_url(store)):
+        store = o.resolve(store)
+    return SpendLimits(budgets, store=store)
+
+
 #: The kinds of ``[[chat_stack]]`` entries: middleware around each model call.
-CHAT_STACK_KINDS: dict[str, ProviderFactory] = {"retry": _retry, "logging": _logging}
+CHAT_STACK_KINDS: dict[str, ProviderFactory] = {
+    "retry": _retry,
+    "logging": _logging,
+    "compaction": _compaction,
+    "usage_limits": _usage_limits,
+    "spend_limits": _spend_limits,
+}
 
 
 def parse_chat_stack_decls(
@@ -214,31 +280,63 @@ def parse_chat_stack_decls(
     return _parse_decls(data, "chat_stack", base_dir, source)
 
 
-def build_chat_middleware(decl: ContextProviderDecl) -> Any:
-    """The chat-stack middleware ``decl`` declares: ``retry``, ``logging``, or an import path.
+def build_chat_middleware(decl: ContextProviderDecl, *, chat_client: Any = None) -> Any:
+    """The chat-stack middleware ``decl`` declares: a kind of :data:`CHAT_STACK_KINDS`,
+    or an import path.
 
     ``retry`` takes :class:`raf.RetryMiddleware`'s options (``attempts``,
     ``wait_initial``, ``wait_max``, ``retry_on`` as a list of import paths of
-    exception classes); ``logging`` takes none. A kind of the form
-    ``"package.module:factory"`` is a factory like a provider kind's, which
-    returns the middleware.
+    exception classes); ``logging`` takes none; ``compaction``,
+    ``usage_limits`` and ``spend_limits`` take :class:`raf.CompactionMiddleware`'s,
+    :class:`raf.UsageLimits`' and :class:`raf.SpendLimits`' (see
+    ``docs/cli.md``). A kind of the form ``"package.module:factory"`` is a
+    factory like a provider kind's, which returns the middleware.
+    ``chat_client`` is handed to a ``summary`` fallback of ``compaction``.
     """
-    factory = CHAT_STACK_KINDS.get(decl.kind)
+    return _middleware(decl, CHAT_STACK_KINDS, "chat_stack", chat_client)
+
+
+# [[tool_stack]] ------------------------------------------------------------------------------
+
+
+def _tool_output_limit(o: ProviderOptions) -> Any:
+    options = o.parse(ToolOutputLimitOptions)
+    return ToolOutputLimit(options.max_chars, **given(options, "keep", "spill", "preview_chars"))
+
+
+#: The kinds of ``[[tool_stack]]`` entries: middleware around each tool call.
+TOOL_STACK_KINDS: dict[str, ProviderFactory] = {"tool_output_limit": _tool_output_limit}
+
+
+def build_tool_middleware(decl: ContextProviderDecl) -> Any:
+    """The tool-stack middleware ``decl`` declares: ``tool_output_limit``
+    (:class:`raf.ToolOutputLimit`'s options), or an import path ``"package.module:factory"``
+    whose factory returns the middleware. The declared tool stack goes before (outside)
+    the tool guardrails."""
+    return _middleware(decl, TOOL_STACK_KINDS, "tool_stack", None)
+
+
+def _middleware(
+    decl: ContextProviderDecl, kinds: Mapping[str, ProviderFactory], what: str, chat_client: Any
+) -> Any:
+    """The middleware of ``decl`` by the factory of its kind (``kinds``, else an import path)."""
+    factory = kinds.get(decl.kind)
     if factory is None:
         if ":" not in decl.kind:
-            known = ", ".join(sorted(CHAT_STACK_KINDS))
+            known = ", ".join(sorted(kinds))
             raise ConfigError(
-                f"unknown chat_stack kind {decl.kind!r}; known kinds: {known} "
+                f"unknown {what} kind {decl.kind!r}; known kinds: {known} "
                 "(or an import path 'package.module:factory')"
             )
-        factory = import_object(decl.kind, base_dir=decl.base_dir, what="chat_stack kind")
+        factory = import_object(decl.kind, base_dir=decl.base_dir, what=f"{what} kind")
         if not callable(factory):
-            raise ConfigError(f"chat_stack kind {decl.kind!r} is not callable")
-    options = ProviderOptions(decl, what="chat_stack")
-    middleware = _built(factory, options, f"chat_stack kind {decl.kind!r}")
+            raise ConfigError(f"{what} kind {decl.kind!r} is not callable")
+    options = ProviderOptions(decl, chat_client, what=what)
+    middleware = _built(factory, options, f"{what} kind {decl.kind!r}")
     if not callable(middleware):
+        request = "request" if what == "chat_stack" else "tool request"
         raise ConfigError(
-            f"chat_stack kind {decl.kind!r}: the factory returned {type(middleware).__name__}, "
-            "not middleware (async (request, call_next))"
+            f"{what} kind {decl.kind!r}: the factory returned {type(middleware).__name__}, "
+            f"not middleware (async ({request}, call_next))"
         )
     return middleware

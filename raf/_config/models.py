@@ -11,61 +11,51 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
-import attrs
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic import create_model as _create_model
 
 from raf._clients.registry import CLIENTS
+from raf._config.stack_options import BUILTIN_CHAT_STACK_OPTIONS, BUILTIN_TOOL_STACK_OPTIONS
+from raf._config.types import (
+    AnyText,
+    ColdAfter,
+    Count,
+    Expect,
+    Flag,
+    NonNegative,
+    NonNegativeCount,
+    PathText,
+    Positive,
+    Text,
+    TextList,
+    TextTable,
+    class_default,
+)
+from raf._config.types import Closed as _Closed
+from raf._providers.clearing import ClearToolResults
+from raf._providers.compression import TruncationStrategy
+from raf._sessions.history import HistoryProvider
 from raf.errors import ConfigError
 
 __all__: list[str] = []
 
 
-@attrs.frozen
-class Expect:
-    """Metadata of a type: what a value must be, in words (``"an integer >= 1"``)."""
-
-    text: str
-
-
-def _fspath(value: object) -> object:
-    # A declaration built in code may hold a Path; a TOML file holds a string.
-    return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-
-Flag = Annotated[bool, Field(strict=True), Expect("true or false")]
-Count = Annotated[int, Field(strict=True, ge=1), Expect("an integer >= 1")]
-Positive = Annotated[
-    float, Field(strict=True, gt=0, allow_inf_nan=False), Expect("a positive number")
-]
-NonNegative = Annotated[
-    float, Field(strict=True, ge=0, allow_inf_nan=False), Expect("a number >= 0")
-]
-Text = Annotated[str, Field(strict=True, min_length=1), Expect("a non-empty string")]
-AnyText = Annotated[str, Field(strict=True), Expect("a string")]
-TextList = Annotated[list[str], Field(strict=True), Expect("a list of strings")]
-TextTable = Annotated[dict[str, str], Field(strict=True), Expect("a table of strings")]
-PathText = Annotated[
-    str,
-    Field(strict=True, min_length=1),
-    BeforeValidator(_fspath),
-    Expect("a path (a non-empty string)"),
-]
-
-
-class _Closed(BaseModel):
-    """A table whose every key is known: any other key is refused."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
 # The options of each built-in kind ---------------------------------------------------------
 
 _MAX_BYTES = 1_000_000  # DEFAULT_MAX_BYTES of the skills and workspace providers
+_STEP = (
+    "how far the start moves when the bound is reached (in the bound's unit); "
+    "default: four fifths of the bound"
+)
+_COLD_AFTER = (
+    "seconds after the session's last model call from which the cache counts as expired: "
+    "the cut due next is made then; false: never"
+)
+#: Every window's default ``cold_after`` is the same (raf._sessions.cold.COLD_AFTER).
+_COLD = class_default(TruncationStrategy, "cold_after")
 
 
 class MemoryOptions(_Closed):
@@ -81,6 +71,10 @@ class MemoryOptions(_Closed):
     max_tokens: Count | None = Field(
         default=None, description="inject at most this many tokens of the newest messages"
     )
+    step: Count | None = Field(default=None, description=_STEP + " (give it with one bound)")
+    cold_after: ColdAfter = Field(
+        default=class_default(HistoryProvider, "cold_after"), description=_COLD_AFTER
+    )
 
 
 class TruncationOptions(_Closed):
@@ -91,6 +85,8 @@ class TruncationOptions(_Closed):
     max_messages: Count | None = Field(
         default=None, description="load at most the newest N messages to compress"
     )
+    step: Count | None = Field(default=None, description=_STEP)
+    cold_after: ColdAfter = Field(default=_COLD, description=_COLD_AFTER)
 
 
 class TokenBudgetOptions(_Closed):
@@ -101,6 +97,8 @@ class TokenBudgetOptions(_Closed):
     max_messages: Count | None = Field(
         default=None, description="load at most the newest N messages to compress"
     )
+    step: Count | None = Field(default=None, description=_STEP)
+    cold_after: ColdAfter = Field(default=_COLD, description=_COLD_AFTER)
 
 
 class SummaryOptions(_Closed):
@@ -113,6 +111,30 @@ class SummaryOptions(_Closed):
     max_messages: Count | None = Field(
         default=None, description="load at most the newest N messages to compress"
     )
+    step: Count | None = Field(default=None, description=_STEP)
+    cold_after: ColdAfter = Field(default=_COLD, description=_COLD_AFTER)
+
+
+class ClearToolResultsOptions(_Closed):
+    """``kind = "compression"``, ``strategy = "clear_tool_results"``: older tool results
+    replaced by a placeholder, in batches."""
+
+    strategy: Literal["clear_tool_results"]
+    keep_last: NonNegativeCount = Field(
+        default=class_default(ClearToolResults, "keep_last"),
+        description="how many of the newest tool results stay whole",
+    )
+    clear_at_least: NonNegativeCount = Field(
+        default=class_default(ClearToolResults, "clear_at_least"),
+        description="clear only when this many tokens of results can go at once",
+    )
+    exclude: TextList = Field(default=[], description="tools whose results are never cleared")
+    cold_after: ColdAfter = Field(
+        default=class_default(ClearToolResults, "cold_after"), description=_COLD_AFTER
+    )
+    max_messages: Count | None = Field(
+        default=None, description="load at most the newest N messages to compress"
+    )
 
 
 def _default_strategy(value: object) -> object:
@@ -121,9 +143,9 @@ def _default_strategy(value: object) -> object:
     return value
 
 
-#: ``kind = "compression"``: one of three strategies, ``truncation`` when none is named.
+#: ``kind = "compression"``: one of four strategies, ``truncation`` when none is named.
 CompressionOptions = Annotated[
-    Union[TruncationOptions, TokenBudgetOptions, SummaryOptions],  # noqa: UP007
+    Union[TruncationOptions, TokenBudgetOptions, SummaryOptions, ClearToolResultsOptions],  # noqa: UP007
     Field(discriminator="strategy"),
     BeforeValidator(_default_strategy),
 ]
@@ -173,27 +195,12 @@ class McpOptions(_Closed):
     """``kind = "mcp"``: the tools of an MCP server started as a command."""
 
     command: Text
-    args: TextList = []
+    args: TextList = Field(default=[])
     env: TextTable | None = None
     cwd: PathText | None = None
     tool_prefix: AnyText = ""
     timeout: Positive = 60.0
     max_tools: Count = 1000
-
-
-class RetryOptions(_Closed):
-    """``[[chat_stack]] kind = "retry"``: :class:`raf.RetryMiddleware`'s options."""
-
-    attempts: Count = 3
-    retry_on: TextList | None = Field(
-        default=None, description="import paths of exception classes ('package.module:name')"
-    )
-    wait_initial: NonNegative = 0.5
-    wait_max: NonNegative = 8.0
-
-
-class LoggingOptions(_Closed):
-    """``[[chat_stack]] kind = "logging"``: no options."""
 
 
 class InputGuardrailOptions(_Closed):
@@ -230,8 +237,6 @@ BUILTIN_PROVIDER_OPTIONS: dict[str, Any] = {
     "mcp": McpOptions,
     "long_term_memory": LongTermMemoryOptions,
 }
-#: The options type of each built-in ``[[chat_stack]]`` kind.
-BUILTIN_CHAT_STACK_OPTIONS: dict[str, Any] = {"retry": RetryOptions, "logging": LoggingOptions}
 #: The options type of each ``[[guardrails]]`` kind: where the guardrail checks.
 GUARDRAIL_OPTIONS: dict[str, Any] = {
     "input": InputGuardrailOptions,
@@ -256,7 +261,7 @@ class AgentTable(_Closed):
     instructions: AnyText | None = None
     tools: Annotated[
         list[str], Field(strict=True), Expect("a list of import paths ('package.module:name')")
-    ] = []
+    ] = Field(default=[])
 
 
 class ModelTable(_Closed):
@@ -279,8 +284,8 @@ class ModelTable(_Closed):
 
 
 class Entry(BaseModel):
-    """One ``[[providers]]``, ``[[chat_stack]]`` or ``[[guardrails]]`` table: ``kind``,
-    ``name``, the options."""
+    """One ``[[providers]]``, ``[[chat_stack]]``, ``[[tool_stack]]`` or ``[[guardrails]]``
+    table: ``kind``, ``name``, the options."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
 
@@ -293,9 +298,10 @@ class ConfigFile(_Closed):
 
     agent: AgentTable = AgentTable()
     model: ModelTable = ModelTable()
-    providers: list[Entry] = []
-    chat_stack: list[Entry] = []
-    guardrails: list[Entry] = []
+    providers: list[Entry] = Field(default=[])
+    chat_stack: list[Entry] = Field(default=[])
+    tool_stack: list[Entry] = Field(default=[])
+    guardrails: list[Entry] = Field(default=[])
 
 
 # ValidationError -> one line ----------------------------------------------------------------
@@ -324,9 +330,10 @@ def _models(tp: Any) -> list[type[BaseModel]]:
     return [model for arg in get_args(tp) for model in _models(arg)]
 
 
-def _expected(tp: Any, field: str, error: Any = None) -> str | None:
-    """What ``field`` must be: its :class:`Expect`, else what pydantic's ``error`` says."""
-    for model in _models(tp):
+def _expected(tp: Any, field: str, error: Any = None, loc: Sequence[Any] = ()) -> str | None:
+    """What ``field`` must be: its :class:`Expect`, else what pydantic's ``error`` says;
+    in a tagged union, the field of the variant the error at ``loc`` is about."""
+    for model in _variants(tp, loc):
         info = model.model_fields.get(field)
         if info is not None:
             found = next((meta.text for meta in info.metadata if isinstance(meta, Expect)), None)
@@ -391,9 +398,9 @@ def check_options(tp: Any, options: Mapping[str, Any], where: str) -> Any:
         if field is None:
             raise ConfigError(f"{where}: the options must be a table") from None
         if error["type"] == "missing":
-            raise option_error(where, field, _expected(tp, field)) from None
+            raise option_error(where, field, _expected(tp, field, loc=loc)) from None
         got = options.get(field)
-        raise option_error(where, field, _expected(tp, field, error), got) from None
+        raise option_error(where, field, _expected(tp, field, error, loc), got) from None
     unknown = [str(e["loc"][-1]) for e in errors]
     known = {name for model in _variants(tp, errors[0]["loc"]) for name in model.model_fields}
     raise unknown_options_error(where, unknown, sorted(known)) from None
@@ -404,6 +411,7 @@ _TOP_LEVEL = {
     "model": "[model]",
     "providers": "[[providers]]",
     "chat_stack": "[[chat_stack]]",
+    "tool_stack": "[[tool_stack]]",
     "guardrails": "[[guardrails]]",
 }
 
@@ -417,6 +425,8 @@ def _unknown_top_level(source: str, key: str, value: Any) -> ConfigError:
         shown = f"key {key!r}"
     close = difflib.get_close_matches(key, list(_TOP_LEVEL), n=1)
     hint = f"; did you mean {_TOP_LEVEL[close[0]]}?" if close else ""
+    if key in AgentTable.model_fields:  # [tools] is [agent] tools, not [[tool_stack]]
+        hint = f"; did you mean [agent] {key}?"
     allowed = ", ".join(_TOP_LEVEL.values())
     return ConfigError(f"{source}: unknown top-level {shown}{hint} (allowed: {allowed})")
 
@@ -441,7 +451,7 @@ def check_file(data: Mapping[str, Any], source: str) -> ConfigFile:
     table = str(loc[0])
     if len(loc) == 1 and error["type"] == "extra_forbidden":
         raise _unknown_top_level(source, table, value) from None
-    if table in ("providers", "chat_stack", "guardrails"):
+    if table in ("providers", "chat_stack", "tool_stack", "guardrails"):
         raise _entry_error(source, table, loc[1:], error) from None
     if len(loc) == 1:
         raise ConfigError(f"{source}: [{table}] must be a table") from None
@@ -478,7 +488,8 @@ def _entries(kinds: Mapping[str, Any], table: str) -> Any:
     """The entries of ``[[table]]`` for the schema: one closed model per built-in kind
     (and per compression strategy), and an open one for the kinds of your own (but for
     guardrails, whose kinds are only where they check)."""
-    suffix = {"providers": "Provider", "guardrails": "Guardrail"}.get(table, "Middleware")
+    suffixes = {"providers": "Provider", "guardrails": "Guardrail", "tool_stack": "ToolMiddleware"}
+    suffix = suffixes.get(table, "Middleware")
     variants: list[Any] = []
     for kind, options in kinds.items():
         models = _models(options)
@@ -523,6 +534,7 @@ def config_schema() -> dict[str, Any]:
         __doc__="A config file of the raf command: see docs/cli.md in raf's repository.",
         providers=(_entries(BUILTIN_PROVIDER_OPTIONS, "providers"), []),
         chat_stack=(_entries(BUILTIN_CHAT_STACK_OPTIONS, "chat_stack"), []),
+        tool_stack=(_entries(BUILTIN_TOOL_STACK_OPTIONS, "tool_stack"), []),
         guardrails=(_entries(GUARDRAIL_OPTIONS, "guardrails"), []),
     )
     return model.model_json_schema()

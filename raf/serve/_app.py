@@ -96,8 +96,9 @@ def app(
     the server's own (or one of ``allowed_origins`` or ``cors_origins``) is
     answered: another site's page, or a DNS-rebinding one, cannot drive the
     agent. Every response has an ``X-Request-Id``, every error body that id.
-    ``manage_agent``: the lifespan also opens the agent's providers that are
-    async context managers and closes its client (what ``raf serve`` does).
+    ``manage_agent``: the lifespan also opens the agent's providers and chat
+    middleware that are async context managers (a :class:`raf.SpendLimits`' store)
+    and closes its client (what ``raf serve`` does).
     ``mcp``: also serve ``/mcp``, the agent as an MCP server (extra
     ``raf-agents[mcp]``); ``a2a``: also serve the agent over A2A, its card at
     ``/.well-known/agent-card.json`` and JSON-RPC at ``/a2a`` (extra

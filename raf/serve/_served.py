@@ -58,9 +58,10 @@ class Served:
                 resources.push_async_callback(opened.aclose)
                 self.store = opened
             if manage_agent:
-                for provider in self.agent.providers:
-                    if hasattr(provider, "__aenter__"):
-                        await resources.enter_async_context(provider)
+                # A chat stack's too: SpendLimits opens its store (a Redis one must be).
+                for item in (*self.agent.providers, *self.agent.chat_stack):
+                    if hasattr(item, "__aenter__"):
+                        await resources.enter_async_context(item)
                 if hasattr(self.agent.chat_client, "aclose"):
                     resources.push_async_callback(self.agent.chat_client.aclose)
             for running in self.lifespans:

@@ -296,7 +296,9 @@ def assert_one_clear_line(done: subprocess.CompletedProcess[str], status: int = 
         ),
         ("[agents]\nname = 'x'", "unknown top-level table [agents]; did you mean [agent]?"),
         ("modle = 'gpt'", "unknown top-level key 'modle'; did you mean [model]?"),
-        ("[tools]\nx = 1", "unknown top-level table [tools] (allowed: [agent], [model]"),
+        ("[plugins]\nx = 1", "unknown top-level table [plugins] (allowed: [agent], [model]"),
+        # Not "did you mean [[tool_stack]]?": a config's tools are [agent] tools.
+        ("[tools]\nx = 1", "unknown top-level table [tools]; did you mean [agent] tools? ("),
     ],
 )
 @pytest.mark.slow

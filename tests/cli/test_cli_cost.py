@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,3 +70,41 @@ def test_trace_context_shows_the_ledger_in_money(
     assert err[0].split()[-1] == "cost"
     assert err[1].split()[-1] == "$0.000270"
     assert "cost by layer (1 priced calls; gpt-4o-mini):" in err
+
+
+SPEND = """
+[[chat_stack]]
+kind = "spend_limits"
+store = "{store}"
+budgets = [{{usd = "0.00027", per = "day", scope = "agent"}}]
+
+[[chat_stack]]
+kind = "usage_limits"
+max_requests = 1
+"""
+
+
+@pytest.mark.parametrize("where", ["sqlite", "redis"])
+def test_declared_spend_limits_count_in_their_store_and_refuse_the_call_with_no_room(
+    tmp_path: Path,
+    server: OpenAIServer,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+    where: str,
+) -> None:
+    # A Redis store must be opened before the first call: raf run opens the chat stack's
+    # stores with the providers' resources (it was refused at the first call before).
+    store = "spend.db" if where == "sqlite" else request.getfixturevalue("redis_server").url
+    path = config(tmp_path, server, "gpt-4o-mini")
+    path.write_text(path.read_text() + SPEND.format(store=store))
+    server.answer(completion("Hello", usage=(1000, 200)))  # $0.000270: the whole budget
+    assert run_raf(["run", str(path), "hi"]) == 0
+    capsys.readouterr()
+    assert run_raf(["run", str(path), "hi again"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("raf: budget $0.00027 per day of everyone is spent"), err
+    assert len(server.requests) == 1  # the second call was never sent
+    if where == "sqlite":  # the path starts at the config's folder
+        with sqlite3.connect(tmp_path / "spend.db") as db:
+            [(spent,)] = db.execute("SELECT spent FROM raf_spend").fetchall()
+        assert spent == 270_000  # nano-dollars

@@ -4,11 +4,13 @@ two configs' stacks, side by side, and the chart of it."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests._harness.cli import run_raf
+from tests._harness.openai_server import OpenAIServer
 
 WHOLE = (
     "[agent]\ninstructions = 'Be brief.'\n\n[model]\nclient = 'echo'\n\n"
@@ -106,3 +108,101 @@ def test_replay_of_a_store_file_that_is_not_there_is_told_and_makes_none(
     assert run_raf(["replay", str(config), "--db", str(missing), "--session", "s"]) == 2
     assert f"--db {missing}: no such session store file" in capsys.readouterr().err
     assert not missing.parent.exists()  # a command that only reads writes nothing
+
+
+LONG_TOOLS = '''
+from raf import tool
+
+
+@tool
+def dump() -> str:
+    """The whole log."""
+    return "\\n".join(f"row {number}" for number in range(3000))
+'''
+
+LONG_RUNNING = """
+[agent]
+tools = ["long_running_tools:dump"]
+
+[model]
+client = "openai"
+model = "gpt-4o-mini"
+base_url = "{url}"
+api_key_env = "RAF_TEST_KEY"
+
+[[providers]]
+kind = "memory"
+inject = false
+
+[[providers]]
+kind = "compression"
+strategy = "clear_tool_results"
+keep_last = 0
+clear_at_least = 0
+
+[[tool_stack]]
+kind = "tool_output_limit"
+max_chars = 1000
+"""
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
+    monkeypatch.setenv("RAF_TEST_KEY", "sk-test")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = OpenAIServer()
+    yield server
+    server.close()
+
+
+def test_a_declared_tool_output_limit_and_clearing_run_and_replay(
+    tmp_path: Path, server: OpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "long_running_tools.py").write_text(LONG_TOOLS)
+    config = tmp_path / "long.toml"
+    config.write_text(LONG_RUNNING.format(url=server.base_url))
+    db = str(tmp_path / "sessions.db")
+    argv = ["--db", db, "--session", "s"]
+    server.answer(content=None, tool_calls=[("call_big", "dump", "{}")])
+    server.answer(content="seen")
+    server.answer(content="fine")
+    assert run_raf(["run", str(config), "dump the log", *argv]) == 0
+    assert run_raf(["run", str(config), "and now?", *argv]) == 0
+    _, second, third = (request.body["messages"] for request in server.requests)
+    # The tool stack cut the result once, when it was produced, and kept it in full.
+    cut = second[-1]["content"]
+    assert len(cut) <= 1000
+    assert 'read_tool_result(call_id="call_big"' in cut
+    assert [t["function"]["name"] for t in server.requests[1].body["tools"]] == [
+        "dump",
+        "read_tool_result",
+    ]
+    # The next turn: the compression provider cleared it (keep_last = 0, no batch).
+    [cleared] = [m["content"] for m in third if m["role"] == "tool"]
+    assert cleared.startswith("[tool result cleared: dump, call call_big, ")
+    assert cleared.endswith(
+        'its full text (25,889 characters) is kept: read_tool_result(call_id="call_big")]'
+    )
+    capsys.readouterr()
+    # The same config replays the stored conversation offline.
+    assert run_raf(["replay", str(config), *argv]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "session 's': 6 messages, 2 turns, 3 recorded model calls"
+    inputs = [int(line.split()[2].replace(",", "")) for line in out[2:5]]
+    assert inputs[2] < inputs[1] / 2  # the cleared result: turn 2 sends a fraction of it
+
+
+def test_a_replay_spends_nothing_from_the_configs_budgets(
+    recorded: tuple[Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole, _, db = recorded
+    budgeted = tmp_path / "budgeted.toml"
+    budgeted.write_text(
+        whole.read_text() + "\n[[chat_stack]]\nkind = 'spend_limits'\nstore = 'spend.db'\n"
+        "budgets = [{usd = 1, per = 'day'}]\n"
+    )
+    capsys.readouterr()
+    assert run_raf(["replay", str(budgeted), "--db", db, "--session", "s"]) == 0
+    out = capsys.readouterr().out
+    assert "diverged" not in out
+    assert not (tmp_path / "spend.db").exists()

@@ -17,6 +17,7 @@ from raf import (
     Agent,
     AgentError,
     AgentSkillsProvider,
+    ClearToolResults,
     CompressionProvider,
     ContextProvider,
     HistoryProvider,
@@ -564,3 +565,112 @@ def test_the_support_example_loads_its_tools_and_options() -> None:
     loaded = load_config(Path(__file__).resolve().parents[2] / "examples" / "support.toml")
     assert [t.name for t in loaded.agent.tools] == ["order_status", "today"]
     assert (loaded.options.temperature, loaded.options.max_tokens) == (0.2, 500)
+
+
+# The windows' step and cold_after; the clear_tool_results strategy (issue 42) ------------------
+
+
+def built(kind: str, chat_client: Any = None, **options: Any) -> Any:
+    return build_provider(ContextProviderDecl(kind, options=options), chat_client=chat_client)
+
+
+def test_a_declared_memory_takes_step_and_cold_after() -> None:
+    declared = built("memory", max_tokens=3000, step=1500, cold_after=60)
+    assert vars(declared) == vars(HistoryProvider(max_tokens=3000, step=1500, cold_after=60.0))
+    # false: never cut early (TOML has no null); not set: the class's defaults.
+    assert built("memory", max_messages=40, cold_after=False).cold_after is None
+    assert vars(built("memory", max_messages=40)) == vars(HistoryProvider(max_messages=40))
+
+
+@pytest.mark.parametrize(
+    ("options", "made"),
+    [
+        (
+            {"keep_last": 30, "step": 10, "cold_after": 0},
+            TruncationStrategy(30, step=10, cold_after=0),
+        ),
+        (
+            {"strategy": "token_budget", "max_tokens": 3000, "step": 1500, "cold_after": False},
+            TokenBudgetStrategy(3000, step=1500, cold_after=None),
+        ),
+        ({"strategy": "token_budget", "max_tokens": 3000}, TokenBudgetStrategy(3000)),
+        (
+            {"strategy": "clear_tool_results", "keep_last": 0, "clear_at_least": 6000},
+            ClearToolResults(keep_last=0, clear_at_least=6000),
+        ),
+        (
+            {"strategy": "clear_tool_results", "exclude": ["read_file"], "cold_after": 120},
+            ClearToolResults(exclude=("read_file",), cold_after=120.0),
+        ),
+        ({"strategy": "clear_tool_results"}, ClearToolResults()),
+    ],
+)
+def test_a_declared_strategy_is_what_the_python_api_makes(
+    options: dict[str, Any], made: Any
+) -> None:
+    strategy = built("compression", **options).strategy
+    assert type(strategy) is type(made)
+    assert vars(strategy) == vars(made)
+
+
+def test_a_declared_summary_takes_step_and_cold_after() -> None:
+    client = ScriptedChatClient()
+    options = {"strategy": "summary", "keep_last": 10, "step": 5, "cold_after": 30}
+    strategy = built("compression", client, **options).strategy
+    assert vars(strategy) == vars(SummaryStrategy(client, 10, step=5, cold_after=30.0))
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "expected"),
+    [
+        (
+            "memory",
+            {"cold_after": -1},
+            "option 'cold_after' must be a number of seconds >= 0, or "
+            "false (never cut early), got -1",
+        ),
+        ("memory", {"cold_after": True}, "option 'cold_after' must be a number of seconds"),
+        ("memory", {"step": 0}, "option 'step' must be an integer >= 1, got 0"),
+        # What the class itself refuses: still one line that names the kind.
+        (
+            "memory",
+            {"step": 3},
+            "provider kind 'memory': step is in its bound's unit: give it "
+            "with one bound, not no bound",
+        ),
+        (
+            "memory",
+            {"max_messages": 4, "step": 9},
+            "provider kind 'memory': step must be an int from 1 to the bound (4), got 9",
+        ),
+        ("compression", {"keep_last": 5, "step": 6}, "provider kind 'compression': step must be"),
+        (
+            "compression",
+            {"strategy": "clear_tool_results", "keep_last": -1},
+            "provider kind 'compression': option 'keep_last' must be an integer >= 0, got -1",
+        ),
+        (
+            "compression",
+            {"strategy": "clear_tool_results", "clear_at_least": 1.5},
+            "option 'clear_at_least' must be an integer >= 0, got 1.5",
+        ),
+        (
+            "compression",
+            {"strategy": "clear_tool_results", "exclude": "read_file"},
+            "option 'exclude' must be a list of strings, got 'read_file'",
+        ),
+        (
+            "compression",
+            {"strategy": "clear_tool_results", "step": 2},
+            "unknown option(s) 'step' (known options: clear_at_least, cold_after, exclude, "
+            "keep_last, max_messages, strategy)",
+        ),
+    ],
+)
+def test_wrong_window_and_clearing_options_are_config_errors(
+    kind: str, options: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        built(kind, **options)
+    assert expected in str(caught.value)
+    assert "\n" not in str(caught.value)

@@ -14,8 +14,13 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from raf._cli import main
-from raf._config.file import build_chat_middleware
+from raf._config.file import build_chat_middleware, build_tool_middleware
 from raf._config.models import BUILTIN_PROVIDER_OPTIONS, _models, config_schema, schema_text
+from raf._config.stack_options import (
+    BUILTIN_CHAT_STACK_OPTIONS,
+    BUILTIN_TOOL_STACK_OPTIONS,
+    BudgetOptions,
+)
 from raf.config import PROVIDER_KINDS, ContextProviderDecl, build_provider
 from raf.errors import ConfigError
 
@@ -59,6 +64,16 @@ def test_the_examples_follow_the_schema(path: Path) -> None:
         "[[chat_stack]]\nkind = 'retry'\nattempts = 'many'",
         "[[chat_stack]]\nkind = 'logging'\nlevel = 1",
         "[agents]\nname = 'x'",
+        "[[providers]]\nkind = 'memory'\ncold_after = true",
+        "[[providers]]\nkind = 'memory'\ncold_after = -1",
+        "[[providers]]\nkind = 'compression'\nstrategy = 'clear_tool_results'\nkeep_last = -1",
+        "[[providers]]\nkind = 'compression'\nstrategy = 'clear_tool_results'\nexclude = 'x'",
+        "[[chat_stack]]\nkind = 'compaction'",
+        "[[chat_stack]]\nkind = 'usage_limits'\nmax_requests = -1",
+        "[[chat_stack]]\nkind = 'spend_limits'\nbudgets = []",
+        "[[chat_stack]]\nkind = 'spend_limits'\nbudgets = [{usd = 1, per = 'week'}]",
+        "[[tool_stack]]\nkind = 'tool_output_limit'",
+        "[[tool_stack]]\nkind = 'tool_output_limit'\nmax_chars = 1000\nkeep = 'tail'",
     ],
 )
 def test_the_schema_flags_what_the_command_refuses(tmp_path: Path, text: str) -> None:
@@ -74,6 +89,22 @@ def test_the_schema_leaves_a_kind_of_your_own_its_options() -> None:
     jsonschema.validate(data, config_schema())
     data = _toml("[[providers]]\nkind = 'compression'\nstrategy = 'summary'\nkeep_last = 4\n")
     jsonschema.validate(data, config_schema())
+    data = _toml("[[tool_stack]]\nkind = 'house:cap'\nmost = 3\n")
+    jsonschema.validate(data, config_schema())
+
+
+def test_the_schema_takes_what_the_command_takes() -> None:
+    data = _toml(
+        "[[providers]]\nkind = 'memory'\nmax_tokens = 3000\nstep = 1500\ncold_after = false\n"
+        "[[providers]]\nkind = 'compression'\nstrategy = 'clear_tool_results'\ncold_after = 0\n"
+        "[[chat_stack]]\nkind = 'compaction'\nthreshold_tokens = 9\n"
+        "fallback = {strategy = 'summary', keep_last = 4}\n"
+        "[[chat_stack]]\nkind = 'usage_limits'\nmax_cost = '0.10'\nmax_requests = 0\n"
+        "[[chat_stack]]\nkind = 'spend_limits'\nstore = 'spend.db'\n"
+        "budgets = [{usd = 5, per = 'day', scope = 'key'}, {usd = 0.5, per = 'hour'}]\n"
+        "[[tool_stack]]\nkind = 'tool_output_limit'\nmax_chars = 6000\nspill = false\n"
+    )
+    jsonschema.validate(data, config_schema())
 
 
 @pytest.mark.parametrize(
@@ -82,7 +113,7 @@ def test_the_schema_leaves_a_kind_of_your_own_its_options() -> None:
         (
             "[[providers]]\nkind = 'memory'\ninjct = true",
             "providers[0]: provider kind 'memory': unknown option(s) 'injct' "
-            "(known options: inject, max_messages, max_tokens, persist_partial)",
+            "(known options: cold_after, inject, max_messages, max_tokens, persist_partial, step)",
         ),
         (
             "[[providers]]\nkind = 'memory'\nname = 'history'\ninject = 'yes'",
@@ -99,12 +130,14 @@ def test_the_schema_leaves_a_kind_of_your_own_its_options() -> None:
         ),
         (
             "[[providers]]\nkind = 'compression'\nstrategy = 3",
-            "option 'strategy' must be one of 'truncation', 'token_budget', 'summary', got 3",
+            "option 'strategy' must be one of 'truncation', 'token_budget', 'summary', "
+            "'clear_tool_results', got 3",
         ),
         (
             "[[providers]]\nkind = 'compression'\nstrategy = 'token_budget'\nmax_tokens = 9\n"
             "keep_last = 2",
-            "unknown option(s) 'keep_last' (known options: max_messages, max_tokens, strategy)",
+            "unknown option(s) 'keep_last' (known options: cold_after, max_messages, max_tokens, "
+            "step, strategy)",
         ),
         (
             "[[chat_stack]]\nkind = 'retry'\nwait_max = 'long'",
@@ -157,6 +190,44 @@ def test_no_value_of_any_option_gets_past_as_anything_but_a_config_error(
                 continue
             assert "\n" not in refused
             assert refused.startswith(f"provider kind {kind!r}")
+
+
+@pytest.mark.parametrize(
+    ("kind", "build", "options"),
+    [
+        *[
+            (kind, build_chat_middleware, model)
+            for kind, model in BUILTIN_CHAT_STACK_OPTIONS.items()
+        ],
+        *[
+            (kind, build_tool_middleware, model)
+            for kind, model in BUILTIN_TOOL_STACK_OPTIONS.items()
+        ],
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_no_value_of_a_stack_option_gets_past_as_anything_but_a_config_error(
+    kind: str, build: Any, options: Any
+) -> None:
+    what = "tool_stack" if build is build_tool_middleware else "chat_stack"
+    tried = [(field, value) for field in sorted(options.model_fields) for value in JUNK]
+    if kind == "spend_limits":  # and each option of a budget
+        tried += [
+            ("budgets", [{"usd": 1, "per": "day", field: value}])
+            for field in sorted(BudgetOptions.model_fields)
+            for value in JUNK
+        ]
+    for field, value in tried:
+        budgets = [{"usd": 1, "per": "day"}]
+        given = {"threshold_tokens": 9, "max_chars": 1000, "budgets": budgets, field: value}
+        try:
+            build(ContextProviderDecl(kind, options=given))
+        except ConfigError as exc:
+            refused = str(exc)
+        else:
+            continue
+        assert "\n" not in refused
+        assert refused.startswith(f"{what} kind {kind!r}")
 
 
 def test_retry_on_must_name_exception_classes() -> None:
@@ -214,7 +285,9 @@ def test_import_raf_does_not_import_the_models() -> None:
     assert done.stdout == "False False\n"
 
 
-@pytest.mark.parametrize("page", ["cli.md", "declaring-providers.md"])
+@pytest.mark.parametrize(
+    "page", ["cli.md", "declaring-providers.md", "long-running.md", "costs.md"]
+)
 def test_the_configs_in_the_docs_follow_the_schema(page: str) -> None:
     text = (ROOT / "docs" / page).read_text()
     blocks = [block.split("```", 1)[0] for block in text.split("```toml\n")[1:]]

@@ -412,6 +412,8 @@ LAZY_TOO = (
     "raf._config.file",
     "raf._config.guardrails",
     "raf._config.models",
+    "raf._config.stack_options",
+    "raf._config.types",
     "raf._observers.ledger",
     "raf._observers.mermaid",
     "raf._observers.otel_details",

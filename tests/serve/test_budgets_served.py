@@ -4,6 +4,7 @@ Retry-After, and the model is not called; another key's budget is its own."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -100,3 +101,23 @@ async def test_a_client_that_hangs_up_mid_answer_still_spends_its_calls_hold() -
     refused = await Exchange()(app, "/v1/chat/completions", body(True), headers=key)
     assert refused.status == 429
     assert model.calls == 1
+
+
+async def test_a_managed_agents_spend_store_is_opened_and_closed_by_the_lifespan(
+    redis_server: Any,
+) -> None:
+    # A Redis store must be opened before the first call, in the task that closes it:
+    # with manage_agent (raf serve), the lifespan does, as it opens the providers.
+    client = ScriptedChatClient([answer] * 2)
+    client.model = "house"  # type: ignore[attr-defined]
+    client.count_tokens = lambda messages, tools=(): 10  # type: ignore[attr-defined]
+    budget = Budget("0.01", "day", "key", name=f"served-{uuid.uuid4().hex}")  # its own counts
+    limits = SpendLimits(budget, store=redis_server.url, prices=PRICES)
+    agent = Agent(client, name="budgeted", chat_stack=[limits])
+    app = raf.serve.app(agent, manage_agent=True)
+    async with app.router.lifespan_context(app):
+        exchange = await Exchange()(app, "/v1/chat/completions", body(False))
+        assert exchange.status == 200, exchange.body
+        refused = await Exchange()(app, "/v1/chat/completions", body(False))
+        assert refused.status == 429
+    assert len(client.requests) == 1
