@@ -14,7 +14,7 @@ import inspect
 import itertools
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, overload
+from typing import TYPE_CHECKING, Any, Final, cast, overload
 
 import attrs
 
@@ -291,9 +291,11 @@ def _checker_of(text: str) -> Validator | str:
 def build_validator(name: str, schema: object) -> Validator:
     """The jsonschema validator of a tool's ``schema``; a :class:`~raf.errors.ToolSchemaError` says
     what is wrong with it (a tool that holds it checks its arguments with no cache)."""
-    # jsonschema is imported when a tool is first checked, not with raf.
+    # jsonschema (and RE2) are imported when a tool is first checked, not with raf.
     import jsonschema
     import referencing
+
+    from raf._agent.linear_schema import check_patterns, linear
 
     if not isinstance(schema, Mapping):
         raise ToolSchemaError(name, f"expected a JSON object, got {type(schema).__name__}")
@@ -314,8 +316,11 @@ def build_validator(name: str, schema: object) -> Validator:
         ) from None
     except RecursionError:
         raise ToolSchemaError(name, "nested too deeply") from None
-    # An empty registry: a tool's $ref never reaches the network.
-    return cls(plain, registry=referencing.Registry())
+    problem = check_patterns(plain)
+    if problem is not None:
+        raise ToolSchemaError(name, problem)
+    # An empty registry: a tool's $ref never reaches the network. Patterns match with RE2.
+    return cast("Validator", linear(cls)(plain, registry=referencing.Registry()))
 
 
 def _plain_json(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import json
 import pickle
+import re
 import sys
 import threading
 import typing
@@ -877,3 +878,59 @@ def test_a_function_tool_holds_its_own_validator() -> None:
         check_tool_arguments(made, {})
     with pytest.raises(ToolSchemaError, match="not JSON"):
         FunctionTool(lambda: None, "bad", "Bad.", {"type": "object", "enum": {1, 2}})
+
+
+# A pattern is matched by RE2 (linear time): the model writes the arguments, and a prompt
+# injection can steer them at a pattern that backtracks (Python's re took 2^n steps here).
+CATASTROPHIC = "^(a+)+$"
+STEERED = "a" * 5_000 + "!"
+
+
+@pytest.mark.parametrize(
+    ("schema", "arguments", "problem"),
+    [
+        (
+            {"type": "object", "properties": {"code": {"type": "string", "pattern": CATASTROPHIC}}},
+            {"code": STEERED},
+            "code: 'aaaa",
+        ),
+        (
+            {
+                "type": "object",
+                "patternProperties": {CATASTROPHIC: {"type": "integer"}},
+                "additionalProperties": False,
+            },
+            {"a" * 60 + "!": 1},
+            "does not match any of the regexes: '^(a+)+$'",
+        ),
+        (
+            {"type": "object", "patternProperties": {CATASTROPHIC: {"type": "integer"}}},
+            {"a" * 60: "one"},
+            "'one' is not of type 'integer'",
+        ),
+    ],
+)
+def test_a_pattern_that_backtracks_is_matched_in_linear_time(
+    schema: dict[str, Any], arguments: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ToolArgumentsError, match=re.escape(problem)):
+        check_tool_arguments(HandMade("steered", schema), arguments)
+    check_tool_arguments(HandMade("steered", schema), {})
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        ({"type": "string", "pattern": "(?=a)b"}, "RE2"),
+        ({"type": "object", "patternProperties": {"(a)\\1": {}}}, "RE2"),
+        (
+            {"type": "object", "patternProperties": {"a": {}}, "unevaluatedProperties": False},
+            "unevaluatedProperties beside patternProperties",
+        ),
+    ],
+)
+def test_a_pattern_re2_cannot_match_is_refused_with_the_schema(
+    schema: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ToolSchemaError, match=re.escape(problem)):
+        check_tool_schema("linear", schema)

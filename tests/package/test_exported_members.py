@@ -407,6 +407,7 @@ def test_the_public_modules_load_on_first_use_as_attributes_of_raf() -> None:
 #: import it when they first hash) and pathlib (the stores' and the built-ins' paths) with
 #: them.
 LAZY_TOO = (
+    "raf._agent.linear_schema",
     "raf._cli",
     "raf._config.declarations",
     "raf._config.file",
