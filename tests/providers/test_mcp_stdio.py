@@ -159,9 +159,10 @@ async def test_a_large_page_is_listed_in_steps_the_loop_running_between_them(
     tmp_path: Path,
 ) -> None:
     # How long the loop is held cannot be asserted (tests never time); what the listing builds
-    # between two turns of the loop can: the SDK's client built the whole page (all 3,000 tools
-    # as pydantic models, some 110,000 memory blocks) in one go; raf builds a step of it.
-    raw = Raw(tmp_path, "plain", count=3_000)
+    # between two turns of the loop can: the SDK's client built the whole page (all 1,000 tools
+    # as pydantic models, some 25,000 memory blocks) in one go; raf builds a step of it (4,000
+    # to 8,000 here).
+    raw = Raw(tmp_path, "plain", count=1_000)
     check_tool_schema("warm", {"type": "object"})  # jsonschema imported before the count
     most = turns = 0
     listed = False
@@ -180,9 +181,9 @@ async def test_a_large_page_is_listed_in_steps_the_loop_running_between_them(
                 group.start_soon(ticker)
                 tools = await mcp.tools()
                 listed = True
-    assert len(tools) == 3_000
-    assert turns > 3_000  # the loop turned at least once per tool
-    assert most < 30_000, f"{most:,} memory blocks built between two turns of the loop"
+    assert len(tools) == 1_000
+    assert turns > 1_000  # the loop turned at least once per tool
+    assert most < 15_000, f"{most:,} memory blocks built between two turns of the loop"
 
 
 @pytest.mark.slow
