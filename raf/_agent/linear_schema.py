@@ -45,39 +45,43 @@ def compiled(pattern: str) -> Any:
 
 
 def check_patterns(schema: Any) -> str | None:
-    """What keeps ``schema``'s patterns from being matched in linear time, or ``None``."""
-    for node in _schemas(schema):
+    """What keeps ``schema``'s patterns from being matched in linear time (and where), or
+    ``None``."""
+    for path, node in _schemas(schema):
+        at = f"at {'.'.join(path)}: " if path else ""
         found = node.get("pattern")
         named = node.get("patternProperties")
-        patterns = [found] if isinstance(found, str) else []
+        patterns = [("pattern", found)] if isinstance(found, str) else []
         if isinstance(named, Mapping):
-            patterns += [key for key in named if isinstance(key, str)]
+            patterns += [(f"patternProperties.{key}", key) for key in named if isinstance(key, str)]
             if named and "unevaluatedProperties" in node:
                 return (
-                    "unevaluatedProperties beside patternProperties cannot be checked in "
+                    f"{at}unevaluatedProperties beside patternProperties cannot be checked in "
                     "linear time; write additionalProperties"
                 )
-        for pattern in patterns:
+        for where, pattern in patterns:
             try:
                 compiled(pattern)
             except re2.error as exc:
                 return (
-                    f"the pattern {pattern!r:.80} cannot be matched by RE2 ({exc}); patterns "
-                    "are matched in linear time, without backreferences or lookarounds"
+                    f"at {'.'.join((*path, where))}: the pattern {pattern!r:.80} cannot be "
+                    f"checked safely: RE2 cannot match it ({exc}); patterns are matched in "
+                    "linear time, without backreferences or lookarounds"
                 )
     return None
 
 
-def _schemas(node: Any) -> Iterator[Mapping[str, Any]]:
-    """Every object of ``node`` that may be a schema (data keywords' values left out)."""
-    stack = [node]
+def _schemas(node: Any) -> Iterator[tuple[tuple[str, ...], Mapping[str, Any]]]:
+    """Every object of ``node`` that may be a schema, with its path (data keywords' values
+    left out)."""
+    stack: list[tuple[tuple[str, ...], Any]] = [((), node)]
     while stack:
-        item = stack.pop()
+        path, item = stack.pop()
         if isinstance(item, Mapping):
-            yield item
-            stack += [value for key, value in item.items() if key not in _DATA]
+            yield path, item
+            stack += [((*path, str(k)), v) for k, v in item.items() if k not in _DATA]
         elif isinstance(item, list):
-            stack += item
+            stack += [((*path, str(n)), v) for n, v in enumerate(item)]
 
 
 def _search(pattern: str, text: str) -> bool:
