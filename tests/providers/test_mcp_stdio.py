@@ -256,8 +256,10 @@ async def test_a_batch_of_requests_does_not_hold_the_loop_or_flood_the_log(
             listed = True
     assert [tool.name for tool in tools] == ["add0"]
     assert turns == 5_000, f"the loop turned {turns} times while the batch was handled"
+    # How many pings find the 16 answers in flight full depends on the scheduling (none, on
+    # some anyio versions); those that do are logged at the 1st, 2nd, 4th, 8th, ... only.
     unanswered = [e for e in events if e["event"] == "mcp.request_unanswered"]
-    assert 1 <= len(unanswered) <= 15  # the 1st, 2nd, 4th, 8th, ... of those not answered
+    assert len(unanswered) <= 15
 
 
 @pytest.mark.slow
