@@ -18,7 +18,7 @@ import attrs
 import structlog
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from raf._agent.agent import Agent
+from raf._agent.agent import Agent, enter_resources
 from raf._cli_args import DEFAULT_DB, build_parser
 from raf._cli_cost import TurnCost
 from raf._cli_replay import replay_command
@@ -309,12 +309,7 @@ async def _opened(args: argparse.Namespace, agent: Agent) -> AsyncIterator[Sessi
         ledger = getattr(args, "ledger", None)
         if ledger is not None:  # --trace=context: the ledger's table, once all is closed
             resources.callback(lambda: _say(ledger.report()))
-        # A chat stack's too: SpendLimits opens its store (a Redis one must be, first).
-        for item in (*agent.providers, *agent.chat_stack):
-            if hasattr(item, "__aenter__"):
-                await resources.enter_async_context(item)
-        if hasattr(agent.chat_client, "aclose"):
-            resources.push_async_callback(agent.chat_client.aclose)
+        await enter_resources(agent, resources)
         yield await resources.enter_async_context(_open_session(args))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from raf._agent.agent import Agent
+from raf._agent.agent import Agent, enter_resources
 from raf._cli_args import DEFAULT_DB
 from raf._config.file import load_config
 from raf._middleware.spend import SpendLimits
@@ -66,7 +66,7 @@ async def _stored(db: str, session_id: str) -> tuple[ChatMessage, ...]:
 
 
 async def _replayed(agent: Agent, messages: tuple[ChatMessage, ...]) -> ReplayReport:
-    """The replay, with the providers that hold resources (an MCP server) opened around it.
+    """The replay, with what the agent holds (an MCP server) opened around it.
 
     A replay spends nothing: the config's :class:`raf.SpendLimits` are left out (they
     would count the replayed calls in their store, against the real budgets).
@@ -75,11 +75,7 @@ async def _replayed(agent: Agent, messages: tuple[ChatMessage, ...]) -> ReplayRe
         kept = [item for item in agent.chat_stack if not isinstance(item, SpendLimits)]
         agent = agent.replace(chat_stack=kept)
     async with AsyncExitStack() as resources:
-        for provider in agent.providers:
-            if hasattr(provider, "__aenter__"):
-                await resources.enter_async_context(provider)
-        if hasattr(agent.chat_client, "aclose"):  # never called, but it may hold a pool
-            resources.push_async_callback(agent.chat_client.aclose)
+        await enter_resources(agent, resources)  # its client is never called, but holds a pool
         return await replay(agent, messages)
 
 

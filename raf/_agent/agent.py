@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from functools import partial
 from itertools import chain
 from typing import Any, cast
@@ -550,6 +551,18 @@ class Agent:
 def _arguments() -> tuple[str, ...]:
     """The names of :class:`Agent`'s constructor arguments: what :meth:`Agent.replace` carries."""
     return tuple(inspect.signature(Agent.__init__).parameters)[1:]
+
+
+async def enter_resources(agent: Agent, resources: AsyncExitStack) -> None:
+    """Open in ``resources`` what ``agent`` holds for a whole command or server: its
+    providers and chat middleware that are async context managers (an MCP server, a
+    :class:`raf.SpendLimits`' store: a Redis one must be opened before its first call),
+    and close its client on the way out."""
+    for item in (*agent.providers, *agent.chat_stack):
+        if hasattr(item, "__aenter__"):
+            await resources.enter_async_context(item)
+    if hasattr(agent.chat_client, "aclose"):
+        resources.push_async_callback(agent.chat_client.aclose)
 
 
 def run_of(on_update: OnUpdate | Run | None) -> Run:

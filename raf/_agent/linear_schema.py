@@ -8,7 +8,8 @@ deadline stops it). Here ``pattern``, ``patternProperties`` and the
 :mod:`raf._middleware.tool_output_read` does), and :func:`check_patterns` refuses,
 when the schema is built, a pattern RE2 cannot match (a backreference, a
 lookaround) and the one keyword whose matching jsonschema keeps to itself
-(``unevaluatedProperties`` beside ``patternProperties``).
+(``unevaluatedProperties`` beside ``patternProperties``). Imported when a tool's
+schema is first checked (as jsonschema is), not with raf.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import functools
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+import jsonschema
 import re2
 
 __all__: list[str] = []
@@ -89,8 +91,6 @@ def _search(pattern: str, text: str) -> bool:
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
-    import jsonschema
-
     if validator.is_type(instance, "string") and not _search(pattern, instance):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
@@ -109,8 +109,6 @@ def _pattern_properties(
 def _additional_properties(
     validator: Any, additional: Any, instance: Any, schema: Any
 ) -> Iterator[Any]:
-    import jsonschema
-
     if not validator.is_type(instance, "object"):
         return
     named = schema.get("properties", {})
@@ -140,8 +138,6 @@ def _additional_properties(
 @functools.cache
 def linear(cls: Any) -> Any:
     """``cls`` (a jsonschema validator class) with its patterns matched by RE2."""
-    import jsonschema
-
     return jsonschema.validators.extend(  # type: ignore[no-untyped-call]
         cls,
         {

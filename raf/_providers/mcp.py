@@ -22,6 +22,7 @@ from raf._providers.mcp_stdio import (
     MAX_MESSAGE_BYTES,
     ServerFault,
     StdioConnection,
+    cut,
     open_stdio,
     quote,
 )
@@ -290,7 +291,8 @@ class McpToolsProvider(ContextProvider):
             # Two tools of one name fail every run (ToolConflictError): the first is kept.
             problem = "a tool of this name was listed before it"
         if problem is not None:
-            _log.warning("mcp.tool_skipped", provider=self.name, tool=_cut(name), reason=problem)
+            tool = cut(name, _WARNED_CHARS)
+            _log.warning("mcp.tool_skipped", provider=self.name, tool=tool, reason=problem)
             return None
         assert isinstance(remote, dict)  # what _tool_problem checked
         assert isinstance(named, str)
@@ -299,7 +301,8 @@ class McpToolsProvider(ContextProvider):
             validator = await _checked(name, schema)
         except ToolSchemaError as exc:
             # jsonschema's message quotes the schema's value (a list of 2,000 items, whole).
-            _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=_cut(str(exc)))
+            reason = cut(str(exc), _WARNED_CHARS)
+            _log.warning("mcp.tool_skipped", provider=self.name, tool=name, reason=reason)
             return None
         description = remote.get("description")
         return McpTool(name, description or "", schema, named, self, schema_validator=validator)
@@ -372,11 +375,6 @@ def _tool_problem(remote: object) -> str | None:
     return None
 
 
-def _cut(text: str, most: int = 500) -> str:
-    """``text`` for a warning, cut after ``most`` characters."""
-    return text if len(text) <= most else f"{text[:most]}... ({len(text) - most:,} more characters)"
-
-
 async def _result_text(result: Mapping[str, Any]) -> str:
     """The content blocks of a ``tools/call`` result as text; other media are named, not
     inlined; with no content, its structured content as JSON. The blocks are read in
@@ -409,6 +407,8 @@ async def _result_text(result: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
+#: How much of a server's value a warning quotes.
+_WARNED_CHARS: Final = 500
 #: A result's content blocks read per step.
 _BLOCKS_PER_STEP: Final = 256
 

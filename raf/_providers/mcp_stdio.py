@@ -477,8 +477,7 @@ def _result(message: dict[str, Any] | None, ended: str | None) -> dict[str, Any]
             raise ServerFault(f"it answered with a malformed error: {quote(error)}")
         text = error.get("message")
         text = text if isinstance(text, str) else quote(text)
-        if len(text) > MAX_ERROR_CHARS:
-            text = text[:MAX_ERROR_CHARS] + f"... ({len(text) - MAX_ERROR_CHARS:,} more characters)"
+        text = cut(text, MAX_ERROR_CHARS)
         raise ServerFault(f"it answered with error {quote(error.get('code'))}: {text}")
     result = message.get("result")
     if not isinstance(result, dict):
@@ -491,6 +490,11 @@ def _closed(process: anyio.abc.Process, pipe: str) -> str:
     if code is None:
         return f"it closed {pipe} (did it exit? its stderr shows why)"
     return f"it exited with code {code} (its stderr shows why)"
+
+
+def cut(text: str, most: int) -> str:
+    """``text`` of the server's, for a message or a warning, cut after ``most`` characters."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text) - most:,} more characters)"
 
 
 def quote(value: object) -> str:

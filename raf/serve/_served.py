@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from raf._agent.agent import Agent
+from raf._agent.agent import Agent, enter_resources
 from raf._sessions.base import Session
 from raf._sessions.stores import open_store
 from raf._values.options import AgentRunOptions
@@ -58,12 +58,7 @@ class Served:
                 resources.push_async_callback(opened.aclose)
                 self.store = opened
             if manage_agent:
-                # A chat stack's too: SpendLimits opens its store (a Redis one must be).
-                for item in (*self.agent.providers, *self.agent.chat_stack):
-                    if hasattr(item, "__aenter__"):
-                        await resources.enter_async_context(item)
-                if hasattr(self.agent.chat_client, "aclose"):
-                    resources.push_async_callback(self.agent.chat_client.aclose)
+                await enter_resources(self.agent, resources)
             for running in self.lifespans:
                 await resources.enter_async_context(running())
             yield
